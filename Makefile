@@ -1,0 +1,36 @@
+# Everything runs in a local virtual environment (.venv), created on first use.
+# torch is pinned exactly: `pip install torch==2.13.0` is the CPU build this project is tested with.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-all bench bench-tool clean fixtures
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,dynamo]'
+	touch $(STAMP)
+
+## demo: patch a shipped fixture (a small conv net with AdaptiveAvgPool2d 7x7 at a non-divisible size) and show the report
+demo: $(STAMP)
+	@mkdir -p out
+	$(VENV)/bin/onnxpoolfix fixtures/small_convnet.onnx out/small_convnet.patched.onnx --report out/small_convnet.report.json
+
+## test: the test suite as CI runs it (slow cases deselected; `make test-all` runs them)
+test: $(STAMP)
+	$(PY) -m pytest -m "not slow" -q
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q
+
+## bench: speed of the patched graphs vs torch's kernel and the dynamo exporter (writes benchmarks/RESULTS.md)
+bench: $(STAMP)
+	$(PY) benchmarks/bench.py
+
+fixtures: $(STAMP)
+	$(PY) fixtures/make_fixtures.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache

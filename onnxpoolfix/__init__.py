@@ -1,0 +1,24 @@
+"""onnxpoolfix: replace PyTorch's leftover adaptive pooling nodes with exact, fast standard ONNX.
+
+    import onnx, onnxpoolfix
+    patched = onnxpoolfix.patch_model(onnx.load("in.onnx"))      # the argument is not modified
+    result = onnxpoolfix.patch(onnx.load("in.onnx"))             # .model and .report
+"""
+__version__ = "0.1.0"
+
+from .api import PatchResult, patch, patch_model  # noqa: E402
+from .errors import (  # noqa: E402
+    CheckFailedError,
+    InvalidModelError,
+    OutputError,
+    PoolFixError,
+    ShapeError,
+    UnsupportedNodeError,
+)
+from .report import NodeReport, PatchReport  # noqa: E402
+
+__all__ = [
+    "patch", "patch_model", "PatchResult", "PatchReport", "NodeReport",
+    "PoolFixError", "InvalidModelError", "UnsupportedNodeError", "ShapeError", "CheckFailedError", "OutputError",
+    "__version__",
+]

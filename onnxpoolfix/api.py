@@ -1,0 +1,140 @@
+"""The library entry points: ``patch`` (model + report) and ``patch_model`` (model only).
+
+Neither modifies its argument unless ``inplace=True`` (the CLI uses that to avoid holding the model
+twice). Both raise :class:`~onnxpoolfix.errors.PoolFixError` subclasses with a one-line message and a
+hint; the library never prints.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import onnx
+
+from .errors import CheckFailedError, InvalidModelError
+from .find import find_pool_nodes
+from .planner import AUTO, plan
+from .report import NodeReport, PatchReport
+from .rewrite import apply_plans
+from .shapes import PoolSpec, apply_input_shapes, model_opset, resolve_specs
+from .verify import check_patched, default_check_shapes
+
+logger = logging.getLogger(__name__)
+
+TARGETS = ("onnxruntime", "tensorrt")
+
+
+@dataclass
+class PatchResult:
+    model: onnx.ModelProto
+    report: PatchReport
+
+
+def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, target: str = "onnxruntime",
+          input_shapes: Mapping[str, Sequence[int]] | None = None, keep_input_shapes: bool = False,
+          check_shapes: Sequence[Mapping[str, Sequence[int]]] | None = None, inplace: bool = False,
+          model_dir: str | None = None, seed: int = 0) -> PatchResult:
+    """Replace every leftover adaptive pooling node of ``model`` with an exact standard-ONNX subgraph.
+
+    Args:
+        model: the model; copied first unless ``inplace``.
+        check: run the patched model in onnxruntime and compare every replaced node with the numpy
+            reference (raises :class:`CheckFailedError` on a mismatch).
+        strategy: ``"auto"`` (cheapest exact lowering per node) or a lowering name to force.
+        target: ``"onnxruntime"`` or ``"tensorrt"`` (only ops TensorRT's ONNX parser accepts).
+        input_shapes: bind graph inputs' symbolic dims, e.g. ``{"x": [1, 3, 224, 224]}``. Where a
+            pooled axis was symbolic, the static lowering then holds for that size only, so the patched
+            model keeps the bound input shape (the report says so); otherwise the original signature stays.
+        keep_input_shapes: always save the bound input shapes.
+        check_shapes: concrete input shapes to run the check at (default: derived from the model).
+        model_dir: the folder holding the model's external data, when its weights are not loaded.
+        seed: seed of the check's random inputs.
+    """
+    if not isinstance(model, onnx.ModelProto):
+        raise TypeError(f"patch() takes an onnx.ModelProto, not {type(model).__name__}")
+    if target not in TARGETS:
+        raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
+    if not inplace:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        model = copy
+    if not model.HasField("graph"):
+        raise InvalidModelError("the model has no graph")
+    opset = model_opset(model)
+    report = PatchReport(opset=opset, target=target)
+    nodes = find_pool_nodes(model.graph)
+    if not nodes:
+        report.check_note = "nothing to patch"
+        return PatchResult(model, report)
+
+    specs, notes = _specs(model, nodes, opset=opset, target=target, input_shapes=input_shapes,
+                          keep_input_shapes=keep_input_shapes)
+    plans = [plan(s, strategy) for s in specs]
+    emitted = apply_plans(model, plans)
+    for p, ops in zip(plans, emitted):
+        s = p.spec
+        report.nodes.append(NodeReport(
+            name=s.node.name, op=s.node.op, kind=s.kind, encoding=s.node.encoding,
+            input_shape=list(s.input_shape), output_shape=list(s.output_shape),
+            lowering=p.lowering.name, why=p.why, ops=ops,
+            indices="computed" if s.node.indices_output else "dropped" if s.node.unused_outputs else "none"))
+    if notes:
+        report.check_note = "; ".join(notes)
+    if check:
+        _check(model, specs, report, check_shapes=check_shapes, input_shapes=input_shapes,
+               model_dir=model_dir, seed=seed)
+    else:
+        report.check_note = "; ".join(notes + ["--no-check"])
+    return PatchResult(model, report)
+
+
+def patch_model(model: onnx.ModelProto, **kwargs) -> onnx.ModelProto:
+    """:func:`patch` returning only the model (``patch(...).model``). Same arguments, same errors."""
+    return patch(model, **kwargs).model
+
+
+def _specs(model, nodes, *, opset, target, input_shapes, keep_input_shapes) -> tuple[list[PoolSpec], list[str]]:
+    notes: list[str] = []
+    if not input_shapes:
+        return resolve_specs(model, nodes, opset=opset, target=target), notes
+    if keep_input_shapes:
+        apply_input_shapes(model, input_shapes)
+        return resolve_specs(model, nodes, opset=opset, target=target), ["input shapes bound as given"]
+    originals = {i.name: onnx.ValueInfoProto() for i in model.graph.input}
+    for i in model.graph.input:
+        originals[i.name].CopyFrom(i)
+    apply_input_shapes(model, input_shapes)
+    bound = resolve_specs(model, nodes, opset=opset, target=target)
+    for i in model.graph.input:  # back to the original signature; keep the binding only where needed
+        i.CopyFrom(originals[i.name])
+    try:
+        free = resolve_specs(model, nodes, opset=opset, target=target)
+    except Exception:  # without the binding some input shape is not even inferable
+        free = [None] * len(nodes)
+    specs = [f if f is not None and f.static else b for f, b in zip(free, bound)]
+    if any(f is None or not f.static for f in free):
+        apply_input_shapes(model, input_shapes)
+        notes.append("input shapes kept as bound: a pooled axis was symbolic and the static lowering holds "
+                     "only at the bound size")
+    return specs, notes
+
+
+def _check(model, specs, report: PatchReport, *, check_shapes, input_shapes, model_dir, seed) -> None:
+    shapes_list, note = default_check_shapes(model, specs, check_shapes=check_shapes, input_shapes=input_shapes)
+    results = check_patched(model, specs, input_shapes=shapes_list, model_dir=model_dir, seed=seed)
+    report.checked = True
+    failed = []
+    for n, s in zip(report.nodes, specs):
+        r = results[s.node.name]
+        n.max_error, n.tolerance = r.max_error, r.tolerance
+        n.checked_shapes = [list(x) for x in r.shapes]
+        if not r.passed:
+            failed.append(f"{s.node.label}: {r.detail}")
+    report.check_passed = not failed
+    report.check_note = "; ".join(x for x in (report.check_note, note) if x)
+    if failed:
+        raise CheckFailedError(
+            f"onnxruntime check failed for {len(failed)} node(s): {failed[0]}",
+            "this is a bug in onnxpoolfix: please report it with the model (rerun with -v); "
+            "--strategy can force another lowering meanwhile", report=report)

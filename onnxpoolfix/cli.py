@@ -1,0 +1,155 @@
+"""The command line: parse, call the library, print the report, map errors to exit codes.
+
+    onnxpoolfix IN OUT [options]        patch IN, check it, write OUT atomically
+    onnxpoolfix inspect IN [options]    what would be replaced, how, and what blocks it; writes nothing
+
+Exit codes: 0 success (also "nothing to patch"), 1 internal error (a bug: rerun with -v), 2 usage,
+3 IN is not a readable valid ONNX model, 4 a node cannot be lowered exactly (unsupported variant,
+unresolvable shape, too-old opset), 5 the onnxruntime check failed, 6 OUT cannot be written.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .errors import PoolFixError
+from .planner import STRATEGIES
+
+EXIT_INTERNAL = 1
+
+
+def parse_shapes(values: tuple[str, ...], flag: str) -> dict[str, list[int]]:
+    """``NAME:D0,D1,...`` entries (repeatable, or several in one value separated by spaces)."""
+    shapes: dict[str, list[int]] = {}
+    for value in values:
+        for item in value.split():
+            name, sep, dims = item.rpartition(":")
+            if not sep or not name or not dims:
+                raise click.BadParameter(f"'{item}' is not NAME:D0,D1,... (e.g. x:1,3,224,224)", param_hint=flag)
+            try:
+                parsed = [int(d) for d in dims.split(",")]
+            except ValueError:
+                raise click.BadParameter(f"'{item}': dims must be integers", param_hint=flag) from None
+            if any(d < 1 for d in parsed):
+                raise click.BadParameter(f"'{item}': dims must be >= 1", param_hint=flag)
+            shapes[name] = parsed
+    return shapes
+
+
+class _PatchByDefault(click.Group):
+    """``onnxpoolfix IN OUT`` runs ``patch``; ``onnxpoolfix inspect IN`` runs ``inspect``."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args = ["patch"] + list(args)
+        return super().parse_args(ctx, args)
+
+
+def _fail(err: Exception, verbose: bool) -> None:
+    if verbose:
+        traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+    if isinstance(err, PoolFixError):
+        click.echo(f"onnxpoolfix: error: {err}", err=True)
+        if err.hint:
+            click.echo(f"  hint: {err.hint}", err=True)
+        sys.exit(err.exit_code)
+    click.echo(f"onnxpoolfix: internal error: {type(err).__name__}: {' '.join(str(err).split())}", err=True)
+    click.echo("  hint: this is a bug; rerun with -v and report the traceback", err=True)
+    sys.exit(EXIT_INTERNAL)
+
+
+_common = [
+    click.option("--target", type=click.Choice(["onnxruntime", "tensorrt"]), default="onnxruntime", show_default=True,
+                 help="Restrict the emitted ops to what this runtime accepts."),
+    click.option("--strategy", type=click.Choice(STRATEGIES), default="auto", show_default=True,
+                 help="Force one lowering for every node (for comparisons); 'auto' picks the cheapest exact one."),
+    click.option("--input-shape", "input_shape", multiple=True, metavar="NAME:D0,D1,...",
+                 help="Bind an input's shape (repeatable; or several, space-separated, in one value)."),
+    click.option("-v", "--verbose", is_flag=True, help="Log what happens and show tracebacks."),
+]
+
+
+def _with_common(f):
+    for opt in reversed(_common):
+        f = opt(f)
+    return f
+
+
+@click.group(cls=_PatchByDefault, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="onnxpoolfix")
+def main():
+    """Replace PyTorch's leftover adaptive pooling nodes (org.pytorch.aten) with exact standard ONNX.
+
+    \b
+      onnxpoolfix IN.onnx OUT.onnx         patch, check in onnxruntime, write OUT
+      onnxpoolfix inspect IN.onnx          show what would be done, write nothing
+    """
+
+
+@main.command("patch")
+@click.argument("src", metavar="IN", type=click.Path(dir_okay=True, path_type=Path))
+@click.argument("dst", metavar="OUT", type=click.Path(dir_okay=True, path_type=Path))
+@_with_common
+@click.option("--no-check", is_flag=True, help="Skip the onnxruntime check against the numpy reference.")
+@click.option("--check-shape", "check_shape", multiple=True, metavar="NAME:D0,D1,...",
+              help="Run the check at these input shapes (repeat the flag for several runs).")
+@click.option("--keep-input-shapes", is_flag=True, help="Save the --input-shape binding in OUT.")
+@click.option("--save-as-external-data", is_flag=True, help="Write OUT's weights to OUT.data beside it.")
+@click.option("--in-place", is_flag=True, help="Allow OUT to be IN (replaced atomically).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the report as JSON (schema in onnxpoolfix/report.py).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the check's random inputs.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
+def patch_cmd(src, dst, target, strategy, input_shape, verbose, no_check, check_shape, keep_input_shapes,
+              save_as_external_data, in_place, report_path, seed, quiet):
+    """Patch IN and write OUT (only after the check passed)."""
+    if verbose:
+        logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
+    try:
+        from .api import patch
+        from .io import has_external_data, load_model, save_model
+
+        shapes = parse_shapes(input_shape, "--input-shape")
+        checks = [parse_shapes((c,), "--check-shape") for c in check_shape]
+        model = load_model(src)
+        external = has_external_data(model)
+        result = patch(model, check=not no_check, strategy=strategy, target=target, input_shapes=shapes or None,
+                       keep_input_shapes=keep_input_shapes, check_shapes=checks or None, inplace=True,
+                       model_dir=str(Path(src).resolve().parent) if external else None, seed=seed)
+        save_model(result.model, dst, source_path=src, save_as_external_data=save_as_external_data,
+                   in_place=in_place)
+        if report_path:
+            _write_report(report_path, result.report.to_json())
+    except click.ClickException:
+        raise
+    except Exception as err:  # noqa: BLE001 - every failure becomes one line and an exit code
+        report = getattr(err, "report", None)
+        if report is not None and not quiet:
+            click.echo(report.format_table(), err=True)
+        _fail(err, verbose)
+        return
+    if not quiet:
+        click.echo(result.report.format_table())
+        click.echo(f"{result.report.summary()}; wrote {dst}")
+
+
+def _write_report(path: Path, text: str) -> None:
+    from .errors import OutputError
+
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text + "\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"cannot write the report {path}: {e.strerror}") from None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,246 @@
+"""Locate PyTorch's leftover adaptive pooling nodes, in every encoding seen in the wild.
+
+Two encodings exist (see DESIGN.md):
+
+- ``aten-op``: op_type ``adaptive_{avg,max}_pool{1,2,3}d`` in domain ``org.pytorch.aten``
+  (torch >= 1.13 with ONNX_FALLTHROUGH or ONNX_ATEN_FALLBACK).
+- ``ATen-attr``: op_type ``ATen`` with string attribute ``operator`` naming the op (and ``overload_name``),
+  in domain ``org.pytorch.aten`` or the default domain (older torch under ONNX_ATEN_FALLBACK).
+
+The output size is the node's second input, traced back through Identity/Cast/Squeeze-free chains to a
+Constant node or an initializer, or an ``output_size`` attribute. Anything unreadable raises
+:class:`UnsupportedNodeError` naming the node.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .errors import UnsupportedNodeError
+
+ATEN_DOMAIN = "org.pytorch.aten"
+_OP_RE = re.compile(r"^adaptive_(avg|max)_pool([123])d$")
+
+
+@dataclass(frozen=True)
+class PoolNode:
+    """One leftover adaptive pooling node, as found in the graph (before any shape is known)."""
+
+    index: int  # position in graph.node
+    name: str  # the node's name, or a stable synthesized one when the node has none
+    op: str  # e.g. "adaptive_avg_pool2d"
+    kind: str  # "avg" | "max"
+    rank: int  # number of pooled (trailing) axes: 1, 2 or 3
+    encoding: str  # "aten-op" | "ATen-attr"
+    input: str
+    output: str
+    indices_output: str | None  # max pooling's int64 indices output, only when something reads it
+    unused_outputs: tuple[str, ...]  # outputs nothing reads (dropped by the rewrite)
+    output_size: tuple[int | InputDim, ...]  # InputDim: follows the input's length on that axis
+    size_input: str | None  # the tensor that carried the output size (None for the attribute form)
+
+    @property
+    def label(self) -> str:
+        return f"{self.op} node '{self.name}'"
+
+
+def _aten_operator(node: onnx.NodeProto) -> str | None:
+    """The aten op a node stands for, or None if it is not an adaptive pooling leftover."""
+    if node.domain == ATEN_DOMAIN and _OP_RE.match(node.op_type):
+        return node.op_type
+    if node.op_type == "ATen" and node.domain in ("", ATEN_DOMAIN, "ai.onnx"):
+        for a in node.attribute:
+            if a.name == "operator":
+                op = a.s.decode("utf-8", "replace") if a.type == onnx.AttributeProto.STRING else ""
+                if _OP_RE.match(op):
+                    return op
+    return None
+
+
+def is_pool_leftover(node: onnx.NodeProto) -> bool:
+    return _aten_operator(node) is not None
+
+
+@dataclass(frozen=True)
+class InputDim:
+    """An output-size entry that the exporter computed as ``Shape(input)[axis]``.
+
+    This is how ``AdaptiveAvgPool2d((None, 7))`` is exported when the input has dynamic axes: the ``None``
+    follows the input's length on that axis at runtime.
+    """
+
+    axis: int
+
+
+class _NotConstant(Exception):
+    def __init__(self, what: str):
+        self.what = what
+
+
+class _SizeEvaluator:
+    """Evaluates an output-size tensor to a list of ints and :class:`InputDim` entries.
+
+    Follows Constant, initializers, Identity, Cast, Concat, Unsqueeze, Squeeze, Reshape-to-1D and
+    ``Gather(Shape(input), const)`` / ``Shape(input, start, end)`` where ``input`` is the pooled tensor.
+    """
+
+    def __init__(self, graph: onnx.GraphProto, pooled_input: str):
+        self.producers = {o: n for n in graph.node for o in n.output if o}
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.graph_inputs = {i.name for i in graph.input}
+        self.pooled_input = pooled_input
+
+    def constant(self, name: str, depth: int = 0) -> np.ndarray:
+        value = self.value(name, depth)
+        if any(isinstance(v, InputDim) for v in value.reshape(-1).tolist()):
+            raise _NotConstant(f"'{name}' depends on the input's shape")
+        return value
+
+    def value(self, name: str, depth: int = 0) -> np.ndarray:
+        """A numpy array (dtype object when it holds InputDim entries)."""
+        if depth > 64:
+            raise _NotConstant(f"'{name}' is too deep a computation")
+        if name in self.initializers:
+            return numpy_helper.to_array(self.initializers[name])
+        node = self.producers.get(name)
+        if node is None:
+            kind = "a graph input" if name in self.graph_inputs else "not produced by any node"
+            raise _NotConstant(f"'{name}' is {kind}")
+        op = node.op_type
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        d = depth + 1
+        if op == "Constant":
+            if "value" in attrs:
+                return numpy_helper.to_array(attrs["value"])
+            for key in ("value_ints", "value_int", "value_floats", "value_float"):
+                if key in attrs:
+                    return np.array(attrs[key])
+            raise _NotConstant(f"the Constant '{node.name}' has no numeric value")
+        if op in ("Identity", "Cast"):
+            return self.value(node.input[0], d)
+        if op == "Shape" and node.input[0] == self.pooled_input:
+            # opset 15 Shape has start/end attributes; the rank is resolved later, so keep axes symbolic
+            start = attrs.get("start", 0)
+            end = attrs.get("end")
+            if start < 0 or (end is not None and end < 0):
+                raise _NotConstant("a Shape slice with negative bounds")
+            stop = end if end is not None else start + 8
+            return np.array([InputDim(a) for a in range(start, stop)], dtype=object)
+        if op == "Gather":
+            data = self.value(node.input[0], d)
+            idx = self.constant(node.input[1], d)
+            if attrs.get("axis", 0) != 0 or data.ndim != 1:
+                raise _NotConstant("a Gather other than along axis 0 of a 1D tensor")
+            if data.dtype == object and np.any(idx < 0):
+                # Gather(Shape(x), -1): resolve against the rank later, when shapes are known
+                if not all(isinstance(v, InputDim) and v.axis == i for i, v in enumerate(data.tolist())):
+                    raise _NotConstant("a negative Gather index into a sliced Shape")
+                return np.vectorize(lambda i: InputDim(int(i)), otypes=[object])(idx)
+            return np.asarray(data[idx])
+        if op == "Concat":
+            parts = [self.value(i, d).reshape(-1) for i in node.input]
+            if any(p.dtype == object for p in parts):
+                return np.concatenate([p.astype(object) for p in parts])
+            return np.concatenate(parts)
+        if op in ("Unsqueeze", "Squeeze", "Reshape", "Flatten"):
+            v = self.value(node.input[0], d)
+            return v.reshape(-1) if op != "Squeeze" or v.size != 1 else v.reshape(())
+        raise _NotConstant(f"'{name}' is computed at runtime by a {op} node")
+
+
+def find_pool_nodes(graph: onnx.GraphProto) -> list[PoolNode]:
+    """Every leftover adaptive pooling node of the top-level graph, in graph order.
+
+    Raises :class:`UnsupportedNodeError` for a leftover whose output size cannot be read, and for leftovers
+    inside subgraphs (If/Loop/Scan bodies), which are not rewritten.
+    """
+    readers = _read_names(graph)
+    graph_outputs = {o.name for o in graph.output}
+
+    found: list[PoolNode] = []
+    for index, node in enumerate(graph.node):
+        for a in node.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                if any(is_pool_leftover(n) for n in _all_nodes(sub)):
+                    raise UnsupportedNodeError(
+                        f"node '{node.name}' ({node.op_type}) has an adaptive pooling leftover inside its subgraph '{a.name}'",
+                        "onnxpoolfix rewrites the top-level graph only; export the pooling outside control flow",
+                    )
+        op = _aten_operator(node)
+        if op is None:
+            continue
+        m = _OP_RE.match(op)
+        kind, rank = m.group(1), int(m.group(2))
+        name = node.name or f"{op}_{index}"
+        label = f"{op} node '{name}'"
+        if not node.input or not node.input[0]:
+            raise UnsupportedNodeError(f"{label} has no input tensor")
+        size_attr = next((a for a in node.attribute if a.name == "output_size"), None)
+        size_input = node.input[1] if len(node.input) > 1 and node.input[1] else None
+        if size_input is not None:
+            try:
+                value = _SizeEvaluator(graph, node.input[0]).value(size_input)
+            except _NotConstant as e:
+                raise UnsupportedNodeError(
+                    f"{label}: its output size is not a constant ({e.what})",
+                    "export with a fixed output size (ints, or None for 'same as input'); "
+                    "adaptive pooling to a data-dependent size has no static lowering",
+                ) from None
+        elif size_attr is not None:
+            value = np.array(list(size_attr.ints), dtype=np.int64)
+        else:
+            raise UnsupportedNodeError(f"{label} has no output size (neither a second input nor an output_size attribute)")
+        output_size = _parse_size(value, rank, label)
+
+        outputs = [o for o in node.output]
+        if not outputs or not outputs[0]:
+            raise UnsupportedNodeError(f"{label} has no output")
+        expected = 2 if kind == "max" else 1
+        if len(outputs) > expected:
+            raise UnsupportedNodeError(f"{label} has {len(outputs)} outputs; {op} has {expected}")
+        indices = outputs[1] if len(outputs) > 1 and outputs[1] else None
+        unused: tuple[str, ...] = ()
+        if indices is not None and indices not in readers and indices not in graph_outputs:
+            unused, indices = (indices,), None
+        found.append(PoolNode(index, name, op, kind, rank,
+                              "aten-op" if node.op_type != "ATen" else "ATen-attr",
+                              node.input[0], outputs[0], indices, unused, output_size, size_input))
+    return found
+
+
+def _parse_size(value: np.ndarray, rank: int, label: str) -> tuple[int | InputDim, ...]:
+    flat = np.asarray(value).reshape(-1).tolist()
+    if len(flat) != rank:
+        raise UnsupportedNodeError(
+            f"{label}: output size {flat} has {len(flat)} entries; a {rank}D adaptive pool needs {rank}")
+    out: list[int | InputDim] = []
+    for v in flat:
+        if isinstance(v, InputDim):
+            out.append(v)
+            continue
+        if isinstance(v, float) and not (np.isfinite(v) and v == round(v)):
+            raise UnsupportedNodeError(f"{label}: output size {flat} is not integer")
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise UnsupportedNodeError(f"{label}: output size {flat} is not integer")
+        if v < 1:
+            raise UnsupportedNodeError(f"{label}: output size {flat} has a zero or negative entry",
+                                       "every output size must be >= 1")
+        out.append(int(v))
+    return tuple(out)
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    for node in graph.node:
+        yield node
+        for a in node.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                yield from _all_nodes(sub)
+
+
+def _read_names(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name read by a node, including implicit reads from subgraphs."""
+    return {i for n in _all_nodes(graph) for i in n.input if i}

@@ -1,0 +1,44 @@
+"""The exact lowerings, one module each, and the registry the planner chooses from.
+
+| name          | kind     | exact when                                        | ops                               |
+|---------------|----------|---------------------------------------------------|-----------------------------------|
+| identity      | avg, max | every output size equals the input size           | Identity                          |
+| global        | avg, max | every changed output size is 1                    | ReduceMean / ReduceMax            |
+| pool          | avg, max | every changed axis has uniform windows            | AveragePool / MaxPool             |
+| resize        | avg, max | every changed axis is an integer upsample         | Resize nearest (asymmetric,floor) |
+| mixed         | avg, max | axes of different kinds (avg: any windows)        | pool + MatMul + Resize            |
+| matmul        | avg      | always                                            | MatMul per axis                   |
+| kronecker     | avg      | always (matrix size capped)                       | Reshape + MatMul                  |
+| pool_gather   | max      | always                                            | MaxPool(kmin,1) + Gather + Max    |
+| window_gather | max      | always                                            | Gather + ReduceMax                |
+| argmax        | max      | always; the only one computing the indices output | Gather + ArgMax + GatherElements  |
+| dynamic       | avg, max | pooled axes symbolic                              | Shape/Range/Div + MatMul/Gather   |
+"""
+from __future__ import annotations
+
+from .argmax import ArgMaxLowering
+from .base import Lowering
+from .global_pool import GlobalLowering
+from .identity import IdentityLowering
+from .kronecker import KroneckerMatMulLowering
+from .matmul import SeparableMatMulLowering
+from .mixed import MaxPoolGatherLowering, MixedLowering, WindowGatherLowering
+from .pool import PoolLowering
+from .resize import ResizeLowering
+
+LOWERINGS: tuple[Lowering, ...] = (
+    IdentityLowering(),
+    GlobalLowering(),
+    PoolLowering(),
+    ResizeLowering(),
+    MixedLowering(),
+    SeparableMatMulLowering(),
+    KroneckerMatMulLowering(),
+    MaxPoolGatherLowering(),
+    WindowGatherLowering(),
+    ArgMaxLowering(),
+)
+
+BY_NAME = {lw.name: lw for lw in LOWERINGS}
+
+__all__ = ["LOWERINGS", "BY_NAME", "Lowering"]

@@ -1,0 +1,113 @@
+"""Adaptive max pooling WITH its indices output, exactly as torch computes it.
+
+torch's index is the flat position inside the input's pooled plane (``d*H*W + h*W + w``) of the first
+maximum in row-major scan order, except that a NaN is the maximum and a later NaN replaces an earlier one
+(``val > maxval || isnan(val)``). Construction:
+
+1. gather every window into one trailing axis: per pooled axis, Gather the ``[m, kmax]`` window table
+   (short windows padded by repeating their last index, which is always *after* the real element, so
+   neither the first maximum nor the last NaN moves), transpose the window dims to the end, flatten them;
+2. first maximum = ArgMax with NaNs replaced by -inf; last NaN = ArgMax of the reversed NaN mask;
+3. values = GatherElements at the chosen position (so NaN and -0.0 come through bit for bit),
+   indices = a constant table mapping (output position, window element) to the flat input index.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+from onnx import TensorProto
+
+from .. import windows as W
+from ..emit import np_dtype
+from . import cost as C
+from .base import Lowering, axis_windows, compute_dtype, itemsize
+from .steps import CastStep, Step, _elems
+
+
+@dataclass(frozen=True)
+class ArgMaxStep(Step):
+    first_axis: int
+    n: tuple[int, ...]
+    m: tuple[int, ...]
+    want_indices: bool
+
+    def out_shape(self, shape):
+        return tuple(shape[: self.first_axis]) + self.m
+
+    def cost(self, shape, isz):
+        kmax = [W.max_window(n, m) for n, m in zip(self.n, self.m)]
+        gathered = _elems(shape[: self.first_axis]) * prod(m * k for m, k in zip(self.m, kmax))
+        return 14 * C.NODE + gathered / C.GATHER_RATE * len(self.n) + 8 * gathered * isz / C.BANDWIDTH
+
+    ops = ("Gather", "Transpose", "Reshape", "IsNaN", "Where", "ArgMax", "Cast", "ReduceMax",
+           "Greater", "Sub", "GatherElements", "Squeeze", "Add")
+
+    def emit_both(self, em, x, shape, elem, y, indices):
+        lead = self.first_axis
+        k = len(self.n)
+        tables = [W.window_table(n, m) for n, m in zip(self.n, self.m)]
+        g = x
+        for j, t in enumerate(tables):
+            g = em.op("Gather", [g, em.const(f"window_table_{j}", t)], axis=lead + 2 * j)
+        perm = list(range(lead)) + [lead + 2 * j for j in range(k)] + [lead + 2 * j + 1 for j in range(k)]
+        g = em.op("Transpose", [g], perm=perm)
+        w = em.op("Reshape", [g, em.ints("shape", [0] * lead + list(self.m) + [-1])])
+        kall = prod(t.shape[1] for t in tables)
+
+        # flat input index for every (output position, window element), row-major in both
+        strides = [prod(self.n[j + 1:]) for j in range(k)]
+        flat = np.zeros(tuple(self.m) + tuple(t.shape[1] for t in tables), dtype=np.int64)
+        for j, t in enumerate(tables):
+            shp = [1] * (2 * k)
+            shp[j], shp[k + j] = t.shape
+            flat = flat + (t * strides[j]).reshape(shp)  # m_j on dim j, kmax_j on dim k + j
+        flat = flat.reshape(tuple(self.m) + (kall,))
+
+        fdt = np_dtype(elem)
+        nan = em.op("IsNaN", [w])
+        filled = em.op("Where", [nan, em.const("minus_inf", np.array(-np.inf, dtype=fdt)), w])
+        first_max = em.op("ArgMax", [filled], axis=-1, keepdims=1)
+        nanf = em.cast(nan, TensorProto.FLOAT)
+        reversed_nan = em.op("Gather", [nanf, em.ints("reverse", range(kall - 1, -1, -1))], axis=-1)
+        last_nan = em.op("Sub", [em.const("last", np.array(kall - 1, dtype=np.int64)),
+                                 em.op("ArgMax", [reversed_nan], axis=-1, keepdims=1)])
+        any_nan = em.op("Greater", [em.reduce("ReduceMax", nanf, [lead + k], keepdims=1),
+                                    em.const("zero", np.array(0, dtype=np.float32))])
+        choice = em.op("Where", [any_nan, last_nan, first_max])
+        em.squeeze(em.op("GatherElements", [w, choice], axis=-1), [-1], out=y)
+        if indices:
+            base = (np.arange(prod(self.m), dtype=np.int64) * kall).reshape(tuple(self.m) + (1,))
+            lin = em.op("Add", [choice, em.const("window_base", base)])
+            picked = em.op("Gather", [em.const("flat_index", flat.reshape(-1)), lin], axis=0)
+            em.squeeze(picked, [-1], out=indices)
+
+
+class ArgMaxLowering(Lowering):
+    name = "argmax"
+    summary = "gather every window, ArgMax (NaN-aware) + GatherElements: values and torch's indices"
+    kinds = frozenset({"max"})
+    computes_indices = True
+    min_opset = 11  # GatherElements
+
+    def _check(self, spec):
+        if all(a.keep for a in axis_windows(spec)) and not spec.node.indices_output:
+            return "nothing to pool (every size is kept)"
+        return None
+
+    def _steps(self, spec):
+        axes = axis_windows(spec)
+        return [ArgMaxStep(spec.ndim - spec.k, tuple(a.n for a in axes), tuple(a.m for a in axes),
+                           spec.node.indices_output is not None)]
+
+    def build(self, em, spec, x, y, indices=None):
+        work = compute_dtype(spec)
+        step = self._steps(spec)[0]
+        src, dst = x, y
+        if work != spec.dtype:
+            src = em.cast(x, work)
+            dst = em.fresh("values_float")
+        step.emit_both(em, src, spec.input_shape, work, dst, indices)
+        if work != spec.dtype:
+            em.cast(dst, spec.dtype, out=y)

@@ -1,0 +1,126 @@
+"""What every lowering is: a name, a ``check`` that says why it does not apply, and its steps.
+
+``check`` never raises: it returns a one-line reason (shown by ``inspect`` and asserted by the tests, so a
+lowering that silently stops applying is caught) or None when the lowering is exact for the node.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
+
+from onnx import TensorProto
+
+from .. import windows as W
+from ..emit import COMPUTE_IN_FLOAT32
+from ..shapes import PoolSpec
+from .steps import CastStep, Step, run_cost
+
+# ops onnxruntime's CPU provider has no float64 kernel for (measured: onnxruntime 1.16-1.32)
+NO_FLOAT64_KERNEL = frozenset({"AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize"})
+
+
+@dataclass(frozen=True)
+class AxisWindows:
+    """How one pooled axis maps n -> m, classified once."""
+
+    axis: int  # absolute axis index
+    n: int
+    m: int
+
+    @property
+    def keep(self) -> bool:
+        return self.n == self.m
+
+    @property
+    def uniform(self) -> W.Uniform | None:
+        return None if self.keep else W.uniform_windows(self.n, self.m)
+
+    @property
+    def upsample(self) -> int | None:
+        return W.integer_upsample_factor(self.n, self.m)
+
+    @property
+    def general(self) -> bool:
+        return not self.keep and self.uniform is None and self.upsample is None
+
+    def describe(self) -> str:
+        if self.keep:
+            return f"{self.n}->{self.m} kept"
+        if self.uniform:
+            return f"{self.n}->{self.m} uniform k{self.uniform.kernel} s{self.uniform.stride}"
+        if self.upsample:
+            return f"{self.n}->{self.m} upsample x{self.upsample}"
+        return f"{self.n}->{self.m} non-uniform"
+
+
+def axis_windows(spec: PoolSpec) -> list[AxisWindows]:
+    return [AxisWindows(a, n, m) for a, n, m in zip(spec.axes, spec.in_sizes, spec.out_sizes)]
+
+
+def compute_dtype(spec: PoolSpec) -> int:
+    """The dtype the lowering computes in: float16/bfloat16 averages (and bfloat16 max) go through float32,
+    as torch's own CPU kernels accumulate them; everything else stays in its dtype."""
+    if spec.dtype == TensorProto.BFLOAT16 or (spec.kind == "avg" and spec.dtype in COMPUTE_IN_FLOAT32):
+        return TensorProto.FLOAT
+    return spec.dtype
+
+
+def itemsize(elem: int) -> int:
+    return {TensorProto.DOUBLE: 8, TensorProto.FLOAT: 4}.get(elem, 2)
+
+
+class Lowering:
+    """Base class. Subclasses set ``name``/``summary`` and implement ``_check`` and ``_steps``."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    kinds: ClassVar[frozenset[str]] = frozenset({"avg", "max"})
+    computes_indices: ClassVar[bool] = False
+    dynamic: ClassVar[bool] = False  # handles symbolic pooled axes
+    min_opset: ClassVar[int] = 7  # AveragePool-7, MatMul, Reshape-5, Gather and Reduce* exist from here
+
+    def check(self, spec: PoolSpec) -> str | None:
+        if spec.kind not in self.kinds:
+            return f"only for {'/'.join(sorted(self.kinds))} pooling"
+        if spec.node.indices_output and not self.computes_indices:
+            return "the indices output is read, and this lowering does not compute it"
+        if not spec.static and not self.dynamic:
+            return "a pooled axis is symbolic; this lowering needs static sizes"
+        if spec.opset < self.min_opset:
+            return f"needs opset {self.min_opset}, the model has {spec.opset}"
+        reason = self._check(spec)
+        if reason:
+            return reason
+        ops = {op for s in self.steps(spec) for op in s.ops}
+        if compute_dtype(spec) == TensorProto.DOUBLE and ops & NO_FLOAT64_KERNEL:
+            return f"onnxruntime has no float64 kernel for {', '.join(sorted(ops & NO_FLOAT64_KERNEL))}"
+        if spec.target == "tensorrt":
+            from ..tensorrt import SUPPORTED_OPS
+
+            missing = ops - SUPPORTED_OPS
+            if missing:
+                return f"TensorRT's ONNX parser does not support {', '.join(sorted(missing))}"
+        return None
+
+    def _check(self, spec: PoolSpec) -> str | None:
+        return None
+
+    def _steps(self, spec: PoolSpec) -> Sequence[Step]:
+        raise NotImplementedError
+
+    def steps(self, spec: PoolSpec) -> list[Step]:
+        """The steps, with Casts around them when the dtype is computed in float32."""
+        inner = list(self._steps(spec))
+        work = compute_dtype(spec)
+        if work != spec.dtype:
+            return [CastStep(work)] + inner + [CastStep(spec.dtype)]
+        return inner
+
+    def cost(self, spec: PoolSpec) -> float:
+        return run_cost(self.steps(spec), spec.input_shape, itemsize(compute_dtype(spec)))
+
+    def build(self, em, spec: PoolSpec, x: str, y: str, indices: str | None = None) -> None:
+        """Emit the nodes computing ``y`` (and ``indices`` for lowerings that compute them) from ``x``."""
+        from .steps import emit_steps
+
+        emit_steps(em, self.steps(spec), x, y, spec.input_shape, spec.dtype)

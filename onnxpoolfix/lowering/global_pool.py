@@ -1,0 +1,24 @@
+"""Every output size is 1: one window spanning each pooled axis.
+
+ReduceMean/ReduceMax over the pooled axes (keepdims) rather than GlobalAveragePool: measured faster in
+onnxruntime, valid for any input rank (unbatched too), and with float64 kernels.
+"""
+from __future__ import annotations
+
+from .base import Lowering, axis_windows
+from .steps import ReduceStep
+
+
+class GlobalLowering(Lowering):
+    name = "global"
+    summary = "ReduceMean/ReduceMax over the pooled axes: every output size is 1"
+
+    def _check(self, spec):
+        if all(a.keep for a in axis_windows(spec)):
+            return "nothing to pool (every size is kept)"
+        bad = [a.describe() for a in axis_windows(spec) if a.m != 1 and not a.keep]
+        return f"axis {bad[0]} has output size > 1" if bad else None
+
+    def _steps(self, spec):
+        axes = tuple(a.axis for a in axis_windows(spec) if not a.keep)
+        return [ReduceStep("ReduceMean" if spec.kind == "avg" else "ReduceMax", axes)]

@@ -1,0 +1,93 @@
+"""Per-axis choice: each pooled axis gets the cheapest exact op for ITS windows.
+
+Uniform axes share one AveragePool/MaxPool (kernel 1 on the others), non-uniform axes get a MatMul
+(average) or the MaxPool+Gather/window-Gather construction (max), integer-upsampled axes one Resize last.
+Shrinking steps go first so later steps touch less data. This is how "H uniform, W not" is handled.
+"""
+from __future__ import annotations
+
+from onnx import TensorProto
+
+from .base import Lowering, axis_windows, compute_dtype
+from .matmul import cheapest_order
+from .pool import pool_rank_reason
+from .steps import GatherStep, MatMulStep, MaxPoolGatherStep, PoolStep, ResizeStep, WindowGatherStep
+
+
+class _PerAxis(Lowering):
+    general_method: str  # "matmul" | "pool_gather" | "window_gather"
+
+    def _general_steps(self, spec, a):
+        if self.general_method == "matmul":
+            return [MatMulStep(a.axis, a.n, a.m)]
+        if self.general_method == "pool_gather":
+            return [MaxPoolGatherStep(a.axis, spec.ndim - spec.k, a.n, a.m)]
+        return [WindowGatherStep(a.axis, a.n, a.m)]
+
+    def _steps(self, spec):
+        axes = [a for a in axis_windows(spec) if not a.keep]
+        pools_ok = pool_rank_reason(spec) is None
+        uniform = [a for a in axes if a.uniform and pools_ok and a.m < a.n]
+        upsample = [a for a in axes if a.upsample and spec.opset >= 11]
+        general = [a for a in axes if a not in uniform and a not in upsample]
+        steps = []
+        if uniform:
+            op = "AveragePool" if spec.kind == "avg" else "MaxPool"
+            steps.append(PoolStep(op, spec.ndim - spec.k, tuple((a.axis, a.uniform) for a in uniform)))
+        steps += cheapest_order(spec, lambda a: self._general_steps(spec, a), general)
+        if upsample:
+            if compute_dtype(spec) == TensorProto.DOUBLE:
+                steps += [GatherStep(a.axis, tuple(i // a.upsample for i in range(a.m)), "upsample") for a in upsample]
+            else:
+                steps.append(ResizeStep(tuple((a.axis, a.upsample) for a in upsample)))
+        return steps
+
+
+class MixedLowering(_PerAxis):
+    name = "mixed"
+    summary = "per axis: a pooling op for uniform windows, Resize for integer upsampling, MatMul otherwise"
+    general_method = "matmul"
+
+    def _check(self, spec):
+        axes = [a for a in axis_windows(spec) if not a.keep]
+        if not axes:
+            return "nothing to pool (every size is kept)"
+        if spec.kind == "max" and any(a.general for a in axes):
+            return "a max-pooled axis has non-uniform windows (that is 'pool_gather' or 'window_gather')"
+        special = [a for a in axes if a.uniform or a.upsample]
+        if not special:
+            return "no axis has uniform windows or an integer upsample (that is plain 'matmul')"
+        if len(special) == len(axes) and len({bool(a.uniform) for a in axes}) == 1:
+            return "every changed axis is of one kind (that is plain 'pool' or 'resize')"
+        return None
+
+
+class MaxPoolGatherLowering(_PerAxis):
+    name = "pool_gather"
+    summary = "per axis: MaxPool for uniform windows, Resize for upsampling, else MaxPool(kmin, stride 1) + 2 Gathers + Max"
+    kinds = frozenset({"max"})
+    general_method = "pool_gather"
+    min_opset = 8  # multi-input Max with broadcasting
+
+    def _check(self, spec):
+        axes = [a for a in axis_windows(spec) if not a.keep]
+        if not axes:
+            return "nothing to pool (every size is kept)"
+        if not any(a.general for a in axes):
+            return "no axis has non-uniform windows (that is plain 'pool' or 'resize')"
+        return pool_rank_reason(spec)
+
+
+class WindowGatherLowering(_PerAxis):
+    name = "window_gather"
+    summary = "per axis: MaxPool for uniform windows, Resize for upsampling, else Gather of the window table + ReduceMax"
+    kinds = frozenset({"max"})
+    general_method = "window_gather"
+
+    def _check(self, spec):
+        axes = [a for a in axis_windows(spec) if not a.keep]
+        if not axes:
+            return "nothing to pool (every size is kept)"
+        if not any(a.general for a in axes):
+            return "no axis has non-uniform windows (that is plain 'pool' or 'resize')"
+        return None

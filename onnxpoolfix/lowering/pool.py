@@ -1,0 +1,33 @@
+"""Uniform windows on every changed axis: one AveragePool/MaxPool with kernel k and stride s.
+
+Exact iff every window has length k AND window i starts at i*s (divisibility is not the test: 7->3 is
+k3 s2, 10->4 has equal lengths but uneven starts and is not uniform). See windows.uniform_windows.
+"""
+from __future__ import annotations
+
+from .base import Lowering, axis_windows
+from .steps import PoolStep
+
+
+def pool_rank_reason(spec) -> str | None:
+    if spec.ndim != spec.k + 2:
+        return f"input rank {spec.ndim} is not N, C + {spec.k} spatial axes (pooling ops need that layout)"
+    return None
+
+
+class PoolLowering(Lowering):
+    name = "pool"
+    summary = "one AveragePool/MaxPool: every changed axis has uniform windows"
+
+    def _check(self, spec):
+        axes = axis_windows(spec)
+        if all(a.keep for a in axes):
+            return "nothing to pool (every size is kept)"
+        bad = [a for a in axes if not a.keep and a.uniform is None]
+        if bad:
+            return f"axis {bad[0].describe()} has no single kernel/stride"
+        return pool_rank_reason(spec)
+
+    def _steps(self, spec):
+        wins = tuple((a.axis, a.uniform) for a in axis_windows(spec) if not a.keep)
+        return [PoolStep("AveragePool" if spec.kind == "avg" else "MaxPool", spec.ndim - spec.k, wins)]

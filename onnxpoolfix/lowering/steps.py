@@ -1,0 +1,368 @@
+"""The building blocks every lowering is made of, each with its cost and its emission.
+
+A lowering is a list of :class:`Step` s applied in order to the pooled tensor. Each step knows how to
+estimate its cost on a given shape (``cost``) and how to emit its ONNX nodes (``emit``), so the planner's
+estimate and the emitted graph can never disagree about what runs.
+
+Shapes here are tuples of ``int`` (static) or ``str``/``None`` (symbolic leading dims: a static lowering
+only needs the pooled axes to be static; leading dims are copied with Reshape's ``0``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+from typing import Sequence
+
+import numpy as np
+from onnx import TensorProto
+
+from .. import windows as W
+from ..emit import Emitter, np_dtype
+from . import cost as C
+
+Shape = tuple
+
+
+def _static(d) -> int:
+    return d if isinstance(d, int) else 1
+
+
+def _elems(shape: Shape) -> int:
+    return prod(_static(d) for d in shape)
+
+
+def _reshape_keep(em: Emitter, x: str, keep: int, tail: Sequence[int]) -> str:
+    """Reshape keeping the first ``keep`` dims as they are (``0`` copies a dim, even a symbolic one)."""
+    return em.op("Reshape", [x, em.ints("shape", [0] * keep + list(tail))])
+
+
+@dataclass(frozen=True)
+class Step:
+    def out_shape(self, shape: Shape) -> Shape:
+        raise NotImplementedError
+
+    def cost(self, shape: Shape, itemsize: int) -> float:
+        raise NotImplementedError
+
+    def emit(self, em: Emitter, x: str, shape: Shape, elem: int) -> str:
+        raise NotImplementedError
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        """The ONNX op types this step emits (for reports and the TensorRT target)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class IdentityStep(Step):
+    def out_shape(self, shape):
+        return shape
+
+    def cost(self, shape, itemsize):
+        return C.NODE
+
+    def emit(self, em, x, shape, elem):
+        return em.op("Identity", [x])
+
+    ops = ("Identity",)
+
+
+@dataclass(frozen=True)
+class CastStep(Step):
+    to: int
+
+    def out_shape(self, shape):
+        return shape
+
+    def cost(self, shape, itemsize):
+        return C.NODE + _elems(shape) * 6 / C.BANDWIDTH
+
+    def emit(self, em, x, shape, elem):
+        return em.cast(x, self.to)
+
+    ops = ("Cast",)
+
+
+@dataclass(frozen=True)
+class ReduceStep(Step):
+    """Global pooling over ``axes`` (output length 1): ReduceMean / ReduceMax with keepdims."""
+
+    op_type: str  # ReduceMean | ReduceMax
+    axes: tuple[int, ...]
+
+    def out_shape(self, shape):
+        return tuple(1 if a in self.axes else d for a, d in enumerate(shape))
+
+    def cost(self, shape, itemsize):
+        return C.NODE + _elems(shape) * itemsize / C.BANDWIDTH
+
+    def emit(self, em, x, shape, elem):
+        return em.reduce(self.op_type, x, self.axes, keepdims=1)
+
+    @property
+    def ops(self):
+        return (self.op_type,)
+
+
+@dataclass(frozen=True)
+class PoolStep(Step):
+    """One AveragePool/MaxPool over all spatial axes (input rank k+2): uniform windows on ``windows``'
+    axes, kernel 1 stride 1 elsewhere. Exact because every window has one length and one stride."""
+
+    op_type: str  # AveragePool | MaxPool
+    first_spatial: int  # absolute index of the first spatial axis (always 2: N, C first)
+    windows: tuple[tuple[int, W.Uniform], ...]  # (absolute axis, kernel/stride)
+
+    def _ks(self, shape):
+        u = dict(self.windows)
+        axes = range(self.first_spatial, len(shape))
+        return [u[a].kernel if a in u else 1 for a in axes], [u[a].stride if a in u else 1 for a in axes]
+
+    def out_shape(self, shape):
+        k, s = self._ks(shape)
+        out = list(shape)
+        for j, a in enumerate(range(self.first_spatial, len(shape))):
+            out[a] = (shape[a] - k[j]) // s[j] + 1
+        return tuple(out)
+
+    def cost(self, shape, itemsize):
+        k, _ = self._ks(shape)
+        out = _elems(self.out_shape(shape))
+        return C.NODE + out * prod(k) / C.POOL_RATE + (_elems(shape) + out) * itemsize / C.BANDWIDTH
+
+    def emit(self, em, x, shape, elem):
+        k, s = self._ks(shape)
+        return em.op(self.op_type, [x], kernel_shape=k, strides=s)
+
+    @property
+    def ops(self):
+        return (self.op_type,)
+
+
+@dataclass(frozen=True)
+class ResizeStep(Step):
+    """Integer upsampling by ``q`` on some axes: nearest, asymmetric, floor (x_in = floor(i / q))."""
+
+    factors: tuple[tuple[int, int], ...]  # (absolute axis, q)
+
+    def out_shape(self, shape):
+        f = dict(self.factors)
+        return tuple(d * f[a] if a in f else d for a, d in enumerate(shape))
+
+    def cost(self, shape, itemsize):
+        return C.NODE + _elems(self.out_shape(shape)) * itemsize * 2 / C.BANDWIDTH
+
+    def emit(self, em, x, shape, elem):
+        f = dict(self.factors)
+        return em.resize_nearest(x, [float(f.get(a, 1)) for a in range(len(shape))])
+
+    ops = ("Resize",)
+
+
+@dataclass(frozen=True)
+class GatherStep(Step):
+    """``Gather(x, idx, axis)`` with a constant index vector: integer upsampling (``idx = i // q``) where
+    Resize has no kernel for the dtype, or any pure selection of input positions."""
+
+    axis: int
+    indices: tuple[int, ...]
+    hint: str = "gather"
+
+    def out_shape(self, shape):
+        out = list(shape)
+        out[self.axis] = len(self.indices)
+        return tuple(out)
+
+    def cost(self, shape, itemsize):
+        return C.NODE + _elems(self.out_shape(shape)) / C.GATHER_RATE
+
+    def emit(self, em, x, shape, elem):
+        idx = em.ints(f"{self.hint}_indices", self.indices)
+        return em.op("Gather", [x, idx], axis=self.axis)
+
+    ops = ("Gather",)
+
+
+@dataclass(frozen=True)
+class MatMulStep(Step):
+    """Average along one axis as ``P @ x``: the general exact form (any n -> m).
+
+    Last axis: ``x @ P^T`` (one big GEMM). Second-to-last: ``P @ x`` (one GEMM per plane). Earlier axes:
+    reshape so the axis is second-to-last, multiply, reshape back.
+    """
+
+    axis: int
+    n: int
+    m: int
+
+    def out_shape(self, shape):
+        out = list(shape)
+        out[self.axis] = self.m
+        return tuple(out)
+
+    def gemm_calls(self, shape) -> int:
+        pos = len(shape) - 1 - self.axis
+        return 1 if pos == 0 else _elems(shape[: self.axis])
+
+    def cost(self, shape, itemsize):
+        rest = _elems(shape) // self.n
+        macs = rest * self.n * self.m
+        out = _elems(self.out_shape(shape))
+        return (C.NODE * (1 if len(shape) - 1 - self.axis < 2 else 3) + macs / C.MAC_RATE
+                + self.gemm_calls(shape) * C.GEMM_CALL + (_elems(shape) + out) * itemsize / C.BANDWIDTH)
+
+    def emit(self, em, x, shape, elem):
+        p = W.pooling_matrix(self.n, self.m, dtype=np.float64).astype(np_dtype(elem))
+        pos = len(shape) - 1 - self.axis
+        if pos == 0:
+            return em.op("MatMul", [x, em.const("pool_matrix_t", p.T)])
+        if pos == 1:
+            return em.op("MatMul", [em.const("pool_matrix", p), x])
+        tail = shape[self.axis + 1:]
+        flat = _reshape_keep(em, x, self.axis, [self.n, -1])
+        y = em.op("MatMul", [em.const("pool_matrix", p), flat])
+        return _reshape_keep(em, y, self.axis, [self.m] + list(tail))
+
+    @property
+    def ops(self):
+        return ("MatMul",)
+
+
+@dataclass(frozen=True)
+class KroneckerStep(Step):
+    """All pooled axes at once: flatten them, one MatMul against ``kron(P_1, ..., P_k)^T``.
+
+    One GEMM for the whole tensor; the matrix has prod(in) * prod(out) entries, so it wins on small planes.
+    """
+
+    first_axis: int
+    n: tuple[int, ...]
+    m: tuple[int, ...]
+
+    def out_shape(self, shape):
+        return tuple(shape[: self.first_axis]) + self.m
+
+    def matrix_entries(self) -> int:
+        return prod(self.n) * prod(self.m)
+
+    def cost(self, shape, itemsize):
+        planes = _elems(shape[: self.first_axis])
+        macs = planes * self.matrix_entries()
+        out = _elems(self.out_shape(shape))
+        return (3 * C.NODE + macs / C.MAC_RATE + C.GEMM_CALL
+                + (_elems(shape) + out + self.matrix_entries()) * itemsize / C.BANDWIDTH)
+
+    def emit(self, em, x, shape, elem):
+        k = np.ones((1, 1))
+        for n, m in zip(self.n, self.m):
+            k = np.kron(k, W.pooling_matrix(n, m, dtype=np.float64))
+        flat = _reshape_keep(em, x, self.first_axis, [-1])
+        y = em.op("MatMul", [flat, em.const("kron_matrix_t", k.T.astype(np_dtype(elem)))])
+        return _reshape_keep(em, y, self.first_axis, list(self.m))
+
+    ops = ("Reshape", "MatMul")
+
+
+@dataclass(frozen=True)
+class MaxPoolGatherStep(Step):
+    """Max along one axis with non-uniform windows: ``M = MaxPool(kmin, stride 1)``, then
+    ``max(M[start_i], M[end_i - kmin])``. Exact: every window is covered by those two kmin-windows because
+    the longest window is at most twice the shortest. Needs the input to be N, C, spatial."""
+
+    axis: int
+    first_spatial: int
+    n: int
+    m: int
+
+    def _parts(self):
+        w = W.windows(self.n, self.m)
+        kmin = min(e - s for s, e in w)
+        starts = tuple(s for s, _ in w)
+        lasts = tuple(e - kmin for _, e in w)
+        return kmin, starts, lasts
+
+    def out_shape(self, shape):
+        out = list(shape)
+        out[self.axis] = self.m
+        return tuple(out)
+
+    def cost(self, shape, itemsize):
+        kmin, starts, lasts = self._parts()
+        e_in = _elems(shape)
+        e_out = _elems(self.out_shape(shape))
+        c = C.NODE * 2 + 2 * e_out / C.GATHER_RATE
+        if kmin > 1:
+            c += C.NODE + e_in * kmin / C.POOL_RATE + 2 * e_in * itemsize / C.BANDWIDTH
+        if starts != lasts:
+            c += C.NODE + 2 * e_out / C.GATHER_RATE + 3 * e_out * itemsize / C.BANDWIDTH
+        return c
+
+    def emit(self, em, x, shape, elem):
+        kmin, starts, lasts = self._parts()
+        src = x
+        if kmin > 1:
+            spatial = range(self.first_spatial, len(shape))
+            kernel = [kmin if a == self.axis else 1 for a in spatial]
+            src = em.op("MaxPool", [x], kernel_shape=kernel, strides=[1] * len(kernel))
+        a = em.op("Gather", [src, em.ints("window_starts", starts)], axis=self.axis)
+        if starts == lasts:  # all windows of length kmin (e.g. 10 -> 4): one gather covers them
+            return a
+        b = em.op("Gather", [src, em.ints("window_lasts", lasts)], axis=self.axis)
+        return em.op("Max", [a, b])
+
+    @property
+    def ops(self):
+        return ("MaxPool", "Gather", "Max")
+
+
+@dataclass(frozen=True)
+class WindowGatherStep(Step):
+    """Max along one axis via the window table: Gather ``[m, kmax]`` indices (short windows padded with
+    their own last index), then ReduceMax over the window dim. Exact for any windows and any rank."""
+
+    axis: int
+    n: int
+    m: int
+
+    def out_shape(self, shape):
+        out = list(shape)
+        out[self.axis] = self.m
+        return tuple(out)
+
+    def cost(self, shape, itemsize):
+        kmax = W.max_window(self.n, self.m)
+        gathered = _elems(self.out_shape(shape)) * kmax
+        return 2 * C.NODE + gathered / C.GATHER_RATE + 2 * gathered * itemsize / C.BANDWIDTH
+
+    def emit(self, em, x, shape, elem):
+        table = W.window_table(self.n, self.m)
+        g = em.op("Gather", [x, em.const("window_table", table)], axis=self.axis)
+        return em.reduce("ReduceMax", g, [self.axis + 1], keepdims=0)
+
+    ops = ("Gather", "ReduceMax")
+
+
+def run_cost(steps: Sequence[Step], shape: Shape, itemsize: int) -> float:
+    total = 0.0
+    for s in steps:
+        total += s.cost(shape, itemsize)
+        shape = s.out_shape(shape)
+    return total
+
+
+def emit_steps(em: Emitter, steps: Sequence[Step], x: str, y: str, shape: Shape, elem: int) -> Shape:
+    """Emit ``steps`` from ``x``; the last node writes into ``y``. Returns the final shape."""
+    cur = x
+    for s in steps:
+        cur = s.emit(em, cur, shape, elem)
+        shape = s.out_shape(shape)
+        if isinstance(s, CastStep):
+            elem = s.to
+    if cur == x:
+        em.op("Identity", [x], out=y)
+    else:
+        last = em.nodes[-1]
+        assert last.output[0] == cur
+        em.taken.discard(cur)
+        last.output[0] = y
+    return shape

@@ -1,0 +1,66 @@
+"""Choosing the lowering for each node: every exact candidate, its estimated cost, the cheapest wins.
+
+The estimates come from lowering/cost.py (one place, fitted to measurements). ``strategy`` forces one
+lowering by name (for comparisons and benchmarks); it must still be exact for the node, or the planner
+refuses with the lowering's own reason.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import UnsupportedNodeError
+from .lowering import BY_NAME, LOWERINGS, Lowering
+from .shapes import PoolSpec
+
+AUTO = "auto"
+STRATEGIES = (AUTO,) + tuple(BY_NAME)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    cost: float | None  # estimated seconds; None when not applicable
+    reason: str | None  # why it does not apply (None when it does)
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: PoolSpec
+    lowering: Lowering
+    candidates: tuple[Candidate, ...]
+    why: str
+
+
+def candidates(spec: PoolSpec) -> tuple[Candidate, ...]:
+    out = []
+    for lw in LOWERINGS:
+        reason = lw.check(spec)
+        out.append(Candidate(lw.name, None if reason else lw.cost(spec), reason))
+    return tuple(out)
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.0f} us" if seconds < 1e-2 else f"{seconds * 1e3:.1f} ms"
+
+
+def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
+    cands = candidates(spec)
+    if strategy != AUTO:
+        if strategy not in BY_NAME:
+            raise UnsupportedNodeError(f"unknown strategy '{strategy}'", f"choose one of: {', '.join(STRATEGIES)}")
+        chosen = next(c for c in cands if c.name == strategy)
+        if chosen.reason:
+            raise UnsupportedNodeError(f"strategy '{strategy}' is not exact for {spec.node.label}: {chosen.reason}",
+                                       "drop --strategy to let the planner choose")
+        return Plan(spec, BY_NAME[strategy], cands, "forced by --strategy")
+    ok = sorted((c for c in cands if c.reason is None), key=lambda c: c.cost)
+    if not ok:
+        reasons = "; ".join(f"{c.name}: {c.reason}" for c in cands)
+        raise UnsupportedNodeError(f"no exact lowering applies to {spec.node.label} ({reasons})")
+    best = ok[0]
+    if len(ok) == 1:
+        why = "the only exact lowering"
+    else:
+        runner = ok[1]
+        why = f"est. {_us(best.cost)} vs {runner.name} {_us(runner.cost)}"
+    return Plan(spec, BY_NAME[best.name], cands, why)

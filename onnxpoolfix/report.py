@@ -1,0 +1,118 @@
+"""What a patch did, per node: the printed table, and the same content as JSON (``--report``).
+
+JSON schema (``schema_version`` 1)::
+
+    {
+      "schema_version": 1,
+      "tool": "onnxpoolfix", "version": "0.1.0",
+      "status": "patched" | "nothing-to-patch",
+      "checked": bool,                 # the onnxruntime check ran
+      "check_passed": bool | null,     # null when not checked
+      "check_note": str,               # e.g. which input sizes were used, or why the check was skipped
+      "opset": int, "target": "onnxruntime" | "tensorrt",
+      "nodes": [{
+        "name": str, "op": str, "kind": "avg" | "max", "encoding": "aten-op" | "ATen-attr",
+        "input_shape": [int | str | null], "output_shape": [int | str | null],   # str = symbolic dim
+        "lowering": str, "why": str, "ops": [str],                               # emitted op types
+        "indices": "computed" | "dropped" | "none",
+        "max_error": float | null, "tolerance": float | null,                    # null when not checked
+        "checked_shapes": [[int]]                                                # input shapes checked
+      }],
+      "totals": {"nodes": int, "max_error": float | null, "by_lowering": {str: int}}
+    }
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from . import __version__
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class NodeReport:
+    name: str
+    op: str
+    kind: str
+    encoding: str
+    input_shape: list
+    output_shape: list
+    lowering: str
+    why: str
+    ops: list[str]
+    indices: str = "none"
+    max_error: float | None = None
+    tolerance: float | None = None
+    checked_shapes: list[list[int]] = field(default_factory=list)
+
+
+@dataclass
+class PatchReport:
+    nodes: list[NodeReport] = field(default_factory=list)
+    checked: bool = False
+    check_passed: bool | None = None
+    check_note: str = ""
+    opset: int = 0
+    target: str = "onnxruntime"
+
+    @property
+    def status(self) -> str:
+        return "patched" if self.nodes else "nothing-to-patch"
+
+    @property
+    def max_error(self) -> float | None:
+        errs = [n.max_error for n in self.nodes if n.max_error is not None]
+        return max(errs) if errs else None
+
+    def to_dict(self) -> dict:
+        by: dict[str, int] = {}
+        for n in self.nodes:
+            by[n.lowering] = by.get(n.lowering, 0) + 1
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool": "onnxpoolfix",
+            "version": __version__,
+            "status": self.status,
+            "checked": self.checked,
+            "check_passed": self.check_passed,
+            "check_note": self.check_note,
+            "opset": self.opset,
+            "target": self.target,
+            "nodes": [asdict(n) for n in self.nodes],
+            "totals": {"nodes": len(self.nodes), "max_error": self.max_error, "by_lowering": by},
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def format_table(self) -> str:
+        if not self.nodes:
+            return "no leftover adaptive pooling nodes: nothing to patch"
+        rows = [("node", "op", "in -> out", "lowering", "max err", "why")]
+        for n in self.nodes:
+            shape = f"{_shape(n.input_shape)} -> {_shape(n.output_shape)}"
+            err = "-" if n.max_error is None else f"{n.max_error:.1e}" if n.max_error else "0"
+            op = n.op + (" +idx" if n.indices == "computed" else "")
+            rows.append((n.name, op, shape, n.lowering, err, n.why))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        if not self.nodes:
+            return "nothing to patch"
+        n = len(self.nodes)
+        what = f"replaced {n} node{'s' if n != 1 else ''}"
+        if not self.checked:
+            return f"{what}; not checked ({self.check_note or '--no-check'})"
+        verdict = "passed" if self.check_passed else "FAILED"
+        err = self.max_error
+        return f"{what}; onnxruntime check {verdict} (max error {err:.1e}; {self.check_note})" if err is not None \
+            else f"{what}; onnxruntime check {verdict} ({self.check_note})"
+
+
+def _shape(dims) -> str:
+    return "x".join("?" if d is None else str(d) for d in dims)

@@ -1,0 +1,130 @@
+"""Graph surgery: put each plan's nodes where the leftover was, then tidy up.
+
+- The replacement nodes take the leftover's place in graph.node, so topological order holds.
+- The last replacement node writes into the ORIGINAL output tensor: downstream names, graph outputs and
+  anything that refers to the tensor by name keep working.
+- The output gets value_info (and a graph output its corrected shape), so shape inference flows past it.
+- Constants that only fed output sizes, and the ``org.pytorch.aten`` opset import, go once unused.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import onnx
+
+from .emit import Emitter
+from .find import ATEN_DOMAIN
+from .planner import Plan
+from .shapes import make_value_info
+
+logger = logging.getLogger(__name__)
+
+
+def _all_names(graph: onnx.GraphProto) -> set[str]:
+    names = {n.name for n in graph.node if n.name}
+    names.update(o for n in graph.node for o in n.output)
+    names.update(i for n in graph.node for i in n.input)
+    names.update(t.name for t in graph.initializer)
+    names.update(v.name for v in list(graph.input) + list(graph.output) + list(graph.value_info))
+    return names
+
+
+def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan]) -> list[list[str]]:
+    """Rewrite ``model`` in place. Returns, per plan, the op types of the nodes it emitted."""
+    graph = model.graph
+    taken = _all_names(graph)
+    replacement: dict[int, list[onnx.NodeProto]] = {}
+    emitted_ops: list[list[str]] = []
+    for p in plans:
+        node = p.spec.node
+        em = Emitter(node.name, taken, p.spec.opset)
+        p.lowering.build(em, p.spec, node.input, node.output, node.indices_output)
+        replacement[node.index] = em.nodes
+        graph.initializer.extend(em.initializers)
+        emitted_ops.append([n.op_type for n in em.nodes])
+
+    nodes = list(graph.node)
+    new_nodes: list[onnx.NodeProto] = []
+    for i, n in enumerate(nodes):
+        new_nodes.extend(replacement.get(i, [n]))
+    del graph.node[:]
+    graph.node.extend(new_nodes)
+
+    _set_output_types(graph, plans)
+    _drop_dead_size_constants(graph, [p.spec.node.size_input for p in plans if p.spec.node.size_input])
+    _drop_unused_aten_import(model)
+    return emitted_ops
+
+
+def _set_output_types(graph: onnx.GraphProto, plans: Sequence[Plan]) -> None:
+    typed: dict[str, onnx.ValueInfoProto] = {}
+    dropped: set[str] = set()
+    for p in plans:
+        s = p.spec
+        typed[s.node.output] = make_value_info(s.node.output, s.dtype, s.output_shape)
+        if s.node.indices_output:
+            typed[s.node.indices_output] = make_value_info(s.node.indices_output, onnx.TensorProto.INT64, s.output_shape)
+        dropped.update(s.node.unused_outputs)
+    keep = [v for v in graph.value_info if v.name not in typed and v.name not in dropped]
+    del graph.value_info[:]
+    graph.value_info.extend(keep)
+    outputs = {o.name for o in graph.output}
+    for name, vi in typed.items():
+        if name in outputs:
+            for o in graph.output:
+                if o.name == name:
+                    o.type.CopyFrom(vi.type)
+        else:
+            graph.value_info.append(vi)
+
+
+def _drop_dead_size_constants(graph: onnx.GraphProto, names: Sequence[str]) -> None:
+    """Remove the nodes/initializers that computed output sizes, now that nothing reads them."""
+    outputs = {o.name for o in graph.output}
+    pending = list(names)
+    while pending:
+        name = pending.pop()
+        if name in outputs or any(name in n.input for n in graph.node) or _read_in_subgraph(graph, name):
+            continue
+        for i, n in enumerate(graph.node):
+            if name in n.output:
+                if all(o == name or not o for o in n.output):
+                    pending.extend(x for x in n.input if x)
+                    del graph.node[i]
+                break
+        else:
+            for i, t in enumerate(graph.initializer):
+                if t.name == name:
+                    del graph.initializer[i]
+                    break
+
+
+def _read_in_subgraph(graph: onnx.GraphProto, name: str) -> bool:
+    for n in graph.node:
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                if any(name in m.input for m in sub.node) or _read_in_subgraph(sub, name):
+                    return True
+    return False
+
+
+def _uses_domain(graph: onnx.GraphProto, domain: str) -> bool:
+    for n in graph.node:
+        if n.domain == domain:
+            return True
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                if _uses_domain(sub, domain):
+                    return True
+    return False
+
+
+def _drop_unused_aten_import(model: onnx.ModelProto) -> None:
+    if _uses_domain(model.graph, ATEN_DOMAIN) or any(
+            n.domain == ATEN_DOMAIN for f in model.functions for n in f.node):
+        return
+    keep = [o for o in model.opset_import if o.domain != ATEN_DOMAIN]
+    if len(keep) != len(model.opset_import):
+        del model.opset_import[:]
+        model.opset_import.extend(keep)

@@ -1,0 +1,284 @@
+"""Shapes of the pooled tensors: onnx shape inference, input-shape overrides, symbolic dims.
+
+onnx's shape inference stops at custom-domain nodes, so the leftover pooling nodes' outputs are computed
+here (the pooling semantics fix them) and fed back as value_info until every pooled input is known.
+Inference runs on a *light* copy of the model whose large initializers are replaced by external-data
+stubs (dims and dtype kept, bytes dropped): a 500 MB model is never copied or serialized for it.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import onnx
+from onnx import TensorProto
+
+from .errors import ShapeError, UnsupportedNodeError
+from .find import InputDim, PoolNode
+
+logger = logging.getLogger(__name__)
+
+Dim = int | str | None  # int: static; str: a symbolic name; None: unknown
+
+# Initializers at most this large stay in the light copy: shape inference reads their values
+# (Reshape targets, Slice bounds, ...). Larger ones are weights, whose values it never needs.
+_KEEP_INITIALIZER_BYTES = 1024
+
+SUPPORTED_DTYPES = {
+    TensorProto.FLOAT: "float32",
+    TensorProto.FLOAT16: "float16",
+    TensorProto.BFLOAT16: "bfloat16",
+    TensorProto.DOUBLE: "float64",
+}
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """A leftover node with everything the lowerings need: shapes, dtype, opset, target."""
+
+    node: PoolNode
+    input_shape: tuple[Dim, ...]
+    output_shape: tuple[Dim, ...]
+    dtype: int  # onnx TensorProto elem type of the input
+    opset: int  # the model's default-domain opset
+    target: str = "onnxruntime"
+
+    @property
+    def kind(self) -> str:
+        return self.node.kind
+
+    @property
+    def k(self) -> int:
+        """Number of pooled (trailing) axes."""
+        return self.node.rank
+
+    @property
+    def ndim(self) -> int:
+        return len(self.input_shape)
+
+    @property
+    def lead(self) -> tuple[Dim, ...]:
+        """The non-pooled leading dims (batch, channels, ...)."""
+        return self.input_shape[: self.ndim - self.k]
+
+    @property
+    def axes(self) -> tuple[int, ...]:
+        """Absolute indices of the pooled axes."""
+        return tuple(range(self.ndim - self.k, self.ndim))
+
+    @property
+    def in_sizes(self) -> tuple[Dim, ...]:
+        return self.input_shape[self.ndim - self.k:]
+
+    @property
+    def out_sizes(self) -> tuple[Dim, ...]:
+        return self.output_shape[self.ndim - self.k:]
+
+    @property
+    def static(self) -> bool:
+        """True when every pooled axis' input length is known (the leading dims may be symbolic)."""
+        return all(isinstance(d, int) for d in self.in_sizes) and all(isinstance(d, int) for d in self.out_sizes)
+
+    @property
+    def follows_input(self) -> tuple[bool, ...]:
+        """Per pooled axis: the output size is the input's own size (``None`` in torch)."""
+        return tuple(isinstance(s, InputDim) for s in self.node.output_size)
+
+    @property
+    def planes(self) -> int:
+        """Product of the leading dims, counting a symbolic one as 1 (for cost estimates only)."""
+        p = 1
+        for d in self.lead:
+            p *= d if isinstance(d, int) else 1
+        return p
+
+    @property
+    def dtype_name(self) -> str:
+        return SUPPORTED_DTYPES.get(self.dtype, TensorProto.DataType.Name(self.dtype).lower())
+
+    def describe_shape(self, shape: Sequence[Dim]) -> str:
+        return "x".join("?" if d is None else str(d) for d in shape)
+
+
+def model_opset(model: onnx.ModelProto) -> int:
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return o.version
+    # a model without a default-domain import is opset 1 per the spec; treat as too old
+    return 1
+
+
+def _dims(type_proto: onnx.TypeProto) -> tuple[int, tuple[Dim, ...] | None]:
+    if not type_proto.HasField("tensor_type"):
+        return 0, None
+    tt = type_proto.tensor_type
+    if not tt.HasField("shape"):
+        return tt.elem_type, None
+    dims: list[Dim] = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return tt.elem_type, tuple(dims)
+
+
+def _copy_field(dst, field, value) -> None:
+    if getattr(field, "is_repeated", None) or getattr(field, "label", None) == 3:  # 3: LABEL_REPEATED
+        getattr(dst, field.name).extend(value)
+    elif field.message_type:
+        getattr(dst, field.name).CopyFrom(value)
+    else:
+        setattr(dst, field.name, value)
+
+
+def light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy for shape inference with the large initializers' bytes dropped (dims and dtype kept)."""
+    light = onnx.ModelProto()
+    graph = model.graph
+    # copy everything but the initializers field by field, so the weights are never duplicated
+    for field, value in model.ListFields():
+        if field.name != "graph":
+            _copy_field(light, field, value)
+    g = light.graph
+    for field, value in graph.ListFields():
+        if field.name != "initializer":
+            _copy_field(g, field, value)
+    for t in graph.initializer:
+        if t.data_location == TensorProto.EXTERNAL or t.ByteSize() <= _KEEP_INITIALIZER_BYTES:
+            g.initializer.append(t)
+        else:
+            stub = g.initializer.add()
+            stub.name, stub.data_type = t.name, t.data_type
+            stub.dims.extend(t.dims)
+            stub.data_location = TensorProto.EXTERNAL
+            entry = stub.external_data.add()
+            entry.key, entry.value = "location", "onnxpoolfix-dropped-for-shape-inference"
+    return light
+
+
+def apply_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> None:
+    """Bind graph inputs to concrete shapes (``--input-shape``), in place. Validates names and ranks."""
+    inputs = {i.name: i for i in model.graph.input}
+    init_names = {t.name for t in model.graph.initializer}
+    for name, dims in shapes.items():
+        if name not in inputs or name in init_names:
+            real = [n for n in inputs if n not in init_names]
+            raise ShapeError(f"--input-shape names '{name}', which is not a graph input (inputs: {', '.join(real)})")
+        vi = inputs[name]
+        _, old = _dims(vi.type)
+        if old is not None and len(old) != len(dims):
+            raise ShapeError(f"--input-shape {name}:{','.join(map(str, dims))} has rank {len(dims)}; "
+                             f"the model's input '{name}' has rank {len(old)}")
+        for axis, (o, n) in enumerate(zip(old or (), dims)):
+            if n < 1:
+                raise ShapeError(f"--input-shape {name}: dim {axis} is {n}; sizes must be >= 1")
+            if isinstance(o, int) and o != n:
+                raise ShapeError(f"--input-shape {name}: dim {axis} is fixed to {o} in the model, not {n}")
+        shape = vi.type.tensor_type.shape
+        shape.ClearField("dim")
+        for n in dims:
+            shape.dim.add().dim_value = int(n)
+
+
+def infer(model: onnx.ModelProto, seeds: Mapping[str, tuple[int, tuple[Dim, ...]]] = {}) -> dict[str, tuple[int, tuple[Dim, ...] | None]]:
+    """Type and shape of every tensor that onnx can infer, with ``seeds`` forced for the given names."""
+    light = light_copy(model)
+    known = {vi.name for vi in light.graph.value_info}
+    for name, (elem, dims) in seeds.items():
+        if name in known:
+            for vi in light.graph.value_info:
+                if vi.name == name:
+                    vi.CopyFrom(make_value_info(name, elem, dims))
+        else:
+            light.graph.value_info.append(make_value_info(name, elem, dims))
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as e:  # a model onnx cannot infer at all still has its declared types
+        logger.debug("shape inference failed: %s", e)
+        inferred = light
+    out: dict[str, tuple[int, tuple[Dim, ...] | None]] = {}
+    g = inferred.graph
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        elem, dims = _dims(vi.type)
+        if elem:
+            out[vi.name] = (elem, dims)
+    for t in g.initializer:
+        out[t.name] = (t.data_type, tuple(int(d) for d in t.dims))
+    for name, v in seeds.items():
+        out[name] = v
+    return out
+
+
+def make_value_info(name: str, elem: int, dims: Sequence[Dim] | None) -> onnx.ValueInfoProto:
+    vi = onnx.ValueInfoProto()
+    vi.name = name
+    tt = vi.type.tensor_type
+    tt.elem_type = elem
+    if dims is not None:
+        shape = tt.shape
+        shape.SetInParent()
+        for d in dims:
+            dim = shape.dim.add()
+            if isinstance(d, int):
+                dim.dim_value = d
+            elif isinstance(d, str):
+                dim.dim_param = d
+    return vi
+
+
+def output_shape(node: PoolNode, input_shape: Sequence[Dim]) -> tuple[Dim, ...]:
+    """The pooled output shape: leading dims kept, pooled dims = output size (InputDim: the input's own)."""
+    r, k = len(input_shape), node.rank
+    if r < k + 1:
+        raise UnsupportedNodeError(
+            f"{node.label}: input has rank {r}; {node.op} needs rank {k + 1} (unbatched) or {k + 2}")
+    out = list(input_shape[: r - k])
+    for j, size in enumerate(node.output_size):
+        axis = r - k + j
+        if isinstance(size, InputDim):
+            a = size.axis + r if size.axis < 0 else size.axis
+            if a != axis:
+                raise UnsupportedNodeError(
+                    f"{node.label}: output size entry {j} is the input's dim {size.axis}, not the pooled axis {axis}")
+            out.append(input_shape[axis])
+        else:
+            out.append(size)
+    return tuple(out)
+
+
+def resolve_specs(model: onnx.ModelProto, nodes: Sequence[PoolNode], *, opset: int, target: str) -> list[PoolSpec]:
+    """Shapes and dtypes for every node: inference, then each node's output seeded, until all are known."""
+    seeds: dict[str, tuple[int, tuple[Dim, ...]]] = {}
+    specs: dict[int, PoolSpec] = {}
+    for _ in range(len(nodes) + 1):
+        info = infer(model, seeds)
+        progressed = False
+        for n in nodes:
+            if n.index in specs:
+                continue
+            elem, dims = info.get(n.input, (0, None))
+            if dims is None or not elem:
+                continue
+            if elem not in SUPPORTED_DTYPES:
+                raise UnsupportedNodeError(
+                    f"{n.label}: input dtype {TensorProto.DataType.Name(elem)} is not supported",
+                    "adaptive pooling takes float32, float16, bfloat16 or float64")
+            out = output_shape(n, dims)
+            specs[n.index] = PoolSpec(n, tuple(dims), out, elem, opset, target)
+            seeds[n.output] = (elem, out)
+            if n.indices_output:
+                seeds[n.indices_output] = (TensorProto.INT64, out)
+            progressed = True
+        if len(specs) == len(nodes) or not progressed:
+            break
+    missing = [n for n in nodes if n.index not in specs]
+    if missing:
+        n = missing[0]
+        raise ShapeError(
+            f"{n.label}: the shape of its input '{n.input}' cannot be inferred",
+            "give the graph inputs' shapes with --input-shape NAME:D0,D1,... (API: input_shapes=...)")
+    return [specs[n.index] for n in nodes]

@@ -1,0 +1,253 @@
+"""The proof: run the patched model in onnxruntime and compare every replaced node with the reference.
+
+For each replaced node the check fetches the node's ACTUAL input and output tensors from the patched
+graph (they are added as extra graph outputs for the run) and compares the output with
+:mod:`onnxpoolfix.reference` applied to that input. So the comparison covers the emitted subgraph only,
+whatever the rest of the model does, and needs no torch.
+
+Tolerances: max pooling must match bit for bit (values and indices). Averages must agree to the
+rounding of the output dtype: ``eps * max|x| * (1 + 4*sqrt(window elements))`` for float32/float64
+(summation order differs from torch's), ``eps * max|x|`` for float16/bfloat16 (one rounding of a
+float32 result).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from math import prod, sqrt
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from . import reference
+from . import windows as W
+from .errors import InvalidModelError
+from .shapes import PoolSpec, _dims
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class NodeCheck:
+    name: str
+    max_error: float = 0.0
+    tolerance: float = 0.0
+    passed: bool = True
+    shapes: list[tuple[int, ...]] = field(default_factory=list)
+    detail: str = ""
+
+
+def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    init = {t.name for t in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in init]
+
+
+def symbolic_inputs(model: onnx.ModelProto) -> dict[str, tuple]:
+    """Graph inputs with a symbolic or unknown dim, and their declared shapes."""
+    out = {}
+    for vi in graph_inputs(model):
+        _, dims = _dims(vi.type)
+        if dims is None or any(not isinstance(d, int) for d in dims):
+            out[vi.name] = dims
+    return out
+
+
+def random_feed(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], rng: np.random.Generator) -> dict:
+    feed = {}
+    for vi in graph_inputs(model):
+        elem, dims = _dims(vi.type)
+        shape = tuple(shapes[vi.name]) if vi.name in shapes else tuple(dims or ())
+        if any(not isinstance(d, int) for d in shape):
+            raise InvalidModelError(f"input '{vi.name}' has symbolic dims {shape} and no concrete shape to check with")
+        if elem == TensorProto.BFLOAT16:
+            import ml_dtypes
+
+            feed[vi.name] = rng.standard_normal(shape).astype(ml_dtypes.bfloat16)
+            continue
+        dt = onnx.helper.tensor_dtype_to_np_dtype(elem)
+        if np.issubdtype(dt, np.floating):
+            feed[vi.name] = rng.standard_normal(shape).astype(dt)
+        elif dt == np.bool_:
+            feed[vi.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            feed[vi.name] = rng.integers(0, 4, shape).astype(dt)
+    return feed
+
+
+def _session(model: onnx.ModelProto, model_dir: str | None):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3  # the declared output shapes of dynamic exports are often stale; not our news
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if model_dir is None:
+        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    # external data resolves relative to the model file: write the graph (weights stay external) beside it
+    fd, path = tempfile.mkstemp(suffix=".onnx", prefix=".onnxpoolfix-check-", dir=model_dir)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(model.SerializeToString())
+        return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    finally:
+        os.unlink(path)
+
+
+_EPS = {TensorProto.FLOAT: 2.0 ** -23, TensorProto.DOUBLE: 2.0 ** -52,
+        TensorProto.FLOAT16: 2.0 ** -10, TensorProto.BFLOAT16: 2.0 ** -7}
+
+
+def _tolerance(spec: PoolSpec, x: np.ndarray) -> float:
+    finite = np.abs(x[np.isfinite(x)].astype(np.float64)) if x.size else np.zeros(1)
+    scale = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    eps = _EPS[spec.dtype]
+    if spec.dtype in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
+        return eps * scale
+    window = prod(W.max_window(n, m) for n, m in zip(x.shape[x.ndim - spec.k:], _out_sizes(spec, x)))
+    return eps * scale * (1 + 4 * sqrt(window))
+
+
+def _out_sizes(spec: PoolSpec, x: np.ndarray) -> tuple[int, ...]:
+    return reference.resolve_output_size(x.shape, _torch_size(spec))
+
+
+def _torch_size(spec: PoolSpec) -> tuple[int | None, ...]:
+    return tuple(None if f else s for f, s in zip(spec.follows_input, spec.node.output_size))
+
+
+def compare(spec: PoolSpec, x: np.ndarray, y: np.ndarray, idx: np.ndarray | None, check: NodeCheck) -> None:
+    """Compare one node's actual output with the reference; accumulate into ``check``."""
+    size = _torch_size(spec)
+    xf, yf = x, y
+    check.shapes.append(tuple(int(d) for d in x.shape))
+    if spec.kind == "avg":
+        ref = reference.adaptive_avg_pool(xf.astype(np.float64), size)
+        tol = _tolerance(spec, x)
+        if ref.shape != yf.shape:
+            check.passed, check.detail = False, f"output shape {yf.shape}, expected {ref.shape}"
+            check.max_error = float("inf")
+            return
+        both_nan = np.isnan(ref) & np.isnan(yf)
+        err = np.where(both_nan, 0.0, np.abs(yf.astype(np.float64) - ref))
+        e = float(np.nan_to_num(err, nan=np.inf).max()) if err.size else 0.0
+        check.max_error = max(check.max_error, e)
+        check.tolerance = max(check.tolerance, tol)
+        if e > tol:
+            check.passed = False
+            check.detail = f"max error {e:.3g} > tolerance {tol:.3g} at input {x.shape}"
+        return
+    ref_v, ref_i = reference.adaptive_max_pool(xf, size)
+    if ref_v.shape != yf.shape:
+        check.passed, check.detail = False, f"output shape {yf.shape}, expected {ref_v.shape}"
+        check.max_error = float("inf")
+        return
+    same = np.array_equal(ref_v.astype(yf.dtype), yf, equal_nan=True)
+    if not same:
+        diff = np.abs(ref_v.astype(np.float64) - yf.astype(np.float64))
+        check.max_error = max(check.max_error, float(np.nan_to_num(diff, nan=np.inf).max()))
+        check.passed, check.detail = False, f"max values differ (error {check.max_error:.3g}) at input {x.shape}"
+    if idx is not None and not np.array_equal(idx, ref_i):
+        check.passed = False
+        check.detail = f"indices differ at {int((idx != ref_i).sum())} positions at input {x.shape}"
+        check.max_error = max(check.max_error, float("inf"))
+
+
+def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
+                  input_shapes: Sequence[Mapping[str, Sequence[int]]] = ({},),
+                  model_dir: str | None = None, seed: int = 0) -> dict[str, NodeCheck]:
+    """Run ``model`` once per entry of ``input_shapes`` and compare every replaced node.
+
+    ``model`` is temporarily given extra graph outputs (restored before returning; bfloat16 tensors are
+    fetched through an exact Cast to float32, since numpy has no bfloat16). ``model_dir`` is where its
+    external data lives, if any.
+    """
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(seed)
+    inputs = {i.name for i in graph_inputs(model)}
+    types = {s.node.input: s.dtype for s in specs}
+    types.update({s.node.output: s.dtype for s in specs})
+    types.update({s.node.indices_output: TensorProto.INT64 for s in specs if s.node.indices_output})
+    fetch: dict[str, str] = {}  # tensor -> the graph output it is read from
+    added_nodes: list[onnx.NodeProto] = []
+    for name, elem in types.items():
+        if name in inputs or name in fetch:
+            continue
+        if elem == TensorProto.BFLOAT16:
+            fetch[name] = f"{name}/onnxpoolfix_check_float32"
+            added_nodes.append(onnx.helper.make_node("Cast", [name], [fetch[name]], to=TensorProto.FLOAT))
+        else:
+            fetch[name] = name
+    existing = {o.name for o in model.graph.output}
+    n_out, n_nodes = len(model.graph.output), len(model.graph.node)
+    model.graph.node.extend(added_nodes)
+    for name, out in fetch.items():
+        if out not in existing:
+            elem = TensorProto.FLOAT if out != name else types[name]
+            model.graph.output.append(onnx.helper.make_tensor_value_info(out, elem, None))
+    try:
+        sess = _session(model, model_dir)
+    finally:
+        del model.graph.output[n_out:]
+        del model.graph.node[n_nodes:]
+    checks = {s.node.name: NodeCheck(s.node.name) for s in specs}
+    out_names = list(dict.fromkeys(fetch.values()))
+    for shapes in input_shapes:
+        feed = random_feed(model, shapes, rng)
+        ort_feed = {}
+        for k, v in feed.items():
+            if v.dtype.name == "bfloat16":
+                ort_feed[k] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(v.view(np.uint16), TensorProto.BFLOAT16)
+                feed[k] = v.astype(np.float32)  # exact: every bfloat16 is a float32
+            else:
+                ort_feed[k] = ort.OrtValue.ortvalue_from_numpy(v)
+        results = sess.run_with_ort_values(out_names, ort_feed)
+        got = {n: r.numpy() for n, r in zip(out_names, results)}
+        values = {name: got[out] for name, out in fetch.items()}
+        values.update(feed)
+        for s in specs:
+            idx = values.get(s.node.indices_output) if s.node.indices_output else None
+            compare(s, values[s.node.input], values[s.node.output], idx, checks[s.node.name])
+    return checks
+
+
+def default_check_shapes(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
+                         check_shapes: Sequence[Mapping[str, Sequence[int]]] | None = None,
+                         input_shapes: Mapping[str, Sequence[int]] | None = None
+                         ) -> tuple[list[dict[str, tuple[int, ...]]], str]:
+    """The input shapes to run the check at, and a note saying what they are.
+
+    Static inputs need nothing. Symbolic dims: ``check_shapes`` if given, else the ``input_shapes``
+    binding, else batch-like dims are bound to 2 (a batch > 1 catches lowerings that mix planes).
+    """
+    if check_shapes:
+        return [{k: tuple(v) for k, v in s.items()} for s in check_shapes], f"checked at {len(check_shapes)} input shape(s)"
+    sym = symbolic_inputs(model)
+    if not sym:
+        return [{}], "static input shapes"
+    binding = {k: tuple(v) for k, v in (input_shapes or {}).items()}
+    unresolved = []
+    for name, dims in sym.items():
+        if name in binding:
+            continue
+        if dims is None:
+            unresolved.append(name)
+            continue
+        shape = []
+        for axis, d in enumerate(dims):
+            if isinstance(d, int):
+                shape.append(d)
+            elif axis == 0:
+                shape.append(2)
+            else:
+                unresolved.append(f"{name}[{axis}]")
+                shape.append(None)
+        binding[name] = tuple(shape)
+    if unresolved:
+        raise InvalidModelError(
+            f"cannot choose sizes for the check: symbolic dims {', '.join(unresolved)}",
+            "give them with --check-shape NAME:D0,D1,... or --input-shape, or skip the check with --no-check")
+    return [binding], "symbolic dims bound to " + ", ".join(f"{k}:{','.join(map(str, v))}" for k, v in binding.items())
