@@ -14,8 +14,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 
 class Emitter:
-    def __init__(self, prefix: str, taken: set[str], opset: int):
+    def __init__(self, prefix: str, taken: set[str], opset: int, *, constant_nodes: bool = False):
         self.prefix = prefix
+        # IR version < 4 requires every initializer to be a graph input too: use Constant nodes there
+        self.constant_nodes = constant_nodes
         self.taken = taken  # shared across emitters: every name in the graph, plus what we add
         self.opset = opset
         self.nodes: list[onnx.NodeProto] = []
@@ -32,7 +34,11 @@ class Emitter:
 
     def const(self, hint: str, value: np.ndarray) -> str:
         name = self.fresh(hint)
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        tensor = numpy_helper.from_array(np.ascontiguousarray(value), name)
+        if self.constant_nodes:
+            self.nodes.append(helper.make_node("Constant", [], [name], name=self.fresh(f"{hint}_constant"), value=tensor))
+        else:
+            self.initializers.append(tensor)
         return name
 
     def ints(self, hint: str, values: Sequence[int]) -> str:

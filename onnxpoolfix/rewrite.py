@@ -38,7 +38,7 @@ def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan]) -> list[list[str]
     emitted_ops: list[list[str]] = []
     for p in plans:
         node = p.spec.node
-        em = Emitter(node.name, taken, p.spec.opset)
+        em = Emitter(node.name, taken, p.spec.opset, constant_nodes=model.ir_version < 4)
         p.lowering.build(em, p.spec, node.input, node.output, node.indices_output)
         replacement[node.index] = em.nodes
         graph.initializer.extend(em.initializers)

@@ -1,0 +1,105 @@
+"""Every shipped fixture, end to end: patch with the defaults (check on), then run the patched file in
+onnxruntime on torch's own saved input(s) and compare with torch's saved output(s), at every saved size."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import onnxpoolfix
+from onnxpoolfix.find import ATEN_DOMAIN
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
+CASES = MANIFEST["cases"]
+
+
+def _runs(case, data):
+    """(feed, expected) for the traced size and every extra saved size."""
+    suffixes = [""] + ["@" + e["suffix"] for e in case.get("extra_sizes") or []]
+    for sfx in suffixes:
+        feed = {k[len("input:"):-len(sfx) or None]: data[k] for k in data.files if k.startswith("input:") and k.endswith(sfx)
+                and ("@" in k) == bool(sfx)}
+        expected = {k[len("output:"):-len(sfx) or None]: data[k] for k in data.files if k.startswith("output:")
+                    and k.endswith(sfx) and ("@" in k) == bool(sfx)}
+        yield sfx or "traced", feed, expected
+
+
+def _ort_feed(sess, feed):
+    import ml_dtypes
+
+    out = {}
+    for i in sess.get_inputs():
+        v = feed[i.name]
+        if i.type == "tensor(bfloat16)":
+            out[i.name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                v.astype(ml_dtypes.bfloat16).view(np.uint16), onnx.TensorProto.BFLOAT16)
+        else:
+            out[i.name] = ort.OrtValue.ortvalue_from_numpy(v)
+    return out
+
+
+def _bf16_outputs_as_float32(model):
+    """numpy cannot read bfloat16 outputs: end the graph with exact Casts to float32 for the comparison."""
+    for o in model.graph.output:
+        if o.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16:
+            cast = onnx.helper.make_node("Cast", [o.name], [o.name + "_f32"], to=onnx.TensorProto.FLOAT)
+            model.graph.node.append(cast)
+            o.name = o.name + "_f32"
+            o.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_fixture_patches_and_matches_torch(case):
+    model = onnx.load(FIXTURES / case["file"])
+    result = onnxpoolfix.patch(model)
+    patched, report = result.model, result.report
+
+    assert len(report.nodes) == case["n_leftover_nodes"]
+    assert report.checked and report.check_passed
+    assert not any(n.domain == ATEN_DOMAIN or n.op_type == "ATen" for n in patched.graph.node)
+    assert ATEN_DOMAIN not in {o.domain for o in patched.opset_import}
+    onnx.checker.check_model(patched, full_check=True)
+    # the graph outputs keep their names
+    assert [o.name for o in patched.graph.output] == [o.name for o in model.graph.output]
+
+    _bf16_outputs_as_float32(patched)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(patched.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    rtol, atol = case["suggested_tolerance"]
+    data = np.load(FIXTURES / case["data_file"])
+    runs = 0
+    for label, feed, expected in _runs(case, data):
+        names = [o.name for o in sess.get_outputs()]
+        got = dict(zip(names, (r.numpy() for r in sess.run_with_ort_values(names, _ort_feed(sess, feed)))))
+        for name, want in expected.items():
+            have = got.get(name, got.get(name + "_f32"))
+            assert have.shape == want.shape, (label, name)
+            if case["kind"] == "max" and want.dtype.kind in "iu" or case["kind"] == "max" and case["rank"] and name in {
+                    p["outputs"][0] for p in case["pools"]}:
+                assert np.array_equal(have.astype(want.dtype), want, equal_nan=True), (label, name)
+            else:
+                np.testing.assert_allclose(have.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol,
+                                           err_msg=f"{label} {name}")
+        runs += 1
+    assert runs == 1 + len(case.get("extra_sizes") or [])
+
+
+def test_fixture_patch_is_idempotent():
+    model = onnx.load(FIXTURES / "small_convnet.onnx")
+    once = onnxpoolfix.patch_model(model)
+    again = onnxpoolfix.patch(once)
+    assert again.report.status == "nothing-to-patch"
+    assert again.model.SerializeToString() == once.SerializeToString()
+
+
+def test_patch_does_not_modify_its_argument():
+    model = onnx.load(FIXTURES / "pyramid_pooling.onnx")
+    before = model.SerializeToString()
+    onnxpoolfix.patch_model(model)
+    assert model.SerializeToString() == before
