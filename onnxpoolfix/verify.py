@@ -25,7 +25,7 @@ from onnx import TensorProto
 
 from . import reference
 from . import windows as W
-from .errors import InvalidModelError
+from .errors import CheckFailedError, InvalidModelError
 from .shapes import PoolSpec, _dims
 
 logger = logging.getLogger(__name__)
@@ -190,6 +190,10 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
             model.graph.output.append(onnx.helper.make_tensor_value_info(out, elem, None))
     try:
         sess = _session(model, model_dir)
+    except Exception as e:  # onnxruntime's own words, on one line
+        raise CheckFailedError(
+            f"onnxruntime cannot load the patched model: {' '.join(str(e).split())[:300]}",
+            "if the model holds other ops onnxruntime lacks, skip the check with --no-check") from None
     finally:
         del model.graph.output[n_out:]
         del model.graph.node[n_nodes:]
@@ -204,7 +208,13 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
                 feed[k] = v.astype(np.float32)  # exact: every bfloat16 is a float32
             else:
                 ort_feed[k] = ort.OrtValue.ortvalue_from_numpy(v)
-        results = sess.run_with_ort_values(out_names, ort_feed)
+        try:
+            results = sess.run_with_ort_values(out_names, ort_feed)
+        except Exception as e:
+            shapes_txt = ", ".join(f"{k}:{'x'.join(map(str, v.shape))}" for k, v in feed.items())
+            raise CheckFailedError(
+                f"onnxruntime failed to run the patched model at {shapes_txt}: {' '.join(str(e).split())[:300]}",
+                "choose other check sizes with --check-shape, or skip the check with --no-check") from None
         got = {n: r.numpy() for n, r in zip(out_names, results)}
         values = {name: got[out] for name, out in fetch.items()}
         values.update(feed)
