@@ -63,4 +63,17 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
     else:
         runner = ok[1]
         why = f"est. {_us(best.cost)} vs {runner.name} {_us(runner.cost)}"
-    return Plan(spec, BY_NAME[best.name], cands, why)
+    return Plan(spec, BY_NAME[best.name], cands, f"{describe_axes(spec)}; {why}")
+
+
+def describe_axes(spec: PoolSpec) -> str:
+    """Per pooled axis: ``15->7 uniform k3 s2``, ``9->7 non-uniform``, ``H->7 symbolic``."""
+    from .lowering.base import AxisWindows
+
+    parts = []
+    for a, n, m in zip(spec.axes, spec.in_sizes, spec.out_sizes):
+        if isinstance(n, int) and isinstance(m, int):
+            parts.append(AxisWindows(a, n, m).describe())
+        else:
+            parts.append(f"{n or '?'}->{m or '?'} symbolic")
+    return ", ".join(parts)
