@@ -13,7 +13,7 @@ from onnx import TensorProto
 from .. import windows as W
 from ..emit import COMPUTE_IN_FLOAT32
 from ..shapes import PoolSpec
-from .steps import CastStep, Step, run_cost
+from .steps import NON_FINITE_UNSAFE_MAX, CastStep, NonFiniteMaxStep, Step, run_cost
 
 # ops onnxruntime's CPU provider has no float64 kernel for (measured: onnxruntime 1.16-1.32)
 NO_FLOAT64_KERNEL = frozenset({"AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize"})
@@ -88,6 +88,8 @@ class Lowering:
             return "a pooled axis is symbolic; this lowering needs static sizes"
         if spec.opset < self.min_opset:
             return f"needs opset {self.min_opset}, the model has {spec.opset}"
+        if spec.dtype == TensorProto.BFLOAT16 and spec.opset < 13:
+            return f"bfloat16 needs opset 13 (no operator takes bfloat16 before), the model has {spec.opset}"
         reason = self._check(spec)
         if reason:
             return reason
@@ -100,6 +102,7 @@ class Lowering:
             missing = ops - SUPPORTED_OPS
             if missing:
                 return f"TensorRT's ONNX parser does not support {', '.join(sorted(missing))}"
+            return tensorrt_rejection(self, spec)
         return None
 
     def _check(self, spec: PoolSpec) -> str | None:
@@ -111,6 +114,9 @@ class Lowering:
     def steps(self, spec: PoolSpec) -> list[Step]:
         """The steps, with Casts around them when the dtype is computed in float32."""
         inner = list(self._steps(spec))
+        if (spec.kind == "max" and not self.computes_indices and spec.opset >= 9
+                and any(op in NON_FINITE_UNSAFE_MAX for s in inner for op in s.ops)):
+            inner = [NonFiniteMaxStep(tuple(inner))]  # NaN / -inf windows as torch has them
         work = compute_dtype(spec)
         if work != spec.dtype:
             return [CastStep(work)] + inner + [CastStep(spec.dtype)]
@@ -124,3 +130,40 @@ class Lowering:
         from .steps import emit_steps
 
         emit_steps(em, self.steps(spec), x, y, spec.input_shape, spec.dtype)
+
+
+def tensorrt_rejection(lowering: Lowering, spec: PoolSpec) -> str | None:
+    """Why TensorRT's ONNX parser would reject a node ``lowering`` emits for ``spec``, or None.
+
+    SUPPORTED_OPS only says which op types exist; the parser also has rules on attributes and inputs
+    (Reduce axes must be constants, 1D pooling only on rank-3 input, Resize modes, integer MatMul, ...).
+    The lowering is built into a one-node-sized model and every emitted node goes through the same lint
+    ``onnxpoolfix inspect --target tensorrt`` runs, so the planner never picks a lowering the lint flags.
+    """
+    from onnx import helper
+
+    from ..emit import Emitter
+    from ..shapes import make_value_info
+    from ..tensorrt import GraphInfo, tensorrt_rejects
+
+    indices = "indices" if spec.node.indices_output and lowering.computes_indices else None
+    em = Emitter("lowering", {"x", "y", "indices"}, spec.opset)
+    try:
+        lowering.build(em, spec, "x", "y", indices)
+        outputs = [make_value_info("y", spec.dtype, spec.output_shape)]
+        if indices:
+            outputs.append(make_value_info(indices, TensorProto.INT64, spec.output_shape))
+        graph = helper.make_graph(em.nodes, "lowering", [make_value_info("x", spec.dtype, spec.input_shape)],
+                                  outputs, initializer=em.initializers)
+        info = GraphInfo.from_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", spec.opset)]))
+    except Exception as e:  # noqa: BLE001 - check() never raises; a build bug surfaces when the patch builds it
+        import logging
+
+        logging.getLogger(__name__).debug("%s: building %s for the TensorRT lint failed: %s",
+                                          spec.node.label, lowering.name, e)
+        return None
+    for node in em.nodes:
+        reason = tensorrt_rejects(node, info)
+        if reason:
+            return f"TensorRT's ONNX parser would reject its {node.op_type}: {reason}"
+    return None

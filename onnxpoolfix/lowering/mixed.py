@@ -28,7 +28,7 @@ class _PerAxis(Lowering):
         axes = [a for a in axis_windows(spec) if not a.keep]
         pools_ok = pool_rank_reason(spec) is None
         uniform = [a for a in axes if a.uniform and pools_ok and a.m < a.n]
-        upsample = [a for a in axes if a.upsample and spec.opset >= 11]
+        upsample = [a for a in axes if a.upsample]
         general = [a for a in axes if a not in uniform and a not in upsample]
         steps = []
         if uniform:
@@ -36,7 +36,9 @@ class _PerAxis(Lowering):
             steps.append(PoolStep(op, spec.ndim - spec.k, tuple((a.axis, a.uniform) for a in uniform)))
         steps += cheapest_order(spec, lambda a: self._general_steps(spec, a), general)
         if upsample:
-            if compute_dtype(spec) == TensorProto.DOUBLE:
+            # Gather copies exactly where Resize has no kernel (float64) or no asymmetric/floor mode (opset < 11);
+            # never MatMul for a copy: 0 * NaN/inf would spread a non-finite value along the row (and is no max)
+            if compute_dtype(spec) == TensorProto.DOUBLE or spec.opset < 11:
                 steps += [GatherStep(a.axis, tuple(i // a.upsample for i in range(a.m)), "upsample") for a in upsample]
             else:
                 steps.append(ResizeStep(tuple((a.axis, a.upsample) for a in upsample)))

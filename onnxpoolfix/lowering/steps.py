@@ -366,3 +366,57 @@ def emit_steps(em: Emitter, steps: Sequence[Step], x: str, y: str, shape: Shape,
         em.taken.discard(cur)
         last.output[0] = y
     return shape
+
+
+# ops whose onnxruntime CPU kernels are not torch's max on non-finite input (measured, onnxruntime 1.32):
+# MaxPool/GlobalMaxPool give -FLT_MAX for a window of -inf (and for an all-NaN window with stride 1), and
+# MaxPool/ReduceMax drop a NaN unless it comes last/first. torch: any NaN in the window -> NaN; all -inf -> -inf.
+NON_FINITE_UNSAFE_MAX = frozenset({"MaxPool", "GlobalMaxPool", "ReduceMax"})
+
+
+@dataclass(frozen=True)
+class NonFiniteMaxStep(Step):
+    """Wraps max steps so NaN and -inf come out as torch's: the same steps also run on a per-element code
+    (2 = NaN, 0 = -inf, 1 = anything else), whose window max says which windows hold a NaN (-> NaN) or
+    only -inf (-> -inf); elsewhere the inner steps' value stands (exact for those windows).
+    Needs opset 9 (IsNaN, Where)."""
+
+    inner: tuple[Step, ...]
+
+    def out_shape(self, shape):
+        for s in self.inner:
+            shape = s.out_shape(shape)
+        return shape
+
+    def cost(self, shape, itemsize):
+        out = _elems(self.out_shape(shape))
+        return (2 * run_cost(self.inner, shape, itemsize) + 6 * C.NODE
+                + _elems(shape) * (itemsize + 4 * 3) / C.BANDWIDTH + out * (4 + 3 * itemsize) / C.BANDWIDTH)
+
+    @property
+    def ops(self):
+        return tuple(dict.fromkeys(op for s in self.inner for op in s.ops)) + ("Cast", "IsNaN", "Less", "Where",
+                                                                                 "Greater")
+
+    def emit(self, em, x, shape, elem):
+        y = x
+        sh = shape
+        for s in self.inner:
+            y = s.emit(em, y, sh, elem)
+            sh = s.out_shape(sh)
+        f32 = TensorProto.FLOAT
+        xf = x if elem == f32 else em.cast(x, f32)
+        one = em.const("code_one", np.array(1.0, np.float32))
+        two = em.const("code_two", np.array(2.0, np.float32))
+        zero = em.const("code_zero", np.array(0.0, np.float32))
+        neg_inf = em.op("Less", [xf, em.const("lowest", np.array(np.finfo(np.float32).min, np.float32))])
+        code = em.op("Where", [em.op("IsNaN", [xf]), two, em.op("Where", [neg_inf, zero, one])])
+        sh = shape
+        for s in self.inner:
+            code = s.emit(em, code, sh, f32)
+            sh = s.out_shape(sh)
+        fdt = np_dtype(elem)
+        y = em.op("Where", [em.op("Less", [code, em.const("half", np.array(0.5, np.float32))]),
+                            em.const("minus_inf", np.array(-np.inf, fdt)), y])
+        return em.op("Where", [em.op("Greater", [code, em.const("one_half", np.array(1.5, np.float32))]),
+                               em.const("nan", np.array(np.nan, fdt)), y])
