@@ -7,14 +7,15 @@ hint; the library never prints.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import onnx
 
-from .errors import CheckFailedError, InvalidModelError
+from .errors import CheckFailedError, InvalidModelError, UnsupportedNodeError
 from .find import find_pool_nodes
-from .planner import AUTO, plan
+from .planner import AUTO, candidates, plan
 from .report import NodeReport, PatchReport
 from .rewrite import apply_plans
 from .shapes import PoolSpec, apply_input_shapes, model_opset, resolve_specs
@@ -70,7 +71,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
 
     specs, notes = _specs(model, nodes, opset=opset, target=target, input_shapes=input_shapes,
                           keep_input_shapes=keep_input_shapes)
-    plans = [plan(s, strategy) for s in specs]
+    plans = [_plan(s, strategy) for s in specs]
     emitted = apply_plans(model, plans)
     for p, ops in zip(plans, emitted):
         s = p.spec
@@ -87,6 +88,30 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     else:
         report.check_note = "; ".join(notes + ["--no-check"])
     return PatchResult(model, report)
+
+
+def _plan(spec: PoolSpec, strategy: str):
+    """``planner.plan``, with a hint added when no lowering applies: what would make one apply."""
+    try:
+        return plan(spec, strategy)
+    except UnsupportedNodeError as e:
+        if e.hint is None:
+            e.hint = _no_lowering_hint(spec)
+        raise
+
+
+def _no_lowering_hint(spec: PoolSpec) -> str:
+    reasons = [c.reason or "" for c in candidates(spec)]
+    opsets = sorted({int(v) for r in reasons for v in re.findall(r"needs opset (\d+)", r) if int(v) > spec.opset})
+    bind = "bind the symbolic input dims with --input-shape NAME:D0,D1,... (a static lowering then applies)"
+    if opsets:
+        n = opsets[0]
+        convert = (f"convert the model to opset {n} or newer first "
+                   f"(onnx.version_converter.convert_version(model, {n}))")
+        return f"{convert}, or {bind}" if not spec.static else convert
+    if not spec.static:
+        return bind
+    return "this variant is not supported; please report it with the model (rerun with -v)"
 
 
 def patch_model(model: onnx.ModelProto, **kwargs) -> onnx.ModelProto:
@@ -121,7 +146,8 @@ def _specs(model, nodes, *, opset, target, input_shapes, keep_input_shapes) -> t
 
 
 def _check(model, specs, report: PatchReport, *, check_shapes, input_shapes, model_dir, seed) -> None:
-    shapes_list, note = default_check_shapes(model, specs, check_shapes=check_shapes, input_shapes=input_shapes)
+    shapes_list, note = default_check_shapes(model, specs, check_shapes=check_shapes, input_shapes=input_shapes,
+                                             model_dir=model_dir, seed=seed)
     results = check_patched(model, specs, input_shapes=shapes_list, model_dir=model_dir, seed=seed)
     report.checked = True
     failed = []

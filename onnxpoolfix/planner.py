@@ -55,6 +55,16 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
         return Plan(spec, BY_NAME[strategy], cands, "forced by --strategy")
     ok = sorted((c for c in cands if c.reason is None), key=lambda c: c.cost)
     if not ok:
+        if not spec.static:
+            # every static lowering says the same thing; only the dynamic ones' reasons are news
+            symbolic = [f"{'?' if n is None else n}->{m}" for n, m in zip(spec.in_sizes, spec.out_sizes)
+                        if not isinstance(n, int) and n != m]
+            dyn = "; ".join(f"{c.name}: {c.reason}" for c in cands if BY_NAME[c.name].dynamic)
+            raise UnsupportedNodeError(
+                f"no exact lowering applies to {spec.node.label}: pooled axes {', '.join(symbolic) or '?'} are "
+                f"symbolic" + (f" ({dyn})" if dyn else ""),
+                "bind the input sizes with --input-shape NAME:D0,D1,... (API: input_shapes=...); "
+                "a static lowering then applies at that size")
         reasons = "; ".join(f"{c.name}: {c.reason}" for c in cands)
         raise UnsupportedNodeError(f"no exact lowering applies to {spec.node.label} ({reasons})")
     best = ok[0]

@@ -66,7 +66,10 @@ def _set_output_types(graph: onnx.GraphProto, plans: Sequence[Plan]) -> None:
         if s.node.indices_output:
             typed[s.node.indices_output] = make_value_info(s.node.indices_output, onnx.TensorProto.INT64, s.output_shape)
         dropped.update(s.node.unused_outputs)
-    keep = [v for v in graph.value_info if v.name not in typed and v.name not in dropped]
+    # Below a node with symbolic pooled axes, value_info the exporter wrote holds the traced sizes: stale
+    # at any other size, so it goes (it is optional; onnx shape inference recomputes it).
+    stale = _downstream(graph, [p.spec.node.output for p in plans if not p.spec.static])
+    keep = [v for v in graph.value_info if v.name not in typed and v.name not in dropped and v.name not in stale]
     del graph.value_info[:]
     graph.value_info.extend(keep)
     outputs = {o.name for o in graph.output}
@@ -74,9 +77,37 @@ def _set_output_types(graph: onnx.GraphProto, plans: Sequence[Plan]) -> None:
         if name in outputs:
             for o in graph.output:
                 if o.name == name:
+                    _merge_declared_dims(vi, o)
                     o.type.CopyFrom(vi.type)
         else:
             graph.value_info.append(vi)
+
+
+def _merge_declared_dims(computed: onnx.ValueInfoProto, declared: onnx.ValueInfoProto) -> None:
+    """Where the computed shape has an unknown dim, keep the declared dim if it is a name (``N``); a
+    declared int there is the exporter's traced size (stale), so the dim stays unknown."""
+    ours = computed.type.tensor_type.shape.dim
+    theirs = declared.type.tensor_type.shape.dim if declared.type.tensor_type.HasField("shape") else []
+    if len(ours) != len(theirs):
+        return
+    for o, t in zip(ours, theirs):
+        if not o.HasField("dim_value") and not o.dim_param and t.dim_param:
+            o.dim_param = t.dim_param
+
+
+def _downstream(graph: onnx.GraphProto, sources: Sequence[str]) -> set[str]:
+    """Every tensor computed (transitively) from ``sources``, not counting the sources themselves."""
+    reached = set(sources)
+    out: set[str] = set()
+    if not reached:
+        return out
+    for n in graph.node:  # graph.node is topologically sorted
+        if any(i in reached for i in n.input):
+            for o in n.output:
+                if o:
+                    reached.add(o)
+                    out.add(o)
+    return out
 
 
 def _drop_dead_size_constants(graph: onnx.GraphProto, names: Sequence[str]) -> None:

@@ -226,12 +226,16 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
 
 def default_check_shapes(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
                          check_shapes: Sequence[Mapping[str, Sequence[int]]] | None = None,
-                         input_shapes: Mapping[str, Sequence[int]] | None = None
+                         input_shapes: Mapping[str, Sequence[int]] | None = None,
+                         model_dir: str | None = None, seed: int = 0,
                          ) -> tuple[list[dict[str, tuple[int, ...]]], str]:
     """The input shapes to run the check at, and a note saying what they are.
 
     Static inputs need nothing. Symbolic dims: ``check_shapes`` if given, else the ``input_shapes``
-    binding, else batch-like dims are bound to 2 (a batch > 1 catches lowerings that mix planes).
+    binding, else batch-like dims (axis 0) are bound to 2 (a batch > 1 catches lowerings that mix planes).
+    When a pooled axis is still symbolic (the 'dynamic' lowering), one size proves little: the model is
+    probed (see :func:`_probe_dynamic_sizes`) for input sizes that give uniform, non-uniform and
+    upsampling windows on every pooled axis, one of them with batch 2.
     """
     if check_shapes:
         return [{k: tuple(v) for k, v in s.items()} for s in check_shapes], f"checked at {len(check_shapes)} input shape(s)"
@@ -239,6 +243,8 @@ def default_check_shapes(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
     if not sym:
         return [{}], "static input shapes"
     binding = {k: tuple(v) for k, v in (input_shapes or {}).items()}
+    if any(not s.static for s in specs) and any(k not in binding for k in sym):
+        return _probe_dynamic_sizes(model, specs, sym, binding, model_dir=model_dir, seed=seed)
     unresolved = []
     for name, dims in sym.items():
         if name in binding:
@@ -261,3 +267,147 @@ def default_check_shapes(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
             f"cannot choose sizes for the check: symbolic dims {', '.join(unresolved)}",
             "give them with --check-shape NAME:D0,D1,... or --input-shape, or skip the check with --no-check")
     return [binding], "symbolic dims bound to " + ", ".join(f"{k}:{','.join(map(str, v))}" for k, v in binding.items())
+
+
+# first sizes tried for the symbolic non-batch input dims when probing; the first that runs is the base
+_PROBE_BASES = (16, 32, 64, 128, 256, 512)
+_MIN_DYNAMIC_CHECKS = 3
+
+
+def _window_targets(m: int) -> dict[str, int | None]:
+    """Pooled input lengths that give each kind of window for output length ``m`` (None: impossible)."""
+    nonuniform = next((n for n in range(m + 1, 3 * m + 3) if W.uniform_windows(n, m) is None), None)
+    return {"uniform": 2 * m, "non-uniform": nonuniform, "upsampling": (m - 1 if m >= 3 else 1) if m > 1 else None}
+
+
+def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
+    """Choose graph-input sizes for a model whose pooled axes are symbolic.
+
+    The pooled tensor is usually not a graph input (convolutions in between), so the relation between an
+    input size ``S`` and a pooled length ``n`` is measured: the model runs at two base sizes and
+    ``n = n0 + (S - S0) / r`` is fitted per pooled axis. From it, sizes are aimed at uniform, non-uniform
+    and upsampling windows (rotated over the axes so each axis sees each kind, one run with batch 2); every
+    candidate is run once and kept only if the model accepts it (too small an input for its convolutions
+    fails); at least 3 must run. Symbolic axis 0 is the batch (1, or 2); every other symbolic dim is
+    spatial, matched to the pooled axes from the last one back.
+    """
+    dyn = [s for s in specs if not s.static]
+    unresolved = [name for name, dims in sym.items() if name not in binding and dims is None]
+    if unresolved:
+        raise InvalidModelError(
+            f"cannot choose sizes for the check: input(s) {', '.join(unresolved)} have no known rank",
+            "give them with --check-shape NAME:D0,D1,... (repeatable), or skip the check with --no-check")
+    free = {name: dims for name, dims in sym.items() if name not in binding}
+    spatial = {name: [a for a, d in enumerate(dims) if not isinstance(d, int) and a != 0] for name, dims in free.items()}
+    k = max(s.k for s in dyn)
+
+    def shapes_for(sizes: Sequence[int], batch: int) -> dict[str, tuple[int, ...]]:
+        """``sizes``: one size per pooled axis (last k); an input's last symbolic dims take them in order."""
+        out = dict(binding)
+        for name, dims in free.items():
+            axes = spatial[name]
+            shape = [d if isinstance(d, int) else batch for d in dims]
+            for j, a in enumerate(axes):
+                from_end = len(axes) - j  # 1 = last symbolic dim <-> last pooled axis
+                shape[a] = sizes[k - from_end] if from_end <= k else sizes[0]
+            out[name] = tuple(shape)
+        return out
+
+    probe = _Prober(model, {s.node.input: s.dtype for s in dyn}, model_dir, seed)
+    try:
+        base = None
+        for b in _PROBE_BASES:
+            got0 = probe.pooled(shapes_for([b] * k, 1))
+            if got0 is not None:
+                got1 = probe.pooled(shapes_for([2 * b] * k, 1))
+                if got1 is not None:
+                    base = b
+                    break
+        if base is None:
+            raise InvalidModelError(
+                "cannot choose sizes for the check: the model ran at none of the input sizes tried "
+                f"({', '.join(map(str, _PROBE_BASES))} on the symbolic dims)",
+                "give them with --check-shape NAME:D0,D1,... (repeatable), or skip the check with --no-check")
+        # per pooled axis (of the first dynamic spec; others follow the same inputs): n = n0 + (S - S0) / r
+        lead = dyn[0]
+        fits = []
+        for j, axis in enumerate(lead.axes):
+            n0, n1 = got0[lead.node.input][axis], got1[lead.node.input][axis]
+            fits.append((n0, (2 * base - base) / (n1 - n0) if n1 != n0 else None))
+        kinds = ("uniform", "non-uniform", "upsampling")
+        candidates = []
+        for r in range(len(kinds)):
+            sizes = []
+            for j, m in enumerate(lead.out_sizes):
+                n0, rate = fits[j]
+                target = _window_targets(m)[kinds[(r + j) % len(kinds)]] if isinstance(m, int) else None
+                if target is None or rate is None:
+                    target = n0 + r + 1
+                sizes.append(max(1, round(base + (target - n0) * rate)) if rate else base + r + 1)
+            candidates.append(shapes_for(sizes, 2 if r == 1 else 1))
+        candidates += [shapes_for([base] * k, 2), shapes_for([2 * base + 1] * k, 1), shapes_for([3 * base] * k, 1)]
+        chosen: list[dict[str, tuple[int, ...]]] = []
+        pooled: list[str] = []
+        for c in candidates:
+            if c in chosen:
+                continue
+            got = probe.pooled(c)
+            if got is None:
+                continue
+            chosen.append(c)
+            pooled.append("/".join("x".join(str(got[s.node.input][a]) for a in s.axes) for s in dyn))
+            if len(chosen) >= 4:
+                break
+    finally:
+        probe.close()
+    if len(chosen) < _MIN_DYNAMIC_CHECKS:
+        raise InvalidModelError(
+            f"cannot choose sizes for the check: the model ran at only {len(chosen)} of the input sizes tried "
+            f"(a symbolic pooled axis needs {_MIN_DYNAMIC_CHECKS})",
+            "give them with --check-shape NAME:D0,D1,... (repeatable), or skip the check with --no-check")
+    outs = "x".join(str(m) for m in dyn[0].out_sizes)
+    desc = ", ".join(f"{' '.join(f'{n}:' + 'x'.join(map(str, v)) for n, v in c.items())} (pooled {p})"
+                     for c, p in zip(chosen, pooled))
+    return chosen, (f"symbolic pooled axes checked at {len(chosen)} sizes aimed at uniform, non-uniform and "
+                    f"upsampling windows (-> {outs}), one with batch 2: {desc}")
+
+
+class _Prober:
+    """Runs the model with the pooled input tensors fetched as extra outputs; None where it fails."""
+
+    def __init__(self, model, names: Mapping[str, int], model_dir, seed):
+        self.model = model
+        self.names = list(names)
+        self.rng = np.random.default_rng(seed)
+        inputs = {i.name for i in graph_inputs(model)}
+        existing = {o.name for o in model.graph.output}
+        n_out = len(model.graph.output)
+        for name in self.names:
+            if name not in existing and name not in inputs:
+                model.graph.output.append(onnx.helper.make_tensor_value_info(name, names[name], None))
+        try:
+            self.sess = _session(model, model_dir)
+        finally:
+            del model.graph.output[n_out:]
+        self.fetch = [n for n in self.names if n not in inputs]
+        self.inputs = inputs
+
+    def pooled(self, shapes) -> dict[str, tuple[int, ...]] | None:
+        try:
+            import onnxruntime as ort
+
+            feed = {k: (ort.OrtValue.ortvalue_from_numpy_with_onnx_type(v.view(np.uint16), TensorProto.BFLOAT16)
+                        if v.dtype.name == "bfloat16" else ort.OrtValue.ortvalue_from_numpy(v))
+                    for k, v in random_feed(self.model, shapes, self.rng).items()}
+            outs = [o.numpy() for o in self.sess.run_with_ort_values(self.fetch, feed)] if self.fetch else []
+        except Exception as e:  # noqa: BLE001 - a size the network cannot run at (too small for its convs)
+            logger.debug("probe at %s failed: %s", shapes, e)
+            return None
+        got = {n: tuple(int(d) for d in o.shape) for n, o in zip(self.fetch, outs)}
+        for n in self.names:
+            if n in self.inputs:
+                got[n] = tuple(shapes[n])
+        return got
+
+    def close(self):
+        self.sess = None

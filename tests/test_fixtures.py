@@ -20,7 +20,7 @@ CASES = MANIFEST["cases"]
 
 def _runs(case, data):
     """(feed, expected) for the traced size and every extra saved size."""
-    suffixes = [""] + ["@" + e["suffix"] for e in case.get("extra_sizes") or []]
+    suffixes = [""] + [e["suffix"] for e in case.get("extra_sizes") or []]
     for sfx in suffixes:
         feed = {k[len("input:"):-len(sfx) or None]: data[k] for k in data.files if k.startswith("input:") and k.endswith(sfx)
                 and ("@" in k) == bool(sfx)}

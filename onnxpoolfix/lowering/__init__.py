@@ -12,12 +12,13 @@
 | pool_gather   | max      | always                                            | MaxPool(kmin,1) + Gather + Max    |
 | window_gather | max      | always                                            | Gather + ReduceMax                |
 | argmax        | max      | always; the only one computing the indices output | Gather + ArgMax + GatherElements  |
-| dynamic       | avg, max | pooled axes symbolic                              | Shape/Range/Div + MatMul/Gather   |
+| dynamic       | avg, max | a pooled axis is symbolic (not the indices)       | Shape/Range/Div + MatMul/Gather   |
 """
 from __future__ import annotations
 
 from .argmax import ArgMaxLowering
 from .base import Lowering
+from .dynamic import DynamicLowering
 from .global_pool import GlobalLowering
 from .identity import IdentityLowering
 from .kronecker import KroneckerMatMulLowering
@@ -37,6 +38,7 @@ LOWERINGS: tuple[Lowering, ...] = (
     MaxPoolGatherLowering(),
     WindowGatherLowering(),
     ArgMaxLowering(),
+    DynamicLowering(),
 )
 
 BY_NAME = {lw.name: lw for lw in LOWERINGS}

@@ -1,0 +1,272 @@
+"""Symbolic pooled axes: the windows are computed in the graph from the runtime length ``n``.
+
+For one axis pooled ``n -> m`` (``m`` is the node's constant; ``n`` is ``Shape(x)[axis]``, read at run
+time), with ``i`` in ``[0, m)`` and ``j = Range(0, n)``, window ``i`` is ``[start_i, end_i)``::
+
+    start_i = (i * n) div m            end_i = ((i + 1) * n + m - 1) div m         (int64, exact)
+
+- average: the runtime ``P^T[j, i] = [start_i <= j < end_i] / len_i``, with membership tested as
+  ``|n(2i+1) - m(2j+1)| < n + m`` (the same condition in one comparison) and each column divided by its
+  count. The last axis is ``x @ P^T`` (one GEMM); an earlier axis whose later dims are static and small
+  (just pooled: 7, 5x7, ...) is one GEMM against ``kron(P^T, I)`` on the flattened tail, so no per-plane
+  GEMMs are issued (those made this 3-7x slower than the static lowering on 512-channel inputs);
+- max: the window table ``idx[i, k] = min(start_i + k, end_i - 1)`` for ``k = Range(0, kmax)``,
+  ``kmax = ReduceMax(end - start)``; Gather along the axis, ReduceMax over the window dim (short windows
+  repeat their last index, which changes no maximum). NaN/-inf handling is the base class' wrapper.
+
+Axes whose output size is 1 become one ReduceMean/ReduceMax (exact for any ``n``); axes that follow the
+input (torch's ``None``) are untouched; static axes of a partly symbolic node use constant matrices or
+window tables. No Loop/If/Einsum: every op is in TensorRT's ONNX parser table. Range needs opset 11.
+The max indices output is not computed (refused in ``check``: bind the size with --input-shape, and
+'argmax' computes it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil, prod
+
+import numpy as np
+from onnx import TensorProto
+
+from .. import windows as W
+from ..emit import Emitter, np_dtype
+from . import cost as C
+from .base import Lowering, axis_windows
+from .steps import IdentityStep, ReduceStep, Step, WindowGatherStep
+
+Shape = tuple
+
+# a guess for a symbolic length in cost estimates (the planner has no other candidate for these nodes)
+_GUESS = 32
+
+
+def _len(d) -> int:
+    return d if isinstance(d, int) else _GUESS
+
+
+def _runtime_length(em: Emitter, shape: str, axis: int) -> str:
+    """``shape[axis]`` as an int64 scalar (Range needs scalars)."""
+    return em.op("Gather", [shape, em.const("axis", np.array(axis, dtype=np.int64))], axis=0)
+
+
+def _scalar(em: Emitter, hint: str, v: int) -> str:
+    return em.const(hint, np.array(v, dtype=np.int64))
+
+
+def runtime_pooling_matrix_t(em: Emitter, n: str, m: int, elem: int, t: int = 1) -> str:
+    """``P^T`` (``[n, m]``) for the runtime length ``n``; with ``t > 1``, ``kron(P^T, I_t)`` (``[n*t, m*t]``).
+
+    Window membership in one comparison: ``start_i <= j < end_i`` iff ``i*n < (j+1)*m`` and
+    ``j*m < (i+1)*n``, i.e. ``|n*(2i+1) - m*(2j+1)| < n + m`` (int64, exact). Each column is then divided by
+    its count (the window length): the same correctly rounded ``1/len`` as the static matrices.
+    """
+    column = [-1, 1, 1, 1] if t > 1 else [-1, 1]
+    odd_i = (2 * np.arange(m, dtype=np.int64) + 1).reshape((1, 1, m, 1) if t > 1 else (m,))
+    j = em.op("Range", [_scalar(em, "zero", 0), n, _scalar(em, "one", 1)])
+    odd_j = em.op("Add", [em.op("Mul", [j, _scalar(em, "two_m", 2 * m)]), _scalar(em, "m", m)])  # m*(2j+1)
+    odd_j = em.op("Reshape", [odd_j, em.ints("column", column)])
+    diff = em.op("Abs", [em.op("Sub", [em.op("Mul", [n, em.const("odd_i", odd_i)]), odd_j])])
+    inside = em.op("Less", [diff, em.op("Add", [n, _scalar(em, "m", m)])], hint="inside")
+    member = em.cast(inside, elem)
+    count = em.reduce("ReduceSum", member, [0], keepdims=1)
+    pt = em.op("Div", [member, count], hint="pool_matrix_t")
+    if t == 1:
+        return pt
+    eye = np.eye(t, dtype=np_dtype(elem)).reshape(1, t, 1, t)
+    return em.op("Reshape", [em.op("Mul", [pt, em.const("eye", eye)]), em.ints("shape", [-1, m * t])],
+                 hint="kron_matrix_t")
+
+
+# a non-last axis with static later dims of product t <= this is contracted as ONE GEMM against
+# kron(P^T, I_t) (t times the multiply-adds, no per-plane GEMM calls); beyond it, one GEMM per plane
+KRON_IDENTITY_MAX = 16
+
+
+@dataclass(frozen=True)
+class DynamicMatMulStep(Step):
+    """Average along ``axes`` (absolute, each with its static length or None, and its output length m),
+    the last axis first.
+
+    The last axis: ``x @ P^T`` (one GEMM). An earlier axis whose later dims are static with product
+    ``t <= KRON_IDENTITY_MAX`` (the usual case: they were just pooled to 7x7 or so): flatten from the axis
+    on and multiply by ``kron(P^T, I_t)``, again one GEMM. Otherwise ``P @ x`` per plane (Reshape with
+    ``0``/``-1``), or, with two symbolic later dims, Transposes around a last-axis MatMul. Static axes
+    get constant matrices, symbolic ones runtime matrices.
+    """
+
+    axes: tuple[tuple[int, int | None, int], ...]  # (axis, n or None, m), in the order they are pooled
+    rank: int
+
+    def out_shape(self, shape):
+        out = list(shape)
+        for a, _, m in self.axes:
+            out[a] = m
+        return tuple(out)
+
+    def _forms(self, shape) -> list[str]:
+        """Per axis: "last" | "kron" | "planes" | "transpose"."""
+        dims = list(shape)
+        forms = []
+        for a, _, m in self.axes:
+            later = dims[a + 1:]
+            if not later:
+                forms.append("last")
+            elif all(isinstance(d, int) for d in later) and prod(later) <= KRON_IDENTITY_MAX:
+                forms.append("kron")
+            elif sum(not isinstance(d, int) for d in later) <= 1:
+                forms.append("planes")
+            else:
+                forms.append("transpose")
+            dims[a] = m
+        return forms
+
+    def cost(self, shape, itemsize):
+        c = 0.0
+        cur = [_len(d) for d in shape]
+        for (a, n, m), form in zip(self.axes, self._forms(shape)):
+            t = prod(cur[a + 1:])
+            lead = prod(cur[:a])
+            nn = cur[a]
+            if form == "kron":
+                c += 3 * C.NODE + lead * nn * t * m * t / C.MAC_RATE + C.GEMM_CALL
+            elif form == "planes":
+                c += 3 * C.NODE + lead * nn * t * m / C.MAC_RATE + lead * C.GEMM_CALL
+            else:
+                c += C.NODE + lead * nn * t * m / C.MAC_RATE + C.GEMM_CALL
+                if form == "transpose":
+                    c += 2 * C.NODE + 2 * lead * (nn + m) * t * itemsize / C.BANDWIDTH
+            c += lead * (nn + m) * t * itemsize / C.BANDWIDTH
+            if n is None:
+                c += 13 * C.NODE  # building the matrix: small int64 ops
+            cur[a] = m
+        return c
+
+    def emit(self, em, x, shape, elem):
+        dims = list(shape)
+        rank = len(dims)
+        shape_of_x = em.op("Shape", [x]) if any(n is None for _, n, _ in self.axes) else None
+        cur = x
+        for (a, n, m), form in zip(self.axes, self._forms(shape)):
+            later = dims[a + 1:]
+            n_rt = _runtime_length(em, shape_of_x, a) if n is None else None
+            t = prod(later) if form == "kron" else 1
+
+            def matrix_t(t=t, n=n, m=m, n_rt=n_rt):
+                if n_rt is not None:
+                    return runtime_pooling_matrix_t(em, n_rt, m, elem, t)
+                pt = W.pooling_matrix(n, m, dtype=np.float64).T
+                return em.const("pool_matrix_t" if t == 1 else "kron_matrix_t",
+                                np.kron(pt, np.eye(t)).astype(np_dtype(elem)))
+
+            if form == "last":
+                cur = em.op("MatMul", [cur, matrix_t()])
+            elif form == "kron":
+                flat = em.op("Reshape", [cur, em.ints("shape", [0] * a + [-1])])
+                cur = em.op("MatMul", [flat, matrix_t()])
+                cur = em.op("Reshape", [cur, em.ints("shape", [0] * a + [m] + later)])
+            elif form == "planes":
+                p = (em.op("Transpose", [matrix_t()], perm=[1, 0], hint="pool_matrix") if n is None else
+                     em.const("pool_matrix", W.pooling_matrix(n, m, dtype=np.float64).astype(np_dtype(elem))))
+                if a == rank - 2:
+                    cur = em.op("MatMul", [p, cur])
+                else:
+                    flat = em.op("Reshape", [cur, em.ints("shape", [0] * a + [0, -1])])
+                    cur = em.op("MatMul", [p, flat])
+                    back = [d if isinstance(d, int) else -1 for d in later]
+                    cur = em.op("Reshape", [cur, em.ints("shape", [0] * a + [m] + back)])
+            else:
+                perm = [b for b in range(rank) if b != a] + [a]
+                cur = em.op("Transpose", [cur], perm=perm)
+                cur = em.op("MatMul", [cur, matrix_t()])
+                cur = em.op("Transpose", [cur], perm=[perm.index(b) for b in range(rank)])
+            dims[a] = m
+        return cur
+
+    @property
+    def ops(self):
+        # every form a shape could take (the symbolic leading dims are not known here)
+        out = {"MatMul", "Reshape", "Transpose"}
+        if any(n is None for _, n, _ in self.axes):
+            out |= {"Shape", "Gather", "Range", "Mul", "Add", "Sub", "Abs", "Less", "Cast", "ReduceSum", "Div"}
+        return tuple(sorted(out))
+
+
+@dataclass(frozen=True)
+class DynamicWindowMaxStep(Step):
+    """Max along one symbolic axis: Gather the runtime window table, ReduceMax over the window dim."""
+
+    axis: int
+    m: int
+
+    def out_shape(self, shape):
+        out = list(shape)
+        out[self.axis] = self.m
+        return tuple(out)
+
+    def cost(self, shape, itemsize):
+        kmax = ceil(_len(shape[self.axis]) / self.m) + 1
+        gathered = prod(_len(d) for d in self.out_shape(shape)) * kmax
+        return 16 * C.NODE + gathered / C.GATHER_RATE + 2 * gathered * itemsize / C.BANDWIDTH
+
+    def emit(self, em, x, shape, elem):
+        n = _runtime_length(em, em.op("Shape", [x]), self.axis)
+        i = np.arange(self.m, dtype=np.int64).reshape(self.m, 1)
+        m_ = _scalar(em, "m", self.m)
+        start = em.op("Div", [em.op("Mul", [n, em.const("i", i)]), m_], hint="start")  # [m, 1]
+        end = em.op("Div", [em.op("Add", [em.op("Mul", [n, em.const("i_plus_1", i + 1)]), _scalar(em, "m_minus_1", self.m - 1)]),
+                            m_], hint="end")
+        kmax = em.reduce("ReduceMax", em.op("Sub", [end, start], hint="length"), [0, 1], keepdims=0)
+        k = em.op("Range", [_scalar(em, "zero", 0), kmax, _scalar(em, "one", 1)])  # [kmax]
+        last = em.op("Sub", [end, _scalar(em, "one", 1)], hint="last")
+        idx = em.op("Add", [start, k])  # [m, kmax]
+        if em.opset >= 12:
+            table = em.op("Min", [idx, last], hint="window_table")
+        else:  # Min has no int64 before opset 12
+            table = em.op("Where", [em.op("Less", [idx, last]), idx, last], hint="window_table")
+        g = em.op("Gather", [x, table], axis=self.axis)
+        return em.reduce("ReduceMax", g, [self.axis + 1], keepdims=0)
+
+    ops = ("Shape", "Gather", "Mul", "Add", "Div", "Sub", "ReduceMax", "Range", "Min", "Less", "Where")
+
+
+class DynamicLowering(Lowering):
+    name = "dynamic"
+    summary = "windows computed at run time from Shape: runtime pooling matrices (avg) or window tables (max)"
+    dynamic = True
+    min_opset = 11  # Range
+
+    def check(self, spec):
+        if spec.kind == "max" and spec.node.indices_output:
+            return ("the indices output is read, and the dynamic lowering does not compute it "
+                    "(bind the size with --input-shape to use 'argmax')")
+        if spec.static:
+            return "every pooled axis is static (the dynamic lowering is for symbolic sizes)"
+        if spec.opset < self.min_opset:
+            return f"needs opset {self.min_opset} (Range) for symbolic sizes, the model has {spec.opset}"
+        return super().check(spec)
+
+    def _steps(self, spec):
+        changed = [a for a in axis_windows(spec) if not a.keep]
+        if not changed:
+            return [IdentityStep()]
+        steps: list[Step] = []
+        reduce = tuple(a.axis for a in changed if a.m == 1)
+        if reduce:
+            steps.append(ReduceStep("ReduceMean" if spec.kind == "avg" else "ReduceMax", reduce))
+        rest = sorted((a for a in changed if a.m != 1), key=lambda a: -a.axis)  # last axis first
+        if not rest:
+            return steps
+        if spec.kind == "avg":
+            steps.append(DynamicMatMulStep(tuple((a.axis, a.n if isinstance(a.n, int) else None, a.m)
+                                                 for a in rest), spec.ndim))
+            return steps
+        for a in rest:
+            steps.append(WindowGatherStep(a.axis, a.n, a.m) if isinstance(a.n, int)
+                         else DynamicWindowMaxStep(a.axis, a.m))
+        return steps
+
+    def steps(self, spec):
+        inner = self._steps(spec)
+        if len(inner) == 1 and isinstance(inner[0], IdentityStep):
+            return inner  # no casts around a copy
+        return super().steps(spec)

@@ -1,0 +1,307 @@
+"""Symbolic pooled axes (issue 5): the 'dynamic' lowering, --input-shape, and the check's choice of sizes.
+
+- the dynamic fixtures patch with no override and match torch's saved outputs at every saved size;
+- sweeps: bare pools exported with dynamic axes, patched once, run at EVERY size 1..4x the traced size
+  per axis against torch (max bit for bit, averages to float32 rounding);
+- --input-shape binds the sizes and a static lowering applies; the input signature is kept or restored;
+- the reasons the dynamic lowering refuses; TensorRT's lint finds no error in what it emits.
+"""
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto
+
+import onnxpoolfix
+from onnxpoolfix.errors import UnsupportedNodeError
+from onnxpoolfix.find import find_pool_nodes
+from onnxpoolfix.lowering import BY_NAME
+from onnxpoolfix.shapes import _dims, model_opset, resolve_specs
+from onnxpoolfix.tensorrt import lint_tensorrt
+
+from conftest import assert_avg_close, assert_bits_equal, leftover_nodes, make_leftover, ort_run
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
+DYNAMIC_CASES = ["dynamic_classifier", "dynamic_avg2d", "dynamic_avg2d_divisible", "dynamic_max2d",
+                 "dynamic_classifier_out_axes"]
+
+
+def _case(name):
+    return next(c for c in MANIFEST["cases"] if c["name"] == name)
+
+
+def _session(model):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.intra_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _spec(model):
+    return resolve_specs(model, find_pool_nodes(model.graph), opset=model_opset(model), target="onnxruntime")[0]
+
+
+def _sig(vis):
+    return [_dims(v.type)[1] for v in vis]
+
+
+# ---- (a) the dynamic fixtures, no override ---------------------------------------------------------------
+
+@pytest.mark.parametrize("name", DYNAMIC_CASES)
+def test_dynamic_fixture_matches_torch_at_every_saved_size(name):
+    c = _case(name)
+    model = onnx.load(FIXTURES / c["file"])
+    data = np.load(FIXTURES / c["data_file"])
+    result = onnxpoolfix.patch(model)  # check on: sizes chosen by probing the model
+    node = result.report.nodes[0]
+    assert node.lowering == "dynamic"
+    assert result.report.check_passed
+    assert len(node.checked_shapes) >= 3
+    assert any(s[0] == 2 for s in node.checked_shapes), "one check run has batch 2"
+    assert "uniform, non-uniform and upsampling" in result.report.check_note
+    assert not leftover_nodes(result.model)
+    sess = _session(result.model)
+    outs = [o.name for o in result.model.graph.output]
+    suffixes = [""] + [e["suffix"] for e in c["extra_sizes"]]
+    assert len(suffixes) >= 5
+    for suffix in suffixes:
+        feed = {name[len("input:"):len(name) - len(suffix)]: v for name, v in data.items()
+                if name.startswith("input:") and name.endswith(suffix) and ("@" in name) == bool(suffix)}
+        got = sess.run(outs, feed)
+        for o, g in zip(outs, got):
+            want = data[f"output:{o}{suffix}"]
+            if c["kind"] == "max":
+                assert_bits_equal(g, want, f"{o}{suffix}")
+            else:
+                assert_avg_close(g, want, feed["x"], rel=2e-6)
+
+
+def test_dynamic_output_dims_are_symbolic_and_downstream_value_info_not_stale():
+    model = onnx.load(FIXTURES / "dynamic_avg2d.onnx")
+    assert _sig(model.graph.output) == [(1, 2, 5, 7)]  # torch's traced shape
+    patched = onnxpoolfix.patch(model, check=False).model
+    assert _sig(patched.graph.output) == [("N", 2, 5, 7)]
+
+    # a classifier: the pooled tensor gets symbolic value_info; a stale traced value_info downstream goes;
+    # other graph outputs (logits [1, 5] as torch declared them) are left as the user exported them
+    model = onnx.load(FIXTURES / "dynamic_classifier.onnx")
+    pool = leftover_nodes(model)[0]
+    downstream = next(n for n in model.graph.node if pool.output[0] in n.input).output[0]
+    model.graph.value_info.append(onnx.helper.make_tensor_value_info(downstream, TensorProto.FLOAT, [1, 4, 6, 6]))
+    patched = onnxpoolfix.patch(model, check=False).model
+    vi = {v.name: _dims(v.type)[1] for v in patched.graph.value_info}
+    assert vi[pool.output[0]][0] == "N" and vi[pool.output[0]][1:] == (4, 6, 6)
+    assert downstream not in vi
+    assert _sig(patched.graph.output) == [(1, 5)]
+
+
+# ---- (b) sweeps: every size 1..4x traced along each axis -------------------------------------------------
+
+def _export_dynamic(torch, module, shape, *, opset=17):
+    x = torch.randn(*shape)
+    axes = {0: "N"} | {a: f"d{a}" for a in range(2, len(shape))}
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (x,), f, dynamo=False,
+                          operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH,
+                          opset_version=opset, input_names=["x"], output_names=["y"], dynamic_axes={"x": axes})
+    return onnx.load_from_string(f.getvalue())
+
+
+SWEEPS = {
+    "avg2d_5x7": ("AdaptiveAvgPool2d", (5, 7), (1, 2, 8, 9)),
+    "max2d_5x7": ("AdaptiveMaxPool2d", (5, 7), (1, 2, 8, 9)),
+    "avg1d_5": ("AdaptiveAvgPool1d", (5,), (1, 3, 7)),
+    "max3d_2x3x2": ("AdaptiveMaxPool3d", (2, 3, 2), (1, 2, 2, 3, 3)),
+    "avg3d_2x3x2": ("AdaptiveAvgPool3d", (2, 3, 2), (1, 1, 3, 2, 3)),
+}
+
+
+@pytest.mark.parametrize("name", list(SWEEPS))
+def test_dynamic_sweep_every_size(name, torch_mod):
+    torch = torch_mod
+    cls, size, traced = SWEEPS[name]
+    module = getattr(torch.nn, cls)(size).eval()
+    model = onnxpoolfix.patch(_export_dynamic(torch, module, traced), check=False).model
+    assert [n.op_type for n in model.graph.node if n.op_type in ("Loop", "If", "Einsum")] == []
+    sess = _session(model)
+    rng = np.random.default_rng(0)
+    spatial = traced[2:]
+    count = 0
+    for dims in itertools.product(*[range(1, 4 * d + 1) for d in spatial]):
+        batch = 2 if sum(dims) % 5 == 0 else 1  # some runs with batch 2
+        x = rng.standard_normal((batch, traced[1]) + dims).astype(np.float32)
+        got = sess.run(None, {"x": x})[0]
+        with torch.no_grad():
+            want = module(torch.from_numpy(x)).numpy()
+        if "max" in name:
+            assert_bits_equal(got, want, f"{name} at {x.shape}")
+        else:
+            assert_avg_close(got, want, x, rel=2e-6)
+        count += 1
+    assert count == np.prod([4 * d for d in spatial])
+
+
+def test_dynamic_none_axis_follows_the_input(torch_mod):
+    """AdaptiveAvgPool2d((None, 7)) with dynamic H/W: the None is Shape->Gather in the graph, not frozen."""
+    torch = torch_mod
+    module = torch.nn.AdaptiveAvgPool2d((None, 7)).eval()
+    result = onnxpoolfix.patch(_export_dynamic(torch, module, (1, 2, 8, 9)))
+    assert result.report.nodes[0].lowering == "dynamic"
+    sess = _session(result.model)
+    for shape in [(1, 2, 8, 9), (2, 2, 3, 20), (1, 2, 17, 4)]:
+        x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        got = sess.run(None, {"x": x})[0]
+        assert_avg_close(got, module(torch.from_numpy(x)).numpy(), x, rel=2e-6)
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE])
+@pytest.mark.parametrize("kind", ["avg", "max"])
+def test_dynamic_dtypes_pass_the_check(kind, dtype):
+    model = make_leftover(kind, ("N", 2, "H", "W"), (5, 7), dtype=dtype)
+    result = onnxpoolfix.patch(model)
+    assert result.report.nodes[0].lowering == "dynamic"
+    assert result.report.check_passed
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18, 21])
+def test_dynamic_opsets(opset):
+    for kind in ("avg", "max"):
+        result = onnxpoolfix.patch(make_leftover(kind, ("N", 3, "L"), (4,), opset=opset))
+        assert result.report.nodes[0].lowering == "dynamic" and result.report.check_passed
+
+
+# ---- (c) --input-shape: a static lowering at the bound size ----------------------------------------------
+
+def test_input_shape_binds_and_uses_a_static_lowering():
+    c = _case("dynamic_avg2d")
+    data = np.load(FIXTURES / c["data_file"])
+    result = onnxpoolfix.patch(onnx.load(FIXTURES / c["file"]), input_shapes={"x": [1, 2, 8, 9]})
+    assert result.report.nodes[0].lowering != "dynamic"
+    assert result.report.check_passed
+    # the static lowering holds at 8x9 only: the bound shape stays, and the note says why
+    assert _sig(result.model.graph.input) == [(1, 2, 8, 9)]
+    assert "kept as bound" in result.report.check_note
+    got = ort_run(result.model, {"x": data["input:x"]})[0]
+    assert_avg_close(got, data["output:y"], data["input:x"], rel=2e-6)
+
+
+def test_input_shape_restores_the_signature_when_the_pooled_axes_are_static():
+    model = make_leftover("avg", ("N", 2, 8, 9), (5, 7))
+    result = onnxpoolfix.patch(model, input_shapes={"x": [1, 2, 8, 9]})
+    assert result.report.nodes[0].lowering != "dynamic"
+    assert _sig(result.model.graph.input) == [("N", 2, 8, 9)]
+    kept = onnxpoolfix.patch(model, input_shapes={"x": [1, 2, 8, 9]}, keep_input_shapes=True)
+    assert _sig(kept.model.graph.input) == [(1, 2, 8, 9)]
+
+
+def test_cli_input_shape_and_check_shape(tmp_path):
+    from click.testing import CliRunner
+
+    from onnxpoolfix.cli import main
+
+    src = FIXTURES / "dynamic_classifier.onnx"
+    out = tmp_path / "bound.onnx"
+    r = CliRunner().invoke(main, [str(src), str(out), "--input-shape", "x:1,3,20,20", "--report",
+                                  str(tmp_path / "r.json")])
+    assert r.exit_code == 0, r.output
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["nodes"][0]["lowering"] != "dynamic" and rep["nodes"][0]["input_shape"] == [1, 4, 20, 20]
+    out2 = tmp_path / "dyn.onnx"
+    r = CliRunner().invoke(main, [str(src), str(out2), "--check-shape", "x:1,3,9,31", "--check-shape",
+                                  "x:2,3,4,4", "--report", str(tmp_path / "r2.json")])
+    assert r.exit_code == 0, r.output
+    rep = json.loads((tmp_path / "r2.json").read_text())
+    assert rep["nodes"][0]["lowering"] == "dynamic"
+    assert rep["nodes"][0]["checked_shapes"] == [[1, 4, 9, 31], [2, 4, 4, 4]]
+
+
+# ---- (d) what the dynamic lowering refuses, and the planner's message -------------------------------------
+
+def test_dynamic_check_reasons():
+    dyn = BY_NAME["dynamic"]
+    reason = dyn.check(_spec(make_leftover("max", ("N", 2, "H", "W"), (5, 7), indices="output")))
+    assert reason.startswith("the indices output is read") and "--input-shape" in reason
+    reason = dyn.check(_spec(make_leftover("avg", ("N", 2, "H", "W"), (5, 7), opset=9)))
+    assert reason == "needs opset 11 (Range) for symbolic sizes, the model has 9"
+    reason = dyn.check(_spec(make_leftover("avg", ("N", 2, 8, 9), (5, 7))))
+    assert reason == "every pooled axis is static (the dynamic lowering is for symbolic sizes)"
+    # the static lowerings refuse symbolic axes
+    spec = _spec(make_leftover("avg", ("N", 2, "H", "W"), (5, 7)))
+    assert BY_NAME["matmul"].check(spec) == "a pooled axis is symbolic; this lowering needs static sizes"
+    assert dyn.check(spec) is None
+
+
+def test_planner_error_for_symbolic_axes_is_short_with_a_hint():
+    with pytest.raises(UnsupportedNodeError) as e:
+        onnxpoolfix.patch(make_leftover("max", ("N", 2, "H", "W"), (5, 7), indices="output"))
+    msg = str(e.value)
+    assert "pooled axes H->5, W->7 are symbolic" in msg
+    assert "matmul:" not in msg and "pool:" not in msg  # not every static lowering's identical reason
+    assert "--input-shape" in e.value.hint
+    # bound, the argmax lowering computes the indices
+    result = onnxpoolfix.patch(make_leftover("max", ("N", 2, "H", "W"), (5, 7), indices="output"),
+                               input_shapes={"x": [2, 2, 11, 13]})
+    assert result.report.nodes[0].lowering == "argmax" and result.report.check_passed
+
+
+# ---- (e) TensorRT --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", DYNAMIC_CASES)
+def test_dynamic_lowering_passes_the_tensorrt_lint(name):
+    model = onnx.load(FIXTURES / _case(name)["file"])
+    result = onnxpoolfix.patch(model, target="tensorrt", check=False)
+    assert result.report.nodes[0].lowering == "dynamic"
+    errors = [f for f in lint_tensorrt(result.model) if f.severity == "error"]
+    assert errors == []
+
+
+@pytest.mark.parametrize("kind,shape,size", [("avg", ("N", 3, "L"), (5,)), ("max", ("N", 2, "D", "H", "W"), (2, 3, 4)),
+                                             ("avg", ("N", 2, "D", "H", "W"), (2, 1, 4))])
+def test_dynamic_lowering_tensorrt_lint_other_ranks(kind, shape, size):
+    result = onnxpoolfix.patch(make_leftover(kind, shape, size, opset=13), target="tensorrt", check=False)
+    assert result.report.nodes[0].lowering == "dynamic"
+    assert [f for f in lint_tensorrt(result.model) if f.severity == "error"] == []
+
+
+@pytest.mark.parametrize("shape,size,form", [
+    (("N", 2, "D", "H", "W"), (3, 5, 7), "planes"),  # D's later dims 5x7 = 35: one GEMM per plane, reshaped
+    (("N", 2, "H", "W"), (5, 20), "planes"),  # H second-to-last, later 20: P @ x
+    (("N", 2, "H", "W"), (5, 7), "kron"),
+    (("N", 2, "H", 9), (5, 7), "kron"),  # static W inside a symbolic node: constant matrix
+    (("N", 2, "H", "W"), (1, 7), "last"),  # H -> 1 is a ReduceMean
+])
+def test_dynamic_avg_axis_forms_pass_the_check(shape, size, form):
+    from onnxpoolfix.lowering.dynamic import DynamicMatMulStep
+
+    model = make_leftover("avg", shape, size)
+    spec = _spec(model)
+    step = next(s for s in BY_NAME["dynamic"].steps(spec) if isinstance(s, DynamicMatMulStep))
+    assert form in step._forms(spec.input_shape)
+    result = onnxpoolfix.patch(model)
+    assert result.report.nodes[0].lowering == "dynamic" and result.report.check_passed
+
+
+def test_dynamic_transpose_form_with_two_following_axes(torch_mod):
+    """AdaptiveAvgPool3d((3, None, None)): D pooled, H and W symbolic and kept -> Transposes around MatMul."""
+    torch = torch_mod
+    module = torch.nn.AdaptiveAvgPool3d((3, None, None)).eval()
+    result = onnxpoolfix.patch(_export_dynamic(torch, module, (1, 2, 5, 4, 3)))
+    assert result.report.nodes[0].lowering == "dynamic" and result.report.check_passed
+    assert "Transpose" in result.report.nodes[0].ops
+    sess = _session(result.model)
+    for shape in [(1, 2, 5, 4, 3), (2, 2, 2, 6, 7), (1, 2, 11, 3, 1)]:
+        x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+        assert_avg_close(sess.run(None, {"x": x})[0], module(torch.from_numpy(x)).numpy(), x, rel=2e-6)
