@@ -405,17 +405,17 @@ class NonFiniteMaxStep(Step):
             y = s.emit(em, y, sh, elem)
             sh = s.out_shape(sh)
         f32 = TensorProto.FLOAT
-        xf = x if elem == f32 else em.cast(x, f32)
+        fdt = np_dtype(elem)
         one = em.const("code_one", np.array(1.0, np.float32))
         two = em.const("code_two", np.array(2.0, np.float32))
         zero = em.const("code_zero", np.array(0.0, np.float32))
-        neg_inf = em.op("Less", [xf, em.const("lowest", np.array(np.finfo(np.float32).min, np.float32))])
-        code = em.op("Where", [em.op("IsNaN", [xf]), two, em.op("Where", [neg_inf, zero, one])])
+        # the masks are taken in x's own dtype: a float64 value below float32's range is not -inf
+        neg_inf = em.op("Less", [x, em.const("lowest", np.array(np.finfo(fdt).min, fdt))])
+        code = em.op("Where", [em.op("IsNaN", [x]), two, em.op("Where", [neg_inf, zero, one])])
         sh = shape
         for s in self.inner:
             code = s.emit(em, code, sh, f32)
             sh = s.out_shape(sh)
-        fdt = np_dtype(elem)
         y = em.op("Where", [em.op("Less", [code, em.const("half", np.array(0.5, np.float32))]),
                             em.const("minus_inf", np.array(-np.inf, fdt)), y])
         return em.op("Where", [em.op("Greater", [code, em.const("one_half", np.array(1.5, np.float32))]),
