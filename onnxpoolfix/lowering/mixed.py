@@ -56,6 +56,9 @@ class MixedLowering(_PerAxis):
             return "nothing to pool (every size is kept)"
         if spec.kind == "max" and any(a.general for a in axes):
             return "a max-pooled axis has non-uniform windows (that is 'pool_gather' or 'window_gather')"
+        if spec.kind == "max" and any(a.uniform for a in axes) and pool_rank_reason(spec):
+            # without MaxPool a uniform axis would fall to the general method, which is MatMul here
+            return pool_rank_reason(spec)
         special = [a for a in axes if a.uniform or a.upsample]
         if not special:
             return "no axis has uniform windows or an integer upsample (that is plain 'matmul')"
@@ -90,6 +93,6 @@ class WindowGatherLowering(_PerAxis):
         axes = [a for a in axis_windows(spec) if not a.keep]
         if not axes:
             return "nothing to pool (every size is kept)"
-        if not any(a.general for a in axes):
+        if not any(a.general for a in axes) and pool_rank_reason(spec) is None:
             return "no axis has non-uniform windows (that is plain 'pool' or 'resize')"
         return None
