@@ -16,9 +16,10 @@ from .errors import (  # noqa: E402
     UnsupportedNodeError,
 )
 from .report import NodeReport, PatchReport  # noqa: E402
+from .export import export  # noqa: E402  (torch is imported only when export() is called)
 
 __all__ = [
-    "patch", "patch_model", "PatchResult", "PatchReport", "NodeReport",
+    "patch", "patch_model", "export", "PatchResult", "PatchReport", "NodeReport",
     "PoolFixError", "InvalidModelError", "UnsupportedNodeError", "ShapeError", "CheckFailedError", "OutputError",
     "__version__",
 ]

@@ -5,7 +5,9 @@
 
 Exit codes: 0 success (also "nothing to patch"), 1 internal error (a bug: rerun with -v), 2 usage,
 3 IN is not a readable valid ONNX model, 4 a node cannot be lowered exactly (unsupported variant,
-unresolvable shape, too-old opset), 5 the onnxruntime check failed, 6 OUT cannot be written.
+unresolvable shape, too-old opset), 5 the onnxruntime check failed, 6 OUT cannot be written,
+7 (inspect --target tensorrt) every node can be lowered, but TensorRT's parser would reject some node of the
+patched graph.
 """
 from __future__ import annotations
 
@@ -22,6 +24,19 @@ from .errors import PoolFixError
 from .planner import STRATEGIES
 
 EXIT_INTERNAL = 1
+
+# shown by --help of the group and of `patch` (the module docstring says the same)
+EXIT_CODES_EPILOG = """\b
+Exit codes:
+  0  success (also "nothing to patch")
+  1  internal error: a bug in onnxpoolfix (rerun with -v and report it)
+  2  usage error (bad option or argument)
+  3  invalid input: IN is missing, unreadable, not ONNX, or fails the ONNX checker
+  4  cannot lower a node exactly (unsupported variant, unresolvable shape, too-old opset)
+  5  the onnxruntime check of the patched model failed (OUT is not written)
+  6  output error: OUT cannot be written (nothing is left behind)
+  7  (inspect --target tensorrt) TensorRT's parser would reject some node of the patched graph
+"""
 
 
 def parse_shapes(values: tuple[str, ...], flag: str) -> dict[str, list[int]]:
@@ -81,7 +96,7 @@ def _with_common(f):
     return f
 
 
-@click.group(cls=_PatchByDefault, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_PatchByDefault, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_EPILOG)
 @click.version_option(__version__, prog_name="onnxpoolfix")
 def main():
     """Replace PyTorch's leftover adaptive pooling nodes (org.pytorch.aten) with exact standard ONNX.
@@ -92,7 +107,7 @@ def main():
     """
 
 
-@main.command("patch")
+@main.command("patch", epilog=EXIT_CODES_EPILOG)
 @click.argument("src", metavar="IN", type=click.Path(dir_okay=True, path_type=Path))
 @click.argument("dst", metavar="OUT", type=click.Path(dir_okay=True, path_type=Path))
 @_with_common
@@ -113,19 +128,32 @@ def patch_cmd(src, dst, target, strategy, input_shape, verbose, no_check, check_
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
     try:
         from .api import patch
-        from .io import has_external_data, load_model, save_model
+        from .io import check_input_model, has_external_data, load_model, preflight_output, save_model
 
         shapes = parse_shapes(input_shape, "--input-shape")
         checks = [parse_shapes((c,), "--check-shape") for c in check_shape]
-        model = load_model(src)
+        model = load_model(src)  # external weights stay on disk: nothing below reads them but onnxruntime
+        check_input_model(model, src)
+        preflight_output(dst, source_path=src, in_place=in_place)  # fail before the work, not after it
         external = has_external_data(model)
         result = patch(model, check=not no_check, strategy=strategy, target=target, input_shapes=shapes or None,
                        keep_input_shapes=keep_input_shapes, check_shapes=checks or None, inplace=True,
                        model_dir=str(Path(src).resolve().parent) if external else None, seed=seed)
-        save_model(result.model, dst, source_path=src, save_as_external_data=save_as_external_data,
-                   in_place=in_place)
-        if report_path:
+        # the report is written once OUT is complete but before it is renamed into place: a report that
+        # cannot be written leaves no OUT, and a failed commit takes the report away again
+        written: list[Path] = []
+
+        def write_report(_tmp_model: Path) -> None:
             _write_report(report_path, result.report.to_json())
+            written.append(report_path)
+
+        try:
+            save_model(result.model, dst, source_path=src, save_as_external_data=save_as_external_data,
+                       in_place=in_place, before_commit=write_report if report_path else None)
+        except BaseException:
+            for p in written:
+                p.unlink(missing_ok=True)
+            raise
     except click.ClickException:
         raise
     except Exception as err:  # noqa: BLE001 - every failure becomes one line and an exit code
@@ -147,8 +175,18 @@ def _write_report(path: Path, text: str) -> None:
         tmp.write_text(text + "\n")
         os.replace(tmp, path)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise OutputError(f"cannot write the report {path}: {e.strerror}") from None
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise OutputError(f"cannot write the report {path}: {e.strerror or e}",
+                          "check that the report's folder exists and is writable; nothing was written") from None
+
+
+
+from .inspect import inspect_cmd  # noqa: E402  (the command lives beside its logic)
+
+main.command("inspect")(_with_common(inspect_cmd))
 
 
 if __name__ == "__main__":  # pragma: no cover
