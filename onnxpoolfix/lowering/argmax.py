@@ -39,7 +39,10 @@ class ArgMaxStep(Step):
     def cost(self, shape, isz):
         kmax = [W.max_window(n, m) for n, m in zip(self.n, self.m)]
         gathered = _elems(shape[: self.first_axis]) * prod(m * k for m, k in zip(self.m, kmax))
-        return 14 * C.NODE + gathered / C.GATHER_RATE * len(self.n) + 8 * gathered * isz / C.BANDWIDTH
+        rows = _elems(shape[: self.first_axis]) * prod(self.m)
+        # one Gather per axis, the last one element by element; ~10 elementwise passes; ArgMax per row (x2)
+        return (14 * C.NODE + gathered / C.GATHER_RATE * len(self.n) + gathered * C.GATHER_BLOCK
+                + 10 * gathered * isz / C.BANDWIDTH + 2 * rows * C.ARGMAX_ROW)
 
     ops = ("Gather", "Transpose", "Reshape", "IsNaN", "Where", "ArgMax", "Cast", "ReduceMax",
            "Greater", "Sub", "GatherElements", "Squeeze", "Add")

@@ -1,19 +1,37 @@
 """The cost model: estimated onnxruntime CPU seconds for each emitted op, in one place.
 
-Fitted to measurements on 2 cores in onnxruntime (see benchmarks/RESULTS.md). What it captures:
+Fitted by hand to benchmarks/bench.py on 2 shared cores (onnxruntime 1.32, fp32; benchmarks/RESULTS.md has
+the measurements and the planner's estimates side by side). What it captures, and what each constant was
+fitted to:
 
-- a MatMul costs its multiply-adds at ``MAC_RATE`` plus ``GEMM_CALL`` per GEMM it issues: a MatMul whose
-  right operand is a 2D constant runs as one big GEMM, one whose left operand is the constant runs one
-  GEMM per leading "plane" (that is what makes the Kronecker form win on small planes);
-- everything else is memory traffic: bytes read and written at ``BANDWIDTH``;
-- pooling ops read each window element (``POOL_RATE`` reads per second);
+- MatMul: multiply-adds at ``MAC_RATE``, slowed in proportion when the GEMM's output has fewer than
+  ``NARROW_N`` columns (MLAS computes 16-wide column strips: 128x128 -> 3 (N=9) ran at ~10 G MAC/s,
+  9x9 -> 7x7 Kronecker (N=49) and 64x64 -> 5x7 Kronecker (N=35) at ~19 G MAC/s);
+  plus ``GEMM_CALL`` per GEMM issued: ``x @ P^T`` (constant on the right) is one big GEMM, ``P @ x``
+  (constant on the left) one GEMM per leading plane (9x9 -> 7x7 on 2048 planes: ~0.3 us each);
+  plus ``PACK_ELEM`` per element of ``x`` when ``x`` is the right operand (``P @ x``): MLAS packs the
+  non-constant B matrix on every call (1x3x1024x1024 -> 7 along H: 7.0 ms, the same MACs along W: 2.0 ms,
+  i.e. ~1.5 ns per element out of cache; 1.0 ns is used so cache-resident 3D cases are not overcharged);
+- Gather: ``GATHER_RATE`` elements copied per second plus ``GATHER_BLOCK`` per contiguous block copied
+  (a Gather on the LAST axis copies element by element: 8x256x64x64 along W 86 ms, along H 7.7 ms);
+- AveragePool/MaxPool: window-element reads at ``POOL_RATE`` (1-2 spatial axes; 33x33 -> 8x8 k5 s4 on 256
+  channels ~100 us) or ``POOL_RATE_3D`` (3 spatial axes: 17^3 -> 4^3 k5 s4 on 64 channels ~600 us);
+- ArgMax: ``ARGMAX_ROW`` per reduced row (onnxruntime's ArgMax has a large per-row cost: 10x10 -> 7x7 on 512
+  channels, 25k rows of 9, ~11 ms);
+- everything else is memory traffic: bytes read and written at ``BANDWIDTH`` (a ReduceSum over 32 MB ran
+  at 7.5-10 GB/s; small tensors stay in cache and run faster, which this ignores);
 - every node costs ``NODE`` of fixed overhead.
 """
 from __future__ import annotations
 
-MAC_RATE = 60e9  # multiply-adds per second (fp32 GEMM, 2 threads)
+MAC_RATE = 20e9  # multiply-adds per second (fp32 GEMM, 2 threads, output >= NARROW_N columns)
+NARROW_N = 16  # GEMMs with fewer output columns run at MAC_RATE * N / NARROW_N
 GEMM_CALL = 0.3e-6  # seconds per GEMM issued in a batched MatMul
-BANDWIDTH = 6e9  # bytes per second for streaming ops (read + write)
-POOL_RATE = 1.5e9  # window-element reads per second in AveragePool/MaxPool
-GATHER_RATE = 1.0e9  # elements per second copied by Gather
+PACK_ELEM = 1.0e-9  # seconds per element of a non-constant right-hand MatMul operand (packing)
+BANDWIDTH = 10e9  # bytes per second for streaming ops (read + write)
+POOL_RATE = 4e9  # window-element reads per second in AveragePool/MaxPool over 1 or 2 spatial axes
+POOL_RATE_3D = 0.8e9  # the same over 3 spatial axes
+GATHER_RATE = 1.5e9  # elements per second copied by Gather
+GATHER_BLOCK = 8e-9  # seconds per contiguous block a Gather copies (block = the dims after the axis)
+ARGMAX_ROW = 0.3e-6  # seconds per row reduced by ArgMax
 NODE = 2e-6  # fixed per-node overhead

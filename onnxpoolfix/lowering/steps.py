@@ -31,6 +31,19 @@ def _elems(shape: Shape) -> int:
     return prod(_static(d) for d in shape)
 
 
+def _gather_cost(out_shape: Shape, axis: int) -> float:
+    """A Gather along ``axis`` producing ``out_shape``: elements copied plus one block per contiguous run
+    (the dims after the axis): a last-axis Gather copies element by element."""
+    out = _elems(out_shape)
+    inner = _elems(out_shape[axis + 1:]) if axis + 1 < len(out_shape) else 1
+    return out / C.GATHER_RATE + out / max(inner, 1) * C.GATHER_BLOCK
+
+
+def _gemm_seconds(macs: float, n_cols: int) -> float:
+    """GEMM time: narrow outputs (fewer than NARROW_N columns) waste part of every column strip."""
+    return macs / (C.MAC_RATE * min(1.0, max(n_cols, 1) / C.NARROW_N))
+
+
 def _reshape_keep(em: Emitter, x: str, keep: int, tail: Sequence[int]) -> str:
     """Reshape keeping the first ``keep`` dims as they are (``0`` copies a dim, even a symbolic one)."""
     return em.op("Reshape", [x, em.ints("shape", [0] * keep + list(tail))])
@@ -128,7 +141,8 @@ class PoolStep(Step):
     def cost(self, shape, itemsize):
         k, _ = self._ks(shape)
         out = _elems(self.out_shape(shape))
-        return C.NODE + out * prod(k) / C.POOL_RATE + (_elems(shape) + out) * itemsize / C.BANDWIDTH
+        rate = C.POOL_RATE_3D if len(shape) - self.first_spatial >= 3 else C.POOL_RATE
+        return C.NODE + out * prod(k) / rate + (_elems(shape) + out) * itemsize / C.BANDWIDTH
 
     def emit(self, em, x, shape, elem):
         k, s = self._ks(shape)
@@ -174,7 +188,7 @@ class GatherStep(Step):
         return tuple(out)
 
     def cost(self, shape, itemsize):
-        return C.NODE + _elems(self.out_shape(shape)) / C.GATHER_RATE
+        return C.NODE + _gather_cost(self.out_shape(shape), self.axis)
 
     def emit(self, em, x, shape, elem):
         idx = em.ints(f"{self.hint}_indices", self.indices)
@@ -208,7 +222,11 @@ class MatMulStep(Step):
         rest = _elems(shape) // self.n
         macs = rest * self.n * self.m
         out = _elems(self.out_shape(shape))
-        return (C.NODE * (1 if len(shape) - 1 - self.axis < 2 else 3) + macs / C.MAC_RATE
+        pos = len(shape) - 1 - self.axis
+        # x @ P^T: m output columns; P @ x: the plane's columns, and x (the B operand) is packed per call
+        cols = self.m if pos == 0 else _elems(shape[self.axis + 1:])
+        pack = 0.0 if pos == 0 else _elems(shape) * C.PACK_ELEM
+        return (C.NODE * (1 if pos < 2 else 3) + _gemm_seconds(macs, cols) + pack
                 + self.gemm_calls(shape) * C.GEMM_CALL + (_elems(shape) + out) * itemsize / C.BANDWIDTH)
 
     def emit(self, em, x, shape, elem):
@@ -249,7 +267,7 @@ class KroneckerStep(Step):
         planes = _elems(shape[: self.first_axis])
         macs = planes * self.matrix_entries()
         out = _elems(self.out_shape(shape))
-        return (3 * C.NODE + macs / C.MAC_RATE + C.GEMM_CALL
+        return (3 * C.NODE + _gemm_seconds(macs, prod(self.m)) + C.GEMM_CALL
                 + (_elems(shape) + out + self.matrix_entries()) * itemsize / C.BANDWIDTH)
 
     def emit(self, em, x, shape, elem):
@@ -290,11 +308,13 @@ class MaxPoolGatherStep(Step):
         kmin, starts, lasts = self._parts()
         e_in = _elems(shape)
         e_out = _elems(self.out_shape(shape))
-        c = C.NODE * 2 + 2 * e_out / C.GATHER_RATE
+        out_shape = self.out_shape(shape)
+        c = C.NODE * 2 + _gather_cost(out_shape, self.axis)
         if kmin > 1:
-            c += C.NODE + e_in * kmin / C.POOL_RATE + 2 * e_in * itemsize / C.BANDWIDTH
+            rate = C.POOL_RATE_3D if len(shape) - self.first_spatial >= 3 else C.POOL_RATE
+            c += C.NODE + e_in * kmin / rate + 2 * e_in * itemsize / C.BANDWIDTH
         if starts != lasts:
-            c += C.NODE + 2 * e_out / C.GATHER_RATE + 3 * e_out * itemsize / C.BANDWIDTH
+            c += C.NODE + _gather_cost(out_shape, self.axis) + 3 * e_out * itemsize / C.BANDWIDTH
         return c
 
     def emit(self, em, x, shape, elem):
@@ -331,8 +351,11 @@ class WindowGatherStep(Step):
 
     def cost(self, shape, itemsize):
         kmax = W.max_window(self.n, self.m)
-        gathered = _elems(self.out_shape(shape)) * kmax
-        return 2 * C.NODE + gathered / C.GATHER_RATE + 2 * gathered * itemsize / C.BANDWIDTH
+        out_shape = self.out_shape(shape)
+        gathered = _elems(out_shape) * kmax
+        # the [m, kmax] table inserts a dim: the contiguous block is still the dims after the axis
+        g_shape = tuple(out_shape[: self.axis + 1]) + (kmax,) + tuple(out_shape[self.axis + 1:])
+        return 2 * C.NODE + _gather_cost(g_shape, self.axis + 1) + 2 * gathered * itemsize / C.BANDWIDTH
 
     def emit(self, em, x, shape, elem):
         table = W.window_table(self.n, self.m)

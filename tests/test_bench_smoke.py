@@ -1,0 +1,48 @@
+"""The benchmark runs end to end on one small case and produces a complete row (not a speed test)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+
+# each test exports with dynamo (5-15 s, cached on disk by the bench after the first run)
+pytestmark = pytest.mark.slow
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("onnxpoolfix_bench", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_case_row_has_every_column(bench):
+    # a small avg case: the dynamo exporter succeeds here (the max cases exercise the "n/a" path)
+    case = bench.Case("smoke_avg", bench._avg(2, 3), (1, 8, 10, 10), "[1,8,10,10] -> 3x3")
+    row = bench.run_case(case, rounds=2, batch_s=0.001, budget_s=2.0, log=lambda *a: None)
+    cells = bench.table_row(row)
+    assert len(cells) == len(bench.COLUMNS)
+    assert all(isinstance(c, str) and c for c in cells)
+    for k in ("ours", "dynamo", "torch", "floor"):
+        assert row["t"][k] > 0, k
+    assert row["chosen"] in row["lowerings"]  # every exact lowering was timed, the chosen one included
+    assert row["fastest"] in row["lowerings"]
+    assert set(bench.targets(row)) == {"vs torch", "vs dynamo", "vs floor"}
+    md = bench.markdown([row], None, ["--cases", "smoke_avg"])
+    assert "| smoke_avg |" in md
+
+
+def test_bench_max_case_reports_dynamo_na(bench):
+    case = bench.Case("smoke_max", bench._max(2, 3), (1, 4, 10, 10), "max [1,4,10,10] -> 3x3")
+    row = bench.run_case(case, rounds=2, batch_s=0.001, budget_s=2.0, lowerings=False, log=lambda *a: None)
+    assert "dynamo" not in row["t"] and row["dynamo_why"]
+    assert bench.table_row(row)[bench.COLUMNS.index("dynamo")] == "n/a"
