@@ -116,7 +116,7 @@ class Lowering:
         inner = list(self._steps(spec))
         if (spec.kind == "max" and not self.computes_indices and spec.opset >= 9
                 and any(op in NON_FINITE_UNSAFE_MAX for s in inner for op in s.ops)):
-            inner = [NonFiniteMaxStep(tuple(inner))]  # NaN / -inf windows as torch has them
+            inner = [NonFiniteMaxStep(tuple(inner), lazy=spec.target != "tensorrt")]  # NaN/-inf as torch
         work = compute_dtype(spec)
         if work != spec.dtype:
             return [CastStep(work)] + inner + [CastStep(spec.dtype)]

@@ -399,12 +399,18 @@ NON_FINITE_UNSAFE_MAX = frozenset({"MaxPool", "GlobalMaxPool", "ReduceMax"})
 
 @dataclass(frozen=True)
 class NonFiniteMaxStep(Step):
-    """Wraps max steps so NaN and -inf come out as torch's: the same steps also run on a per-element code
-    (2 = NaN, 0 = -inf, 1 = anything else), whose window max says which windows hold a NaN (-> NaN) or
-    only -inf (-> -inf); elsewhere the inner steps' value stands (exact for those windows).
+    """Wraps max steps so NaN and -inf come out as torch's.
+
+    Exact form: the same steps also run on a per-element code (2 = NaN, 0 = -inf, 1 = anything else),
+    whose window max says which windows hold a NaN (-> NaN) or only -inf (-> -inf); elsewhere the inner
+    steps' value stands (exact for those windows). That doubles the pooling work, so with ``lazy`` (the
+    onnxruntime target) it sits in the else-branch of an If whose condition is "the input's sum is
+    finite" (one ReduceSum pass): finite inputs, nearly all of them, run only the plain steps. TensorRT
+    gets the eager form (its If is a conditional layer that evaluates both branches anyway).
     Needs opset 9 (IsNaN, Where)."""
 
     inner: tuple[Step, ...]
+    lazy: bool = False
 
     def out_shape(self, shape):
         for s in self.inner:
@@ -412,21 +418,26 @@ class NonFiniteMaxStep(Step):
         return shape
 
     def cost(self, shape, itemsize):
+        if self.lazy:  # priced for the finite path: the plain steps + one read of x + If
+            return run_cost(self.inner, shape, itemsize) + 4 * C.NODE + _elems(shape) * itemsize / C.BANDWIDTH
         out = _elems(self.out_shape(shape))
         return (2 * run_cost(self.inner, shape, itemsize) + 6 * C.NODE
                 + _elems(shape) * (itemsize + 4 * 3) / C.BANDWIDTH + out * (4 + 3 * itemsize) / C.BANDWIDTH)
 
     @property
     def ops(self):
-        return tuple(dict.fromkeys(op for s in self.inner for op in s.ops)) + ("Cast", "IsNaN", "Less", "Where",
-                                                                                 "Greater")
+        extra = ("Cast", "IsNaN", "Less", "Where", "Greater") + (("ReduceSum", "Sub", "Not", "If") if self.lazy else ())
+        return tuple(dict.fromkeys(op for s in self.inner for op in s.ops)) + extra
 
-    def emit(self, em, x, shape, elem):
-        y = x
-        sh = shape
+    def _plain(self, em, x, shape, elem):
+        y, sh = x, shape
         for s in self.inner:
             y = s.emit(em, y, sh, elem)
             sh = s.out_shape(sh)
+        return y
+
+    def _exact(self, em, x, shape, elem):
+        y = self._plain(em, x, shape, elem)
         f32 = TensorProto.FLOAT
         fdt = np_dtype(elem)
         one = em.const("code_one", np.array(1.0, np.float32))
@@ -435,11 +446,32 @@ class NonFiniteMaxStep(Step):
         # the masks are taken in x's own dtype: a float64 value below float32's range is not -inf
         neg_inf = em.op("Less", [x, em.const("lowest", np.array(np.finfo(fdt).min, fdt))])
         code = em.op("Where", [em.op("IsNaN", [x]), two, em.op("Where", [neg_inf, zero, one])])
-        sh = shape
-        for s in self.inner:
-            code = s.emit(em, code, sh, f32)
-            sh = s.out_shape(sh)
+        code = self._plain(em, code, shape, f32)
         y = em.op("Where", [em.op("Less", [code, em.const("half", np.array(0.5, np.float32))]),
                             em.const("minus_inf", np.array(-np.inf, fdt)), y])
         return em.op("Where", [em.op("Greater", [code, em.const("one_half", np.array(1.5, np.float32))]),
                                em.const("nan", np.array(np.nan, fdt)), y])
+
+    def emit(self, em, x, shape, elem):
+        if not self.lazy:
+            return self._exact(em, x, shape, elem)
+        # sum(x) is finite iff x holds no NaN/inf (an overflowing sum only sends us down the exact branch);
+        # float16 sums overflow early, so it is summed in float32
+        xs = em.cast(x, TensorProto.FLOAT) if elem == TensorProto.FLOAT16 else x
+        total = em.op("ReduceSum", [xs], keepdims=0)
+        finite = em.op("Not", [em.op("IsNaN", [em.op("Sub", [total, total])])])
+        then_branch = _branch(em, "finite_inputs", elem, lambda sub: self._plain(sub, x, shape, elem))
+        else_branch = _branch(em, "non_finite_inputs", elem, lambda sub: self._exact(sub, x, shape, elem))
+        return em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)
+
+
+def _branch(em: Emitter, hint: str, elem: int, build) -> "onnx.GraphProto":
+    """A subgraph for If, built by ``build(sub_emitter) -> output``; its constants live in the outer graph."""
+    from onnx import helper
+
+    sub = Emitter(em.prefix, em.taken, em.opset, constant_nodes=em.constant_nodes)
+    out = build(sub)
+    if out not in {o for n in sub.nodes for o in n.output}:  # a branch must produce its output itself
+        out = sub.op("Identity", [out])
+    em.initializers.extend(sub.initializers)
+    return helper.make_graph(sub.nodes, em.fresh(hint), [], [helper.make_tensor_value_info(out, elem, None)])
