@@ -142,7 +142,8 @@ class PoolStep(Step):
         k, _ = self._ks(shape)
         out = _elems(self.out_shape(shape))
         rate = C.POOL_RATE_3D if len(shape) - self.first_spatial >= 3 else C.POOL_RATE
-        return C.NODE + out * prod(k) / rate + (_elems(shape) + out) * itemsize / C.BANDWIDTH
+        big = _elems(shape) * C.POOL_OUT_OF_CACHE if _elems(shape) * itemsize > C.CACHE_BYTES else 0.0
+        return C.NODE + out * prod(k) / rate + big + (_elems(shape) + out) * itemsize / C.BANDWIDTH
 
     def emit(self, em, x, shape, elem):
         k, s = self._ks(shape)
