@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 
 import onnx
 
-from .errors import CheckFailedError, InvalidModelError, UnsupportedNodeError
+from .errors import CheckFailedError, InvalidModelError, PoolFixError, UnsupportedNodeError
 from .find import find_pool_nodes
 from .planner import AUTO, candidates, plan
 from .report import NodeReport, PatchReport
@@ -145,10 +145,43 @@ def _specs(model, nodes, *, opset, target, input_shapes, keep_input_shapes) -> t
     return specs, notes
 
 
+#: The check runs the model on random inputs: refuse it (exit 5, with the way out) when one pooled tensor
+#: alone would exceed this many elements (1 GiB of float32), rather than let onnxruntime take the machine.
+CHECK_MAX_ELEMENTS = 1 << 28
+
+
+def _refuse_huge_check(specs) -> None:
+    for s in specs:
+        for what, shape in (("input", s.input_shape), ("output", s.output_shape)):
+            n = 1
+            for d in shape:
+                n *= d if isinstance(d, int) else 2  # symbolic dims are checked at small sizes
+            if n > CHECK_MAX_ELEMENTS:
+                raise CheckFailedError(
+                    f"{s.node.label}: its {what} {s.describe_shape(shape)} has {n:.3g} elements, too many to run "
+                    f"the onnxruntime check (limit {CHECK_MAX_ELEMENTS:.3g})",
+                    "check at smaller sizes with --check-shape NAME:D0,D1,..., or skip the check with --no-check")
+
+
 def _check(model, specs, report: PatchReport, *, check_shapes, input_shapes, model_dir, seed) -> None:
-    shapes_list, note = default_check_shapes(model, specs, check_shapes=check_shapes, input_shapes=input_shapes,
-                                             model_dir=model_dir, seed=seed)
-    results = check_patched(model, specs, input_shapes=shapes_list, model_dir=model_dir, seed=seed)
+    _refuse_huge_check(specs)
+    try:
+        shapes_list, note = default_check_shapes(model, specs, check_shapes=check_shapes, input_shapes=input_shapes,
+                                                 model_dir=model_dir, seed=seed)
+        results = check_patched(model, specs, input_shapes=shapes_list, model_dir=model_dir, seed=seed)
+    except PoolFixError:
+        raise
+    except MemoryError:
+        raise CheckFailedError("not enough memory to run the onnxruntime check at the model's input sizes",
+                               "check at smaller sizes with --check-shape NAME:D0,D1,..., or skip the check with "
+                               "--no-check") from None
+    except Exception as e:  # onnxruntime refusing the model, wherever in the check it is first loaded or run
+        if not type(e).__module__.startswith("onnxruntime"):
+            raise
+        raise CheckFailedError(
+            f"onnxruntime cannot load or run the patched model: {' '.join(str(e).split())[:300]}",
+            "the rest of the model may be invalid for onnxruntime (it would refuse the original too); "
+            "skip the check with --no-check to write OUT anyway") from None
     report.checked = True
     failed = []
     for n, s in zip(report.nodes, specs):

@@ -20,9 +20,13 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .errors import UnsupportedNodeError
+from .errors import InvalidModelError, UnsupportedNodeError
 
 ATEN_DOMAIN = "org.pytorch.aten"
+# an output size beyond this is a corrupt constant (no real axis is 2**31 long), not something to lower
+_MAX_SIZE = 2**31 - 1
+_HINT_MALFORMED = "the node is not as torch exports it; re-export the model (torch.onnx.export with " \
+                  "operator_export_type=ONNX_FALLTHROUGH) or fix the node"
 _OP_RE = re.compile(r"^adaptive_(avg|max)_pool([123])d$")
 
 
@@ -81,6 +85,18 @@ class _NotConstant(Exception):
         self.what = what
 
 
+class _Malformed(Exception):
+    def __init__(self, what: str):
+        self.what = what
+
+
+def _to_array(t: onnx.TensorProto, what: str) -> np.ndarray:
+    try:
+        return numpy_helper.to_array(t)
+    except Exception as e:  # noqa: BLE001 - data that does not match dims/dtype, unknown dtype, ...
+        raise _Malformed(f"{what} is malformed ({' '.join(str(e).split())[:120]})") from None
+
+
 class _SizeEvaluator:
     """Evaluates an output-size tensor to a list of ints and :class:`InputDim` entries.
 
@@ -105,7 +121,10 @@ class _SizeEvaluator:
         if depth > 64:
             raise _NotConstant(f"'{name}' is too deep a computation")
         if name in self.initializers:
-            return numpy_helper.to_array(self.initializers[name])
+            t = self.initializers[name]
+            if t.data_location == onnx.TensorProto.EXTERNAL:  # (load_model inlines small ones)
+                raise _NotConstant(f"'{name}' is stored in external data")
+            return _to_array(t, f"initializer '{name}'")
         node = self.producers.get(name)
         if node is None:
             kind = "a graph input" if name in self.graph_inputs else "not produced by any node"
@@ -115,7 +134,9 @@ class _SizeEvaluator:
         d = depth + 1
         if op == "Constant":
             if "value" in attrs:
-                return numpy_helper.to_array(attrs["value"])
+                if attrs["value"].data_location == onnx.TensorProto.EXTERNAL:
+                    raise _NotConstant(f"the Constant '{node.name}' is stored in external data")
+                return _to_array(attrs["value"], f"the Constant '{node.name or name}'")
             for key in ("value_ints", "value_int", "value_floats", "value_float"):
                 if key in attrs:
                     return np.array(attrs[key])
@@ -178,12 +199,19 @@ def find_pool_nodes(graph: onnx.GraphProto) -> list[PoolNode]:
         name = node.name or f"{op}_{index}"
         label = f"{op} node '{name}'"
         if not node.input or not node.input[0]:
-            raise UnsupportedNodeError(f"{label} has no input tensor")
+            raise UnsupportedNodeError(f"{label} has no input tensor", _HINT_MALFORMED)
         size_attr = next((a for a in node.attribute if a.name == "output_size"), None)
         size_input = node.input[1] if len(node.input) > 1 and node.input[1] else None
         if size_input is not None:
             try:
                 value = _SizeEvaluator(graph, node.input[0]).value(size_input)
+            except _Malformed as e:
+                raise InvalidModelError(f"{label}: its output size cannot be read: {e.what}",
+                                        "the model is malformed; re-export it") from None
+            except (ValueError, IndexError, TypeError, OverflowError) as e:  # e.g. a Gather index out of range
+                raise UnsupportedNodeError(
+                    f"{label}: its output size cannot be evaluated ({' '.join(str(e).split())[:120]})",
+                    _HINT_MALFORMED) from None
             except _NotConstant as e:
                 raise UnsupportedNodeError(
                     f"{label}: its output size is not a constant ({e.what})",
@@ -193,15 +221,16 @@ def find_pool_nodes(graph: onnx.GraphProto) -> list[PoolNode]:
         elif size_attr is not None:
             value = np.array(list(size_attr.ints), dtype=np.int64)
         else:
-            raise UnsupportedNodeError(f"{label} has no output size (neither a second input nor an output_size attribute)")
+            raise UnsupportedNodeError(
+                f"{label} has no output size (neither a second input nor an output_size attribute)", _HINT_MALFORMED)
         output_size = _parse_size(value, rank, label)
 
         outputs = [o for o in node.output]
         if not outputs or not outputs[0]:
-            raise UnsupportedNodeError(f"{label} has no output")
+            raise UnsupportedNodeError(f"{label} has no output", _HINT_MALFORMED)
         expected = 2 if kind == "max" else 1
         if len(outputs) > expected:
-            raise UnsupportedNodeError(f"{label} has {len(outputs)} outputs; {op} has {expected}")
+            raise UnsupportedNodeError(f"{label} has {len(outputs)} outputs; {op} has {expected}", _HINT_MALFORMED)
         indices = outputs[1] if len(outputs) > 1 and outputs[1] else None
         unused: tuple[str, ...] = ()
         if indices is not None and indices not in readers and indices not in graph_outputs:
@@ -216,21 +245,30 @@ def _parse_size(value: np.ndarray, rank: int, label: str) -> tuple[int | InputDi
     flat = np.asarray(value).reshape(-1).tolist()
     if len(flat) != rank:
         raise UnsupportedNodeError(
-            f"{label}: output size {flat} has {len(flat)} entries; a {rank}D adaptive pool needs {rank}")
+            f"{label}: output size {_short(flat)} has {len(flat)} entries; a {rank}D adaptive pool needs {rank}",
+            _HINT_MALFORMED)
     out: list[int | InputDim] = []
     for v in flat:
         if isinstance(v, InputDim):
             out.append(v)
             continue
         if isinstance(v, float) and not (np.isfinite(v) and v == round(v)):
-            raise UnsupportedNodeError(f"{label}: output size {flat} is not integer")
+            raise UnsupportedNodeError(f"{label}: output size {_short(flat)} is not integer", _HINT_MALFORMED)
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise UnsupportedNodeError(f"{label}: output size {flat} is not integer")
+            raise UnsupportedNodeError(f"{label}: output size {_short(flat)} is not integer", _HINT_MALFORMED)
         if v < 1:
-            raise UnsupportedNodeError(f"{label}: output size {flat} has a zero or negative entry",
-                                       "every output size must be >= 1")
+            raise UnsupportedNodeError(f"{label}: output size {_short(flat)} has a zero or negative entry",
+                                       "every output size must be >= 1; re-export with the intended size")
+        if v > _MAX_SIZE:
+            raise UnsupportedNodeError(f"{label}: output size {_short(flat)} has an entry over {_MAX_SIZE}",
+                                       "no tensor axis is that long; re-export with the intended size")
         out.append(int(v))
     return tuple(out)
+
+
+def _short(values: list) -> str:
+    text = str(values)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _all_nodes(graph: onnx.GraphProto):

@@ -51,6 +51,9 @@ EXTERNAL_DATA_THRESHOLD = 1024
 #: Tensors of at least 1 MiB start at a multiple of 4 KiB in data files we write, so that onnxruntime can
 #: memory-map them.
 _ALIGN_MIN, _ALIGNMENT = 1 << 20, 4096
+#: External tensors smaller than this are read and made inline by ``load_model`` even without
+#: ``load_external_data``: they are values (output sizes, shapes) that the patch and shape inference read.
+SMALL_EXTERNAL_INLINE = 1024
 _COPY_CHUNK = 16 << 20
 _TMP_SUFFIX = ".onnxpoolfix-tmp"
 
@@ -235,6 +238,39 @@ def _copy_range(ref: _ExternalRef, dst: BinaryIO, model_name: str) -> None:
 # --------------------------------------------------------------------------------------------- loading
 
 
+_TENSOR_DATA_FIELDS = frozenset({"raw_data", "float_data", "int32_data", "string_data", "int64_data",
+                                 "double_data", "uint64_data"})
+
+
+def _invalid_utf8_field(msg, where: str = "") -> str | None:
+    """The first string field holding invalid UTF-8 (protobuf's Python runtime hands such proto2 strings back
+    as bytes, or raises, far from the load: a corrupt name would become an internal error deep inside the
+    patch). Walks every message but never touches tensor data."""
+    skip = _TENSOR_DATA_FIELDS if msg.DESCRIPTOR is TensorProto.DESCRIPTOR else ()
+    for fd in msg.DESCRIPTOR.fields:
+        if fd.name in skip:
+            continue
+        rep = _is_repeated(fd)
+        if not rep and not msg.HasField(fd.name):
+            continue
+        try:
+            value = getattr(msg, fd.name)
+            items = list(value) if rep else [value]
+        except UnicodeDecodeError:
+            return f"field {where}{fd.name}"
+        if not items:
+            continue
+        if fd.type == fd.TYPE_STRING:
+            if any(not isinstance(v, str) for v in items):
+                return f"field {where}{fd.name}"
+        elif fd.type == fd.TYPE_MESSAGE:
+            for i, v in enumerate(items):
+                bad = _invalid_utf8_field(v, f"{where}{fd.name}[{i}]." if rep else f"{where}{fd.name}.")
+                if bad:
+                    return bad
+    return None
+
+
 def _not_a_model_reason(model: ModelProto) -> str | None:
     """Why a message that parsed is not an ONNX model. Protobuf happily parses a serialised TensorProto,
     GraphProto or NodeProto (or many random byte strings) as a ModelProto: its fields land in unknown or
@@ -256,6 +292,8 @@ def load_model(path: PathLike, *, load_external_data: bool = False) -> ModelProt
 
     With ``load_external_data=False`` (the default) tensors stored in external files stay references
     (``data_location == EXTERNAL``): the graph can be patched and re-saved without reading the weights.
+    Only external tensors under ``SMALL_EXTERNAL_INLINE`` bytes (sizes and shapes, not weights) are read
+    and made inline.
     The referenced files are still checked to exist and hold the referenced byte ranges, so a broken
     model is rejected up front. The ONNX checker is not run here; see ``check_model``.
     """
@@ -298,6 +336,9 @@ def load_model(path: PathLike, *, load_external_data: bool = False) -> ModelProt
                                 _HINT_REEXPORT) from None
     finally:
         del data
+    bad_text = _invalid_utf8_field(model)
+    if bad_text:
+        raise InvalidModelError(f"{name}: is corrupt: {bad_text} is not valid UTF-8 text", _HINT_REEXPORT)
     reason = _not_a_model_reason(model)
     if reason:
         raise InvalidModelError(
@@ -308,14 +349,42 @@ def load_model(path: PathLike, *, load_external_data: bool = False) -> ModelProt
     refs = _external_refs(model, p.parent, name)
     if refs:
         logger.debug("%s: %d external tensors in %d file(s)", name, len(refs), len({r.file for r in refs.values()}))
-    if load_external_data and refs:
+    if refs:
         by_path = dict(_walk_tensors(model))
         for tpath, ref in refs.items():
-            tensor = by_path[tpath]
-            tensor.raw_data = _read_range(ref, name)
-            del tensor.external_data[:]
-            tensor.ClearField("data_location")
+            # tiny external tensors (output sizes, Reshape targets: a few bytes) are values the patch reads,
+            # not weights: bring them inline, as save_model does for onnxruntime's sake
+            if load_external_data or ref.length < SMALL_EXTERNAL_INLINE:
+                tensor = by_path[tpath]
+                tensor.raw_data = _read_range(ref, name)
+                del tensor.external_data[:]
+                tensor.ClearField("data_location")
     return model
+
+
+def _run_checker(model_or_path) -> None:
+    """``onnx.checker.check_model(..., full_check=True)`` with the C++ checker's own prints (e.g. "Warning:
+    Model contains experimental ops: ATen", written straight to file descriptor 1) sent to the log instead:
+    the tool's stdout is the report, and ``-q`` promises silence."""
+    import sys
+
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no usable fd 1: nothing to protect
+        onnx.checker.check_model(model_or_path, full_check=True)
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 1)
+        try:
+            onnx.checker.check_model(model_or_path, full_check=True)
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            sink.seek(0)
+            said = sink.read().decode("utf-8", "replace").strip()
+            if said:
+                logger.debug("onnx checker: %s", said)
 
 
 def check_model(model: ModelProto, path: PathLike | None = None) -> None:
@@ -332,13 +401,48 @@ def check_model(model: ModelProto, path: PathLike | None = None) -> None:
     if by_path and path is None:
         raise ValueError("check_model: a model with external data or over 2 GiB must be checked by path")
     try:
-        onnx.checker.check_model(str(path) if by_path else model, full_check=True)
+        _run_checker(str(path) if by_path else model)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         full = str(e).strip()
         logger.debug("%s: checker says:\n%s", name, full)
         first = full.splitlines()[0] if full else type(e).__name__
         raise InvalidModelError(f"{name}: fails the ONNX checker: {first}",
                                 "the model is malformed; re-export it or fix the exporter") from None
+
+
+_LIGHT_STUB_FILE = "onnxpoolfix-checker-stub.data"
+
+
+def check_input_model(model: ModelProto, path: PathLike) -> None:
+    """``check_model`` for a model just loaded from ``path``, without copying or serialising its weights.
+
+    With external data, the file itself is checked by path (its weights stay on disk; only the graph is
+    parsed). A self-contained model is checked as a *light* copy: every initializer over 1 KiB is replaced
+    by an external-data stub (name, dims, dtype) pointing at an empty placeholder file in a private temporary
+    folder, so a 500 MB model costs the checker a few KB. Not checked: that those initializers' bytes are
+    as long as their dims say (reading the length would copy the tensor); such a model still cannot reach
+    OUT (``save_model`` and onnxruntime's check catch it).
+    """
+    name = str(path)
+    if has_external_data(model):  # (load_model refuses files over 2 GiB, so the rest fit in memory)
+        check_model(model, path)
+        return
+    from .shapes import light_copy
+
+    light = light_copy(model, stub_location=_LIGHT_STUB_FILE)
+    with tempfile.TemporaryDirectory(prefix=".onnxpoolfix-checker-") as tmp:
+        (Path(tmp) / _LIGHT_STUB_FILE).touch()
+        light_path = Path(tmp) / Path(name).name
+        with open(light_path, "wb") as f:
+            f.write(light.SerializeToString())
+        try:
+            _run_checker(str(light_path))
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+            full = str(e).strip().replace(str(light_path), name).replace(str(tmp), str(Path(name).parent))
+            logger.debug("%s: checker says:\n%s", name, full)
+            first = full.splitlines()[0] if full else type(e).__name__
+            raise InvalidModelError(f"{name}: fails the ONNX checker: {first}",
+                                    "the model is malformed; re-export it or fix the exporter") from None
 
 
 # --------------------------------------------------------------------------------------------- serialising
@@ -366,6 +470,37 @@ def _one_field(msg, fd, value) -> bytes:
     return tmp.SerializeToString()
 
 
+class _SizeGuessWrong(Exception):
+    """A tensor's serialised size differed from the prediction made from its dims and dtype."""
+
+
+_SUB_BYTE_TYPES = frozenset(getattr(TensorProto, n) for n in ("UINT4", "INT4", "FLOAT4E2M1", "UINT2", "INT2",
+                                                              "FLOAT6E2M3", "FLOAT6E3M2") if hasattr(TensorProto, n))
+_GUESS_MIN = 1 << 16  # below this, ByteSize() is cheap enough to be exact
+_RAW_DATA_TAG = bytes([TensorProto.RAW_DATA_FIELD_NUMBER << 3 | 2])
+
+
+def _guess_tensor_size(value) -> int | None:
+    """The serialised size of a big raw_data TensorProto, predicted without encoding (or copying) its
+    bytes: its other fields' size + the raw_data field for dims x itemsize bytes. None when not applicable
+    (not a tensor, small, no raw_data, sub-byte or variable-size dtype)."""
+    if value.DESCRIPTOR is not TensorProto.DESCRIPTOR or not value.HasField("raw_data"):
+        return None
+    if value.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
+        return None
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(value.data_type).itemsize
+    except Exception:  # noqa: BLE001 - unknown dtype: let ByteSize decide
+        return None
+    if value.data_type in _SUB_BYTE_TYPES:
+        return None
+    n = math.prod(value.dims) * itemsize
+    if n < _GUESS_MIN:
+        return None
+    meta = _metadata_copy(value, skip=("raw_data",))
+    return meta.ByteSize() + len(_RAW_DATA_TAG) + len(_varint(n)) + n
+
+
 class _Emitter:
     """Serialise a ModelProto to a file piece by piece, substituting some TensorProtos.
 
@@ -374,10 +509,16 @@ class _Emitter:
     output is byte-identical to ``SerializeToString()`` when nothing is substituted (unknown fields of
     messages written field by field are dropped; ONNX files do not use them)."""
 
-    def __init__(self, replacements: dict[TensorPath, TensorProto]):
+    def __init__(self, replacements: dict[TensorPath, TensorProto], *, guess: bool = True):
         self._repl = replacements
         self._inner = {p[:k] for p in replacements for k in range(len(p))}
         self._sizes: dict[TensorPath, int] = {}
+        # Sizes of big raw_data tensors are predicted from dims x dtype (``_guess_tensor_size``) instead of
+        # ``ByteSize()``, which upb computes by encoding the whole tensor (seconds per 400 MB). ``write``
+        # serialises every tensor anyway and raises ``_SizeGuessWrong`` if a prediction was off (a malformed
+        # tensor), before anything is committed; the caller then starts over with ``guess=False``.
+        self._guess = guess
+        self._guessed: dict[TensorPath, int] = {}
 
     def _descend(self, msg, path: TensorPath) -> bool:
         return msg.DESCRIPTOR in _STRUCTURAL or path in self._inner
@@ -397,7 +538,11 @@ class _Emitter:
             elif value.DESCRIPTOR in _CONTAINERS and self._descend(value, sub):
                 n = self.size(value, sub)
             else:
-                n = value.ByteSize()
+                n = _guess_tensor_size(value) if self._guess else None
+                if n is None:
+                    n = value.ByteSize()
+                else:
+                    self._guessed[sub] = n
             total += len(_varint(fd.number << 3 | 2)) + len(_varint(n)) + n
         self._sizes[path] = total
         return total
@@ -414,17 +559,28 @@ class _Emitter:
                 self.write(f, value, sub)
                 continue
             data = (self._repl[sub] if sub in self._repl else value).SerializeToString()
+            if sub in self._guessed and len(data) != self._guessed[sub]:
+                raise _SizeGuessWrong(f"tensor at {sub}: {len(data)} bytes, predicted {self._guessed[sub]}")
             f.write(tag + _varint(len(data)))
             f.write(data)
             del data
 
 
-def _external_stub(tensor: TensorProto, entries: dict[str, str]) -> TensorProto:
-    """A copy of ``tensor``'s metadata (name, dims, type, ...) pointing at external data, without its data."""
+def _metadata_copy(tensor: TensorProto, skip=_DATA_FIELDS) -> TensorProto:
+    """A copy of ``tensor`` without the fields in ``skip``. Fields are read one by one through the
+    descriptor: ``ListFields()`` would materialise (copy) the data fields too."""
     stub = TensorProto()
-    for fd, value in tensor.ListFields():
-        if fd.name in _DATA_FIELDS:
+    for fd in TensorProto.DESCRIPTOR.fields:
+        if fd.name in skip:
             continue
+        if _is_repeated(fd):
+            value = getattr(tensor, fd.name)
+            if not len(value):
+                continue
+        elif not tensor.HasField(fd.name):
+            continue
+        else:
+            value = getattr(tensor, fd.name)
         if _is_repeated(fd):
             field = getattr(stub, fd.name)
             if fd.type == fd.TYPE_MESSAGE:
@@ -436,6 +592,12 @@ def _external_stub(tensor: TensorProto, entries: dict[str, str]) -> TensorProto:
             getattr(stub, fd.name).CopyFrom(value)
         else:
             setattr(stub, fd.name, value)
+    return stub
+
+
+def _external_stub(tensor: TensorProto, entries: dict[str, str]) -> TensorProto:
+    """A copy of ``tensor``'s metadata (name, dims, type, ...) pointing at external data, without its data."""
+    stub = _metadata_copy(tensor)
     for key, val in entries.items():
         entry = stub.external_data.add()
         entry.key, entry.value = key, val
@@ -562,6 +724,24 @@ def _check_out_path(out: Path) -> Path:
     return folder
 
 
+def _refuse_input_as_output(out: Path, src: Path | None, in_place: bool) -> None:
+    if src is not None and _same_file(out, src) and not in_place:
+        raise OutputError(f"{out}: is the input model itself; refusing to overwrite it",
+                          "choose another output path, or pass --in-place to replace the input")
+
+
+def preflight_output(out_path: PathLike, *, source_path: PathLike | None = None, in_place: bool = False) -> None:
+    """The checks ``save_model`` makes on OUT before it writes anything, made up front so that a bad OUT
+    fails in milliseconds and not after a long patch and check. Writes nothing. ``save_model`` still makes
+    them again (and is the real test of writability: permissions can lie, e.g. read-only mounts)."""
+    out = Path(out_path)
+    folder = _check_out_path(out)
+    _refuse_input_as_output(out, Path(source_path) if source_path is not None else None, in_place)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"{out}: cannot write to folder {folder} (permission denied)",
+                          "check the folder's permissions, or choose another output path")
+
+
 def save_model(
     model: ModelProto,
     out_path: PathLike,
@@ -600,9 +780,7 @@ def save_model(
     out = Path(out_path)
     folder = _check_out_path(out)
     src = Path(source_path) if source_path is not None else None
-    if src is not None and _same_file(out, src) and not in_place:
-        raise OutputError(f"{out}: is the input model itself; refusing to overwrite it",
-                          "choose another output path, or pass --in-place to replace the input")
+    _refuse_input_as_output(out, src, in_place)
     model_name = str(src) if src is not None else "model"
 
     refs: dict[TensorPath, _ExternalRef] = {}
@@ -682,14 +860,22 @@ def save_model(
             data_written = writer.used
 
         emitter = _Emitter(replacements) if replacements else estimate
-        size = emitter.size(model)
-        if size > PROTOBUF_LIMIT:
-            raise OutputError(f"{out}: the model is {size / 2**30:.2f} GiB even with its tensors in external data, "
-                              "over protobuf's 2 GiB limit", "the graph itself is too large for one ONNX file")
-        with open(tmp_model, "xb") as f:
-            emitter.write(f, model)
-            f.flush()
-            os.fsync(f.fileno())
+        for attempt in ("predicted sizes", "exact sizes"):
+            size = emitter.size(model)
+            if size > PROTOBUF_LIMIT:
+                raise OutputError(f"{out}: the model is {size / 2**30:.2f} GiB even with its tensors in external "
+                                  "data, over protobuf's 2 GiB limit", "the graph itself is too large for one ONNX file")
+            try:
+                with open(tmp_model, "wb") as f:
+                    emitter.write(f, model)
+                    f.flush()
+                    os.fsync(f.fileno())
+                break
+            except _SizeGuessWrong as e:  # a tensor whose data does not match its dims: size it exactly
+                if attempt == "exact sizes":
+                    raise
+                logger.debug("%s: %s; writing again with exact sizes", out, e)
+                emitter = _Emitter(replacements, guess=False)
         written = os.path.getsize(tmp_model)
         if written != size:  # a serialiser bug must never produce a silently corrupt file
             raise OutputError(f"{out}: internal error: wrote {written} bytes, expected {size}",

@@ -25,6 +25,10 @@ Dim = int | str | None  # int: static; str: a symbolic name; None: unknown
 # (Reshape targets, Slice bounds, ...). Larger ones are weights, whose values it never needs.
 _KEEP_INITIALIZER_BYTES = 1024
 
+#: Longest pooled axis (input length or output size) lowered. The exact lowerings build per-axis window
+#: tables and matrices (output x input entries): a length beyond this is a corrupt dim, not a real model.
+MAX_POOLED_LENGTH = 1 << 24
+
 SUPPORTED_DTYPES = {
     TensorProto.FLOAT: "float32",
     TensorProto.FLOAT16: "float16",
@@ -95,10 +99,18 @@ class PoolSpec:
 
     @property
     def dtype_name(self) -> str:
-        return SUPPORTED_DTYPES.get(self.dtype, TensorProto.DataType.Name(self.dtype).lower())
+        return SUPPORTED_DTYPES.get(self.dtype, dtype_name(self.dtype).lower())
 
     def describe_shape(self, shape: Sequence[Dim]) -> str:
         return "x".join("?" if d is None else str(d) for d in shape)
+
+
+def dtype_name(elem: int) -> str:
+    """``TensorProto.DataType.Name``, also for values no onnx version defines (corrupt files)."""
+    try:
+        return TensorProto.DataType.Name(elem)
+    except ValueError:
+        return f"unknown dtype {elem}"
 
 
 def model_opset(model: onnx.ModelProto) -> int:
@@ -135,8 +147,22 @@ def _copy_field(dst, field, value) -> None:
         setattr(dst, field.name, value)
 
 
-def light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy for shape inference with the large initializers' bytes dropped (dims and dtype kept)."""
+def _small(t: TensorProto) -> bool:
+    """At most ``_KEEP_INITIALIZER_BYTES`` of data, judged from dims x dtype: ``ByteSize()`` would encode
+    the whole tensor (upb keeps no cached size), which costs seconds on a 400 MB weight."""
+    if t.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
+        return t.ByteSize() <= _KEEP_INITIALIZER_BYTES
+    n = 1
+    for d in t.dims:
+        n *= d
+    return n * 8 <= _KEEP_INITIALIZER_BYTES  # 8 bytes: the widest common element
+
+
+def light_copy(model: onnx.ModelProto, stub_location: str = "onnxpoolfix-dropped-for-shape-inference"
+               ) -> onnx.ModelProto:
+    """A copy for shape inference with the large initializers' bytes dropped (dims and dtype kept): they
+    become external-data references to ``stub_location`` (a file that never exists, unless the caller
+    makes one for the ONNX checker). No tensor's bytes are read or copied for those."""
     light = onnx.ModelProto()
     graph = model.graph
     # copy everything but the initializers field by field, so the weights are never duplicated
@@ -148,7 +174,7 @@ def light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
         if field.name != "initializer":
             _copy_field(g, field, value)
     for t in graph.initializer:
-        if t.data_location == TensorProto.EXTERNAL or t.ByteSize() <= _KEEP_INITIALIZER_BYTES:
+        if t.data_location == TensorProto.EXTERNAL or _small(t):
             g.initializer.append(t)
         else:
             stub = g.initializer.add()
@@ -156,7 +182,7 @@ def light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
             stub.dims.extend(t.dims)
             stub.data_location = TensorProto.EXTERNAL
             entry = stub.external_data.add()
-            entry.key, entry.value = "location", "onnxpoolfix-dropped-for-shape-inference"
+            entry.key, entry.value = "location", stub_location
     return light
 
 
@@ -167,17 +193,21 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int
     for name, dims in shapes.items():
         if name not in inputs or name in init_names:
             real = [n for n in inputs if n not in init_names]
-            raise ShapeError(f"--input-shape names '{name}', which is not a graph input (inputs: {', '.join(real)})")
+            raise ShapeError(f"--input-shape names '{name}', which is not a graph input (inputs: {', '.join(real)})",
+                             "use the name of a graph input (onnxpoolfix inspect IN lists them)")
         vi = inputs[name]
         _, old = _dims(vi.type)
         if old is not None and len(old) != len(dims):
             raise ShapeError(f"--input-shape {name}:{','.join(map(str, dims))} has rank {len(dims)}; "
-                             f"the model's input '{name}' has rank {len(old)}")
+                             f"the model's input '{name}' has rank {len(old)}",
+                             f"give all {len(old)} dims of '{name}'")
         for axis, (o, n) in enumerate(zip(old or (), dims)):
             if n < 1:
-                raise ShapeError(f"--input-shape {name}: dim {axis} is {n}; sizes must be >= 1")
+                raise ShapeError(f"--input-shape {name}: dim {axis} is {n}; sizes must be >= 1",
+                                 "give positive sizes")
             if isinstance(o, int) and o != n:
-                raise ShapeError(f"--input-shape {name}: dim {axis} is fixed to {o} in the model, not {n}")
+                raise ShapeError(f"--input-shape {name}: dim {axis} is fixed to {o} in the model, not {n}",
+                                 f"give {o} for dim {axis}: only symbolic dims can be bound")
         shape = vi.type.tensor_type.shape
         shape.ClearField("dim")
         for n in dims:
@@ -235,7 +265,25 @@ def output_shape(node: PoolNode, input_shape: Sequence[Dim]) -> tuple[Dim, ...]:
     r, k = len(input_shape), node.rank
     if r < k + 1:
         raise UnsupportedNodeError(
-            f"{node.label}: input has rank {r}; {node.op} needs rank {k + 1} (unbatched) or {k + 2}")
+            f"{node.label}: input has rank {r}; {node.op} needs rank {k + 1} (unbatched) or {k + 2}",
+            "the model's shapes are inconsistent with the pooling op; re-export it, or fix the input's "
+            "declared shape (or bind it with --input-shape)")
+    for axis, d in enumerate(input_shape):
+        if isinstance(d, int) and d < 1:
+            raise UnsupportedNodeError(
+                f"{node.label}: its input {'x'.join(map(str, input_shape))} has an axis of length {d}",
+                "an empty (or negative) axis is a broken declared shape; fix the model's input shape, or bind "
+                "it with --input-shape NAME:D0,D1,...")
+        if isinstance(d, int) and axis >= r - k and d > MAX_POOLED_LENGTH:
+            raise UnsupportedNodeError(
+                f"{node.label}: its input's pooled axis {axis} has length {d}, beyond the {MAX_POOLED_LENGTH} "
+                "onnxpoolfix lowers", "check the model's declared input shape (a corrupt dim?), or bind it "
+                "with --input-shape NAME:D0,D1,...")
+    for size in node.output_size:
+        if isinstance(size, int) and size > MAX_POOLED_LENGTH:
+            raise UnsupportedNodeError(
+                f"{node.label}: output size {size} is beyond the {MAX_POOLED_LENGTH} onnxpoolfix lowers",
+                "check the output size constant (a corrupt value?); re-export with the intended size")
     out = list(input_shape[: r - k])
     for j, size in enumerate(node.output_size):
         axis = r - k + j
@@ -243,7 +291,9 @@ def output_shape(node: PoolNode, input_shape: Sequence[Dim]) -> tuple[Dim, ...]:
             a = size.axis + r if size.axis < 0 else size.axis
             if a != axis:
                 raise UnsupportedNodeError(
-                    f"{node.label}: output size entry {j} is the input's dim {size.axis}, not the pooled axis {axis}")
+                    f"{node.label}: output size entry {j} is the input's dim {size.axis}, not the pooled axis {axis}",
+                    "only 'same as the input' (None in torch) along the pooled axis itself is supported; "
+                    "re-export with a fixed output size")
             out.append(input_shape[axis])
         else:
             out.append(size)
@@ -265,7 +315,7 @@ def resolve_specs(model: onnx.ModelProto, nodes: Sequence[PoolNode], *, opset: i
                 continue
             if elem not in SUPPORTED_DTYPES:
                 raise UnsupportedNodeError(
-                    f"{n.label}: input dtype {TensorProto.DataType.Name(elem)} is not supported",
+                    f"{n.label}: input dtype {dtype_name(elem)} is not supported",
                     "adaptive pooling takes float32, float16, bfloat16 or float64")
             out = output_shape(n, dims)
             specs[n.index] = PoolSpec(n, tuple(dims), out, elem, opset, target)

@@ -1,0 +1,142 @@
+"""``--report FILE`` writes JSON that matches the schema documented in onnxpoolfix/report.py, key by key and
+type by type; ``-q`` prints nothing on success."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import onnxpoolfix
+from onnxpoolfix import report as report_mod
+from onnxpoolfix.cli import main
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+NUM = (int, float)
+OPT_NUM = (int, float, type(None))
+TOP = {
+    "schema_version": int, "tool": str, "version": str, "status": str, "checked": bool,
+    "check_passed": (bool, type(None)), "check_note": str, "opset": int, "target": str, "nodes": list,
+    "totals": dict,
+}
+NODE = {
+    "name": str, "op": str, "kind": str, "encoding": str, "input_shape": list, "output_shape": list,
+    "lowering": str, "why": str, "ops": list, "indices": str, "max_error": OPT_NUM, "tolerance": OPT_NUM,
+    "checked_shapes": list,
+}
+TOTALS = {"nodes": int, "max_error": OPT_NUM, "by_lowering": dict}
+
+
+def _is(value, types) -> bool:
+    types = types if isinstance(types, tuple) else (types,)
+    if bool in types or not isinstance(value, bool):  # a bool is not an int here
+        return isinstance(value, types)
+    return False
+
+
+def validate(doc: dict) -> None:
+    assert set(doc) == set(TOP), f"top-level keys {sorted(doc)} != {sorted(TOP)}"
+    for k, t in TOP.items():
+        assert _is(doc[k], t), f"{k}: {doc[k]!r} is not {t}"
+    assert doc["schema_version"] == report_mod.SCHEMA_VERSION == 1
+    assert doc["tool"] == "onnxpoolfix" and doc["version"] == onnxpoolfix.__version__
+    assert doc["status"] in ("patched", "nothing-to-patch")
+    assert doc["target"] in ("onnxruntime", "tensorrt")
+    assert (doc["check_passed"] is None) == (not doc["checked"])
+    assert (doc["status"] == "patched") == bool(doc["nodes"])
+    for n in doc["nodes"]:
+        assert set(n) == set(NODE), f"node keys {sorted(n)} != {sorted(NODE)}"
+        for k, t in NODE.items():
+            assert _is(n[k], t), f"node {k}: {n[k]!r} is not {t}"
+        assert n["kind"] in ("avg", "max") and n["encoding"] in ("aten-op", "ATen-attr")
+        assert n["indices"] in ("computed", "dropped", "none")
+        assert re.fullmatch(r"adaptive_(avg|max)_pool[123]d", n["op"])
+        for d in n["input_shape"] + n["output_shape"]:
+            assert d is None or isinstance(d, str) or (isinstance(d, int) and not isinstance(d, bool)), d
+        assert n["ops"] and all(isinstance(o, str) for o in n["ops"])
+        assert all(isinstance(s, list) and all(isinstance(d, int) for d in s) for s in n["checked_shapes"])
+        if doc["checked"]:
+            assert n["max_error"] is not None and n["tolerance"] is not None and n["checked_shapes"]
+            assert n["max_error"] <= n["tolerance"]
+        else:
+            assert n["max_error"] is None and n["tolerance"] is None and n["checked_shapes"] == []
+    t = doc["totals"]
+    assert set(t) == set(TOTALS)
+    for k, ty in TOTALS.items():
+        assert _is(t[k], ty), f"totals {k}: {t[k]!r}"
+    assert t["nodes"] == len(doc["nodes"])
+    assert t["by_lowering"] == {lw: sum(n["lowering"] == lw for n in doc["nodes"])
+                                for lw in {n["lowering"] for n in doc["nodes"]}}
+    errs = [n["max_error"] for n in doc["nodes"] if n["max_error"] is not None]
+    assert t["max_error"] == (max(errs) if errs else None)
+
+
+def test_every_documented_key_is_validated() -> None:
+    """The schema in report.py's docstring and this test's tables name the same keys."""
+    doc = report_mod.__doc__
+    for key in list(TOP) + list(NODE) + list(TOTALS):
+        assert f'"{key}"' in doc, f"{key} is not documented in report.py"
+
+
+@pytest.mark.parametrize("fixture, args", [
+    ("small_convnet", []),
+    ("small_convnet", ["--no-check"]),
+    ("pyramid_pooling", []),
+    ("max2d_indices_output", []),
+    ("dynamic_avg2d", []),
+    ("aten_attr_encoding", ["--target", "tensorrt"]),
+])
+def test_report_matches_schema(tmp_path: Path, fixture: str, args: list[str]) -> None:
+    out, rep = tmp_path / "out.onnx", tmp_path / "report.json"
+    result = CliRunner().invoke(main, [str(FIXTURES / f"{fixture}.onnx"), str(out), "--report", str(rep), *args])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(rep.read_text())
+    validate(doc)
+    assert doc["status"] == "patched" and doc["checked"] == ("--no-check" not in args)
+    assert doc["check_passed"] is (None if "--no-check" in args else True)
+
+
+def test_report_nothing_to_patch(tmp_path: Path) -> None:
+    import onnx
+
+    m = onnx.load(FIXTURES / "small_convnet.onnx")
+    patched = onnxpoolfix.patch(m).model
+    src = tmp_path / "clean.onnx"
+    onnx.save(patched, src)
+    rep = tmp_path / "r.json"
+    result = CliRunner().invoke(main, [str(src), str(tmp_path / "o.onnx"), "--report", str(rep)])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(rep.read_text())
+    validate(doc)
+    assert doc["status"] == "nothing-to-patch" and doc["nodes"] == [] and doc["totals"]["nodes"] == 0
+
+
+def test_no_report_when_the_patch_fails(tmp_path: Path) -> None:
+    rep = tmp_path / "r.json"
+    (tmp_path / "bad.onnx").write_bytes(b"garbage")
+    result = CliRunner().invoke(main, [str(tmp_path / "bad.onnx"), str(tmp_path / "o.onnx"), "--report", str(rep)])
+    assert result.exit_code == 3
+    assert not rep.exists()
+
+
+def test_quiet_prints_nothing_on_success(tmp_path: Path) -> None:
+    """As a real process: nothing on stdout or stderr, including what the C++ checker would print for the
+    experimental ATen op."""
+    for fixture in ("small_convnet", "aten_attr_default_domain"):
+        out = tmp_path / f"{fixture}.onnx"
+        p = subprocess.run([sys.executable, "-m", "onnxpoolfix", str(FIXTURES / f"{fixture}.onnx"), str(out), "-q"],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert (p.stdout, p.stderr) == ("", ""), (p.stdout, p.stderr)
+        assert out.exists()
+
+
+def test_quiet_still_reports_errors(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, [str(tmp_path / "missing.onnx"), str(tmp_path / "o.onnx"), "-q"])
+    assert result.exit_code == 3 and result.stdout == ""
+    assert result.stderr.startswith("onnxpoolfix: error:")
