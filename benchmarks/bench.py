@@ -389,6 +389,16 @@ def run_case(case: Case, rounds: int = 15, batch_s: float = 0.02, budget_s: floa
             row["dynamo_why"] = f"onnxruntime failed: {str(e).splitlines()[0][:120]}"
     cands["torch"] = torch_runner(module, x)
     cands["floor"] = ort_runner(floor_model(case.input_shape), xn)
+    if case.dynamic_axes:
+        # the same module exported and patched statically at the run size: what the dynamic lowering costs
+        static = onnxpoolfix.patch(export_fallthrough(module, x), check=False)
+        row["static_chosen"] = "+".join(sorted({n.lowering for n in static.report.nodes})) or "(exporter)"
+        cands["static"] = ort_runner(static.model, xn)
+        with torch.no_grad():
+            want = [t.numpy() for t in _as_tuple(module(x))]
+        row["ours_error"] = _max_error(session(ours).run(None, {"x": xn}), want)
+        if "dynamo" in cands:
+            row["dynamo_error"] = _max_error(session(dyn).run(None, {"x": xn}), want)
 
     forced: list[str] = []
     if lowerings and n_left:
@@ -413,6 +423,8 @@ def run_case(case: Case, rounds: int = 15, batch_s: float = 0.02, budget_s: floa
     row["ours_vs_torch"] = ratio(vals, "ours", "torch")
     row["dynamo_vs_ours"] = ratio(vals, "dynamo", "ours")
     row["ours_vs_floor"] = ratio(vals, "ours", "floor")
+    if case.dynamic_axes:
+        row["ours_vs_static"] = ratio(vals, "ours", "static")
     row["lowerings"] = {n: t[f"lw:{n}"] for n in forced}
     if forced:
         fastest = min(forced, key=lambda n: t[f"lw:{n}"])
@@ -427,6 +439,14 @@ def run_case(case: Case, rounds: int = 15, batch_s: float = 0.02, budget_s: floa
     else:
         row["fastest"], row["chosen_vs_fastest"], row["choice_ok"] = None, None, None
     return row
+
+
+def _as_tuple(out):
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _max_error(got, want) -> float:
+    return max(float(np.abs(g.astype(np.float64) - w).max()) for g, w in zip(got, want))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -538,6 +558,16 @@ def print_table(rows, out=print):
             out("  ".join("-" * w for w in widths))
 
 
+def _sections_owned_elsewhere(path: Path) -> str:
+    """Sections of an existing RESULTS.md written by other scripts (bench_tool_cost.py's "Tool cost"),
+    kept as they are when this script rewrites its own part."""
+    if not path.exists():
+        return ""
+    text = path.read_text()
+    start = text.find("\n## Tool cost")
+    return "" if start < 0 else "\n" + text[start + 1:].rstrip() + "\n"
+
+
 def markdown(rows, fixture, args) -> str:
     L = []
     L.append("# onnxpoolfix benchmark results\n")
@@ -588,6 +618,25 @@ def markdown(rows, fixture, args) -> str:
         L.append(f"| {r['case']} | {tg['vs torch']} ({rx(r.get('ours_vs_torch'))}) | {tg['vs dynamo']} "
                  f"({rx(r.get('dynamo_vs_ours'))}) | {tg['vs floor']} ({rx(r.get('ours_vs_floor'))}) | {dg} |")
     L.append("")
+    dyn_rows = [r for r in rows if r.get("static_chosen")]
+    if dyn_rows:
+        L.append("## Dynamic H/W: one patched file, run at a size it was not traced at\n")
+        L.append("Exported with dynamic H/W at the traced size, patched once (the `dynamic` lowering), run at "
+                 "the run size; **static** = the same module exported and patched at the run size; "
+                 "**dynamo** = the dynamo exporter's dynamic export of the same module, run at the run size. "
+                 "Errors are max |output - torch| at the run size.\n")
+        L.append("| case | traced -> run | ours (dynamic) | static (same size) | dynamic/static | ours error | "
+                 "dynamo | dynamo error | torch |")
+        L.append("|---|---|---|---|---|---|---|---|---|")
+        for r in dyn_rows:
+            t = r["t"]
+            dyn_err = r.get("dynamo_error")
+            dyn_t = us(t["dynamo"]) if "dynamo" in t else f"n/a ({r['dynamo_why']})".replace("|", "/")
+            L.append(f"| {r['case']} | {r['desc']} | {us(t['ours'])} | {us(t['static'])} ({r['static_chosen']}) | "
+                     f"{rx(r.get('ours_vs_static'))} | {r['ours_error']:.1e} | {dyn_t} | "
+                     f"{'-' if dyn_err is None else f'{dyn_err:.1e}' + (' WRONG' if dyn_err > 1e-4 else '')} | "
+                     f"{us(t['torch'])} |")
+        L.append("")
     if fixture:
         f = fixture
         t = f["t"]
@@ -685,7 +734,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n{time.perf_counter() - t_start:.0f}s in all")
     out = args.out or (None if (args.quick or args.cases) else str(ROOT / "benchmarks" / "RESULTS.md"))
     if out:
-        Path(out).write_text(markdown(rows, fixture, list(argv if argv is not None else sys.argv[1:])))
+        text = markdown(rows, fixture, list(argv if argv is not None else sys.argv[1:]))
+        Path(out).write_text(text + _sections_owned_elsewhere(Path(out)))
         print(f"wrote {out}")
     return 0
 

@@ -32,7 +32,7 @@ from .. import windows as W
 from ..emit import Emitter, np_dtype
 from . import cost as C
 from .base import Lowering, axis_windows
-from .steps import IdentityStep, ReduceStep, Step, WindowGatherStep
+from .steps import IdentityStep, ReduceStep, Step, WindowGatherStep, gather_window_max
 
 Shape = tuple
 
@@ -223,10 +223,9 @@ class DynamicWindowMaxStep(Step):
             table = em.op("Min", [idx, last], hint="window_table")
         else:  # Min has no int64 before opset 12
             table = em.op("Where", [em.op("Less", [idx, last]), idx, last], hint="window_table")
-        g = em.op("Gather", [x, table], axis=self.axis)
-        return em.reduce("ReduceMax", g, [self.axis + 1], keepdims=0)
+        return gather_window_max(em, x, table, self.axis, len(shape))
 
-    ops = ("Shape", "Gather", "Mul", "Add", "Div", "Sub", "ReduceMax", "Range", "Min", "Less", "Where")
+    ops = ("Shape", "Gather", "Mul", "Add", "Div", "Sub", "ReduceMax", "Range", "Min", "Less", "Where", "Transpose")
 
 
 class DynamicLowering(Lowering):

@@ -354,16 +354,35 @@ class WindowGatherStep(Step):
         kmax = W.max_window(self.n, self.m)
         out_shape = self.out_shape(shape)
         gathered = _elems(out_shape) * kmax
+        if self.axis == len(shape) - 1:  # moved to the front first (see emit): block = everything else
+            moved = (out_shape[-1], kmax) + tuple(out_shape[:-1])
+            transposes = 2 * C.NODE + (_elems(shape) + _elems(out_shape)) * 2 * itemsize / C.BANDWIDTH
+            return 2 * C.NODE + transposes + _gather_cost(moved, 1) + 2 * gathered * itemsize / C.BANDWIDTH
         # the [m, kmax] table inserts a dim: the contiguous block is still the dims after the axis
         g_shape = tuple(out_shape[: self.axis + 1]) + (kmax,) + tuple(out_shape[self.axis + 1:])
         return 2 * C.NODE + _gather_cost(g_shape, self.axis + 1) + 2 * gathered * itemsize / C.BANDWIDTH
 
     def emit(self, em, x, shape, elem):
-        table = W.window_table(self.n, self.m)
-        g = em.op("Gather", [x, em.const("window_table", table)], axis=self.axis)
-        return em.reduce("ReduceMax", g, [self.axis + 1], keepdims=0)
+        table = em.const("window_table", W.window_table(self.n, self.m))
+        return gather_window_max(em, x, table, self.axis, len(shape))
 
-    ops = ("Gather", "ReduceMax")
+    ops = ("Gather", "ReduceMax", "Transpose")
+
+
+def gather_window_max(em: Emitter, x: str, table: str, axis: int, rank: int) -> str:
+    """``ReduceMax(Gather(x, table, axis))`` over the window dim.
+
+    onnxruntime's Gather along the LAST axis copies element by element (10x slower than along any other
+    axis), so a last axis is first moved to the front, where every index copies one contiguous block, and
+    moved back after the ReduceMax (measured 725 -> 309 us for 1x256x33x33 -> 8 along W).
+    """
+    if axis != rank - 1:
+        g = em.op("Gather", [x, table], axis=axis)
+        return em.reduce("ReduceMax", g, [axis + 1], keepdims=0)
+    front = em.op("Transpose", [x], perm=[rank - 1] + list(range(rank - 1)))
+    g = em.op("Gather", [front, table], axis=0)
+    r = em.reduce("ReduceMax", g, [1], keepdims=0)
+    return em.op("Transpose", [r], perm=list(range(1, rank)) + [0])
 
 
 def run_cost(steps: Sequence[Step], shape: Shape, itemsize: int) -> float:
