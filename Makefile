@@ -29,6 +29,10 @@ test-all: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py
 
+## bench-tool: the tool's own time and peak memory on a generated 550 MB model vs onnx.load + onnx.save
+bench-tool: $(STAMP)
+	$(PY) benchmarks/bench_tool_cost.py
+
 fixtures: $(STAMP)
 	$(PY) fixtures/make_fixtures.py
 

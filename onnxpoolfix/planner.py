@@ -79,11 +79,12 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
 def describe_axes(spec: PoolSpec) -> str:
     """Per pooled axis: ``15->7 uniform k3 s2``, ``9->7 non-uniform``, ``H->7 symbolic``."""
     from .lowering.base import AxisWindows
+    from .report import dim_label
 
     parts = []
     for a, n, m in zip(spec.axes, spec.in_sizes, spec.out_sizes):
         if isinstance(n, int) and isinstance(m, int):
             parts.append(AxisWindows(a, n, m).describe())
         else:
-            parts.append(f"{n or '?'}->{m or '?'} symbolic")
+            parts.append(f"{dim_label(n)}->{dim_label(m)} symbolic")
     return ", ".join(parts)

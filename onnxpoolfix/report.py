@@ -115,4 +115,11 @@ class PatchReport:
 
 
 def _shape(dims) -> str:
-    return "x".join("?" if d is None else str(d) for d in dims)
+    return "x".join(dim_label(d) for d in dims)
+
+
+def dim_label(d) -> str:
+    """A dim for people: its value, its symbolic name, or '?' (onnx names unnamed dims ``unk__N``)."""
+    if d is None or (isinstance(d, str) and d.startswith("unk__")):
+        return "?"
+    return str(d)
