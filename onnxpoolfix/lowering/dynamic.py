@@ -32,7 +32,7 @@ from .. import windows as W
 from ..emit import Emitter, np_dtype
 from . import cost as C
 from .base import Lowering, axis_windows
-from .steps import IdentityStep, ReduceStep, Step, WindowGatherStep, gather_window_max
+from .steps import IdentityStep, OneAxisStep, ReduceStep, Step, WindowGatherStep, gather_window_max
 
 Shape = tuple
 
@@ -192,16 +192,12 @@ class DynamicMatMulStep(Step):
 
 
 @dataclass(frozen=True)
-class DynamicWindowMaxStep(Step):
+class DynamicWindowMaxStep(OneAxisStep):
     """Max along one symbolic axis: Gather the runtime window table, ReduceMax over the window dim."""
 
     axis: int
     m: int
 
-    def out_shape(self, shape):
-        out = list(shape)
-        out[self.axis] = self.m
-        return tuple(out)
 
     def cost(self, shape, itemsize):
         kmax = ceil(_len(shape[self.axis]) / self.m) + 1

@@ -66,6 +66,15 @@ class Step:
         raise NotImplementedError
 
 
+class OneAxisStep(Step):
+    """A step that maps one axis (``self.axis``) to length ``self.m`` and leaves the others."""
+
+    def out_shape(self, shape):
+        out = list(shape)
+        out[self.axis] = self.m
+        return tuple(out)
+
+
 @dataclass(frozen=True)
 class IdentityStep(Step):
     def out_shape(self, shape):
@@ -199,7 +208,7 @@ class GatherStep(Step):
 
 
 @dataclass(frozen=True)
-class MatMulStep(Step):
+class MatMulStep(OneAxisStep):
     """Average along one axis as ``P @ x``: the general exact form (any n -> m).
 
     Last axis: ``x @ P^T`` (one big GEMM). Second-to-last: ``P @ x`` (one GEMM per plane). Earlier axes:
@@ -210,10 +219,6 @@ class MatMulStep(Step):
     n: int
     m: int
 
-    def out_shape(self, shape):
-        out = list(shape)
-        out[self.axis] = self.m
-        return tuple(out)
 
     def gemm_calls(self, shape) -> int:
         pos = len(shape) - 1 - self.axis
@@ -283,7 +288,7 @@ class KroneckerStep(Step):
 
 
 @dataclass(frozen=True)
-class MaxPoolGatherStep(Step):
+class MaxPoolGatherStep(OneAxisStep):
     """Max along one axis with non-uniform windows: ``M = MaxPool(kmin, stride 1)``, then
     ``max(M[start_i], M[end_i - kmin])``. Exact: every window is covered by those two kmin-windows because
     the longest window is at most twice the shortest. Needs the input to be N, C, spatial."""
@@ -300,10 +305,6 @@ class MaxPoolGatherStep(Step):
         lasts = tuple(e - kmin for _, e in w)
         return kmin, starts, lasts
 
-    def out_shape(self, shape):
-        out = list(shape)
-        out[self.axis] = self.m
-        return tuple(out)
 
     def cost(self, shape, itemsize):
         kmin, starts, lasts = self._parts()
@@ -337,7 +338,7 @@ class MaxPoolGatherStep(Step):
 
 
 @dataclass(frozen=True)
-class WindowGatherStep(Step):
+class WindowGatherStep(OneAxisStep):
     """Max along one axis via the window table: Gather ``[m, kmax]`` indices (short windows padded with
     their own last index), then ReduceMax over the window dim. Exact for any windows and any rank."""
 
@@ -345,10 +346,6 @@ class WindowGatherStep(Step):
     n: int
     m: int
 
-    def out_shape(self, shape):
-        out = list(shape)
-        out[self.axis] = self.m
-        return tuple(out)
 
     def cost(self, shape, itemsize):
         kmax = W.max_window(self.n, self.m)
