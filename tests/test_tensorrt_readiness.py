@@ -1,0 +1,33 @@
+"""Every benchmark case's patched model passes the TensorRT lint, for both targets.
+
+(The fixtures are linted in tests/test_inspect.py and tests/test_dynamic.py.) With --target tensorrt no
+lowering may emit anything the parser rejects; the default onnxruntime target may add an If (the lazy
+NaN/inf guard of max pooling), which the parser also accepts.
+"""
+from __future__ import annotations
+
+import pytest
+
+import onnxpoolfix
+from onnxpoolfix.tensorrt import lint_tensorrt
+from tests.conftest import make_leftover
+
+# the shapes of benchmarks/bench.py's cases (kind, input shape, output size)
+BENCH_CASES = [
+    ("avg", (1, 2048, 9, 9), (7, 7)), ("avg", (1, 512, 10, 10), (7, 7)), ("avg", (8, 256, 64, 64), (5, 7)),
+    ("avg", (1, 512, 64, 64), (3, 3)), ("avg", (1, 512, 64, 64), (6, 6)), ("avg", (1, 64, 4, 5), (6, 6)),
+    ("avg", (1, 256, 33, 33), (8, 8)), ("avg", (32, 64, 128, 128), (3, 3)), ("avg", (1, 3, 1024, 1024), (7, 7)),
+    ("avg", (1, 2048, 7, 7), (1, 1)), ("avg", (16, 256, 1000), (30,)), ("avg", (1, 64, 17, 17, 17), (4, 4, 4)),
+    ("max", (1, 512, 10, 10), (7, 7)), ("max", (8, 256, 64, 64), (5, 7)), ("max", (1, 256, 33, 33), (8, 8)),
+]
+
+
+@pytest.mark.parametrize("target", ["tensorrt", "onnxruntime"])
+@pytest.mark.parametrize("kind,shape,size", BENCH_CASES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
+def test_benchmark_models_pass_the_tensorrt_lint(kind, shape, size, target):
+    model = make_leftover(kind, shape, size)
+    patched = onnxpoolfix.patch(model, check=False, target=target).model
+    errors = [f for f in lint_tensorrt(patched) if f.severity == "error"]
+    assert errors == [], errors
+    if target == "tensorrt":
+        assert not any(n.op_type in ("If", "Loop", "Scan") for n in patched.graph.node)
