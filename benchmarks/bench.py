@@ -658,28 +658,28 @@ def markdown(rows, fixture, args) -> str:
     return "\n".join(L) + "\n"
 
 
-NOTES = """## Notes (analysis written for the run that produced this file; numbers move on a shared machine)
+NOTES = """## Notes (analysis of the run that produced this file; numbers move on a shared machine)
 
-- **torch column**: on 2 shared cores torch's 2 OpenMP threads stall ~5-10 ms per call whenever another
-  tenant holds a core (even the fastest call of a batch); onnxruntime with spinning off does not. Quiet runs
-  measured torch at 250-1100 us on the small cases. So "torch/ours" is only meaningful for large inputs
-  here; on those we are at par or better for average pooling (64x64->5x7 0.9-1.4x, 1D 1.1x, 128->3 2x,
-  1024->7 5x) and **2.7x slower for max 64x64->5x7** (see below).
-- **vs dynamo**: met (>= 3x) wherever dynamo decomposes; it cannot export max or 3D pooling at all, and
-  1024->7 would unroll 148x148 window terms (export not attempted). Where dynamo emits a plain op the
-  TorchScript exporter already lowered the node too (psp_60, avg_global: nothing for us to patch): the
-  exporter's GlobalAveragePool/AveragePool graph is 1.3-2.7x slower than dynamo's ReduceMean/AveragePool
-  there. Not our node, but patching it to ReduceMean would close that gap (DESIGN.md).
-- **vs read-once floor (inputs >= 4 MB)**: met for 128->3 (1.2x), 1024->7 (2.3x); missed for
-  64x64->5x7 avg (4.7-7x: two GEMM passes on a 32 MB tensor at ~20 G MAC/s), 1D 1000->30 (6x: the
-  GEMM has N=30, ~15 G MAC/s), psp_64 (37x: the exporter's own GlobalAveragePool on 512 channels runs
-  ~3 ms; our two nodes take ~3-4 ms), and max 64x64->5x7 (22x).
-- **max pooling is slow** because (1) the NaN/-inf wrapper (NonFiniteMaxStep) runs every max step twice
-  plus 4 elementwise passes: 33x33->8x8 MaxPool alone is 92 us, wrapped 720-1200 us; (2) a Gather on the
-  LAST axis copies element by element in onnxruntime (8x256x64x64 along W: 86 ms, along H: 7.7 ms).
-- **choice misses**: avg_64to5x7 chose mixed (AveragePool k(1,10) s(1,9) + MatMul): the strided 1-axis
-  AveragePool runs ~3x slower than the model's POOL_RATE; avg1d_1000to30: kronecker and matmul are the
-  same single MatMul in 1D, the 1.2x is noise.
+- **Planner**: the chosen lowering was the fastest forced one (within 15%) in every case where we patch a
+  node (17 of 17; psp_64's two nodes took different lowerings, each the fastest for its node).
+- **vs torch**: faster or at par everywhere we patch, except avg1d_1000to30 (2.8x slower: one
+  [4096,1000] x [1000,30] GEMM does 30x the useful multiply-adds, at N=30 where MLAS runs ~15 G MAC/s,
+  while torch sums each window once) and dyn_avg_up4x5to6 (41 us vs 28 us: a 64x4x5 input where the ~30
+  tiny nodes that build the runtime pooling matrix dominate). avg_global and psp_60 hold no node of ours:
+  the exporter's own GlobalAveragePool/AveragePool is what runs there (ReduceMean would be faster).
+- **vs dynamo**: >= 3x wherever it emits a decomposition (3.4x to 42x); it cannot export max or 3D pooling,
+  and 1024->7 would unroll 148x148 window terms (not attempted). Its dynamic export is WRONG away from the
+  traced size (dyn_avg_64to5x7: error 0.15), ours exact at every size.
+- **vs the read-once floor (>= 4 MB)**: met for 64x64->5x7 avg (1.4x), 128->3 (1.0x), 1024->7 (0.8x: the
+  floor is a ReduceSum that is itself not free), dynamic 64x64->5x7 (2.5x); missed for 1D 1000->30 (4.7x,
+  the GEMM above), max 64x64->5x7 (4.0x: two window gathers + reductions over 32 MB) and psp_64 (13.6x:
+  four nodes read the same 8 MB input, two of them the exporter's own pools).
+- **dynamic vs static at the same size**: 1.2x and 1.6x for averages with real work; 2.4x (max 33->8,
+  where the static lowering is one MaxPool, impossible with runtime windows) and 3.1x on the 64x4x5 input
+  (fixed per-node overhead of computing the windows at run time, ~25 us).
+- **What made max fast**: the NaN/-inf-exact path runs only when a ReduceSum over the input is not finite
+  (an If; before, it ran always and made max 8-13x slower), and a window Gather on the last axis first
+  moves that axis to the front (onnxruntime's last-axis Gather copies element by element: 10x slower).
 """
 
 
