@@ -13,8 +13,6 @@ float32 result).
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from dataclasses import dataclass, field
 from math import prod, sqrt
 from typing import Mapping, Sequence
@@ -84,16 +82,11 @@ def _session(model: onnx.ModelProto, model_dir: str | None):
     so = ort.SessionOptions()
     so.log_severity_level = 3  # the declared output shapes of dynamic exports are often stale; not our news
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if model_dir is None:
-        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    # external data resolves relative to the model file: write the graph (weights stay external) beside it
-    fd, path = tempfile.mkstemp(suffix=".onnx", prefix=".onnxpoolfix-check-", dir=model_dir)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(model.SerializeToString())
-        return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    finally:
-        os.unlink(path)
+    if model_dir is not None:
+        # external data resolves against this folder: the graph is passed as bytes (weights stay on disk),
+        # so nothing is written next to IN, which may be read-only
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path", str(model_dir))
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
 _EPS = {TensorProto.FLOAT: 2.0 ** -23, TensorProto.DOUBLE: 2.0 ** -52,
