@@ -103,3 +103,16 @@ def test_patch_does_not_modify_its_argument():
     before = model.SerializeToString()
     onnxpoolfix.patch_model(model)
     assert model.SerializeToString() == before
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["kind"] == "avg"][:6] + [c for c in CASES if c["kind"] == "max"],
+                         ids=lambda c: c["name"])
+def test_patched_graph_has_no_dead_nodes(case):
+    """onnx-graphsurgeon's cleanup (the usual post-surgery pass) finds nothing left to remove: no dead
+    replacement nodes, no orphaned size constants, no dangling initializers."""
+    gs = pytest.importorskip("onnx_graphsurgeon")
+    patched = onnxpoolfix.patch_model(onnx.load(FIXTURES / case["file"]), check=False)
+    graph = gs.import_onnx(patched)
+    nodes, tensors = len(graph.nodes), len(graph.tensors())
+    graph.cleanup(remove_unused_graph_inputs=False)
+    assert (len(graph.nodes), len(graph.tensors())) == (nodes, tensors)
