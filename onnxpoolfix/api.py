@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 import onnx
 
 from .errors import CheckFailedError, InvalidModelError, PoolFixError, UnsupportedNodeError
-from .find import find_pool_nodes
+from .find import find_pool_nodes, is_pool_leftover
 from .planner import AUTO, candidates, plan
 from .report import NodeReport, PatchReport
 from .rewrite import apply_plans
@@ -64,6 +64,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         raise InvalidModelError("the model has no graph")
     opset = model_opset(model)
     report = PatchReport(opset=opset, target=target)
+    model, inlined = _inline_functions_holding_leftovers(model)
     nodes = find_pool_nodes(model.graph)
     if not nodes:
         report.check_note = "nothing to patch"
@@ -71,6 +72,8 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
 
     specs, notes = _specs(model, nodes, opset=opset, target=target, input_shapes=input_shapes,
                           keep_input_shapes=keep_input_shapes)
+    if inlined:
+        notes.insert(0, f"inlined the local function(s) {', '.join(inlined)} that held leftovers")
     plans = [_plan(s, strategy) for s in specs]
     emitted = apply_plans(model, plans)
     for p, ops in zip(plans, emitted):
@@ -112,6 +115,19 @@ def _no_lowering_hint(spec: PoolSpec) -> str:
     if not spec.static:
         return bind
     return "this variant is not supported; please report it with the model (rerun with -v)"
+
+
+def _inline_functions_holding_leftovers(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """Exports with ``export_modules_as_functions`` hide leftovers inside model-local functions, where
+    nothing can replace them per call site: inline those functions first (onnx's own inliner)."""
+    holders = [f.name for f in model.functions if any(is_pool_leftover(n) for n in f.node)]
+    if not holders:
+        return model, []
+    from onnx import inliner
+
+    logger.debug("inlining local functions %s", holders)
+    return inliner.inline_selected_functions(model, [(f.domain, f.name) for f in model.functions
+                                                     if f.name in holders]), holders
 
 
 def patch_model(model: onnx.ModelProto, **kwargs) -> onnx.ModelProto:

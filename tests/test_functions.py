@@ -1,0 +1,51 @@
+"""Leftovers hidden in model-local functions (torch's export_modules_as_functions) are inlined and patched,
+never silently left behind."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxpoolfix
+from onnxpoolfix import reference
+from onnxpoolfix.find import ATEN_DOMAIN
+
+
+def _model_with_function() -> onnx.ModelProto:
+    size = helper.make_node("Constant", [], ["size"], value=numpy_helper.from_array(np.array([5, 7], np.int64)))
+    pool = helper.make_node("adaptive_avg_pool2d", ["fx", "size"], ["fy"], domain=ATEN_DOMAIN)
+    relu = helper.make_node("Relu", ["fy"], ["fz"])
+    fn = helper.make_function("local", "Block", ["fx"], ["fz"], [size, pool, relu],
+                              [helper.make_opsetid("", 17), helper.make_opsetid(ATEN_DOMAIN, 1)])
+    call = helper.make_node("Block", ["x"], ["y"], domain="local", name="block0")
+    graph = helper.make_graph([call], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8, 9])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 5, 7])])
+    return helper.make_model(graph, functions=[fn], opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid(ATEN_DOMAIN, 1), helper.make_opsetid("local", 1)])
+
+
+def test_leftover_inside_a_local_function_is_inlined_and_patched():
+    result = onnxpoolfix.patch(_model_with_function())
+    assert result.report.status == "patched" and result.report.check_passed
+    assert "inlined" in result.report.check_note
+    model = result.model
+    assert not model.functions or not any(n.domain == ATEN_DOMAIN for f in model.functions for n in f.node)
+    assert not any(n.domain in (ATEN_DOMAIN, "local") for n in model.graph.node)
+    x = np.random.default_rng(0).standard_normal((2, 3, 8, 9)).astype(np.float32)
+    (y,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    want = np.maximum(reference.adaptive_avg_pool(x, (5, 7)), 0)
+    np.testing.assert_allclose(y, want, rtol=0, atol=1e-6)
+
+
+def test_cli_patches_a_function_wrapped_leftover(tmp_path):
+    from click.testing import CliRunner
+
+    from onnxpoolfix.cli import main
+
+    src, dst = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(_model_with_function(), src)
+    result = CliRunner().invoke(main, [str(src), str(dst)])
+    assert result.exit_code == 0, result.output
+    assert "inlined the local function(s) Block" in result.output
+    assert not any(n.domain == ATEN_DOMAIN for n in onnx.load(dst).graph.node)
