@@ -67,3 +67,23 @@ def test_half_precision_average_rounds_like_torch():
     # torch accumulates in float32 and rounds once; the reference rounds the float64 mean once
     np.testing.assert_allclose(got.astype(np.float32), expected.astype(np.float32), rtol=0,
                                atol=float(np.finfo(np.float16).eps) * np.abs(x.astype(np.float32)).max())
+
+
+@pytest.mark.parametrize("shape,out", CASES)
+def test_separable_max_values_equal_the_joint_windows(shape, out):
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    x.reshape(-1)[::7] = np.nan
+    x.reshape(-1)[::11] = -np.inf
+    joint, _ = R.adaptive_max_pool(x, out)
+    assert np.array_equal(R.adaptive_max_pool_values(x, out), joint, equal_nan=True)
+
+
+def test_large_outputs_match_torch():
+    # per-axis pooling makes this ~2k slices rather than 900k windows (the check uses these functions)
+    x = np.random.default_rng(5).standard_normal((1, 1, 500, 600)).astype(np.float32)
+    y = R.adaptive_avg_pool(x, (1000, 900))
+    v = R.adaptive_max_pool_values(x, (1000, 900))
+    assert y.shape == v.shape == (1, 1, 1000, 900)
+    expected = F.adaptive_avg_pool2d(torch.from_numpy(x), (1000, 900)).numpy()
+    np.testing.assert_allclose(y, expected, rtol=0, atol=1e-6)
+    assert np.array_equal(v, F.adaptive_max_pool2d(torch.from_numpy(x), (1000, 900)).numpy())
