@@ -180,7 +180,8 @@ def _refuse_huge_check(specs) -> None:
 
 
 def _check(model, specs, report: PatchReport, *, check_shapes, input_shapes, model_dir, seed) -> None:
-    _refuse_huge_check(specs)
+    if not check_shapes:  # sizes the user chose are the user's call
+        _refuse_huge_check(specs)
     try:
         shapes_list, note = default_check_shapes(model, specs, check_shapes=check_shapes, input_shapes=input_shapes,
                                                  model_dir=model_dir, seed=seed)
