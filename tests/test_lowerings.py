@@ -385,3 +385,20 @@ def test_opsets_auto(opset, kind, shape, size):
         x[..., :1] = -np.inf
         x[0, 0, 0, -1] = np.nan
     check_numeric(res.model, kind, x, size)
+
+
+@pytest.mark.parametrize("shape,size", [((2, 3, 1000), (30,)), ((2, 3, 12, 5), (8, 5)), ((1, 2, 6, 24), (4, 18)),
+                                        ((2, 2, 3, 12, 4), (3, 8, 4))])
+def test_matmul_block_form_for_periodic_windows(shape, size):
+    """gcd(n, m) > 1: P is block-diagonal; the block form must give the reference's averages."""
+    from onnxpoolfix.lowering.steps import MatMulStep
+
+    model = make_leftover("avg", shape, size)
+    res = patch(model, check=True, strategy="matmul")
+    assert res.report.check_passed
+    x = rand(shape, F32)
+    check_numeric(res.model, "avg", x, size)
+    if shape == (2, 3, 1000):  # 1000 -> 30 repeats every 100 inputs / 3 outputs: the block form wins
+        assert MatMulStep(2, 1000, 30).period(shape) == 10
+        (init,) = [t for t in res.model.graph.initializer if "pool_block" in t.name]
+        assert list(init.dims) == [100, 3]

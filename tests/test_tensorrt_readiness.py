@@ -10,7 +10,7 @@ import pytest
 
 import onnxpoolfix
 from onnxpoolfix.tensorrt import lint_tensorrt
-from tests.conftest import make_leftover
+from conftest import make_leftover
 
 # the shapes of benchmarks/bench.py's cases (kind, input shape, output size)
 BENCH_CASES = [

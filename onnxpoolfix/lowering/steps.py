@@ -10,7 +10,7 @@ only needs the pooled axes to be static; leading dims are copied with Reshape's 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import prod
+from math import gcd, prod
 from typing import Sequence
 
 import numpy as np
@@ -213,39 +213,55 @@ class MatMulStep(OneAxisStep):
 
     Last axis: ``x @ P^T`` (one big GEMM). Second-to-last: ``P @ x`` (one GEMM per plane). Earlier axes:
     reshape so the axis is second-to-last, multiply, reshape back.
+
+    Block form: with g = gcd(n, m) > 1 the windows repeat every p = n/g inputs and q = m/g outputs, and no
+    window crosses a period (window i ends at ceil((i+1)p/q) <= p within its period), so P is
+    block-diagonal, ``I_g (x) P[:q, :p]``. Reshaping the axis to [g, p] and multiplying by the small block
+    does g times fewer multiply-adds (1D 1000 -> 30: 3.2 ms -> 2.0 ms). Used where the cost model says so.
     """
 
     axis: int
     n: int
     m: int
 
-
-    def gemm_calls(self, shape) -> int:
+    def _cost(self, shape, itemsize, g: int) -> float:
         pos = len(shape) - 1 - self.axis
-        return 1 if pos == 0 else _elems(shape[: self.axis])
+        q = self.m // g
+        macs = _elems(shape) * q  # every input element meets the q columns of its block
+        out = _elems(self.out_shape(shape))
+        # x @ P^T: q output columns; P @ x: the plane's columns, and x (the B operand) is packed per call
+        cols = q if pos == 0 else _elems(shape[self.axis + 1:])
+        pack = 0.0 if pos == 0 else _elems(shape) * C.PACK_ELEM
+        calls = 1 if pos == 0 else _elems(shape[: self.axis]) * g
+        nodes = 1 if pos < 2 and g == 1 else 3
+        return (C.NODE * nodes + _gemm_seconds(macs, cols) + pack + calls * C.GEMM_CALL
+                + (_elems(shape) + out) * itemsize / C.BANDWIDTH)
+
+    def period(self, shape) -> int:
+        """g for the block form, 1 for the full matrix: whichever the cost model prefers."""
+        g = gcd(self.n, self.m)
+        return g if g > 1 and self._cost(shape, 4, g) < self._cost(shape, 4, 1) else 1
 
     def cost(self, shape, itemsize):
-        rest = _elems(shape) // self.n
-        macs = rest * self.n * self.m
-        out = _elems(self.out_shape(shape))
-        pos = len(shape) - 1 - self.axis
-        # x @ P^T: m output columns; P @ x: the plane's columns, and x (the B operand) is packed per call
-        cols = self.m if pos == 0 else _elems(shape[self.axis + 1:])
-        pack = 0.0 if pos == 0 else _elems(shape) * C.PACK_ELEM
-        return (C.NODE * (1 if pos < 2 else 3) + _gemm_seconds(macs, cols) + pack
-                + self.gemm_calls(shape) * C.GEMM_CALL + (_elems(shape) + out) * itemsize / C.BANDWIDTH)
+        return self._cost(shape, itemsize, self.period(shape))
 
     def emit(self, em, x, shape, elem):
-        p = W.pooling_matrix(self.n, self.m, dtype=np.float64).astype(np_dtype(elem))
+        g = self.period(shape)
+        n, m = self.n // g, self.m // g
+        p = W.pooling_matrix(self.n, self.m, dtype=np.float64)[:m, :n].astype(np_dtype(elem))
         pos = len(shape) - 1 - self.axis
-        if pos == 0:
+        tail = list(shape[self.axis + 1:])
+        if g == 1 and pos == 0:
             return em.op("MatMul", [x, em.const("pool_matrix_t", p.T)])
-        if pos == 1:
+        if g == 1 and pos == 1:
             return em.op("MatMul", [em.const("pool_matrix", p), x])
-        tail = shape[self.axis + 1:]
-        flat = _reshape_keep(em, x, self.axis, [self.n, -1])
-        y = em.op("MatMul", [em.const("pool_matrix", p), flat])
-        return _reshape_keep(em, y, self.axis, [self.m] + list(tail))
+        if pos == 0:
+            blocks = _reshape_keep(em, x, self.axis, [g, n])
+            y = em.op("MatMul", [blocks, em.const("pool_block_t", p.T)])
+        else:
+            blocks = _reshape_keep(em, x, self.axis, ([g] if g > 1 else []) + [n, -1])
+            y = em.op("MatMul", [em.const("pool_block" if g > 1 else "pool_matrix", p), blocks])
+        return _reshape_keep(em, y, self.axis, [self.m] + tail)
 
     @property
     def ops(self):
