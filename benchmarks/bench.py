@@ -662,24 +662,26 @@ NOTES = """## Notes (analysis of the run that produced this file; numbers move o
 
 - **Planner**: the chosen lowering was the fastest forced one (within 15%) in every case where we patch a
   node (17 of 17; psp_64's two nodes took different lowerings, each the fastest for its node).
-- **vs torch**: faster or at par everywhere we patch, except avg1d_1000to30 (2.8x slower: one
-  [4096,1000] x [1000,30] GEMM does 30x the useful multiply-adds, at N=30 where MLAS runs ~15 G MAC/s,
-  while torch sums each window once) and dyn_avg_up4x5to6 (41 us vs 28 us: a 64x4x5 input where the ~30
-  tiny nodes that build the runtime pooling matrix dominate). avg_global and psp_60 hold no node of ours:
-  the exporter's own GlobalAveragePool/AveragePool is what runs there (ReduceMean would be faster).
-- **vs dynamo**: >= 3x wherever it emits a decomposition (3.4x to 42x); it cannot export max or 3D pooling,
-  and 1024->7 would unroll 148x148 window terms (not attempted). Its dynamic export is WRONG away from the
-  traced size (dyn_avg_64to5x7: error 0.15), ours exact at every size.
-- **vs the read-once floor (>= 4 MB)**: met for 64x64->5x7 avg (1.4x), 128->3 (1.0x), 1024->7 (0.8x: the
-  floor is a ReduceSum that is itself not free), dynamic 64x64->5x7 (2.5x); missed for 1D 1000->30 (4.7x,
-  the GEMM above), max 64x64->5x7 (4.0x: two window gathers + reductions over 32 MB) and psp_64 (13.6x:
-  four nodes read the same 8 MB input, two of them the exporter's own pools).
-- **dynamic vs static at the same size**: 1.2x and 1.6x for averages with real work; 2.4x (max 33->8,
-  where the static lowering is one MaxPool, impossible with runtime windows) and 3.1x on the 64x4x5 input
-  (fixed per-node overhead of computing the windows at run time, ~25 us).
-- **What made max fast**: the NaN/-inf-exact path runs only when a ReduceSum over the input is not finite
-  (an If; before, it ran always and made max 8-13x slower), and a window Gather on the last axis first
-  moves that axis to the front (onnxruntime's last-axis Gather copies element by element: 10x slower).
+- **vs torch**: faster or at par wherever we patch a node, except the tiny dynamic 64x4x5 -> 6x6 case
+  (57 us vs 29 us: the ~25 small nodes that compute the windows at run time dominate such a small input).
+  avg_global and psp_60 hold no node of ours: the exporter's own GlobalAveragePool/AveragePool runs there
+  (dynamo's ReduceMean is faster: patching exporter-lowered nodes is out of scope).
+- **vs dynamo**: >= 5x wherever it emits a decomposition; it cannot export max or 3D pooling, and 1024->7
+  would unroll 148x148 window terms (not attempted). Its dynamic export is WRONG away from the traced size
+  (dyn_avg_64to5x7: max error 0.15), ours exact at every size.
+- **vs the read-once floor (>= 4 MB)**: met for avg 64x64->5x7, 128->3, 1024->7, 1D 1000->30, max
+  64x64->5x7 and dynamic 64x64->5x7; missed for psp_64 (~10x: four pooling nodes read the same 8 MB
+  input, two of them the exporter's own; our two are ~1x each) and psp_60 (the exporter's nodes only).
+- **dynamic vs static at the same size**: 1.15x on the large input; 2.2x-3.3x on the small ones, where
+  the fixed cost of computing windows at run time (~25 small int64 nodes, tens of us) is comparable to
+  the pooling itself, and for max 33->8 whose static form is a single MaxPool (impossible with runtime
+  windows).
+- **What made these fast**: (1) max pooling's NaN/-inf-exact path runs only when a ReduceSum over the
+  input is not finite (an If; it used to run always: 8-13x slower); (2) a window Gather on the last axis
+  first moves that axis to the front (onnxruntime's last-axis Gather copies element by element, 10x
+  slower); (3) with gcd(n, m) = g > 1 the pooling matrix is block-diagonal and the MatMul runs on
+  [g, n/g] blocks (1D 1000->30: 3.2 -> 1.6 ms, now faster than torch); (4) onnxruntime's pooling ops
+  are slow out of cache (~1.6 ns per input element), so above 4 MB MatMul beats a strided AveragePool.
 """
 
 
