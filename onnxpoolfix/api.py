@@ -14,8 +14,11 @@ from typing import Mapping, Sequence
 import onnx
 
 from .errors import CheckFailedError, InvalidModelError, PoolFixError, UnsupportedNodeError
+from .exporter_pools import find_exporter_pools, keeps_its_op
 from .find import find_pool_nodes, is_pool_leftover
 from .planner import AUTO, candidates, plan
+from .pyramid import NAME as PYRAMID
+from .pyramid import plan_groups
 from .report import NodeReport, PatchReport
 from .rewrite import apply_plans
 from .shapes import PoolSpec, apply_input_shapes, model_opset, resolve_specs
@@ -35,7 +38,7 @@ class PatchResult:
 def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, target: str = "onnxruntime",
           input_shapes: Mapping[str, Sequence[int]] | None = None, keep_input_shapes: bool = False,
           check_shapes: Sequence[Mapping[str, Sequence[int]]] | None = None, inplace: bool = False,
-          model_dir: str | None = None, seed: int = 0) -> PatchResult:
+          model_dir: str | None = None, seed: int = 0, optimize_exporter_pools: bool = False) -> PatchResult:
     """Replace every leftover adaptive pooling node of ``model`` with an exact standard-ONNX subgraph.
 
     Args:
@@ -51,6 +54,13 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         check_shapes: concrete input shapes to run the check at (default: derived from the model).
         model_dir: the folder holding the model's external data, when its weights are not loaded.
         seed: seed of the check's random inputs.
+        optimize_exporter_pools: also plan the pooling nodes the exporter lowered itself where their
+            windows are adaptive ones (GlobalAveragePool, AveragePool k = s = n/m, ...; see
+            :mod:`onnxpoolfix.exporter_pools`): each is replaced when an exact lowering is estimated faster
+            (GlobalAveragePool -> ReduceMean) or when it joins a pyramid read once with its siblings.
+
+    Nodes that pool the same tensor are planned together (:mod:`onnxpoolfix.pyramid`) unless ``strategy``
+    forces a lowering.
     """
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"patch() takes an onnx.ModelProto, not {type(model).__name__}")
@@ -66,22 +76,42 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     report = PatchReport(opset=opset, target=target)
     model, inlined = _inline_functions_holding_leftovers(model)
     nodes = find_pool_nodes(model.graph)
-    if not nodes:
+    specs: list[PoolSpec] = []
+    notes: list[str] = []
+    if nodes:
+        specs, notes = _specs(model, nodes, opset=opset, target=target, input_shapes=input_shapes,
+                              keep_input_shapes=keep_input_shapes)
+    exporter = _exporter_pools(model, specs, opset=opset, target=target) if optimize_exporter_pools else []
+    if not specs and not exporter:
         report.check_note = "nothing to patch"
         return PatchResult(model, report)
-
-    specs, notes = _specs(model, nodes, opset=opset, target=target, input_shapes=input_shapes,
-                          keep_input_shapes=keep_input_shapes)
     if inlined:
         notes.insert(0, f"inlined the local function(s) {', '.join(inlined)} that held leftovers")
     plans = [_plan(s, strategy) for s in specs]
-    emitted = apply_plans(model, plans)
-    for p, ops in zip(plans, emitted):
-        s = p.spec
+    exporter_plans = [p for p in (_plan_or_none(s) for s in exporter) if p is not None]
+    if strategy == AUTO:
+        groups, rest = plan_groups(plans + exporter_plans)
+    else:  # a forced lowering is a comparison of that lowering: no grouping
+        groups, rest = [], plans + exporter_plans
+    mine = {id(p) for p in plans}
+    kept = [p for p in rest if id(p) not in mine and keeps_its_op(p.spec, p.lowering.name)]
+    rest = [p for p in rest if not any(p is k for k in kept)]
+    if kept:
+        notes.append(f"kept {len(kept)} exporter pool(s) as they are (already the fastest exact form)")
+    if not rest and not groups:
+        report.check_note = "; ".join(notes + ["nothing to patch"])
+        return PatchResult(model, report)
+    emitted, group_ops = apply_plans(model, rest, groups)
+    done = [(p.spec, p.lowering.name, p.why, ops) for p, ops in zip(rest, emitted)]
+    levels = [(g, lv) for g in groups for lv in g.levels]
+    done += [(lv.spec, PYRAMID, g.why(lv), ops) for (g, lv), ops in zip(levels, group_ops)]
+    done.sort(key=lambda d: d[0].node.index)
+    specs = [d[0] for d in done]
+    for s, lowering, why, ops in done:
         report.nodes.append(NodeReport(
             name=s.node.name, op=s.node.op, kind=s.kind, encoding=s.node.encoding,
             input_shape=list(s.input_shape), output_shape=list(s.output_shape),
-            lowering=p.lowering.name, why=p.why, ops=ops,
+            lowering=lowering, why=why, ops=ops,
             indices="computed" if s.node.indices_output else "dropped" if s.node.unused_outputs else "none"))
     if notes:
         report.check_note = "; ".join(notes)
@@ -91,6 +121,23 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     else:
         report.check_note = "; ".join(notes + ["--no-check"])
     return PatchResult(model, report)
+
+
+def _exporter_pools(model, specs, *, opset, target) -> list[PoolSpec]:
+    from .find import _read_names
+    from .shapes import infer
+
+    info = infer(model, {s.node.output: (s.dtype, s.output_shape) for s in specs})
+    read = _read_names(model.graph) | {o.name for o in model.graph.output}
+    return find_exporter_pools(model, info, opset=opset, target=target, read=read)
+
+
+def _plan_or_none(spec: PoolSpec):
+    """An exporter node's plan (always the planner's choice), or None when nothing applies to it."""
+    try:
+        return plan(spec)
+    except UnsupportedNodeError:
+        return None
 
 
 def _plan(spec: PoolSpec, strategy: str):

@@ -120,9 +120,12 @@ def main():
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report as JSON (schema in onnxpoolfix/report.py).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the check's random inputs.")
+@click.option("--optimize-exporter-pools", is_flag=True,
+              help="Also rewrite the pools the exporter lowered itself (GlobalAveragePool, AveragePool with "
+                   "adaptive windows) where an exact form is faster or a pyramid can read its input once.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 def patch_cmd(src, dst, target, strategy, input_shape, verbose, no_check, check_shape, keep_input_shapes,
-              save_as_external_data, in_place, report_path, seed, quiet):
+              save_as_external_data, in_place, report_path, seed, optimize_exporter_pools, quiet):
     """Patch IN and write OUT (only after the check passed)."""
     if verbose:
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
@@ -138,7 +141,8 @@ def patch_cmd(src, dst, target, strategy, input_shape, verbose, no_check, check_
         external = has_external_data(model)
         result = patch(model, check=not no_check, strategy=strategy, target=target, input_shapes=shapes or None,
                        keep_input_shapes=keep_input_shapes, check_shapes=checks or None, inplace=True,
-                       model_dir=str(Path(src).resolve().parent) if external else None, seed=seed)
+                       model_dir=str(Path(src).resolve().parent) if external else None, seed=seed,
+                       optimize_exporter_pools=optimize_exporter_pools)
         # the report is written once OUT is complete but before it is renamed into place: a report that
         # cannot be written leaves no OUT, and a failed commit takes the report away again
         written: list[Path] = []

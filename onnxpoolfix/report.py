@@ -11,9 +11,11 @@ JSON schema (``schema_version`` 1)::
       "check_note": str,               # e.g. which input sizes were used, or why the check was skipped
       "opset": int, "target": "onnxruntime" | "tensorrt",
       "nodes": [{
-        "name": str, "op": str, "kind": "avg" | "max", "encoding": "aten-op" | "ATen-attr",
+        "name": str, "op": str, "kind": "avg" | "max",
+        "encoding": "aten-op" | "ATen-attr" | "standard",   # standard: an exporter pool (--optimize-exporter-pools)
         "input_shape": [int | str | null], "output_shape": [int | str | null],   # str = symbolic dim
         "lowering": str, "why": str, "ops": [str],                               # emitted op types
+                                       # lowering "pyramid": planned with the other pools of its input
         "indices": "computed" | "dropped" | "none",
         "max_error": float | null, "tolerance": float | null,                    # null when not checked
         "checked_shapes": [[int]]                                                # input shapes checked

@@ -16,7 +16,8 @@ import onnx
 from .emit import Emitter
 from .find import ATEN_DOMAIN
 from .planner import Plan
-from .shapes import make_value_info
+from .pyramid import GroupPlan, build_group
+from .shapes import PoolSpec, make_value_info
 
 logger = logging.getLogger(__name__)
 
@@ -30,19 +31,34 @@ def _all_names(graph: onnx.GraphProto) -> set[str]:
     return names
 
 
-def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan]) -> list[list[str]]:
-    """Rewrite ``model`` in place. Returns, per plan, the op types of the nodes it emitted."""
+def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[GroupPlan] = ()
+                ) -> tuple[list[list[str]], list[list[str]]]:
+    """Rewrite ``model`` in place. Returns the op types emitted per plan, and per group level.
+
+    A group's nodes all go where its earliest member was (its members' input exists there, and each
+    member's output is read only after the member's own position); its other members' places go empty.
+    """
     graph = model.graph
     taken = _all_names(graph)
     replacement: dict[int, list[onnx.NodeProto]] = {}
     emitted_ops: list[list[str]] = []
+    constant_nodes = model.ir_version < 4
     for p in plans:
         node = p.spec.node
-        em = Emitter(node.name, taken, p.spec.opset, constant_nodes=model.ir_version < 4)
+        em = Emitter(node.name, taken, p.spec.opset, constant_nodes=constant_nodes)
         p.lowering.build(em, p.spec, node.input, node.output, node.indices_output)
         replacement[node.index] = em.nodes
         graph.initializer.extend(em.initializers)
         emitted_ops.append([n.op_type for n in em.nodes])
+    group_ops: list[list[str]] = []
+    for g in groups:
+        new, inits, ops = build_group(g, taken, g.levels[0].spec.opset, constant_nodes)
+        for lv in g.levels:
+            replacement[lv.spec.node.index] = []
+        replacement[g.index] = new
+        graph.initializer.extend(inits)
+        group_ops.extend(ops)
+    specs = [p.spec for p in plans] + [lv.spec for g in groups for lv in g.levels]
 
     nodes = list(graph.node)
     new_nodes: list[onnx.NodeProto] = []
@@ -51,24 +67,23 @@ def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan]) -> list[list[str]
     del graph.node[:]
     graph.node.extend(new_nodes)
 
-    _set_output_types(graph, plans)
-    _drop_dead_size_constants(graph, [p.spec.node.size_input for p in plans if p.spec.node.size_input])
+    _set_output_types(graph, specs)
+    _drop_dead_size_constants(graph, [s.node.size_input for s in specs if s.node.size_input])
     _drop_unused_aten_import(model)
-    return emitted_ops
+    return emitted_ops, group_ops
 
 
-def _set_output_types(graph: onnx.GraphProto, plans: Sequence[Plan]) -> None:
+def _set_output_types(graph: onnx.GraphProto, specs: Sequence[PoolSpec]) -> None:
     typed: dict[str, onnx.ValueInfoProto] = {}
     dropped: set[str] = set()
-    for p in plans:
-        s = p.spec
+    for s in specs:
         typed[s.node.output] = make_value_info(s.node.output, s.dtype, s.output_shape)
         if s.node.indices_output:
             typed[s.node.indices_output] = make_value_info(s.node.indices_output, onnx.TensorProto.INT64, s.output_shape)
         dropped.update(s.node.unused_outputs)
     # Below a node with symbolic pooled axes, value_info the exporter wrote holds the traced sizes: stale
     # at any other size, so it goes (it is optional; onnx shape inference recomputes it).
-    stale = _downstream(graph, [p.spec.node.output for p in plans if not p.spec.static])
+    stale = _downstream(graph, [s.node.output for s in specs if not s.static])
     keep = [v for v in graph.value_info if v.name not in typed and v.name not in dropped and v.name not in stale]
     del graph.value_info[:]
     graph.value_info.extend(keep)

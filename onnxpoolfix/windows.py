@@ -113,3 +113,24 @@ def window_table(n: int, m: int) -> np.ndarray:
     for i, (a, b) in enumerate(w):
         t[i] = np.minimum(np.arange(a, a + kmax), b - 1)
     return t
+
+
+def nests(n: int, fine: int, coarse: int, *, average: bool) -> bool:
+    """Whether pooling ``n -> coarse`` equals pooling ``n -> fine`` and then ``fine -> coarse`` (exactly).
+
+    Coarse window ``i`` must be the union of the fine windows ``windows(fine, coarse)[i]`` (a run without
+    gaps). For averages those fine windows must also be disjoint and of one length, so that the mean of
+    their means is the mean; max needs only the union. PSP's 60 -> 6 then 6 -> 3, 2, 1 nests (lengths 10);
+    64 -> 6 does not (its windows overlap) for averages.
+    """
+    _check(n, fine)
+    _check(n, coarse)
+    fw, cw = windows(n, fine), windows(n, coarse)
+    for (a, b), (p, q) in zip(cw, windows(fine, coarse)):
+        run = fw[p:q]
+        if run[0][0] != a or run[-1][1] != b:
+            return False
+        for (s0, e0), (s1, e1) in zip(run, run[1:]):
+            if s1 > e0 or (average and (s1 != e0 or e1 - s1 != e0 - s0)):
+                return False
+    return True

@@ -1,0 +1,100 @@
+"""Standard pooling nodes that ARE adaptive pooling: what the exporter wrote where it could lower it.
+
+The TorchScript exporter lowers ``AdaptiveAvgPool2d`` itself when every output size divides the input
+(``GlobalAveragePool`` for 1x1, ``AveragePool`` with kernel = stride = n/m otherwise), and the same for max.
+Those nodes are correct, but not always fast: onnxruntime's GlobalAveragePool is slower than a ReduceMean,
+a pooling op out of cache is slower than a MatMul, and four pools of one pyramid (PSPNet) each read the
+same input. With ``optimize_exporter_pools`` they are handed to the planner like leftovers.
+
+A node qualifies only when its windows are exactly the adaptive windows of its output size (so the numpy
+reference of adaptive pooling is its reference, and every lowering is exact for it):
+
+- GlobalAveragePool on a rank >= 3 input (N, C, spatial...): output size 1 everywhere,
+  also on symbolic spatial axes;
+- AveragePool with no padding (pads 0, auto_pad NOTSET or VALID), dilations 1, and no partial
+  window (floor and ceil mode agree), whose windows ``[i*s, i*s+k)`` equal ``windows(n, m)`` on every
+  spatial axis (kernel = stride = n/m, or any uniform adaptive layout such as 33 -> 8 = k5 s4).
+
+Max pooling nodes are left alone (see ``_OPS``).
+
+Nodes inside subgraphs (If/Loop bodies) are left alone.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import onnx
+
+from . import windows as W
+from .find import PoolNode
+from .shapes import SUPPORTED_DTYPES, Dim, PoolSpec
+
+STANDARD = "standard"  # the encoding reported for these nodes
+# Averages only. The exporter's MaxPool/GlobalMaxPool are not torch's max on NaN/-inf (onnxruntime's kernels
+# return -FLT_MAX for an all -inf window and may drop a NaN): any exact replacement carries the guard that
+# fixes that, an extra pass over the input, so it would be slower than the node it replaces.
+_OPS = {"GlobalAveragePool": "avg", "AveragePool": "avg"}
+
+
+def _adaptive_sizes(node: onnx.NodeProto, spatial: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The adaptive output size the node's windows match on every spatial axis, or None."""
+    if node.op_type.startswith("Global"):
+        return (1,) * len(spatial)
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    k = len(spatial)
+    auto_pad = attrs.get("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    kernel = list(attrs.get("kernel_shape", []))
+    strides = list(attrs.get("strides", [1] * k))
+    pads = list(attrs.get("pads", [0] * 2 * k))
+    dilations = list(attrs.get("dilations", [1] * k))
+    if (auto_pad not in ("NOTSET", "VALID") or len(kernel) != k or len(strides) != k or any(pads)
+            or any(d != 1 for d in dilations)):
+        return None
+    out = []
+    for n, kk, s in zip(spatial, kernel, strides):
+        if kk < 1 or s < 1 or kk > n or (n - kk) % s:  # (n - k) % s: floor and ceil mode give the same windows
+            return None
+        m = (n - kk) // s + 1
+        if W.windows(n, m) != tuple((i * s, i * s + kk) for i in range(m)):
+            return None
+        out.append(m)
+    return tuple(out)
+
+
+def find_exporter_pools(model: onnx.ModelProto, info: Mapping[str, tuple[int, tuple[Dim, ...] | None]],
+                        *, opset: int, target: str, read: set[str]) -> list[PoolSpec]:
+    """Specs for every top-level standard pooling node whose windows are adaptive (see the module doc).
+
+    ``info`` is the inferred (dtype, shape) per tensor; ``read`` every tensor name some node or graph
+    output reads (a MaxPool whose indices are read does not qualify).
+    """
+    found = []
+    for index, node in enumerate(model.graph.node):
+        kind = _OPS.get(node.op_type)
+        if kind is None or node.domain not in ("", "ai.onnx") or not node.input or not node.output[0]:
+            continue
+        if len(node.output) > 1 and node.output[1] and node.output[1] in read:
+            continue
+        elem, dims = info.get(node.input[0], (0, None))
+        if elem not in SUPPORTED_DTYPES or dims is None or len(dims) < 3:
+            continue
+        spatial = dims[2:]
+        if any(isinstance(d, int) and d < 1 for d in spatial):
+            continue
+        if not all(isinstance(d, int) for d in spatial) and not node.op_type.startswith("Global"):
+            continue  # a pooling op's windows on a symbolic axis are not adaptive ones in general
+        sizes = _adaptive_sizes(node, spatial)
+        if sizes is None:
+            continue
+        name = node.name or f"{node.op_type}_{index}"
+        pn = PoolNode(index=index, name=name, op=node.op_type, kind=kind, rank=len(spatial), encoding=STANDARD,
+                      input=node.input[0], output=node.output[0], indices_output=None,
+                      unused_outputs=tuple(o for o in node.output[1:] if o), output_size=sizes, size_input=None)
+        found.append(PoolSpec(pn, tuple(dims), tuple(dims[:2]) + sizes, elem, opset, target))
+    return found
+
+
+def keeps_its_op(spec: PoolSpec, lowering_name: str) -> bool:
+    """True when the planner's choice for an exporter node is the node itself (nothing to gain)."""
+    return lowering_name == "pool" and spec.node.op in ("AveragePool", "MaxPool")
