@@ -309,3 +309,12 @@ def test_dynamic_transpose_form_with_two_following_axes(torch_mod):
     for shape in [(1, 2, 5, 4, 3), (2, 2, 2, 6, 7), (1, 2, 11, 3, 1)]:
         x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
         assert_avg_close(sess.run(None, {"x": x})[0], module(torch.from_numpy(x)).numpy(), x, rel=2e-6)
+
+
+def test_dynamic_max_pools_earlier_axes_before_the_last():
+    """A last-axis window Gather transposes its input: H is pooled first, so W's transpose moves less."""
+    from onnxpoolfix.lowering.dynamic import DynamicWindowMaxStep
+
+    spec = _spec(make_leftover("max", ("N", 2, "H", "W"), (5, 7)))
+    inner = BY_NAME["dynamic"].steps(spec)[0].inner  # wrapped by the NaN/-inf step
+    assert [s.axis for s in inner if isinstance(s, DynamicWindowMaxStep)] == [2, 3]
