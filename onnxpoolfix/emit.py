@@ -34,7 +34,8 @@ class Emitter:
 
     def const(self, hint: str, value: np.ndarray) -> str:
         name = self.fresh(hint)
-        tensor = numpy_helper.from_array(np.ascontiguousarray(value), name)
+        value = np.asarray(value)  # (np.ascontiguousarray would turn a 0-d scalar into shape [1])
+        tensor = numpy_helper.from_array(value if value.ndim == 0 else np.ascontiguousarray(value), name)
         if self.constant_nodes:
             self.nodes.append(helper.make_node("Constant", [], [name], name=self.fresh(f"{hint}_constant"), value=tensor))
         else:

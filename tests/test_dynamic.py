@@ -126,6 +126,9 @@ SWEEPS = {
     "avg1d_5": ("AdaptiveAvgPool1d", (5,), (1, 3, 7)),
     "max3d_2x3x2": ("AdaptiveMaxPool3d", (2, 3, 2), (1, 2, 2, 3, 3)),
     "avg3d_2x3x2": ("AdaptiveAvgPool3d", (2, 3, 2), (1, 1, 3, 2, 3)),
+    # H and W pooled to the same m share one runtime construction, sliced per axis (sizes 1 included)
+    "avg2d_4x4": ("AdaptiveAvgPool2d", (4, 4), (1, 2, 5, 6)),
+    "avg2d_4x4_opset13": ("AdaptiveAvgPool2d", (4, 4), (1, 2, 5, 6)),  # lengths by Gather, not Shape(start)
 }
 
 
@@ -134,7 +137,7 @@ def test_dynamic_sweep_every_size(name, torch_mod):
     torch = torch_mod
     cls, size, traced = SWEEPS[name]
     module = getattr(torch.nn, cls)(size).eval()
-    exported = _export_dynamic(torch, module, traced)
+    exported = _export_dynamic(torch, module, traced, opset=13 if name.endswith("opset13") else 17)
     model = onnxpoolfix.patch(exported, check=False).model
     assert [n.op_type for n in model.graph.node if n.op_type in ("Loop", "Scan", "Einsum")] == []
     # the onnxruntime target may guard max pooling's NaN/-inf path with an If; TensorRT gets no control flow
@@ -309,3 +312,12 @@ def test_dynamic_transpose_form_with_two_following_axes(torch_mod):
     for shape in [(1, 2, 5, 4, 3), (2, 2, 2, 6, 7), (1, 2, 11, 3, 1)]:
         x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
         assert_avg_close(sess.run(None, {"x": x})[0], module(torch.from_numpy(x)).numpy(), x, rel=2e-6)
+
+
+def test_dynamic_max_pools_earlier_axes_before_the_last():
+    """A last-axis window Gather transposes its input: H is pooled first, so W's transpose moves less."""
+    from onnxpoolfix.lowering.dynamic import DynamicWindowMaxStep
+
+    spec = _spec(make_leftover("max", ("N", 2, "H", "W"), (5, 7)))
+    inner = BY_NAME["dynamic"].steps(spec)[0].inner  # wrapped by the NaN/-inf step
+    assert [s.axis for s in inner if isinstance(s, DynamicWindowMaxStep)] == [2, 3]

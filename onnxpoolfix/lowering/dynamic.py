@@ -7,12 +7,19 @@ time), with ``i`` in ``[0, m)`` and ``j = Range(0, n)``, window ``i`` is ``[star
 
 - average: the runtime ``P^T[j, i] = [start_i <= j < end_i] / len_i``, with membership tested as
   ``|n(2i+1) - m(2j+1)| < n + m`` (the same condition in one comparison) and each column divided by its
-  count. The last axis is ``x @ P^T`` (one GEMM); an earlier axis whose later dims are static and small
+  count. Symbolic axes pooled to the same ``m`` (AdaptiveAvgPool2d(7): H and W) share ONE construction over
+  ``j < max(n)``, stacked ``[max(n), m, axes]`` and sliced per axis (rows past an axis' ``n`` are zero); at
+  small sizes the cost is these nodes' fixed overhead (~1 us each in onnxruntime), not arithmetic, so
+  sharing them is what counts (AdaptiveAvgPool2d(7) at 10x10: 33 -> 26 nodes). Lengths are
+  ``Shape(start, end)`` from opset 15, a Gather of ``Shape`` before. The last axis is ``x @ P^T`` (one
+  GEMM); an earlier axis whose later dims are static and small
   (just pooled: 7, 5x7, ...) is one GEMM against ``kron(P^T, I)`` on the flattened tail, so no per-plane
   GEMMs are issued (those made this 3-7x slower than the static lowering on 512-channel inputs);
 - max: the window table ``idx[i, k] = min(start_i + k, end_i - 1)`` for ``k = Range(0, kmax)``,
   ``kmax = ReduceMax(end - start)``; Gather along the axis, ReduceMax over the window dim (short windows
-  repeat their last index, which changes no maximum). NaN/-inf handling is the base class' wrapper.
+  repeat their last index, which changes no maximum). The axes are pooled in the order the cost model
+  prefers: earlier axes first, so the last axis (whose Gather needs its input transposed) is transposed
+  once it is already pooled along the others. NaN/-inf handling is the base class' wrapper.
 
 Axes whose output size is 1 become one ReduceMean/ReduceMax (exact for any ``n``); axes that follow the
 input (torch's ``None``) are untouched; static axes of a partly symbolic node use constant matrices or
@@ -22,8 +29,11 @@ The max indices output is not computed (refused in ``check``: bind the size with
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from itertools import permutations
 from math import ceil, prod
+from typing import Sequence
 
 import numpy as np
 from onnx import TensorProto
@@ -31,8 +41,8 @@ from onnx import TensorProto
 from .. import windows as W
 from ..emit import Emitter, np_dtype
 from . import cost as C
-from .base import Lowering, axis_windows
-from .steps import IdentityStep, OneAxisStep, ReduceStep, Step, WindowGatherStep, gather_window_max
+from .base import Lowering, axis_windows, compute_dtype, itemsize
+from .steps import IdentityStep, OneAxisStep, ReduceStep, Step, WindowGatherStep, gather_window_max, run_cost
 
 Shape = tuple
 
@@ -44,36 +54,59 @@ def _len(d) -> int:
     return d if isinstance(d, int) else _GUESS
 
 
-def _runtime_length(em: Emitter, shape: str, axis: int) -> str:
-    """``shape[axis]`` as an int64 scalar (Range needs scalars)."""
-    return em.op("Gather", [shape, em.const("axis", np.array(axis, dtype=np.int64))], axis=0)
-
-
 def _scalar(em: Emitter, hint: str, v: int) -> str:
     return em.const(hint, np.array(v, dtype=np.int64))
 
 
-def runtime_pooling_matrix_t(em: Emitter, n: str, m: int, elem: int, t: int = 1) -> str:
-    """``P^T`` (``[n, m]``) for the runtime length ``n``; with ``t > 1``, ``kron(P^T, I_t)`` (``[n*t, m*t]``).
+class RuntimeLengths:
+    """Lengths of ``x``'s axes read at run time, as 1-D int64 tensors: ``Shape`` with ``start``/``end`` from
+    opset 15 (one node each), before that one ``Shape`` shared by Gathers."""
+
+    def __init__(self, em: Emitter, x: str):
+        self.em, self.x, self._shape = em, x, None
+
+    def __call__(self, axes: Sequence[int]) -> str:
+        em, axes = self.em, list(axes)
+        if em.opset >= 15 and axes == list(range(axes[0], axes[-1] + 1)):
+            return em.op("Shape", [self.x], start=axes[0], end=axes[-1] + 1, hint="lengths")
+        if self._shape is None:
+            self._shape = em.op("Shape", [self.x])
+        return em.op("Gather", [self._shape, em.ints("axes", axes)], axis=0, hint="lengths")
+
+
+def runtime_pooling_matrices_t(em: Emitter, lengths: str, g: int, m: int, elem: int) -> str:
+    """The ``P^T`` of ``g`` axes pooled to the same ``m``, in one computation from their runtime ``lengths``
+    (1-D, ``[g]``): ``[n, m]`` for one axis; for several, stacked ``[nmax, m, g]`` over ``j < nmax = max(n)``
+    (rows ``j >= n`` of an axis are all zero: no window holds them; slice them off with :func:`axis_rows`).
 
     Window membership in one comparison: ``start_i <= j < end_i`` iff ``i*n < (j+1)*m`` and
-    ``j*m < (i+1)*n``, i.e. ``|n*(2i+1) - m*(2j+1)| < n + m`` (int64, exact). Each column is then divided by
-    its count (the window length): the same correctly rounded ``1/len`` as the static matrices.
+    ``j*m < (i+1)*n``, i.e. ``|n*(2i+1) - m*(2j+1)| < n + m`` (int64, exact); ``m*(2j+1)`` is
+    ``Range(m, 2m*nmax, 2m)``. Each column is then divided by its count (the window length): the same
+    correctly rounded ``1/len`` as the static matrices. 12 nodes, however many axes share them.
     """
-    column = [-1, 1, 1, 1] if t > 1 else [-1, 1]
-    odd_i = (2 * np.arange(m, dtype=np.int64) + 1).reshape((1, 1, m, 1) if t > 1 else (m,))
-    j = em.op("Range", [_scalar(em, "zero", 0), n, _scalar(em, "one", 1)])
-    odd_j = em.op("Add", [em.op("Mul", [j, _scalar(em, "two_m", 2 * m)]), _scalar(em, "m", m)])  # m*(2j+1)
-    odd_j = em.op("Reshape", [odd_j, em.ints("column", column)])
-    diff = em.op("Abs", [em.op("Sub", [em.op("Mul", [n, em.const("odd_i", odd_i)]), odd_j])])
-    inside = em.op("Less", [diff, em.op("Add", [n, _scalar(em, "m", m)])], hint="inside")
+    nmax = em.reduce("ReduceMax", lengths, [0], keepdims=0)  # a scalar, as Range needs
+    odd_j = em.op("Range", [_scalar(em, "m", m), em.op("Mul", [nmax, _scalar(em, "two_m", 2 * m)]),
+                            _scalar(em, "two_m", 2 * m)], hint="odd_j")  # m*(2j+1)
+    odd_j = em.op("Reshape", [odd_j, em.ints("column", [-1, 1, 1] if g > 1 else [-1, 1])])
+    odd_i = (2 * np.arange(m, dtype=np.int64) + 1).reshape((m, 1) if g > 1 else (m,))
+    diff = em.op("Abs", [em.op("Sub", [em.op("Mul", [lengths, em.const("odd_i", odd_i)]), odd_j])])
+    inside = em.op("Less", [diff, em.op("Add", [lengths, _scalar(em, "m", m)])], hint="inside")
     member = em.cast(inside, elem)
     count = em.reduce("ReduceSum", member, [0], keepdims=1)
-    pt = em.op("Div", [member, count], hint="pool_matrix_t")
-    if t == 1:
-        return pt
+    return em.op("Div", [member, count], hint="pool_matrices_t" if g > 1 else "pool_matrix_t")
+
+
+def axis_rows(em: Emitter, stacked: str, q: int, n: str) -> str:
+    """Axis ``q``'s ``P^T`` (``[n, m]``) out of :func:`runtime_pooling_matrices_t`' stacked ``[nmax, m, g]``."""
+    rows = em.op("Slice", [stacked, em.ints("starts", [0]), n, em.ints("axes", [0])])
+    return em.op("Gather", [rows, _scalar(em, "axis_index", q)], axis=2, hint="pool_matrix_t")
+
+
+def kron_identity(em: Emitter, pt: str, m: int, t: int, elem: int) -> str:
+    """``kron(P^T, I_t)`` (``[n*t, m*t]``) from ``P^T`` (``[n, m]``)."""
     eye = np.eye(t, dtype=np_dtype(elem)).reshape(1, t, 1, t)
-    return em.op("Reshape", [em.op("Mul", [pt, em.const("eye", eye)]), em.ints("shape", [-1, m * t])],
+    blocks = em.op("Reshape", [pt, em.ints("shape", [-1, 1, m, 1])])
+    return em.op("Reshape", [em.op("Mul", [blocks, em.const("eye", eye)]), em.ints("shape", [-1, m * t])],
                  hint="kron_matrix_t")
 
 
@@ -136,24 +169,38 @@ class DynamicMatMulStep(Step):
                 if form == "transpose":
                     c += 2 * C.NODE + 2 * lead * (nn + m) * t * itemsize / C.BANDWIDTH
             c += lead * (nn + m) * t * itemsize / C.BANDWIDTH
-            if n is None:
-                c += 13 * C.NODE  # building the matrix: small int64 ops
             cur[a] = m
+        # building the runtime matrices: 12 small nodes per output size m, 3 more per axis sharing them
+        groups = Counter(m for _, n, m in self.axes if n is None)
+        c += sum(12 + (3 * g if g > 1 else 1) for g in groups.values()) * C.NODE
         return c
 
     def emit(self, em, x, shape, elem):
         dims = list(shape)
         rank = len(dims)
-        shape_of_x = em.op("Shape", [x]) if any(n is None for _, n, _ in self.axes) else None
+        lengths = RuntimeLengths(em, x)
+        # symbolic axes pooled to the same m share one runtime construction (see runtime_pooling_matrices_t)
+        groups: dict[int, list[int]] = {}
+        for a, n, m in self.axes:
+            if n is None:
+                groups.setdefault(m, []).append(a)
+        stacked: dict[int, str] = {}
+
+        def runtime_matrix_t(a: int, m: int) -> str:
+            axes = sorted(groups[m])
+            if m not in stacked:
+                stacked[m] = runtime_pooling_matrices_t(em, lengths(axes), len(axes), m, elem)
+            return stacked[m] if len(axes) == 1 else axis_rows(em, stacked[m], axes.index(a), lengths([a]))
+
         cur = x
         for (a, n, m), form in zip(self.axes, self._forms(shape)):
             later = dims[a + 1:]
-            n_rt = _runtime_length(em, shape_of_x, a) if n is None else None
             t = prod(later) if form == "kron" else 1
 
-            def matrix_t(t=t, n=n, m=m, n_rt=n_rt):
-                if n_rt is not None:
-                    return runtime_pooling_matrix_t(em, n_rt, m, elem, t)
+            def matrix_t(t=t, a=a, n=n, m=m):
+                if n is None:
+                    pt = runtime_matrix_t(a, m)
+                    return pt if t == 1 else kron_identity(em, pt, m, t, elem)
                 pt = W.pooling_matrix(n, m, dtype=np.float64).T
                 return em.const("pool_matrix_t" if t == 1 else "kron_matrix_t",
                                 np.kron(pt, np.eye(t)).astype(np_dtype(elem)))
@@ -187,7 +234,8 @@ class DynamicMatMulStep(Step):
         # every form a shape could take (the symbolic leading dims are not known here)
         out = {"MatMul", "Reshape", "Transpose"}
         if any(n is None for _, n, _ in self.axes):
-            out |= {"Shape", "Gather", "Range", "Mul", "Add", "Sub", "Abs", "Less", "Cast", "ReduceSum", "Div"}
+            out |= {"Shape", "Gather", "Slice", "ReduceMax", "Range", "Mul", "Add", "Sub", "Abs", "Less", "Cast",
+                    "ReduceSum", "Div"}
         return tuple(sorted(out))
 
 
@@ -201,11 +249,15 @@ class DynamicWindowMaxStep(OneAxisStep):
 
     def cost(self, shape, itemsize):
         kmax = ceil(_len(shape[self.axis]) / self.m) + 1
-        gathered = prod(_len(d) for d in self.out_shape(shape)) * kmax
-        return 16 * C.NODE + gathered / C.GATHER_RATE + 2 * gathered * itemsize / C.BANDWIDTH
+        out = tuple(_len(d) for d in self.out_shape(shape))
+        gathered = prod(out) * kmax
+        c = 12 * C.NODE + gathered / C.GATHER_RATE + 2 * gathered * itemsize / C.BANDWIDTH
+        if self.axis == len(shape) - 1:  # gather_window_max moves the last axis to the front and back
+            c += 2 * C.NODE + (prod(_len(d) for d in shape) + prod(out)) * 2 * itemsize / C.BANDWIDTH
+        return c
 
     def emit(self, em, x, shape, elem):
-        n = _runtime_length(em, em.op("Shape", [x]), self.axis)
+        n = em.op("Gather", [em.op("Shape", [x]), _scalar(em, "axis", self.axis)], axis=0)  # a scalar for Range
         i = np.arange(self.m, dtype=np.int64).reshape(self.m, 1)
         m_ = _scalar(em, "m", self.m)
         start = em.op("Div", [em.op("Mul", [n, em.const("i", i)]), m_], hint="start")  # [m, 1]
@@ -255,10 +307,15 @@ class DynamicLowering(Lowering):
             steps.append(DynamicMatMulStep(tuple((a.axis, a.n if isinstance(a.n, int) else None, a.m)
                                                  for a in rest), spec.ndim))
             return steps
-        for a in rest:
-            steps.append(WindowGatherStep(a.axis, a.n, a.m) if isinstance(a.n, int)
-                         else DynamicWindowMaxStep(a.axis, a.m))
-        return steps
+        # max: the order with the lowest estimated cost. A last-axis Gather transposes its whole input (see
+        # gather_window_max), so pooling the earlier axes first shrinks what is transposed (1x256x33x33 -> 8x8:
+        # W first 2.4x the static MaxPool's time, H first 1.9x)
+        shape, size = spec.input_shape, itemsize(compute_dtype(spec))
+        for s in steps:
+            shape = s.out_shape(shape)
+        orders = [[WindowGatherStep(a.axis, a.n, a.m) if isinstance(a.n, int) else DynamicWindowMaxStep(a.axis, a.m)
+                   for a in order] for order in permutations(rest)]
+        return steps + min(orders, key=lambda o: run_cost(o, shape, size))
 
     def steps(self, spec):
         inner = self._steps(spec)
