@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnxpoolfix import patch, reference
+from onnxpoolfix import windows as W
 from onnxpoolfix.errors import UnsupportedNodeError
 from onnxpoolfix.find import find_pool_nodes
 from onnxpoolfix.planner import candidates
@@ -77,6 +78,8 @@ CASES = [
     ("pool", "avg", (2, 2, 9), (3,), {"AveragePool"}),
     ("pool", "max", (1, 2, 6, 8, 4), (3, 4, 2), {"MaxPool"}),
     ("pool", "avg", (2, 3, 8, 6), (4, 6), {"AveragePool"}),  # W kept
+    ("block_pool", "avg", (2, 3, 1000), (30,), {"AveragePool"}),  # 10 periods of 100 -> 3 (k34 s33)
+    ("block_pool", "max", (2, 3, 4, 40), (4, 16), {"MaxPool"}),  # H kept; 8 periods of 5 -> 2 (k3 s2)
     ("resize", "avg", (2, 3, 3, 4), (6, 12), {"Resize"}),
     ("resize", "max", (1, 2, 3), (9,), {"Resize"}),
     ("resize", "avg", (2, 3, 1, 4), (5, 4), {"Resize"}),  # 1 -> 5
@@ -402,3 +405,59 @@ def test_matmul_block_form_for_periodic_windows(shape, size):
         assert MatMulStep(2, 1000, 30).period(shape) == 10
         (init,) = [t for t in res.model.graph.initializer if "pool_block" in t.name]
         assert list(init.dims) == [100, 3]
+
+
+# ---- block_pool: uniform within each gcd period ---------------------------------------------------------
+
+def test_block_uniform_matches_the_windows():
+    """block_uniform(n, m) claims: n -> m is g periods of a uniform p -> q. Check it window by window."""
+    from onnxpoolfix.lowering.block_pool import block_uniform
+
+    found = 0
+    for n in range(2, 80):
+        for m in range(1, n):
+            bu = block_uniform(n, m)
+            if bu is None:
+                continue
+            found += 1
+            g, u = bu
+            p, q = n // g, m // g
+            want = [(b * p + j * u.stride, b * p + j * u.stride + u.kernel) for b in range(g) for j in range(q)]
+            assert list(W.windows(n, m)) == want, (n, m)
+    assert found > 300
+
+
+@pytest.mark.parametrize("kind", ["avg", "max"])
+@pytest.mark.parametrize("in_shape,size", [((2, 3, 1000), (30,)), ((1, 4, 40), (16,)), ((2, 3, 200, 7), (6, 7)),
+                                           ((2, 3, 12, 200), (12, 6)), ((1, 2, 4, 5, 60), (4, 5, 8))])
+def test_block_pool_is_bit_exact(kind, in_shape, size):
+    import onnxpoolfix
+    from onnxpoolfix import reference
+
+    model = make_leftover(kind, in_shape, size)
+    result = onnxpoolfix.patch(model, strategy="block_pool")
+    x = np.random.default_rng(1).standard_normal(in_shape).astype(np.float32)
+    got = ort_run(result.model, {"x": x})[0]
+    if kind == "avg":
+        want = reference.adaptive_avg_pool(x.astype(np.float64), size)
+        assert_avg_close(got, want.astype(np.float32), x)
+    else:
+        assert_bits_equal(got, reference.adaptive_max_pool_values(x, size))
+    assert "Reshape" in result.report.nodes[0].ops or kind == "max"
+
+
+def test_block_pool_says_why_not():
+    from onnxpoolfix.lowering.block_pool import BlockPoolLowering
+    from onnxpoolfix.shapes import resolve_specs, model_opset
+    from onnxpoolfix.find import find_pool_nodes
+
+    def reason(in_shape, size):
+        m = make_leftover("avg", in_shape, size)
+        spec = resolve_specs(m, find_pool_nodes(m.graph), opset=model_opset(m), target="onnxruntime")[0]
+        return BlockPoolLowering().check(spec)
+
+    assert reason((1, 2, 1000), (30,)) is None
+    assert "no repeating period" in reason((1, 2, 9), (7,))
+    assert "not uniform" in reason((1, 2, 44), (16,))  # 11 -> 4 per period: overlapping, uneven
+    assert "exactly one changed axis" in reason((1, 2, 40, 40), (16, 16))
+    assert "does not shrink" in reason((1, 2, 4), (8,))

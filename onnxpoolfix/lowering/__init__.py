@@ -5,6 +5,7 @@
 | identity      | avg, max | every output size equals the input size           | Identity                          |
 | global        | avg, max | every changed output size is 1                    | ReduceMean / ReduceMax            |
 | pool          | avg, max | every changed axis has uniform windows            | AveragePool / MaxPool             |
+| block_pool    | avg, max | one changed axis, uniform within each gcd period  | Reshape + AveragePool / MaxPool   |
 | resize        | avg, max | every changed axis is an integer upsample         | Resize nearest (asymmetric,floor) |
 | mixed         | avg, max | axes of different kinds (avg: any windows)        | pool + MatMul + Resize            |
 | matmul        | avg      | always                                            | MatMul per axis                   |
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from .argmax import ArgMaxLowering
 from .base import Lowering
+from .block_pool import BlockPoolLowering
 from .dynamic import DynamicLowering
 from .global_pool import GlobalLowering
 from .identity import IdentityLowering
@@ -31,6 +33,7 @@ LOWERINGS: tuple[Lowering, ...] = (
     IdentityLowering(),
     GlobalLowering(),
     PoolLowering(),
+    BlockPoolLowering(),
     ResizeLowering(),
     MixedLowering(),
     SeparableMatMulLowering(),
