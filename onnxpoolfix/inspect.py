@@ -143,11 +143,17 @@ class Inspection:
         head = f"{self.model}: " if self.model else ""
         lines.append(f"{head}opset {self.opset}, target {self.target}"
                      + (f", strategy {self.strategy}" if self.strategy != "auto" else ""))
-        n = len(self.nodes)
-        if self.blocker is None and not n:
+        exporter = sum(node.encoding == "standard" for node in self.nodes)
+        n = len(self.nodes) - exporter
+        if self.blocker is None and not self.nodes:
             lines.append("no leftover adaptive pooling nodes: nothing to patch")
-        elif n:
-            lines.append(f"{n} leftover adaptive pooling node{'s' if n != 1 else ''}")
+        elif n or not exporter:
+            lines.append(f"{n} leftover adaptive pooling node{'s' if n != 1 else ''}"
+                         + (f", {exporter} exporter pool{'s' if exporter != 1 else ''} with adaptive windows"
+                            if exporter else ""))
+        else:
+            lines.append(f"no leftover adaptive pooling nodes; {exporter} exporter pool{'s' if exporter != 1 else ''} "
+                         "with adaptive windows")
         for node in self.nodes:
             lines.append("")
             lines.extend(_format_node(node))
@@ -244,7 +250,8 @@ def _format_tensorrt(lint: TensorRTLint) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------
 
 def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strategy: str = "auto",
-                  input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None) -> Inspection:
+                  input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
+                  optimize_exporter_pools: bool = False) -> Inspection:
     """What :func:`onnxpoolfix.patch` would do to ``model`` with these arguments, without doing it.
 
     Never raises for a model-level problem it can describe (non-constant output size, uninferable shape,
@@ -284,12 +291,29 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
 
     for spec in specs:
         result.nodes.append(_inspect_spec(spec, strategy, candidates, plan))
+    if optimize_exporter_pools and result.blocker is None:
+        specs = specs + _inspect_exporter_pools(model, specs, result, candidates, plan)
     if strategy == "auto":
         _inspect_groups(specs, result, plan)
 
     if target == "tensorrt":
         result.tensorrt = _lint(model, result, leftovers, strategy=strategy, input_shapes=input_shapes)
     return result
+
+
+def _inspect_exporter_pools(model, specs, result: Inspection, candidates, plan) -> list:
+    """The exporter's own pools that --optimize-exporter-pools would plan (see exporter_pools.py)."""
+    from .api import _exporter_pools
+    from .exporter_pools import keeps_its_op
+
+    found = []
+    for s in _exporter_pools(model, specs, opset=result.opset, target=result.target):
+        info = _inspect_spec(s, "auto", candidates, plan)
+        if info.chosen and keeps_its_op(s, info.chosen):
+            info.why = f"kept as it is unless it joins a pyramid ({info.why})"
+        result.nodes.append(info)
+        found.append(s)
+    return found
 
 
 def _inspect_groups(specs, result: Inspection, plan) -> None:
@@ -400,7 +424,9 @@ def _lint(model: onnx.ModelProto, result: Inspection, leftovers, *, strategy, in
 
 @click.argument("src", metavar="IN", type=click.Path(dir_okay=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the inspection as JSON (schema in onnxpoolfix/inspect.py).")
-def inspect_cmd(src, target, strategy, input_shape, verbose, as_json):
+@click.option("--optimize-exporter-pools", is_flag=True,
+              help="Also show the exporter's own adaptive pools, as the patch option of that name plans them.")
+def inspect_cmd(src, target, strategy, input_shape, verbose, as_json, optimize_exporter_pools):
     """Show what a patch of IN would do, and what blocks it; write nothing.
 
     \b
@@ -417,7 +443,8 @@ def inspect_cmd(src, target, strategy, input_shape, verbose, as_json):
     try:
         model = load_model(src)
         check_input_model(model, src)  # the same exit 3 as patch for a model the ONNX checker rejects
-        result = inspect_model(model, target=target, strategy=strategy, input_shapes=shapes or None, name=src)
+        result = inspect_model(model, target=target, strategy=strategy, input_shapes=shapes or None, name=src,
+                               optimize_exporter_pools=optimize_exporter_pools)
     except click.ClickException:
         raise
     except Exception as err:  # noqa: BLE001 - every failure becomes one line and an exit code

@@ -299,3 +299,21 @@ def test_cli_flag_and_json_report(tmp_path):
     assert "pyramid" in r.output
     r = CliRunner().invoke(main, [str(src), str(tmp_path / "plain.onnx")])
     assert r.exit_code == 0 and "nothing to patch" in r.output
+
+
+def test_inspect_shows_the_pyramid_and_the_exporter_pools():
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from onnxpoolfix.cli import main
+
+    fixture = str(Path(__file__).resolve().parent.parent / "fixtures" / "pyramid_pooling.onnx")
+    r = CliRunner().invoke(main, ["inspect", fixture])
+    assert r.exit_code == 0, r.output
+    assert "2 leftover adaptive pooling nodes\n" in r.output and "exporter pool" not in r.output
+    r = CliRunner().invoke(main, ["inspect", fixture, "--optimize-exporter-pools", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert sorted(n["encoding"] for n in data["nodes"]) == ["aten-op", "aten-op", "standard", "standard"]
+    assert any("planned together" in note for note in data["notes"])
