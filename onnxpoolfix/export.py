@@ -78,7 +78,8 @@ def _refuse_conflicts(torch, module, kwargs: dict) -> None:
 
 
 def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], *, check: bool = True,
-           strategy: str = "auto", target: str = "onnxruntime", **kwargs: Any) -> PatchReport:
+           strategy: str = "auto", target: str = "onnxruntime", optimize_exporter_pools: bool = False,
+           **kwargs: Any) -> PatchReport:
     """Export ``module`` with torch.onnx.export, replace the leftover adaptive pooling nodes, save to ``f``.
 
     Args:
@@ -89,6 +90,8 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             (:func:`onnxpoolfix.patch`'s ``check``); ``f`` is not written if it fails.
         strategy: ``"auto"`` or a lowering name to force (see :func:`onnxpoolfix.patch`).
         target: ``"onnxruntime"`` or ``"tensorrt"``.
+        optimize_exporter_pools: also plan the pools the exporter lowered itself (see
+            :func:`onnxpoolfix.patch`).
         **kwargs: passed on to ``torch.onnx.export`` (input_names, output_names, dynamic_axes,
             opset_version, do_constant_folding, kwargs, ...). ``dynamo`` (other than False),
             ``operator_export_type`` (other than ONNX_FALLTHROUGH), ``export_modules_as_functions`` and the
@@ -122,7 +125,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         model = load_model(exported)
         external = has_external_data(model)
         result = patch(model, check=check, strategy=strategy, target=target, inplace=True,
-                       model_dir=tmp if external else None)
+                       model_dir=tmp if external else None, optimize_exporter_pools=optimize_exporter_pools)
         logger.info("%s", result.report.summary())
         if hasattr(f, "write"):
             patched = Path(tmp) / "patched.onnx"
