@@ -328,3 +328,42 @@ def test_export_passes_optimize_exporter_pools(tmp_path):
                               optimize_exporter_pools=True)
     assert {n.lowering for n in fast.nodes} == {"pyramid"} and fast.check_passed
     _compare(module, x, onnx.load(str(tmp_path / "fast.onnx")), "avg")
+
+
+def test_random_pyramids_match_torch(monkeypatch):
+    """40 seeded random groups (1D/2D/3D, avg/max, None sizes, upsampling, NaN for max, opsets 11-18),
+    grouping forced wherever the math allows; every output our nodes write is compared with torch (the
+    exporter's own MaxPool is not torch's max on NaN, so its outputs are skipped for max)."""
+    import random
+
+    monkeypatch.setattr("onnxpoolfix.pyramid.GROUP_GAIN", float("inf"))
+    rng = random.Random(7)
+    grouped = 0
+    for _ in range(40):
+        d = rng.choice([1, 2, 2, 3])
+        kind = rng.choice(["avg", "max"])
+        spatial = [rng.randint(1, 24) for _ in range(d)]
+        shape = [rng.randint(1, 2), rng.randint(1, 4)] + spatial
+        sizes = []
+        for _ in range(rng.randint(2, 4)):
+            size = tuple(rng.choice([None, rng.randint(1, 8), n, max(1, n // 2), max(1, n // 3)]) for n in spatial)
+            sizes.append(size if any(s is not None for s in size) else (1,) * d)
+        module = Pyramid(kind, [s if d > 1 else s[0] for s in sizes], d).eval()
+        x = torch.randn(*shape)
+        if kind == "max" and rng.random() < 0.3:
+            x.view(-1)[rng.randrange(x.numel())] = float("nan")
+        model = _export(module, x, opset=rng.choice([11, 13, 17, 18]))
+        for optimize in (False, True):
+            result = onnxpoolfix.patch(model, optimize_exporter_pools=optimize)
+            if result.report.status == "nothing-to-patch":
+                continue
+            grouped += "pyramid" in {n.lowering for n in result.report.nodes}
+            producer = {o: n.name or f"{n.op_type}_{i}" for i, n in enumerate(model.graph.node) for o in n.output}
+            ours = {n.name for n in result.report.nodes}
+            got = ort_run(result.model, {"x": x.numpy()})
+            for g, w, out in zip(got, [t.numpy() for t in module(x)], model.graph.output):
+                if kind == "avg":
+                    assert_avg_close(g, w, x.numpy())
+                elif producer.get(out.name) in ours:
+                    assert_bits_equal(g, w)
+    assert grouped >= 20
