@@ -6,7 +6,6 @@ this file, and `make demo` runs the same CLI on a fixture).
 """
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil

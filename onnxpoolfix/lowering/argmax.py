@@ -22,8 +22,8 @@ from onnx import TensorProto
 from .. import windows as W
 from ..emit import np_dtype
 from . import cost as C
-from .base import Lowering, axis_windows, compute_dtype, itemsize
-from .steps import CastStep, Step, _elems
+from .base import Lowering, axis_windows, compute_dtype
+from .steps import Step, _elems
 
 
 @dataclass(frozen=True)

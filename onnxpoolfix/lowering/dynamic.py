@@ -36,7 +36,6 @@ from math import ceil, prod
 from typing import Sequence
 
 import numpy as np
-from onnx import TensorProto
 
 from .. import windows as W
 from ..emit import Emitter, np_dtype
