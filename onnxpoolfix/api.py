@@ -16,7 +16,7 @@ import onnx
 from .errors import CheckFailedError, InvalidModelError, PoolFixError, UnsupportedNodeError
 from .exporter_pools import find_exporter_pools, keeps_its_op
 from .find import find_pool_nodes, is_pool_leftover
-from .planner import AUTO, candidates, plan
+from .planner import AUTO, candidates, plan, plan_or_none
 from .pyramid import NAME as PYRAMID
 from .pyramid import plan_groups
 from .report import NodeReport, PatchReport
@@ -88,14 +88,14 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     if inlined:
         notes.insert(0, f"inlined the local function(s) {', '.join(inlined)} that held leftovers")
     plans = [_plan(s, strategy) for s in specs]
-    exporter_plans = [p for p in (_plan_or_none(s) for s in exporter) if p is not None]
+    exporter_plans = [p for p in map(plan_or_none, exporter) if p is not None]
     if strategy == AUTO:
         groups, rest = plan_groups(plans + exporter_plans)
     else:  # a forced lowering is a comparison of that lowering: no grouping
         groups, rest = [], plans + exporter_plans
     mine = {id(p) for p in plans}
-    kept = [p for p in rest if id(p) not in mine and keeps_its_op(p.spec, p.lowering.name)]
-    rest = [p for p in rest if not any(p is k for k in kept)]
+    kept = {id(p) for p in rest if id(p) not in mine and keeps_its_op(p.spec, p.lowering.name)}
+    rest = [p for p in rest if id(p) not in kept]
     if kept:
         notes.append(f"kept {len(kept)} exporter pool(s) as they are (already the fastest exact form)")
     if not rest and not groups:
@@ -130,14 +130,6 @@ def _exporter_pools(model, specs, *, opset, target) -> list[PoolSpec]:
     info = infer(model, {s.node.output: (s.dtype, s.output_shape) for s in specs})
     read = _read_names(model.graph) | {o.name for o in model.graph.output}
     return find_exporter_pools(model, info, opset=opset, target=target, read=read)
-
-
-def _plan_or_none(spec: PoolSpec):
-    """An exporter node's plan (always the planner's choice), or None when nothing applies to it."""
-    try:
-        return plan(spec)
-    except UnsupportedNodeError:
-        return None
 
 
 def _plan(spec: PoolSpec, strategy: str):

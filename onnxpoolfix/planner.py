@@ -76,6 +76,14 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
     return Plan(spec, BY_NAME[best.name], cands, f"{describe_axes(spec)}; {why}")
 
 
+def plan_or_none(spec: PoolSpec) -> Plan | None:
+    """The planner's choice, or None where no exact lowering applies (for nodes that may stay as they are)."""
+    try:
+        return plan(spec)
+    except UnsupportedNodeError:
+        return None
+
+
 def describe_axes(spec: PoolSpec) -> str:
     """Per pooled axis: ``15->7 uniform k3 s2``, ``9->7 non-uniform``, ``H->7 symbolic``."""
     from .lowering.base import AxisWindows

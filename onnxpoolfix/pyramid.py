@@ -32,7 +32,7 @@ from . import windows as W
 from .emit import Emitter, np_dtype
 from .lowering.base import compute_dtype, itemsize
 from .lowering.steps import MatMulStep, Step, _reshape_keep, run_cost
-from .planner import Plan, plan
+from .planner import Plan, plan_or_none
 from .shapes import PoolSpec
 
 NAME = "pyramid"
@@ -138,7 +138,7 @@ def _plan_group(members: list[Plan]) -> GroupPlan | None:
         for j in range(i):
             f = members[j].spec
             if all(W.nests(n, mf, mc, average=average) for n, mf, mc in zip(s.in_sizes, f.out_sizes, s.out_sizes)):
-                sub = _safe_plan(_sub_spec(s, f.output_shape, "from_" + "x".join(map(str, f.out_sizes))))
+                sub = plan_or_none(_sub_spec(s, f.output_shape, "from_" + "x".join(map(str, f.out_sizes))))
                 if sub is not None and (best is None or _cost(sub) < best[0]):
                     best = (_cost(sub), j, sub)
         if best is not None and best[0] < _cost(p) * GROUP_GAIN:
@@ -165,13 +165,6 @@ def _plan_group(members: list[Plan]) -> GroupPlan | None:
     if all(lv.source is None and lv.shared is None for lv in levels):
         return None  # nothing shared: the members' own plans are the group's
     return GroupPlan(tuple(levels), use_stacked, cost, separate)
-
-
-def _safe_plan(spec: PoolSpec) -> Plan | None:
-    try:
-        return plan(spec)
-    except Exception:  # noqa: BLE001 - no lowering for the sub-problem: that source is not used
-        return None
 
 
 def shared_width(width: int) -> int:

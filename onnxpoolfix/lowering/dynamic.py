@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from itertools import permutations
 from math import ceil, prod
 from typing import Sequence
 
@@ -40,8 +39,9 @@ import numpy as np
 from .. import windows as W
 from ..emit import Emitter, np_dtype
 from . import cost as C
-from .base import Lowering, axis_windows, compute_dtype, itemsize
-from .steps import IdentityStep, OneAxisStep, ReduceStep, Step, WindowGatherStep, gather_window_max, run_cost
+from .base import Lowering, axis_windows
+from .matmul import cheapest_order
+from .steps import IdentityStep, OneAxisStep, ReduceStep, Step, WindowGatherStep, gather_window_max
 
 Shape = tuple
 
@@ -309,12 +309,12 @@ class DynamicLowering(Lowering):
         # max: the order with the lowest estimated cost. A last-axis Gather transposes its whole input (see
         # gather_window_max), so pooling the earlier axes first shrinks what is transposed (1x256x33x33 -> 8x8:
         # W first 2.4x the static MaxPool's time, H first 1.9x)
-        shape, size = spec.input_shape, itemsize(compute_dtype(spec))
+        shape = spec.input_shape
         for s in steps:
             shape = s.out_shape(shape)
-        orders = [[WindowGatherStep(a.axis, a.n, a.m) if isinstance(a.n, int) else DynamicWindowMaxStep(a.axis, a.m)
-                   for a in order] for order in permutations(rest)]
-        return steps + min(orders, key=lambda o: run_cost(o, shape, size))
+        return steps + cheapest_order(
+            spec, lambda a: [WindowGatherStep(a.axis, a.n, a.m) if isinstance(a.n, int)
+                             else DynamicWindowMaxStep(a.axis, a.m)], rest, shape=shape)
 
     def steps(self, spec):
         inner = self._steps(spec)
