@@ -289,12 +289,15 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
         result.nodes = [_bare(n, i) for i, n in enumerate(model.graph.node) if is_pool_leftover(n)]
         specs = []
 
+    plans = []  # each node's plan (None where blocked), for the grouping below
     for spec in specs:
-        result.nodes.append(_inspect_spec(spec, strategy, candidates, plan))
+        info, p = _inspect_spec(spec, strategy, candidates, plan)
+        result.nodes.append(info)
+        plans.append(p)
     if optimize_exporter_pools and result.blocker is None:
-        specs = specs + _inspect_exporter_pools(model, specs, result, candidates, plan)
+        plans += _inspect_exporter_pools(model, specs, result, candidates, plan)
     if strategy == "auto":
-        _inspect_groups(specs, result, plan)
+        _inspect_groups(plans, result)
 
     if target == "tensorrt":
         result.tensorrt = _lint(model, result, leftovers, strategy=strategy, input_shapes=input_shapes)
@@ -306,26 +309,22 @@ def _inspect_exporter_pools(model, specs, result: Inspection, candidates, plan) 
     from .api import _exporter_pools
     from .exporter_pools import keeps_its_op
 
-    found = []
+    plans = []
     for s in _exporter_pools(model, specs, opset=result.opset, target=result.target):
-        info = _inspect_spec(s, "auto", candidates, plan)
+        info, p = _inspect_spec(s, "auto", candidates, plan)
         if info.chosen and keeps_its_op(s, info.chosen):
             info.why = f"kept as it is unless it joins a pyramid ({info.why})"
         result.nodes.append(info)
-        found.append(s)
-    return found
+        plans.append(p)
+    return plans
 
 
-def _inspect_groups(specs, result: Inspection, plan) -> None:
+def _inspect_groups(plans, result: Inspection) -> None:
     """Nodes that pool the same tensor and would be planned together (onnxpoolfix/pyramid.py)."""
     from .pyramid import NAME, plan_groups
 
-    plans = []
-    for s in specs:
-        try:
-            plans.append(plan(s))
-        except UnsupportedNodeError:
-            return  # the patch stops at the blocked node anyway
+    if any(p is None for p in plans):
+        return  # the patch stops at the blocked node anyway
     groups, _ = plan_groups(plans)
     by_name = {n.name: n for n in result.nodes}
     for g in groups:
@@ -344,7 +343,8 @@ def _bare(node: onnx.NodeProto, index: int) -> NodeInspection:
                           encoding="ATen-attr" if node.op_type == "ATen" else "aten-op")
 
 
-def _inspect_spec(spec, strategy, candidates, plan) -> NodeInspection:
+def _inspect_spec(spec, strategy, candidates, plan):
+    """The node's inspection, and its plan (None where no lowering applies)."""
     from .lowering.base import axis_windows
 
     s = spec
@@ -363,10 +363,10 @@ def _inspect_spec(spec, strategy, candidates, plan) -> NodeInspection:
         p = plan(s, strategy)
     except UnsupportedNodeError as err:
         info.blocker, info.hint = _node_blocker(s, info, strategy, err)
-        return info
+        return info, None
     info.chosen, info.why = p.lowering.name, p.why
     info.ops = [op for step in p.lowering.steps(s) for op in step.ops]
-    return info
+    return info, p
 
 
 def _node_blocker(spec, info: NodeInspection, strategy: str, err: UnsupportedNodeError) -> tuple[str, str | None]:
