@@ -299,8 +299,8 @@ def _check_node(node: onnx.NodeProto, info: GraphInfo) -> list[tuple[Severity, s
         if (node.domain, op) in info.functions:
             return out  # inlined by the parser; its body is linted separately
         if node.domain == "org.pytorch.aten":
-            out.append(("error", f"custom domain 'org.pytorch.aten' (a PyTorch ATen fallback op): TensorRT's "
-                                 f"ONNX parser has no importer for it"))
+            out.append(("error", "custom domain 'org.pytorch.aten' (a PyTorch ATen fallback op): TensorRT's "
+                                 "ONNX parser has no importer for it"))
         else:
             out.append(("error", f"custom domain '{node.domain}': no TensorRT ONNX importer; only a TensorRT "
                                  f"plugin registered as '{op}' could serve it"))

@@ -14,7 +14,7 @@ from math import gcd, prod
 from typing import Sequence
 
 import numpy as np
-from onnx import TensorProto
+from onnx import GraphProto, TensorProto
 
 from .. import windows as W
 from ..emit import Emitter, np_dtype
@@ -498,7 +498,7 @@ class NonFiniteMaxStep(Step):
         return em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)
 
 
-def _branch(em: Emitter, hint: str, elem: int, build) -> "onnx.GraphProto":
+def _branch(em: Emitter, hint: str, elem: int, build) -> GraphProto:
     """A subgraph for If, built by ``build(sub_emitter) -> output``; its constants live in the outer graph."""
     from onnx import helper
 
