@@ -102,3 +102,15 @@ def np_dtype(elem: int) -> np.dtype:
 # dtypes onnxruntime's CPU kernels for the ops we emit do not all cover: compute in float32 and cast
 # back (exact for max, and torch itself accumulates these in float32)
 COMPUTE_IN_FLOAT32 = {TensorProto.FLOAT16, TensorProto.BFLOAT16}
+
+
+def op_types(nodes: Sequence[onnx.NodeProto]) -> list[str]:
+    """The op types of ``nodes`` in order, each followed by those inside its subgraphs (If branches)."""
+    out: list[str] = []
+    for n in nodes:
+        out.append(n.op_type)
+        for a in n.attribute:
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                      list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
+                out.extend(op_types(g.node))
+    return out

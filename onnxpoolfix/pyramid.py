@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from . import windows as W
-from .emit import Emitter, np_dtype
+from .emit import Emitter, np_dtype, op_types
 from .lowering.base import compute_dtype, itemsize
 from .lowering.steps import MatMulStep, Step, _reshape_keep, run_cost
 from .planner import Plan, plan_or_none
@@ -246,7 +246,7 @@ def build_group(g: GroupPlan, taken: set[str], opset: int, constant_nodes: bool)
             shape = step.out_shape(shape)
         nodes += em.nodes
         inits += em.initializers
-        stacked_ops = [nd.op_type for nd in em.nodes]
+        stacked_ops = op_types(em.nodes)
     for lv in g.levels:
         s = lv.spec
         em = Emitter(s.node.name, taken, opset, constant_nodes=constant_nodes)
@@ -260,7 +260,7 @@ def build_group(g: GroupPlan, taken: set[str], opset: int, constant_nodes: bool)
         nodes += em.nodes
         inits += em.initializers
         # the stacked MatMuls are listed with the first level that reads them
-        ops.append((stacked_ops if stacked_levels and lv is stacked_levels[0] else []) + [nd.op_type for nd in em.nodes])
+        ops.append((stacked_ops if stacked_levels and lv is stacked_levels[0] else []) + op_types(em.nodes))
     return nodes, inits, ops
 
 

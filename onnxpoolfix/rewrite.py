@@ -13,7 +13,7 @@ from typing import Sequence
 
 import onnx
 
-from .emit import Emitter
+from .emit import Emitter, op_types
 from .find import ATEN_DOMAIN
 from .planner import Plan
 from .pyramid import GroupPlan, build_group
@@ -49,7 +49,7 @@ def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[
         p.lowering.build(em, p.spec, node.input, node.output, node.indices_output)
         replacement[node.index] = em.nodes
         graph.initializer.extend(em.initializers)
-        emitted_ops.append([n.op_type for n in em.nodes])
+        emitted_ops.append(op_types(em.nodes))
     group_ops: list[list[str]] = []
     for g in groups:
         new, inits, ops = build_group(g, taken, g.levels[0].spec.opset, constant_nodes)

@@ -140,3 +140,18 @@ def test_quiet_still_reports_errors(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, [str(tmp_path / "missing.onnx"), str(tmp_path / "o.onnx"), "-q"])
     assert result.exit_code == 3 and result.stdout == ""
     assert result.stderr.startswith("onnxpoolfix: error:")
+
+
+def test_report_ops_include_the_if_branches() -> None:
+    """A max node's NaN/-inf guard is an If (onnxruntime target): the report lists the ops inside its branches
+    too, in graph order, not only the guard's outer nodes."""
+    import onnx
+
+    from onnxpoolfix.emit import op_types
+
+    model = onnx.load(FIXTURES / "dynamic_max2d.onnx")
+    result = onnxpoolfix.patch(model, check=False)
+    ops = result.report.nodes[0].ops
+    assert "If" in ops and ops.count("If") == sum(n.op_type == "If" for n in result.model.graph.node)
+    assert ops == op_types(result.model.graph.node), "every emitted node, branches included"
+    assert {"IsNaN", "Where"} <= set(ops[ops.index("If") + 1:]), ops
