@@ -21,7 +21,7 @@ from .pyramid import NAME as PYRAMID
 from .pyramid import plan_groups
 from .report import NodeReport, PatchReport
 from .rewrite import apply_plans
-from .shapes import PoolSpec, apply_input_shapes, model_opset, resolve_specs
+from .shapes import PoolSpec, apply_input_shapes, model_opset, resolve_specs, validate_input_shape
 from .verify import check_patched, default_check_shapes
 
 logger = logging.getLogger(__name__)
@@ -72,6 +72,9 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         model = copy
     if not model.HasField("graph"):
         raise InvalidModelError("the model has no graph")
+    for shapes in check_shapes or ():  # before any work: a typo in a check size is not worth a patch
+        for name, dims in shapes.items():
+            validate_input_shape(model, name, dims, "--check-shape")
     opset = model_opset(model)
     report = PatchReport(opset=opset, target=target)
     model, inlined = _inline_functions_holding_leftovers(model)
@@ -221,6 +224,9 @@ def _refuse_huge_check(specs) -> None:
 def _check(model, specs, report: PatchReport, *, check_shapes, input_shapes, model_dir, seed) -> None:
     if not check_shapes:  # sizes the user chose are the user's call
         _refuse_huge_check(specs)
+    for shapes in check_shapes or ():  # again on the patched signature (an --input-shape may have stayed bound)
+        for name, dims in shapes.items():
+            validate_input_shape(model, name, dims, "--check-shape")
     try:
         shapes_list, note = default_check_shapes(model, specs, check_shapes=check_shapes, input_shapes=input_shapes,
                                                  model_dir=model_dir, seed=seed)

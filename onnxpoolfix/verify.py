@@ -23,7 +23,7 @@ from onnx import TensorProto
 
 from . import reference
 from . import windows as W
-from .errors import CheckFailedError, InvalidModelError
+from .errors import CheckFailedError, ShapeError
 from .shapes import PoolSpec, _dims
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,9 @@ def random_feed(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], rng
         elem, dims = _dims(vi.type)
         shape = tuple(shapes[vi.name]) if vi.name in shapes else tuple(dims or ())
         if any(not isinstance(d, int) for d in shape):
-            raise InvalidModelError(f"input '{vi.name}' has symbolic dims {shape} and no concrete shape to check with")
+            raise ShapeError(f"input '{vi.name}' has symbolic dims {shape} and no concrete shape to check with",
+                             "give every symbolic input's shape with --check-shape NAME:D0,D1,... "
+                             "(several inputs: in one flag, separated by spaces), or skip the check with --no-check")
         if elem == TensorProto.BFLOAT16:
             import ml_dtypes
 
@@ -80,7 +82,10 @@ def _session(model: onnx.ModelProto, model_dir: str | None):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.log_severity_level = 3  # the declared output shapes of dynamic exports are often stale; not our news
+    # fatal only: stale declared output shapes of dynamic exports (warnings) are not our news, and a probe at
+    # a size the network cannot take logs an error that is expected; a failure that matters is raised with
+    # onnxruntime's message in it
+    so.log_severity_level = 4
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if model_dir is not None:
         # external data resolves against this folder: the graph is passed as bytes (weights stay on disk),
@@ -259,7 +264,7 @@ def default_check_shapes(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
                 shape.append(None)
         binding[name] = tuple(shape)
     if unresolved:
-        raise InvalidModelError(
+        raise ShapeError(
             f"cannot choose sizes for the check: symbolic dims {', '.join(unresolved)}",
             "give them with --check-shape NAME:D0,D1,... or --input-shape, or skip the check with --no-check")
     return [binding], "symbolic dims bound to " + ", ".join(f"{k}:{','.join(map(str, v))}" for k, v in binding.items())
@@ -268,6 +273,7 @@ def default_check_shapes(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
 # first sizes tried for the symbolic non-batch input dims when probing; the first that runs is the base
 _PROBE_BASES = (16, 32, 64, 128, 256, 512)
 _MIN_DYNAMIC_CHECKS = 3
+_KINDS = ("uniform", "non-uniform", "upsampling")
 
 
 def _window_targets(m: int) -> dict[str, int | None]:
@@ -276,21 +282,31 @@ def _window_targets(m: int) -> dict[str, int | None]:
     return {"uniform": 2 * m, "non-uniform": nonuniform, "upsampling": (m - 1 if m >= 3 else 1) if m > 1 else None}
 
 
+def _window_kind(n: int, m: int) -> str:
+    if n == m:
+        return "kept"
+    if n < m:
+        return "upsampling"
+    return "uniform" if W.uniform_windows(n, m) else "non-uniform"
+
+
 def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
     """Choose graph-input sizes for a model whose pooled axes are symbolic.
 
     The pooled tensor is usually not a graph input (convolutions in between), so the relation between an
     input size ``S`` and a pooled length ``n`` is measured: the model runs at two base sizes and
-    ``n = n0 + (S - S0) / r`` is fitted per pooled axis. From it, sizes are aimed at uniform, non-uniform
-    and upsampling windows (rotated over the axes so each axis sees each kind, one run with batch 2); every
-    candidate is run once and kept only if the model accepts it (too small an input for its convolutions
-    fails); at least 3 must run. Symbolic axis 0 is the batch (1, or 2); every other symbolic dim is
-    spatial, matched to the pooled axes from the last one back.
+    ``n = n0 + (S - S0) / r`` is fitted per pooled axis. A network may run only at multiples of some step
+    (stride-32 skip connections: 32); the step is probed too and every size chosen is a multiple of it.
+    From the fit, sizes are aimed at uniform, non-uniform and upsampling windows (rotated over the axes so
+    each axis sees each kind, one run with batch 2 where the batch is symbolic), the closest that the step
+    allows; every candidate is run once and kept only if the model accepts it; at least 3 must run.
+    Symbolic axis 0 is the batch (1, or 2); every other symbolic dim is spatial, matched to the pooled axes
+    from the last one back.
     """
     dyn = [s for s in specs if not s.static]
     unresolved = [name for name, dims in sym.items() if name not in binding and dims is None]
     if unresolved:
-        raise InvalidModelError(
+        raise ShapeError(
             f"cannot choose sizes for the check: input(s) {', '.join(unresolved)} have no known rank",
             "give them with --check-shape NAME:D0,D1,... (repeatable), or skip the check with --no-check")
     free = {name: dims for name, dims in sym.items() if name not in binding}
@@ -320,30 +336,41 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
                     base = b
                     break
         if base is None:
-            raise InvalidModelError(
+            raise ShapeError(
                 "cannot choose sizes for the check: the model ran at none of the input sizes tried "
                 f"({', '.join(map(str, _PROBE_BASES))} on the symbolic dims)",
                 "give them with --check-shape NAME:D0,D1,... (repeatable), or skip the check with --no-check")
+        step = 1  # base and 2*base run, so some power of two up to base does
+        while step < base and probe.pooled(shapes_for([base + step] * k, 1)) is None:
+            step *= 2
         # per pooled axis (of the first dynamic spec; others follow the same inputs): n = n0 + (S - S0) / r
         lead = dyn[0]
         fits = []
         for j, axis in enumerate(lead.axes):
             n0, n1 = got0[lead.node.input][axis], got1[lead.node.input][axis]
             fits.append((n0, (2 * base - base) / (n1 - n0) if n1 != n0 else None))
-        kinds = ("uniform", "non-uniform", "upsampling")
+
+        def size_for(j: int, kind: str, fallback: int) -> int:
+            """The input size (a multiple of ``step``) nearest the one aimed at ``kind`` on pooled axis j."""
+            n0, rate = fits[j]
+            m = lead.out_sizes[j]
+            target = _window_targets(m)[kind] if isinstance(m, int) else None
+            if target is None or rate is None:
+                return fallback
+            aim = base + (target - n0) * rate
+            sizes = range(step, max(8 * base, 2 * round(abs(aim))) + step, step)
+            right = [S for S in sizes if (n := n0 + (S - base) / rate) >= 1 and n == int(n)
+                     and _window_kind(int(n), m) == kind]
+            return min(right or sizes, key=lambda S: abs(S - aim))
+
         candidates = []
-        for r in range(len(kinds)):
-            sizes = []
-            for j, m in enumerate(lead.out_sizes):
-                n0, rate = fits[j]
-                target = _window_targets(m)[kinds[(r + j) % len(kinds)]] if isinstance(m, int) else None
-                if target is None or rate is None:
-                    target = n0 + r + 1
-                sizes.append(max(1, round(base + (target - n0) * rate)) if rate else base + r + 1)
+        for r in range(len(_KINDS)):
+            sizes = [size_for(j, _KINDS[(r + j) % len(_KINDS)], base + (r + 1) * step) for j in range(k)]
             candidates.append(shapes_for(sizes, 2 if r == 1 else 1))
-        candidates += [shapes_for([base] * k, 2), shapes_for([2 * base + 1] * k, 1), shapes_for([3 * base] * k, 1)]
+        candidates += [shapes_for([base] * k, 2), shapes_for([2 * base + step] * k, 1), shapes_for([3 * base] * k, 1),
+                       shapes_for([2 * base] * k, 1)]
         chosen: list[dict[str, tuple[int, ...]]] = []
-        pooled: list[str] = []
+        pooled: list[dict[str, tuple[int, ...]]] = []
         for c in candidates:
             if c in chosen:
                 continue
@@ -351,21 +378,26 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
             if got is None:
                 continue
             chosen.append(c)
-            pooled.append("/".join("x".join(str(got[s.node.input][a]) for a in s.axes) for s in dyn))
+            pooled.append(got)
             if len(chosen) >= 4:
                 break
     finally:
         probe.close()
     if len(chosen) < _MIN_DYNAMIC_CHECKS:
-        raise InvalidModelError(
+        raise ShapeError(
             f"cannot choose sizes for the check: the model ran at only {len(chosen)} of the input sizes tried "
             f"(a symbolic pooled axis needs {_MIN_DYNAMIC_CHECKS})",
             "give them with --check-shape NAME:D0,D1,... (repeatable), or skip the check with --no-check")
+    kinds = {_window_kind(got[s.node.input][a], m) for got in pooled for s in dyn
+             for a, m in zip(s.axes, s.out_sizes) if isinstance(m, int)}
+    batches = sorted({v[0] for c in chosen for name, v in c.items() if name in free and not isinstance(free[name][0], int)})
     outs = "x".join(str(m) for m in dyn[0].out_sizes)
-    desc = ", ".join(f"{' '.join(f'{n}:' + 'x'.join(map(str, v)) for n, v in c.items())} (pooled {p})"
-                     for c, p in zip(chosen, pooled))
-    return chosen, (f"symbolic pooled axes checked at {len(chosen)} sizes aimed at uniform, non-uniform and "
-                    f"upsampling windows (-> {outs}), one with batch 2: {desc}")
+    desc = ", ".join(f"{' '.join(f'{n}:' + 'x'.join(map(str, v)) for n, v in c.items())} (pooled "
+                     + "/".join("x".join(str(got[s.node.input][a]) for a in s.axes) for s in dyn) + ")"
+                     for c, got in zip(chosen, pooled))
+    covered = ", ".join(kd for kd in (*_KINDS, "kept") if kd in kinds)
+    return chosen, (f"symbolic pooled axes checked at {len(chosen)} sizes (-> {outs}; windows: {covered}"
+                    + (f"; batch {' and '.join(map(str, batches))}" if batches else "") + f"): {desc}")
 
 
 class _Prober:

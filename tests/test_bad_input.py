@@ -143,7 +143,27 @@ MODEL_CASES = {
                                  ["--input-shape", "nope:1,3,8,9"], 4, ["not a graph input", "inputs: x"]),
     "input-shape-wrong-rank": (lambda t: make_leftover("avg", [1, 3, "H", "W"], [5, 7]),
                                ["--input-shape", "x:1,8,9"], 4, ["rank 3", "rank 4"]),
+    # --check-shape is validated like --input-shape, before any work
+    "check-shape-unknown-name": (lambda t: make_leftover("avg", [1, 3, "H", "W"], [5, 7]),
+                                 ["--check-shape", "q:1,3,8,9"], 4, ["--check-shape names 'q'", "inputs: x"]),
+    "check-shape-wrong-rank": (lambda t: make_leftover("avg", [1, 3, "H", "W"], [5, 7]),
+                               ["--check-shape", "x:1,3,8"], 4, ["--check-shape x:1,3,8 has rank 3", "all 4 dims"]),
+    "check-shape-fixed-dim": (lambda t: make_leftover("avg", [1, 3, "H", "W"], [5, 7]),
+                              ["--check-shape", "x:2,3,8,9"], 4, ["dim 0 is fixed to 1", "only symbolic dims"]),
+    # a check run that leaves a second symbolic input without a size
+    "check-shape-misses-an-input": (lambda t: _two_symbolic_inputs(), ["--check-shape", "x:1,3,8,9"], 4,
+                                    ["input 'z' has symbolic dims", "--check-shape"]),
 }
+
+
+def _two_symbolic_inputs() -> onnx.ModelProto:
+    """The pool's input x plus a second input z (symbolic too) added to the pooled result."""
+    m = make_leftover("avg", [1, 3, "H", "W"], [5, 7])
+    m.graph.input.append(onnx.helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 3, "A", "B"]))
+    y = m.graph.output[0].name
+    m.graph.node[-1].output[0] = "pooled"
+    m.graph.node.append(onnx.helper.make_node("Add", ["pooled", "z"], [y]))
+    return m
 
 
 def _rank_mismatch() -> onnx.ModelProto:

@@ -58,6 +58,23 @@ def _sig(vis):
 
 # ---- (a) the dynamic fixtures, no override ---------------------------------------------------------------
 
+def _assert_window_kinds_named_truly(note: str, out_shape) -> None:
+    """The note's "windows: ..." are the kinds its own "(pooled AxB)" lengths give (brute-force windows)."""
+    import re
+
+    named = set(re.search(r"windows: ([a-z, -]+)", note).group(1).split(", "))
+    outs = [m for m in out_shape if isinstance(m, int)][-len(re.search(r"pooled ([0-9x]+)", note).group(1).split("x")):]
+    seen = set()
+    for pooled in re.findall(r"pooled ([0-9x]+)", note):
+        for n, m in zip(map(int, pooled.split("x")), outs):
+            starts = [(i * n) // m for i in range(m)]
+            lengths = {-(-((i + 1) * n) // m) - s for i, s in enumerate(starts)}
+            steps = {b - a for a, b in zip(starts, starts[1:])}
+            seen.add("kept" if n == m else "upsampling" if n < m
+                     else "uniform" if len(lengths) == 1 and len(steps) <= 1 else "non-uniform")
+    assert named == seen, (note, seen)
+
+
 @pytest.mark.parametrize("name", DYNAMIC_CASES)
 def test_dynamic_fixture_matches_torch_at_every_saved_size(name):
     c = _case(name)
@@ -69,7 +86,9 @@ def test_dynamic_fixture_matches_torch_at_every_saved_size(name):
     assert result.report.check_passed
     assert len(node.checked_shapes) >= 3
     assert any(s[0] == 2 for s in node.checked_shapes), "one check run has batch 2"
-    assert "uniform, non-uniform and upsampling" in result.report.check_note
+    assert "batch 1 and 2" in result.report.check_note
+    _assert_window_kinds_named_truly(result.report.check_note, node.output_shape)
+    assert "windows: uniform" in result.report.check_note and "upsampling" in result.report.check_note
     assert not leftover_nodes(result.model)
     sess = _session(result.model)
     outs = [o.name for o in result.model.graph.output]
@@ -233,6 +252,54 @@ def test_cli_input_shape_and_check_shape(tmp_path):
     rep = json.loads((tmp_path / "r2.json").read_text())
     assert rep["nodes"][0]["lowering"] == "dynamic"
     assert rep["nodes"][0]["checked_shapes"] == [[1, 4, 9, 31], [2, 4, 4, 4]]
+
+
+def _runs_only_at_multiples_of(step: int, kind: str = "avg") -> onnx.ModelProto:
+    """x + nearest-upsampled(AveragePool k=step s=step of x) -> leftover pool: the Add fails unless H and W are
+    multiples of ``step`` (an FPN/U-Net skip connection behind a stride-``step`` backbone)."""
+    from onnx import helper, numpy_helper
+
+    m = make_leftover(kind, ["N", 3, "H", "W"], (5, 7))
+    pool = next(n for n in m.graph.node if n.input and n.input[0] == "x")
+    pool.input[0] = "skip"
+    m.graph.initializer.append(numpy_helper.from_array(np.array([1, 1, step, step], np.float32), "scales"))
+    nodes = [helper.make_node("AveragePool", ["x"], ["coarse"], kernel_shape=[step, step], strides=[step, step]),
+             helper.make_node("Resize", ["coarse", "", "scales"], ["up"], mode="nearest"),
+             helper.make_node("Add", ["x", "up"], ["skip"])] + list(m.graph.node)
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    onnx.checker.check_model(m)
+    return m
+
+
+@pytest.mark.parametrize("step", [2, 32])
+def test_probe_finds_sizes_for_a_network_that_needs_a_step(step):
+    """The check's sizes are multiples of the step the network needs (before: sizes aimed at exact window kinds
+    failed to run and the patch stopped with 'cannot choose sizes')."""
+    model = _runs_only_at_multiples_of(step)
+    result = onnxpoolfix.patch(model)
+    node = result.report.nodes[0]
+    assert result.report.check_passed and node.lowering == "dynamic"
+    assert len(node.checked_shapes) >= 3
+    assert all(h % step == 0 and w % step == 0 for _, _, h, w in node.checked_shapes), node.checked_shapes
+    assert any(n == 2 for n, *_ in node.checked_shapes)
+    _assert_window_kinds_named_truly(result.report.check_note, node.output_shape)
+    if step == 2:  # pooled lengths 2, 4, ... reach every kind for 5x7
+        assert "windows: uniform, non-uniform, upsampling" in result.report.check_note
+
+
+def test_check_probing_keeps_onnxruntime_quiet(tmp_path):
+    """Probe runs at sizes the network cannot take fail inside onnxruntime; its error log must not reach
+    stderr (-q prints nothing on success)."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "in.onnx"
+    onnx.save(_runs_only_at_multiples_of(2), src)
+    r = subprocess.run([sys.executable, "-m", "onnxpoolfix", str(src), str(tmp_path / "out.onnx"), "-q"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "" and r.stderr == ""
 
 
 # ---- (d) what the dynamic lowering refuses, and the planner's message -------------------------------------
