@@ -358,10 +358,9 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
             if target is None or rate is None:
                 return fallback
             aim = base + (target - n0) * rate
-            sizes = range(step, max(8 * base, 2 * round(abs(aim))) + step, step)
-            right = [S for S in sizes if (n := n0 + (S - base) / rate) >= 1 and n == int(n)
-                     and _window_kind(int(n), m) == kind]
-            return min(right or sizes, key=lambda S: abs(S - aim))
+            sizes = sorted(range(step, max(8 * base, 2 * round(abs(aim))) + step, step), key=lambda S: abs(S - aim))
+            return next((S for S in sizes if (n := n0 + (S - base) / rate) >= 1 and n == int(n)
+                         and _window_kind(int(n), m) == kind), sizes[0])
 
         candidates = []
         for r in range(len(_KINDS)):
