@@ -24,7 +24,7 @@ from onnx import TensorProto
 from . import reference
 from . import windows as W
 from .errors import CheckFailedError, ShapeError
-from .shapes import PoolSpec, _dims
+from .shapes import PoolSpec, _dims, light_copy
 
 logger = logging.getLogger(__name__)
 
@@ -418,8 +418,36 @@ class _Prober:
             del model.graph.output[n_out:]
         self.fetch = [n for n in self.names if n not in inputs]
         self.inputs = inputs
+        self.light = light_copy(model)  # for shape inference at each size, without the weights' bytes
+        self.empty_anyway = self._empty_tensors({})
+
+    def _empty_tensors(self, shapes) -> set[str] | None:
+        """Tensors that onnx shape inference gives a zero or negative dim at these input sizes (None: it
+        failed). Inference errors are not held against a size: other ops may be beyond onnx's inference."""
+        light = onnx.ModelProto()
+        light.CopyFrom(self.light)
+        for vi in light.graph.input:
+            if vi.name in shapes:
+                dims = vi.type.tensor_type.shape
+                dims.ClearField("dim")
+                for d in shapes[vi.name]:
+                    dims.dim.add().dim_value = int(d)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+        except Exception as e:  # noqa: BLE001
+            logger.debug("shape inference at %s failed: %s", shapes, e)
+            return None
+        return {vi.name for vi in inferred.graph.value_info
+                if any(d.HasField("dim_value") and d.dim_value <= 0 for d in vi.type.tensor_type.shape.dim)}
 
     def pooled(self, shapes) -> dict[str, tuple[int, ...]] | None:
+        # a size too small for the network's convolutions/pools leaves some tensor empty; onnxruntime does
+        # not always raise on those (its MaxPool traps with SIGFPE on a 1x1 map with a 3x3 window, taking
+        # the process with it), so such sizes are never run
+        empty = self._empty_tensors(shapes)
+        if empty and empty - (self.empty_anyway or set()):
+            logger.debug("probe at %s skipped: shape inference empties %s", shapes, sorted(empty)[:3])
+            return None
         try:
             import onnxruntime as ort
 

@@ -302,6 +302,36 @@ def test_check_probing_keeps_onnxruntime_quiet(tmp_path):
     assert r.stdout == "" and r.stderr == ""
 
 
+def test_probe_never_runs_a_size_too_small_for_the_network(tmp_path):
+    """An AlexNet-style stack (three MaxPool 3/2) exported with dynamic H/W: at the first probe sizes a MaxPool
+    sees an empty map, and onnxruntime traps with SIGFPE there instead of raising (it took the process down:
+    exit 136, no message). Sizes whose inferred shapes hold an empty tensor are not run."""
+    import subprocess
+    import sys
+
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+    net = nn.Sequential(nn.Conv2d(3, 8, 11, 4, 2), nn.ReLU(), nn.MaxPool2d(3, 2), nn.Conv2d(8, 8, 5, padding=2),
+                        nn.ReLU(), nn.MaxPool2d(3, 2), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2),
+                        nn.AdaptiveAvgPool2d(6)).eval()
+    src = tmp_path / "alexnet_like.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (torch.randn(1, 3, 100, 100),), str(src), dynamo=False, opset_version=17,
+                          input_names=["x"], dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}},
+                          operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH)
+    out = tmp_path / "out.onnx"
+    r = subprocess.run([sys.executable, "-m", "onnxpoolfix", str(src), str(out), "--report", str(tmp_path / "r.json")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.returncode, r.stderr[-500:])
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["check_passed"] and rep["nodes"][0]["lowering"] == "dynamic"
+    sess = _session(onnx.load(out))
+    for shape in [(1, 3, 100, 100), (2, 3, 224, 180), (1, 3, 70, 301)]:
+        x = torch.randn(*shape)
+        np.testing.assert_allclose(sess.run(None, {"x": x.numpy()})[0], net(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
 # ---- (d) what the dynamic lowering refuses, and the planner's message -------------------------------------
 
 def test_dynamic_check_reasons():
