@@ -114,3 +114,12 @@ def op_types(nodes: Sequence[onnx.NodeProto]) -> list[str]:
                       list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
                 out.extend(op_types(g.node))
     return out
+
+
+#: doc_string prefix of every node onnxpoolfix writes (provenance; its own pools are never adopted again)
+EMITTED_BY = "onnxpoolfix: "
+
+
+def mark_emitted(nodes: Sequence[onnx.NodeProto], what: str) -> None:
+    for n in nodes:
+        n.doc_string = EMITTED_BY + what

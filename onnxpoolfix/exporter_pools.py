@@ -17,7 +17,9 @@ reference of adaptive pooling is its reference, and every lowering is exact for 
 
 Max pooling nodes are left alone (see ``_OPS``).
 
-Nodes inside subgraphs (If/Loop bodies) are left alone.
+Nodes inside subgraphs (If/Loop bodies) are left alone, and so are the nodes onnxpoolfix wrote itself
+(their doc_string says so): they were planned when they were written, so patching a patched model again
+with the flag finds nothing to do.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from typing import Mapping
 import onnx
 
 from . import windows as W
+from .emit import EMITTED_BY
 from .find import PoolNode
 from .shapes import SUPPORTED_DTYPES, Dim, PoolSpec
 
@@ -73,6 +76,8 @@ def find_exporter_pools(model: onnx.ModelProto, info: Mapping[str, tuple[int, tu
     for index, node in enumerate(model.graph.node):
         kind = _OPS.get(node.op_type)
         if kind is None or node.domain not in ("", "ai.onnx") or not node.input or not node.output[0]:
+            continue
+        if node.doc_string.startswith(EMITTED_BY):  # ours already: planned when it was written
             continue
         if len(node.output) > 1 and node.output[1] and node.output[1] in read:
             continue

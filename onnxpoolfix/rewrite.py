@@ -13,7 +13,7 @@ from typing import Sequence
 
 import onnx
 
-from .emit import Emitter, op_types
+from .emit import Emitter, mark_emitted, op_types
 from .find import ATEN_DOMAIN
 from .planner import Plan
 from .pyramid import GroupPlan, build_group
@@ -47,12 +47,14 @@ def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[
         node = p.spec.node
         em = Emitter(node.name, taken, p.spec.opset, constant_nodes=constant_nodes)
         p.lowering.build(em, p.spec, node.input, node.output, node.indices_output)
+        mark_emitted(em.nodes, f"'{p.lowering.name}' lowering of {node.label}")
         replacement[node.index] = em.nodes
         graph.initializer.extend(em.initializers)
         emitted_ops.append(op_types(em.nodes))
     group_ops: list[list[str]] = []
     for g in groups:
         new, inits, ops = build_group(g, taken, g.levels[0].spec.opset, constant_nodes)
+        mark_emitted(new, "'pyramid' lowering of " + ", ".join(lv.spec.node.label for lv in g.levels))
         for lv in g.levels:
             replacement[lv.spec.node.index] = []
         replacement[g.index] = new

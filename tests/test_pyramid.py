@@ -367,3 +367,55 @@ def test_random_pyramids_match_torch(monkeypatch):
                 elif producer.get(out.name) in ours:
                     assert_bits_equal(g, w)
     assert grouped >= 20
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
+def test_patching_a_patched_model_again_finds_nothing(target):
+    """With the flag, the pooling ops onnxpoolfix wrote are not adopted again (their doc_string marks them):
+    patch(patch(m)) == patch(m) for every fixture and a few hundred random leftovers. A leftover's own
+    AveragePool (7 -> 1 of AdaptiveAvgPool3d((1, 7, 7)) on 7x13x18, once 'mixed' emitted it) used to be
+    replaced by a second run."""
+    import random
+    from pathlib import Path
+
+    from conftest import make_leftover
+
+    fixtures = Path(__file__).resolve().parent.parent / "fixtures"
+    models = {f.name: onnx.load(f) for f in sorted(fixtures.glob("*.onnx"))}
+    rng = random.Random(0)
+    for i in range(150):
+        k = rng.choice([1, 2, 3])
+        ins = [rng.choice([1, 2, 3, 5, 7, 9, 12, 13, 16, 24, 30, 33]) for _ in range(k)]
+        outs = [rng.choice([1, 1, 2, 3, 4, 5, 6, 7, 8, n]) for n in ins]
+        kind = rng.choice(["avg", "max"])
+        models[f"random {kind} {ins}->{outs}"] = make_leftover(kind, [rng.choice([1, 2]), rng.choice([3, 8, 64])] + ins, outs)
+    # 'mixed' emits an AveragePool for its uniform axes that, planned alone, another lowering would edge out
+    for shape, outs in [([1, 3, 5, 2, 24], [3, 4, 4]), ([2, 8, 5, 3, 13], [1, 6, 6]), ([1, 64, 1, 9, 24], [3, 1, 6]),
+                        ([1, 8, 24, 12, 9], [7, 4, 7]), ([1, 8, 7, 13, 18], [1, 7, 7]), ([1, 8, 9, 13], [1, 7])]:
+        models[f"mixed {shape}->{outs}"] = make_leftover("avg", shape, outs)
+    patched = 0
+    for name, m in models.items():
+        try:
+            once = onnxpoolfix.patch(m, check=False, optimize_exporter_pools=True, target=target)
+        except onnxpoolfix.PoolFixError:
+            continue  # refused (e.g. symbolic sizes with an old opset): nothing written to patch again
+        patched += bool(once.report.nodes)
+        twice = onnxpoolfix.patch(once.model, check=False, optimize_exporter_pools=True, target=target)
+        assert not twice.report.nodes, (name, [(n.name, n.lowering, n.why) for n in twice.report.nodes])
+        assert all(n.doc_string.startswith("onnxpoolfix: ") for n in once.model.graph.node
+                   if n.name.startswith(tuple(r.name for r in once.report.nodes)))
+    assert patched > 150
+
+
+def test_mixed_takes_a_reduce_for_axes_pooled_to_one_where_cheaper():
+    from conftest import make_leftover
+    from onnxpoolfix.lowering import BY_NAME
+    from onnxpoolfix.shapes import model_opset, resolve_specs
+    from onnxpoolfix.find import find_pool_nodes
+
+    m = make_leftover("avg", [1, 8, 7, 13, 18], (1, 7, 7))
+    spec = resolve_specs(m, find_pool_nodes(m.graph), opset=model_opset(m), target="onnxruntime")[0]
+    ops = [op for s in BY_NAME["mixed"].steps(spec) for op in s.ops]
+    assert "ReduceMean" in ops and "AveragePool" not in ops, ops
+    result = onnxpoolfix.patch(m)  # and it is exact
+    assert result.report.check_passed and result.report.nodes[0].lowering == "mixed"

@@ -1,6 +1,7 @@
 """Per-axis choice: each pooled axis gets the cheapest exact op for ITS windows.
 
-Uniform axes share one AveragePool/MaxPool (kernel 1 on the others), non-uniform axes get a MatMul
+Uniform axes share one AveragePool/MaxPool (kernel 1 on the others; axes pooled to 1 may take a
+ReduceMean/ReduceMax instead, where the cost model says so), non-uniform axes get a MatMul
 (average) or the MaxPool+Gather/window-Gather construction (max), integer-upsampled axes one Resize last.
 Shrinking steps go first so later steps touch less data. This is how "H uniform, W not" is handled.
 """
@@ -8,10 +9,11 @@ from __future__ import annotations
 
 from onnx import TensorProto
 
-from .base import Lowering, axis_windows, compute_dtype
+from .base import Lowering, axis_windows, compute_dtype, itemsize
 from .matmul import cheapest_order
 from .pool import pool_rank_reason
-from .steps import GatherStep, MatMulStep, MaxPoolGatherStep, PoolStep, ResizeStep, WindowGatherStep
+from .steps import (GatherStep, MatMulStep, MaxPoolGatherStep, PoolStep, ReduceStep, ResizeStep,
+                    WindowGatherStep, run_cost)
 
 
 class _PerAxis(Lowering):
@@ -33,7 +35,15 @@ class _PerAxis(Lowering):
         steps = []
         if uniform:
             op = "AveragePool" if spec.kind == "avg" else "MaxPool"
-            steps.append(PoolStep(op, spec.ndim - spec.k, tuple((a.axis, a.uniform) for a in uniform)))
+            first = spec.ndim - spec.k
+            options = [[PoolStep(op, first, tuple((a.axis, a.uniform) for a in uniform))]]
+            to_one = [a for a in uniform if a.m == 1]
+            if to_one:  # a Reduce over the axes pooled to 1, the pooling op (if any) for the others
+                rest = tuple((a.axis, a.uniform) for a in uniform if a.m != 1)
+                options.append([ReduceStep("ReduceMean" if spec.kind == "avg" else "ReduceMax",
+                                           tuple(a.axis for a in to_one))] + ([PoolStep(op, first, rest)] if rest else []))
+            size = itemsize(compute_dtype(spec))
+            steps += min(options, key=lambda o: run_cost(o, spec.input_shape, size))
         steps += cheapest_order(spec, lambda a: self._general_steps(spec, a), general)
         if upsample:
             # Gather copies exactly where Resize has no kernel (float64) or no asymmetric/floor mode (opset < 11);
