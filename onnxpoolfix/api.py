@@ -78,7 +78,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     opset = model_opset(model)
     report = PatchReport(opset=opset, target=target)
     model, inlined = _inline_functions_holding_leftovers(model)
-    nodes = find_pool_nodes(model.graph)
+    nodes = find_pool_nodes(model.graph, model_opset(model))
     specs: list[PoolSpec] = []
     notes: list[str] = []
     if nodes:

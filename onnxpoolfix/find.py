@@ -104,11 +104,12 @@ class _SizeEvaluator:
     ``Gather(Shape(input), const)`` / ``Shape(input, start, end)`` where ``input`` is the pooled tensor.
     """
 
-    def __init__(self, graph: onnx.GraphProto, pooled_input: str):
+    def __init__(self, graph: onnx.GraphProto, pooled_input: str, opset: int | None = None):
         self.producers = {o: n for n in graph.node for o in n.output if o}
         self.initializers = {t.name: t for t in graph.initializer}
         self.graph_inputs = {i.name for i in graph.input}
         self.pooled_input = pooled_input
+        self.opset = opset
 
     def constant(self, name: str, depth: int = 0) -> np.ndarray:
         value = self.value(name, depth)
@@ -170,10 +171,43 @@ class _SizeEvaluator:
         if op in ("Unsqueeze", "Squeeze", "Reshape", "Flatten"):
             v = self.value(node.input[0], d)
             return v.reshape(-1) if op != "Squeeze" or v.size != 1 else v.reshape(())
+        if node.domain in ("", "ai.onnx") and node.input and not op.startswith(_NONDETERMINISTIC):
+            # any other standard op over constants (F.interpolate(mode="area", scale_factor=...) at a static
+            # size: Constant -> Floor -> Unsqueeze -> Concat) is folded with onnx's reference implementation
+            try:
+                args = [self.constant(i, d) if i else None for i in node.input]
+            except _NotConstant:
+                raise _NotConstant(f"'{name}' is computed at runtime by a {op} node") from None
+            return _fold(node, args, name, self.opset)
         raise _NotConstant(f"'{name}' is computed at runtime by a {op} node")
 
 
-def find_pool_nodes(graph: onnx.GraphProto) -> list[PoolNode]:
+_NONDETERMINISTIC = ("Random", "Bernoulli", "Multinomial")
+
+
+def _fold(node: onnx.NodeProto, args: list, name: str, opset: int | None) -> np.ndarray:
+    """``node``'s output ``name`` for constant inputs ``args`` (None: an omitted optional input)."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    one = onnx.NodeProto()
+    one.CopyFrom(node)
+    one.name = "fold"
+    del one.input[:]
+    one.input.extend(f"arg{i}" if a is not None else "" for i, a in enumerate(args))
+    graph = helper.make_graph([one], "size", [], [helper.make_empty_tensor_value_info(o) for o in node.output if o],
+                              initializer=[numpy_helper.from_array(np.asarray(a), f"arg{i}")
+                                           for i, a in enumerate(args) if a is not None])
+    imports = [helper.make_opsetid("", opset or onnx.defs.onnx_opset_version())]
+    try:
+        outs = ReferenceEvaluator(helper.make_model(graph, opset_imports=imports)).run(None, {})
+    except Exception as e:  # noqa: BLE001 - whatever the reference implementation objects to
+        raise _NotConstant(f"'{name}' ({node.op_type} over constants) cannot be evaluated: "
+                           f"{' '.join(str(e).split())[:100]}") from None
+    return np.asarray(outs[[o for o in node.output if o].index(name)])
+
+
+def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None) -> list[PoolNode]:
     """Every leftover adaptive pooling node of the top-level graph, in graph order.
 
     Raises :class:`UnsupportedNodeError` for a leftover whose output size cannot be read, and for leftovers
@@ -204,7 +238,7 @@ def find_pool_nodes(graph: onnx.GraphProto) -> list[PoolNode]:
         size_input = node.input[1] if len(node.input) > 1 and node.input[1] else None
         if size_input is not None:
             try:
-                value = _SizeEvaluator(graph, node.input[0]).value(size_input)
+                value = _SizeEvaluator(graph, node.input[0], opset).value(size_input)
             except _Malformed as e:
                 raise InvalidModelError(f"{label}: its output size cannot be read: {e.what}",
                                         "the model is malformed; re-export it") from None

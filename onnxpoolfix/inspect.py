@@ -273,7 +273,7 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
         result.notes.append(f"the local function(s) {', '.join(inlined)} hold leftovers: the patch inlines them")
     leftovers = [n for n in model.graph.node if is_pool_leftover(n)]
     try:
-        nodes = find_pool_nodes(model.graph)
+        nodes = find_pool_nodes(model.graph, model_opset(model))
         if nodes:
             work = model
             if input_shapes:  # _specs binds the inputs in place

@@ -127,6 +127,29 @@ def test_area_interpolation():
     _assert_patched_matches_torch(AreaDownsampleNet(), torch.randn(1, 3, 40, 45))
 
 
+class AreaScaleNet(nn.Module):
+    """F.interpolate(mode='area', scale_factor=...): the exporter writes the size as Constant -> Floor ->
+    Unsqueeze -> Concat (all constants at a static input size), not as one constant."""
+
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return F.interpolate(x, scale_factor=self.scale, mode="area")
+
+
+@pytest.mark.parametrize("scale, size", [(0.5, (45, 61)), ((0.3, 0.7), (37, 23)), (1.5, (9, 10))])
+def test_area_interpolation_with_a_scale_factor(scale, size):
+    torch.manual_seed(0)
+    model = _export(AreaScaleNet(scale), torch.randn(1, 3, *size))
+    assert {"Floor", "Concat"} <= {n.op_type for n in model.graph.node}, "the size is computed: a case for this test"
+    _assert_patched_matches_torch(AreaScaleNet(scale), torch.randn(1, 3, *size))
+    patched = onnxpoolfix.patch(model).model
+    assert [n.op_type for n in patched.graph.node if n.op_type in ("Floor", "Concat", "Unsqueeze")] == [], \
+        "the folded size's nodes go with the leftover"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("size", [(300, 300), (256, 320)])
 def test_full_size_alexnet(size):
