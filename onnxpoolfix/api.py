@@ -77,7 +77,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             validate_input_shape(model, name, dims, "--check-shape")
     opset = model_opset(model)
     report = PatchReport(opset=opset, target=target)
-    model, inlined = _inline_functions_holding_leftovers(model)
+    model, inlined = inline_functions_holding_leftovers(model)
     nodes = find_pool_nodes(model.graph, model_opset(model))
     specs: list[PoolSpec] = []
     notes: list[str] = []
@@ -159,17 +159,25 @@ def _no_lowering_hint(spec: PoolSpec) -> str:
     return "this variant is not supported; please report it with the model (rerun with -v)"
 
 
-def _inline_functions_holding_leftovers(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+def inline_functions_holding_leftovers(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     """Exports with ``export_modules_as_functions`` hide leftovers inside model-local functions, where
     nothing can replace them per call site: inline those functions first (onnx's own inliner)."""
-    holders = [f.name for f in model.functions if any(is_pool_leftover(n) for n in f.node)]
-    if not holders:
+    # a function holds a leftover if its body has one or calls a function that holds one (nested modules:
+    # Outer calls Block calls the pool): all of them are inlined, down to the top-level graph
+    held = {(f.domain, f.name) for f in model.functions if any(is_pool_leftover(n) for n in f.node)}
+    while True:
+        more = {(f.domain, f.name) for f in model.functions
+                if any((n.domain, n.op_type) in held for n in f.node)} - held
+        if not more:
+            break
+        held |= more
+    if not held:
         return model, []
     from onnx import inliner
 
+    holders = [f.name for f in model.functions if (f.domain, f.name) in held]
     logger.debug("inlining local functions %s", holders)
-    return inliner.inline_selected_functions(model, [(f.domain, f.name) for f in model.functions
-                                                     if f.name in holders]), holders
+    return inliner.inline_selected_functions(model, sorted(held)), holders
 
 
 def patch_model(model: onnx.ModelProto, **kwargs) -> onnx.ModelProto:

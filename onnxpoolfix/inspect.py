@@ -258,7 +258,7 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     unsupported dtype, bad ``input_shapes``): that becomes :attr:`Inspection.blocker`. ``model`` is not
     modified. The onnxruntime check is not run.
     """
-    from .api import TARGETS, _inline_functions_holding_leftovers, _specs
+    from .api import TARGETS, inline_functions_holding_leftovers, _specs
     from .find import find_pool_nodes, is_pool_leftover
     from .planner import STRATEGIES, candidates, plan
     from .shapes import model_opset
@@ -268,7 +268,7 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
     result = Inspection(target=target, strategy=strategy, model=name, opset=model_opset(model))
-    model, inlined = _inline_functions_holding_leftovers(model)  # a new model when it inlines anything
+    model, inlined = inline_functions_holding_leftovers(model)  # a new model when it inlines anything
     if inlined:
         result.notes.append(f"the local function(s) {', '.join(inlined)} hold leftovers: the patch inlines them")
     leftovers = [n for n in model.graph.node if is_pool_leftover(n)]

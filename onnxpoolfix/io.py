@@ -416,6 +416,11 @@ _LIGHT_STUB_FILE = "onnxpoolfix-checker-stub.data"
 def check_input_model(model: ModelProto, path: PathLike) -> None:
     """``check_model`` for a model just loaded from ``path``, without copying or serialising its weights.
 
+    Leftovers inside model-local functions (``export_modules_as_functions``) make the checker's inference of
+    the function bodies fail (the aten node's output has no type, so the next op's input has none): when
+    the checker refuses such a model, the model with those functions inlined, as the patch will do it,
+    is checked instead.
+
     With external data, the file itself is checked by path (its weights stay on disk; only the graph is
     parsed). A self-contained model is checked as a *light* copy: every initializer over 1 KiB is replaced
     by an external-data stub (name, dims, dtype) pointing at an empty placeholder file in a private temporary
@@ -423,6 +428,18 @@ def check_input_model(model: ModelProto, path: PathLike) -> None:
     as long as their dims say (reading the length would copy the tensor); such a model still cannot reach
     OUT (``save_model`` and onnxruntime's check catch it).
     """
+    try:
+        _check_input_model(model, path)
+    except InvalidModelError:
+        from .api import inline_functions_holding_leftovers
+
+        inlined, holders = inline_functions_holding_leftovers(model)
+        if not holders:
+            raise
+        _check_input_model(inlined, path)
+
+
+def _check_input_model(model: ModelProto, path: PathLike) -> None:
     name = str(path)
     if has_external_data(model):  # (load_model refuses files over 2 GiB, so the rest fit in memory)
         check_model(model, path)
