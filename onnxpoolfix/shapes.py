@@ -222,16 +222,28 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int
 
 
 def infer(model: onnx.ModelProto, seeds: Mapping[str, tuple[int, tuple[Dim, ...]]] = {}) -> dict[str, tuple[int, tuple[Dim, ...] | None]]:
-    """Type and shape of every tensor that onnx can infer, with ``seeds`` forced for the given names."""
+    """Type and shape of every tensor that onnx can infer, with ``seeds`` forced for the given names.
+
+    Declared shapes (value_info, graph outputs) can be stale: an exporter writes the traced shape for a
+    tensor whose dims are dynamic, or a tool changed the input size after an earlier inference. So the
+    declarations of tensors that standard ops produce are dropped before inference (onnx recomputes them
+    from the inputs) and only fill the gaps it leaves: a dim onnx knows, as a value or a symbol, wins over
+    the declared one. Outputs of other domains' nodes (aten leftovers, custom ops) keep their declarations,
+    which inference cannot derive and needs to get past them.
+    """
     light = light_copy(model)
-    known = {vi.name for vi in light.graph.value_info}
-    for name, (elem, dims) in seeds.items():
-        if name in known:
-            for vi in light.graph.value_info:
-                if vi.name == name:
-                    vi.CopyFrom(make_value_info(name, elem, dims))
-        else:
-            light.graph.value_info.append(make_value_info(name, elem, dims))
+    g = light.graph
+    declared = {vi.name: _dims(vi.type) for vi in list(g.value_info) + list(g.output)}
+    standard = {o for n in g.node if n.domain in ("", "ai.onnx") for o in n.output if o}
+    kept = [vi for vi in g.value_info if vi.name not in standard and vi.name not in seeds]
+    del g.value_info[:]
+    g.value_info.extend(kept)
+    g.value_info.extend(make_value_info(name, elem, dims) for name, (elem, dims) in seeds.items())
+    for vi in g.output:
+        if vi.name in seeds:
+            vi.CopyFrom(make_value_info(vi.name, *seeds[vi.name]))
+        elif vi.name in standard and vi.type.HasField("tensor_type"):
+            vi.type.tensor_type.ClearField("shape")
     try:
         inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
     except Exception as e:  # a model onnx cannot infer at all still has its declared types
@@ -243,6 +255,14 @@ def infer(model: onnx.ModelProto, seeds: Mapping[str, tuple[int, tuple[Dim, ...]
         elem, dims = _dims(vi.type)
         if elem:
             out[vi.name] = (elem, dims)
+    for name, (elem, dims) in declared.items():  # the declarations fill what inference left unknown
+        if not elem:
+            continue
+        have = out.get(name)
+        if have is None or have[1] is None:
+            out[name] = (have[0] if have and have[0] else elem, dims)
+        elif dims is not None and len(dims) == len(have[1]):
+            out[name] = (have[0], tuple(d if d is not None else dd for d, dd in zip(have[1], dims)))
     for t in g.initializer:
         out[t.name] = (t.data_type, tuple(int(d) for d in t.dims))
     for name, v in seeds.items():
@@ -314,8 +334,10 @@ def resolve_specs(model: onnx.ModelProto, nodes: Sequence[PoolNode], *, opset: i
     for _ in range(len(nodes) + 1):
         info = infer(model, seeds)
         progressed = False
+        # a pool reading another pool's output waits for that one's shape (its declaration may be stale)
+        pending = {o for m in nodes if m.index not in specs for o in (m.output, m.indices_output) if o}
         for n in nodes:
-            if n.index in specs:
+            if n.index in specs or n.input in pending:
                 continue
             elem, dims = info.get(n.input, (0, None))
             if dims is None or not elem:

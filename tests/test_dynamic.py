@@ -418,3 +418,43 @@ def test_dynamic_max_pools_earlier_axes_before_the_last():
     spec = _spec(make_leftover("max", ("N", 2, "H", "W"), (5, 7)))
     inner = BY_NAME["dynamic"].steps(spec)[0].inner  # wrapped by the NaN/-inf step
     assert [s.axis for s in inner if isinstance(s, DynamicWindowMaxStep)] == [2, 3]
+
+
+@pytest.mark.parametrize("dynamic", [{0: "N"}, {0: "N", 2: "H", 3: "W"}])
+def test_a_pool_of_a_pool_whose_output_declaration_is_stale(dynamic):
+    """torch declares a graph output with its traced shape when dynamic_axes names only the input: the
+    pools of that output read [2, 4, 11, 7] off the declaration and baked batch 2 (the max pyramid's
+    branches) or 11x7 (a static lowering) into the patched model.
+    It now takes the first pool's own symbolic output shape."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x):
+            feat = F.adaptive_avg_pool2d(self.conv(x), (None, 7))
+            return (feat, F.adaptive_avg_pool2d(feat, (3, 3))) + tuple(F.adaptive_max_pool2d(feat, k) for k in (3, 4, 6))
+
+    torch.manual_seed(0)
+    net = Net().eval()
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (torch.randn(2, 3, 11, 9),), f, dynamo=False, input_names=["x"],
+                          output_names=["feat", "a", "m3", "m4", "m6"], opset_version=17, dynamic_axes={"x": dynamic},
+                          operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH)
+    model = onnx.load_from_string(f.getvalue())
+    assert _dims(model.graph.output[0].type)[1] == (2, 4, 11, 7), "the stale declaration this test is about"
+    result = onnxpoolfix.patch(model)
+    assert result.report.check_passed
+    sess = _session(result.model)
+    sizes = [(1, 3, 11, 9), (3, 3, 11, 9)] + ([(1, 3, 20, 16), (2, 3, 5, 30)] if len(dynamic) > 1 else [])
+    for shape in sizes:
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            want = [t.numpy() for t in net(x)]
+        for got, w in zip(sess.run(None, {"x": x.numpy()}), want):
+            np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
