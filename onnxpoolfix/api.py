@@ -255,7 +255,7 @@ def _check(model, specs, report: PatchReport, *, check_shapes, input_shapes, mod
     report.checked = True
     failed = []
     for n, s in zip(report.nodes, specs):
-        r = results[s.node.name]
+        r = results[s.node.index]
         n.max_error, n.tolerance = r.max_error, r.tolerance
         n.checked_shapes = [list(x) for x in r.shapes]
         if not r.passed:

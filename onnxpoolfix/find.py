@@ -104,12 +104,17 @@ class _SizeEvaluator:
     ``Gather(Shape(input), const)`` / ``Shape(input, start, end)`` where ``input`` is the pooled tensor.
     """
 
-    def __init__(self, graph: onnx.GraphProto, pooled_input: str, opset: int | None = None):
+    def __init__(self, graph: onnx.GraphProto, opset: int | None = None):
         self.producers = {o: n for n in graph.node for o in n.output if o}
         self.initializers = {t.name: t for t in graph.initializer}
         self.graph_inputs = {i.name for i in graph.input}
-        self.pooled_input = pooled_input
+        self.pooled_input = ""
         self.opset = opset
+
+    def size(self, name: str, pooled_input: str) -> np.ndarray:
+        """The output size ``name`` of a node pooling ``pooled_input``."""
+        self.pooled_input = pooled_input
+        return self.value(name)
 
     def constant(self, name: str, depth: int = 0) -> np.ndarray:
         value = self.value(name, depth)
@@ -217,6 +222,7 @@ def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None) -> list[Po
     graph_outputs = {o.name for o in graph.output}
 
     found: list[PoolNode] = []
+    sizes = _SizeEvaluator(graph, opset)  # its tables built once (a graph may hold hundreds of leftovers)
     for index, node in enumerate(graph.node):
         for a in node.attribute:
             for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
@@ -238,7 +244,7 @@ def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None) -> list[Po
         size_input = node.input[1] if len(node.input) > 1 and node.input[1] else None
         if size_input is not None:
             try:
-                value = _SizeEvaluator(graph, node.input[0], opset).value(size_input)
+                value = sizes.size(size_input, node.input[0])
             except _Malformed as e:
                 raise InvalidModelError(f"{label}: its output size cannot be read: {e.what}",
                                         "the model is malformed; re-export it") from None

@@ -326,10 +326,10 @@ def _inspect_groups(plans, result: Inspection) -> None:
     if any(p is None for p in plans):
         return  # the patch stops at the blocked node anyway
     groups, _ = plan_groups(plans)
-    by_name = {n.name: n for n in result.nodes}
+    by_node = {p.spec.node.index: info for p, info in zip(plans, result.nodes)}  # (names may repeat)
     for g in groups:
         for lv in g.levels:
-            info = by_name[lv.spec.node.name]
+            info = by_node[lv.spec.node.index]
             info.chosen, info.why = NAME, g.why(lv)
         result.notes.append(f"{len(g.levels)} nodes pool '{g.levels[0].spec.node.input}': planned together, "
                             f"the input read once (est. {g.cost * 1e6:.0f} us vs {g.separate_cost * 1e6:.0f} us)")

@@ -23,12 +23,22 @@ logger = logging.getLogger(__name__)
 
 
 def _all_names(graph: onnx.GraphProto) -> set[str]:
+    """Every node and tensor name of the graph and of its subgraphs (If/Loop bodies): a fresh name must not
+    shadow or duplicate one defined in a body either."""
     names = {n.name for n in graph.node if n.name}
     names.update(o for n in graph.node for o in n.output)
     names.update(i for n in graph.node for i in n.input)
     names.update(t.name for t in graph.initializer)
     names.update(v.name for v in list(graph.input) + list(graph.output) + list(graph.value_info))
+    for n in graph.node:
+        for sub in _subgraphs(n):
+            names |= _all_names(sub)
     return names
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    return [g for a in node.attribute
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))]
 
 
 def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[GroupPlan] = ()
@@ -128,33 +138,52 @@ def _downstream(graph: onnx.GraphProto, sources: Sequence[str]) -> set[str]:
 
 
 def _drop_dead_size_constants(graph: onnx.GraphProto, names: Sequence[str]) -> None:
-    """Remove the nodes/initializers that computed output sizes, now that nothing reads them."""
+    """Remove the nodes/initializers that computed output sizes, now that nothing reads them (an initializer
+    also listed as a graph input, as IR 3 and keep_initializers_as_inputs write them, loses that entry too:
+    it would otherwise become an input the caller must feed)."""
     outputs = {o.name for o in graph.output}
+    readers: dict[str, int] = {}
+    for n in graph.node:
+        for i in n.input:
+            readers[i] = readers.get(i, 0) + 1
+    in_subgraphs = {i for n in graph.node for sub in _subgraphs(n) for i in _read_names(sub)}
+    producer = {o: n for n in graph.node for o in n.output if o}
+    initializers = {t.name for t in graph.initializer}
+    dead_nodes: set[int] = set()
+    dead_inits: set[str] = set()
     pending = list(names)
     while pending:
         name = pending.pop()
-        if name in outputs or any(name in n.input for n in graph.node) or _read_in_subgraph(graph, name):
+        if name in outputs or readers.get(name, 0) > 0 or name in in_subgraphs:
             continue
-        for i, n in enumerate(graph.node):
-            if name in n.output:
-                if all(o == name or not o for o in n.output):
-                    pending.extend(x for x in n.input if x)
-                    del graph.node[i]
-                break
-        else:
-            for i, t in enumerate(graph.initializer):
-                if t.name == name:
-                    del graph.initializer[i]
-                    break
+        n = producer.get(name)
+        if n is not None:
+            if id(n) not in dead_nodes and all(o == name or not o for o in n.output):
+                dead_nodes.add(id(n))
+                for x in n.input:
+                    if x:
+                        readers[x] -= 1
+                        pending.append(x)
+        elif name in initializers:
+            dead_inits.add(name)
+    if dead_nodes:
+        keep = [n for n in graph.node if id(n) not in dead_nodes]
+        del graph.node[:]
+        graph.node.extend(keep)
+    if dead_inits:
+        for field in (graph.initializer, graph.input):
+            keep = [t for t in field if t.name not in dead_inits]
+            del field[:]
+            field.extend(keep)
 
 
-def _read_in_subgraph(graph: onnx.GraphProto, name: str) -> bool:
+def _read_names(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name read in ``graph`` and its subgraphs."""
+    out = {i for n in graph.node for i in n.input if i}
     for n in graph.node:
-        for a in n.attribute:
-            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                if any(name in m.input for m in sub.node) or _read_in_subgraph(sub, name):
-                    return True
-    return False
+        for sub in _subgraphs(n):
+            out |= _read_names(sub)
+    return out
 
 
 def _uses_domain(graph: onnx.GraphProto, domain: str) -> bool:

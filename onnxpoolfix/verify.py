@@ -158,7 +158,7 @@ def compare(spec: PoolSpec, x: np.ndarray, y: np.ndarray, idx: np.ndarray | None
 
 def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
                   input_shapes: Sequence[Mapping[str, Sequence[int]]] = ({},),
-                  model_dir: str | None = None, seed: int = 0) -> dict[str, NodeCheck]:
+                  model_dir: str | None = None, seed: int = 0) -> dict[int, NodeCheck]:
     """Run ``model`` once per entry of ``input_shapes`` and compare every replaced node.
 
     ``model`` is temporarily given extra graph outputs (restored before returning; bfloat16 tensors are
@@ -174,11 +174,20 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
     types.update({s.node.indices_output: TensorProto.INT64 for s in specs if s.node.indices_output})
     fetch: dict[str, str] = {}  # tensor -> the graph output it is read from
     added_nodes: list[onnx.NodeProto] = []
+    taken = {x for n in model.graph.node for x in list(n.input) + list(n.output)}
+    taken |= {v.name for v in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info)}
+    taken |= {t.name for t in model.graph.initializer}
     for name, elem in types.items():
         if name in inputs or name in fetch:
             continue
         if elem == TensorProto.BFLOAT16:
-            fetch[name] = f"{name}/onnxpoolfix_check_float32"
+            fresh = f"{name}/onnxpoolfix_check_float32"
+            k = 1
+            while fresh in taken:
+                k += 1
+                fresh = f"{name}/onnxpoolfix_check_float32_{k}"
+            taken.add(fresh)
+            fetch[name] = fresh
             added_nodes.append(onnx.helper.make_node("Cast", [name], [fetch[name]], to=TensorProto.FLOAT))
         else:
             fetch[name] = name
@@ -198,7 +207,7 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
     finally:
         del model.graph.output[n_out:]
         del model.graph.node[n_nodes:]
-    checks = {s.node.name: NodeCheck(s.node.name) for s in specs}
+    checks = {s.node.index: NodeCheck(s.node.name) for s in specs}  # names may repeat
     out_names = list(dict.fromkeys(fetch.values()))
     for shapes in input_shapes:
         feed = random_feed(model, shapes, rng)
@@ -221,7 +230,7 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
         values.update(feed)
         for s in specs:
             idx = values.get(s.node.indices_output) if s.node.indices_output else None
-            compare(s, values[s.node.input], values[s.node.output], idx, checks[s.node.name])
+            compare(s, values[s.node.input], values[s.node.output], idx, checks[s.node.index])
     return checks
 
 
