@@ -7,12 +7,13 @@ Exit codes: 0 success (also "nothing to patch"), 1 internal error (a bug: rerun 
 3 IN is not a readable valid ONNX model, 4 a node cannot be lowered exactly (unsupported variant,
 unresolvable shape, too-old opset), 5 the onnxruntime check failed, 6 OUT cannot be written,
 7 (inspect --target tensorrt) every node can be lowered, but TensorRT's parser would reject some node of the
-patched graph.
+patched graph, 130/143 interrupted (SIGINT/SIGTERM: OUT is the previous file or the complete new one).
 """
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -36,6 +37,7 @@ Exit codes:
   5  the onnxruntime check of the patched model failed (OUT is not written)
   6  output error: OUT cannot be written (nothing is left behind)
   7  (inspect --target tensorrt) TensorRT's parser would reject some node of the patched graph
+  130/143  interrupted by SIGINT/SIGTERM (OUT is either the previous file or the complete new one)
 """
 
 
@@ -53,6 +55,8 @@ def parse_shapes(values: tuple[str, ...], flag: str) -> dict[str, list[int]]:
                 raise click.BadParameter(f"'{item}': dims must be integers", param_hint=flag) from None
             if any(d < 1 for d in parsed):
                 raise click.BadParameter(f"'{item}': dims must be >= 1", param_hint=flag)
+            if any(d > MAX_DIM for d in parsed):
+                raise click.BadParameter(f"'{item}': dims must be <= {MAX_DIM}", param_hint=flag)
             shapes[name] = parsed
     return shapes
 
@@ -64,6 +68,29 @@ class _PatchByDefault(click.Group):
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             args = ["patch"] + list(args)
         return super().parse_args(ctx, args)
+
+
+# the largest dim --input-shape/--check-shape take (int32: what TensorRT and most kernels index with)
+MAX_DIM = 2**31 - 1
+
+
+class Interrupted(BaseException):
+    """SIGTERM, raised like KeyboardInterrupt so that every ``finally`` (the temporary output) runs."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_interrupted(signum, _frame):
+    raise Interrupted(signum)
+
+
+def _interrupted(signum: int) -> None:
+    click.echo(f"onnxpoolfix: interrupted ({signal.Signals(signum).name})", err=True)
+    click.echo("  hint: OUT is only ever replaced whole: it is the previous file (or absent) unless the run "
+               "had already finished writing it", err=True)
+    sys.exit(128 + signum)
 
 
 def _fail(err: Exception, verbose: bool) -> None:
@@ -105,6 +132,10 @@ def main():
       onnxpoolfix IN.onnx OUT.onnx         patch, check in onnxruntime, write OUT
       onnxpoolfix inspect IN.onnx          show what would be done, write nothing
     """
+    try:  # SIGTERM unwinds like Ctrl-C, so the temporary output is removed (not possible off the main thread)
+        signal.signal(signal.SIGTERM, _raise_interrupted)
+    except ValueError:
+        pass
 
 
 @main.command("patch", epilog=EXIT_CODES_EPILOG)
@@ -119,7 +150,8 @@ def main():
 @click.option("--in-place", is_flag=True, help="Allow OUT to be IN (replaced atomically).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report as JSON (schema in onnxpoolfix/report.py).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the check's random inputs.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
+              help="Seed of the check's random inputs.")
 @click.option("--optimize-exporter-pools", is_flag=True,
               help="Also rewrite the pools the exporter lowered itself (GlobalAveragePool, AveragePool with "
                    "adaptive windows) where an exact form is faster or a pyramid can read its input once.")
@@ -138,6 +170,8 @@ def patch_cmd(src, dst, target, strategy, input_shape, verbose, no_check, check_
         model = load_model(src)  # external weights stay on disk: nothing below reads them but onnxruntime
         check_input_model(model, src)
         preflight_output(dst, source_path=src, in_place=in_place)  # fail before the work, not after it
+        if report_path is not None:
+            _preflight_report(report_path, src, dst)
         external = has_external_data(model)
         result = patch(model, check=not no_check, strategy=strategy, target=target, input_shapes=shapes or None,
                        keep_input_shapes=keep_input_shapes, check_shapes=checks or None, inplace=True,
@@ -160,6 +194,8 @@ def patch_cmd(src, dst, target, strategy, input_shape, verbose, no_check, check_
             raise
     except click.ClickException:
         raise
+    except (KeyboardInterrupt, Interrupted) as err:
+        _interrupted(getattr(err, "signum", signal.SIGINT))
     except Exception as err:  # noqa: BLE001 - every failure becomes one line and an exit code
         report = getattr(err, "report", None)
         if report is not None and not quiet:
@@ -169,6 +205,22 @@ def patch_cmd(src, dst, target, strategy, input_shape, verbose, no_check, check_
     if not quiet:
         click.echo(result.report.format_table())
         click.echo(f"{result.report.summary()}; wrote {dst}")
+
+
+def _preflight_report(report: Path, src: Path, dst: Path) -> None:
+    """--report must name a file of its own: not IN (it would be overwritten with JSON), not OUT (the
+    model would be renamed over it), not a folder."""
+    from .errors import OutputError
+    from .io import _same_file
+
+    if report.name in ("", ".", "..") or report.is_dir():
+        raise OutputError(f"--report {report}: is not a file name", "give the report a file name, e.g. report.json")
+    if _same_file(report, src):
+        raise OutputError(f"--report {report}: is the input model itself; refusing to overwrite it",
+                          "give the report a file of its own, e.g. report.json")
+    if report.absolute() == dst.absolute() or _same_file(report, dst):
+        raise OutputError(f"--report {report}: is OUT as well; the model would replace the report",
+                          "give the report a file of its own, e.g. report.json")
 
 
 def _write_report(path: Path, text: str) -> None:

@@ -434,7 +434,9 @@ def inspect_cmd(src, target, strategy, input_shape, verbose, as_json, optimize_e
     model would be TensorRT-clean), 3 IN is not a valid model, 4 some node is
     blocked, 7 (--target tensorrt) TensorRT's parser would reject some node.
     """
-    from .cli import _fail, parse_shapes
+    import signal
+
+    from .cli import Interrupted, _fail, _interrupted, parse_shapes
     from .io import check_input_model, load_model
 
     if verbose:
@@ -447,6 +449,8 @@ def inspect_cmd(src, target, strategy, input_shape, verbose, as_json, optimize_e
                                optimize_exporter_pools=optimize_exporter_pools)
     except click.ClickException:
         raise
+    except (KeyboardInterrupt, Interrupted) as err:
+        _interrupted(getattr(err, "signum", signal.SIGINT))
     except Exception as err:  # noqa: BLE001 - every failure becomes one line and an exit code
         _fail(err, verbose)
         return

@@ -425,8 +425,8 @@ def check_input_model(model: ModelProto, path: PathLike) -> None:
     parsed). A self-contained model is checked as a *light* copy: every initializer over 1 KiB is replaced
     by an external-data stub (name, dims, dtype) pointing at an empty placeholder file in a private temporary
     folder, so a 500 MB model costs the checker a few KB. Not checked: that those initializers' bytes are
-    as long as their dims say (reading the length would copy the tensor); such a model still cannot reach
-    OUT (``save_model`` and onnxruntime's check catch it).
+    as long as their dims say for tensors of 64 KiB and more (reading the length would copy the tensor):
+    ``save_model`` stops with the same error when it writes one (exit 3, nothing written).
     """
     try:
         _check_input_model(model, path)
@@ -444,8 +444,16 @@ def _check_input_model(model: ModelProto, path: PathLike) -> None:
     if has_external_data(model):  # (load_model refuses files over 2 GiB, so the rest fit in memory)
         check_model(model, path)
         return
-    from .shapes import light_copy
+    from .shapes import _small, light_copy
 
+    # the light copy below hides the bytes of every initializer over 1 KiB from the checker; those under
+    # _GUESS_MIN are measured here (cheap), the larger ones when save_model writes them (it predicts their
+    # size from dims x dtype and stops with this same error when the data disagrees)
+    for t in model.graph.initializer:
+        if t.data_location != TensorProto.EXTERNAL and not _small(t) and _inline_nbytes(t) < _GUESS_MIN:
+            why = _raw_data_mismatch(t)
+            if why:
+                raise InvalidModelError(f"{name}: {why}", "the model is malformed (truncated weights?); re-export it")
     light = light_copy(model, stub_location=_LIGHT_STUB_FILE)
     with tempfile.TemporaryDirectory(prefix=".onnxpoolfix-checker-") as tmp:
         (Path(tmp) / _LIGHT_STUB_FILE).touch()
@@ -489,6 +497,26 @@ def _one_field(msg, fd, value) -> bytes:
 
 class _SizeGuessWrong(Exception):
     """A tensor's serialised size differed from the prediction made from its dims and dtype."""
+
+    def __init__(self, message: str, tensor=None):
+        super().__init__(message)
+        self.tensor = tensor
+
+
+def _raw_data_mismatch(t: TensorProto) -> str | None:
+    """Why ``t``'s raw_data cannot hold its dims x dtype (truncated or padded weights), or None. Reads the
+    bytes' length, which copies them: only for tensors already suspected, or small ones."""
+    if not t.HasField("raw_data") or t.data_type in (TensorProto.STRING, TensorProto.UNDEFINED) \
+            or t.data_type in _SUB_BYTE_TYPES:
+        return None
+    try:
+        need = math.prod(t.dims) * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    except Exception:  # noqa: BLE001 - an unknown dtype is the checker's business
+        return None
+    have = len(t.raw_data)
+    if have == need:
+        return None
+    return f"tensor '{t.name}' holds {have} bytes of data; its dims {list(t.dims)} need {need}"
 
 
 _SUB_BYTE_TYPES = frozenset(getattr(TensorProto, n) for n in ("UINT4", "INT4", "FLOAT4E2M1", "UINT2", "INT2",
@@ -577,7 +605,7 @@ class _Emitter:
                 continue
             data = (self._repl[sub] if sub in self._repl else value).SerializeToString()
             if sub in self._guessed and len(data) != self._guessed[sub]:
-                raise _SizeGuessWrong(f"tensor at {sub}: {len(data)} bytes, predicted {self._guessed[sub]}")
+                raise _SizeGuessWrong(f"tensor at {sub}: {len(data)} bytes, predicted {self._guessed[sub]}", value)
             f.write(tag + _varint(len(data)))
             f.write(data)
             del data
@@ -728,6 +756,13 @@ def _copy_file(src: Path, dst: Path) -> None:
         os.fsync(fdst.fileno())
 
 
+def _resolve_out(out_path: PathLike) -> Path:
+    """OUT, or the file it links to: a symbolic link is written through, as cp does (replacing the link with a
+    regular file would leave the file it points to unpatched)."""
+    out = Path(out_path)
+    return Path(os.path.realpath(out)) if out.is_symlink() else out
+
+
 def _check_out_path(out: Path) -> Path:
     folder = out.parent
     if out.name in ("", ".", ".."):
@@ -751,7 +786,7 @@ def preflight_output(out_path: PathLike, *, source_path: PathLike | None = None,
     """The checks ``save_model`` makes on OUT before it writes anything, made up front so that a bad OUT
     fails in milliseconds and not after a long patch and check. Writes nothing. ``save_model`` still makes
     them again (and is the real test of writability: permissions can lie, e.g. read-only mounts)."""
-    out = Path(out_path)
+    out = _resolve_out(out_path)
     folder = _check_out_path(out)
     _refuse_input_as_output(out, Path(source_path) if source_path is not None else None, in_place)
     if not os.access(folder, os.W_OK | os.X_OK):
@@ -792,9 +827,10 @@ def save_model(
     * A model that would exceed protobuf's 2 GiB limit with its inline tensors is saved as if
       ``save_as_external_data`` were given (logged), since such a file could never be loaded again.
 
-    ``model`` itself is never modified. Peak memory is the model plus its largest tensor.
+    ``model`` itself is never modified. Peak memory is the model plus its largest tensor. An OUT that is a
+    symbolic link is written through to the file it points to.
     """
-    out = Path(out_path)
+    out = _resolve_out(out_path)
     folder = _check_out_path(out)
     src = Path(source_path) if source_path is not None else None
     _refuse_input_as_output(out, src, in_place)
@@ -827,7 +863,10 @@ def save_model(
         mode = "copy" if len(source_files) == 1 else "merge"
     data_name = out.name + ".data"
     data_final = folder / data_name
-    if mode in ("merge", "copy") and not in_place and any(_same_file(data_final, f) for f in source_files):
+    # the input's own data file may be replaced only by a true in-place patch (OUT is IN): with --in-place
+    # and another OUT it would break IN and every model sharing that file
+    replacing_input = in_place and src is not None and _same_file(out, src)
+    if mode in ("merge", "copy") and not replacing_input and any(_same_file(data_final, f) for f in source_files):
         raise OutputError(f"{out}: writing {data_final} would overwrite the input model's external data",
                           "choose another output name or folder")
     logger.debug("saving %s (mode %s)", out, mode)
@@ -889,6 +928,10 @@ def save_model(
                     os.fsync(f.fileno())
                 break
             except _SizeGuessWrong as e:  # a tensor whose data does not match its dims: size it exactly
+                why = _raw_data_mismatch(e.tensor) if e.tensor is not None else None
+                if why:
+                    raise InvalidModelError(f"{model_name}: {why}",
+                                            "the model is malformed (truncated weights?); re-export it") from None
                 if attempt == "exact sizes":
                     raise
                 logger.debug("%s: %s; writing again with exact sizes", out, e)

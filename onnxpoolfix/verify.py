@@ -55,6 +55,17 @@ def symbolic_inputs(model: onnx.ModelProto) -> dict[str, tuple]:
 
 
 def random_feed(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], rng: np.random.Generator) -> dict:
+    try:
+        return _random_feed(model, shapes, rng)
+    except (ValueError, MemoryError) as e:  # numpy: an input too large to make
+        text = ", ".join(f"{k}:{','.join(map(str, v))}" for k, v in shapes.items())
+        raise CheckFailedError(f"cannot make the check's random inputs at {text or 'the declared shapes'}: "
+                               f"{' '.join(str(e).split())[:120] or type(e).__name__}",
+                               "check at smaller sizes with --check-shape NAME:D0,D1,..., or skip the check with "
+                               "--no-check") from None
+
+
+def _random_feed(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], rng: np.random.Generator) -> dict:
     feed = {}
     for vi in graph_inputs(model):
         elem, dims = _dims(vi.type)

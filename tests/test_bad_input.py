@@ -337,3 +337,90 @@ def test_subprocess(tmp_path: Path, case: str) -> None:
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 2 and lines[0].startswith("onnxpoolfix: error: ") and lines[1].startswith("  hint: "), p.stderr
     assert not out.exists()
+
+
+# --------------------------------------------------------------- found by an adversarial sweep of the CLI
+
+
+@pytest.mark.parametrize("case", ["report-is-in", "report-is-out", "report-empty"])
+def test_report_must_be_a_file_of_its_own(tmp_path: Path, case: str) -> None:
+    """--report IN overwrote the input model with JSON; --report OUT lost the report under the model;
+    --report "" failed with an internal error after all the work."""
+    src = tmp_path / "in.onnx"
+    src.write_bytes(CONVNET.read_bytes())
+    out = tmp_path / "out.onnx"
+    report = {"report-is-in": src, "report-is-out": out, "report-empty": ""}[case]
+    needle = {"report-is-in": "input model", "report-is-out": "is OUT", "report-empty": "not a file name"}[case]
+    assert_clean_failure(run_cli([src, out, "--report", report]), 6, out, needle)
+    assert src.read_bytes() == CONVNET.read_bytes()
+
+
+def test_in_place_never_overwrites_the_inputs_data_file_for_another_out(tmp_path: Path) -> None:
+    """With --in-place but OUT 'm' (not IN 'm.onnx'), writing m.data replaced IN's external data file."""
+    src = tmp_path / "m.onnx"
+    onnx.save(onnx.load(CONVNET), src, save_as_external_data=True, all_tensors_to_one_file=True,
+              location="m.data", size_threshold=0)
+    before = (tmp_path / "m.data").read_bytes()
+    out = tmp_path / "m"
+    assert_clean_failure(run_cli([src, out, "--save-as-external-data", "--in-place"]), 6, out, "external data")
+    assert (tmp_path / "m.data").read_bytes() == before
+
+
+@pytest.mark.parametrize("args", [["--seed", "-1"], ["--input-shape", "x:1,3,99999999999999999999,27"],
+                                  ["--check-shape", "x:1,3,99999999999999999999,27"]])
+def test_out_of_range_option_values_are_usage_errors(tmp_path: Path, args: list[str]) -> None:
+    """These ended as exit 1 'internal error' (ValueError from protobuf/numpy)."""
+    out = tmp_path / "o.onnx"
+    result = run_cli([CONVNET, out, *args])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and not out.exists()
+
+
+def test_truncated_weights_are_invalid_input(tmp_path: Path) -> None:
+    """An initializer whose raw_data is shorter than its dims: exit 3 (it was exit 5, and with --no-check a
+    malformed OUT was written)."""
+    m = onnx.load(CONVNET)
+    t = next(t for t in m.graph.initializer if t.name == "fc.weight")
+    t.raw_data = t.raw_data[:-8]
+    src = save(m, tmp_path / "in.onnx")
+    for extra in ([], ["--no-check"]):
+        out = tmp_path / "out.onnx"
+        assert_clean_failure(run_cli([src, out, *extra]), 3, out, "fc.weight", "bytes")
+
+
+def test_a_symlinked_out_is_written_through(tmp_path: Path) -> None:
+    """`IN IN --in-place` on a symbolic link replaced the link with a file and left its target unpatched."""
+    real = tmp_path / "real.onnx"
+    real.write_bytes((FIXTURES / "avg2d_8x9_to_5x7.onnx").read_bytes())
+    link = tmp_path / "link.onnx"
+    link.symlink_to(real.name)
+    result = run_cli([link, link, "--in-place", "-q"])
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink()
+    assert not any(n.domain == ATEN for n in onnx.load(real).graph.node)
+
+
+def test_sigterm_leaves_no_temporary_files(tmp_path: Path) -> None:
+    """SIGTERM during a run: exit 143, one line + hint, no OUT and nothing temporary beside it (the default
+    SIGTERM action skipped every cleanup and left the partial output folder)."""
+    import signal
+    import time
+
+    src = tmp_path / "big.onnx"
+    m = onnx.load(CONVNET)
+    m.graph.initializer.append(numpy_helper.from_array(np.ones(60_000_000, np.float32), "unused_big"))
+    onnx.save(m, src, save_as_external_data=True, location="big.data")
+    out = tmp_path / "out" / "o.onnx"
+    out.parent.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "onnxpoolfix", str(src), str(out), "--no-check",
+                             "--save-as-external-data"], stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(out.parent.iterdir()):  # until the temporary output exists
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        pytest.skip("the run finished before the signal landed")
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.startswith("onnxpoolfix: interrupted (SIGTERM)") and "hint:" in err, err
+    assert list(out.parent.iterdir()) == []

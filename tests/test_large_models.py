@@ -157,16 +157,21 @@ def test_patch_cost_does_not_grow_with_external_weights(tmp_path: Path) -> None:
     assert w_big < 1.5 * w_small + 0.5, results
 
 
-def test_mispredicted_tensor_size_is_still_saved_exactly(tmp_path: Path) -> None:
-    """save_model predicts big tensors' sizes from dims x dtype (upb's ByteSize would encode them); a tensor
-    whose raw_data does not match its dims must still come out byte-identical, via the exact fallback."""
+def test_a_tensor_whose_data_disagrees_with_its_dims_is_refused_when_saved(tmp_path: Path) -> None:
+    """save_model predicts big tensors' sizes from dims x dtype (upb's ByteSize would encode them); when a
+    prediction is off because the raw_data does not match the dims (truncated or padded weights), the model
+    is malformed: InvalidModelError naming the tensor, and nothing written (it used to be saved as it was,
+    a file the ONNX checker rejects)."""
+    from onnxpoolfix.errors import InvalidModelError
+
     m = onnx.load(Path(__file__).resolve().parent.parent / "fixtures" / "small_convnet.onnx")
     big = numpy_helper.from_array(np.arange(1 << 15, dtype=np.float32), "big")  # 128 KB: predicted
     big.raw_data = big.raw_data + b"\0" * 12  # 3 floats too many for its dims
     m.graph.initializer.append(big)
     out = tmp_path / "o.onnx"
-    pio.save_model(m, out)
-    assert out.read_bytes() == m.SerializeToString()
+    with pytest.raises(InvalidModelError, match="'big' holds 131084 bytes"):
+        pio.save_model(m, out)
+    assert list(tmp_path.iterdir()) == []
 
 
 # ------------------------------------------------------------------------------------------ > 2 GB

@@ -1,7 +1,7 @@
 """The README's commands and code, run as written, so the documentation cannot rot.
 
 Every `onnxpoolfix ...` line of an indented block and every ```python block runs in a scratch folder that
-has the repository's fixtures/ and an empty out/ (make targets are not run here: `make test` is what runs
+has the repository's fixtures/ and the folders the README's `mkdir -p` lines make (make targets are not run here: `make test` is what runs
 this file, and `make demo` runs the same CLI on a fixture).
 """
 from __future__ import annotations
@@ -22,10 +22,15 @@ CLI_LINES = [ln.strip() for ln in README.splitlines()
 PY_BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)
 
 
+MKDIR_LINES = re.findall(r"^ {4}mkdir -p (\S+)$", README, flags=re.M)
+
+
 @pytest.fixture()
 def scratch(tmp_path):
+    """A fresh checkout's view: fixtures/, and only the folders the README itself says to make."""
     shutil.copytree(ROOT / "fixtures", tmp_path / "fixtures")
-    (tmp_path / "out").mkdir()
+    for folder in MKDIR_LINES:
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
     return tmp_path
 
 
