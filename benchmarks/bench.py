@@ -693,8 +693,8 @@ def markdown(rows, fixture, args) -> str:
 NOTES = """## Notes (analysis of the run that produced this file; numbers move on a shared machine)
 
 - **Planner**: the chosen lowering was the fastest forced one (within 15%) in every single-lowering case;
-  psp_64's group plan (`pyramid`: the four pools of one input planned together) took ~0.2x the time of
-  the fastest lowering forced on each node (psp_60 has no leftover to force: the exporter lowered all four).
+  psp_64's group plan (`pyramid`: the four pools of one input planned together) took 0.2-0.3x the time
+  of the fastest lowering forced on each node (psp_60 has no leftover to force: the exporter lowered all four).
 - **vs torch**: faster on every static case. The one that was at par, 1D [16,256,1000] -> 30 (0.90x in
   some runs with the block-diagonal MatMul), now takes `block_pool` (10 periods of 100 -> 3, k34 s33:
   one AveragePool on the input reshaped into periods) and is 1.17-1.18x faster than torch over runs.
@@ -704,13 +704,15 @@ NOTES = """## Notes (analysis of the run that produced this file; numbers move o
   replaces). It cannot export max or 3D pooling, and 1024->7 would unroll 148x148 window terms (not
   attempted). Its dynamic export is WRONG away from the traced size (dyn_avg_64to5x7: max error 0.15).
 - **vs the read-once floor (>= 4 MB)**: met everywhere. psp_60 1.7-1.8x (6x6 pooled from the input by
-  AveragePool k10, the 3x3, 2x2, 1x1 from the 6x6); psp_64 2.9-3.0x (the windows of 64 -> 6 overlap, so no
+  AveragePool k10, the 3x3, 2x2, 1x1 from the 6x6); psp_64 2.9-3.3x (the windows of 64 -> 6 overlap, so no
   nesting for averages: one stacked MatMul over the input with the 1+2+3+6 columns padded to 16, a
   [12, 64] MatMul per plane, a Slice per level); before the pyramid planning they were 4.2x and 9.9x.
 - **dynamic vs static at the same size** (the dynamic-size issue's target, <= 2x): met for 64x64 -> 5x7
-  (1.05-1.10x) and 10x10 -> 7x7 (1.6-1.9x over runs); borderline for max 33 -> 8 (1.96-2.05x over runs:
-  its static form is one MaxPool); missed for the 1x64x4x5 -> 6x6 input (2.8-2.9x): the static model is
-  12-17 us, and the ~26 small nodes that compute the windows from Shape cost ~1 us each (no If allowed).
+  (1.05-1.10x); borderline for 10x10 -> 7x7 (1.6-2.05x over runs: with the matrices constant, the same two
+  GEMMs take 1.44x the static one's time, and building them from Shape adds ~0.6x) and max 33 -> 8
+  (1.87-2.05x: its static form is one MaxPool); missed for the 1x64x4x5 -> 6x6 input (2.8-2.9x): the
+  static model is 12-22 us of which ~14 us is onnxruntime's per-run floor, and the ~26 small nodes that
+  compute the windows from Shape cost 0.3 (Shape) to ~3 us (Slice with runtime ends) each (no If allowed).
 - **What made these fast**: (1) max pooling's NaN/-inf-exact path runs only when a ReduceSum over the
   input is not finite (an If; it used to run always: 8-13x slower); (2) a window Gather on the last axis
   first moves that axis to the front (onnxruntime's last-axis Gather copies element by element, 10x
