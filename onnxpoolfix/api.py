@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
+import numpy as np
 import onnx
 
 from .errors import CheckFailedError, InvalidModelError, PoolFixError, UnsupportedNodeError
 from .exporter_pools import find_exporter_pools, keeps_its_op
 from .find import find_pool_nodes, is_pool_leftover
-from .planner import AUTO, candidates, plan, plan_or_none
+from .planner import AUTO, STRATEGIES, candidates, plan, plan_or_none
 from .pyramid import NAME as PYRAMID
 from .pyramid import plan_groups
 from .report import NodeReport, PatchReport
@@ -66,18 +67,35 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         raise TypeError(f"patch() takes an onnx.ModelProto, not {type(model).__name__}")
     if target not in TARGETS:
         raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, not {seed!r}")
+    input_shapes = shape_map(input_shapes, "input_shapes")
+    if check_shapes is not None:
+        if isinstance(check_shapes, Mapping) or not isinstance(check_shapes, Sequence):
+            raise TypeError("check_shapes takes a list of {input name: shape} mappings, one per check run, "
+                            f"not {type(check_shapes).__name__}")
+        check_shapes = [shape_map(c, "check_shapes entry") for c in check_shapes]
+    caller = model
     if not inplace:
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
         model = copy
     if not model.HasField("graph"):
-        raise InvalidModelError("the model has no graph")
-    for shapes in check_shapes or ():  # before any work: a typo in a check size is not worth a patch
+        raise InvalidModelError("the model has no graph", "the file is not a complete ONNX model; re-export it")
+    # before any work: a typo in a bound or a check size is not worth a patch
+    for name, dims in (input_shapes or {}).items():
+        validate_input_shape(model, name, dims, "--input-shape")
+    for shapes in check_shapes or ():
         for name, dims in shapes.items():
             validate_input_shape(model, name, dims, "--check-shape")
     opset = model_opset(model)
     report = PatchReport(opset=opset, target=target)
     model, inlined = inline_functions_holding_leftovers(model)
+    if inlined and inplace:  # the inliner builds a new model: inplace means the caller's object
+        caller.CopyFrom(model)
+        model = caller
     nodes = find_pool_nodes(model.graph, model_opset(model))
     specs: list[PoolSpec] = []
     notes: list[str] = []
@@ -178,6 +196,34 @@ def inline_functions_holding_leftovers(model: onnx.ModelProto) -> tuple[onnx.Mod
     holders = [f.name for f in model.functions if (f.domain, f.name) in held]
     logger.debug("inlining local functions %s", holders)
     return inliner.inline_selected_functions(model, sorted(held)), holders
+
+
+#: the largest dim an input shape may bind (int32: what TensorRT and most kernels index with)
+MAX_DIM = 2**31 - 1
+
+
+def shape_map(value, what: str) -> dict[str, list[int]] | None:
+    """``{input name: dims}`` as the API takes it (numpy integers welcome), checked: a clear TypeError or
+    ValueError for anything else, never a float quietly truncated."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{what} takes a mapping {{input name: shape}}, not {type(value).__name__}")
+    out: dict[str, list[int]] = {}
+    for name, dims in value.items():
+        if not isinstance(name, str):
+            raise TypeError(f"{what}: input names are strings, not {type(name).__name__} ({name!r})")
+        if isinstance(dims, (str, bytes)) or not isinstance(dims, (Sequence, np.ndarray)):
+            raise TypeError(f"{what}[{name!r}] takes a sequence of ints, not {type(dims).__name__} ({dims!r})")
+        parsed = []
+        for d in list(dims):
+            if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+                raise TypeError(f"{what}[{name!r}]: dims are integers, not {type(d).__name__} ({d!r})")
+            if not 1 <= int(d) <= MAX_DIM:
+                raise ValueError(f"{what}[{name!r}]: dim {int(d)} is not in [1, {MAX_DIM}]")
+            parsed.append(int(d))
+        out[name] = parsed
+    return out
 
 
 def patch_model(model: onnx.ModelProto, **kwargs) -> onnx.ModelProto:

@@ -22,6 +22,7 @@ import click
 
 from . import __version__
 from .errors import PoolFixError
+from .api import MAX_DIM
 from .planner import STRATEGIES
 
 EXIT_INTERNAL = 1
@@ -68,10 +69,6 @@ class _PatchByDefault(click.Group):
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             args = ["patch"] + list(args)
         return super().parse_args(ctx, args)
-
-
-# the largest dim --input-shape/--check-shape take (int32: what TensorRT and most kernels index with)
-MAX_DIM = 2**31 - 1
 
 
 class Interrupted(BaseException):
@@ -150,7 +147,7 @@ def main():
 @click.option("--in-place", is_flag=True, help="Allow OUT to be IN (replaced atomically).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report as JSON (schema in onnxpoolfix/report.py).")
-@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the check's random inputs.")
 @click.option("--optimize-exporter-pools", is_flag=True,
               help="Also rewrite the pools the exporter lowered itself (GlobalAveragePool, AveragePool with "

@@ -102,12 +102,21 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
 
     Raises:
         ImportError: torch is not installed (``pip install 'onnxpoolfix[torch]'``).
-        ValueError: conflicting ``kwargs``.
+        TypeError: ``module`` is not a torch module, or ``f`` neither a path nor a file object.
+        ValueError: conflicting ``kwargs``, or ``f`` a file object not open for writing.
         PoolFixError: from the patch (e.g. :class:`UnsupportedNodeError` for a node with no exact lowering,
             :class:`CheckFailedError`), or :class:`OutputError` when ``f`` cannot be written. ``f`` is left
             untouched (a path is written atomically).
     """
     torch = _import_torch()
+    if not isinstance(module, (torch.nn.Module, torch.jit.ScriptFunction)):
+        raise TypeError(f"export() takes a torch.nn.Module (or ScriptModule/ScriptFunction), not "
+                        f"{type(module).__name__}")
+    if hasattr(f, "write"):
+        if callable(getattr(f, "writable", None)) and not f.writable():
+            raise ValueError("f is a file object not open for writing")
+    elif not isinstance(f, (str, os.PathLike)):
+        raise TypeError(f"f takes a path or a binary file object opened for writing, not {type(f).__name__}")
     _refuse_conflicts(torch, module, kwargs)
     kwargs["dynamo"] = False
     kwargs["operator_export_type"] = torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH

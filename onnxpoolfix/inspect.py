@@ -258,16 +258,24 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     unsupported dtype, bad ``input_shapes``): that becomes :attr:`Inspection.blocker`. ``model`` is not
     modified. The onnxruntime check is not run.
     """
-    from .api import TARGETS, inline_functions_holding_leftovers, _specs
+    from .api import TARGETS, inline_functions_holding_leftovers, _specs, shape_map
+    from .errors import InvalidModelError
     from .find import find_pool_nodes, is_pool_leftover
     from .planner import STRATEGIES, candidates, plan
     from .shapes import model_opset
 
+    if not isinstance(model, onnx.ModelProto):
+        raise TypeError(f"inspect_model() takes an onnx.ModelProto, not {type(model).__name__}")
     if target not in TARGETS:
         raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
+    input_shapes = shape_map(input_shapes, "input_shapes")
     result = Inspection(target=target, strategy=strategy, model=name, opset=model_opset(model))
+    if not model.HasField("graph"):  # as patch() says it
+        err = InvalidModelError("the model has no graph", "the file is not a complete ONNX model; re-export it")
+        result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
+        return result
     model, inlined = inline_functions_holding_leftovers(model)  # a new model when it inlines anything
     if inlined:
         result.notes.append(f"the local function(s) {', '.join(inlined)} hold leftovers: the patch inlines them")

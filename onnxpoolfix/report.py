@@ -17,7 +17,8 @@ JSON schema (``schema_version`` 1)::
         "lowering": str, "why": str, "ops": [str],                               # emitted op types
                                        # lowering "pyramid": planned with the other pools of its input
         "indices": "computed" | "dropped" | "none",
-        "max_error": float | null, "tolerance": float | null,                    # null when not checked
+        "max_error": float | null, "tolerance": float | null,     # null when not checked (max_error also
+                                                                   # when infinite: indices differ)
         "checked_shapes": [[int]]                                                # input shapes checked
       }],
       "totals": {"nodes": int, "max_error": float | null, "by_lowering": {str: int}}
@@ -26,6 +27,7 @@ JSON schema (``schema_version`` 1)::
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 
 from . import __version__
@@ -87,7 +89,9 @@ class PatchReport:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+        """Strict JSON: a non-finite error (indices that differ are an infinite error) is written as null,
+        with ``check_passed`` false beside it."""
+        return json.dumps(_finite_or_null(self.to_dict()), indent=2, allow_nan=False)
 
     def format_table(self) -> str:
         if not self.nodes:
@@ -125,3 +129,13 @@ def dim_label(d) -> str:
     if d is None or (isinstance(d, str) and d.startswith("unk__")):
         return "?"
     return str(d)
+
+
+def _finite_or_null(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_null(v) for v in value]
+    return value

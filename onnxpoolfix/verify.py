@@ -212,9 +212,14 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
     try:
         sess = _session(model, model_dir)
     except Exception as e:  # onnxruntime's own words, on one line
-        raise CheckFailedError(
-            f"onnxruntime cannot load the patched model: {' '.join(str(e).split())[:300]}",
-            "if the model holds other ops onnxruntime lacks, skip the check with --no-check") from None
+        from .io import has_external_data
+
+        hint = ("the model's weights are in external data that onnxruntime looked for beside the current "
+                "folder: pass model_dir= (the folder of the .onnx file)" if model_dir is None and
+                has_external_data(model) else
+                "if the model holds other ops onnxruntime lacks, skip the check with --no-check")
+        raise CheckFailedError(f"onnxruntime cannot load the patched model: {' '.join(str(e).split())[:300]}",
+                               hint) from None
     finally:
         del model.graph.output[n_out:]
         del model.graph.node[n_nodes:]
