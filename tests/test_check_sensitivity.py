@@ -1,0 +1,103 @@
+"""The check must notice a wrong lowering: each test corrupts a correctly patched model the way a lowering bug
+would (a window one element off, the blog recipe's windows, a broken NaN path) and asserts that
+``check_patched`` fails, where before the per-element tolerance and the structured inputs it passed."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, numpy_helper
+
+import onnxpoolfix
+from conftest import make_leftover
+from onnxpoolfix import windows as W
+from onnxpoolfix.find import find_pool_nodes
+from onnxpoolfix.shapes import model_opset, resolve_specs
+from onnxpoolfix.verify import check_patched
+
+
+def _patched(kind, shape, size, strategy, dtype=TensorProto.FLOAT, target="onnxruntime"):
+    m = make_leftover(kind, list(shape), size, dtype=dtype)
+    specs = resolve_specs(m, find_pool_nodes(m.graph), opset=model_opset(m), target=target)
+    patched = onnxpoolfix.patch(m, strategy=strategy, target=target)  # correct: its check passed
+    assert patched.report.check_passed
+    return patched.model, specs
+
+
+def _replace(model, pick):
+    """A copy of ``model`` whose initializers ``pick(name, array)`` returns a new value for."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    hit = 0
+    for t in out.graph.initializer:
+        a = numpy_helper.to_array(t)
+        new = pick(t.name, a)
+        if new is not None:
+            t.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(new, dtype=a.dtype), t.name))
+            hit += 1
+    assert hit, "nothing corrupted: the lowering's constants were not found"
+    return out
+
+
+def _matrix(n, m, windows):
+    p = np.zeros((m, n))
+    for i, (a, b) in enumerate(windows):
+        p[i, a:b] = 1.0 / (b - a)
+    return p
+
+
+def _wrong_windows(n, m, how):
+    w = list(W.windows(n, m))
+    if how == "blog recipe":
+        s = n // m
+        return [(i * s, i * s + n - (m - 1) * s) for i in range(m)]
+    i = m // 2
+    return w[:i] + [(w[i][0], min(n, w[i][1] + 1))] + w[i + 1:]  # "one longer"
+
+
+def _corrupt_avg(model, n, m, how):
+    def pick(name, a):
+        if "pool_matrix" not in name or sorted(a.shape) != sorted((n, m)):
+            return None
+        p = _matrix(n, m, _wrong_windows(n, m, how))
+        return p.T if a.shape == (n, m) else p
+    return _replace(model, pick)
+
+
+def _passes(model, specs):
+    (result,) = check_patched(model, specs).values()
+    return result.passed
+
+
+@pytest.mark.parametrize("how", ["one longer", "blog recipe"])
+@pytest.mark.parametrize("dtype, shape", [(TensorProto.FLOAT, (1, 4, 301, 299)),
+                                          (TensorProto.FLOAT16, (1, 4, 97, 89)),
+                                          (TensorProto.BFLOAT16, (1, 4, 97, 89))])
+def test_a_wrong_average_window_fails_the_check(dtype, shape, how):
+    n, m = shape[-1], 5
+    model, specs = _patched("avg", shape, (3, m), "matmul", dtype)
+    assert _passes(model, specs)
+    assert not _passes(_corrupt_avg(model, n, m, how), specs)
+
+
+def test_a_max_window_one_element_short_fails_the_check():
+    """Random data rarely puts a window's maximum on its last element; the ramps always do."""
+    model, specs = _patched("max", (1, 2, 998), (3,), "window_gather")
+
+    def pick(name, a):
+        if "window_table" not in name:
+            return None
+        t = a.copy()
+        t[0][t[0] == t[0].max()] = t[0].max() - 1  # window 0 loses its last element
+        return t
+    assert not _passes(_replace(model, pick), specs)
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
+def test_a_broken_nan_path_fails_the_check(target):
+    """The exact NaN/-inf path runs only on non-finite input, which the random inputs never are."""
+    model, specs = _patched("max", (1, 2, 11, 13), (3, 5), "window_gather", target=target)
+
+    def pick(name, a):
+        return np.zeros_like(a) if name.split("/")[-1].startswith("nan") and a.ndim == 0 else None
+    assert not _passes(_replace(model, pick), specs)
