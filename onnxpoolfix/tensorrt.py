@@ -37,6 +37,9 @@ Severity = Literal["error", "warning"]
 # constraints changed across 10.x); the rules here follow 10.15.
 # ---------------------------------------------------------------------------------------------------------
 
+# Narrower than the table where the importer refuses what the table lists (importerUtils.cpp, fa5aa9f6):
+# activationHelper rejects INT32 for Relu and Gelu; unaryHelper's default branch rejects integer IsNaN.
+
 _F = ("FP32", "FP16", "BF16")
 _I = ("INT32", "INT64")
 _B = ("BOOL",)
@@ -55,11 +58,11 @@ _OP_TYPES: dict[str, tuple[str, ...]] = {
     "Cos": _F, "Cosh": _F, "CumSum": _F, "DeformConv": _F32_16, "DepthToSpace": _FI,
     "DequantizeLinear": ("INT8", "FP8", "FP4", "INT4"), "Div": _FI, "Dropout": _F, "Einsum": _F, "Elu": _F,
     "Equal": _FI, "Erf": _F, "Exp": _F, "Expand": _FIB, "EyeLike": _FIB, "Flatten": _FIB, "Floor": _F,
-    "Gather": _FIB, "GatherElements": _FIB, "GatherND": _FIB, "Gelu": _F + ("INT8",) + _I, "Gemm": _F,
+    "Gather": _FIB, "GatherElements": _FIB, "GatherND": _FIB, "Gelu": _F + ("INT8", "INT64"), "Gemm": _F,
     "GlobalAveragePool": _F, "GlobalLpPool": _F, "GlobalMaxPool": _F, "Greater": _FI, "GreaterOrEqual": _FI,
     "GridSample": _F32_16, "GroupNormalization": _F, "GRU": _F, "HammingWindow": _F32_16,
     "HannWindow": _F32_16, "HardSigmoid": _F, "HardSwish": _F, "Hardmax": _F, "Identity": _FIB, "If": _FIB,
-    "ImageScaler": _F, "InstanceNormalization": _F, "IsInf": _F, "IsNaN": _FI, "LayerNormalization": _F,
+    "ImageScaler": _F, "InstanceNormalization": _F, "IsInf": _F, "IsNaN": _F, "LayerNormalization": _F,
     "LeakyRelu": _F, "Less": _FI, "LessOrEqual": _FI, "Log": _F, "LogSoftmax": _F, "Loop": _FIB, "LRN": _F,
     "LSTM": _F, "LpNormalization": _F, "LpPool": _F, "MatMul": _F, "Max": _FI, "MaxPool": _F,
     "Mean": _F + ("FP8",) + _I, "MeanVarianceNormalization": _F, "Min": _FI, "Mish": _F32_16, "Mod": _FI,
@@ -68,7 +71,7 @@ _OP_TYPES: dict[str, tuple[str, ...]] = {
     "RandomNormal": _F, "RandomNormalLike": _F, "RandomUniform": _F, "RandomUniformLike": _F, "Range": _FI,
     "Reciprocal": _F, "ReduceL1": _FI, "ReduceL2": _FI, "ReduceLogSum": _FI, "ReduceLogSumExp": _FI,
     "ReduceMax": _FI, "ReduceMean": _FI, "ReduceMin": _FI, "ReduceProd": _FI, "ReduceSum": _FI,
-    "ReduceSumSquare": _FI, "Relu": _FI, "Reshape": _FIB, "Resize": _F, "ReverseSequence": _FIB,
+    "ReduceSumSquare": _FI, "Relu": _F + ("INT64",), "Reshape": _FIB, "Resize": _F, "ReverseSequence": _FIB,
     "RMSNormalization": _F, "RNN": _F, "RoiAlign": _F32_16, "RotaryEmbedding": _F, "Round": _F,
     "STFT": ("FP32",), "ScaledTanh": _F, "Scan": _F, "Scatter": _FI, "ScatterElements": _FI,
     "ScatterND": _FI, "Selu": _F, "Shape": _FIB, "Shrink": _FI, "Sigmoid": _F, "Sign": _FI, "Sin": _F,

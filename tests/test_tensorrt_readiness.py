@@ -31,3 +31,33 @@ def test_benchmark_models_pass_the_tensorrt_lint(kind, shape, size, target):
     assert errors == [], errors
     if target == "tensorrt":
         assert not any(n.op_type in ("If", "Loop", "Scan") for n in patched.graph.node)
+
+
+def test_tensorrt_indices_do_not_rest_on_argmax_ties():
+    """TensorRT imports ArgMax as TopK(k=1), which documents no order among equal values; with indices the
+    tensorrt target picks the first maximum by position instead. Exact on tie-heavy input (ReLU zeros,
+    0.0/-0.0, all -inf windows, NaN) in onnxruntime."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    import onnxpoolfix
+    from onnxpoolfix import reference
+
+    from conftest import make_leftover
+
+    m = make_leftover("max", [2, 3, 11, 13], (4, 5), indices="output")
+    patched = onnxpoolfix.patch(m, target="tensorrt", strategy="argmax").model
+    assert "ArgMax" not in {n.op_type for n in patched.graph.node}
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 2, (2, 3, 11, 13)).astype(np.float32)  # ties everywhere
+    x[0, 0, :3, :3] = -np.inf
+    x[0, 1][x[0, 1] == 0] = -0.0
+    x[1, 2, 5, 6] = np.nan
+    sess = ort.InferenceSession(patched.SerializeToString(), providers=["CPUExecutionProvider"])
+    y, idx = sess.run(None, {"x": x})
+    want_y, want_idx = reference.adaptive_max_pool(x, (4, 5))
+    np.testing.assert_array_equal(idx, want_idx)
+    assert np.array_equal(y, want_y, equal_nan=True)
+    assert np.array_equal(np.signbit(y), np.signbit(want_y))
+    onnx.checker.check_model(patched, full_check=True)

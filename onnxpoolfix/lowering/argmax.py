@@ -7,7 +7,9 @@ maximum in row-major scan order, except that a NaN is the maximum and a later Na
 1. gather every window into one trailing axis: per pooled axis, Gather the ``[m, kmax]`` window table
    (short windows padded by repeating their last index, which is always *after* the real element, so
    neither the first maximum nor the last NaN moves), transpose the window dims to the end, flatten them;
-2. first maximum = ArgMax with NaNs replaced by -inf; last NaN = ArgMax of the reversed NaN mask;
+2. first maximum = ArgMax with NaNs replaced by -inf; last NaN = ArgMax of the reversed NaN mask (for
+   TensorRT, whose ArgMax is a TopK with undocumented ties: the smallest position equal to the ReduceMax,
+   and the largest NaN position);
 3. values = GatherElements at the chosen position (so NaN and -0.0 come through bit for bit),
    indices = a constant table mapping (output position, window element) to the flat input index.
 """
@@ -32,6 +34,7 @@ class ArgMaxStep(Step):
     n: tuple[int, ...]
     m: tuple[int, ...]
     want_indices: bool
+    tie_safe: bool = False  # no ArgMax (TensorRT: see emit_both)
 
     def out_shape(self, shape):
         return tuple(shape[: self.first_axis]) + self.m
@@ -44,8 +47,11 @@ class ArgMaxStep(Step):
         return (14 * C.NODE + gathered / C.GATHER_RATE * len(self.n) + gathered * C.GATHER_BLOCK
                 + 10 * gathered * isz / C.BANDWIDTH + 2 * rows * C.ARGMAX_ROW)
 
-    ops = ("Gather", "Transpose", "Reshape", "IsNaN", "Where", "ArgMax", "Cast", "ReduceMax",
-           "Greater", "Sub", "GatherElements", "Squeeze", "Add")
+    @property
+    def ops(self):
+        common = ("Gather", "Transpose", "Reshape", "IsNaN", "Where", "Cast", "ReduceMax", "Greater",
+                  "GatherElements", "Squeeze", "Add")
+        return common + (("Equal", "ReduceMin", "Mul") if self.tie_safe else ("ArgMax", "Sub"))
 
     def emit_both(self, em, x, shape, elem, y, indices):
         lead = self.first_axis
@@ -71,11 +77,21 @@ class ArgMaxStep(Step):
         fdt = np_dtype(elem)
         nan = em.op("IsNaN", [w])
         filled = em.op("Where", [nan, em.const("minus_inf", np.array(-np.inf, dtype=fdt)), w])
-        first_max = em.op("ArgMax", [filled], axis=-1, keepdims=1)
         nanf = em.cast(nan, TensorProto.FLOAT)
-        reversed_nan = em.op("Gather", [nanf, em.ints("reverse", range(kall - 1, -1, -1))], axis=-1)
-        last_nan = em.op("Sub", [em.const("last", np.array(kall - 1, dtype=np.int64)),
-                                 em.op("ArgMax", [reversed_nan], axis=-1, keepdims=1)])
+        if self.tie_safe:
+            # TensorRT imports ArgMax as TopK(k=1), whose choice among equal values is not documented: the
+            # first maximum and the last NaN by position instead (float positions: exact below 2**24)
+            pos = em.const("position", np.arange(kall, dtype=np.float32))
+            is_max = em.op("Equal", [filled, em.reduce("ReduceMax", filled, [lead + k], keepdims=1)])
+            first_max = em.cast(em.reduce("ReduceMin", em.op("Where", [is_max, pos, em.const(
+                "past_end", np.array(kall, dtype=np.float32))]), [lead + k], keepdims=1), TensorProto.INT64)
+            last_nan = em.cast(em.reduce("ReduceMax", em.op("Mul", [nanf, pos]), [lead + k], keepdims=1),
+                               TensorProto.INT64)
+        else:
+            first_max = em.op("ArgMax", [filled], axis=-1, keepdims=1)
+            reversed_nan = em.op("Gather", [nanf, em.ints("reverse", range(kall - 1, -1, -1))], axis=-1)
+            last_nan = em.op("Sub", [em.const("last", np.array(kall - 1, dtype=np.int64)),
+                                     em.op("ArgMax", [reversed_nan], axis=-1, keepdims=1)])
         any_nan = em.op("Greater", [em.reduce("ReduceMax", nanf, [lead + k], keepdims=1),
                                     em.const("zero", np.array(0, dtype=np.float32))])
         choice = em.op("Where", [any_nan, last_nan, first_max])
@@ -102,7 +118,7 @@ class ArgMaxLowering(Lowering):
     def _steps(self, spec):
         axes = axis_windows(spec)
         return [ArgMaxStep(spec.ndim - spec.k, tuple(a.n for a in axes), tuple(a.m for a in axes),
-                           spec.node.indices_output is not None)]
+                           spec.node.indices_output is not None, tie_safe=spec.target == "tensorrt")]
 
     def build(self, em, spec, x, y, indices=None):
         work = compute_dtype(spec)
