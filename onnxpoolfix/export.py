@@ -3,12 +3,12 @@
     import onnxpoolfix
     report = onnxpoolfix.export(model, (x,), "model.onnx", input_names=["x"], opset_version=17)
 
-torch is an optional dependency (``pip install 'onnxpoolfix[torch]'``): it is imported here, lazily, on the
+torch is an optional dependency (``pip install '.[torch]'`` in a checkout): it is imported here, lazily, on the
 first call, never by ``import onnxpoolfix``.
 
 The export always runs ``dynamo=False, operator_export_type=ONNX_FALLTHROUGH``: that is the exporter that
 leaves the adaptive pooling nodes it cannot lower as ``org.pytorch.aten`` nodes, which the patch then
-replaces (see DESIGN.md). Arguments that would select another exporter or be silently ignored by this one
+replaces (see README.md, 'What it replaces'). Arguments that would select another exporter or be silently ignored by this one
 are refused rather than dropped.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from .report import PatchReport
 logger = logging.getLogger(__name__)
 
 TORCH_VERSION = "2.13.0"  # what the ``torch`` extra pins, and what the fixtures were exported with
-INSTALL_HINT = "pip install 'onnxpoolfix[torch]'"
+INSTALL_HINT = "pip install '.[torch]' in a checkout of onnxpoolfix"
 
 # torch.onnx.export arguments that only the dynamo exporter reads: with dynamo=False torch ignores them
 # silently (or, for dynamic_shapes, fails), so a caller passing one expects something that won't happen.
@@ -101,7 +101,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         The :class:`~onnxpoolfix.PatchReport` (``report.nodes`` is empty when the export left nothing to patch).
 
     Raises:
-        ImportError: torch is not installed (``pip install 'onnxpoolfix[torch]'``).
+        ImportError: torch is not installed (``pip install '.[torch]'`` in a checkout).
         TypeError: ``module`` is not a torch module, or ``f`` neither a path nor a file object.
         ValueError: conflicting ``kwargs``, or ``f`` a file object not open for writing.
         PoolFixError: from the patch (e.g. :class:`UnsupportedNodeError` for a node with no exact lowering,

@@ -1,6 +1,6 @@
 """Locate PyTorch's leftover adaptive pooling nodes, in every encoding seen in the wild.
 
-Two encodings exist (see DESIGN.md):
+Two encodings exist (README.md, 'What it replaces'):
 
 - ``aten-op``: op_type ``adaptive_{avg,max}_pool{1,2,3}d`` in domain ``org.pytorch.aten``
   (torch >= 1.13 with ONNX_FALLTHROUGH or ONNX_ATEN_FALLBACK).
