@@ -16,7 +16,7 @@ fails there: "n/a" and why), and time in ONE interleaved run:
 - ``lw:<name>``: onnxruntime on the model patched with ``strategy=<name>``, for every lowering that is exact
   for the case (to see whether the planner picked the fastest).
 
-How (DESIGN.md, "Measuring speed on these machines"): 2 intra-op threads everywhere, onnxruntime with
+How (the project design notes on measuring speed on shared machines): 2 intra-op threads everywhere, onnxruntime with
 ``session.intra_op.allow_spinning=0``; every candidate warmed up; per round every candidate runs a small
 batch in a rotating order and its round value is the fastest call of the batch (a 2-thread torch
 kernel stalls for a scheduler slice, ~8 ms, whenever another tenant holds a core: the fastest call is the
@@ -699,12 +699,12 @@ NOTES = """## Notes (analysis of the run that produced this file; numbers move o
   some runs with the block-diagonal MatMul), now takes `block_pool` (10 periods of 100 -> 3, k34 s33:
   one AveragePool on the input reshaped into periods) and is 1.17-1.18x faster than torch over runs.
 - **vs dynamo**: >= 4x wherever it emits a decomposition; within 10% (or faster) where it emits plain
-  ops: psp_60 (four pooling ops: our nested pyramid is 2.2-2.3x faster) and the 1x1 global pool (ReduceMean
-  both; the exporter's GlobalAveragePool, 77 us in the `default` column, is what `--optimize-exporter-pools`
+  ops: psp_60 (four pooling ops: our nested pyramid is 2.2-2.5x faster) and the 1x1 global pool (ReduceMean
+  both; the exporter's GlobalAveragePool, 77-80 us in the `default` column, is what `--optimize-exporter-pools`
   replaces). It cannot export max or 3D pooling, and 1024->7 would unroll 148x148 window terms (not
   attempted). Its dynamic export is WRONG away from the traced size (dyn_avg_64to5x7: max error 0.15).
 - **vs the read-once floor (>= 4 MB)**: met everywhere. psp_60 1.7-1.8x (6x6 pooled from the input by
-  AveragePool k10, the 3x3, 2x2, 1x1 from the 6x6); psp_64 2.9-3.3x (the windows of 64 -> 6 overlap, so no
+  AveragePool k10, the 3x3, 2x2, 1x1 from the 6x6); psp_64 2.9-3.4x (the windows of 64 -> 6 overlap, so no
   nesting for averages: one stacked MatMul over the input with the 1+2+3+6 columns padded to 16, a
   [12, 64] MatMul per plane, a Slice per level); before the pyramid planning they were 4.2x and 9.9x.
 - **dynamic vs static at the same size** (the dynamic-size issue's target, <= 2x): met for 64x64 -> 5x7

@@ -8,7 +8,7 @@ and patched (lowering 'dynamic'); exported at S statically and patched (the plan
 exported with ``dynamo=True, dynamic_shapes=...`` traced at S. All three run in onnxruntime at S
 (2 threads, ``session.intra_op.allow_spinning=0``), interleaved in rotating order; values are medians over
 rounds of the median call per batch, ratios medians of per-round ratios. Then dynamo's export is run at
-other sizes and compared with torch (DESIGN.md: its window lengths are frozen at the traced size).
+other sizes and compared with torch (its window lengths are frozen at the traced size).
 """
 from __future__ import annotations
 
