@@ -221,7 +221,7 @@ def main() -> None:
             shutil.rmtree(d)
         lines += [
             "External weights (the .onnx holds the graph only): `onnxpoolfix IN OUT --no-check`, the same "
-            f"graph at two widths.",
+            "graph at two widths.",
             "",
             "| weights MB | OUT | wall s | peak RSS MiB |",
             "|---|---|---|---|",
