@@ -168,7 +168,7 @@ def patch_cmd(src, dst, target, strategy, input_shape, verbose, no_check, check_
         check_input_model(model, src)
         preflight_output(dst, source_path=src, in_place=in_place)  # fail before the work, not after it
         if report_path is not None:
-            _preflight_report(report_path, src, dst)
+            _preflight_report(report_path, src, dst, model)
         external = has_external_data(model)
         result = patch(model, check=not no_check, strategy=strategy, target=target, input_shapes=shapes or None,
                        keep_input_shapes=keep_input_shapes, check_shapes=checks or None, inplace=True,
@@ -204,11 +204,20 @@ def patch_cmd(src, dst, target, strategy, input_shape, verbose, no_check, check_
         click.echo(f"{result.report.summary()}; wrote {dst}")
 
 
-def _preflight_report(report: Path, src: Path, dst: Path) -> None:
-    """--report must name a file of its own: not IN (it would be overwritten with JSON), not OUT (the
-    model would be renamed over it), not a folder."""
+def _preflight_report(report: Path, src: Path, dst: Path, model) -> None:
+    """--report must name a file of its own: not IN or IN's external data (they would be overwritten with
+    JSON), not OUT or OUT's data file (the model would be renamed over it), not a folder."""
     from .errors import OutputError
-    from .io import _same_file
+    from .io import _same_file, external_data_files
+
+    for data in external_data_files(model, Path(src).resolve().parent):
+        if _same_file(report, data):
+            raise OutputError(f"--report {report}: is the input model's external data; refusing to overwrite it",
+                              "give the report a file of its own, e.g. report.json")
+    out_data = dst.with_name(dst.name + ".data")
+    if report.absolute() == out_data.absolute() or _same_file(report, out_data):
+        raise OutputError(f"--report {report}: is where OUT's external data may go",
+                          "give the report a file of its own, e.g. report.json")
 
     if report.name in ("", ".", "..") or report.is_dir():
         raise OutputError(f"--report {report}: is not a file name", "give the report a file name, e.g. report.json")

@@ -13,6 +13,7 @@ are refused rather than dropped.
 """
 from __future__ import annotations
 
+import io
 import logging
 import os
 import shutil
@@ -113,6 +114,8 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         raise TypeError(f"export() takes a torch.nn.Module (or ScriptModule/ScriptFunction), not "
                         f"{type(module).__name__}")
     if hasattr(f, "write"):
+        if isinstance(f, io.TextIOBase):
+            raise TypeError("f is a text file object; an ONNX model is bytes: open it with 'wb' (or pass a path)")
         if callable(getattr(f, "writable", None)) and not f.writable():
             raise ValueError("f is a file object not open for writing")
     elif not isinstance(f, (str, os.PathLike)):

@@ -275,6 +275,13 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
         values = {name: got[out] for name, out in fetch.items()}
         values.update(feed)
         for s in specs:
+            if 0 in values[s.node.input].shape[values[s.node.input].ndim - s.k:]:  # no window to compare
+                shapes_txt = ", ".join(f"{k}:{'x'.join(map(str, v.shape))}" for k, v in feed.items())
+                raise CheckFailedError(
+                    f"{s.node.label}: its input is empty ({'x'.join(map(str, values[s.node.input].shape))}) "
+                    f"at {shapes_txt}: adaptive pooling has no windows there to check",
+                    "choose larger sizes with --check-shape NAME:D0,D1,..., or skip the check with --no-check")
+        for s in specs:
             idx = values.get(s.node.indices_output) if s.node.indices_output else None
             compare(s, values[s.node.input], values[s.node.output], idx, checks[s.node.index])
     for s in specs:  # each replaced subgraph alone, on inputs made to expose what random data rarely does
@@ -638,6 +645,8 @@ class _Prober:
         for n in self.names:
             if n in self.inputs:
                 got[n] = tuple(shapes[n])
+        if any(0 in dims for dims in got.values()):  # ran, but a pooled tensor is empty: nothing to check
+            return None
         return got
 
     def close(self):

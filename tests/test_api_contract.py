@@ -137,3 +137,11 @@ def test_export_checks_its_arguments_first(tmp_path, module, f, error):
     finally:
         if hasattr(target, "close"):
             target.close()
+
+
+def test_export_refuses_a_text_file_before_exporting(tmp_path):
+    torch = pytest.importorskip("torch")
+    for f in (io.StringIO(), open(tmp_path / "t.onnx", "w")):
+        with pytest.raises(TypeError, match="text file"):
+            onnxpoolfix.export(torch.nn.AdaptiveAvgPool2d(3), (torch.randn(1, 2, 7, 7),), f)
+        f.close()

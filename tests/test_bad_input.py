@@ -424,3 +424,35 @@ def test_sigterm_leaves_no_temporary_files(tmp_path: Path) -> None:
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert err.startswith("onnxpoolfix: interrupted (SIGTERM)") and "hint:" in err, err
     assert list(out.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize("which", ["input-data", "out-data"])
+def test_report_never_lands_on_external_data(tmp_path: Path, which: str) -> None:
+    """--report on IN's external data file overwrote it with JSON; on OUT.data the model's data replaced the
+    report."""
+    src = tmp_path / "m.onnx"
+    onnx.save(onnx.load(CONVNET), src, save_as_external_data=True, location="m.data", size_threshold=0)
+    before = (tmp_path / "m.data").read_bytes()
+    (tmp_path / "out").mkdir()
+    out = tmp_path / "out" / "p.onnx"
+    report = tmp_path / "m.data" if which == "input-data" else tmp_path / "out" / "p.onnx.data"
+    extra = ["--save-as-external-data"] if which == "out-data" else []
+    assert_clean_failure(run_cli([src, out, "--report", report, *extra]), 6, out, "--report")
+    assert (tmp_path / "m.data").read_bytes() == before
+
+
+def test_a_check_size_that_empties_the_pooled_tensor_is_refused(tmp_path: Path) -> None:
+    """At x:1,3,1,1 a MaxPool k3 s2 before the leftover leaves it an empty map: the check compared nothing and
+    said 'passed (max error inf)' for averages, or crashed for max. Now a check failure that says why."""
+    for kind in ("avg", "max"):
+        m = make_leftover(kind, [1, 3, "H", "W"], (4, 4))
+        pool = next(n for n in m.graph.node if n.input and n.input[0] == "x")
+        pool.input[0] = "shrunk"
+        nodes = [helper.make_node("MaxPool", ["x"], ["shrunk"], kernel_shape=[3, 3], strides=[2, 2])] + list(m.graph.node)
+        del m.graph.node[:]
+        m.graph.node.extend(nodes)
+        src = save(m, tmp_path / f"{kind}.onnx")
+        out = tmp_path / f"{kind}_out.onnx"
+        result = run_cli([src, out, "--check-shape", "x:1,3,1,1"])
+        assert result.exit_code == 5 and "its input is empty" in result.stderr, result.stderr
+        assert "hint: choose larger sizes" in result.stderr and not out.exists()
