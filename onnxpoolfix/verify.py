@@ -391,7 +391,10 @@ def _check_isolated(model, spec: PoolSpec, shape: tuple[int, ...], check: NodeCh
         check.passed, check.detail = False, f"its subgraph alone does not load: {' '.join(str(e).split())[:200]}"
         return
     names = [o.name for o in isolated.graph.output]
-    for x in _structured_inputs(spec, shape, rng):
+    inputs = _structured_inputs(spec, shape, rng)
+    if spec.node.indices_output and prod(reference.resolve_output_size(shape, _torch_size(spec))) > 4096:
+        inputs = inputs[-1:]  # the reference's indices loop over windows in Python: the NaN/-inf input only
+    for x in inputs:
         if spec.dtype == TensorProto.BFLOAT16:
             import ml_dtypes
 
