@@ -106,14 +106,9 @@ COMPUTE_IN_FLOAT32 = {TensorProto.FLOAT16, TensorProto.BFLOAT16}
 
 def op_types(nodes: Sequence[onnx.NodeProto]) -> list[str]:
     """The op types of ``nodes`` in order, each followed by those inside its subgraphs (If branches)."""
-    out: list[str] = []
-    for n in nodes:
-        out.append(n.op_type)
-        for a in n.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
-                      list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
-                out.extend(op_types(g.node))
-    return out
+    from .find import nodes_deep
+
+    return [n.op_type for n in nodes_deep(nodes)]
 
 
 #: doc_string prefix of every node onnxpoolfix writes (provenance; its own pools are never adopted again)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Iterable, Iterator
 
 import numpy as np
 import onnx
@@ -311,12 +312,21 @@ def _short(values: list) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _all_nodes(graph: onnx.GraphProto):
-    for node in graph.node:
+def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The bodies a node holds (If branches, Loop/Scan bodies)."""
+    return [g for a in node.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))]
+
+
+def nodes_deep(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
+    """``nodes`` in order, each followed by the nodes of its subgraphs (recursively)."""
+    for node in nodes:
         yield node
-        for a in node.attribute:
-            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                yield from _all_nodes(sub)
+        for sub in subgraphs(node):
+            yield from nodes_deep(sub.node)
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    return nodes_deep(graph.node)
 
 
 def _read_names(graph: onnx.GraphProto) -> set[str]:

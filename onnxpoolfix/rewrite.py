@@ -14,7 +14,7 @@ from typing import Sequence
 import onnx
 
 from .emit import Emitter, mark_emitted, op_types
-from .find import ATEN_DOMAIN
+from .find import ATEN_DOMAIN, _read_names, nodes_deep, subgraphs
 from .planner import Plan
 from .pyramid import GroupPlan, build_group
 from .shapes import PoolSpec, make_value_info
@@ -31,14 +31,9 @@ def _all_names(graph: onnx.GraphProto) -> set[str]:
     names.update(t.name for t in graph.initializer)
     names.update(v.name for v in list(graph.input) + list(graph.output) + list(graph.value_info))
     for n in graph.node:
-        for sub in _subgraphs(n):
+        for sub in subgraphs(n):
             names |= _all_names(sub)
     return names
-
-
-def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    return [g for a in node.attribute
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))]
 
 
 def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[GroupPlan] = ()
@@ -146,7 +141,7 @@ def _drop_dead_size_constants(graph: onnx.GraphProto, names: Sequence[str]) -> N
     for n in graph.node:
         for i in n.input:
             readers[i] = readers.get(i, 0) + 1
-    in_subgraphs = {i for n in graph.node for sub in _subgraphs(n) for i in _read_names(sub)}
+    in_subgraphs = {i for n in graph.node for sub in subgraphs(n) for i in _read_names(sub)}
     producer = {o: n for n in graph.node for o in n.output if o}
     initializers = {t.name for t in graph.initializer}
     dead_nodes: set[int] = set()
@@ -177,24 +172,8 @@ def _drop_dead_size_constants(graph: onnx.GraphProto, names: Sequence[str]) -> N
             field.extend(keep)
 
 
-def _read_names(graph: onnx.GraphProto) -> set[str]:
-    """Every tensor name read in ``graph`` and its subgraphs."""
-    out = {i for n in graph.node for i in n.input if i}
-    for n in graph.node:
-        for sub in _subgraphs(n):
-            out |= _read_names(sub)
-    return out
-
-
 def _uses_domain(graph: onnx.GraphProto, domain: str) -> bool:
-    for n in graph.node:
-        if n.domain == domain:
-            return True
-        for a in n.attribute:
-            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                if _uses_domain(sub, domain):
-                    return True
-    return False
+    return any(n.domain == domain for n in nodes_deep(graph.node))
 
 
 def _drop_unused_aten_import(model: onnx.ModelProto) -> None:

@@ -21,6 +21,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from .find import nodes_deep
+
 logger = logging.getLogger(__name__)
 
 Severity = Literal["error", "warning"]
@@ -212,7 +214,7 @@ class GraphInfo:
                     elif attr.name in ("value_float", "value_floats"):
                         info.elem_types.setdefault(node.output[0], TensorProto.FLOAT)
         info.used = {o.name for o in graph.output}
-        for node in _nodes_deep(graph):
+        for node in nodes_deep(graph.node):
             info.used.update(node.input)
         info.used.discard("")
         return info
@@ -281,14 +283,6 @@ def _add(findings: list[LintFinding], node: onnx.NodeProto, results: Iterable[tu
     label = node.name or (f"-> {node.output[0]}" if node.output else "")
     for severity, reason in results:
         findings.append(LintFinding(label, node.op_type, node.domain, reason + where, severity))
-
-
-def _nodes_deep(graph: onnx.GraphProto) -> Iterable[onnx.NodeProto]:
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                yield from _nodes_deep(sub)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -23,7 +23,9 @@ from onnx import TensorProto
 
 from . import reference
 from . import windows as W
+from .emit import Emitter
 from .errors import CheckFailedError, ShapeError
+from .find import subgraphs
 from .shapes import PoolSpec, _dims, light_copy, make_value_info
 
 logger = logging.getLogger(__name__)
@@ -127,7 +129,7 @@ def _tolerance(spec: PoolSpec, x: np.ndarray, ref: np.ndarray) -> np.ndarray:
     spatial = x.shape[x.ndim - spec.k:]
     lengths = np.ones(ref.shape[x.ndim - spec.k:], dtype=np.float64)
     for a, (n, m) in enumerate(zip(spatial, _out_sizes(spec, x))):
-        ln = np.array([-((-(i + 1) * n) // m) - (i * n) // m for i in range(m)], dtype=np.float64)
+        ln = np.array([e - b for b, e in W.windows(n, m)], dtype=np.float64)
         shape = [1] * spec.k
         shape[a] = m
         lengths = lengths * ln.reshape(shape)
@@ -206,8 +208,6 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
     fetched through an exact Cast to float32, since numpy has no bfloat16). ``model_dir`` is where its
     external data lives, if any.
     """
-    import onnxruntime as ort
-
     rng = np.random.default_rng(seed)
     inputs = {i.name for i in graph_inputs(model)}
     types = {s.node.input: s.dtype for s in specs}
@@ -222,13 +222,7 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
         if name in inputs or name in fetch:
             continue
         if elem == TensorProto.BFLOAT16:
-            fresh = f"{name}/onnxpoolfix_check_float32"
-            k = 1
-            while fresh in taken:
-                k += 1
-                fresh = f"{name}/onnxpoolfix_check_float32_{k}"
-            taken.add(fresh)
-            fetch[name] = fresh
+            fetch[name] = Emitter(name, taken, 0).fresh("onnxpoolfix_check_float32")
             added_nodes.append(onnx.helper.make_node("Cast", [name], [fetch[name]], to=TensorProto.FLOAT))
         else:
             fetch[name] = name
@@ -257,13 +251,9 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
     out_names = list(dict.fromkeys(fetch.values()))
     for shapes in input_shapes:
         feed = random_feed(model, shapes, rng)
-        ort_feed = {}
-        for k, v in feed.items():
-            if v.dtype.name == "bfloat16":
-                ort_feed[k] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(v.view(np.uint16), TensorProto.BFLOAT16)
-                feed[k] = v.astype(np.float32)  # exact: every bfloat16 is a float32
-            else:
-                ort_feed[k] = ort.OrtValue.ortvalue_from_numpy(v)
+        ort_feed = {k: _ort_value(v) for k, v in feed.items()}
+        feed = {k: v.astype(np.float32) if v.dtype.name == "bfloat16" else v  # exact: bfloat16 fits float32
+                for k, v in feed.items()}
         try:
             results = sess.run_with_ort_values(out_names, ort_feed)
         except Exception as e:
@@ -293,6 +283,16 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
 
 #: pooled inputs up to this many elements also get the structured inputs (each a run and a reference)
 STRUCTURED_MAX_ELEMENTS = 1 << 22
+
+
+def _ort_value(x: np.ndarray):
+    """``x`` as an onnxruntime input (bfloat16 through its raw bits: numpy has no bfloat16 of its own)."""
+    import onnxruntime as ort
+
+    x = np.ascontiguousarray(x)
+    if x.dtype.name == "bfloat16":
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(x.view(np.uint16), TensorProto.BFLOAT16)
+    return ort.OrtValue.ortvalue_from_numpy(x)
 
 
 def _isolate(model: onnx.ModelProto, spec: PoolSpec) -> onnx.ModelProto | None:
@@ -340,13 +340,12 @@ def _isolate(model: onnx.ModelProto, spec: PoolSpec) -> onnx.ModelProto | None:
 def _outer_reads(node: onnx.NodeProto) -> list[str]:
     """Names a node's subgraphs (If branches) read from outside themselves."""
     out: list[str] = []
-    for a in node.attribute:
-        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-            made = {o for n in sub.node for o in n.output} | {i.name for i in sub.input}
-            made |= {t.name for t in sub.initializer}
-            for n in sub.node:
-                out.extend(i for i in n.input if i and i not in made)
-                out.extend(_outer_reads(n))
+    for sub in subgraphs(node):
+        made = {o for n in sub.node for o in n.output} | {i.name for i in sub.input}
+        made |= {t.name for t in sub.initializer}
+        for n in sub.node:
+            out.extend(i for i in n.input if i and i not in made)
+            out.extend(_outer_reads(n))
     return out
 
 
@@ -377,8 +376,6 @@ def _structured_inputs(spec: PoolSpec, shape: tuple[int, ...], rng: np.random.Ge
 
 
 def _check_isolated(model, spec: PoolSpec, shape: tuple[int, ...], check: NodeCheck, rng) -> None:
-    import onnxruntime as ort
-
     if prod(shape) > STRUCTURED_MAX_ELEMENTS:
         return
     isolated = _isolate(model, spec)
@@ -398,12 +395,10 @@ def _check_isolated(model, spec: PoolSpec, shape: tuple[int, ...], check: NodeCh
         if spec.dtype == TensorProto.BFLOAT16:
             import ml_dtypes
 
-            feed = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
-                np.ascontiguousarray(x, dtype=ml_dtypes.bfloat16).view(np.uint16), TensorProto.BFLOAT16)
-            x = x.astype(ml_dtypes.bfloat16).astype(np.float32)
-        else:
-            feed = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x))
-        got = [r.numpy() for r in sess.run_with_ort_values(names, {spec.node.input: feed})]
+            x = x.astype(ml_dtypes.bfloat16)
+        got = [r.numpy() for r in sess.run_with_ort_values(names, {spec.node.input: _ort_value(x)})]
+        if spec.dtype == TensorProto.BFLOAT16:
+            x = x.astype(np.float32)
         compare(spec, x, got[0], got[1] if len(got) > 1 else None, check)
         check.structured += 1
         if not check.passed:
@@ -635,11 +630,7 @@ class _Prober:
             logger.debug("probe at %s skipped: shape inference empties %s", shapes, sorted(empty)[:3])
             return None
         try:
-            import onnxruntime as ort
-
-            feed = {k: (ort.OrtValue.ortvalue_from_numpy_with_onnx_type(v.view(np.uint16), TensorProto.BFLOAT16)
-                        if v.dtype.name == "bfloat16" else ort.OrtValue.ortvalue_from_numpy(v))
-                    for k, v in random_feed(self.model, shapes, self.rng).items()}
+            feed = {k: _ort_value(v) for k, v in random_feed(self.model, shapes, self.rng).items()}
             outs = [o.numpy() for o in self.sess.run_with_ort_values(self.fetch, feed)] if self.fetch else []
         except Exception as e:  # noqa: BLE001 - a size the network cannot run at (too small for its convs)
             logger.debug("probe at %s failed: %s", shapes, e)
