@@ -96,7 +96,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     if inlined and inplace:  # the inliner builds a new model: inplace means the caller's object
         caller.CopyFrom(model)
         model = caller
-    nodes = find_pool_nodes(model.graph, model_opset(model))
+    nodes = find_pool_nodes(model.graph, opset)
     specs: list[PoolSpec] = []
     notes: list[str] = []
     if nodes:
