@@ -20,9 +20,11 @@ demo: $(STAMP)
 
 ## test: the test suite as CI runs it (slow cases deselected; `make test-all` runs them)
 test: $(STAMP)
+	$(VENV)/bin/ruff check onnxpoolfix tests benchmarks fixtures/make_fixtures.py
 	$(PY) -m pytest -m "not slow" -q
 
 test-all: $(STAMP)
+	$(VENV)/bin/ruff check onnxpoolfix tests benchmarks fixtures/make_fixtures.py
 	$(PY) -m pytest -q
 
 ## bench: speed of the patched graphs vs torch's kernel and the dynamo exporter (writes benchmarks/RESULTS.md)

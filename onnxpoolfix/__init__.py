@@ -15,8 +15,8 @@ from .errors import (  # noqa: E402
     ShapeError,
     UnsupportedNodeError,
 )
-from .report import NodeReport, PatchReport  # noqa: E402
 from .export import export  # noqa: E402  (torch is imported only when export() is called)
+from .report import NodeReport, PatchReport  # noqa: E402
 
 __all__ = [
     "patch", "patch_model", "export", "PatchResult", "PatchReport", "NodeReport",

@@ -21,8 +21,8 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .errors import PoolFixError
 from .api import MAX_DIM
+from .errors import PoolFixError
 from .planner import STRATEGIES
 
 EXIT_INTERNAL = 1

@@ -37,7 +37,8 @@ class Emitter:
         value = np.asarray(value)  # (np.ascontiguousarray would turn a 0-d scalar into shape [1])
         tensor = numpy_helper.from_array(value if value.ndim == 0 else np.ascontiguousarray(value), name)
         if self.constant_nodes:
-            self.nodes.append(helper.make_node("Constant", [], [name], name=self.fresh(f"{hint}_constant"), value=tensor))
+            self.nodes.append(helper.make_node("Constant", [], [name], name=self.fresh(f"{hint}_constant"),
+                                               value=tensor))
         else:
             self.initializers.append(tensor)
         return name

@@ -8,8 +8,8 @@ first call, never by ``import onnxpoolfix``.
 
 The export always runs ``dynamo=False, operator_export_type=ONNX_FALLTHROUGH``: that is the exporter that
 leaves the adaptive pooling nodes it cannot lower as ``org.pytorch.aten`` nodes, which the patch then
-replaces (see README.md, 'What it replaces'). Arguments that would select another exporter or be silently ignored by this one
-are refused rather than dropped.
+replaces (see README.md, 'What it replaces'). Arguments that would select another exporter or be silently
+ignored by this one are refused rather than dropped.
 """
 from __future__ import annotations
 

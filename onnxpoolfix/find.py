@@ -229,7 +229,8 @@ def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None) -> list[Po
             for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
                 if any(is_pool_leftover(n) for n in _all_nodes(sub)):
                     raise UnsupportedNodeError(
-                        f"node '{node.name}' ({node.op_type}) has an adaptive pooling leftover inside its subgraph '{a.name}'",
+                        f"node '{node.name}' ({node.op_type}) has an adaptive pooling leftover inside its "
+                        f"subgraph '{a.name}'",
                         "onnxpoolfix rewrites the top-level graph only; export the pooling outside control flow",
                     )
         op = _aten_operator(node)

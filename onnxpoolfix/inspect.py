@@ -258,7 +258,7 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     unsupported dtype, bad ``input_shapes``): that becomes :attr:`Inspection.blocker`. ``model`` is not
     modified. The onnxruntime check is not run.
     """
-    from .api import TARGETS, inline_functions_holding_leftovers, _specs, shape_map
+    from .api import TARGETS, _specs, inline_functions_holding_leftovers, shape_map
     from .errors import InvalidModelError
     from .find import find_pool_nodes, is_pool_leftover
     from .planner import STRATEGIES, candidates, plan
@@ -431,7 +431,8 @@ def _lint(model: onnx.ModelProto, result: Inspection, leftovers, *, strategy, in
 # ---------------------------------------------------------------------------------------------------------
 
 @click.argument("src", metavar="IN", type=click.Path(dir_okay=True))
-@click.option("--json", "as_json", is_flag=True, help="Print the inspection as JSON (schema in onnxpoolfix/inspect.py).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the inspection as JSON (schema in onnxpoolfix/inspect.py).")
 @click.option("--optimize-exporter-pools", is_flag=True,
               help="Also show the exporter's own adaptive pools, as the patch option of that name plans them.")
 def inspect_cmd(src, target, strategy, input_shape, verbose, as_json, optimize_exporter_pools):

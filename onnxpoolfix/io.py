@@ -920,7 +920,8 @@ def save_model(
             size = emitter.size(model)
             if size > PROTOBUF_LIMIT:
                 raise OutputError(f"{out}: the model is {size / 2**30:.2f} GiB even with its tensors in external "
-                                  "data, over protobuf's 2 GiB limit", "the graph itself is too large for one ONNX file")
+                                  "data, over protobuf's 2 GiB limit",
+                                  "the graph itself is too large for one ONNX file")
             try:
                 with open(tmp_model, "wb") as f:
                     emitter.write(f, model)

@@ -221,7 +221,8 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int
             shape.dim.add().dim_value = int(n)
 
 
-def infer(model: onnx.ModelProto, seeds: Mapping[str, tuple[int, tuple[Dim, ...]]] = {}) -> dict[str, tuple[int, tuple[Dim, ...] | None]]:
+def infer(model: onnx.ModelProto, seeds: Mapping[str, tuple[int, tuple[Dim, ...]]] = {}
+          ) -> dict[str, tuple[int, tuple[Dim, ...] | None]]:
     """Type and shape of every tensor that onnx can infer, with ``seeds`` forced for the given names.
 
     Declared shapes (value_info, graph outputs) can be stale: an exporter writes the traced shape for a

@@ -420,7 +420,8 @@ def default_check_shapes(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
     upsampling windows on every pooled axis, one of them with batch 2.
     """
     if check_shapes:
-        return [{k: tuple(v) for k, v in s.items()} for s in check_shapes], f"checked at {len(check_shapes)} input shape(s)"
+        return ([{k: tuple(v) for k, v in s.items()} for s in check_shapes],
+                f"checked at {len(check_shapes)} input shape(s)")
     sym = symbolic_inputs(model)
     if not sym:
         return [{}], "static input shapes"
@@ -491,7 +492,8 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
             f"cannot choose sizes for the check: input(s) {', '.join(unresolved)} have no known rank",
             "give them with --check-shape NAME:D0,D1,... (repeatable), or skip the check with --no-check")
     free = {name: dims for name, dims in sym.items() if name not in binding}
-    spatial = {name: [a for a, d in enumerate(dims) if not isinstance(d, int) and a != 0] for name, dims in free.items()}
+    spatial = {name: [a for a, d in enumerate(dims) if not isinstance(d, int) and a != 0]
+               for name, dims in free.items()}
     k = max(s.k for s in dyn)
 
     def shapes_for(sizes: Sequence[int], batch: int) -> dict[str, tuple[int, ...]]:
@@ -570,7 +572,8 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
             "give them with --check-shape NAME:D0,D1,... (repeatable), or skip the check with --no-check")
     kinds = {_window_kind(got[s.node.input][a], m) for got in pooled for s in dyn
              for a, m in zip(s.axes, s.out_sizes) if isinstance(m, int)}
-    batches = sorted({v[0] for c in chosen for name, v in c.items() if name in free and not isinstance(free[name][0], int)})
+    batches = sorted({v[0] for c in chosen for name, v in c.items()
+                      if name in free and not isinstance(free[name][0], int)})
     outs = "x".join(str(m) for m in dyn[0].out_sizes)
     desc = ", ".join(f"{' '.join(f'{n}:' + 'x'.join(map(str, v)) for n, v in c.items())} (pooled "
                      + "/".join("x".join(str(got[s.node.input][a]) for a in s.axes) for s in dyn) + ")"

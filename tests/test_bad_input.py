@@ -13,9 +13,9 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from conftest import ATEN, make_leftover
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import ATEN, make_leftover
 from onnxpoolfix.cli import main
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

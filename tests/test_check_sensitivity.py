@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from conftest import make_leftover
 from onnx import TensorProto, numpy_helper
 
 import onnxpoolfix
-from conftest import make_leftover
 from onnxpoolfix import windows as W
 from onnxpoolfix.find import find_pool_nodes
 from onnxpoolfix.shapes import model_opset, resolve_specs

@@ -13,9 +13,9 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from conftest import make_leftover, ort_run
 from onnx import TensorProto, helper
 
-from conftest import make_leftover, ort_run
 from onnxpoolfix.cli import main, parse_shapes
 from onnxpoolfix.find import find_pool_nodes
 from onnxpoolfix.lowering import BY_NAME

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from conftest import assert_avg_close, assert_bits_equal, leftover_nodes, make_leftover, ort_run
 from onnx import TensorProto
 
 import onnxpoolfix
@@ -25,8 +26,6 @@ from onnxpoolfix.find import find_pool_nodes
 from onnxpoolfix.lowering import BY_NAME
 from onnxpoolfix.shapes import _dims, model_opset, resolve_specs
 from onnxpoolfix.tensorrt import lint_tensorrt
-
-from conftest import assert_avg_close, assert_bits_equal, leftover_nodes, make_leftover, ort_run
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())

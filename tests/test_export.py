@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from conftest import ort_run
 
 import onnxpoolfix
-from conftest import ort_run
 from onnxpoolfix.find import find_pool_nodes
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,10 +9,10 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from conftest import ATEN, make_leftover
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxpoolfix
-from conftest import ATEN, make_leftover
 from onnxpoolfix import planner
 from onnxpoolfix.cli import main
 from onnxpoolfix.inspect import EXIT_BLOCKED, EXIT_OK, EXIT_TENSORRT, inspect_model

@@ -16,13 +16,13 @@ import onnx
 import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
-from onnx import TensorProto, helper, numpy_helper
-
 from conftest import ATEN
+from onnx import TensorProto, helper, numpy_helper
+from test_io import _write_big_model  # the chunked generator: the weights are never all in memory
+
 from onnxpoolfix import io as pio
 from onnxpoolfix.cli import main
 from onnxpoolfix.reference import adaptive_avg_pool
-from test_io import _write_big_model  # the chunked generator: the weights are never all in memory
 
 X_SHAPE, OUT_SIZE = (2, 3, 10, 9), (4, 5)  # 10->4 and 9->5: non-uniform windows
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from conftest import ATEN, assert_avg_close, assert_bits_equal, make_leftover, ort_run
 from onnx import TensorProto, helper
 
 from onnxpoolfix import patch, reference
@@ -15,8 +16,6 @@ from onnxpoolfix.errors import UnsupportedNodeError
 from onnxpoolfix.find import find_pool_nodes
 from onnxpoolfix.planner import candidates
 from onnxpoolfix.shapes import model_opset, resolve_specs
-
-from conftest import ATEN, assert_avg_close, assert_bits_equal, make_leftover, ort_run
 
 F32, F16, F64, BF16 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16
 NP = {F32: np.float32, F16: np.float16, F64: np.float64}
@@ -448,9 +447,9 @@ def test_block_pool_is_bit_exact(kind, in_shape, size):
 
 
 def test_block_pool_says_why_not():
-    from onnxpoolfix.lowering.block_pool import BlockPoolLowering
-    from onnxpoolfix.shapes import resolve_specs, model_opset
     from onnxpoolfix.find import find_pool_nodes
+    from onnxpoolfix.lowering.block_pool import BlockPoolLowering
+    from onnxpoolfix.shapes import model_opset, resolve_specs
 
     def reason(in_shape, size):
         m = make_leftover("avg", in_shape, size)

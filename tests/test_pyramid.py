@@ -13,12 +13,11 @@ import warnings
 import numpy as np
 import onnx
 import pytest
+from conftest import assert_avg_close, assert_bits_equal, ort_run
 
 import onnxpoolfix
 from onnxpoolfix import windows as W
 from onnxpoolfix.tensorrt import lint_tensorrt
-
-from conftest import assert_avg_close, assert_bits_equal, ort_run
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -409,9 +408,10 @@ def test_patching_a_patched_model_again_finds_nothing(target):
 
 def test_mixed_takes_a_reduce_for_axes_pooled_to_one_where_cheaper():
     from conftest import make_leftover
+
+    from onnxpoolfix.find import find_pool_nodes
     from onnxpoolfix.lowering import BY_NAME
     from onnxpoolfix.shapes import model_opset, resolve_specs
-    from onnxpoolfix.find import find_pool_nodes
 
     m = make_leftover("avg", [1, 8, 7, 13, 18], (1, 7, 7))
     spec = resolve_specs(m, find_pool_nodes(m.graph), opset=model_opset(m), target="onnxruntime")[0]

@@ -23,14 +23,14 @@ import warnings
 import numpy as np
 import onnx
 import pytest
+from conftest import ATEN, ROUNDTRIP_COUNTS, assert_avg_close, assert_bits_equal, leftover_nodes, to_aten_attr
 
-from onnxpoolfix import patch, windows as W
+from onnxpoolfix import patch
+from onnxpoolfix import windows as W
 from onnxpoolfix.find import find_pool_nodes
 from onnxpoolfix.lowering import BY_NAME
 from onnxpoolfix.planner import candidates
 from onnxpoolfix.shapes import apply_input_shapes, model_opset, resolve_specs
-
-from conftest import ROUNDTRIP_COUNTS, ATEN, assert_avg_close, assert_bits_equal, leftover_nodes, to_aten_attr
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch

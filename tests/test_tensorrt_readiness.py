@@ -7,10 +7,10 @@ NaN/inf guard of max pooling), which the parser also accepts.
 from __future__ import annotations
 
 import pytest
+from conftest import make_leftover
 
 import onnxpoolfix
 from onnxpoolfix.tensorrt import lint_tensorrt
-from conftest import make_leftover
 
 # the shapes of benchmarks/bench.py's cases (kind, input shape, output size)
 BENCH_CASES = [
@@ -40,11 +40,10 @@ def test_tensorrt_indices_do_not_rest_on_argmax_ties():
     import numpy as np
     import onnx
     import onnxruntime as ort
+    from conftest import make_leftover
 
     import onnxpoolfix
     from onnxpoolfix import reference
-
-    from conftest import make_leftover
 
     m = make_leftover("max", [2, 3, 11, 13], (4, 5), indices="output")
     patched = onnxpoolfix.patch(m, target="tensorrt", strategy="argmax").model

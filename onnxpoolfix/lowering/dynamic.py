@@ -260,7 +260,8 @@ class DynamicWindowMaxStep(OneAxisStep):
         i = np.arange(self.m, dtype=np.int64).reshape(self.m, 1)
         m_ = _scalar(em, "m", self.m)
         start = em.op("Div", [em.op("Mul", [n, em.const("i", i)]), m_], hint="start")  # [m, 1]
-        end = em.op("Div", [em.op("Add", [em.op("Mul", [n, em.const("i_plus_1", i + 1)]), _scalar(em, "m_minus_1", self.m - 1)]),
+        end = em.op("Div", [em.op("Add", [em.op("Mul", [n, em.const("i_plus_1", i + 1)]),
+                                          _scalar(em, "m_minus_1", self.m - 1)]),
                             m_], hint="end")
         kmax = em.reduce("ReduceMax", em.op("Sub", [end, start], hint="length"), [0, 1], keepdims=0)
         k = em.op("Range", [_scalar(em, "zero", 0), kmax, _scalar(em, "one", 1)])  # [kmax]

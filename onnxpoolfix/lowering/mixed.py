@@ -12,8 +12,16 @@ from onnx import TensorProto
 from .base import Lowering, axis_windows, compute_dtype, itemsize
 from .matmul import cheapest_order
 from .pool import pool_rank_reason
-from .steps import (GatherStep, MatMulStep, MaxPoolGatherStep, PoolStep, ReduceStep, ResizeStep,
-                    WindowGatherStep, run_cost)
+from .steps import (
+    GatherStep,
+    MatMulStep,
+    MaxPoolGatherStep,
+    PoolStep,
+    ReduceStep,
+    ResizeStep,
+    WindowGatherStep,
+    run_cost,
+)
 
 
 class _PerAxis(Lowering):
@@ -40,8 +48,8 @@ class _PerAxis(Lowering):
             to_one = [a for a in uniform if a.m == 1]
             if to_one:  # a Reduce over the axes pooled to 1, the pooling op (if any) for the others
                 rest = tuple((a.axis, a.uniform) for a in uniform if a.m != 1)
-                options.append([ReduceStep("ReduceMean" if spec.kind == "avg" else "ReduceMax",
-                                           tuple(a.axis for a in to_one))] + ([PoolStep(op, first, rest)] if rest else []))
+                reduce = ReduceStep("ReduceMean" if spec.kind == "avg" else "ReduceMax", tuple(a.axis for a in to_one))
+                options.append([reduce] + ([PoolStep(op, first, rest)] if rest else []))
             size = itemsize(compute_dtype(spec))
             steps += min(options, key=lambda o: run_cost(o, spec.input_shape, size))
         steps += cheapest_order(spec, lambda a: self._general_steps(spec, a), general)
@@ -79,7 +87,8 @@ class MixedLowering(_PerAxis):
 
 class MaxPoolGatherLowering(_PerAxis):
     name = "pool_gather"
-    summary = "per axis: MaxPool for uniform windows, Resize for upsampling, else MaxPool(kmin, stride 1) + 2 Gathers + Max"
+    summary = ("per axis: MaxPool for uniform windows, Resize for upsampling, "
+               "else MaxPool(kmin, stride 1) + 2 Gathers + Max")
     kinds = frozenset({"max"})
     general_method = "pool_gather"
     min_opset = 8  # multi-input Max with broadcasting
@@ -95,7 +104,8 @@ class MaxPoolGatherLowering(_PerAxis):
 
 class WindowGatherLowering(_PerAxis):
     name = "window_gather"
-    summary = "per axis: MaxPool for uniform windows, Resize for upsampling, else Gather of the window table + ReduceMax"
+    summary = ("per axis: MaxPool for uniform windows, Resize for upsampling, "
+               "else Gather of the window table + ReduceMax")
     kinds = frozenset({"max"})
     general_method = "window_gather"
 
