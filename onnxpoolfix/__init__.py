@@ -4,8 +4,6 @@
     patched = onnxpoolfix.patch_model(onnx.load("in.onnx"))      # the argument is not modified
     result = onnxpoolfix.patch(onnx.load("in.onnx"))             # .model and .report
 """
-__version__ = "0.1.0"
-
 from .api import PatchResult, patch, patch_model  # noqa: E402
 from .errors import (  # noqa: E402
     CheckFailedError,
@@ -17,6 +15,7 @@ from .errors import (  # noqa: E402
 )
 from .export import export  # noqa: E402  (torch is imported only when export() is called)
 from .report import NodeReport, PatchReport  # noqa: E402
+from .version import __version__
 
 __all__ = [
     "patch", "patch_model", "export", "PatchResult", "PatchReport", "NodeReport",

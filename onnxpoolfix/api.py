@@ -145,11 +145,11 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
 
 
 def _exporter_pools(model, specs, *, opset, target) -> list[PoolSpec]:
-    from .find import _read_names
+    from .graph import read_names
     from .shapes import infer
 
     info = infer(model, {s.node.output: (s.dtype, s.output_shape) for s in specs})
-    read = _read_names(model.graph) | {o.name for o in model.graph.output}
+    read = read_names(model.graph) | {o.name for o in model.graph.output}
     return find_exporter_pools(model, info, opset=opset, target=target, read=read)
 
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import click
 
-from . import __version__
 from .api import MAX_DIM
 from .errors import PoolFixError
 from .planner import STRATEGIES
+from .version import __version__
 
 EXIT_INTERNAL = 1
 
@@ -208,23 +208,23 @@ def _preflight_report(report: Path, src: Path, dst: Path, model) -> None:
     """--report must name a file of its own: not IN or IN's external data (they would be overwritten with
     JSON), not OUT or OUT's data file (the model would be renamed over it), not a folder."""
     from .errors import OutputError
-    from .io import _same_file, external_data_files
+    from .io import external_data_files, same_file
 
     for data in external_data_files(model, Path(src).resolve().parent):
-        if _same_file(report, data):
+        if same_file(report, data):
             raise OutputError(f"--report {report}: is the input model's external data; refusing to overwrite it",
                               "give the report a file of its own, e.g. report.json")
     out_data = dst.with_name(dst.name + ".data")
-    if report.absolute() == out_data.absolute() or _same_file(report, out_data):
+    if report.absolute() == out_data.absolute() or same_file(report, out_data):
         raise OutputError(f"--report {report}: is where OUT's external data may go",
                           "give the report a file of its own, e.g. report.json")
 
     if report.name in ("", ".", "..") or report.is_dir():
         raise OutputError(f"--report {report}: is not a file name", "give the report a file name, e.g. report.json")
-    if _same_file(report, src):
+    if same_file(report, src):
         raise OutputError(f"--report {report}: is the input model itself; refusing to overwrite it",
                           "give the report a file of its own, e.g. report.json")
-    if report.absolute() == dst.absolute() or _same_file(report, dst):
+    if report.absolute() == dst.absolute() or same_file(report, dst):
         raise OutputError(f"--report {report}: is OUT as well; the model would replace the report",
                           "give the report a file of its own, e.g. report.json")
 

@@ -107,7 +107,7 @@ COMPUTE_IN_FLOAT32 = {TensorProto.FLOAT16, TensorProto.BFLOAT16}
 
 def op_types(nodes: Sequence[onnx.NodeProto]) -> list[str]:
     """The op types of ``nodes`` in order, each followed by those inside its subgraphs (If branches)."""
-    from .find import nodes_deep
+    from .graph import nodes_deep
 
     return [n.op_type for n in nodes_deep(nodes)]
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from .errors import InvalidModelError, UnsupportedNodeError
+from .graph import named_subgraphs, nodes_deep, read_names
 
 ATEN_DOMAIN = "org.pytorch.aten"
 # an output size beyond this is a corrupt constant (no real axis is 2**31 long), not something to lower
@@ -53,7 +53,7 @@ class PoolNode:
         return f"{self.op} node '{self.name}'"
 
 
-def _aten_operator(node: onnx.NodeProto) -> str | None:
+def aten_operator(node: onnx.NodeProto) -> str | None:
     """The aten op a node stands for, or None if it is not an adaptive pooling leftover."""
     if node.domain == ATEN_DOMAIN and _OP_RE.match(node.op_type):
         return node.op_type
@@ -67,7 +67,7 @@ def _aten_operator(node: onnx.NodeProto) -> str | None:
 
 
 def is_pool_leftover(node: onnx.NodeProto) -> bool:
-    return _aten_operator(node) is not None
+    return aten_operator(node) is not None
 
 
 @dataclass(frozen=True)
@@ -219,21 +219,20 @@ def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None) -> list[Po
     Raises :class:`UnsupportedNodeError` for a leftover whose output size cannot be read, and for leftovers
     inside subgraphs (If/Loop/Scan bodies), which are not rewritten.
     """
-    readers = _read_names(graph)
+    readers = read_names(graph)
     graph_outputs = {o.name for o in graph.output}
 
     found: list[PoolNode] = []
     sizes = _SizeEvaluator(graph, opset)  # its tables built once (a graph may hold hundreds of leftovers)
     for index, node in enumerate(graph.node):
-        for a in node.attribute:
-            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                if any(is_pool_leftover(n) for n in _all_nodes(sub)):
-                    raise UnsupportedNodeError(
-                        f"node '{node.name}' ({node.op_type}) has an adaptive pooling leftover inside its "
-                        f"subgraph '{a.name}'",
-                        "onnxpoolfix rewrites the top-level graph only; export the pooling outside control flow",
-                    )
-        op = _aten_operator(node)
+        for attr_name, sub in named_subgraphs(node):
+            if any(is_pool_leftover(n) for n in nodes_deep(sub.node)):
+                raise UnsupportedNodeError(
+                    f"node '{node.name}' ({node.op_type}) has an adaptive pooling leftover inside its "
+                    f"subgraph '{attr_name}'",
+                    "onnxpoolfix rewrites the top-level graph only; export the pooling outside control flow",
+                )
+        op = aten_operator(node)
         if op is None:
             continue
         m = _OP_RE.match(op)
@@ -311,25 +310,3 @@ def _parse_size(value: np.ndarray, rank: int, label: str) -> tuple[int | InputDi
 def _short(values: list) -> str:
     text = str(values)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    """The bodies a node holds (If branches, Loop/Scan bodies)."""
-    return [g for a in node.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))]
-
-
-def nodes_deep(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
-    """``nodes`` in order, each followed by the nodes of its subgraphs (recursively)."""
-    for node in nodes:
-        yield node
-        for sub in subgraphs(node):
-            yield from nodes_deep(sub.node)
-
-
-def _all_nodes(graph: onnx.GraphProto):
-    return nodes_deep(graph.node)
-
-
-def _read_names(graph: onnx.GraphProto) -> set[str]:
-    """Every tensor name read by a node, including implicit reads from subgraphs."""
-    return {i for n in _all_nodes(graph) for i in n.input if i}

@@ -50,8 +50,8 @@ import click
 import onnx
 from onnx import TensorProto
 
-from . import __version__
 from .errors import PoolFixError, UnsupportedNodeError
+from .version import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -344,9 +344,9 @@ def _inspect_groups(plans, result: Inspection) -> None:
 
 
 def _bare(node: onnx.NodeProto, index: int) -> NodeInspection:
-    from .find import _aten_operator
+    from .find import aten_operator
 
-    op = _aten_operator(node) or node.op_type
+    op = aten_operator(node) or node.op_type
     return NodeInspection(name=node.name or f"{op}_{index}", op=op, kind="max" if "_max_" in op else "avg",
                           encoding="ATen-attr" if node.op_type == "ATen" else "aten-op")
 

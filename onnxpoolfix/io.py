@@ -38,6 +38,7 @@ from onnx import (
 )
 
 from .errors import InvalidModelError, OutputError
+from .graph import is_repeated
 
 logger = logging.getLogger(__name__)
 
@@ -84,18 +85,13 @@ TensorPath = tuple  # ((field number, index), ...) from the ModelProto down to a
 # --------------------------------------------------------------------------------------------- traversal
 
 
-def _is_repeated(fd) -> bool:
-    is_rep = getattr(fd, "is_repeated", None)
-    return bool(is_rep) if is_rep is not None else fd.label == fd.LABEL_REPEATED
-
-
 def _fields(msg) -> Iterator[tuple]:
     """Yield ``(field, step, value)`` for every set field in wire order; ``step`` is None for non-message
     fields, else ``(field number, index)`` with repeated message fields expanded item by item."""
     for fd, value in msg.ListFields():
         if fd.type != fd.TYPE_MESSAGE:
             yield fd, None, value
-        elif _is_repeated(fd):
+        elif is_repeated(fd):
             for i, item in enumerate(value):
                 yield fd, (fd.number, i), item
         else:
@@ -250,7 +246,7 @@ def _invalid_utf8_field(msg, where: str = "") -> str | None:
     for fd in msg.DESCRIPTOR.fields:
         if fd.name in skip:
             continue
-        rep = _is_repeated(fd)
+        rep = is_repeated(fd)
         if not rep and not msg.HasField(fd.name):
             continue
         try:
@@ -444,13 +440,13 @@ def _check_input_model(model: ModelProto, path: PathLike) -> None:
     if has_external_data(model):  # (load_model refuses files over 2 GiB, so the rest fit in memory)
         check_model(model, path)
         return
-    from .shapes import _small, light_copy
+    from .shapes import is_small_tensor, light_copy
 
     # the light copy below hides the bytes of every initializer over 1 KiB from the checker; those under
     # _GUESS_MIN are measured here (cheap), the larger ones when save_model writes them (it predicts their
     # size from dims x dtype and stops with this same error when the data disagrees)
     for t in model.graph.initializer:
-        if t.data_location != TensorProto.EXTERNAL and not _small(t) and _inline_nbytes(t) < _GUESS_MIN:
+        if t.data_location != TensorProto.EXTERNAL and not is_small_tensor(t) and _inline_nbytes(t) < _GUESS_MIN:
             why = _raw_data_mismatch(t)
             if why:
                 raise InvalidModelError(f"{name}: {why}", "the model is malformed (truncated weights?); re-export it")
@@ -488,7 +484,7 @@ def _varint(n: int) -> bytes:
 def _one_field(msg, fd, value) -> bytes:
     """The wire encoding of one non-message field (via a throwaway message holding only that field)."""
     tmp = type(msg)()
-    if _is_repeated(fd):
+    if is_repeated(fd):
         getattr(tmp, fd.name).extend(value)
     else:
         setattr(tmp, fd.name, value)
@@ -618,7 +614,7 @@ def _metadata_copy(tensor: TensorProto, skip=_DATA_FIELDS) -> TensorProto:
     for fd in TensorProto.DESCRIPTOR.fields:
         if fd.name in skip:
             continue
-        if _is_repeated(fd):
+        if is_repeated(fd):
             value = getattr(tensor, fd.name)
             if not len(value):
                 continue
@@ -626,7 +622,7 @@ def _metadata_copy(tensor: TensorProto, skip=_DATA_FIELDS) -> TensorProto:
             continue
         else:
             value = getattr(tensor, fd.name)
-        if _is_repeated(fd):
+        if is_repeated(fd):
             field = getattr(stub, fd.name)
             if fd.type == fd.TYPE_MESSAGE:
                 for item in value:
@@ -713,7 +709,7 @@ class _DataFileWriter:
 # --------------------------------------------------------------------------------------------- saving
 
 
-def _same_file(a: Path, b: Path) -> bool:
+def same_file(a: Path, b: Path) -> bool:
     try:
         return os.path.samefile(a, b)
     except OSError:
@@ -777,7 +773,7 @@ def _check_out_path(out: Path) -> Path:
 
 
 def _refuse_input_as_output(out: Path, src: Path | None, in_place: bool) -> None:
-    if src is not None and _same_file(out, src) and not in_place:
+    if src is not None and same_file(out, src) and not in_place:
         raise OutputError(f"{out}: is the input model itself; refusing to overwrite it",
                           "choose another output path, or pass --in-place to replace the input")
 
@@ -843,7 +839,7 @@ def save_model(
         refs = _external_refs(model, src.parent, model_name)
     source_files = list(dict.fromkeys(r.file for r in refs.values()))
     for file in source_files:
-        if _same_file(out, file):
+        if same_file(out, file):
             raise OutputError(f"{out}: is the external data file of the input model; refusing to overwrite it",
                               "choose another output path")
 
@@ -852,7 +848,7 @@ def save_model(
     if not externalize and estimate.size(model) > PROTOBUF_LIMIT:
         logger.info("%s: over 2 GiB with inline tensors; saving its tensors to external data", out)
         externalize = True
-    same_folder = src is not None and _same_file(folder, src.parent)
+    same_folder = src is not None and same_file(folder, src.parent)
     if externalize:
         mode = "merge"
     elif not refs:
@@ -865,8 +861,8 @@ def save_model(
     data_final = folder / data_name
     # the input's own data file may be replaced only by a true in-place patch (OUT is IN): with --in-place
     # and another OUT it would break IN and every model sharing that file
-    replacing_input = in_place and src is not None and _same_file(out, src)
-    if mode in ("merge", "copy") and not replacing_input and any(_same_file(data_final, f) for f in source_files):
+    replacing_input = in_place and src is not None and same_file(out, src)
+    if mode in ("merge", "copy") and not replacing_input and any(same_file(data_final, f) for f in source_files):
         raise OutputError(f"{out}: writing {data_final} would overwrite the input model's external data",
                           "choose another output name or folder")
     logger.debug("saving %s (mode %s)", out, mode)

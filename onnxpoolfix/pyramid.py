@@ -31,7 +31,7 @@ import numpy as np
 from . import windows as W
 from .emit import Emitter, np_dtype, op_types
 from .lowering.base import compute_dtype, itemsize
-from .lowering.steps import MatMulStep, Step, _reshape_keep, run_cost
+from .lowering.steps import MatMulStep, Step, reshape_keep, run_cost
 from .planner import Plan, plan_or_none
 from .shapes import PoolSpec
 
@@ -210,9 +210,9 @@ class StackedMatMulStep(Step):
             return em.op("MatMul", [x, em.const("pool_matrices_t", p.T)], hint="stacked_matmul")
         if pos == 1:
             return em.op("MatMul", [em.const("pool_matrices", p), x], hint="stacked_matmul")
-        flat = _reshape_keep(em, x, self.axis, [self.n, -1])
+        flat = reshape_keep(em, x, self.axis, [self.n, -1])
         y = em.op("MatMul", [em.const("pool_matrices", p), flat], hint="stacked_matmul")
-        return _reshape_keep(em, y, self.axis, [self.width] + list(shape[self.axis + 1:]))
+        return reshape_keep(em, y, self.axis, [self.width] + list(shape[self.axis + 1:]))
 
     ops = ("MatMul", "Reshape")
 

@@ -30,7 +30,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
-from . import __version__
+from .version import __version__
 
 SCHEMA_VERSION = 1
 

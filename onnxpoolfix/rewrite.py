@@ -14,7 +14,8 @@ from typing import Sequence
 import onnx
 
 from .emit import Emitter, mark_emitted, op_types
-from .find import ATEN_DOMAIN, _read_names, nodes_deep, subgraphs
+from .find import ATEN_DOMAIN
+from .graph import nodes_deep, read_names, subgraphs
 from .planner import Plan
 from .pyramid import GroupPlan, build_group
 from .shapes import PoolSpec, make_value_info
@@ -142,7 +143,7 @@ def _drop_dead_size_constants(graph: onnx.GraphProto, names: Sequence[str]) -> N
     for n in graph.node:
         for i in n.input:
             readers[i] = readers.get(i, 0) + 1
-    in_subgraphs = {i for n in graph.node for sub in subgraphs(n) for i in _read_names(sub)}
+    in_subgraphs = {i for n in graph.node for sub in subgraphs(n) for i in read_names(sub)}
     producer = {o: n for n in graph.node for o in n.output if o}
     initializers = {t.name for t in graph.initializer}
     dead_nodes: set[int] = set()

@@ -16,6 +16,7 @@ from onnx import TensorProto
 
 from .errors import ShapeError, UnsupportedNodeError
 from .find import InputDim, PoolNode
+from .graph import default_opset
 
 logger = logging.getLogger(__name__)
 
@@ -114,14 +115,12 @@ def dtype_name(elem: int) -> str:
 
 
 def model_opset(model: onnx.ModelProto) -> int:
-    for o in model.opset_import:
-        if o.domain in ("", "ai.onnx"):
-            return o.version
     # a model without a default-domain import is opset 1 per the spec; treat as too old
-    return 1
+    opset = default_opset(model)
+    return 1 if opset is None else opset
 
 
-def _dims(type_proto: onnx.TypeProto) -> tuple[int, tuple[Dim, ...] | None]:
+def type_dims(type_proto: onnx.TypeProto) -> tuple[int, tuple[Dim, ...] | None]:
     if not type_proto.HasField("tensor_type"):
         return 0, None
     tt = type_proto.tensor_type
@@ -147,7 +146,7 @@ def _copy_field(dst, field, value) -> None:
         setattr(dst, field.name, value)
 
 
-def _small(t: TensorProto) -> bool:
+def is_small_tensor(t: TensorProto) -> bool:
     """At most ``_KEEP_INITIALIZER_BYTES`` of data, judged from dims x dtype: ``ByteSize()`` would encode
     the whole tensor (upb keeps no cached size), which costs seconds on a 400 MB weight."""
     if t.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
@@ -174,7 +173,7 @@ def light_copy(model: onnx.ModelProto, stub_location: str = "onnxpoolfix-dropped
         if field.name != "initializer":
             _copy_field(g, field, value)
     for t in graph.initializer:
-        if t.data_location == TensorProto.EXTERNAL or _small(t):
+        if t.data_location == TensorProto.EXTERNAL or is_small_tensor(t):
             g.initializer.append(t)
         else:
             stub = g.initializer.add()
@@ -197,7 +196,7 @@ def validate_input_shape(model: onnx.ModelProto, name: str, dims: Sequence[int],
         raise ShapeError(f"{flag} names '{name}', which is not a graph input (inputs: {', '.join(real)})",
                          "use the name of a graph input (onnxpoolfix inspect IN lists them)")
     vi = inputs[name]
-    _, old = _dims(vi.type)
+    _, old = type_dims(vi.type)
     if old is not None and len(old) != len(dims):
         raise ShapeError(f"{text} has rank {len(dims)}; the model's input '{name}' has rank {len(old)}",
                          f"give all {len(old)} dims of '{name}'")
@@ -234,7 +233,7 @@ def infer(model: onnx.ModelProto, seeds: Mapping[str, tuple[int, tuple[Dim, ...]
     """
     light = light_copy(model)
     g = light.graph
-    declared = {vi.name: _dims(vi.type) for vi in list(g.value_info) + list(g.output)}
+    declared = {vi.name: type_dims(vi.type) for vi in list(g.value_info) + list(g.output)}
     standard = {o for n in g.node if n.domain in ("", "ai.onnx") for o in n.output if o}
     kept = [vi for vi in g.value_info if vi.name not in standard and vi.name not in seeds]
     del g.value_info[:]
@@ -253,7 +252,7 @@ def infer(model: onnx.ModelProto, seeds: Mapping[str, tuple[int, tuple[Dim, ...]
     out: dict[str, tuple[int, tuple[Dim, ...] | None]] = {}
     g = inferred.graph
     for vi in list(g.input) + list(g.value_info) + list(g.output):
-        elem, dims = _dims(vi.type)
+        elem, dims = type_dims(vi.type)
         if elem:
             out[vi.name] = (elem, dims)
     for name, (elem, dims) in declared.items():  # the declarations fill what inference left unknown

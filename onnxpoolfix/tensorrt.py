@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from .find import nodes_deep
+from .graph import STANDARD_DOMAINS, default_opset, named_subgraphs, nodes_deep
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ SUPPORTED_OPS: frozenset[str] = frozenset(_OP_TYPES)
 #: The default-domain opset range the 10.15 table states (10.0: 9..20).
 SUPPORTED_OPSET_RANGE = (9, 24)
 
-_STANDARD_DOMAINS = ("", "ai.onnx")
+_STANDARD_DOMAINS = STANDARD_DOMAINS
 
 # ONNX element types the parser can represent (importer: convertDtype), as the table names them.
 # DOUBLE is accepted but computed as FP32 (table note: cast down, clamped to +-FLT_MAX).
@@ -231,7 +231,7 @@ def lint_tensorrt(model: onnx.ModelProto) -> list[LintFinding]:
     model's local functions (which the parser inlines). The model is not modified.
     """
     findings: list[LintFinding] = []
-    opset = _default_opset(model)
+    opset = default_opset(model)
     lo, hi = SUPPORTED_OPSET_RANGE
     if opset is not None and not lo <= opset <= hi:
         findings.append(LintFinding("<model>", "", "", f"default-domain opset {opset} is outside the "
@@ -271,11 +271,9 @@ def tensorrt_rejects(node: onnx.NodeProto, graph_info: GraphInfo) -> str | None:
 def _lint_graph(graph: onnx.GraphProto, info: GraphInfo, findings: list[LintFinding], where: str) -> None:
     for node in graph.node:
         _add(findings, node, _check_node(node, info), where)
-        for attr in node.attribute:
-            subgraphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-            for sub in subgraphs:
-                sub_info = GraphInfo.from_graph(sub, outer=info)
-                _lint_graph(sub, sub_info, findings, where=f"{where} (in {node.op_type}.{attr.name})")
+        for attr_name, sub in named_subgraphs(node):
+            sub_info = GraphInfo.from_graph(sub, outer=info)
+            _lint_graph(sub, sub_info, findings, where=f"{where} (in {node.op_type}.{attr_name})")
 
 
 def _add(findings: list[LintFinding], node: onnx.NodeProto, results: Iterable[tuple[Severity, str]],
@@ -556,13 +554,6 @@ def _attrs(node: onnx.NodeProto) -> dict:
         value = onnx.helper.get_attribute_value(attr)
         out[attr.name] = value.decode() if isinstance(value, bytes) else value
     return out
-
-
-def _default_opset(model: onnx.ModelProto) -> int | None:
-    for imp in model.opset_import:
-        if imp.domain in _STANDARD_DOMAINS:
-            return imp.version
-    return None
 
 
 def _inferred(model: onnx.ModelProto) -> onnx.ModelProto:

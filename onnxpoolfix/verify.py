@@ -25,8 +25,8 @@ from . import reference
 from . import windows as W
 from .emit import Emitter
 from .errors import CheckFailedError, ShapeError
-from .find import subgraphs
-from .shapes import PoolSpec, _dims, light_copy, make_value_info
+from .graph import subgraphs
+from .shapes import PoolSpec, light_copy, make_value_info, type_dims
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def symbolic_inputs(model: onnx.ModelProto) -> dict[str, tuple]:
     """Graph inputs with a symbolic or unknown dim, and their declared shapes."""
     out = {}
     for vi in graph_inputs(model):
-        _, dims = _dims(vi.type)
+        _, dims = type_dims(vi.type)
         if dims is None or any(not isinstance(d, int) for d in dims):
             out[vi.name] = dims
     return out
@@ -71,7 +71,7 @@ def random_feed(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], rng
 def _random_feed(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], rng: np.random.Generator) -> dict:
     feed = {}
     for vi in graph_inputs(model):
-        elem, dims = _dims(vi.type)
+        elem, dims = type_dims(vi.type)
         shape = tuple(shapes[vi.name]) if vi.name in shapes else tuple(dims or ())
         if any(not isinstance(d, int) for d in shape):
             raise ShapeError(f"input '{vi.name}' has symbolic dims {shape} and no concrete shape to check with",

@@ -24,7 +24,8 @@ import onnxpoolfix
 from onnxpoolfix.errors import UnsupportedNodeError
 from onnxpoolfix.find import find_pool_nodes
 from onnxpoolfix.lowering import BY_NAME
-from onnxpoolfix.shapes import _dims, model_opset, resolve_specs
+from onnxpoolfix.shapes import model_opset, resolve_specs
+from onnxpoolfix.shapes import type_dims as _dims
 from onnxpoolfix.tensorrt import lint_tensorrt
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -25,7 +25,7 @@ from .. import windows as W
 from ..emit import np_dtype
 from . import cost as C
 from .base import Lowering, axis_windows, compute_dtype
-from .steps import Step, _elems
+from .steps import Step, numel
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,8 @@ class ArgMaxStep(Step):
 
     def cost(self, shape, isz):
         kmax = [W.max_window(n, m) for n, m in zip(self.n, self.m)]
-        gathered = _elems(shape[: self.first_axis]) * prod(m * k for m, k in zip(self.m, kmax))
-        rows = _elems(shape[: self.first_axis]) * prod(self.m)
+        gathered = numel(shape[: self.first_axis]) * prod(m * k for m, k in zip(self.m, kmax))
+        rows = numel(shape[: self.first_axis]) * prod(self.m)
         # one Gather per axis, the last one element by element; ~10 elementwise passes; ArgMax per row (x2)
         return (14 * C.NODE + gathered / C.GATHER_RATE * len(self.n) + gathered * C.GATHER_BLOCK
                 + 10 * gathered * isz / C.BANDWIDTH + 2 * rows * C.ARGMAX_ROW)

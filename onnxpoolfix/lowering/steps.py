@@ -27,15 +27,15 @@ def _static(d) -> int:
     return d if isinstance(d, int) else 1
 
 
-def _elems(shape: Shape) -> int:
+def numel(shape: Shape) -> int:
     return prod(_static(d) for d in shape)
 
 
 def _gather_cost(out_shape: Shape, axis: int) -> float:
     """A Gather along ``axis`` producing ``out_shape``: elements copied plus one block per contiguous run
     (the dims after the axis): a last-axis Gather copies element by element."""
-    out = _elems(out_shape)
-    inner = _elems(out_shape[axis + 1:]) if axis + 1 < len(out_shape) else 1
+    out = numel(out_shape)
+    inner = numel(out_shape[axis + 1:]) if axis + 1 < len(out_shape) else 1
     return out / C.GATHER_RATE + out / max(inner, 1) * C.GATHER_BLOCK
 
 
@@ -44,7 +44,7 @@ def _gemm_seconds(macs: float, n_cols: int) -> float:
     return macs / (C.MAC_RATE * min(1.0, max(n_cols, 1) / C.NARROW_N))
 
 
-def _reshape_keep(em: Emitter, x: str, keep: int, tail: Sequence[int]) -> str:
+def reshape_keep(em: Emitter, x: str, keep: int, tail: Sequence[int]) -> str:
     """Reshape keeping the first ``keep`` dims as they are (``0`` copies a dim, even a symbolic one)."""
     return em.op("Reshape", [x, em.ints("shape", [0] * keep + list(tail))])
 
@@ -97,7 +97,7 @@ class CastStep(Step):
         return shape
 
     def cost(self, shape, itemsize):
-        return C.NODE + _elems(shape) * 6 / C.BANDWIDTH
+        return C.NODE + numel(shape) * 6 / C.BANDWIDTH
 
     def emit(self, em, x, shape, elem):
         return em.cast(x, self.to)
@@ -116,7 +116,7 @@ class ReduceStep(Step):
         return tuple(1 if a in self.axes else d for a, d in enumerate(shape))
 
     def cost(self, shape, itemsize):
-        return C.NODE + _elems(shape) * itemsize / C.BANDWIDTH
+        return C.NODE + numel(shape) * itemsize / C.BANDWIDTH
 
     def emit(self, em, x, shape, elem):
         return em.reduce(self.op_type, x, self.axes, keepdims=1)
@@ -149,10 +149,10 @@ class PoolStep(Step):
 
     def cost(self, shape, itemsize):
         k, _ = self._ks(shape)
-        out = _elems(self.out_shape(shape))
+        out = numel(self.out_shape(shape))
         rate = C.POOL_RATE_3D if len(shape) - self.first_spatial >= 3 else C.POOL_RATE
-        big = _elems(shape) * C.POOL_OUT_OF_CACHE if _elems(shape) * itemsize > C.CACHE_BYTES else 0.0
-        return C.NODE + out * prod(k) / rate + big + (_elems(shape) + out) * itemsize / C.BANDWIDTH
+        big = numel(shape) * C.POOL_OUT_OF_CACHE if numel(shape) * itemsize > C.CACHE_BYTES else 0.0
+        return C.NODE + out * prod(k) / rate + big + (numel(shape) + out) * itemsize / C.BANDWIDTH
 
     def emit(self, em, x, shape, elem):
         k, s = self._ks(shape)
@@ -174,7 +174,7 @@ class ResizeStep(Step):
         return tuple(d * f[a] if a in f else d for a, d in enumerate(shape))
 
     def cost(self, shape, itemsize):
-        return C.NODE + _elems(self.out_shape(shape)) * itemsize * 2 / C.BANDWIDTH
+        return C.NODE + numel(self.out_shape(shape)) * itemsize * 2 / C.BANDWIDTH
 
     def emit(self, em, x, shape, elem):
         f = dict(self.factors)
@@ -227,15 +227,15 @@ class MatMulStep(OneAxisStep):
     def _cost(self, shape, itemsize, g: int) -> float:
         pos = len(shape) - 1 - self.axis
         q = self.m // g
-        macs = _elems(shape) * q  # every input element meets the q columns of its block
-        out = _elems(self.out_shape(shape))
+        macs = numel(shape) * q  # every input element meets the q columns of its block
+        out = numel(self.out_shape(shape))
         # x @ P^T: q output columns; P @ x: the plane's columns, and x (the B operand) is packed per call
-        cols = q if pos == 0 else _elems(shape[self.axis + 1:])
-        pack = 0.0 if pos == 0 else _elems(shape) * C.PACK_ELEM
-        calls = 1 if pos == 0 else _elems(shape[: self.axis]) * g
+        cols = q if pos == 0 else numel(shape[self.axis + 1:])
+        pack = 0.0 if pos == 0 else numel(shape) * C.PACK_ELEM
+        calls = 1 if pos == 0 else numel(shape[: self.axis]) * g
         nodes = 1 if pos < 2 and g == 1 else 3
         return (C.NODE * nodes + _gemm_seconds(macs, cols) + pack + calls * C.GEMM_CALL
-                + (_elems(shape) + out) * itemsize / C.BANDWIDTH)
+                + (numel(shape) + out) * itemsize / C.BANDWIDTH)
 
     def period(self, shape) -> int:
         """g for the block form, 1 for the full matrix: whichever the cost model prefers."""
@@ -256,12 +256,12 @@ class MatMulStep(OneAxisStep):
         if g == 1 and pos == 1:
             return em.op("MatMul", [em.const("pool_matrix", p), x])
         if pos == 0:
-            blocks = _reshape_keep(em, x, self.axis, [g, n])
+            blocks = reshape_keep(em, x, self.axis, [g, n])
             y = em.op("MatMul", [blocks, em.const("pool_block_t", p.T)])
         else:
-            blocks = _reshape_keep(em, x, self.axis, ([g] if g > 1 else []) + [n, -1])
+            blocks = reshape_keep(em, x, self.axis, ([g] if g > 1 else []) + [n, -1])
             y = em.op("MatMul", [em.const("pool_block" if g > 1 else "pool_matrix", p), blocks])
-        return _reshape_keep(em, y, self.axis, [self.m] + tail)
+        return reshape_keep(em, y, self.axis, [self.m] + tail)
 
     @property
     def ops(self):
@@ -286,19 +286,19 @@ class KroneckerStep(Step):
         return prod(self.n) * prod(self.m)
 
     def cost(self, shape, itemsize):
-        planes = _elems(shape[: self.first_axis])
+        planes = numel(shape[: self.first_axis])
         macs = planes * self.matrix_entries()
-        out = _elems(self.out_shape(shape))
+        out = numel(self.out_shape(shape))
         return (3 * C.NODE + _gemm_seconds(macs, prod(self.m)) + C.GEMM_CALL
-                + (_elems(shape) + out + self.matrix_entries()) * itemsize / C.BANDWIDTH)
+                + (numel(shape) + out + self.matrix_entries()) * itemsize / C.BANDWIDTH)
 
     def emit(self, em, x, shape, elem):
         k = np.ones((1, 1))
         for n, m in zip(self.n, self.m):
             k = np.kron(k, W.pooling_matrix(n, m, dtype=np.float64))
-        flat = _reshape_keep(em, x, self.first_axis, [-1])
+        flat = reshape_keep(em, x, self.first_axis, [-1])
         y = em.op("MatMul", [flat, em.const("kron_matrix_t", k.T.astype(np_dtype(elem)))])
-        return _reshape_keep(em, y, self.first_axis, list(self.m))
+        return reshape_keep(em, y, self.first_axis, list(self.m))
 
     ops = ("Reshape", "MatMul")
 
@@ -324,8 +324,8 @@ class MaxPoolGatherStep(OneAxisStep):
 
     def cost(self, shape, itemsize):
         kmin, starts, lasts = self._parts()
-        e_in = _elems(shape)
-        e_out = _elems(self.out_shape(shape))
+        e_in = numel(shape)
+        e_out = numel(self.out_shape(shape))
         out_shape = self.out_shape(shape)
         c = C.NODE * 2 + _gather_cost(out_shape, self.axis)
         if kmin > 1:
@@ -366,10 +366,10 @@ class WindowGatherStep(OneAxisStep):
     def cost(self, shape, itemsize):
         kmax = W.max_window(self.n, self.m)
         out_shape = self.out_shape(shape)
-        gathered = _elems(out_shape) * kmax
+        gathered = numel(out_shape) * kmax
         if self.axis == len(shape) - 1:  # moved to the front first (see emit): block = everything else
             moved = (out_shape[-1], kmax) + tuple(out_shape[:-1])
-            transposes = 2 * C.NODE + (_elems(shape) + _elems(out_shape)) * 2 * itemsize / C.BANDWIDTH
+            transposes = 2 * C.NODE + (numel(shape) + numel(out_shape)) * 2 * itemsize / C.BANDWIDTH
             return 2 * C.NODE + transposes + _gather_cost(moved, 1) + 2 * gathered * itemsize / C.BANDWIDTH
         # the [m, kmax] table inserts a dim: the contiguous block is still the dims after the axis
         g_shape = tuple(out_shape[: self.axis + 1]) + (kmax,) + tuple(out_shape[self.axis + 1:])
@@ -452,10 +452,10 @@ class NonFiniteMaxStep(Step):
 
     def cost(self, shape, itemsize):
         if self.lazy:  # priced for the finite path: the plain steps + one read of x + If
-            return run_cost(self.inner, shape, itemsize) + 4 * C.NODE + _elems(shape) * itemsize / C.BANDWIDTH
-        out = _elems(self.out_shape(shape))
+            return run_cost(self.inner, shape, itemsize) + 4 * C.NODE + numel(shape) * itemsize / C.BANDWIDTH
+        out = numel(self.out_shape(shape))
         return (2 * run_cost(self.inner, shape, itemsize) + 6 * C.NODE
-                + _elems(shape) * (itemsize + 4 * 3) / C.BANDWIDTH + out * (4 + 3 * itemsize) / C.BANDWIDTH)
+                + numel(shape) * (itemsize + 4 * 3) / C.BANDWIDTH + out * (4 + 3 * itemsize) / C.BANDWIDTH)
 
     @property
     def ops(self):

@@ -1,0 +1,48 @@
+"""Small read-only helpers over ONNX graphs, each defined once: the subgraph walk, the names nodes read,
+the default-domain opset, and protobuf's repeated-field test. A leaf module: it imports only onnx."""
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+import onnx
+
+#: the names the ONNX default domain goes by
+STANDARD_DOMAINS = ("", "ai.onnx")
+
+
+def named_subgraphs(node: onnx.NodeProto) -> list[tuple[str, onnx.GraphProto]]:
+    """``(attribute name, body)`` for every body a node holds (If branches, Loop/Scan bodies)."""
+    return [(a.name, g) for a in node.attribute
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))]
+
+
+def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The bodies a node holds (If branches, Loop/Scan bodies)."""
+    return [g for _, g in named_subgraphs(node)]
+
+
+def nodes_deep(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
+    """``nodes`` in order, each followed by the nodes of its subgraphs (recursively)."""
+    for node in nodes:
+        yield node
+        for sub in subgraphs(node):
+            yield from nodes_deep(sub.node)
+
+
+def read_names(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name read by a node, including implicit reads from subgraphs."""
+    return {i for n in nodes_deep(graph.node) for i in n.input if i}
+
+
+def default_opset(model: onnx.ModelProto) -> int | None:
+    """The model's default-domain (ai.onnx) opset, or None when it imports none."""
+    for o in model.opset_import:
+        if o.domain in STANDARD_DOMAINS:
+            return o.version
+    return None
+
+
+def is_repeated(fd) -> bool:
+    """Whether a protobuf field descriptor is a repeated field (``label`` is deprecated in protobuf 5+)."""
+    is_rep = getattr(fd, "is_repeated", None)
+    return bool(is_rep) if is_rep is not None else fd.label == fd.LABEL_REPEATED
