@@ -53,7 +53,7 @@ import torch.nn as nn
 from onnx import TensorProto, helper
 
 import onnxpoolfix
-from onnxpoolfix.find import find_pool_nodes
+from onnxpoolfix.frontends.leftovers import find_pool_nodes
 from onnxpoolfix.planner import STRATEGIES, candidates
 from onnxpoolfix.shapes import model_opset, resolve_specs
 

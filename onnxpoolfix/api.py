@@ -7,22 +7,17 @@ hint; the library never prints.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
 
-from .errors import CheckFailedError, InvalidModelError, PoolFixError, UnsupportedNodeError
-from .exporter_pools import find_exporter_pools, keeps_its_op
-from .find import find_pool_nodes, is_pool_leftover
-from .planner import AUTO, STRATEGIES, candidates, plan, plan_or_none
-from .pyramid import NAME as PYRAMID
-from .pyramid import plan_groups
+from .errors import CheckFailedError, InvalidModelError, PoolFixError
+from .planner import AUTO, STRATEGIES
+from .planning import PlanOptions, apply_model_plan, no_lowering_hint, plan_model
 from .report import NodeReport, PatchReport
-from .rewrite import apply_plans
-from .shapes import PoolSpec, apply_input_shapes, model_opset, resolve_specs, validate_input_shape
+from .shapes import model_opset, validate_input_shape
 from .verify import check_patched, default_check_shapes
 
 logger = logging.getLogger(__name__)
@@ -90,49 +85,39 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     for shapes in check_shapes or ():
         for name, dims in shapes.items():
             validate_input_shape(model, name, dims, "--check-shape")
-    opset = model_opset(model)
-    report = PatchReport(opset=opset, target=target)
-    model, inlined = inline_functions_holding_leftovers(model)
-    if inlined and inplace:  # the inliner builds a new model: inplace means the caller's object
-        caller.CopyFrom(model)
-        model = caller
-    nodes = find_pool_nodes(model.graph, opset)
-    specs: list[PoolSpec] = []
-    notes: list[str] = []
-    if nodes:
-        specs, notes = _specs(model, nodes, opset=opset, target=target, input_shapes=input_shapes,
-                              keep_input_shapes=keep_input_shapes)
-    exporter = _exporter_pools(model, specs, opset=opset, target=target) if optimize_exporter_pools else []
-    if not specs and not exporter:
+    report = PatchReport(opset=model_opset(model), target=target)
+    options = PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
+                          keep_input_shapes=keep_input_shapes, optimize_exporter_pools=optimize_exporter_pools)
+    mp = plan_model(model, options)
+    if mp.inlined and inplace:  # the inliner builds a new model: inplace means the caller's object
+        caller.CopyFrom(mp.model)
+        mp.model = caller
+    model = mp.model
+    if mp.blocker is not None:
+        raise mp.blocker
+    notes = list(mp.notes)
+    if not mp.nodes:
         report.check_note = "nothing to patch"
         return PatchResult(model, report)
-    if inlined:
-        notes.insert(0, f"inlined the local function(s) {', '.join(inlined)} that held leftovers")
-    plans = [_plan(s, strategy) for s in specs]
-    exporter_plans = [p for p in map(plan_or_none, exporter) if p is not None]
-    if strategy == AUTO:
-        groups, rest = plan_groups(plans + exporter_plans)
-    else:  # a forced lowering is a comparison of that lowering: no grouping
-        groups, rest = [], plans + exporter_plans
-    mine = {id(p) for p in plans}
-    kept = {id(p) for p in rest if id(p) not in mine and keeps_its_op(p.spec, p.lowering.name)}
-    rest = [p for p in rest if id(p) not in kept]
-    if kept:
-        notes.append(f"kept {len(kept)} exporter pool(s) as they are (already the fastest exact form)")
-    if not rest and not groups:
+    if mp.inlined:
+        notes.insert(0, f"inlined the local function(s) {', '.join(mp.inlined)} that held leftovers")
+    for n in mp.blocked:  # the first node no lowering applies to stops the patch
+        if n.error.hint is None:
+            n.error.hint = no_lowering_hint(n.spec, n.candidates)
+        raise n.error
+    if mp.kept:
+        notes.append(f"kept {len(mp.kept)} exporter pool(s) as they are (already the fastest exact form)")
+    if not mp.rest and not mp.groups:
         report.check_note = "; ".join(notes + ["nothing to patch"])
         return PatchResult(model, report)
-    emitted, group_ops = apply_plans(model, rest, groups)
-    done = [(p.spec, p.lowering.name, p.why, ops) for p, ops in zip(rest, emitted)]
-    levels = [(g, lv) for g in groups for lv in g.levels]
-    done += [(lv.spec, PYRAMID, g.why(lv), ops) for (g, lv), ops in zip(levels, group_ops)]
-    done.sort(key=lambda d: d[0].node.index)
-    specs = [d[0] for d in done]
-    for s, lowering, why, ops in done:
+    done = apply_model_plan(model, mp)
+    specs = [d.spec for d in done]
+    for d in done:
+        s = d.spec
         report.nodes.append(NodeReport(
             name=s.node.name, op=s.node.op, kind=s.kind, encoding=s.node.encoding,
             input_shape=list(s.input_shape), output_shape=list(s.output_shape),
-            lowering=lowering, why=why, ops=ops,
+            lowering=d.lowering, why=d.why, ops=d.ops,
             indices="computed" if s.node.indices_output else "dropped" if s.node.unused_outputs else "none"))
     if notes:
         report.check_note = "; ".join(notes)
@@ -142,60 +127,6 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     else:
         report.check_note = "; ".join(notes + ["--no-check"])
     return PatchResult(model, report)
-
-
-def _exporter_pools(model, specs, *, opset, target) -> list[PoolSpec]:
-    from .graph import read_names
-    from .shapes import infer
-
-    info = infer(model, {s.node.output: (s.dtype, s.output_shape) for s in specs})
-    read = read_names(model.graph) | {o.name for o in model.graph.output}
-    return find_exporter_pools(model, info, opset=opset, target=target, read=read)
-
-
-def _plan(spec: PoolSpec, strategy: str):
-    """``planner.plan``, with a hint added when no lowering applies: what would make one apply."""
-    try:
-        return plan(spec, strategy)
-    except UnsupportedNodeError as e:
-        if e.hint is None:
-            e.hint = _no_lowering_hint(spec)
-        raise
-
-
-def _no_lowering_hint(spec: PoolSpec) -> str:
-    reasons = [c.reason or "" for c in candidates(spec)]
-    opsets = sorted({int(v) for r in reasons for v in re.findall(r"needs opset (\d+)", r) if int(v) > spec.opset})
-    bind = "bind the symbolic input dims with --input-shape NAME:D0,D1,... (a static lowering then applies)"
-    if opsets:
-        n = opsets[0]
-        convert = (f"convert the model to opset {n} or newer first "
-                   f"(onnx.version_converter.convert_version(model, {n}))")
-        return f"{convert}, or {bind}" if not spec.static else convert
-    if not spec.static:
-        return bind
-    return "this variant is not supported; please report it with the model (rerun with -v)"
-
-
-def inline_functions_holding_leftovers(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
-    """Exports with ``export_modules_as_functions`` hide leftovers inside model-local functions, where
-    nothing can replace them per call site: inline those functions first (onnx's own inliner)."""
-    # a function holds a leftover if its body has one or calls a function that holds one (nested modules:
-    # Outer calls Block calls the pool): all of them are inlined, down to the top-level graph
-    held = {(f.domain, f.name) for f in model.functions if any(is_pool_leftover(n) for n in f.node)}
-    while True:
-        more = {(f.domain, f.name) for f in model.functions
-                if any((n.domain, n.op_type) in held for n in f.node)} - held
-        if not more:
-            break
-        held |= more
-    if not held:
-        return model, []
-    from onnx import inliner
-
-    holders = [f.name for f in model.functions if (f.domain, f.name) in held]
-    logger.debug("inlining local functions %s", holders)
-    return inliner.inline_selected_functions(model, sorted(held)), holders
 
 
 #: the largest dim an input shape may bind (int32: what TensorRT and most kernels index with)
@@ -229,32 +160,6 @@ def shape_map(value, what: str) -> dict[str, list[int]] | None:
 def patch_model(model: onnx.ModelProto, **kwargs) -> onnx.ModelProto:
     """:func:`patch` returning only the model (``patch(...).model``). Same arguments, same errors."""
     return patch(model, **kwargs).model
-
-
-def _specs(model, nodes, *, opset, target, input_shapes, keep_input_shapes) -> tuple[list[PoolSpec], list[str]]:
-    notes: list[str] = []
-    if not input_shapes:
-        return resolve_specs(model, nodes, opset=opset, target=target), notes
-    if keep_input_shapes:
-        apply_input_shapes(model, input_shapes)
-        return resolve_specs(model, nodes, opset=opset, target=target), ["input shapes bound as given"]
-    originals = {i.name: onnx.ValueInfoProto() for i in model.graph.input}
-    for i in model.graph.input:
-        originals[i.name].CopyFrom(i)
-    apply_input_shapes(model, input_shapes)
-    bound = resolve_specs(model, nodes, opset=opset, target=target)
-    for i in model.graph.input:  # back to the original signature; keep the binding only where needed
-        i.CopyFrom(originals[i.name])
-    try:
-        free = resolve_specs(model, nodes, opset=opset, target=target)
-    except Exception:  # without the binding some input shape is not even inferable
-        free = [None] * len(nodes)
-    specs = [f if f is not None and f.static else b for f, b in zip(free, bound)]
-    if any(f is None or not f.static for f in free):
-        apply_input_shapes(model, input_shapes)
-        notes.append("input shapes kept as bound: a pooled axis was symbolic and the static lowering holds "
-                     "only at the bound size")
-    return specs, notes
 
 
 #: The check runs the model on random inputs: refuse it (exit 5, with the way out) when one pooled tensor

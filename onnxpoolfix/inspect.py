@@ -51,6 +51,8 @@ import onnx
 from onnx import TensorProto
 
 from .errors import PoolFixError, UnsupportedNodeError
+from .frontends.exporter_pools import keeps_its_op
+from .frontends.leftovers import aten_operator, is_pool_leftover
 from .version import __version__
 
 logger = logging.getLogger(__name__)
@@ -258,10 +260,10 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     unsupported dtype, bad ``input_shapes``): that becomes :attr:`Inspection.blocker`. ``model`` is not
     modified. The onnxruntime check is not run.
     """
-    from .api import TARGETS, _specs, inline_functions_holding_leftovers, shape_map
+    from .api import TARGETS, shape_map
     from .errors import InvalidModelError
-    from .find import find_pool_nodes, is_pool_leftover
-    from .planner import STRATEGIES, candidates, plan
+    from .planner import STRATEGIES
+    from .planning import PlanOptions, plan_model
     from .shapes import model_opset
 
     if not isinstance(model, onnx.ModelProto):
@@ -276,66 +278,36 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
         err = InvalidModelError("the model has no graph", "the file is not a complete ONNX model; re-export it")
         result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
         return result
-    model, inlined = inline_functions_holding_leftovers(model)  # a new model when it inlines anything
-    if inlined:
-        result.notes.append(f"the local function(s) {', '.join(inlined)} hold leftovers: the patch inlines them")
-    leftovers = [n for n in model.graph.node if is_pool_leftover(n)]
-    try:
-        nodes = find_pool_nodes(model.graph, model_opset(model))
-        if nodes:
-            work = model
-            if input_shapes:  # _specs binds the inputs in place
-                work = onnx.ModelProto()
-                work.CopyFrom(model)
-            specs, notes = _specs(work, nodes, opset=result.opset, target=target, input_shapes=input_shapes,
-                                  keep_input_shapes=False)
-            result.notes.extend(notes)
-        else:
-            specs = []
-    except PoolFixError as err:
+    if input_shapes:  # the planner binds the inputs in place: not in the caller's model
+        work = onnx.ModelProto()
+        work.CopyFrom(model)
+        model = work
+    mp = plan_model(model, PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
+                                       optimize_exporter_pools=optimize_exporter_pools))
+    if mp.inlined:
+        result.notes.append(f"the local function(s) {', '.join(mp.inlined)} hold leftovers: the patch inlines them")
+    result.notes.extend(mp.notes)
+    if mp.blocker is not None:
+        err = mp.blocker
         result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
-        result.nodes = [_bare(n, i) for i, n in enumerate(model.graph.node) if is_pool_leftover(n)]
-        specs = []
-
-    plans = []  # each node's plan (None where blocked), for the grouping below
-    for spec in specs:
-        info, p = _inspect_spec(spec, strategy, candidates, plan)
+        result.nodes = [_bare(n, i) for i, n in enumerate(mp.model.graph.node) if is_pool_leftover(n)]
+    for node_plan in mp.nodes if mp.blocker is None else ():
+        info = _inspect_node(node_plan, strategy)
+        if node_plan.optional and info.chosen and keeps_its_op(node_plan.spec, info.chosen):
+            info.why = f"kept as it is unless it joins a pyramid ({info.why})"
         result.nodes.append(info)
-        plans.append(p)
-    if optimize_exporter_pools and result.blocker is None:
-        plans += _inspect_exporter_pools(model, specs, result, candidates, plan)
-    if strategy == "auto":
-        _inspect_groups(plans, result)
-
+    _inspect_groups(mp, result)
     if target == "tensorrt":
-        result.tensorrt = _lint(model, result, leftovers, strategy=strategy, input_shapes=input_shapes)
+        result.tensorrt = _lint(mp, result)
     return result
 
 
-def _inspect_exporter_pools(model, specs, result: Inspection, candidates, plan) -> list:
-    """The exporter's own pools that --optimize-exporter-pools would plan (see exporter_pools.py)."""
-    from .api import _exporter_pools
-    from .exporter_pools import keeps_its_op
-
-    plans = []
-    for s in _exporter_pools(model, specs, opset=result.opset, target=result.target):
-        info, p = _inspect_spec(s, "auto", candidates, plan)
-        if info.chosen and keeps_its_op(s, info.chosen):
-            info.why = f"kept as it is unless it joins a pyramid ({info.why})"
-        result.nodes.append(info)
-        plans.append(p)
-    return plans
-
-
-def _inspect_groups(plans, result: Inspection) -> None:
+def _inspect_groups(mp, result: Inspection) -> None:
     """Nodes that pool the same tensor and would be planned together (onnxpoolfix/pyramid.py)."""
-    from .pyramid import NAME, plan_groups
+    from .pyramid import NAME
 
-    if any(p is None for p in plans):
-        return  # the patch stops at the blocked node anyway
-    groups, _ = plan_groups(plans)
-    by_node = {p.spec.node.index: info for p, info in zip(plans, result.nodes)}  # (names may repeat)
-    for g in groups:
+    by_node = {n.spec.node.index: info for n, info in zip(mp.nodes, result.nodes)}  # (names may repeat)
+    for g in mp.groups:
         for lv in g.levels:
             info = by_node[lv.spec.node.index]
             info.chosen, info.why = NAME, g.why(lv)
@@ -344,18 +316,16 @@ def _inspect_groups(plans, result: Inspection) -> None:
 
 
 def _bare(node: onnx.NodeProto, index: int) -> NodeInspection:
-    from .find import aten_operator
-
     op = aten_operator(node) or node.op_type
     return NodeInspection(name=node.name or f"{op}_{index}", op=op, kind="max" if "_max_" in op else "avg",
                           encoding="ATen-attr" if node.op_type == "ATen" else "aten-op")
 
 
-def _inspect_spec(spec, strategy, candidates, plan):
-    """The node's inspection, and its plan (None where no lowering applies)."""
+def _inspect_node(node_plan, strategy: str) -> NodeInspection:
+    """One planned node as the inspection shows it."""
     from .lowering.base import axis_windows
 
-    s = spec
+    s = node_plan.spec
     info = NodeInspection(name=s.node.name, op=s.node.op, kind=s.kind, encoding=s.node.encoding, dtype=s.dtype_name,
                           input_shape=list(s.input_shape), output_shape=list(s.output_shape))
     if s.static:
@@ -363,18 +333,17 @@ def _inspect_spec(spec, strategy, candidates, plan):
     else:
         info.axes = [f"{'?' if n is None else n}->{'?' if m is None else m}"
                      + (" symbolic" if not isinstance(n, int) else "") for n, m in zip(s.in_sizes, s.out_sizes)]
-    info.candidates = [CandidateInfo(c.name, c.cost, c.reason) for c in candidates(s)]
+    info.candidates = [CandidateInfo(c.name, c.cost, c.reason) for c in node_plan.candidates]
     if s.dtype == TensorProto.DOUBLE and s.target == "tensorrt":
         info.warnings.append("float64: TensorRT computes it in float32 (clamped to +-FLT_MAX), so the result "
                              "is exact to float32, not float64")
-    try:
-        p = plan(s, strategy)
-    except UnsupportedNodeError as err:
-        info.blocker, info.hint = _node_blocker(s, info, strategy, err)
-        return info, None
+    p = node_plan.plan
+    if p is None:
+        info.blocker, info.hint = _node_blocker(s, info, "auto" if node_plan.optional else strategy, node_plan.error)
+        return info
     info.chosen, info.why = p.lowering.name, p.why
     info.ops = [op for step in p.lowering.steps(s) for op in step.ops]
-    return info, p
+    return info
 
 
 def _node_blocker(spec, info: NodeInspection, strategy: str, err: UnsupportedNodeError) -> tuple[str, str | None]:
@@ -400,21 +369,26 @@ def _node_blocker(spec, info: NodeInspection, strategy: str, err: UnsupportedNod
     return "no exact lowering applies (reasons above)", err.hint
 
 
-def _lint(model: onnx.ModelProto, result: Inspection, leftovers, *, strategy, input_shapes) -> TensorRTLint:
-    from .api import patch
+def _lint(mp, result: Inspection) -> TensorRTLint:
+    """The TensorRT lint of the model the plan would write (its replacements applied to a copy), or of the
+    original where the patch is blocked."""
+    from .planning import apply_model_plan
     from .tensorrt import lint_tensorrt
 
+    model, leftovers = mp.model, mp.leftovers
     leftover_labels = {n.name or (f"-> {n.output[0]}" if n.output else "") for n in leftovers}
     original_labels = {n.name or (f"-> {n.output[0]}" if n.output else "") for n in model.graph.node}
     linted, target_model = "original", model
     if result.would_patch and leftovers:
         try:
-            target_model = patch(model, check=False, strategy=strategy, target="tensorrt",
-                                 input_shapes=input_shapes).model
+            target_model = onnx.ModelProto()
+            target_model.CopyFrom(model)
+            apply_model_plan(target_model, mp)
             linted = "patched"
         except PoolFixError as err:  # should not happen once every node was planned; say so, lint the original
             logger.debug("in-memory patch failed: %s", err)
             result.notes.append(f"the in-memory patch failed ({err}); linted the original graph")
+            target_model = model
     findings = []
     for f in lint_tensorrt(target_model):
         if linted == "original" and f.node in leftover_labels and f.domain in ("org.pytorch.aten", "", "ai.onnx") \

@@ -427,7 +427,7 @@ def check_input_model(model: ModelProto, path: PathLike) -> None:
     try:
         _check_input_model(model, path)
     except InvalidModelError:
-        from .api import inline_functions_holding_leftovers
+        from .frontends.functions import inline_functions_holding_leftovers
 
         inlined, holders = inline_functions_holding_leftovers(model)
         if not holders:

@@ -14,7 +14,7 @@ from typing import Sequence
 import onnx
 
 from .emit import Emitter, mark_emitted, op_types
-from .find import ATEN_DOMAIN
+from .frontends.leftovers import ATEN_DOMAIN
 from .graph import nodes_deep, read_names, subgraphs
 from .planner import Plan
 from .pyramid import GroupPlan, build_group

@@ -8,19 +8,16 @@ stubs (dims and dtype kept, bytes dropped): a 500 MB model is never copied or se
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import onnx
 from onnx import TensorProto
 
 from .errors import ShapeError, UnsupportedNodeError
-from .find import InputDim, PoolNode
-from .graph import default_opset
+from .graph import default_opset, is_repeated
+from .spec import SUPPORTED_DTYPES, Dim, InputDim, PoolNode, PoolSpec, dtype_name  # noqa: F401  (re-exported)
 
 logger = logging.getLogger(__name__)
-
-Dim = int | str | None  # int: static; str: a symbolic name; None: unknown
 
 # Initializers at most this large stay in the light copy: shape inference reads their values
 # (Reshape targets, Slice bounds, ...). Larger ones are weights, whose values it never needs.
@@ -29,90 +26,6 @@ _KEEP_INITIALIZER_BYTES = 1024
 #: Longest pooled axis (input length or output size) lowered. The exact lowerings build per-axis window
 #: tables and matrices (output x input entries): a length beyond this is a corrupt dim, not a real model.
 MAX_POOLED_LENGTH = 1 << 24
-
-SUPPORTED_DTYPES = {
-    TensorProto.FLOAT: "float32",
-    TensorProto.FLOAT16: "float16",
-    TensorProto.BFLOAT16: "bfloat16",
-    TensorProto.DOUBLE: "float64",
-}
-
-
-@dataclass(frozen=True)
-class PoolSpec:
-    """A leftover node with everything the lowerings need: shapes, dtype, opset, target."""
-
-    node: PoolNode
-    input_shape: tuple[Dim, ...]
-    output_shape: tuple[Dim, ...]
-    dtype: int  # onnx TensorProto elem type of the input
-    opset: int  # the model's default-domain opset
-    target: str = "onnxruntime"
-
-    @property
-    def kind(self) -> str:
-        return self.node.kind
-
-    @property
-    def k(self) -> int:
-        """Number of pooled (trailing) axes."""
-        return self.node.rank
-
-    @property
-    def ndim(self) -> int:
-        return len(self.input_shape)
-
-    @property
-    def lead(self) -> tuple[Dim, ...]:
-        """The non-pooled leading dims (batch, channels, ...)."""
-        return self.input_shape[: self.ndim - self.k]
-
-    @property
-    def axes(self) -> tuple[int, ...]:
-        """Absolute indices of the pooled axes."""
-        return tuple(range(self.ndim - self.k, self.ndim))
-
-    @property
-    def in_sizes(self) -> tuple[Dim, ...]:
-        return self.input_shape[self.ndim - self.k:]
-
-    @property
-    def out_sizes(self) -> tuple[Dim, ...]:
-        return self.output_shape[self.ndim - self.k:]
-
-    @property
-    def static(self) -> bool:
-        """True when every pooled axis' input length is known (the leading dims may be symbolic)."""
-        return all(isinstance(d, int) for d in self.in_sizes) and all(isinstance(d, int) for d in self.out_sizes)
-
-    @property
-    def follows_input(self) -> tuple[bool, ...]:
-        """Per pooled axis: the output size is the input's own size (``None`` in torch)."""
-        return tuple(isinstance(s, InputDim) for s in self.node.output_size)
-
-    @property
-    def planes(self) -> int:
-        """Product of the leading dims, counting a symbolic one as 1 (for cost estimates only)."""
-        p = 1
-        for d in self.lead:
-            p *= d if isinstance(d, int) else 1
-        return p
-
-    @property
-    def dtype_name(self) -> str:
-        return SUPPORTED_DTYPES.get(self.dtype, dtype_name(self.dtype).lower())
-
-    def describe_shape(self, shape: Sequence[Dim]) -> str:
-        return "x".join("?" if d is None else str(d) for d in shape)
-
-
-def dtype_name(elem: int) -> str:
-    """``TensorProto.DataType.Name``, also for values no onnx version defines (corrupt files)."""
-    try:
-        return TensorProto.DataType.Name(elem)
-    except ValueError:
-        return f"unknown dtype {elem}"
-
 
 def model_opset(model: onnx.ModelProto) -> int:
     # a model without a default-domain import is opset 1 per the spec; treat as too old
@@ -138,7 +51,7 @@ def type_dims(type_proto: onnx.TypeProto) -> tuple[int, tuple[Dim, ...] | None]:
 
 
 def _copy_field(dst, field, value) -> None:
-    if getattr(field, "is_repeated", None) or getattr(field, "label", None) == 3:  # 3: LABEL_REPEATED
+    if is_repeated(field):
         getattr(dst, field.name).extend(value)
     elif field.message_type:
         getattr(dst, field.name).CopyFrom(value)

@@ -87,7 +87,7 @@ def ort_run(model: onnx.ModelProto, feed: dict, outputs=None) -> list[np.ndarray
 
 
 def leftover_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    from onnxpoolfix.find import is_pool_leftover
+    from onnxpoolfix.frontends.leftovers import is_pool_leftover
 
     return [n for n in model.graph.node if is_pool_leftover(n)]
 

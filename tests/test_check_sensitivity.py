@@ -11,7 +11,7 @@ from onnx import TensorProto, numpy_helper
 
 import onnxpoolfix
 from onnxpoolfix import windows as W
-from onnxpoolfix.find import find_pool_nodes
+from onnxpoolfix.frontends.leftovers import find_pool_nodes
 from onnxpoolfix.shapes import model_opset, resolve_specs
 from onnxpoolfix.verify import check_patched
 

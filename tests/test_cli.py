@@ -17,7 +17,7 @@ from conftest import make_leftover, ort_run
 from onnx import TensorProto, helper
 
 from onnxpoolfix.cli import main, parse_shapes
-from onnxpoolfix.find import find_pool_nodes
+from onnxpoolfix.frontends.leftovers import find_pool_nodes
 from onnxpoolfix.lowering import BY_NAME
 from onnxpoolfix.tensorrt import lint_tensorrt
 

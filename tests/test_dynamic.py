@@ -22,7 +22,7 @@ from onnx import TensorProto
 
 import onnxpoolfix
 from onnxpoolfix.errors import UnsupportedNodeError
-from onnxpoolfix.find import find_pool_nodes
+from onnxpoolfix.frontends.leftovers import find_pool_nodes
 from onnxpoolfix.lowering import BY_NAME
 from onnxpoolfix.shapes import model_opset, resolve_specs
 from onnxpoolfix.shapes import type_dims as _dims

@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 
 import onnxpoolfix
-from onnxpoolfix.find import ATEN_DOMAIN
+from onnxpoolfix.frontends.leftovers import ATEN_DOMAIN
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())

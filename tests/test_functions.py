@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxpoolfix
 from onnxpoolfix import reference
-from onnxpoolfix.find import ATEN_DOMAIN
+from onnxpoolfix.frontends.leftovers import ATEN_DOMAIN
 
 
 def _model_with_function() -> onnx.ModelProto:

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxpoolfix.cli import main
-from onnxpoolfix.find import is_pool_leftover
+from onnxpoolfix.frontends.leftovers import is_pool_leftover
 
 FIXTURES = sorted((Path(__file__).resolve().parent.parent / "fixtures").glob("*.onnx"))
 N_CASES = int(os.environ.get("ONNXPOOLFIX_FUZZ_CASES", "200"))

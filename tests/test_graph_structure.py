@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxpoolfix
 from onnxpoolfix import reference
-from onnxpoolfix.find import ATEN_DOMAIN
+from onnxpoolfix.frontends.leftovers import ATEN_DOMAIN
 
 
 def _const(name, value):

@@ -192,7 +192,7 @@ def test_tensorrt_float64_is_warned() -> None:
 
 def test_lowering_check_refuses_what_the_tensorrt_lint_rejects() -> None:
     """Beyond the op list: a lowering emitting a ReduceMean with computed axes is refused for TensorRT."""
-    from onnxpoolfix.find import find_pool_nodes
+    from onnxpoolfix.frontends.leftovers import find_pool_nodes
     from onnxpoolfix.lowering.base import Lowering, tensorrt_rejection
     from onnxpoolfix.shapes import resolve_specs
 

@@ -13,7 +13,7 @@ from onnxpoolfix import patch, reference
 from onnxpoolfix import windows as W
 from onnxpoolfix.emit import op_types
 from onnxpoolfix.errors import UnsupportedNodeError
-from onnxpoolfix.find import find_pool_nodes
+from onnxpoolfix.frontends.leftovers import find_pool_nodes
 from onnxpoolfix.planner import candidates
 from onnxpoolfix.shapes import model_opset, resolve_specs
 
@@ -447,7 +447,7 @@ def test_block_pool_is_bit_exact(kind, in_shape, size):
 
 
 def test_block_pool_says_why_not():
-    from onnxpoolfix.find import find_pool_nodes
+    from onnxpoolfix.frontends.leftovers import find_pool_nodes
     from onnxpoolfix.lowering.block_pool import BlockPoolLowering
     from onnxpoolfix.shapes import model_opset, resolve_specs
 

@@ -262,7 +262,7 @@ def test_which_exporter_pools_qualify(pool, n, adopted):
     module = nn.Sequential(pool(), nn.Flatten()).eval()
     x = torch.randn(1, 4, n, n)
     model = _export(module, x)
-    from onnxpoolfix.exporter_pools import find_exporter_pools
+    from onnxpoolfix.frontends.exporter_pools import find_exporter_pools
     from onnxpoolfix.shapes import infer
 
     found = find_exporter_pools(model, infer(model), opset=17, target="onnxruntime", read=set())
@@ -409,7 +409,7 @@ def test_patching_a_patched_model_again_finds_nothing(target):
 def test_mixed_takes_a_reduce_for_axes_pooled_to_one_where_cheaper():
     from conftest import make_leftover
 
-    from onnxpoolfix.find import find_pool_nodes
+    from onnxpoolfix.frontends.leftovers import find_pool_nodes
     from onnxpoolfix.lowering import BY_NAME
     from onnxpoolfix.shapes import model_opset, resolve_specs
 

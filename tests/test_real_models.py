@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 
 import onnxpoolfix
-from onnxpoolfix.find import ATEN_DOMAIN
+from onnxpoolfix.frontends.leftovers import ATEN_DOMAIN
 
 torch = pytest.importorskip("torch")
 nn = torch.nn

@@ -27,7 +27,7 @@ from conftest import ATEN, ROUNDTRIP_COUNTS, assert_avg_close, assert_bits_equal
 
 from onnxpoolfix import patch
 from onnxpoolfix import windows as W
-from onnxpoolfix.find import find_pool_nodes
+from onnxpoolfix.frontends.leftovers import find_pool_nodes
 from onnxpoolfix.lowering import BY_NAME
 from onnxpoolfix.planner import candidates
 from onnxpoolfix.shapes import apply_input_shapes, model_opset, resolve_specs

@@ -12,6 +12,7 @@ from onnx import TensorProto
 
 from .. import windows as W
 from ..emit import COMPUTE_IN_FLOAT32
+from ..reason import needs_opset
 from ..shapes import PoolSpec
 from .steps import NON_FINITE_UNSAFE_MAX, CastStep, NonFiniteMaxStep, Step, run_cost
 
@@ -87,9 +88,10 @@ class Lowering:
         if not spec.static and not self.dynamic:
             return "a pooled axis is symbolic; this lowering needs static sizes"
         if spec.opset < self.min_opset:
-            return f"needs opset {self.min_opset}, the model has {spec.opset}"
+            return needs_opset(self.min_opset, f"needs opset {self.min_opset}, the model has {spec.opset}")
         if spec.dtype == TensorProto.BFLOAT16 and spec.opset < 13:
-            return f"bfloat16 needs opset 13 (no operator takes bfloat16 before), the model has {spec.opset}"
+            return needs_opset(13, f"bfloat16 needs opset 13 (no operator takes bfloat16 before), the model has "
+                                   f"{spec.opset}")
         reason = self._check(spec)
         if reason:
             return reason

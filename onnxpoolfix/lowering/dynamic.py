@@ -38,6 +38,7 @@ import numpy as np
 
 from .. import windows as W
 from ..emit import Emitter, np_dtype
+from ..reason import needs_opset
 from . import cost as C
 from .base import Lowering, axis_windows
 from .matmul import cheapest_order
@@ -289,7 +290,8 @@ class DynamicLowering(Lowering):
         if spec.static:
             return "every pooled axis is static (the dynamic lowering is for symbolic sizes)"
         if spec.opset < self.min_opset:
-            return f"needs opset {self.min_opset} (Range) for symbolic sizes, the model has {spec.opset}"
+            return needs_opset(self.min_opset,
+                               f"needs opset {self.min_opset} (Range) for symbolic sizes, the model has {spec.opset}")
         return super().check(spec)
 
     def _steps(self, spec):

@@ -14,14 +14,14 @@ Constant node or an initializer, or an ``output_size`` attribute. Anything unrea
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .errors import InvalidModelError, UnsupportedNodeError
-from .graph import named_subgraphs, nodes_deep, read_names
+from ..errors import InvalidModelError, UnsupportedNodeError
+from ..graph import named_subgraphs, nodes_deep, read_names
+from ..spec import InputDim, PoolNode
 
 ATEN_DOMAIN = "org.pytorch.aten"
 # an output size beyond this is a corrupt constant (no real axis is 2**31 long), not something to lower
@@ -29,28 +29,6 @@ _MAX_SIZE = 2**31 - 1
 _HINT_MALFORMED = "the node is not as torch exports it; re-export the model (torch.onnx.export with " \
                   "operator_export_type=ONNX_FALLTHROUGH) or fix the node"
 _OP_RE = re.compile(r"^adaptive_(avg|max)_pool([123])d$")
-
-
-@dataclass(frozen=True)
-class PoolNode:
-    """One leftover adaptive pooling node, as found in the graph (before any shape is known)."""
-
-    index: int  # position in graph.node
-    name: str  # the node's name, or a stable synthesized one when the node has none
-    op: str  # e.g. "adaptive_avg_pool2d"
-    kind: str  # "avg" | "max"
-    rank: int  # number of pooled (trailing) axes: 1, 2 or 3
-    encoding: str  # "aten-op" | "ATen-attr"
-    input: str
-    output: str
-    indices_output: str | None  # max pooling's int64 indices output, only when something reads it
-    unused_outputs: tuple[str, ...]  # outputs nothing reads (dropped by the rewrite)
-    output_size: tuple[int | InputDim, ...]  # InputDim: follows the input's length on that axis
-    size_input: str | None  # the tensor that carried the output size (None for the attribute form)
-
-    @property
-    def label(self) -> str:
-        return f"{self.op} node '{self.name}'"
 
 
 def aten_operator(node: onnx.NodeProto) -> str | None:
@@ -68,17 +46,6 @@ def aten_operator(node: onnx.NodeProto) -> str | None:
 
 def is_pool_leftover(node: onnx.NodeProto) -> bool:
     return aten_operator(node) is not None
-
-
-@dataclass(frozen=True)
-class InputDim:
-    """An output-size entry that the exporter computed as ``Shape(input)[axis]``.
-
-    This is how ``AdaptiveAvgPool2d((None, 7))`` is exported when the input has dynamic axes: the ``None``
-    follows the input's length on that axis at runtime.
-    """
-
-    axis: int
 
 
 class _NotConstant(Exception):

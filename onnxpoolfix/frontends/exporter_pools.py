@@ -23,14 +23,16 @@ with the flag finds nothing to do.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import onnx
 
-from . import windows as W
-from .emit import EMITTED_BY
-from .find import PoolNode
-from .shapes import SUPPORTED_DTYPES, Dim, PoolSpec
+from .. import windows as W
+from ..emit import EMITTED_BY
+from ..graph import read_names
+from ..shapes import SUPPORTED_DTYPES, Dim, PoolSpec, infer, model_opset
+from .base import FrontEndResult, PlanOptions
+from .leftovers import PoolNode
 
 STANDARD = "standard"  # the encoding reported for these nodes
 # Averages only. The exporter's MaxPool/GlobalMaxPool are not torch's max on NaN/-inf (onnxruntime's kernels
@@ -103,3 +105,15 @@ def find_exporter_pools(model: onnx.ModelProto, info: Mapping[str, tuple[int, tu
 def keeps_its_op(spec: PoolSpec, lowering_name: str) -> bool:
     """True when the planner's choice for an exporter node is the node itself (nothing to gain)."""
     return lowering_name == "pool" and spec.node.op in ("AveragePool", "MaxPool")
+
+
+def exporter_pool_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence[PoolSpec] = ()
+                        ) -> FrontEndResult:
+    """The exporter's own adaptive pools, when ``options.optimize_exporter_pools`` asks for them. The
+    leftovers ``found`` before seed shape inference (their outputs' shapes are ours to give)."""
+    if not options.optimize_exporter_pools:
+        return FrontEndResult()
+    info = infer(model, {s.node.output: (s.dtype, s.output_shape) for s in found})
+    read = read_names(model.graph) | {o.name for o in model.graph.output}
+    return FrontEndResult(find_exporter_pools(model, info, opset=model_opset(model), target=options.target,
+                                              read=read))

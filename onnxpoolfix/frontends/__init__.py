@@ -1,0 +1,23 @@
+"""Front ends: each turns a graph into the same spec records (:class:`~onnxpoolfix.spec.PoolSpec`) at one
+seam, :data:`FRONTENDS`, which the planner (:func:`onnxpoolfix.planning.plan_model`) runs in order.
+
+- :mod:`.aten`: PyTorch's leftover ``org.pytorch.aten`` adaptive pooling nodes (found by :mod:`.leftovers`);
+- :mod:`.exporter_pools`: the exporter's own GlobalAveragePool/AveragePool nodes with adaptive windows
+  (only with ``optimize_exporter_pools``).
+
+Before them, :func:`.functions.inline_functions_holding_leftovers` inlines the model-local functions that
+hide leftovers. A new front end (the dynamo exporter's decompositions, leftovers inside If/Loop bodies) is
+one more :class:`~.base.FrontEnd` here.
+"""
+from __future__ import annotations
+
+from .aten import leftover_specs
+from .base import FrontEnd, FrontEndResult, PlanOptions
+from .exporter_pools import exporter_pool_specs
+
+FRONTENDS: tuple[FrontEnd, ...] = (
+    FrontEnd("aten", leftover_specs, optional=False),
+    FrontEnd("exporter_pools", exporter_pool_specs, optional=True),
+)
+
+__all__ = ["FRONTENDS", "FrontEnd", "FrontEndResult", "PlanOptions"]

@@ -1,0 +1,50 @@
+"""The ATen front end: PyTorch's leftover ``adaptive_*_pool*d`` nodes (:mod:`.leftovers` finds them),
+with their shapes resolved (:mod:`onnxpoolfix.shapes`), under the caller's ``--input-shape`` binding."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import onnx
+
+from ..shapes import apply_input_shapes, model_opset, resolve_specs
+from ..spec import PoolSpec
+from .base import FrontEndResult, PlanOptions
+from .leftovers import find_pool_nodes
+
+
+def leftover_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence[PoolSpec] = ()) -> FrontEndResult:
+    """Every top-level leftover as a spec. Binds ``options.input_shapes`` in ``model`` where it is kept."""
+    opset = model_opset(model)
+    nodes = find_pool_nodes(model.graph, opset)
+    if not nodes:
+        return FrontEndResult()
+    specs, notes = bind_and_resolve(model, nodes, opset=opset, target=options.target,
+                                    input_shapes=options.input_shapes, keep_input_shapes=options.keep_input_shapes)
+    return FrontEndResult(specs, notes)
+
+
+def bind_and_resolve(model, nodes, *, opset, target, input_shapes, keep_input_shapes
+                     ) -> tuple[list[PoolSpec], list[str]]:
+    notes: list[str] = []
+    if not input_shapes:
+        return resolve_specs(model, nodes, opset=opset, target=target), notes
+    if keep_input_shapes:
+        apply_input_shapes(model, input_shapes)
+        return resolve_specs(model, nodes, opset=opset, target=target), ["input shapes bound as given"]
+    originals = {i.name: onnx.ValueInfoProto() for i in model.graph.input}
+    for i in model.graph.input:
+        originals[i.name].CopyFrom(i)
+    apply_input_shapes(model, input_shapes)
+    bound = resolve_specs(model, nodes, opset=opset, target=target)
+    for i in model.graph.input:  # back to the original signature; keep the binding only where needed
+        i.CopyFrom(originals[i.name])
+    try:
+        free = resolve_specs(model, nodes, opset=opset, target=target)
+    except Exception:  # without the binding some input shape is not even inferable
+        free = [None] * len(nodes)
+    specs = [f if f is not None and f.static else b for f, b in zip(free, bound)]
+    if any(f is None or not f.static for f in free):
+        apply_input_shapes(model, input_shapes)
+        notes.append("input shapes kept as bound: a pooled axis was symbolic and the static lowering holds "
+                     "only at the bound size")
+    return specs, notes

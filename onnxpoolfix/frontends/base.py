@@ -1,0 +1,42 @@
+"""What every front end takes and returns: the seam between "find pooling in a graph" and "plan it".
+
+A front end is a function ``(model, options, found) -> FrontEndResult``: it reads the model (``found`` is
+what the front ends before it produced) and returns spec records (:class:`~onnxpoolfix.spec.PoolSpec`)
+plus notes for the report. ``FrontEnd.optional`` says whether its nodes may stay as they are when no exact
+lowering applies (the exporter's own pools) or must be lowered (the ATen leftovers: a patch fails without).
+A front end raises :class:`~onnxpoolfix.errors.PoolFixError` for a model it cannot read; the planner records
+that as the model's blocker.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Callable
+
+import onnx
+
+from ..spec import PoolSpec
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """The arguments of ``patch``/``inspect`` that planning depends on."""
+
+    strategy: str = "auto"
+    target: str = "onnxruntime"
+    input_shapes: Mapping[str, Sequence[int]] | None = None
+    keep_input_shapes: bool = False
+    optimize_exporter_pools: bool = False
+
+
+@dataclass
+class FrontEndResult:
+    specs: list[PoolSpec] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    name: str
+    find: Callable[[onnx.ModelProto, PlanOptions, Sequence[PoolSpec]], FrontEndResult]
+    optional: bool  # True: a node with no exact lowering stays as it is; False: the patch fails

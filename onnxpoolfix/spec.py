@@ -1,0 +1,128 @@
+"""The records every stage passes along: a found node (:class:`PoolNode`) and the same node with its
+shapes, dtype, opset and target (:class:`PoolSpec`). Front ends produce them, the planner and the lowerings
+read them. A leaf module: it imports only onnx.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from onnx import TensorProto
+
+Dim = int | str | None  # int: static; str: a symbolic name; None: unknown
+
+SUPPORTED_DTYPES = {
+    TensorProto.FLOAT: "float32",
+    TensorProto.FLOAT16: "float16",
+    TensorProto.BFLOAT16: "bfloat16",
+    TensorProto.DOUBLE: "float64",
+}
+
+
+@dataclass(frozen=True)
+class InputDim:
+    """An output-size entry that the exporter computed as ``Shape(input)[axis]``.
+
+    This is how ``AdaptiveAvgPool2d((None, 7))`` is exported when the input has dynamic axes: the ``None``
+    follows the input's length on that axis at runtime.
+    """
+
+    axis: int
+
+
+@dataclass(frozen=True)
+class PoolNode:
+    """One leftover adaptive pooling node, as found in the graph (before any shape is known)."""
+
+    index: int  # position in graph.node
+    name: str  # the node's name, or a stable synthesized one when the node has none
+    op: str  # e.g. "adaptive_avg_pool2d"
+    kind: str  # "avg" | "max"
+    rank: int  # number of pooled (trailing) axes: 1, 2 or 3
+    encoding: str  # "aten-op" | "ATen-attr"
+    input: str
+    output: str
+    indices_output: str | None  # max pooling's int64 indices output, only when something reads it
+    unused_outputs: tuple[str, ...]  # outputs nothing reads (dropped by the rewrite)
+    output_size: tuple[int | InputDim, ...]  # InputDim: follows the input's length on that axis
+    size_input: str | None  # the tensor that carried the output size (None for the attribute form)
+
+    @property
+    def label(self) -> str:
+        return f"{self.op} node '{self.name}'"
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """A leftover node with everything the lowerings need: shapes, dtype, opset, target."""
+
+    node: PoolNode
+    input_shape: tuple[Dim, ...]
+    output_shape: tuple[Dim, ...]
+    dtype: int  # onnx TensorProto elem type of the input
+    opset: int  # the model's default-domain opset
+    target: str = "onnxruntime"
+
+    @property
+    def kind(self) -> str:
+        return self.node.kind
+
+    @property
+    def k(self) -> int:
+        """Number of pooled (trailing) axes."""
+        return self.node.rank
+
+    @property
+    def ndim(self) -> int:
+        return len(self.input_shape)
+
+    @property
+    def lead(self) -> tuple[Dim, ...]:
+        """The non-pooled leading dims (batch, channels, ...)."""
+        return self.input_shape[: self.ndim - self.k]
+
+    @property
+    def axes(self) -> tuple[int, ...]:
+        """Absolute indices of the pooled axes."""
+        return tuple(range(self.ndim - self.k, self.ndim))
+
+    @property
+    def in_sizes(self) -> tuple[Dim, ...]:
+        return self.input_shape[self.ndim - self.k:]
+
+    @property
+    def out_sizes(self) -> tuple[Dim, ...]:
+        return self.output_shape[self.ndim - self.k:]
+
+    @property
+    def static(self) -> bool:
+        """True when every pooled axis' input length is known (the leading dims may be symbolic)."""
+        return all(isinstance(d, int) for d in self.in_sizes) and all(isinstance(d, int) for d in self.out_sizes)
+
+    @property
+    def follows_input(self) -> tuple[bool, ...]:
+        """Per pooled axis: the output size is the input's own size (``None`` in torch)."""
+        return tuple(isinstance(s, InputDim) for s in self.node.output_size)
+
+    @property
+    def planes(self) -> int:
+        """Product of the leading dims, counting a symbolic one as 1 (for cost estimates only)."""
+        p = 1
+        for d in self.lead:
+            p *= d if isinstance(d, int) else 1
+        return p
+
+    @property
+    def dtype_name(self) -> str:
+        return SUPPORTED_DTYPES.get(self.dtype, dtype_name(self.dtype).lower())
+
+    def describe_shape(self, shape: Sequence[Dim]) -> str:
+        return "x".join("?" if d is None else str(d) for d in shape)
+
+
+def dtype_name(elem: int) -> str:
+    """``TensorProto.DataType.Name``, also for values no onnx version defines (corrupt files)."""
+    try:
+        return TensorProto.DataType.Name(elem)
+    except ValueError:
+        return f"unknown dtype {elem}"
