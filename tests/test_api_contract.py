@@ -71,7 +71,7 @@ def test_numpy_integers_are_shapes_too(dynamic):
 
 
 def test_inspect_model_refuses_what_patch_refuses():
-    from onnxpoolfix.inspect import inspect_model
+    from onnxpoolfix.inspection import inspect_model
 
     with pytest.raises(TypeError, match="onnx.ModelProto"):
         inspect_model(str(FIXTURES / "avg2d_8x9_to_5x7.onnx"))

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onnxpoolfix
 from onnxpoolfix import planner
 from onnxpoolfix.cli import main
-from onnxpoolfix.inspect import EXIT_BLOCKED, EXIT_OK, EXIT_TENSORRT, inspect_model
+from onnxpoolfix.inspection import EXIT_BLOCKED, EXIT_OK, EXIT_TENSORRT, inspect_model
 from onnxpoolfix.io import load_model
 from onnxpoolfix.lowering import BY_NAME, LOWERINGS
 from onnxpoolfix.tensorrt import lint_tensorrt

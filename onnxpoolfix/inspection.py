@@ -42,11 +42,9 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from dataclasses import asdict, dataclass, field
 from typing import Mapping, Sequence
 
-import click
 import onnx
 from onnx import TensorProto
 
@@ -398,44 +396,3 @@ def _lint(mp, result: Inspection) -> TensorRTLint:
                          "reason": f.reason, "emitted": linted == "patched" and f.node not in original_labels
                          and f.node != "<model>"})
     return TensorRTLint(linted, findings, sorted(leftover_labels))
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The command (registered in cli.py, which adds the common --target/--strategy/--input-shape/-v options)
-# ---------------------------------------------------------------------------------------------------------
-
-@click.argument("src", metavar="IN", type=click.Path(dir_okay=True))
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the inspection as JSON (schema in onnxpoolfix/inspect.py).")
-@click.option("--optimize-exporter-pools", is_flag=True,
-              help="Also show the exporter's own adaptive pools, as the patch option of that name plans them.")
-def inspect_cmd(src, target, strategy, input_shape, verbose, as_json, optimize_exporter_pools):
-    """Show what a patch of IN would do, and what blocks it; write nothing.
-
-    \b
-    Exit codes: 0 a patch would succeed (with --target tensorrt: and the patched
-    model would be TensorRT-clean), 3 IN is not a valid model, 4 some node is
-    blocked, 7 (--target tensorrt) TensorRT's parser would reject some node.
-    """
-    import signal
-
-    from .cli import Interrupted, _fail, _interrupted, parse_shapes
-    from .io import check_input_model, load_model
-
-    if verbose:
-        logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
-    shapes = parse_shapes(input_shape, "--input-shape")
-    try:
-        model = load_model(src)
-        check_input_model(model, src)  # the same exit 3 as patch for a model the ONNX checker rejects
-        result = inspect_model(model, target=target, strategy=strategy, input_shapes=shapes or None, name=src,
-                               optimize_exporter_pools=optimize_exporter_pools)
-    except click.ClickException:
-        raise
-    except (KeyboardInterrupt, Interrupted) as err:
-        _interrupted(getattr(err, "signum", signal.SIGINT))
-    except Exception as err:  # noqa: BLE001 - every failure becomes one line and an exit code
-        _fail(err, verbose)
-        return
-    click.echo(result.to_json() if as_json else result.format_text())
-    sys.exit(result.exit_code)

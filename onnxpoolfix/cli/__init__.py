@@ -1,0 +1,21 @@
+"""The command line: parse, call the library, print the report, map errors to exit codes.
+
+    onnxpoolfix IN OUT [options]        patch IN, check it, write OUT atomically
+    onnxpoolfix inspect IN [options]    what would be replaced, how, and what blocks it; writes nothing
+
+Exit codes: 0 success (also "nothing to patch"), 1 internal error (a bug: rerun with -v), 2 usage,
+3 IN is not a readable valid ONNX model, 4 a node cannot be lowered exactly (unsupported variant,
+unresolvable shape, too-old opset), 5 the onnxruntime check failed, 6 OUT cannot be written,
+7 (inspect --target tensorrt) every node can be lowered, but TensorRT's parser would reject some node of the
+patched graph, 130/143 interrupted (SIGINT/SIGTERM: OUT is the previous file or the complete new one).
+"""
+from __future__ import annotations
+
+from . import inspect_cmd, patch_cmd  # noqa: F401  (each registers its command on main)
+from .app import main
+from .common import EXIT_CODES_EPILOG, Interrupted, parse_shapes
+
+__all__ = ["main", "parse_shapes", "Interrupted", "EXIT_CODES_EPILOG"]
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,34 @@
+"""The ``onnxpoolfix`` click group: ``onnxpoolfix IN OUT`` runs ``patch``, ``onnxpoolfix inspect IN``
+runs ``inspect`` (the commands register themselves: :mod:`.patch_cmd`, :mod:`.inspect_cmd`)."""
+from __future__ import annotations
+
+import signal
+
+import click
+
+from ..version import __version__
+from .common import EXIT_CODES_EPILOG, raise_interrupted
+
+
+class _PatchByDefault(click.Group):
+    """``onnxpoolfix IN OUT`` runs ``patch``; ``onnxpoolfix inspect IN`` runs ``inspect``."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args = ["patch"] + list(args)
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_PatchByDefault, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_EPILOG)
+@click.version_option(__version__, prog_name="onnxpoolfix")
+def main():
+    """Replace PyTorch's leftover adaptive pooling nodes (org.pytorch.aten) with exact standard ONNX.
+
+    \b
+      onnxpoolfix IN.onnx OUT.onnx         patch, check in onnxruntime, write OUT
+      onnxpoolfix inspect IN.onnx          show what would be done, write nothing
+    """
+    try:  # SIGTERM unwinds like Ctrl-C, so the temporary output is removed (not possible off the main thread)
+        signal.signal(signal.SIGTERM, raise_interrupted)
+    except ValueError:
+        pass
