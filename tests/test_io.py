@@ -16,6 +16,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxpoolfix import io as pio
 from onnxpoolfix.errors import InvalidModelError, OutputError
+from onnxpoolfix.io import load as pio_load
+from onnxpoolfix.io import save as pio_save
+from onnxpoolfix.io import tensors as pio_tensors
+from onnxpoolfix.io import wire as pio_wire
 
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((2, 8)).astype(np.float32)
@@ -57,7 +61,7 @@ def assert_one_line(err: pytest.ExceptionInfo, path: Path) -> None:
 
 
 def external_tensor_names(model: onnx.ModelProto) -> set[str]:
-    return {t.name for _, t in pio._walk_tensors(model) if pio._is_external(t)}
+    return {t.name for _, t in pio_tensors.walk_tensors(model) if pio_tensors.is_external(t)}
 
 
 def listing(folder: Path) -> list[str]:
@@ -126,7 +130,7 @@ def test_unreadable_file(tmp_path: Path, inline_model: Path, monkeypatch: pytest
     if os.geteuid() == 0:  # root reads through chmod 000: simulate the failing open instead
         def denied(*_a, **_k):
             raise PermissionError(13, "Permission denied")
-        monkeypatch.setattr(pio, "open", denied, raising=False)
+        monkeypatch.setattr(pio_load, "open", denied, raising=False)
     else:
         inline_model.chmod(0)
     with pytest.raises(InvalidModelError, match="permission denied") as err:
@@ -135,7 +139,7 @@ def test_unreadable_file(tmp_path: Path, inline_model: Path, monkeypatch: pytest
 
 
 def test_over_2gb_without_external_data(inline_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pio, "PROTOBUF_LIMIT", 100)  # stands in for a real > 2 GiB file
+    monkeypatch.setattr(pio_load, "PROTOBUF_LIMIT", 100)  # stands in for a real > 2 GiB file
     with pytest.raises(InvalidModelError, match="2 GiB") as err:
         pio.load_model(inline_model)
     assert_one_line(err, inline_model)
@@ -159,7 +163,7 @@ def test_truncated_external_data_file(external_model: Path) -> None:
 
 def test_external_location_outside_folder(tmp_path: Path, external_model: Path) -> None:
     model = onnx.load(external_model, load_external_data=False)
-    for _, t in pio._walk_tensors(model):
+    for _, t in pio_tensors.walk_tensors(model):
         for e in t.external_data:
             if e.key == "location":
                 e.value = "../weights.bin"
@@ -203,9 +207,9 @@ def test_emitter_is_byte_identical_to_protobuf() -> None:
     import io as stdio
 
     buf = stdio.BytesIO()
-    pio._Emitter({}).write(buf, model)
+    pio_wire.WireEmitter({}).write(buf, model)
     assert buf.getvalue() == model.SerializeToString()
-    assert pio._Emitter({}).size(model) == model.ByteSize()
+    assert pio_wire.WireEmitter({}).size(model) == model.ByteSize()
 
 
 def test_round_trip_inline(tmp_path: Path, inline_model: Path) -> None:
@@ -298,7 +302,7 @@ def test_refuses_to_overwrite_input_data_file(tmp_path: Path) -> None:
 def test_over_2gb_inline_is_saved_with_external_data(tmp_path: Path, inline_model: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     model = pio.load_model(inline_model)
-    monkeypatch.setattr(pio, "PROTOBUF_LIMIT", 2000)  # the model is ~4 KB: "too big" for this test
+    monkeypatch.setattr(pio_save, "PROTOBUF_LIMIT", 2000)  # the model is ~4 KB: "too big" for this test
     out = tmp_path / "fixed.onnx"
     pio.save_model(model, out, source_path=inline_model)
     assert (tmp_path / "fixed.onnx.data").exists()
@@ -406,7 +410,7 @@ def test_write_failure_is_output_error_and_cleans_up(tmp_path: Path, inline_mode
     def disk_full(self, f, msg, path=()):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(pio._Emitter, "write", disk_full)
+    monkeypatch.setattr(pio_wire.WireEmitter, "write", disk_full)
     with pytest.raises(OutputError, match="No space left") as err:
         pio.save_model(pio.load_model(inline_model), tmp_path / "m.onnx", source_path=inline_model)
     assert "\n" not in str(err.value)
