@@ -7,6 +7,7 @@
 from .api import PatchResult, patch, patch_model  # noqa: E402
 from .errors import (  # noqa: E402
     CheckFailedError,
+    CheckTooLargeError,
     InvalidModelError,
     OutputError,
     PoolFixError,
@@ -19,6 +20,7 @@ from .version import __version__
 
 __all__ = [
     "patch", "patch_model", "export", "PatchResult", "PatchReport", "NodeReport",
-    "PoolFixError", "InvalidModelError", "UnsupportedNodeError", "ShapeError", "CheckFailedError", "OutputError",
+    "PoolFixError", "InvalidModelError", "UnsupportedNodeError", "ShapeError", "CheckFailedError", "CheckTooLargeError",
+    "OutputError",
     "__version__",
 ]

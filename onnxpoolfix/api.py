@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from .errors import CheckFailedError, InvalidModelError, PoolFixError
+from .check import run_check
+from .errors import InvalidModelError
 from .planner import AUTO, STRATEGIES
 from .planning import PlanOptions, apply_model_plan, no_lowering_hint, plan_model
 from .report import NodeReport, PatchReport
 from .shapes import model_opset, validate_input_shape
-from .verify import check_patched, default_check_shapes
 
 logger = logging.getLogger(__name__)
 
@@ -122,8 +122,8 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     if notes:
         report.check_note = "; ".join(notes)
     if check:
-        _check(model, specs, report, check_shapes=check_shapes, input_shapes=input_shapes,
-               model_dir=model_dir, seed=seed)
+        run_check(model, specs, report, check_shapes=check_shapes, input_shapes=input_shapes,
+                  model_dir=model_dir, seed=seed)
     else:
         report.check_note = "; ".join(notes + ["--no-check"])
     return PatchResult(model, report)
@@ -160,64 +160,3 @@ def shape_map(value, what: str) -> dict[str, list[int]] | None:
 def patch_model(model: onnx.ModelProto, **kwargs) -> onnx.ModelProto:
     """:func:`patch` returning only the model (``patch(...).model``). Same arguments, same errors."""
     return patch(model, **kwargs).model
-
-
-#: The check runs the model on random inputs: refuse it (exit 5, with the way out) when one pooled tensor
-#: alone would exceed this many elements (1 GiB of float32), rather than let onnxruntime take the machine.
-CHECK_MAX_ELEMENTS = 1 << 28
-
-
-def _refuse_huge_check(specs) -> None:
-    for s in specs:
-        for what, shape in (("input", s.input_shape), ("output", s.output_shape)):
-            n = 1
-            for d in shape:
-                n *= d if isinstance(d, int) else 2  # symbolic dims are checked at small sizes
-            if n > CHECK_MAX_ELEMENTS:
-                raise CheckFailedError(
-                    f"{s.node.label}: its {what} {s.describe_shape(shape)} has {n:.3g} elements, too many to run "
-                    f"the onnxruntime check (limit {CHECK_MAX_ELEMENTS:.3g})",
-                    "check at smaller sizes with --check-shape NAME:D0,D1,..., or skip the check with --no-check")
-
-
-def _check(model, specs, report: PatchReport, *, check_shapes, input_shapes, model_dir, seed) -> None:
-    if not check_shapes:  # sizes the user chose are the user's call
-        _refuse_huge_check(specs)
-    for shapes in check_shapes or ():  # again on the patched signature (an --input-shape may have stayed bound)
-        for name, dims in shapes.items():
-            validate_input_shape(model, name, dims, "--check-shape")
-    try:
-        shapes_list, note = default_check_shapes(model, specs, check_shapes=check_shapes, input_shapes=input_shapes,
-                                                 model_dir=model_dir, seed=seed)
-        results = check_patched(model, specs, input_shapes=shapes_list, model_dir=model_dir, seed=seed)
-    except PoolFixError:
-        raise
-    except MemoryError:
-        raise CheckFailedError("not enough memory to run the onnxruntime check at the model's input sizes",
-                               "check at smaller sizes with --check-shape NAME:D0,D1,..., or skip the check with "
-                               "--no-check") from None
-    except Exception as e:  # onnxruntime refusing the model, wherever in the check it is first loaded or run
-        if not type(e).__module__.startswith("onnxruntime"):
-            raise
-        raise CheckFailedError(
-            f"onnxruntime cannot load or run the patched model: {' '.join(str(e).split())[:300]}",
-            "the rest of the model may be invalid for onnxruntime (it would refuse the original too); "
-            "skip the check with --no-check to write OUT anyway") from None
-    report.checked = True
-    failed = []
-    for n, s in zip(report.nodes, specs):
-        r = results[s.node.index]
-        n.max_error, n.tolerance = r.max_error, r.tolerance
-        n.checked_shapes = [list(x) for x in r.shapes]
-        if not r.passed:
-            failed.append(f"{s.node.label}: {r.detail}")
-    report.check_passed = not failed
-    alone = sum(1 for r in results.values() if r.structured)
-    if alone:
-        note += f"; {alone} of {len(results)} replaced subgraph(s) also run alone on structured inputs"
-    report.check_note = "; ".join(x for x in (report.check_note, note) if x)
-    if failed:
-        raise CheckFailedError(
-            f"onnxruntime check failed for {len(failed)} node(s): {failed[0]}",
-            "this is a bug in onnxpoolfix: please report it with the model (rerun with -v); "
-            "--strategy can force another lowering meanwhile", report=report)

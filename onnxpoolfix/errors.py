@@ -48,6 +48,13 @@ class CheckFailedError(PoolFixError):
         self.report = report
 
 
+class CheckTooLargeError(PoolFixError):
+    """The onnxruntime check cannot run at these sizes: a pooled tensor or the check's inputs are too large
+    for memory. Nothing was checked (and nothing written); check at smaller sizes or skip the check."""
+
+    exit_code = 8
+
+
 class OutputError(PoolFixError):
     """The output could not be written (unwritable folder, OUT equal to IN without --in-place, ...)."""
 

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from conftest import ATEN, make_leftover
 from onnx import TensorProto, helper, numpy_helper
 
+import onnxpoolfix
 from onnxpoolfix.cli import main
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -306,7 +307,7 @@ def test_exit_codes_are_in_the_help() -> None:
     for args in (["--help"], ["patch", "--help"]):
         text = run_cli(args).output
         for code, words in [(0, "success"), (1, "internal"), (2, "usage"), (3, "invalid"), (4, "cannot"),
-                            (5, "check"), (6, "output")]:
+                            (5, "check"), (6, "output"), (8, "too large")]:
             line = next((ln for ln in text.splitlines() if ln.strip().startswith(f"{code} ")), "")
             assert words in line.lower(), f"exit code {code} not documented in {' '.join(args)}:\n{text}"
 
@@ -456,3 +457,19 @@ def test_a_check_size_that_empties_the_pooled_tensor_is_refused(tmp_path: Path) 
         result = run_cli([src, out, "--check-shape", "x:1,3,1,1"])
         assert result.exit_code == 5 and "its input is empty" in result.stderr, result.stderr
         assert "hint: choose larger sizes" in result.stderr and not out.exists()
+
+
+def test_too_large_to_check_is_its_own_exit_code(tmp_path: Path) -> None:
+    """A pooled tensor over the check's limit (1 << 28 elements) stops before any check ran, with exit 8
+    (CheckTooLargeError), not 5 ("the check failed"); --no-check patches the same model."""
+    from onnxpoolfix.check import CHECK_MAX_ELEMENTS
+
+    shape = [1, CHECK_MAX_ELEMENTS // (4096 * 1024), 4100, 1024]  # just over the limit; nothing is allocated
+    src = tmp_path / "big.onnx"
+    onnx.save(make_leftover("avg", shape, (1, 7)), src)
+    out = tmp_path / "out.onnx"
+    result = run_cli([src, out])
+    assert_clean_failure(result, 8, out, "too many to run the onnxruntime check", "--no-check")
+    with pytest.raises(onnxpoolfix.CheckTooLargeError):
+        onnxpoolfix.patch(onnx.load(src))
+    assert run_cli([src, out, "--no-check", "-q"]).exit_code == 0 and out.exists()

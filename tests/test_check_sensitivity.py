@@ -11,9 +11,9 @@ from onnx import TensorProto, numpy_helper
 
 import onnxpoolfix
 from onnxpoolfix import windows as W
+from onnxpoolfix.check import check_patched
 from onnxpoolfix.frontends.leftovers import find_pool_nodes
 from onnxpoolfix.shapes import model_opset, resolve_specs
-from onnxpoolfix.verify import check_patched
 
 
 def _patched(kind, shape, size, strategy, dtype=TensorProto.FLOAT, target="onnxruntime"):

@@ -7,7 +7,8 @@ Exit codes: 0 success (also "nothing to patch"), 1 internal error (a bug: rerun 
 3 IN is not a readable valid ONNX model, 4 a node cannot be lowered exactly (unsupported variant,
 unresolvable shape, too-old opset), 5 the onnxruntime check failed, 6 OUT cannot be written,
 7 (inspect --target tensorrt) every node can be lowered, but TensorRT's parser would reject some node of the
-patched graph, 130/143 interrupted (SIGINT/SIGTERM: OUT is the previous file or the complete new one).
+patched graph, 8 too large to check (nothing was checked: --check-shape smaller sizes or --no-check),
+130/143 interrupted (SIGINT/SIGTERM: OUT is the previous file or the complete new one).
 """
 from __future__ import annotations
 

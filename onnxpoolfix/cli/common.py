@@ -24,6 +24,7 @@ Exit codes:
   4  cannot lower a node exactly (unsupported variant, unresolvable shape, too-old opset)
   5  the onnxruntime check of the patched model failed (OUT is not written)
   6  output error: OUT cannot be written (nothing is left behind)
+  8  the check cannot run: a pooled tensor is too large to check (nothing was checked or written)
   7  (inspect --target tensorrt) TensorRT's parser would reject some node of the patched graph
   130/143  interrupted by SIGINT/SIGTERM (OUT is either the previous file or the complete new one)
 """

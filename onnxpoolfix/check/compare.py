@@ -1,0 +1,121 @@
+"""The pure part of the check: one node's actual output against :mod:`onnxpoolfix.reference`, with the
+tolerance a correct average may differ by (max pooling: bit exact, values and indices). numpy only.
+
+Tolerances, per output element of an average: ``4 * eps * sqrt(L) * mean|x| over the window + eps * |ref|``
+(the summation order differs from torch's; eps of the compute dtype, float32 for float16/bfloat16) plus one
+ulp of a float16/bfloat16 output (one rounding of a float32 result); see :func:`tolerance`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from onnx import TensorProto
+
+from .. import reference
+from .. import windows as W
+from ..spec import PoolSpec
+
+
+@dataclass
+class NodeCheck:
+    name: str
+    max_error: float = 0.0
+    tolerance: float = 0.0
+    passed: bool = True
+    shapes: list[tuple[int, ...]] = field(default_factory=list)
+    detail: str = ""
+    structured: int = 0  # structured inputs the subgraph also ran on alone
+
+
+_EPS = {TensorProto.FLOAT: 2.0 ** -23, TensorProto.DOUBLE: 2.0 ** -52,
+        TensorProto.FLOAT16: 2.0 ** -10, TensorProto.BFLOAT16: 2.0 ** -7}
+
+
+_MANTISSA = {TensorProto.FLOAT16: 10, TensorProto.BFLOAT16: 7}
+
+
+def tolerance(spec: PoolSpec, x: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Per output element, what a correct average may differ from the exact one (float64) by.
+
+    The lowering sums L = window-size terms in its compute dtype (float32 for float16/bfloat16, as torch):
+    rounding errors of a sum of L terms of mean magnitude A grow like sqrt(L) * eps * A (random walk;
+    4x that is allowed), plus the rounding of the result itself, one ulp of the output dtype (float16 and
+    bfloat16 outputs are rounded once from float32). A from the window's own mean |x|, not max|x|: a
+    window off by one element on a big plane (a ~1/L change) stays above it, as do weights 1/(L+1) on small
+    ones. Used for averages only: max must be bit exact.
+    """
+    size = torch_size(spec)
+    xf = np.where(np.isfinite(x), x, 0).astype(np.float64)
+    mean_abs = reference.adaptive_avg_pool(np.abs(xf), size)
+    spatial = x.shape[x.ndim - spec.k:]
+    lengths = np.ones(ref.shape[x.ndim - spec.k:], dtype=np.float64)
+    for a, (n, m) in enumerate(zip(spatial, out_sizes(spec, x))):
+        ln = np.array([e - b for b, e in W.windows(n, m)], dtype=np.float64)
+        shape = [1] * spec.k
+        shape[a] = m
+        lengths = lengths * ln.reshape(shape)
+    compute_eps = _EPS[TensorProto.DOUBLE if spec.dtype == TensorProto.DOUBLE else TensorProto.FLOAT]
+    mag = np.abs(np.where(np.isfinite(ref), ref, 0).astype(np.float64))
+    tol = 4 * compute_eps * np.sqrt(lengths) * mean_abs + compute_eps * mag + np.finfo(np.float64).tiny
+    if spec.dtype in _MANTISSA:  # one ulp of the output at |ref|
+        floor = 2.0 ** -24 if spec.dtype == TensorProto.FLOAT16 else 2.0 ** -133  # smallest subnormal
+        tol = tol + np.maximum(2.0 ** (np.floor(np.log2(np.maximum(mag, floor))) - _MANTISSA[spec.dtype]), floor)
+    return tol
+
+
+def out_sizes(spec: PoolSpec, x: np.ndarray) -> tuple[int, ...]:
+    return reference.resolve_output_size(x.shape, torch_size(spec))
+
+
+def torch_size(spec: PoolSpec) -> tuple[int | None, ...]:
+    return tuple(None if f else s for f, s in zip(spec.follows_input, spec.node.output_size))
+
+
+def compare(spec: PoolSpec, x: np.ndarray, y: np.ndarray, idx: np.ndarray | None, check: NodeCheck) -> None:
+    """Compare one node's actual output with the reference; accumulate into ``check``."""
+    size = torch_size(spec)
+    xf, yf = x, y
+    shape = tuple(int(d) for d in x.shape)
+    if shape not in check.shapes:
+        check.shapes.append(shape)
+    if spec.kind == "avg":
+        ref = reference.adaptive_avg_pool(xf.astype(np.float64), size)
+        if ref.shape != yf.shape:
+            check.passed, check.detail = False, f"output shape {yf.shape}, expected {ref.shape}"
+            check.max_error = float("inf")
+            return
+        tol = tolerance(spec, x, ref)
+        both_nan = np.isnan(ref) & np.isnan(yf)
+        same_inf = np.isinf(ref) & (yf.astype(np.float64) == ref)
+        with np.errstate(invalid="ignore"):
+            err = np.where(both_nan | same_inf, 0.0, np.abs(yf.astype(np.float64) - ref))
+        err = np.nan_to_num(err, nan=np.inf)
+        e = float(err.max()) if err.size else 0.0
+        check.max_error = max(check.max_error, e)
+        check.tolerance = max(check.tolerance, float(tol.max()) if tol.size else 0.0)
+        bad = err > tol
+        if bad.any():
+            where = np.unravel_index(int(np.argmax(err - tol)), err.shape)
+            check.passed = False
+            check.detail = (f"error {float(err[where]):.3g} > tolerance {float(tol[where]):.3g} at output "
+                            f"{tuple(int(i) for i in where)} for input {x.shape}")
+        return
+    if idx is None:
+        ref_v, ref_i = reference.adaptive_max_pool_values(xf, size), None
+    else:
+        ref_v, ref_i = reference.adaptive_max_pool(xf, size)
+    if ref_v.shape != yf.shape:
+        check.passed, check.detail = False, f"output shape {yf.shape}, expected {ref_v.shape}"
+        check.max_error = float("inf")
+        return
+    same = np.array_equal(ref_v.astype(yf.dtype), yf, equal_nan=True)
+    if not same:
+        with np.errstate(invalid="ignore"):  # inf - inf where both are inf: NaN, counted as a difference
+            diff = np.abs(ref_v.astype(np.float64) - yf.astype(np.float64))
+        check.max_error = max(check.max_error, float(np.nan_to_num(diff, nan=np.inf).max()))
+        check.passed, check.detail = False, f"max values differ (error {check.max_error:.3g}) at input {x.shape}"
+    if idx is not None and not np.array_equal(idx, ref_i):
+        check.passed = False
+        check.detail = f"indices differ at {int((idx != ref_i).sum())} positions at input {x.shape}"
+        check.max_error = max(check.max_error, float("inf"))

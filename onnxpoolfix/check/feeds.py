@@ -1,0 +1,61 @@
+"""The check's inputs: which graph inputs are symbolic, and random feeds at concrete shapes."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from ..errors import CheckTooLargeError, ShapeError
+from ..shapes import type_dims
+
+
+def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    init = {t.name for t in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in init]
+
+
+def symbolic_inputs(model: onnx.ModelProto) -> dict[str, tuple]:
+    """Graph inputs with a symbolic or unknown dim, and their declared shapes."""
+    out = {}
+    for vi in graph_inputs(model):
+        _, dims = type_dims(vi.type)
+        if dims is None or any(not isinstance(d, int) for d in dims):
+            out[vi.name] = dims
+    return out
+
+
+def random_feed(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], rng: np.random.Generator) -> dict:
+    try:
+        return _random_feed(model, shapes, rng)
+    except (ValueError, MemoryError) as e:  # numpy: an input too large to make
+        text = ", ".join(f"{k}:{','.join(map(str, v))}" for k, v in shapes.items())
+        raise CheckTooLargeError(f"cannot make the check's random inputs at {text or 'the declared shapes'}: "
+                                 f"{' '.join(str(e).split())[:120] or type(e).__name__}",
+                                 "check at smaller sizes with --check-shape NAME:D0,D1,..., or skip the check with "
+                                 "--no-check") from None
+
+
+def _random_feed(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], rng: np.random.Generator) -> dict:
+    feed = {}
+    for vi in graph_inputs(model):
+        elem, dims = type_dims(vi.type)
+        shape = tuple(shapes[vi.name]) if vi.name in shapes else tuple(dims or ())
+        if any(not isinstance(d, int) for d in shape):
+            raise ShapeError(f"input '{vi.name}' has symbolic dims {shape} and no concrete shape to check with",
+                             "give every symbolic input's shape with --check-shape NAME:D0,D1,... "
+                             "(several inputs: in one flag, separated by spaces), or skip the check with --no-check")
+        if elem == TensorProto.BFLOAT16:
+            import ml_dtypes
+
+            feed[vi.name] = rng.standard_normal(shape).astype(ml_dtypes.bfloat16)
+            continue
+        dt = onnx.helper.tensor_dtype_to_np_dtype(elem)
+        if np.issubdtype(dt, np.floating):
+            feed[vi.name] = rng.standard_normal(shape).astype(dt)
+        elif dt == np.bool_:
+            feed[vi.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            feed[vi.name] = rng.integers(0, 4, shape).astype(dt)
+    return feed

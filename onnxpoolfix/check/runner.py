@@ -1,0 +1,253 @@
+"""The proof: run the patched model in onnxruntime and compare every replaced node with the reference.
+
+For each replaced node the check fetches the node's ACTUAL input and output tensors from the patched
+graph (they are added as extra graph outputs for the run) and compares the output with
+:mod:`onnxpoolfix.reference` applied to that input. So the comparison covers the emitted subgraph only,
+whatever the rest of the model does, and needs no torch.
+
+Tolerances: max pooling must match bit for bit (values and indices). Averages, per output element:
+``4 * eps * sqrt(L) * mean|x| over the window + eps * |ref|`` (the summation order differs from torch's;
+eps of the compute dtype, float32 for float16/bfloat16) plus one ulp of a float16/bfloat16 output (one
+rounding of a float32 result); see :func:`onnxpoolfix.check.compare.tolerance`.
+"""
+from __future__ import annotations
+
+import logging
+from math import prod
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from .. import reference
+from ..emit import Emitter
+from ..errors import CheckFailedError
+from ..graph import subgraphs
+from ..shapes import PoolSpec, make_value_info
+from .compare import NodeCheck, compare, out_sizes, torch_size
+from .feeds import graph_inputs, random_feed
+
+logger = logging.getLogger(__name__)
+
+def ort_session(model: onnx.ModelProto, model_dir: str | None):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    # fatal only: stale declared output shapes of dynamic exports (warnings) are not our news, and a probe at
+    # a size the network cannot take logs an error that is expected; a failure that matters is raised with
+    # onnxruntime's message in it
+    so.log_severity_level = 4
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if model_dir is not None:
+        # external data resolves against this folder: the graph is passed as bytes (weights stay on disk),
+        # so nothing is written next to IN, which may be read-only
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path", str(model_dir))
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
+                  input_shapes: Sequence[Mapping[str, Sequence[int]]] = ({},),
+                  model_dir: str | None = None, seed: int = 0) -> dict[int, NodeCheck]:
+    """Run ``model`` once per entry of ``input_shapes`` and compare every replaced node.
+
+    ``model`` is temporarily given extra graph outputs (restored before returning; bfloat16 tensors are
+    fetched through an exact Cast to float32, since numpy has no bfloat16). ``model_dir`` is where its
+    external data lives, if any.
+    """
+    rng = np.random.default_rng(seed)
+    inputs = {i.name for i in graph_inputs(model)}
+    types = {s.node.input: s.dtype for s in specs}
+    types.update({s.node.output: s.dtype for s in specs})
+    types.update({s.node.indices_output: TensorProto.INT64 for s in specs if s.node.indices_output})
+    fetch: dict[str, str] = {}  # tensor -> the graph output it is read from
+    added_nodes: list[onnx.NodeProto] = []
+    taken = {x for n in model.graph.node for x in list(n.input) + list(n.output)}
+    taken |= {v.name for v in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info)}
+    taken |= {t.name for t in model.graph.initializer}
+    for name, elem in types.items():
+        if name in inputs or name in fetch:
+            continue
+        if elem == TensorProto.BFLOAT16:
+            fetch[name] = Emitter(name, taken, 0).fresh("onnxpoolfix_check_float32")
+            added_nodes.append(onnx.helper.make_node("Cast", [name], [fetch[name]], to=TensorProto.FLOAT))
+        else:
+            fetch[name] = name
+    existing = {o.name for o in model.graph.output}
+    n_out, n_nodes = len(model.graph.output), len(model.graph.node)
+    model.graph.node.extend(added_nodes)
+    for name, out in fetch.items():
+        if out not in existing:
+            elem = TensorProto.FLOAT if out != name else types[name]
+            model.graph.output.append(onnx.helper.make_tensor_value_info(out, elem, None))
+    try:
+        sess = ort_session(model, model_dir)
+    except Exception as e:  # onnxruntime's own words, on one line
+        from ..io import has_external_data
+
+        hint = ("the model's weights are in external data that onnxruntime looked for beside the current "
+                "folder: pass model_dir= (the folder of the .onnx file)" if model_dir is None and
+                has_external_data(model) else
+                "if the model holds other ops onnxruntime lacks, skip the check with --no-check")
+        raise CheckFailedError(f"onnxruntime cannot load the patched model: {' '.join(str(e).split())[:300]}",
+                               hint) from None
+    finally:
+        del model.graph.output[n_out:]
+        del model.graph.node[n_nodes:]
+    checks = {s.node.index: NodeCheck(s.node.name) for s in specs}  # names may repeat
+    out_names = list(dict.fromkeys(fetch.values()))
+    for shapes in input_shapes:
+        feed = random_feed(model, shapes, rng)
+        ort_feed = {k: ort_value(v) for k, v in feed.items()}
+        feed = {k: v.astype(np.float32) if v.dtype.name == "bfloat16" else v  # exact: bfloat16 fits float32
+                for k, v in feed.items()}
+        try:
+            results = sess.run_with_ort_values(out_names, ort_feed)
+        except Exception as e:
+            shapes_txt = ", ".join(f"{k}:{'x'.join(map(str, v.shape))}" for k, v in feed.items())
+            raise CheckFailedError(
+                f"onnxruntime failed to run the patched model at {shapes_txt}: {' '.join(str(e).split())[:300]}",
+                "choose other check sizes with --check-shape, or skip the check with --no-check") from None
+        got = {n: r.numpy() for n, r in zip(out_names, results)}
+        values = {name: got[out] for name, out in fetch.items()}
+        values.update(feed)
+        for s in specs:
+            if 0 in values[s.node.input].shape[values[s.node.input].ndim - s.k:]:  # no window to compare
+                shapes_txt = ", ".join(f"{k}:{'x'.join(map(str, v.shape))}" for k, v in feed.items())
+                raise CheckFailedError(
+                    f"{s.node.label}: its input is empty ({'x'.join(map(str, values[s.node.input].shape))}) "
+                    f"at {shapes_txt}: adaptive pooling has no windows there to check",
+                    "choose larger sizes with --check-shape NAME:D0,D1,..., or skip the check with --no-check")
+        for s in specs:
+            idx = values.get(s.node.indices_output) if s.node.indices_output else None
+            compare(s, values[s.node.input], values[s.node.output], idx, checks[s.node.index])
+    for s in specs:  # each replaced subgraph alone, on inputs made to expose what random data rarely does
+        check = checks[s.node.index]
+        if check.passed and check.shapes:
+            _check_isolated(model, s, check.shapes[0], check, rng)
+    return checks
+
+
+#: pooled inputs up to this many elements also get the structured inputs (each a run and a reference)
+STRUCTURED_MAX_ELEMENTS = 1 << 22
+
+
+def ort_value(x: np.ndarray):
+    """``x`` as an onnxruntime input (bfloat16 through its raw bits: numpy has no bfloat16 of its own)."""
+    import onnxruntime as ort
+
+    x = np.ascontiguousarray(x)
+    if x.dtype.name == "bfloat16":
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(x.view(np.uint16), TensorProto.BFLOAT16)
+    return ort.OrtValue.ortvalue_from_numpy(x)
+
+
+def _isolate(model: onnx.ModelProto, spec: PoolSpec) -> onnx.ModelProto | None:
+    """The nodes computing ``spec``'s output (and indices) from its input alone, as a model of their own; None
+    when they read anything else (then only the in-model check covers the node)."""
+    g = model.graph
+    producer = {o: n for n in g.node for o in n.output if o}
+    inits = {t.name: t for t in g.initializer}
+    outs = [spec.node.output] + ([spec.node.indices_output] if spec.node.indices_output else [])
+    picked: dict[int, onnx.NodeProto] = {}
+    used: set[str] = set()
+    pending, seen = list(outs), set()
+    while pending:
+        name = pending.pop()
+        if not name or name in seen or name == spec.node.input:
+            continue
+        seen.add(name)
+        if name in inits:
+            if inits[name].data_location == TensorProto.EXTERNAL:
+                return None
+            used.add(name)
+            continue
+        node = producer.get(name)
+        if node is None:
+            return None
+        if id(node) not in picked:
+            picked[id(node)] = node
+            pending.extend(node.input)
+            pending.extend(_outer_reads(node))
+    nodes = [n for n in g.node if id(n) in picked]  # graph order is topological
+    y, y_type = spec.node.output, spec.dtype
+    if y_type == TensorProto.BFLOAT16:  # fetched through an exact Cast (numpy has no bfloat16)
+        y, y_type = "onnxpoolfix_isolated_float32", TensorProto.FLOAT
+        nodes.append(onnx.helper.make_node("Cast", [spec.node.output], [y], to=TensorProto.FLOAT))
+    graph = onnx.helper.make_graph(
+        nodes, "isolated", [make_value_info(spec.node.input, spec.dtype, None)],
+        [make_value_info(y, y_type, None)]
+        + ([make_value_info(spec.node.indices_output, TensorProto.INT64, None)] if spec.node.indices_output else []),
+        initializer=[inits[n] for n in sorted(used)])
+    isolated = onnx.helper.make_model(graph, opset_imports=list(model.opset_import))
+    isolated.ir_version = model.ir_version
+    return isolated
+
+
+def _outer_reads(node: onnx.NodeProto) -> list[str]:
+    """Names a node's subgraphs (If branches) read from outside themselves."""
+    out: list[str] = []
+    for sub in subgraphs(node):
+        made = {o for n in sub.node for o in n.output} | {i.name for i in sub.input}
+        made |= {t.name for t in sub.initializer}
+        for n in sub.node:
+            out.extend(i for i in n.input if i and i not in made)
+            out.extend(_outer_reads(n))
+    return out
+
+
+def _structured_inputs(spec: PoolSpec, shape: tuple[int, ...], rng: np.random.Generator) -> list[np.ndarray]:
+    """Ramps along each pooled axis (a window one element off moves an average by half a step, and moves a
+    max's value and index); for max also falling ramps (the window starts) and NaN/-inf: NaN scattered,
+    one whole window of -inf and a band of -inf (the exact NaN/-inf path, which finite inputs never take)."""
+    dt = np.float32 if spec.dtype == TensorProto.BFLOAT16 else onnx.helper.tensor_dtype_to_np_dtype(spec.dtype)
+    k = spec.k
+    rank = len(shape)
+    out = []
+    for a in range(rank - k, rank):
+        n = shape[a]
+        ramp = np.arange(n, dtype=np.float64).reshape([n if b == a else 1 for b in range(rank)])
+        out.append(np.ascontiguousarray(np.broadcast_to(ramp, shape), dtype=dt))  # (astype keeps the
+        if spec.kind == "max":                                                 # broadcast's odd strides)
+            out.append(np.ascontiguousarray(np.broadcast_to(n - 1 - ramp, shape), dtype=dt))
+    if spec.kind == "max" and spec.opset >= 9:  # below 9 no IsNaN/Where: no NaN/-inf guard to exercise
+        x = rng.standard_normal(shape).astype(dt)
+        x[rng.random(shape) < 0.02] = np.nan
+        first = tuple(slice(0, -((-n) // m)) for n, m in zip(shape[rank - k:], out_sizes(spec, x)))
+        x[(Ellipsis,) + first] = -np.inf  # (at least) the first window of every plane: all -inf
+        band = [slice(None)] * rank
+        band[rank - 1] = slice(shape[-1] // 2, shape[-1] // 2 + 2)
+        x[tuple(band)] = -np.inf
+        out.append(x)
+    return out
+
+
+def _check_isolated(model, spec: PoolSpec, shape: tuple[int, ...], check: NodeCheck, rng) -> None:
+    if prod(shape) > STRUCTURED_MAX_ELEMENTS:
+        return
+    isolated = _isolate(model, spec)
+    if isolated is None:
+        logger.debug("%s: its subgraph reads other tensors; checked in the model only", spec.node.label)
+        return
+    try:
+        sess = ort_session(isolated, None)
+    except Exception as e:  # noqa: BLE001 - the in-model check ran it; say why here if this differs
+        check.passed, check.detail = False, f"its subgraph alone does not load: {' '.join(str(e).split())[:200]}"
+        return
+    names = [o.name for o in isolated.graph.output]
+    inputs = _structured_inputs(spec, shape, rng)
+    if spec.node.indices_output and prod(reference.resolve_output_size(shape, torch_size(spec))) > 4096:
+        inputs = inputs[-1:]  # the reference's indices loop over windows in Python: the NaN/-inf input only
+    for x in inputs:
+        if spec.dtype == TensorProto.BFLOAT16:
+            import ml_dtypes
+
+            x = x.astype(ml_dtypes.bfloat16)
+        got = [r.numpy() for r in sess.run_with_ort_values(names, {spec.node.input: ort_value(x)})]
+        if spec.dtype == TensorProto.BFLOAT16:
+            x = x.astype(np.float32)
+        compare(spec, x, got[0], got[1] if len(got) > 1 else None, check)
+        check.structured += 1
+        if not check.passed:
+            check.detail += " (structured input, the subgraph alone)"
+            return

@@ -1,0 +1,264 @@
+"""Choosing the input sizes the check runs at: static inputs as they are, symbolic ones bound, and a
+symbolic pooled axis probed for sizes that give uniform, non-uniform and upsampling windows."""
+from __future__ import annotations
+
+import logging
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from .. import windows as W
+from ..errors import ShapeError
+from ..shapes import PoolSpec, light_copy
+from .feeds import graph_inputs, random_feed, symbolic_inputs
+from .runner import ort_session, ort_value
+
+logger = logging.getLogger(__name__)
+
+def default_check_shapes(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
+                         check_shapes: Sequence[Mapping[str, Sequence[int]]] | None = None,
+                         input_shapes: Mapping[str, Sequence[int]] | None = None,
+                         model_dir: str | None = None, seed: int = 0,
+                         ) -> tuple[list[dict[str, tuple[int, ...]]], str]:
+    """The input shapes to run the check at, and a note saying what they are.
+
+    Static inputs need nothing. Symbolic dims: ``check_shapes`` if given, else the ``input_shapes``
+    binding, else batch-like dims (axis 0) are bound to 2 (a batch > 1 catches lowerings that mix planes).
+    When a pooled axis is still symbolic (the 'dynamic' lowering), one size proves little: the model is
+    probed (see :func:`_probe_dynamic_sizes`) for input sizes that give uniform, non-uniform and
+    upsampling windows on every pooled axis, one of them with batch 2.
+    """
+    if check_shapes:
+        return ([{k: tuple(v) for k, v in s.items()} for s in check_shapes],
+                f"checked at {len(check_shapes)} input shape(s)")
+    sym = symbolic_inputs(model)
+    if not sym:
+        return [{}], "static input shapes"
+    binding = {k: tuple(v) for k, v in (input_shapes or {}).items()}
+    if any(not s.static for s in specs) and any(k not in binding for k in sym):
+        return _probe_dynamic_sizes(model, specs, sym, binding, model_dir=model_dir, seed=seed)
+    unresolved = []
+    for name, dims in sym.items():
+        if name in binding:
+            continue
+        if dims is None:
+            unresolved.append(name)
+            continue
+        shape = []
+        for axis, d in enumerate(dims):
+            if isinstance(d, int):
+                shape.append(d)
+            elif axis == 0:
+                shape.append(2)
+            else:
+                unresolved.append(f"{name}[{axis}]")
+                shape.append(None)
+        binding[name] = tuple(shape)
+    if unresolved:
+        raise ShapeError(
+            f"cannot choose sizes for the check: symbolic dims {', '.join(unresolved)}",
+            "give them with --check-shape NAME:D0,D1,... or --input-shape, or skip the check with --no-check")
+    return [binding], "symbolic dims bound to " + ", ".join(f"{k}:{','.join(map(str, v))}" for k, v in binding.items())
+
+
+# first sizes tried for the symbolic non-batch input dims when probing; the first that runs is the base
+_PROBE_BASES = (16, 32, 64, 128, 256, 512)
+
+
+_MIN_DYNAMIC_CHECKS = 3
+
+
+_KINDS = ("uniform", "non-uniform", "upsampling")
+
+
+def _window_targets(m: int) -> dict[str, int | None]:
+    """Pooled input lengths that give each kind of window for output length ``m`` (None: impossible)."""
+    nonuniform = next((n for n in range(m + 1, 3 * m + 3) if W.uniform_windows(n, m) is None), None)
+    return {"uniform": 2 * m, "non-uniform": nonuniform, "upsampling": (m - 1 if m >= 3 else 1) if m > 1 else None}
+
+
+def _window_kind(n: int, m: int) -> str:
+    if n == m:
+        return "kept"
+    if n < m:
+        return "upsampling"
+    return "uniform" if W.uniform_windows(n, m) else "non-uniform"
+
+
+def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
+    """Choose graph-input sizes for a model whose pooled axes are symbolic.
+
+    The pooled tensor is usually not a graph input (convolutions in between), so the relation between an
+    input size ``S`` and a pooled length ``n`` is measured: the model runs at two base sizes and
+    ``n = n0 + (S - S0) / r`` is fitted per pooled axis. A network may run only at multiples of some step
+    (stride-32 skip connections: 32); the step is probed too and every size chosen is a multiple of it.
+    From the fit, sizes are aimed at uniform, non-uniform and upsampling windows (rotated over the axes so
+    each axis sees each kind, one run with batch 2 where the batch is symbolic), the closest that the step
+    allows; every candidate is run once and kept only if the model accepts it; at least 3 must run.
+    Symbolic axis 0 is the batch (1, or 2); every other symbolic dim is spatial, matched to the pooled axes
+    from the last one back.
+    """
+    dyn = [s for s in specs if not s.static]
+    unresolved = [name for name, dims in sym.items() if name not in binding and dims is None]
+    if unresolved:
+        raise ShapeError(
+            f"cannot choose sizes for the check: input(s) {', '.join(unresolved)} have no known rank",
+            "give them with --check-shape NAME:D0,D1,... (repeatable), or skip the check with --no-check")
+    free = {name: dims for name, dims in sym.items() if name not in binding}
+    spatial = {name: [a for a, d in enumerate(dims) if not isinstance(d, int) and a != 0]
+               for name, dims in free.items()}
+    k = max(s.k for s in dyn)
+
+    def shapes_for(sizes: Sequence[int], batch: int) -> dict[str, tuple[int, ...]]:
+        """``sizes``: one size per pooled axis (last k); an input's last symbolic dims take them in order."""
+        out = dict(binding)
+        for name, dims in free.items():
+            axes = spatial[name]
+            shape = [d if isinstance(d, int) else batch for d in dims]
+            for j, a in enumerate(axes):
+                from_end = len(axes) - j  # 1 = last symbolic dim <-> last pooled axis
+                shape[a] = sizes[k - from_end] if from_end <= k else sizes[0]
+            out[name] = tuple(shape)
+        return out
+
+    probe = _Prober(model, {s.node.input: s.dtype for s in dyn}, model_dir, seed)
+    try:
+        base = None
+        for b in _PROBE_BASES:
+            got0 = probe.pooled(shapes_for([b] * k, 1))
+            if got0 is not None:
+                got1 = probe.pooled(shapes_for([2 * b] * k, 1))
+                if got1 is not None:
+                    base = b
+                    break
+        if base is None:
+            raise ShapeError(
+                "cannot choose sizes for the check: the model ran at none of the input sizes tried "
+                f"({', '.join(map(str, _PROBE_BASES))} on the symbolic dims)",
+                "give them with --check-shape NAME:D0,D1,... (repeatable), or skip the check with --no-check")
+        step = 1  # base and 2*base run, so some power of two up to base does
+        while step < base and probe.pooled(shapes_for([base + step] * k, 1)) is None:
+            step *= 2
+        # per pooled axis (of the first dynamic spec; others follow the same inputs): n = n0 + (S - S0) / r
+        lead = dyn[0]
+        fits = []
+        for j, axis in enumerate(lead.axes):
+            n0, n1 = got0[lead.node.input][axis], got1[lead.node.input][axis]
+            fits.append((n0, (2 * base - base) / (n1 - n0) if n1 != n0 else None))
+
+        def size_for(j: int, kind: str, fallback: int) -> int:
+            """The input size (a multiple of ``step``) nearest the one aimed at ``kind`` on pooled axis j."""
+            n0, rate = fits[j]
+            m = lead.out_sizes[j]
+            target = _window_targets(m)[kind] if isinstance(m, int) else None
+            if target is None or rate is None:
+                return fallback
+            aim = base + (target - n0) * rate
+            sizes = sorted(range(step, max(8 * base, 2 * round(abs(aim))) + step, step), key=lambda S: abs(S - aim))
+            return next((S for S in sizes if (n := n0 + (S - base) / rate) >= 1 and n == int(n)
+                         and _window_kind(int(n), m) == kind), sizes[0])
+
+        candidates = []
+        for r in range(len(_KINDS)):
+            sizes = [size_for(j, _KINDS[(r + j) % len(_KINDS)], base + (r + 1) * step) for j in range(k)]
+            candidates.append(shapes_for(sizes, 2 if r == 1 else 1))
+        candidates += [shapes_for([base] * k, 2), shapes_for([2 * base + step] * k, 1), shapes_for([3 * base] * k, 1),
+                       shapes_for([2 * base] * k, 1)]
+        chosen: list[dict[str, tuple[int, ...]]] = []
+        pooled: list[dict[str, tuple[int, ...]]] = []
+        for c in candidates:
+            if c in chosen:
+                continue
+            got = probe.pooled(c)
+            if got is None:
+                continue
+            chosen.append(c)
+            pooled.append(got)
+            if len(chosen) >= 4:
+                break
+    finally:
+        probe.close()
+    if len(chosen) < _MIN_DYNAMIC_CHECKS:
+        raise ShapeError(
+            f"cannot choose sizes for the check: the model ran at only {len(chosen)} of the input sizes tried "
+            f"(a symbolic pooled axis needs {_MIN_DYNAMIC_CHECKS})",
+            "give them with --check-shape NAME:D0,D1,... (repeatable), or skip the check with --no-check")
+    kinds = {_window_kind(got[s.node.input][a], m) for got in pooled for s in dyn
+             for a, m in zip(s.axes, s.out_sizes) if isinstance(m, int)}
+    batches = sorted({v[0] for c in chosen for name, v in c.items()
+                      if name in free and not isinstance(free[name][0], int)})
+    outs = "x".join(str(m) for m in dyn[0].out_sizes)
+    desc = ", ".join(f"{' '.join(f'{n}:' + 'x'.join(map(str, v)) for n, v in c.items())} (pooled "
+                     + "/".join("x".join(str(got[s.node.input][a]) for a in s.axes) for s in dyn) + ")"
+                     for c, got in zip(chosen, pooled))
+    covered = ", ".join(kd for kd in (*_KINDS, "kept") if kd in kinds)
+    return chosen, (f"symbolic pooled axes checked at {len(chosen)} sizes (-> {outs}; windows: {covered}"
+                    + (f"; batch {' and '.join(map(str, batches))}" if batches else "") + f"): {desc}")
+
+
+class _Prober:
+    """Runs the model with the pooled input tensors fetched as extra outputs; None where it fails."""
+
+    def __init__(self, model, names: Mapping[str, int], model_dir, seed):
+        self.model = model
+        self.names = list(names)
+        self.rng = np.random.default_rng(seed)
+        inputs = {i.name for i in graph_inputs(model)}
+        existing = {o.name for o in model.graph.output}
+        n_out = len(model.graph.output)
+        for name in self.names:
+            if name not in existing and name not in inputs:
+                model.graph.output.append(onnx.helper.make_tensor_value_info(name, names[name], None))
+        try:
+            self.sess = ort_session(model, model_dir)
+        finally:
+            del model.graph.output[n_out:]
+        self.fetch = [n for n in self.names if n not in inputs]
+        self.inputs = inputs
+        self.light = light_copy(model)  # for shape inference at each size, without the weights' bytes
+        self.empty_anyway = self._empty_tensors({})
+
+    def _empty_tensors(self, shapes) -> set[str] | None:
+        """Tensors that onnx shape inference gives a zero or negative dim at these input sizes (None: it
+        failed). Inference errors are not held against a size: other ops may be beyond onnx's inference."""
+        light = onnx.ModelProto()
+        light.CopyFrom(self.light)
+        for vi in light.graph.input:
+            if vi.name in shapes:
+                dims = vi.type.tensor_type.shape
+                dims.ClearField("dim")
+                for d in shapes[vi.name]:
+                    dims.dim.add().dim_value = int(d)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+        except Exception as e:  # noqa: BLE001
+            logger.debug("shape inference at %s failed: %s", shapes, e)
+            return None
+        return {vi.name for vi in inferred.graph.value_info
+                if any(d.HasField("dim_value") and d.dim_value <= 0 for d in vi.type.tensor_type.shape.dim)}
+
+    def pooled(self, shapes) -> dict[str, tuple[int, ...]] | None:
+        # a size too small for the network's convolutions/pools leaves some tensor empty; onnxruntime does
+        # not always raise on those (its MaxPool traps with SIGFPE on a 1x1 map with a 3x3 window, taking
+        # the process with it), so such sizes are never run
+        empty = self._empty_tensors(shapes)
+        if empty and empty - (self.empty_anyway or set()):
+            logger.debug("probe at %s skipped: shape inference empties %s", shapes, sorted(empty)[:3])
+            return None
+        try:
+            feed = {k: ort_value(v) for k, v in random_feed(self.model, shapes, self.rng).items()}
+            outs = [o.numpy() for o in self.sess.run_with_ort_values(self.fetch, feed)] if self.fetch else []
+        except Exception as e:  # noqa: BLE001 - a size the network cannot run at (too small for its convs)
+            logger.debug("probe at %s failed: %s", shapes, e)
+            return None
+        got = {n: tuple(int(d) for d in o.shape) for n, o in zip(self.fetch, outs)}
+        for n in self.names:
+            if n in self.inputs:
+                got[n] = tuple(shapes[n])
+        if any(0 in dims for dims in got.values()):  # ran, but a pooled tensor is empty: nothing to check
+            return None
+        return got
+
+    def close(self):
+        self.sess = None
