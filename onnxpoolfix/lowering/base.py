@@ -14,7 +14,8 @@ from .. import windows as W
 from ..emit import COMPUTE_IN_FLOAT32
 from ..reason import needs_opset
 from ..shapes import PoolSpec
-from .steps import NON_FINITE_UNSAFE_MAX, CastStep, NonFiniteMaxStep, Step, run_cost
+from .max_steps import NON_FINITE_UNSAFE_MAX, NonFiniteMaxStep
+from .steps import CastStep, Step, run_cost
 
 # ops onnxruntime's CPU provider has no float64 kernel for (measured: onnxruntime 1.16-1.32)
 NO_FLOAT64_KERNEL = frozenset({"AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize"})

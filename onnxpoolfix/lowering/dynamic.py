@@ -42,7 +42,8 @@ from ..reason import needs_opset
 from . import cost as C
 from .base import Lowering, axis_windows
 from .matmul import cheapest_order
-from .steps import IdentityStep, OneAxisStep, ReduceStep, Step, WindowGatherStep, gather_window_max
+from .max_steps import WindowGatherStep, gather_window_max
+from .steps import IdentityStep, OneAxisStep, ReduceStep, Step
 
 Shape = tuple
 

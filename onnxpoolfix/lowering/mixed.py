@@ -11,15 +11,14 @@ from onnx import TensorProto
 
 from .base import Lowering, axis_windows, compute_dtype, itemsize
 from .matmul import cheapest_order
+from .max_steps import MaxPoolGatherStep, WindowGatherStep
 from .pool import pool_rank_reason
 from .steps import (
     GatherStep,
     MatMulStep,
-    MaxPoolGatherStep,
     PoolStep,
     ReduceStep,
     ResizeStep,
-    WindowGatherStep,
     run_cost,
 )
 

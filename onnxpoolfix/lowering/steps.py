@@ -14,7 +14,6 @@ from math import gcd, prod
 from typing import Sequence
 
 import numpy as np
-from onnx import GraphProto, TensorProto
 
 from .. import windows as W
 from ..emit import Emitter, np_dtype
@@ -23,15 +22,15 @@ from . import cost as C
 Shape = tuple
 
 
-def _static(d) -> int:
+def static_dim(d) -> int:
     return d if isinstance(d, int) else 1
 
 
 def numel(shape: Shape) -> int:
-    return prod(_static(d) for d in shape)
+    return prod(static_dim(d) for d in shape)
 
 
-def _gather_cost(out_shape: Shape, axis: int) -> float:
+def gather_cost(out_shape: Shape, axis: int) -> float:
     """A Gather along ``axis`` producing ``out_shape``: elements copied plus one block per contiguous run
     (the dims after the axis): a last-axis Gather copies element by element."""
     out = numel(out_shape)
@@ -198,7 +197,7 @@ class GatherStep(Step):
         return tuple(out)
 
     def cost(self, shape, itemsize):
-        return C.NODE + _gather_cost(self.out_shape(shape), self.axis)
+        return C.NODE + gather_cost(self.out_shape(shape), self.axis)
 
     def emit(self, em, x, shape, elem):
         idx = em.ints(f"{self.hint}_indices", self.indices)
@@ -303,101 +302,6 @@ class KroneckerStep(Step):
     ops = ("Reshape", "MatMul")
 
 
-@dataclass(frozen=True)
-class MaxPoolGatherStep(OneAxisStep):
-    """Max along one axis with non-uniform windows: ``M = MaxPool(kmin, stride 1)``, then
-    ``max(M[start_i], M[end_i - kmin])``. Exact: every window is covered by those two kmin-windows because
-    the longest window is at most twice the shortest. Needs the input to be N, C, spatial."""
-
-    axis: int
-    first_spatial: int
-    n: int
-    m: int
-
-    def _parts(self):
-        w = W.windows(self.n, self.m)
-        kmin = min(e - s for s, e in w)
-        starts = tuple(s for s, _ in w)
-        lasts = tuple(e - kmin for _, e in w)
-        return kmin, starts, lasts
-
-
-    def cost(self, shape, itemsize):
-        kmin, starts, lasts = self._parts()
-        e_in = numel(shape)
-        e_out = numel(self.out_shape(shape))
-        out_shape = self.out_shape(shape)
-        c = C.NODE * 2 + _gather_cost(out_shape, self.axis)
-        if kmin > 1:
-            rate = C.POOL_RATE_3D if len(shape) - self.first_spatial >= 3 else C.POOL_RATE
-            c += C.NODE + e_in * kmin / rate + 2 * e_in * itemsize / C.BANDWIDTH
-        if starts != lasts:
-            c += C.NODE + _gather_cost(out_shape, self.axis) + 3 * e_out * itemsize / C.BANDWIDTH
-        return c
-
-    def emit(self, em, x, shape, elem):
-        kmin, starts, lasts = self._parts()
-        src = x
-        if kmin > 1:
-            spatial = range(self.first_spatial, len(shape))
-            kernel = [kmin if a == self.axis else 1 for a in spatial]
-            src = em.op("MaxPool", [x], kernel_shape=kernel, strides=[1] * len(kernel))
-        a = em.op("Gather", [src, em.ints("window_starts", starts)], axis=self.axis)
-        if starts == lasts:  # all windows of length kmin (e.g. 10 -> 4): one gather covers them
-            return a
-        b = em.op("Gather", [src, em.ints("window_lasts", lasts)], axis=self.axis)
-        return em.op("Max", [a, b])
-
-    @property
-    def ops(self):
-        return ("MaxPool", "Gather", "Max")
-
-
-@dataclass(frozen=True)
-class WindowGatherStep(OneAxisStep):
-    """Max along one axis via the window table: Gather ``[m, kmax]`` indices (short windows padded with
-    their own last index), then ReduceMax over the window dim. Exact for any windows and any rank."""
-
-    axis: int
-    n: int
-    m: int
-
-
-    def cost(self, shape, itemsize):
-        kmax = W.max_window(self.n, self.m)
-        out_shape = self.out_shape(shape)
-        gathered = numel(out_shape) * kmax
-        if self.axis == len(shape) - 1:  # moved to the front first (see emit): block = everything else
-            moved = (out_shape[-1], kmax) + tuple(out_shape[:-1])
-            transposes = 2 * C.NODE + (numel(shape) + numel(out_shape)) * 2 * itemsize / C.BANDWIDTH
-            return 2 * C.NODE + transposes + _gather_cost(moved, 1) + 2 * gathered * itemsize / C.BANDWIDTH
-        # the [m, kmax] table inserts a dim: the contiguous block is still the dims after the axis
-        g_shape = tuple(out_shape[: self.axis + 1]) + (kmax,) + tuple(out_shape[self.axis + 1:])
-        return 2 * C.NODE + _gather_cost(g_shape, self.axis + 1) + 2 * gathered * itemsize / C.BANDWIDTH
-
-    def emit(self, em, x, shape, elem):
-        table = em.const("window_table", W.window_table(self.n, self.m))
-        return gather_window_max(em, x, table, self.axis, len(shape))
-
-    ops = ("Gather", "ReduceMax", "Transpose")
-
-
-def gather_window_max(em: Emitter, x: str, table: str, axis: int, rank: int) -> str:
-    """``ReduceMax(Gather(x, table, axis))`` over the window dim.
-
-    onnxruntime's Gather along the LAST axis copies element by element (10x slower than along any other
-    axis), so a last axis is first moved to the front, where every index copies one contiguous block, and
-    moved back after the ReduceMax (measured 725 -> 309 us for 1x256x33x33 -> 8 along W).
-    """
-    if axis != rank - 1:
-        g = em.op("Gather", [x, table], axis=axis)
-        return em.reduce("ReduceMax", g, [axis + 1], keepdims=0)
-    front = em.op("Transpose", [x], perm=[rank - 1] + list(range(rank - 1)))
-    g = em.op("Gather", [front, table], axis=0)
-    r = em.reduce("ReduceMax", g, [1], keepdims=0)
-    return em.op("Transpose", [r], perm=list(range(1, rank)) + [0])
-
-
 def run_cost(steps: Sequence[Step], shape: Shape, itemsize: int) -> float:
     total = 0.0
     for s in steps:
@@ -422,89 +326,3 @@ def emit_steps(em: Emitter, steps: Sequence[Step], x: str, y: str, shape: Shape,
         em.taken.discard(cur)
         last.output[0] = y
     return shape
-
-
-# ops whose onnxruntime CPU kernels are not torch's max on non-finite input (measured, onnxruntime 1.32):
-# MaxPool/GlobalMaxPool give -FLT_MAX for a window of -inf (and for an all-NaN window with stride 1), and
-# MaxPool/ReduceMax drop a NaN unless it comes last/first. torch: any NaN in the window -> NaN; all -inf -> -inf.
-NON_FINITE_UNSAFE_MAX = frozenset({"MaxPool", "GlobalMaxPool", "ReduceMax"})
-
-
-@dataclass(frozen=True)
-class NonFiniteMaxStep(Step):
-    """Wraps max steps so NaN and -inf come out as torch's.
-
-    Exact form: the same steps also run on a per-element code (2 = NaN, 0 = -inf, 1 = anything else),
-    whose window max says which windows hold a NaN (-> NaN) or only -inf (-> -inf); elsewhere the inner
-    steps' value stands (exact for those windows). That doubles the pooling work, so with ``lazy`` (the
-    onnxruntime target) it sits in the else-branch of an If whose condition is "the input's sum is
-    finite" (one ReduceSum pass): finite inputs, nearly all of them, run only the plain steps. TensorRT
-    gets the eager form (its If is a conditional layer that evaluates both branches anyway).
-    Needs opset 9 (IsNaN, Where)."""
-
-    inner: tuple[Step, ...]
-    lazy: bool = False
-
-    def out_shape(self, shape):
-        for s in self.inner:
-            shape = s.out_shape(shape)
-        return shape
-
-    def cost(self, shape, itemsize):
-        if self.lazy:  # priced for the finite path: the plain steps + one read of x + If
-            return run_cost(self.inner, shape, itemsize) + 4 * C.NODE + numel(shape) * itemsize / C.BANDWIDTH
-        out = numel(self.out_shape(shape))
-        return (2 * run_cost(self.inner, shape, itemsize) + 6 * C.NODE
-                + numel(shape) * (itemsize + 4 * 3) / C.BANDWIDTH + out * (4 + 3 * itemsize) / C.BANDWIDTH)
-
-    @property
-    def ops(self):
-        extra = ("Cast", "IsNaN", "Less", "Where", "Greater") + (("ReduceSum", "Sub", "Not", "If") if self.lazy else ())
-        return tuple(dict.fromkeys(op for s in self.inner for op in s.ops)) + extra
-
-    def _plain(self, em, x, shape, elem):
-        y, sh = x, shape
-        for s in self.inner:
-            y = s.emit(em, y, sh, elem)
-            sh = s.out_shape(sh)
-        return y
-
-    def _exact(self, em, x, shape, elem):
-        y = self._plain(em, x, shape, elem)
-        f32 = TensorProto.FLOAT
-        fdt = np_dtype(elem)
-        one = em.const("code_one", np.array(1.0, np.float32))
-        two = em.const("code_two", np.array(2.0, np.float32))
-        zero = em.const("code_zero", np.array(0.0, np.float32))
-        # the masks are taken in x's own dtype: a float64 value below float32's range is not -inf
-        neg_inf = em.op("Less", [x, em.const("lowest", np.array(np.finfo(fdt).min, fdt))])
-        code = em.op("Where", [em.op("IsNaN", [x]), two, em.op("Where", [neg_inf, zero, one])])
-        code = self._plain(em, code, shape, f32)
-        y = em.op("Where", [em.op("Less", [code, em.const("half", np.array(0.5, np.float32))]),
-                            em.const("minus_inf", np.array(-np.inf, fdt)), y])
-        return em.op("Where", [em.op("Greater", [code, em.const("one_half", np.array(1.5, np.float32))]),
-                               em.const("nan", np.array(np.nan, fdt)), y])
-
-    def emit(self, em, x, shape, elem):
-        if not self.lazy:
-            return self._exact(em, x, shape, elem)
-        # sum(x) is finite iff x holds no NaN/inf (an overflowing sum only sends us down the exact branch);
-        # float16 sums overflow early, so it is summed in float32
-        xs = em.cast(x, TensorProto.FLOAT) if elem == TensorProto.FLOAT16 else x
-        total = em.op("ReduceSum", [xs], keepdims=0)
-        finite = em.op("Not", [em.op("IsNaN", [em.op("Sub", [total, total])])])
-        then_branch = _branch(em, "finite_inputs", elem, lambda sub: self._plain(sub, x, shape, elem))
-        else_branch = _branch(em, "non_finite_inputs", elem, lambda sub: self._exact(sub, x, shape, elem))
-        return em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)
-
-
-def _branch(em: Emitter, hint: str, elem: int, build) -> GraphProto:
-    """A subgraph for If, built by ``build(sub_emitter) -> output``; its constants live in the outer graph."""
-    from onnx import helper
-
-    sub = Emitter(em.prefix, em.taken, em.opset, constant_nodes=em.constant_nodes)
-    out = build(sub)
-    if out not in {o for n in sub.nodes for o in n.output}:  # a branch must produce its output itself
-        out = sub.op("Identity", [out])
-    em.initializers.extend(sub.initializers)
-    return helper.make_graph(sub.nodes, em.fresh(hint), [], [helper.make_tensor_value_info(out, elem, None)])
