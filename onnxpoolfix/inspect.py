@@ -434,7 +434,10 @@ def _lint(model: onnx.ModelProto, result: Inspection, leftovers, *, strategy, in
 @click.option("--json", "as_json", is_flag=True, help="Print the inspection as JSON (schema in onnxpoolfix/inspect.py).")
 @click.option("--optimize-exporter-pools", is_flag=True,
               help="Also show the exporter's own adaptive pools, as the patch option of that name plans them.")
-def inspect_cmd(src, target, strategy, input_shape, verbose, as_json, optimize_exporter_pools):
+@click.option("--windows", "show_windows", is_flag=True,
+              help="Also draw PyTorch's windows of every pooled axis, beside the popular recipes' "
+                   "(as `onnxpoolfix windows N M`).")
+def inspect_cmd(src, target, strategy, input_shape, verbose, as_json, optimize_exporter_pools, show_windows):
     """Show what a patch of IN would do, and what blocks it; write nothing.
 
     \b
@@ -462,5 +465,10 @@ def inspect_cmd(src, target, strategy, input_shape, verbose, as_json, optimize_e
     except Exception as err:  # noqa: BLE001 - every failure becomes one line and an exit code
         _fail(err, verbose)
         return
-    click.echo(result.to_json() if as_json else result.format_text())
+    if show_windows:
+        from .window_view import render_inspection
+
+        click.echo(render_inspection(result, as_json=as_json))
+    else:
+        click.echo(result.to_json() if as_json else result.format_text())
     sys.exit(result.exit_code)
