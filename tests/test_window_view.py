@@ -314,3 +314,31 @@ def test_inspect_windows_with_exporter_pools():
         for w, n, m in zip(node["windows"], node["input_shape"][2:], node["output_shape"][2:]):
             assert (w["in_size"], w["out_size"]) == (n, m)
             assert [tuple(x) for x in w["windows"]] == torch_windows(n, m)
+
+
+# ------------------------------------------------------------------------------------------ README
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+OUTPUT_MARK = "<!-- the output of the command above"
+
+
+def _readme_example() -> tuple[list[str], str]:
+    """The command before the README's output marker, and the indented block after it (dedented)."""
+    lines = README.read_text().splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith(OUTPUT_MARK))
+    command = next(ln for ln in reversed(lines[:at]) if ln.startswith("    onnxpoolfix ")).split()[1:]
+    block, i = [], at + 1
+    while i < len(lines) and not lines[i]:
+        i += 1
+    while i < len(lines) and (not lines[i] or lines[i].startswith("    ")):
+        block.append(lines[i][4:])
+        i += 1
+    return command, "\n".join(block).rstrip("\n")
+
+
+def test_readme_shows_the_real_output():
+    command, shown = _readme_example()
+    assert command == ["windows", "11", "4"]
+    r = cli(*command)
+    assert r.exit_code == 0 and shown == r.output.rstrip("\n")
+
