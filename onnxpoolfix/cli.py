@@ -276,7 +276,8 @@ def parse_size_pairs(values: tuple[str, ...]) -> list[tuple[int, int]]:
 
 @main.command("windows", context_settings={"ignore_unknown_options": True})  # so that `11 -4` says why
 @click.argument("sizes", nargs=-1, metavar="N M [N2 M2 ...]")
-@click.option("--json", "as_json", is_flag=True, help="Print the windows as JSON (schema in onnxpoolfix/window_view.py).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the windows as JSON (schema in onnxpoolfix/window_view.py).")
 def windows_cmd(sizes, as_json):
     """Show PyTorch's adaptive pooling windows for N -> M on each axis, and the popular recipes beside them.
 

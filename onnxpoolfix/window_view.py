@@ -26,7 +26,8 @@ The text diagram has one row per output and one column per input element. Where 
 :data:`MAX_COLUMNS` elements, a column stands for ``ceil(N / MAX_COLUMNS)`` consecutive elements, drawn
 ``#`` when all of them are in the window and ``+`` when only some are; where there are more than
 :data:`MAX_ROWS` outputs, the first and last :data:`EDGE_ROWS` rows are drawn with ``...`` between them (the
-one-line lists of ranges, lengths and starts keep the first and last :data:`LIST_EDGE`). The JSON always has every window.
+one-line lists of ranges, lengths and starts keep the first and last :data:`LIST_EDGE`). The JSON always
+has every window.
 
 JSON (``schema_version`` 1; ``onnxpoolfix windows --json``)::
 
@@ -40,7 +41,8 @@ JSON (``schema_version`` 1; ``onnxpoolfix windows --json``)::
         "upsample_factor": int | null,                 # integer-upsample only
         "windows": [[start, end]],                     # half-open, one per output
         "lengths": [int], "starts": [int],
-        "lowering": {"avg": str, "max": str} | null,   # the planner's pick for this axis alone
+        "lowering": {"avg": str, "max": str} | null,   # the planner's pick for this axis alone (one plane,
+                                                       # float32, opset 17); null in inspect --windows
         "recipes": [{
           "name": "A" | "B", "formula": str, "applicable": bool,
           "kernel": int | null, "stride": int | null,
@@ -52,12 +54,17 @@ JSON (``schema_version`` 1; ``onnxpoolfix windows --json``)::
         }]
       }]
     }
+
+``onnxpoolfix inspect IN --windows --json`` is the inspection's JSON (onnxpoolfix/inspect.py) with a
+``"windows"`` list added to every node: per pooled axis, the axis object above, or
+``{"axis", "in_size", "out_size", "note"}`` where the axis is symbolic (the note says so).
+In the text, the windows come after the nodes and before the verdict, which stays the last line.
 """
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
 
 from . import windows as W
 
@@ -126,10 +133,10 @@ class AxisView:
 
 
 def check_sizes(n: int, m: int) -> None:
-    """Raise ValueError (with the reason) unless ``n`` and ``m`` are integers in [1, MAX_SIZE]."""
+    """Raise TypeError/ValueError (with the reason) unless ``n`` and ``m`` are integers in [1, MAX_SIZE]."""
     for what, v in (("input size", n), ("output size", m)):
         if isinstance(v, bool) or not isinstance(v, int):
-            raise ValueError(f"{what} {v!r} is not an integer")
+            raise TypeError(f"{what} {v!r} is not an integer")
         if not 1 <= v <= MAX_SIZE:
             raise ValueError(f"{what} {v} is not in [1, {MAX_SIZE}]")
 

@@ -139,7 +139,7 @@ def test_lowering_is_the_planners_for_one_axis():
 
 @pytest.mark.parametrize("n, m", [(0, 3), (3, 0), (-1, 2), (2.5, 2), (True, 2), (V.MAX_SIZE + 1, 2)])
 def test_bad_sizes_are_refused(n, m):
-    with pytest.raises(ValueError):
+    with pytest.raises((TypeError, ValueError)):
         V.axis_view(n, m)
 
 
@@ -197,7 +197,7 @@ def test_cli_11_to_4():
     assert "torch: [0,3) [2,6) [5,9) [8,11)" in r.output
     assert "[0,5) [2,7) [4,9) [6,11)" in r.output  # recipe A
     assert "[0,2) [2,4) [4,6) [6,8) [8,10)" in r.output  # recipe B: five outputs
-    verdicts = re.findall(r"^\s+(exact|NOT exact.*)$", r.output, flags=re.M)
+    verdicts = re.findall(r"^\s+(exact|NOT exact.*)$", r.output, flags=re.MULTILINE)
     assert len(verdicts) == 2 and all(v.startswith("NOT exact") for v in verdicts)
     assert "5 outputs, torch has 4" in r.output and "input [10,11) never read" in r.output
     assert r.output.isascii()
