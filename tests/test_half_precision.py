@@ -64,7 +64,7 @@ def _cid(c):
     return f"{c[0]}-{'x'.join(map(str, c[1]))}-to-{'x'.join(map(str, c[2]))}"
 
 
-def half_inputs(shape, dtype, seed=0) -> dict[str, "torch.Tensor"]:
+def half_inputs(shape, dtype, seed=0) -> dict[str, torch.Tensor]:
     """Named inputs of ``dtype``: standard normal, and ~1000 + N(0, 8) (window sums pass 65504)."""
     g = torch.Generator().manual_seed(seed)
     normal = torch.randn(shape, generator=g)
@@ -72,7 +72,7 @@ def half_inputs(shape, dtype, seed=0) -> dict[str, "torch.Tensor"]:
             "offset": (1000 + 8 * torch.randn(shape, generator=g)).to(TORCH_DTYPE[dtype])}
 
 
-def torch_reference(x: "torch.Tensor", size) -> "torch.Tensor":
+def torch_reference(x: torch.Tensor, size) -> torch.Tensor:
     """torch's output in x's dtype (1D/2D: float32 accumulation, one rounding); 3D: torch in float32, rounded
     once to x's dtype (torch's own 3D half kernel accumulates in the half dtype)."""
     fn = {1: torch.nn.functional.adaptive_avg_pool1d, 2: torch.nn.functional.adaptive_avg_pool2d,
@@ -82,7 +82,7 @@ def torch_reference(x: "torch.Tensor", size) -> "torch.Tensor":
     return fn(x, tuple(size))
 
 
-def run_half(model: onnx.ModelProto, x: "torch.Tensor") -> list["torch.Tensor"]:
+def run_half(model: onnx.ModelProto, x: torch.Tensor) -> list[torch.Tensor]:
     """Run ``model`` in onnxruntime on the 16-bit tensor ``x``; outputs back as tensors of x's dtype.
     bfloat16 (no numpy dtype) goes in as its bits and comes out through an exact Cast to float32."""
     import onnxruntime as ort
@@ -108,7 +108,7 @@ def run_half(model: onnx.ModelProto, x: "torch.Tensor") -> list["torch.Tensor"]:
     return [g.to(x.dtype) for g in got]  # float32 -> bfloat16 is exact here: the values are bfloat16
 
 
-def assert_within_one_ulp(got: "torch.Tensor", want: "torch.Tensor", what: str) -> None:
+def assert_within_one_ulp(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     """Every element of ``got`` at most one ulp of its dtype from ``want``; NaN where ``want`` has NaN, inf only
     equal to inf (65504 is one ulp below float16's inf, but inf is no rounding of a finite mean)."""
     assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, got.dtype, want.shape, want.dtype)

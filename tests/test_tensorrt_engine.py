@@ -33,7 +33,7 @@ ort = pytest.importorskip("onnxruntime")
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="TensorRT needs a CUDA GPU")
 
-from structured_inputs import structured_inputs  # noqa: E402 - after the skips: needs nothing of them
+from structured_inputs import structured_inputs
 
 FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures"
 FIXTURES = sorted(FIXTURE_DIR.glob("*.onnx"))
