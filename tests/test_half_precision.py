@@ -53,6 +53,7 @@ CASES = [
     ("matmul", (1, 2, 50, 61), (3, 4)),  # windows of ~17 x 16
     ("matmul", (2, 3, 50), (6,)),
     ("matmul", (2, 2, 5, 6, 7), (3, 4, 5)),
+    ("matmul", (2, 4, 9, 11, 13), (5, 6, 7)),  # three MatMuls: a float16 intermediate would round twice
     ("matmul", (2, 4, 11, 13), (6, 7)),  # windows of 2-3: the means of rows cancel, a second rounding shows
     ("kronecker", (2, 3, 10, 11), (4, 4)),
     ("kronecker", (1, 2, 24, 20), (2, 3)),
@@ -146,7 +147,7 @@ def test_half_average_within_one_ulp_of_torch(case, dtype):
     (("N", 4, "H", "W"), (6, 7), [(2, 4, 11, 13), (1, 4, 13, 9)]),  # windows of 2-3
     (("N", 2, "L"), (6,), [(2, 2, 50), (1, 2, 600)]),
     (("N", 2, "D", "H", "W"), (2, 3, 2), [(1, 2, 5, 6, 7), (1, 2, 20, 9, 8)]),
-])
+], ids=["2d-to-4x4", "2d-to-6x7", "1d-to-6", "3d-to-2x3x2"])
 def test_dynamic_half_average_within_one_ulp_of_torch(traced_shape, size, run_shapes, dtype):
     model = make_leftover("avg", traced_shape, size, dtype=dtype)
     result = onnxpoolfix.patch(model, check=False)
