@@ -36,15 +36,16 @@ def _all_names(graph: onnx.GraphProto) -> set[str]:
     return names
 
 
-def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[GroupPlan] = ()
-                ) -> tuple[list[list[str]], list[list[str]]]:
+def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[GroupPlan] = (), *,
+                graph: onnx.GraphProto | None = None) -> tuple[list[list[str]], list[list[str]]]:
     """Rewrite ``model`` in place. Returns the op types emitted per plan, and per group level.
 
     A group's nodes all go where its earliest member was (its members' input exists there, and each
     member's output is read only after the member's own position); its other members' places go empty.
+    ``graph``: the graph holding the plans' nodes, when it is a body (If branch, Loop body) of ``model``.
     """
-    graph = model.graph
-    taken = _all_names(graph)
+    taken = _all_names(model.graph)  # fresh names unique in the whole model: a body must not shadow any
+    graph = model.graph if graph is None else graph
     replacement: dict[int, list[onnx.NodeProto]] = {}
     emitted_ops: list[list[str]] = []
     constant_nodes = model.ir_version < 4
