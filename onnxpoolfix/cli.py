@@ -142,7 +142,8 @@ def main():
 @click.option("--check-shape", "check_shape", multiple=True, metavar="NAME:D0,D1,...",
               help="Run the check at these input shapes (repeat the flag for several runs).")
 @click.option("--keep-input-shapes", is_flag=True, help="Save the --input-shape binding in OUT.")
-@click.option("--save-as-external-data", is_flag=True, help="Write OUT's weights to OUT.data beside it.")
+@click.option("--save-as-external-data", is_flag=True,
+              help="Write OUT's tensors of 1 KiB or more to OUT.data beside it (smaller ones stay inline).")
 @click.option("--in-place", is_flag=True, help="Allow OUT to be IN (replaced atomically).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report as JSON (schema in onnxpoolfix/report.py).")
