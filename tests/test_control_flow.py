@@ -227,3 +227,32 @@ def test_cli_takes_a_scripted_export_with_untyped_body_outputs(tmp_path, torch_m
     assert r.exit_code == 0, r.output
     assert "inside If/Loop/Scan bodies" in r.output
     _no_leftover_anywhere(onnx.load(out))
+
+
+def test_leftover_in_a_scan_body_with_an_outer_scope_size():
+    """Scan (torch does not write it; other exporters do): the body pools each slice, unbatched, and reads
+    the output size from the outer graph; the untyped body input gets its shape from the Scan."""
+    from onnx import TensorProto, helper
+
+    from onnxpoolfix import reference
+
+    size = helper.make_node("Constant", [], ["size"], value=onnx.numpy_helper.from_array(np.array([3, 4], np.int64)))
+    body = helper.make_graph(
+        [helper.make_node("adaptive_max_pool2d", ["x_t", "size"], ["p_t", "i_t"], domain="org.pytorch.aten"),
+         helper.make_node("Identity", ["p_t"], ["y_t"])],
+        "body", [helper.make_tensor_value_info("x_t", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y_t", TensorProto.FLOAT, None)])
+    graph = helper.make_graph([size, helper.make_node("Scan", ["xs"], ["ys"], body=body, num_scan_inputs=1)], "g",
+                              [helper.make_tensor_value_info("xs", TensorProto.FLOAT, [5, 2, 9, 10])],
+                              [helper.make_tensor_value_info("ys", TensorProto.FLOAT, [5, 2, 3, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("org.pytorch.aten", 1)], ir_version=8)
+    result = onnxpoolfix.patch(model)
+    assert [n.input_shape for n in result.report.nodes] == [[2, 9, 10]]
+    _no_leftover_anywhere(result.model)
+    assert [n.op_type for n in result.model.graph.node] == ["Scan"]  # the size Constant went with its reader
+    x = np.random.default_rng(4).standard_normal((5, 2, 9, 10)).astype(np.float32)
+    x[1, 0, :3, :3] = np.nan
+    got = ort_run(result.model, {"xs": x})[0]
+    want = np.stack([reference.adaptive_max_pool_values(x[t], (3, 4)) for t in range(5)])
+    assert_bits_equal(got, want, "scan")
