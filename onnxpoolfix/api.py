@@ -23,7 +23,7 @@ from .pyramid import plan_groups
 from .report import NodeReport, PatchReport
 from .rewrite import apply_plans
 from .shapes import PoolSpec, apply_input_shapes, model_opset, resolve_specs, validate_input_shape
-from .subgraphs import body_rows, check_nested, has_nested_leftovers, patch_nested
+from .subgraphs import body_rows, check_nested, has_nested_leftovers, patch_nested, type_bodies
 from .verify import check_patched, default_check_shapes
 
 logger = logging.getLogger(__name__)
@@ -62,7 +62,8 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             (GlobalAveragePool -> ReduceMean) or when it joins a pyramid read once with its siblings.
 
     Nodes that pool the same tensor are planned together (:mod:`onnxpoolfix.pyramid`) unless ``strategy``
-    forces a lowering.
+    forces a lowering. Leftovers inside If/Loop/Scan bodies are patched too, after the top-level graph
+    (:mod:`onnxpoolfix.subgraphs`; each replaced subgraph is checked alone).
     """
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"patch() takes an onnx.ModelProto, not {type(model).__name__}")
@@ -99,6 +100,8 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         model = caller
     nodes = find_pool_nodes(model.graph, opset, nested=True)
     nested = has_nested_leftovers(model)  # inside If/Loop/Scan bodies: onnxpoolfix.subgraphs, after the top level
+    if nested and nodes:
+        type_bodies(model)  # a top-level leftover may pool an If's result: torch leaves it untyped
     specs: list[PoolSpec] = []
     notes: list[str] = []
     if nodes:

@@ -279,35 +279,44 @@ def _fill_loop_carried(graph: onnx.GraphProto, path: BodyPath, inferred: onnx.Mo
     return changed
 
 
-def typed_copy(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    """A copy of ``model`` with the types torch leaves out around leftovers in bodies filled in (the
-    leftovers' outputs, the untyped body outputs and If/Loop outputs): what the ONNX checker needs to judge
-    such a real export. None when the model has no leftover in a body or their shapes cannot be found."""
+def type_bodies(model: onnx.ModelProto) -> bool:
+    """Declare, in place, the types torch leaves out around leftovers in bodies: the leftovers' outputs,
+    the untyped body outputs and If/Loop results, so that inference flows past them (the ONNX checker;
+    a top-level leftover pooling an If's result). False (nothing changed) when their shapes cannot be
+    found yet, e.g. a body pooling a top-level leftover's output."""
     from .errors import PoolFixError
     from .shapes import model_opset
 
-    if not has_nested_leftovers(model):
-        return None
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    opset = model_opset(copy)
+    opset = model_opset(model)
     try:
-        found = find_nested(copy, opset)
-        specs = resolve_nested(copy, found, opset=opset, target="onnxruntime")
+        found = find_nested(model, opset)
+        specs = resolve_nested(model, found, opset=opset, target="onnxruntime")
     except PoolFixError as e:
-        logger.debug("cannot type the leftovers in bodies for the checker: %s", e)
-        return None
+        logger.debug("cannot type the leftovers in bodies yet: %s", e)
+        return False
     for f, s in zip(found, specs):
-        body = graph_at(copy, f.path)
+        body = graph_at(model, f.path)
         typed = {f.node.output: make_value_info(f.node.output, s.dtype, s.output_shape)}
         if f.node.indices_output:
             typed[f.node.indices_output] = make_value_info(f.node.indices_output, TensorProto.INT64, s.output_shape)
         for o in body.output:
             if o.name in typed:
                 o.CopyFrom(typed.pop(o.name))
-        body.value_info.extend(typed.values())
-    fill_untyped(copy)
-    return copy
+        keep = [vi for vi in body.value_info if vi.name not in typed]
+        del body.value_info[:]
+        body.value_info.extend(keep + list(typed.values()))
+    fill_untyped(model)
+    return True
+
+
+def typed_copy(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """A copy of ``model`` typed by :func:`type_bodies`, for the ONNX checker to judge such a real export;
+    None when no leftover is in a body or their shapes cannot be found."""
+    if not has_nested_leftovers(model):
+        return None
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy if type_bodies(copy) else None
 
 
 # ---------------------------------------------------------------------------------------------- the check

@@ -256,3 +256,40 @@ def test_leftover_in_a_scan_body_with_an_outer_scope_size():
     got = ort_run(result.model, {"xs": x})[0]
     want = np.stack([reference.adaptive_max_pool_values(x[t], (3, 4)) for t in range(5)])
     assert_bits_equal(got, want, "scan")
+
+
+def test_leftovers_chained_across_an_if_both_ways(torch_mod):
+    """A top-level leftover pooling an If's (untyped) result, and a branch pooling a top-level leftover's
+    output: each order of dependency patches and matches torch on both branches."""
+    torch = torch_mod
+    F = torch.nn.functional
+
+    class PoolAfterIf(torch.nn.Module):
+        def forward(self, x, flag: bool):
+            if flag:
+                y = F.adaptive_avg_pool2d(x, (6, 7))
+            else:
+                y = F.adaptive_max_pool2d(x, (6, 7))
+            return F.adaptive_avg_pool2d(y, (4, 3))
+
+    class IfAfterPool(torch.nn.Module):
+        def forward(self, x, flag: bool):
+            y = F.adaptive_max_pool2d(x, (6, 7))
+            if flag:
+                z = F.adaptive_avg_pool2d(y, (4, 3))
+            else:
+                z = F.adaptive_max_pool2d(y * 2.0, (5, 5))[:, :, :4, :3]
+            return z
+
+    rng = np.random.default_rng(5)
+    for module in (PoolAfterIf(), IfAfterPool()):
+        exported = _export(torch, module, (torch.randn(1, 2, 9, 10), True), ["x", "flag"])
+        result = onnxpoolfix.patch(exported)
+        assert len(result.report.nodes) == 3
+        _no_leftover_anywhere(result.model)
+        for flag in (True, False):
+            x = rng.standard_normal((1, 2, 9, 10)).astype(np.float32)
+            got = ort_run(result.model, {"x": x, "flag": np.array(flag)})[0]
+            with torch.no_grad():
+                want = module(torch.from_numpy(x), flag).numpy()
+            assert_avg_close(got, want, x, rel=4e-6)
