@@ -186,3 +186,18 @@ def test_report_into_a_fifo_and_a_null_device(tmp_path):
     r = cli(AVG, tmp_path / "o2.onnx", "-q", "--report", dev)
     assert r.exit_code == 0, r.output
     assert stat.S_ISCHR(os.stat(dev).st_mode)
+
+
+def test_out_socket_is_refused(tmp_path):
+    import socket
+
+    path = tmp_path / "sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.bind(str(path))
+        r = cli(AVG, path)
+        assert r.exit_code == 6, r.output
+        assert "socket" in r.output and "hint:" in r.output
+        assert stat.S_ISSOCK(os.stat(path).st_mode)
+    finally:
+        s.close()
