@@ -171,7 +171,7 @@ def resolve_nested(model: onnx.ModelProto, found: Sequence[NestedLeftover], *, o
 class NestedPatch:
     """One replaced leftover in a body: where, what, how."""
 
-    path: BodyPath
+    path: BodyPath  # where the body was found (node indices shift as outer graphs are rewritten)
     spec: PoolSpec
     lowering: str
     why: str
@@ -204,12 +204,13 @@ def patch_nested(model: onnx.ModelProto, *, opset: int, target: str, plan_one: C
         view.graph.CopyFrom(body)
         for i, ops in zip(members, emitted):
             done[i] = NestedPatch(path, specs[i], plans[i].lowering.name, plans[i].why, ops, _isolate(view, specs[i]))
-    # the size constants torch wrote in an outer graph go once no body reads them; deepest graphs first, so a
-    # removal shifts node indices only inside a graph whose bodies are done
+    # the size constants torch wrote in an outer graph go once no body reads them. The paths found above are
+    # stale now (a replacement is several nodes), so the graphs are walked afresh, deepest first: a removal
+    # copies a graph's nodes, which only invalidates references to bodies inside it, already done
     sizes = [f.node.size_input for f in found if f.node.size_input]
-    scopes = {f.path[:depth] for f in found for depth in range(len(f.path) + 1)}
-    for path in sorted(scopes, key=len, reverse=True):
-        _drop_dead_size_constants(graph_at(model, path), sizes)
+    graphs = [(len(p), b) for p, b, _ in walk(model.graph)] + [(0, model.graph)]
+    for _, g in sorted(graphs, key=lambda d: -d[0]):
+        _drop_dead_size_constants(g, sizes)
     fill_untyped(model)
     return [done[i] for i in range(len(found))]
 
