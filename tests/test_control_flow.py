@@ -294,3 +294,34 @@ def test_leftovers_chained_across_an_if_both_ways(torch_mod):
             with torch.no_grad():
                 want = module(torch.from_numpy(x), flag).numpy()
             assert_avg_close(got, want, x, rel=4e-6)
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
+def test_max_indices_in_both_branches_bit_for_bit(torch_mod, target):
+    torch = torch_mod
+    F = torch.nn.functional
+
+    class WithIndices(torch.nn.Module):
+        def forward(self, x, flag: bool):
+            if flag:
+                y, i = F.adaptive_max_pool2d(x, (4, 3), return_indices=True)
+            else:
+                y, i = F.adaptive_max_pool2d(x * 2.0, (5, 7), return_indices=True)
+                y = y[:, :, :4, :3]
+                i = i[:, :, :4, :3]
+            return y, i
+
+    module = WithIndices()
+    exported = _export(torch, module, (torch.randn(1, 2, 9, 10), True), ["x", "flag"])
+    result = onnxpoolfix.patch(exported, target=target)
+    assert [n.indices for n in result.report.nodes] == ["computed", "computed"]
+    _no_leftover_anywhere(result.model)
+    rng = np.random.default_rng(6)
+    for flag in (True, False):
+        x = rng.standard_normal((1, 2, 9, 10)).astype(np.float32)
+        x[0, 1, 2:5, 3:6] = np.nan
+        got_y, got_i = ort_run(result.model, {"x": x, "flag": np.array(flag)})
+        with torch.no_grad():
+            want_y, want_i = (w.numpy() for w in module(torch.from_numpy(x), flag))
+        assert_bits_equal(got_y, want_y, f"values, flag={flag}")
+        np.testing.assert_array_equal(got_i, want_i)
