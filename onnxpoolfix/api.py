@@ -23,6 +23,7 @@ from .pyramid import plan_groups
 from .report import NodeReport, PatchReport
 from .rewrite import apply_plans
 from .shapes import PoolSpec, apply_input_shapes, model_opset, resolve_specs, validate_input_shape
+from .subgraphs import body_rows, check_nested, has_nested_leftovers, patch_nested, type_bodies
 from .verify import check_patched, default_check_shapes
 
 logger = logging.getLogger(__name__)
@@ -61,7 +62,8 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             (GlobalAveragePool -> ReduceMean) or when it joins a pyramid read once with its siblings.
 
     Nodes that pool the same tensor are planned together (:mod:`onnxpoolfix.pyramid`) unless ``strategy``
-    forces a lowering.
+    forces a lowering. Leftovers inside If/Loop/Scan bodies are patched too, after the top-level graph
+    (:mod:`onnxpoolfix.subgraphs`; each replaced subgraph is checked alone).
     """
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"patch() takes an onnx.ModelProto, not {type(model).__name__}")
@@ -96,14 +98,17 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     if inlined and inplace:  # the inliner builds a new model: inplace means the caller's object
         caller.CopyFrom(model)
         model = caller
-    nodes = find_pool_nodes(model.graph, opset)
+    nodes = find_pool_nodes(model.graph, opset, nested=True)
+    nested = has_nested_leftovers(model)  # inside If/Loop/Scan bodies: onnxpoolfix.subgraphs, after the top level
+    if nested and nodes:
+        type_bodies(model)  # a top-level leftover may pool an If's result: torch leaves it untyped
     specs: list[PoolSpec] = []
     notes: list[str] = []
     if nodes:
         specs, notes = _specs(model, nodes, opset=opset, target=target, input_shapes=input_shapes,
                               keep_input_shapes=keep_input_shapes)
     exporter = _exporter_pools(model, specs, opset=opset, target=target) if optimize_exporter_pools else []
-    if not specs and not exporter:
+    if not specs and not exporter and not nested:
         report.check_note = "nothing to patch"
         return PatchResult(model, report)
     if inlined:
@@ -119,7 +124,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     rest = [p for p in rest if id(p) not in kept]
     if kept:
         notes.append(f"kept {len(kept)} exporter pool(s) as they are (already the fastest exact form)")
-    if not rest and not groups:
+    if not rest and not groups and not nested:
         report.check_note = "; ".join(notes + ["nothing to patch"])
         return PatchResult(model, report)
     emitted, group_ops = apply_plans(model, rest, groups)
@@ -134,14 +139,45 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             input_shape=list(s.input_shape), output_shape=list(s.output_shape),
             lowering=lowering, why=why, ops=ops,
             indices="computed" if s.node.indices_output else "dropped" if s.node.unused_outputs else "none"))
+    in_bodies = patch_nested(model, opset=opset, target=target, plan_one=lambda s: _plan(s, strategy)) if nested else []
     if notes:
         report.check_note = "; ".join(notes)
     if check:
-        _check(model, specs, report, check_shapes=check_shapes, input_shapes=input_shapes,
-               model_dir=model_dir, seed=seed)
+        if specs:
+            _check(model, specs, report, check_shapes=check_shapes, input_shapes=input_shapes,
+                   model_dir=model_dir, seed=seed)
+        if in_bodies:
+            _check_in_bodies(model, in_bodies, report, model_dir=model_dir, seed=seed)
     else:
+        report.nodes.extend(body_rows(in_bodies))
         report.check_note = "; ".join(notes + ["--no-check"])
     return PatchResult(model, report)
+
+
+def _check_in_bodies(model, in_bodies, report: PatchReport, *, model_dir, seed) -> None:
+    """The leftovers replaced inside If/Loop/Scan bodies: each replaced subgraph alone (a random input takes
+    one branch only), and the whole model loaded once by onnxruntime."""
+    from .verify import _session
+
+    try:
+        _session(model, model_dir)
+    except Exception as e:  # noqa: BLE001 - onnxruntime's words
+        raise CheckFailedError(f"onnxruntime cannot load the patched model: {' '.join(str(e).split())[:300]}",
+                               "skip the check with --no-check to write OUT anyway") from None
+    try:
+        rows = check_nested(model, in_bodies, seed=seed)
+    except CheckFailedError as e:
+        report.nodes.extend(e.rows)
+        report.checked, report.check_passed = True, False
+        e.report = report
+        raise
+    report.nodes.extend(rows)
+    report.checked = True
+    report.check_passed = report.check_passed is not False
+    shapes = sum(len(r.checked_shapes) for r in rows)
+    note = (f"{len(rows)} leftover(s) inside If/Loop/Scan bodies replaced and each replaced subgraph run alone "
+            f"(random and structured inputs, {shapes} shape(s) in all)")
+    report.check_note = "; ".join(x for x in (report.check_note, note) if x)
 
 
 def _exporter_pools(model, specs, *, opset, target) -> list[PoolSpec]:

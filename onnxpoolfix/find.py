@@ -213,24 +213,32 @@ def _fold(node: onnx.NodeProto, args: list, name: str, opset: int | None) -> np.
     return np.asarray(outs[[o for o in node.output if o].index(name)])
 
 
-def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None) -> list[PoolNode]:
-    """Every leftover adaptive pooling node of the top-level graph, in graph order.
+def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None, *, nested: bool = False,
+                    scope: Iterable[onnx.GraphProto] = ()) -> list[PoolNode]:
+    """Every leftover adaptive pooling node of ``graph`` itself, in graph order.
 
-    Raises :class:`UnsupportedNodeError` for a leftover whose output size cannot be read, and for leftovers
-    inside subgraphs (If/Loop/Scan bodies), which are not rewritten.
+    Raises :class:`UnsupportedNodeError` for a leftover whose output size cannot be read, and, unless
+    ``nested`` (the caller handles them: :mod:`onnxpoolfix.subgraphs`), for leftovers inside subgraphs
+    (If/Loop/Scan bodies). ``scope``: the graphs enclosing ``graph`` (a body), whose constants and
+    initializers an output size may be read from.
     """
     readers = _read_names(graph)
     graph_outputs = {o.name for o in graph.output}
 
     found: list[PoolNode] = []
     sizes = _SizeEvaluator(graph, opset)  # its tables built once (a graph may hold hundreds of leftovers)
+    for outer in scope:  # outer-scope names, the body's own taking precedence
+        sizes.producers = {**{o: n for n in outer.node for o in n.output if o}, **sizes.producers}
+        sizes.initializers = {**{t.name: t for t in outer.initializer}, **sizes.initializers}
+        sizes.graph_inputs |= {i.name for i in outer.input}
     for index, node in enumerate(graph.node):
-        for a in node.attribute:
+        for a in (node.attribute if not nested else ()):
             for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
                 if any(is_pool_leftover(n) for n in _all_nodes(sub)):
                     raise UnsupportedNodeError(
                         f"node '{node.name}' ({node.op_type}) has an adaptive pooling leftover inside its subgraph '{a.name}'",
-                        "onnxpoolfix rewrites the top-level graph only; export the pooling outside control flow",
+                        "`onnxpoolfix IN OUT` patches leftovers inside If/Loop/Scan bodies; this listing "
+                        "covers the top-level graph only",
                     )
         op = _aten_operator(node)
         if op is None:

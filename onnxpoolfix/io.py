@@ -38,6 +38,7 @@ from onnx import (
 )
 
 from .errors import InvalidModelError, OutputError
+from .outfile import commit, resolve_output, temp_folder
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,6 @@ _ALIGN_MIN, _ALIGNMENT = 1 << 20, 4096
 #: ``load_external_data``: they are values (output sizes, shapes) that the patch and shape inference read.
 SMALL_EXTERNAL_INLINE = 1024
 _COPY_CHUNK = 16 << 20
-_TMP_SUFFIX = ".onnxpoolfix-tmp"
 
 _HINT_EXTERNAL = "keep the model's external data file(s) next to it (copy or move them together with the .onnx file)"
 _HINT_REEXPORT = "re-export or re-download the model; the file is probably truncated or not an ONNX model"
@@ -432,7 +432,14 @@ def check_input_model(model: ModelProto, path: PathLike) -> None:
         _check_input_model(model, path)
     except InvalidModelError:
         from .api import inline_functions_holding_leftovers
+        from .subgraphs import typed_copy
 
+        # torch leaves the outputs of leftovers in If/Loop bodies, and the bodies' own outputs, untyped: a
+        # real export, judged with those types filled in as the patch will fill them
+        typed = typed_copy(model)
+        if typed is not None:
+            _check_input_model(typed, path)
+            return
         inlined, holders = inline_functions_holding_leftovers(model)
         if not holders:
             raise
@@ -758,9 +765,8 @@ def _copy_file(src: Path, dst: Path) -> None:
 
 def _resolve_out(out_path: PathLike) -> Path:
     """OUT, or the file it links to: a symbolic link is written through, as cp does (replacing the link with a
-    regular file would leave the file it points to unpatched)."""
-    out = Path(out_path)
-    return Path(os.path.realpath(out)) if out.is_symlink() else out
+    regular file would leave the file it points to unpatched); see :mod:`onnxpoolfix.outfile`."""
+    return resolve_output(out_path).path
 
 
 def _check_out_path(out: Path) -> Path:
@@ -786,10 +792,14 @@ def preflight_output(out_path: PathLike, *, source_path: PathLike | None = None,
     """The checks ``save_model`` makes on OUT before it writes anything, made up front so that a bad OUT
     fails in milliseconds and not after a long patch and check. Writes nothing. ``save_model`` still makes
     them again (and is the real test of writability: permissions can lie, e.g. read-only mounts)."""
-    out = _resolve_out(out_path)
+    target = resolve_output(out_path)
+    out = target.path
     folder = _check_out_path(out)
     _refuse_input_as_output(out, Path(source_path) if source_path is not None else None, in_place)
-    if not os.access(folder, os.W_OK | os.X_OK):
+    if target.special:  # written into, not renamed over: its folder may be read-only (/dev)
+        if not os.access(out, os.W_OK):
+            raise OutputError(f"{out}: cannot write to it (permission denied)", "choose another output path")
+    elif not os.access(folder, os.W_OK | os.X_OK):
         raise OutputError(f"{out}: cannot write to folder {folder} (permission denied)",
                           "check the folder's permissions, or choose another output path")
 
@@ -828,9 +838,11 @@ def save_model(
       ``save_as_external_data`` were given (logged), since such a file could never be loaded again.
 
     ``model`` itself is never modified. Peak memory is the model plus its largest tensor. An OUT that is a
-    symbolic link is written through to the file it points to.
+    symbolic link is written through to the file it points to; a FIFO or character device (/dev/null) is
+    written into once everything has passed, never renamed over (:mod:`onnxpoolfix.outfile`).
     """
-    out = _resolve_out(out_path)
+    target = resolve_output(out_path)
+    out = target.path
     folder = _check_out_path(out)
     src = Path(source_path) if source_path is not None else None
     _refuse_input_as_output(out, src, in_place)
@@ -869,10 +881,13 @@ def save_model(
     if mode in ("merge", "copy") and not replacing_input and any(_same_file(data_final, f) for f in source_files):
         raise OutputError(f"{out}: writing {data_final} would overwrite the input model's external data",
                           "choose another output name or folder")
+    if target.special and mode in ("merge", "copy"):
+        raise OutputError(f"{out}: is not a regular file, and the model's weights would go to a data file "
+                          f"{data_final} beside it", "write the model to a regular file")
     logger.debug("saving %s (mode %s)", out, mode)
 
     try:
-        tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=_TMP_SUFFIX, dir=folder))
+        tmp_dir = temp_folder(target)
     except OSError as e:
         raise OutputError(f"{out}: cannot write to folder {folder} ({e.strerror})",
                           "check the folder's permissions and free space, or choose another output path") from None
@@ -941,7 +956,8 @@ def save_model(
             raise OutputError(f"{out}: internal error: wrote {written} bytes, expected {size}",
                               "report this bug; the output was not written")
         try:
-            os.chmod(tmp_model, stat.S_IMODE(out.stat().st_mode))
+            if not target.special:
+                os.chmod(tmp_model, stat.S_IMODE(out.stat().st_mode))
         except OSError:
             pass  # new file: keep the umask-derived mode it was created with
 
@@ -970,8 +986,9 @@ def save_model(
                 raise
             committed.append(data_final)
         else:
-            os.replace(tmp_model, out)
-        _fsync_dir(folder)
+            commit(target, tmp_model)
+        if not target.special:
+            _fsync_dir(folder)
         logger.info("wrote %s", ", ".join(map(str, committed)))
         return committed
     except OSError as e:

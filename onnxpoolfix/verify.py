@@ -524,17 +524,28 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
         step = 1  # base and 2*base run, so some power of two up to base does
         while step < base and probe.pooled(shapes_for([base + step] * k, 1)) is None:
             step *= 2
-        # per pooled axis (of the first dynamic spec; others follow the same inputs): n = n0 + (S - S0) / r
-        lead = dyn[0]
-        fits = []
-        for j, axis in enumerate(lead.axes):
-            n0, n1 = got0[lead.node.input][axis], got1[lead.node.input][axis]
-            fits.append((n0, (2 * base - base) / (n1 - n0) if n1 != n0 else None))
+        # per pooled axis position j (counted from the last, as shapes_for does): n = n0 + (S - S0) / r, fitted
+        # on the first dynamic spec that pools a size-dependent axis there (specs pool different numbers
+        # of axes: a 2d pool's last axes are a 3d pool's last axes, its first has no counterpart)
+        fits: list[tuple[int, float | None, object]] = []  # (n0, rate, output length) per position
+        for j in range(k):
+            from_end = k - j
+            fit = None
+            for s in dyn:
+                if s.k < from_end:
+                    continue
+                axis, m = s.axes[s.k - from_end], s.out_sizes[s.k - from_end]
+                n0, n1 = got0[s.node.input][axis], got1[s.node.input][axis]
+                if fit is None:
+                    fit = (n0, None, m)
+                if n1 != n0:
+                    fit = (n0, (2 * base - base) / (n1 - n0), m)
+                    break
+            fits.append(fit)
 
         def size_for(j: int, kind: str, fallback: int) -> int:
             """The input size (a multiple of ``step``) nearest the one aimed at ``kind`` on pooled axis j."""
-            n0, rate = fits[j]
-            m = lead.out_sizes[j]
+            n0, rate, m = fits[j]
             target = _window_targets(m)[kind] if isinstance(m, int) else None
             if target is None or rate is None:
                 return fallback
