@@ -23,9 +23,11 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check onnxpoolfix tests benchmarks fixtures/make_fixtures.py
 	$(PY) -m pytest -m "not slow" -q
 
+## test-all: everything: the fast suite, the slow cases (2000 more round trips against torch, full-size
+## AlexNet, the > 2 GB external-data models, the timed external-weights run) and a 2000-case fuzz
 test-all: $(STAMP)
 	$(VENV)/bin/ruff check onnxpoolfix tests benchmarks fixtures/make_fixtures.py
-	$(PY) -m pytest -q
+	ONNXPOOLFIX_FUZZ_CASES=2000 $(PY) -m pytest -m "slow or not slow" -q
 
 ## bench: speed of the patched graphs vs torch's kernel and the dynamo exporter (writes benchmarks/RESULTS.md)
 bench: $(STAMP)

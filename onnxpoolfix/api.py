@@ -14,10 +14,12 @@ import numpy as np
 import onnx
 
 from .check import run_check
+from .check.bodies import body_rows, check_in_bodies
 from .errors import InvalidModelError
 from .planner import AUTO, STRATEGIES
-from .planning import PlanOptions, apply_model_plan, no_lowering_hint, plan_model
+from .planning import PlanOptions, apply_model_plan, no_lowering_hint, plan_model, plan_with_hint
 from .report import NodeReport, PatchReport
+from .rewrite_bodies import patch_nested
 from .shapes import model_opset, validate_input_shape
 
 logger = logging.getLogger(__name__)
@@ -56,7 +58,9 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             (GlobalAveragePool -> ReduceMean) or when it joins a pyramid read once with its siblings.
 
     Nodes that pool the same tensor are planned together (:mod:`onnxpoolfix.pyramid`) unless ``strategy``
-    forces a lowering.
+    forces a lowering. Leftovers inside If/Loop/Scan bodies are patched too, after the top-level graph
+    (:mod:`onnxpoolfix.frontends.bodies`, :mod:`onnxpoolfix.rewrite_bodies`; each replaced subgraph is
+    checked alone by :mod:`onnxpoolfix.check.bodies`).
     """
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"patch() takes an onnx.ModelProto, not {type(model).__name__}")
@@ -87,7 +91,8 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             validate_input_shape(model, name, dims, "--check-shape")
     report = PatchReport(opset=model_opset(model), target=target)
     options = PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
-                          keep_input_shapes=keep_input_shapes, optimize_exporter_pools=optimize_exporter_pools)
+                          keep_input_shapes=keep_input_shapes, optimize_exporter_pools=optimize_exporter_pools,
+                          patch_bodies=True)
     mp = plan_model(model, options)
     if mp.inlined and inplace:  # the inliner builds a new model: inplace means the caller's object
         caller.CopyFrom(mp.model)
@@ -96,7 +101,8 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     if mp.blocker is not None:
         raise mp.blocker
     notes = list(mp.notes)
-    if not mp.nodes:
+    nested = mp.bodies  # leftovers inside If/Loop/Scan bodies: patched after the top level, below
+    if not mp.nodes and not nested:
         report.check_note = "nothing to patch"
         return PatchResult(model, report)
     if mp.inlined:
@@ -107,7 +113,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         raise n.error
     if mp.kept:
         notes.append(f"kept {len(mp.kept)} exporter pool(s) as they are (already the fastest exact form)")
-    if not mp.rest and not mp.groups:
+    if not mp.rest and not mp.groups and not nested:
         report.check_note = "; ".join(notes + ["nothing to patch"])
         return PatchResult(model, report)
     done = apply_model_plan(model, mp)
@@ -119,12 +125,18 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             input_shape=list(s.input_shape), output_shape=list(s.output_shape),
             lowering=d.lowering, why=d.why, ops=d.ops,
             indices="computed" if s.node.indices_output else "dropped" if s.node.unused_outputs else "none"))
+    in_bodies = (patch_nested(model, opset=mp.opset, target=target, plan_one=lambda s: plan_with_hint(s, strategy))
+                 if nested else [])
     if notes:
         report.check_note = "; ".join(notes)
     if check:
-        run_check(model, specs, report, check_shapes=check_shapes, input_shapes=input_shapes,
-                  model_dir=model_dir, seed=seed)
+        if specs:
+            run_check(model, specs, report, check_shapes=check_shapes, input_shapes=input_shapes,
+                      model_dir=model_dir, seed=seed)
+        if in_bodies:
+            check_in_bodies(model, in_bodies, report, model_dir=model_dir, seed=seed)
     else:
+        report.nodes.extend(body_rows(in_bodies))
         report.check_note = "; ".join(notes + ["--no-check"])
     return PatchResult(model, report)
 

@@ -17,6 +17,7 @@ import onnx
 
 from .errors import PoolFixError, UnsupportedNodeError
 from .frontends import FRONTENDS, PlanOptions
+from .frontends.bodies import has_nested_leftovers
 from .frontends.exporter_pools import keeps_its_op
 from .frontends.functions import inline_functions_holding_leftovers
 from .frontends.leftovers import is_pool_leftover
@@ -30,7 +31,7 @@ from .shapes import PoolSpec, model_opset
 logger = logging.getLogger(__name__)
 
 __all__ = ["PlanOptions", "NodePlan", "ModelPlan", "AppliedNode", "plan_model", "apply_model_plan",
-           "no_lowering_hint"]
+           "no_lowering_hint", "plan_with_hint"]
 
 
 @dataclass
@@ -57,6 +58,10 @@ class ModelPlan:
     groups: list[GroupPlan] = field(default_factory=list)  # nodes planned together (pyramids)
     rest: list[Plan] = field(default_factory=list)  # plans replaced one by one
     kept: list[Plan] = field(default_factory=list)  # optional nodes whose best form is the node itself
+    # leftovers inside If/Loop/Scan bodies, to be patched after the top level (options.patch_bodies:
+    # onnxpoolfix.rewrite_bodies plans and writes them once the top-level graph is rewritten, since their
+    # shapes may follow a replaced top-level node)
+    bodies: bool = False
 
     @property
     def blocked(self) -> list[NodePlan]:
@@ -79,13 +84,15 @@ class AppliedNode:
 def plan_model(model: onnx.ModelProto, options: PlanOptions) -> ModelPlan:
     """Plan every node the front ends find in ``model``; never raises for what it can describe.
 
-    ``model`` is modified only where ``options.input_shapes`` stays bound (see the ATen front end); local
-    functions holding leftovers are inlined into a new model (:attr:`ModelPlan.model`).
+    ``model`` is modified only where ``options.input_shapes`` stays bound and, with
+    ``options.patch_bodies``, where torch left the types around leftovers in bodies out (see the ATen front
+    end); local functions holding leftovers are inlined into a new model (:attr:`ModelPlan.model`).
     """
     opset = model_opset(model)
     model, inlined = inline_functions_holding_leftovers(model)
     mp = ModelPlan(model=model, options=options, opset=opset, inlined=inlined,
-                   leftovers=[n for n in model.graph.node if is_pool_leftover(n)])
+                   leftovers=[n for n in model.graph.node if is_pool_leftover(n)],
+                   bodies=options.patch_bodies and has_nested_leftovers(model))
     found: list[PoolSpec] = []
     for frontend in FRONTENDS:
         try:
@@ -101,6 +108,17 @@ def plan_model(model: onnx.ModelProto, options: PlanOptions) -> ModelPlan:
     if mp.would_patch:
         _group(mp)
     return mp
+
+
+def plan_with_hint(spec: PoolSpec, strategy: str) -> Plan:
+    """:func:`onnxpoolfix.planner.plan`, its refusal given :func:`no_lowering_hint` (the body leftovers,
+    planned one by one after the top level: :mod:`onnxpoolfix.rewrite_bodies`)."""
+    try:
+        return plan(spec, strategy)
+    except UnsupportedNodeError as err:
+        if err.hint is None:
+            err.hint = no_lowering_hint(spec, candidates(spec))
+        raise
 
 
 def _plan_node(spec: PoolSpec, strategy: str, optional: bool) -> NodePlan:

@@ -37,15 +37,16 @@ def _all_names(graph: onnx.GraphProto) -> set[str]:
     return names
 
 
-def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[GroupPlan] = ()
-                ) -> tuple[list[list[str]], list[list[str]]]:
+def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[GroupPlan] = (), *,
+                graph: onnx.GraphProto | None = None) -> tuple[list[list[str]], list[list[str]]]:
     """Rewrite ``model`` in place. Returns the op types emitted per plan, and per group level.
 
     A group's nodes all go where its earliest member was (its members' input exists there, and each
     member's output is read only after the member's own position); its other members' places go empty.
+    ``graph``: the graph holding the plans' nodes, when it is a body (If branch, Loop body) of ``model``.
     """
-    graph = model.graph
-    taken = _all_names(graph)
+    taken = _all_names(model.graph)  # fresh names unique in the whole model: a body must not shadow any
+    graph = model.graph if graph is None else graph
     replacement: dict[int, list[onnx.NodeProto]] = {}
     emitted_ops: list[list[str]] = []
     constant_nodes = model.ir_version < 4
@@ -76,7 +77,9 @@ def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[
     graph.node.extend(new_nodes)
 
     _set_output_types(graph, specs)
-    _drop_dead_size_constants(graph, [s.node.size_input for s in specs if s.node.size_input])
+    if graph is model.graph:
+        _relax_stale_downstream_outputs(model, [s.node.output for s in specs])
+    drop_dead_size_constants(graph, [s.node.size_input for s in specs if s.node.size_input])
     _drop_unused_aten_import(model)
     return emitted_ops, group_ops
 
@@ -107,6 +110,33 @@ def _set_output_types(graph: onnx.GraphProto, specs: Sequence[PoolSpec]) -> None
             graph.value_info.append(vi)
 
 
+def _relax_stale_downstream_outputs(model: onnx.ModelProto, sources: Sequence[str]) -> None:
+    """Graph outputs computed from a replaced node's output keep the shape the exporter declared, with the
+    traced size where a dim is symbolic (batch 1 for a batch-dynamic export: onnxruntime then warns at
+    every other batch). Where shape inference of the patched graph gives such a dim as a symbol or
+    unknown, the declared int goes (a symbol inference found replaces it). Static models are left alone."""
+    from .shapes import infer, type_dims
+
+    graph = model.graph
+    if all(isinstance(d, int) for vi in graph.input for d in (type_dims(vi.type)[1] or ())):
+        return
+    down = _downstream(graph, sources)
+    outputs = [o for o in graph.output if o.name in down and o.type.tensor_type.HasField("shape")]
+    if not outputs:
+        return
+    inferred = infer(model)
+    for o in outputs:
+        _, dims = inferred.get(o.name, (0, None))
+        declared = o.type.tensor_type.shape.dim
+        if dims is None or len(dims) != len(declared):
+            continue
+        for dim, d in zip(declared, dims):
+            if dim.HasField("dim_value") and not isinstance(d, int):
+                dim.Clear()
+                if isinstance(d, str):
+                    dim.dim_param = d
+
+
 def _merge_declared_dims(computed: onnx.ValueInfoProto, declared: onnx.ValueInfoProto) -> None:
     """Where the computed shape has an unknown dim, keep the declared dim if it is a name (``N``); a
     declared int there is the exporter's traced size (stale), so the dim stays unknown."""
@@ -134,7 +164,7 @@ def _downstream(graph: onnx.GraphProto, sources: Sequence[str]) -> set[str]:
     return out
 
 
-def _drop_dead_size_constants(graph: onnx.GraphProto, names: Sequence[str]) -> None:
+def drop_dead_size_constants(graph: onnx.GraphProto, names: Sequence[str]) -> None:
     """Remove the nodes/initializers that computed output sizes, now that nothing reads them (an initializer
     also listed as a graph input, as IR 3 and keep_initializers_as_inputs write them, loses that entry too:
     it would otherwise become an input the caller must feed)."""

@@ -131,6 +131,12 @@ def assert_avg_close(got: np.ndarray, want: np.ndarray, x: np.ndarray, rel: floa
     assert e <= tol, f"max error {e:.3g} > tolerance {tol:.3g} (rel {rel:g} of max|x|) at {np.unravel_index(err.argmax(), err.shape)}"
 
 
+def slow_named(config) -> bool:
+    """Whether ``-m`` names the slow marker (``make test-all``'s ``-m "slow or not slow"`` does): the tests that
+    write gigabytes run only then, not under a bare ``pytest tests/test_io.py``."""
+    return "slow" in (config.getoption("markexpr", "") or "")
+
+
 @pytest.fixture(scope="session")
 def torch_mod():
     return pytest.importorskip("torch")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import make_leftover
+from conftest import make_leftover, ort_run
 from onnx import TensorProto, numpy_helper
 
 import onnxpoolfix
@@ -110,3 +110,68 @@ def test_max_below_opset_9_passes_its_check_without_the_nan_inputs(opset):
     m = make_leftover("max", [1, 3, 11, 13], (4, 5), opset=opset)
     result = onnxpoolfix.patch(m)
     assert result.report.check_passed and "also run alone" in result.report.check_note
+
+
+# ---- the indices output ----------------------------------------------------------------------------------
+
+def _patched_with_indices(shape, size, target):
+    m = make_leftover("max", list(shape), size, indices="output")
+    specs = resolve_specs(m, find_pool_nodes(m.graph), opset=model_opset(m), target=target)
+    patched = onnxpoolfix.patch(m, strategy="argmax", target=target)  # correct: its check passed
+    assert patched.report.check_passed
+    return patched.model, specs
+
+
+def _short(name):
+    return name.split("/")[-1]
+
+
+def _indices_one_window_off(model):
+    """The flat-index table of window i replaced by window i+1's: every index points into the next window
+    (the values, gathered from the windows themselves, stay right)."""
+    (base,) = [numpy_helper.to_array(t).reshape(-1) for t in model.graph.initializer
+               if _short(t.name).startswith("window_base")]
+    kall = int(base[1] - base[0])  # elements per window
+
+    def shift(name, a):
+        return np.roll(a.reshape(-1, kall), -1, axis=0).reshape(a.shape) if _short(name).startswith("flat_index") \
+            else None
+    return _replace(model, shift)
+
+
+def _last_instead_of_first_maximum(model):
+    """The lowering picks the last of equal maxima instead of torch's first (only ties tell)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    producer = {o: n for n in out.graph.node for o in n.output}
+    # the windows with NaN filled by -inf: Where(IsNaN, minus_inf, windows)
+    (filled,) = [n.output[0] for n in out.graph.node
+                 if n.op_type == "Where" and any(_short(i).startswith("minus_inf") for i in n.input)]
+    firsts = [n for n in out.graph.node if n.op_type == "ArgMax" and filled in n.input]  # onnxruntime target
+    for n in firsts:
+        n.attribute.append(onnx.helper.make_attribute("select_last_index", 1))
+    # tensorrt target: ReduceMin(Where(max here, position, past_end)); last = ReduceMax with past_end = -1
+    mins = [n for n in out.graph.node if n.op_type == "ReduceMin" and producer[n.input[0]].op_type == "Where"]
+    for n in mins:
+        n.op_type = "ReduceMax"
+    assert len(firsts) + len(mins) == 1, "the first-maximum node was not found"
+    if mins:
+        out = _replace(out, lambda name, a: np.full_like(a, -1) if _short(name).startswith("past_end") else None)
+    return out
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
+@pytest.mark.parametrize("how", ["one window off", "last maximum"])
+@pytest.mark.parametrize("shape, size", [((1, 2, 11, 13), (4, 5)), ((1, 3, 37), (5,))])
+def test_wrong_max_indices_fail_the_check(shape, size, how, target):
+    """Indices a window off, or the last of equal maxima instead of the first: the values stay right (shown
+    below on data with ties), only the indices comparison can catch it."""
+    model, specs = _patched_with_indices(shape, size, target)
+    assert _passes(model, specs)
+    bad = (_indices_one_window_off if how == "one window off" else _last_instead_of_first_maximum)(model)
+    onnx.checker.check_model(bad)
+    ties = np.random.default_rng(0).integers(0, 3, shape).astype(np.float32)  # equal maxima in most windows
+    (good_v, good_i), (bad_v, bad_i) = ort_run(model, {"x": ties}), ort_run(bad, {"x": ties})
+    assert np.array_equal(good_v, bad_v), "the corruption changed the values: not an indices-only bug"
+    assert not np.array_equal(good_i, bad_i), "the corruption did not change the indices"
+    assert not _passes(bad, specs)

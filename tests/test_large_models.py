@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
-from conftest import ATEN
+from conftest import ATEN, slow_named
 from onnx import TensorProto, helper, numpy_helper
 from test_io import _write_big_model  # the chunked generator: the weights are never all in memory
 
@@ -27,10 +27,11 @@ from onnxpoolfix.reference import adaptive_avg_pool
 X_SHAPE, OUT_SIZE = (2, 3, 10, 9), (4, 5)  # 10->4 and 9->5: non-uniform windows
 
 
-def model_with_pool(folder: Path, rows: int, cols: int, count: int) -> Path:
+def model_with_pool(folder: Path, rows: int, cols: int, count: int, *, sparse: bool = False) -> Path:
     """test_io's big Gather model (``count`` external weights W_i[rows, cols]; y = sum_i W_i[idx] + 0.5) plus a
-    leftover ``adaptive_avg_pool2d`` on a second input x, encoded as torch's FALLTHROUGH export writes it."""
-    src = _write_big_model(folder, rows, cols, count)
+    leftover ``adaptive_avg_pool2d`` on a second input x, encoded as torch's FALLTHROUGH export writes it.
+    ``sparse``: the weights file is all zeros and written as a hole (for runs that never read it)."""
+    src = _write_big_model(folder, rows, cols, count, sparse=sparse)
     m = pio.load_model(src)
     g = m.graph
     g.node.extend([
@@ -137,9 +138,8 @@ def _cli_cost(src: Path, out: Path) -> tuple[float, float]:
     return wall, rss
 
 
-def test_patch_cost_does_not_grow_with_external_weights(tmp_path: Path) -> None:
-    """4 MB vs 128 MB of external weights, OUT next to IN: the same time and memory (the weights are never
-    read). Generous bounds: the machine is shared."""
+def _cost_4mb_vs_128mb(tmp_path: Path, *, sparse: bool) -> dict[int, tuple[float, float]]:
+    """MB of external weights -> (best wall s, best peak RSS MiB) of two `onnxpoolfix --no-check` runs."""
     results = {}
     for mb in (4, 128):
         d = tmp_path / str(mb)
@@ -147,14 +147,30 @@ def test_patch_cost_does_not_grow_with_external_weights(tmp_path: Path) -> None:
         cols = 256
         rows = mb * (1 << 20) // (cols * 4 * 2)
         try:
-            src = model_with_pool(d, rows, cols, 2)
+            src = model_with_pool(d, rows, cols, 2, sparse=sparse)
             runs = [_cli_cost(src, d / f"out{i}.onnx") for i in range(2)]
         finally:
             shutil.rmtree(d, ignore_errors=True)  # 128 MB: do not leave it in pytest's kept folders
         results[mb] = (min(w for w, _ in runs), min(r for _, r in runs))
-    (w_small, m_small), (w_big, m_big) = results[4], results[128]
+    return results
+
+
+def test_patch_memory_does_not_grow_with_external_weights(tmp_path: Path) -> None:
+    """4 MB vs 128 MB of external weights, OUT next to IN: the same memory (the weights are never read).
+    The 128 MB file is a hole (nothing written); reading it would still cost 124 MB of memory."""
+    results = _cost_4mb_vs_128mb(tmp_path, sparse=True)
+    (_w_small, m_small), (_w_big, m_big) = results[4], results[128]
     assert m_big < m_small + 32, results  # 124 MB more weights, not even 32 MiB more memory
-    assert w_big < 1.5 * w_small + 0.5, results
+
+
+@pytest.mark.slow
+def test_patch_time_does_not_grow_with_external_weights(tmp_path: Path) -> None:
+    """The same with real 128 MB of weights, timed: a ratio with a wide margin (slow: it writes 132 MB and
+    times processes, which a shared CI machine makes noisy; `make bench-tool` measures it properly)."""
+    results = _cost_4mb_vs_128mb(tmp_path, sparse=False)
+    (w_small, m_small), (w_big, m_big) = results[4], results[128]
+    assert m_big < m_small + 32, results
+    assert w_big < 2 * w_small + 1.0, results
 
 
 def test_a_tensor_whose_data_disagrees_with_its_dims_is_refused_when_saved(tmp_path: Path) -> None:
@@ -179,8 +195,8 @@ def test_a_tensor_whose_data_disagrees_with_its_dims_is_refused_when_saved(tmp_p
 
 @pytest.mark.slow
 def test_over_2gb_external_model_patches_and_checks(tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    if "slow" not in (request.config.getoption("markexpr", "") or ""):
-        pytest.skip("writes 2.5 GB (twice): run with -m slow")
+    if not slow_named(request.config):
+        pytest.skip("writes 2.5 GB (twice): only when -m names slow (`make test-all` does)")
     rows, cols, count = 800_000, 256, 3  # 3 x 819 MB = 2.46 GB
     (tmp_path / "in").mkdir()
     (tmp_path / "out").mkdir()

@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 CLI_LINES = [ln.strip() for ln in README.splitlines()
-             if re.match(r"^ {4}onnxpoolfix (?!IN\.onnx|inspect IN)", ln)]
+             if re.match(r"^ {4}onnxpoolfix (?!IN\.onnx|inspect IN|windows N )", ln)]
 PY_BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)
 
 

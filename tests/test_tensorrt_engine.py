@@ -1,9 +1,14 @@
-"""Patched fixtures build as TensorRT engines and match onnxruntime.
+"""Patched fixtures build as TensorRT engines and match onnxruntime and the reference.
 
-For every ``fixtures/*.onnx``: patch it with ``onnxpoolfix.patch_model``, check it with ``lint_tensorrt``,
-build a TensorRT engine from it (FP32, TF32 off), run engine and onnxruntime on the same random input and
-compare (atol = rtol = 1e-4 for FP32, 1e-2 for FP16). Symbolic input dims get two sizes, covered by one optimization profile, so a
-lowering that froze a traced size fails here.
+For every ``fixtures/*.onnx`` TensorRT takes (not bfloat16, opset 9+): patch it with ``--target tensorrt``
+(and with the default onnxruntime target where that emits another graph: max pooling's lazy NaN/-inf If,
+ArgMax), check it with ``lint_tensorrt``, build a TensorRT engine from it (FP32, TF32 off), run engine and
+onnxruntime on the same inputs and compare: random, and structured (``tests/structured_inputs.py``: ramps,
+ties of all-equal, ReLU-zero and small-integer data, and for max pooling NaN and all -inf windows). Averages
+within atol = rtol = 1e-4 for FP32 (1e-2 for FP16); max pooling bit for bit (values with NaN where
+onnxruntime has NaN, and indices), and its values also against ``onnxpoolfix.reference``. Symbolic input
+dims get two sizes, covered by one optimization profile, so a lowering that froze a traced size fails here.
+A fixture that does not patch is a failure, not a skip.
 
 Skipped unless the ``tensorrt`` package, torch and a CUDA GPU are present (not the case in CI). To run it on a
 GPU machine (TensorRT 10.x, CUDA 12):
@@ -15,6 +20,7 @@ GPU machine (TensorRT 10.x, CUDA 12):
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +33,12 @@ ort = pytest.importorskip("onnxruntime")
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="TensorRT needs a CUDA GPU")
 
-FIXTURES = sorted((Path(__file__).resolve().parent.parent / "fixtures").glob("*.onnx"))
+from structured_inputs import structured_inputs
+
+FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = sorted(FIXTURE_DIR.glob("*.onnx"))
+MANIFEST = {c["file"]: c for c in json.loads((FIXTURE_DIR / "manifest.json").read_text())["cases"]}
+TARGETS = ["tensorrt", "onnxruntime"]
 
 # Sizes given to symbolic dims: axis 0 (batch) and the other axes, for the two runs of each fixture.
 SYMBOLIC_SIZES = [{"batch": 1, "other": 17}, {"batch": 2, "other": 24}]
@@ -44,19 +55,16 @@ NP_DTYPES = {  # BFLOAT16 has no numpy type: such fixtures are skipped
 }
 
 
-def _patched(model: onnx.ModelProto) -> onnx.ModelProto:
-    from onnxpoolfix import patch_model
+def _patched(model: onnx.ModelProto, target: str) -> onnx.ModelProto:
+    """The patched model, as ``onnxpoolfix IN OUT --target TARGET`` writes it (the check included). Every
+    fixture patches (tests/test_fixtures.py): a PoolFixError here is a regression, so it fails the test."""
+    from onnxpoolfix import patch
     from onnxpoolfix.errors import PoolFixError
 
     try:
-        result = patch_model(model)
-    except PoolFixError as err:  # fixtures that are meant not to patch are tested elsewhere
-        pytest.skip(f"fixture does not patch: {err}")
-    if isinstance(result, onnx.ModelProto):
-        return result
-    if isinstance(result, tuple) and isinstance(result[0], onnx.ModelProto):  # (model, report)
-        return result[0]
-    return result.model  # a report object carrying the model
+        return patch(model, target=target).model
+    except PoolFixError as err:
+        pytest.fail(f"the fixture no longer patches with --target {target}: {err}")
 
 
 def _graph_inputs(model: onnx.ModelProto):
@@ -77,19 +85,25 @@ def _concrete(dims, sizes) -> tuple[int, ...]:
                  for i, d in enumerate(dims))
 
 
-def _random_feeds(model: onnx.ModelProto, sizes, seed: int) -> dict[str, np.ndarray]:
+def _feeds(model: onnx.ModelProto, sizes, seed: int, *, finite: bool) -> dict[str, dict[str, np.ndarray]]:
+    """label -> feeds: one random, then the structured inputs (float inputs; other inputs stay random)."""
     rng = np.random.default_rng(seed)
-    feeds = {}
+    base, structured = {}, {}
     for name, elem, dims in _graph_inputs(model):
         dtype = NP_DTYPES[elem]
         shape = _concrete(dims, sizes)
         if np.issubdtype(dtype, np.floating):
-            feeds[name] = rng.standard_normal(shape).astype(dtype)
+            base[name] = rng.standard_normal(shape).astype(dtype)
+            structured[name] = structured_inputs(shape, dtype, finite=finite, seed=seed)
         elif dtype is np.bool_:
-            feeds[name] = rng.random(shape) < 0.5
+            base[name] = rng.random(shape) < 0.5
         else:
-            feeds[name] = rng.integers(0, 4, size=shape).astype(dtype)
-    return feeds
+            base[name] = rng.integers(0, 4, size=shape).astype(dtype)
+    out = {"random": base}
+    labels = {label for per_input in structured.values() for label in per_input}
+    for label in sorted(labels):
+        out[label] = {**base, **{n: per_input[label] for n, per_input in structured.items() if label in per_input}}
+    return out
 
 
 def _build_engine(model: onnx.ModelProto, logger):
@@ -154,31 +168,84 @@ def _run_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> di
     return dict(zip(names, session.run(names, feeds)))
 
 
+def _assert_same_bits(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    """Equal element for element (NaN where ``want`` has NaN; integers exactly)."""
+    got = got.astype(want.dtype)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    if np.issubdtype(want.dtype, np.floating):
+        assert np.array_equal(np.isnan(got), np.isnan(want)), f"{what}: NaN positions differ"
+        bad = ~np.isnan(want) & (got != want)
+    else:
+        bad = got != want
+    assert not bad.any(), (f"{what}: {int(bad.sum())} of {bad.size} differ, first at {np.argwhere(bad)[0].tolist()}: "
+                           f"got {got[bad][0]!r} want {want[bad][0]!r}")
+
+
+# inputs without equal values in a window (random floats, ramps) and without NaN
+ORDERED = {"random"} | {f"{how}ramp axis {a}" for how in ("", "falling ") for a in range(8)}
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    for n in graph.node:
+        yield n
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _all_nodes(a.g)
+
+
+def _case(path: Path) -> dict:
+    return MANIFEST[path.name]
+
+
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("path", FIXTURES, ids=[p.stem for p in FIXTURES])
-def test_patched_fixture_matches_onnxruntime_in_tensorrt(path: Path):
+def test_patched_fixture_matches_onnxruntime_in_tensorrt(path: Path, target: str):
+    from onnxpoolfix import reference
     from onnxpoolfix.tensorrt import lint_tensorrt
 
-    model = _patched(onnx.load(str(path)))
-    inputs = _graph_inputs(model)
+    original = onnx.load(str(path))
+    inputs = _graph_inputs(original)
     unknown = [onnx.TensorProto.DataType.Name(elem) for _n, elem, _d in inputs if elem not in NP_DTYPES]
     if unknown:
         pytest.skip(f"no numpy type for input type(s) {unknown}")
-    opset = next(i.version for i in model.opset_import if i.domain in ("", "ai.onnx"))
+    opset = next(i.version for i in original.opset_import if i.domain in ("", "ai.onnx"))
     if opset < 9:
         pytest.skip(f"opset {opset}: TensorRT 10 imports opset 9 and newer")
+    model = _patched(original, target)
+    if target != "tensorrt" and model.graph == _patched(original, "tensorrt").graph:
+        pytest.skip("the default target emits the same graph as --target tensorrt (built in the other case)")
+    case = _case(path)
+    is_max = case["kind"] == "max"
     floats = [NP_DTYPES[elem] for _n, elem, _d in inputs if np.issubdtype(NP_DTYPES[elem], np.floating)]
     atol, rtol = TOLERANCE[np.float16 if np.float16 in floats else np.float32]
 
     errors = [f for f in lint_tensorrt(model) if f.severity == "error"]
     assert not errors, "\n".join(map(str, errors))
 
+    # TensorRT imports ArgMax as TopK, whose pick among equal values is not documented: the default target's
+    # ArgMax (first maximum; last NaN) is held to torch's indices only on inputs without ties
+    argmax_ties_unspecified = target != "tensorrt" and any(n.op_type == "ArgMax" for n in _all_nodes(model.graph))
+
     logger = trt.Logger(trt.Logger.WARNING)
     engine = _build_engine(model, logger)
+    # max pooling reads the graph input itself in every max fixture: the values are the reference's
+    pool = case["pools"][0]
+    value_output = pool["outputs"][0] if is_max and pool["inputs"][0] == inputs[0][0] else None
     for seed, sizes in enumerate(SYMBOLIC_SIZES):
-        feeds = _random_feeds(model, sizes, seed)
-        expected = _run_onnxruntime(model, feeds)
-        got = _run_engine(engine, feeds)
-        assert set(got) == set(expected)
-        for name, want in expected.items():
-            np.testing.assert_allclose(got[name].astype(want.dtype), want, atol=atol, rtol=rtol,
-                                       err_msg=f"{path.name}: output {name!r} at input sizes {sizes}")
+        for label, feeds in _feeds(model, sizes, seed, finite=not is_max).items():
+            what = f"{path.name} --target {target}, {label} input at sizes {sizes}"
+            expected = _run_onnxruntime(model, feeds)
+            got = _run_engine(engine, feeds)
+            assert set(got) == set(expected)
+            for name, want in expected.items():
+                if not np.issubdtype(want.dtype, np.floating) and argmax_ties_unspecified and label not in ORDERED:
+                    continue  # indices among equal values: only --target tensorrt promises TensorRT the first
+                if is_max:  # gathers and comparisons: no rounding anywhere
+                    _assert_same_bits(got[name], want, f"{what}: output {name!r}")
+                else:
+                    np.testing.assert_allclose(got[name].astype(want.dtype), want, atol=atol, rtol=rtol,
+                                               err_msg=f"{what}: output {name!r}")
+            if value_output in got:
+                x = feeds[inputs[0][0]]
+                ref = reference.adaptive_max_pool_values(x, case["output_size"]).astype(x.dtype)
+                _assert_same_bits(got[value_output], ref, f"{what}: {value_output!r} vs onnxpoolfix.reference")

@@ -142,7 +142,7 @@ def ort_value(x: np.ndarray):
     return ort.OrtValue.ortvalue_from_numpy(x)
 
 
-def _isolate(model: onnx.ModelProto, spec: PoolSpec) -> onnx.ModelProto | None:
+def isolate(model: onnx.ModelProto, spec: PoolSpec) -> onnx.ModelProto | None:
     """The nodes computing ``spec``'s output (and indices) from its input alone, as a model of their own; None
     when they read anything else (then only the in-model check covers the node)."""
     g = model.graph
@@ -196,7 +196,7 @@ def _outer_reads(node: onnx.NodeProto) -> list[str]:
     return out
 
 
-def _structured_inputs(spec: PoolSpec, shape: tuple[int, ...], rng: np.random.Generator) -> list[np.ndarray]:
+def structured_inputs(spec: PoolSpec, shape: tuple[int, ...], rng: np.random.Generator) -> list[np.ndarray]:
     """Ramps along each pooled axis (a window one element off moves an average by half a step, and moves a
     max's value and index); for max also falling ramps (the window starts) and NaN/-inf: NaN scattered,
     one whole window of -inf and a band of -inf (the exact NaN/-inf path, which finite inputs never take)."""
@@ -225,7 +225,7 @@ def _structured_inputs(spec: PoolSpec, shape: tuple[int, ...], rng: np.random.Ge
 def _check_isolated(model, spec: PoolSpec, shape: tuple[int, ...], check: NodeCheck, rng) -> None:
     if prod(shape) > STRUCTURED_MAX_ELEMENTS:
         return
-    isolated = _isolate(model, spec)
+    isolated = isolate(model, spec)
     if isolated is None:
         logger.debug("%s: its subgraph reads other tensors; checked in the model only", spec.node.label)
         return
@@ -235,7 +235,7 @@ def _check_isolated(model, spec: PoolSpec, shape: tuple[int, ...], check: NodeCh
         check.passed, check.detail = False, f"its subgraph alone does not load: {' '.join(str(e).split())[:200]}"
         return
     names = [o.name for o in isolated.graph.output]
-    inputs = _structured_inputs(spec, shape, rng)
+    inputs = structured_inputs(spec, shape, rng)
     if spec.node.indices_output and prod(reference.resolve_output_size(shape, torch_size(spec))) > 4096:
         inputs = inputs[-1:]  # the reference's indices loop over windows in Python: the NaN/-inf input only
     for x in inputs:

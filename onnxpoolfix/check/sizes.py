@@ -69,10 +69,10 @@ _PROBE_BASES = (16, 32, 64, 128, 256, 512)
 _MIN_DYNAMIC_CHECKS = 3
 
 
-_KINDS = ("uniform", "non-uniform", "upsampling")
+WINDOW_KINDS = ("uniform", "non-uniform", "upsampling")
 
 
-def _window_targets(m: int) -> dict[str, int | None]:
+def window_targets(m: int) -> dict[str, int | None]:
     """Pooled input lengths that give each kind of window for output length ``m`` (None: impossible)."""
     nonuniform = next((n for n in range(m + 1, 3 * m + 3) if W.uniform_windows(n, m) is None), None)
     return {"uniform": 2 * m, "non-uniform": nonuniform, "upsampling": (m - 1 if m >= 3 else 1) if m > 1 else None}
@@ -140,18 +140,29 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
         step = 1  # base and 2*base run, so some power of two up to base does
         while step < base and probe.pooled(shapes_for([base + step] * k, 1)) is None:
             step *= 2
-        # per pooled axis (of the first dynamic spec; others follow the same inputs): n = n0 + (S - S0) / r
-        lead = dyn[0]
-        fits = []
-        for j, axis in enumerate(lead.axes):
-            n0, n1 = got0[lead.node.input][axis], got1[lead.node.input][axis]
-            fits.append((n0, (2 * base - base) / (n1 - n0) if n1 != n0 else None))
+        # per pooled axis position j (counted from the last, as shapes_for does): n = n0 + (S - S0) / r, fitted
+        # on the first dynamic spec that pools a size-dependent axis there (specs pool different numbers
+        # of axes: a 2d pool's last axes are a 3d pool's last axes, its first has no counterpart)
+        fits: list[tuple[int, float | None, object]] = []  # (n0, rate, output length) per position
+        for j in range(k):
+            from_end = k - j
+            fit = None
+            for s in dyn:
+                if s.k < from_end:
+                    continue
+                axis, m = s.axes[s.k - from_end], s.out_sizes[s.k - from_end]
+                n0, n1 = got0[s.node.input][axis], got1[s.node.input][axis]
+                if fit is None:
+                    fit = (n0, None, m)
+                if n1 != n0:
+                    fit = (n0, (2 * base - base) / (n1 - n0), m)
+                    break
+            fits.append(fit)
 
         def size_for(j: int, kind: str, fallback: int) -> int:
             """The input size (a multiple of ``step``) nearest the one aimed at ``kind`` on pooled axis j."""
-            n0, rate = fits[j]
-            m = lead.out_sizes[j]
-            target = _window_targets(m)[kind] if isinstance(m, int) else None
+            n0, rate, m = fits[j]
+            target = window_targets(m)[kind] if isinstance(m, int) else None
             if target is None or rate is None:
                 return fallback
             aim = base + (target - n0) * rate
@@ -160,8 +171,8 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
                          and _window_kind(int(n), m) == kind), sizes[0])
 
         candidates = []
-        for r in range(len(_KINDS)):
-            sizes = [size_for(j, _KINDS[(r + j) % len(_KINDS)], base + (r + 1) * step) for j in range(k)]
+        for r in range(len(WINDOW_KINDS)):
+            sizes = [size_for(j, WINDOW_KINDS[(r + j) % len(WINDOW_KINDS)], base + (r + 1) * step) for j in range(k)]
             candidates.append(shapes_for(sizes, 2 if r == 1 else 1))
         candidates += [shapes_for([base] * k, 2), shapes_for([2 * base + step] * k, 1), shapes_for([3 * base] * k, 1),
                        shapes_for([2 * base] * k, 1)]
@@ -192,7 +203,7 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
     desc = ", ".join(f"{' '.join(f'{n}:' + 'x'.join(map(str, v)) for n, v in c.items())} (pooled "
                      + "/".join("x".join(str(got[s.node.input][a]) for a in s.axes) for s in dyn) + ")"
                      for c, got in zip(chosen, pooled))
-    covered = ", ".join(kd for kd in (*_KINDS, "kept") if kd in kinds)
+    covered = ", ".join(kd for kd in (*WINDOW_KINDS, "kept") if kd in kinds)
     return chosen, (f"symbolic pooled axes checked at {len(chosen)} sizes (-> {outs}; windows: {covered}"
                     + (f"; batch {' and '.join(map(str, batches))}" if batches else "") + f"): {desc}")
 

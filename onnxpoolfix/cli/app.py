@@ -1,5 +1,6 @@
 """The ``onnxpoolfix`` click group: ``onnxpoolfix IN OUT`` runs ``patch``, ``onnxpoolfix inspect IN``
-runs ``inspect`` (the commands register themselves: :mod:`.patch_cmd`, :mod:`.inspect_cmd`)."""
+runs ``inspect``, ``onnxpoolfix windows N M`` draws windows (the commands register themselves:
+:mod:`.patch_cmd`, :mod:`.inspect_cmd`, :mod:`.windows_cmd`)."""
 from __future__ import annotations
 
 import signal
@@ -27,6 +28,7 @@ def main():
     \b
       onnxpoolfix IN.onnx OUT.onnx         patch, check in onnxruntime, write OUT
       onnxpoolfix inspect IN.onnx          show what would be done, write nothing
+      onnxpoolfix windows N M              show PyTorch's windows for N -> M, and the recipes'
     """
     try:  # SIGTERM unwinds like Ctrl-C, so the temporary output is removed (not possible off the main thread)
         signal.signal(signal.SIGTERM, raise_interrupted)

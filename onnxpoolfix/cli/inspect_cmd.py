@@ -20,7 +20,10 @@ from .common import Interrupted, fail, interrupted, parse_shapes, with_common
               help="Print the inspection as JSON (schema in onnxpoolfix/inspection_report.py).")
 @click.option("--optimize-exporter-pools", is_flag=True,
               help="Also show the exporter's own adaptive pools, as the patch option of that name plans them.")
-def inspect_cmd(src, target, strategy, input_shape, verbose, as_json, optimize_exporter_pools):
+@click.option("--windows", "show_windows", is_flag=True,
+              help="Also draw PyTorch's windows of every pooled axis, beside the popular recipes' "
+                   "(as `onnxpoolfix windows N M`).")
+def inspect_cmd(src, target, strategy, input_shape, verbose, as_json, optimize_exporter_pools, show_windows):
     """Show what a patch of IN would do, and what blocks it; write nothing.
 
     \b
@@ -45,5 +48,10 @@ def inspect_cmd(src, target, strategy, input_shape, verbose, as_json, optimize_e
     except Exception as err:  # noqa: BLE001 - every failure becomes one line and an exit code
         fail(err, verbose)
         return
-    click.echo(result.to_json() if as_json else result.format_text())
+    if show_windows:
+        from ..inspection_windows import render_inspection
+
+        click.echo(render_inspection(result, as_json=as_json))
+    else:
+        click.echo(result.to_json() if as_json else result.format_text())
     sys.exit(result.exit_code)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 from pathlib import Path
 
@@ -20,7 +19,8 @@ from .common import EXIT_CODES_EPILOG, Interrupted, fail, interrupted, parse_sha
 @click.option("--check-shape", "check_shape", multiple=True, metavar="NAME:D0,D1,...",
               help="Run the check at these input shapes (repeat the flag for several runs).")
 @click.option("--keep-input-shapes", is_flag=True, help="Save the --input-shape binding in OUT.")
-@click.option("--save-as-external-data", is_flag=True, help="Write OUT's weights to OUT.data beside it.")
+@click.option("--save-as-external-data", is_flag=True,
+              help="Write OUT's tensors of 1 KiB or more to OUT.data beside it (smaller ones stay inline).")
 @click.option("--in-place", is_flag=True, help="Allow OUT to be IN (replaced atomically).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report as JSON (schema in onnxpoolfix/report.py).")
@@ -56,8 +56,9 @@ def patch_cmd(src, dst, target, strategy, input_shape, verbose, no_check, check_
         written: list[Path] = []
 
         def write_report(_tmp_model: Path) -> None:
-            _write_report(report_path, result.report.to_json())
-            written.append(report_path)
+            target = _write_report(report_path, result.report.to_json())
+            if not target.special:  # a device or FIFO has taken it; there is nothing to take back
+                written.append(target.path)
 
         try:
             save_model(result.model, dst, source_path=src, save_as_external_data=save_as_external_data,
@@ -86,7 +87,10 @@ def _preflight_report(report: Path, src: Path, dst: Path, model) -> None:
     JSON), not OUT or OUT's data file (the model would be renamed over it), not a folder."""
     from ..errors import OutputError
     from ..io import external_data_files, same_file
+    from ..io.outfile import resolve_output
 
+    if resolve_output(report, "the report").special:  # written into (/dev/null, /dev/stdout): replaces nothing
+        return
     for data in external_data_files(model, Path(src).resolve().parent):
         if same_file(report, data):
             raise OutputError(f"--report {report}: is the input model's external data; refusing to overwrite it",
@@ -106,18 +110,14 @@ def _preflight_report(report: Path, src: Path, dst: Path, model) -> None:
                           "give the report a file of its own, e.g. report.json")
 
 
-def _write_report(path: Path, text: str) -> None:
+def _write_report(path: Path, text: str):
+    """The report goes where OUT would: through a link, into a device or FIFO (onnxpoolfix.io.outfile)."""
     from ..errors import OutputError
+    from ..io.outfile import write_text
 
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(text + "\n")
-        os.replace(tmp, path)
+        return write_text(path, text + "\n")
     except OSError as e:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
         raise OutputError(f"cannot write the report {path}: {e.strerror or e}",
                           "check that the report's folder exists and is writable; nothing was written") from None
 

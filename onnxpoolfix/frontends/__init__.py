@@ -6,8 +6,13 @@ seam, :data:`FRONTENDS`, which the planner (:func:`onnxpoolfix.planning.plan_mod
   (only with ``optimize_exporter_pools``).
 
 Before them, :func:`.functions.inline_functions_holding_leftovers` inlines the model-local functions that
-hide leftovers. A new front end (the dynamo exporter's decompositions, leftovers inside If/Loop bodies) is
-one more :class:`~.base.FrontEnd` here.
+hide leftovers. A new front end (the dynamo exporter's decompositions) is one more
+:class:`~.base.FrontEnd` here.
+
+Leftovers inside If/Loop/Scan bodies (:mod:`.bodies`) are not a front end's specs: their shapes may
+follow a replaced top-level node, so ``patch`` plans and writes them after the top-level graph
+(:mod:`onnxpoolfix.rewrite_bodies`); the plan records that there are some (``ModelPlan.bodies``), and the
+ATen front end types them first (a top-level leftover may pool an If's untyped result).
 """
 from __future__ import annotations
 

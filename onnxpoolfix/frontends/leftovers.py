@@ -14,6 +14,7 @@ Constant node or an initializer, or an ``output_size`` attribute. Anything unrea
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 import numpy as np
 import onnx
@@ -180,24 +181,32 @@ def _fold(node: onnx.NodeProto, args: list, name: str, opset: int | None) -> np.
     return np.asarray(outs[[o for o in node.output if o].index(name)])
 
 
-def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None) -> list[PoolNode]:
-    """Every leftover adaptive pooling node of the top-level graph, in graph order.
+def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None, *, nested: bool = False,
+                    scope: Iterable[onnx.GraphProto] = ()) -> list[PoolNode]:
+    """Every leftover adaptive pooling node of ``graph`` itself, in graph order.
 
-    Raises :class:`UnsupportedNodeError` for a leftover whose output size cannot be read, and for leftovers
-    inside subgraphs (If/Loop/Scan bodies), which are not rewritten.
+    Raises :class:`UnsupportedNodeError` for a leftover whose output size cannot be read, and, unless
+    ``nested`` (the caller handles them: :mod:`.bodies`), for leftovers inside subgraphs
+    (If/Loop/Scan bodies). ``scope``: the graphs enclosing ``graph`` (a body), whose constants and
+    initializers an output size may be read from.
     """
     readers = read_names(graph)
     graph_outputs = {o.name for o in graph.output}
 
     found: list[PoolNode] = []
     sizes = _SizeEvaluator(graph, opset)  # its tables built once (a graph may hold hundreds of leftovers)
+    for outer in scope:  # outer-scope names, the body's own taking precedence
+        sizes.producers = {**{o: n for n in outer.node for o in n.output if o}, **sizes.producers}
+        sizes.initializers = {**{t.name: t for t in outer.initializer}, **sizes.initializers}
+        sizes.graph_inputs |= {i.name for i in outer.input}
     for index, node in enumerate(graph.node):
-        for attr_name, sub in named_subgraphs(node):
+        for attr_name, sub in (named_subgraphs(node) if not nested else ()):
             if any(is_pool_leftover(n) for n in nodes_deep(sub.node)):
                 raise UnsupportedNodeError(
                     f"node '{node.name}' ({node.op_type}) has an adaptive pooling leftover inside its "
                     f"subgraph '{attr_name}'",
-                    "onnxpoolfix rewrites the top-level graph only; export the pooling outside control flow",
+                    "`onnxpoolfix IN OUT` patches leftovers inside If/Loop/Scan bodies; this listing "
+                    "covers the top-level graph only",
                 )
         op = aten_operator(node)
         if op is None:

@@ -85,8 +85,15 @@ def check_input_model(model: ModelProto, path: PathLike) -> None:
     try:
         _check_input_model(model, path)
     except InvalidModelError:
+        from ..frontends.bodies import typed_copy
         from ..frontends.functions import inline_functions_holding_leftovers
 
+        # torch leaves the outputs of leftovers in If/Loop bodies, and the bodies' own outputs, untyped: a
+        # real export, judged with those types filled in as the patch will fill them
+        typed = typed_copy(model)
+        if typed is not None:
+            _check_input_model(typed, path)
+            return
         inlined, holders = inline_functions_holding_leftovers(model)
         if not holders:
             raise

@@ -1,6 +1,7 @@
 """Where OUT goes and how it gets there: OUT's path checks (also made up front by ``preflight_output``),
 and the atomic commit that renames the finished files into place (data file first, model last, the previous
-data file restored if the model's rename fails)."""
+data file restored if the model's rename fails). What a path really writes (a link's target, a FIFO or
+device written into) is :mod:`.outfile`'s one rule, shared with ``--report``."""
 from __future__ import annotations
 
 import logging
@@ -8,6 +9,7 @@ import os
 from pathlib import Path
 
 from ..errors import OutputError
+from .outfile import OutputTarget, commit, resolve_output
 from .tensors import PathLike
 
 logger = logging.getLogger(__name__)
@@ -33,13 +35,6 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def resolve_out(out_path: PathLike) -> Path:
-    """OUT, or the file it links to: a symbolic link is written through, as cp does (replacing the link with a
-    regular file would leave the file it points to unpatched)."""
-    out = Path(out_path)
-    return Path(os.path.realpath(out)) if out.is_symlink() else out
-
-
 def check_out_path(out: Path) -> Path:
     folder = out.parent
     if out.name in ("", ".", ".."):
@@ -63,17 +58,24 @@ def preflight_output(out_path: PathLike, *, source_path: PathLike | None = None,
     """The checks ``save_model`` makes on OUT before it writes anything, made up front so that a bad OUT
     fails in milliseconds and not after a long patch and check. Writes nothing. ``save_model`` still makes
     them again (and is the real test of writability: permissions can lie, e.g. read-only mounts)."""
-    out = resolve_out(out_path)
+    target = resolve_output(out_path)
+    out = target.path
     folder = check_out_path(out)
     refuse_input_as_output(out, Path(source_path) if source_path is not None else None, in_place)
-    if not os.access(folder, os.W_OK | os.X_OK):
+    if target.special:  # written into, not renamed over: its folder may be read-only (/dev)
+        if not os.access(out, os.W_OK):
+            raise OutputError(f"{out}: cannot write to it (permission denied)", "choose another output path")
+    elif not os.access(folder, os.W_OK | os.X_OK):
         raise OutputError(f"{out}: cannot write to folder {folder} (permission denied)",
                           "check the folder's permissions, or choose another output path")
 
 
-def commit_files(tmp_model: Path, out: Path, tmp_data: Path | None, data_final: Path, tmp_dir: Path) -> list[Path]:
+def commit_files(tmp_model: Path, target: OutputTarget, tmp_data: Path | None, data_final: Path,
+                 tmp_dir: Path) -> list[Path]:
     """Rename the written files into place: the data file first, the model last (a failed model rename
-    puts the previous data file back). Returns the files committed, the model first."""
+    puts the previous data file back); a special target (FIFO, device) is written into instead. Returns
+    the files committed, the model first."""
+    out = target.path
     committed = [out]
     if tmp_data is not None:
         # keep the previous data file reachable, so a failed model rename can put it back
@@ -94,7 +96,8 @@ def commit_files(tmp_model: Path, out: Path, tmp_data: Path | None, data_final: 
             raise
         committed.append(data_final)
     else:
-        os.replace(tmp_model, out)
-    fsync_dir(out.parent)
+        commit(target, tmp_model)
+    if not target.special:
+        fsync_dir(out.parent)
     logger.info("wrote %s", ", ".join(map(str, committed)))
     return committed

@@ -7,7 +7,6 @@ import logging
 import os
 import shutil
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -16,7 +15,8 @@ import onnx
 from onnx import ModelProto, TensorProto
 
 from ..errors import InvalidModelError, OutputError
-from .commit import check_out_path, commit_files, refuse_input_as_output, resolve_out, same_file
+from .commit import check_out_path, commit_files, refuse_input_as_output, same_file
+from .outfile import resolve_output, temp_folder
 from .tensors import (
     COPY_CHUNK,
     PROTOBUF_LIMIT,
@@ -40,7 +40,6 @@ EXTERNAL_DATA_THRESHOLD = 1024
 #: Tensors of at least 1 MiB start at a multiple of 4 KiB in data files we write, so that onnxruntime can
 #: memory-map them.
 _ALIGN_MIN, _ALIGNMENT = 1 << 20, 4096
-_TMP_SUFFIX = ".onnxpoolfix-tmp"
 
 
 # Types whose typed-field (non raw_data) storage numpy_helper turns into exactly the raw_data layout.
@@ -169,13 +168,15 @@ def save_model(
       ``save_as_external_data`` were given (logged), since such a file could never be loaded again.
 
     ``model`` itself is never modified. Peak memory is the model plus its largest tensor. An OUT that is a
-    symbolic link is written through to the file it points to.
+    symbolic link is written through to the file it points to; a FIFO or character device (/dev/null) is
+    written into once everything has passed, never renamed over (:mod:`onnxpoolfix.io.outfile`).
     """
-    out = resolve_out(out_path)
+    target = resolve_output(out_path)
+    out = target.path
     plan = plan_save(model, out, source_path=source_path, save_as_external_data=save_as_external_data,
-                     in_place=in_place)
+                     in_place=in_place, special=target.special)
     try:
-        tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=_TMP_SUFFIX, dir=plan.folder))
+        tmp_dir = temp_folder(target)
     except OSError as e:
         raise OutputError(f"{out}: cannot write to folder {plan.folder} ({e.strerror})",
                           "check the folder's permissions and free space, or choose another output path") from None
@@ -187,7 +188,7 @@ def save_model(
         if before_commit is not None:  # its exceptions, OSError included, propagate unchanged
             before_commit(tmp_model)
         try:
-            return commit_files(tmp_model, out, tmp_data, plan.folder / plan.data_name, tmp_dir)
+            return commit_files(tmp_model, target, tmp_data, plan.folder / plan.data_name, tmp_dir)
         except OSError as e:
             raise _not_written(out, e) from e
     finally:
@@ -212,10 +213,11 @@ class SavePlan:
     source_files: list[Path]
     data_name: str  # "<OUT name>.data"
     estimate: WireEmitter  # its size memo is reused when nothing is substituted
+    special: bool = False  # OUT is a FIFO or character device, written into (io/outfile.py)
 
 
 def plan_save(model: ModelProto, out: Path, *, source_path: PathLike | None, save_as_external_data: bool,
-              in_place: bool) -> SavePlan:
+              in_place: bool, special: bool = False) -> SavePlan:
     """Choose the storage mode and refuse every OUT that would overwrite an input, writing nothing."""
     folder = check_out_path(out)
     src = Path(source_path) if source_path is not None else None
@@ -255,8 +257,11 @@ def plan_save(model: ModelProto, out: Path, *, source_path: PathLike | None, sav
     if mode in ("merge", "copy") and not replacing_input and any(same_file(data_final, f) for f in source_files):
         raise OutputError(f"{out}: writing {data_final} would overwrite the input model's external data",
                           "choose another output name or folder")
+    if special and mode in ("merge", "copy"):
+        raise OutputError(f"{out}: is not a regular file, and the model's weights would go to a data file "
+                          f"{data_final} beside it", "write the model to a regular file")
     logger.debug("saving %s (mode %s)", out, mode)
-    return SavePlan(out, folder, model_name, mode, externalize, refs, source_files, data_name, estimate)
+    return SavePlan(out, folder, model_name, mode, externalize, refs, source_files, data_name, estimate, special)
 
 
 def write_files(model: ModelProto, plan: SavePlan, tmp_dir: Path, size_threshold: int) -> tuple[Path, Path | None]:
@@ -327,7 +332,8 @@ def write_files(model: ModelProto, plan: SavePlan, tmp_dir: Path, size_threshold
         raise OutputError(f"{out}: internal error: wrote {written} bytes, expected {size}",
                           "report this bug; the output was not written")
     try:
-        os.chmod(tmp_model, stat.S_IMODE(out.stat().st_mode))
+        if not plan.special:
+            os.chmod(tmp_model, stat.S_IMODE(out.stat().st_mode))
     except OSError:
         pass  # new file: keep the umask-derived mode it was created with
     return tmp_model, (tmp_data if data_written else None)

@@ -74,6 +74,9 @@ class ArgMaxStep(Step):
             flat = flat + (t * strides[j]).reshape(shp)  # m_j on dim j, kmax_j on dim k + j
         flat = flat.reshape(tuple(self.m) + (kall,))
 
+        # the window axis of w, non-negative: onnx's ReferenceEvaluator mishandles GatherElements with
+        # axis=-1, and other tools emit non-negative axes too
+        last = lead + k
         fdt = np_dtype(elem)
         nan = em.op("IsNaN", [w])
         filled = em.op("Where", [nan, em.const("minus_inf", np.array(-np.inf, dtype=fdt)), w])
@@ -88,19 +91,19 @@ class ArgMaxStep(Step):
             last_nan = em.cast(em.reduce("ReduceMax", em.op("Mul", [nanf, pos]), [lead + k], keepdims=1),
                                TensorProto.INT64)
         else:
-            first_max = em.op("ArgMax", [filled], axis=-1, keepdims=1)
-            reversed_nan = em.op("Gather", [nanf, em.ints("reverse", range(kall - 1, -1, -1))], axis=-1)
+            first_max = em.op("ArgMax", [filled], axis=last, keepdims=1)
+            reversed_nan = em.op("Gather", [nanf, em.ints("reverse", range(kall - 1, -1, -1))], axis=last)
             last_nan = em.op("Sub", [em.const("last", np.array(kall - 1, dtype=np.int64)),
-                                     em.op("ArgMax", [reversed_nan], axis=-1, keepdims=1)])
+                                     em.op("ArgMax", [reversed_nan], axis=last, keepdims=1)])
         any_nan = em.op("Greater", [em.reduce("ReduceMax", nanf, [lead + k], keepdims=1),
                                     em.const("zero", np.array(0, dtype=np.float32))])
         choice = em.op("Where", [any_nan, last_nan, first_max])
-        em.squeeze(em.op("GatherElements", [w, choice], axis=-1), [-1], out=y)
+        em.squeeze(em.op("GatherElements", [w, choice], axis=last), [last], out=y)
         if indices:
             base = (np.arange(prod(self.m), dtype=np.int64) * kall).reshape(tuple(self.m) + (1,))
             lin = em.op("Add", [choice, em.const("window_base", base)])
             picked = em.op("Gather", [em.const("flat_index", flat.reshape(-1)), lin], axis=0)
-            em.squeeze(picked, [-1], out=indices)
+            em.squeeze(picked, [last], out=indices)
 
 
 class ArgMaxLowering(Lowering):

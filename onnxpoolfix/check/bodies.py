@@ -1,0 +1,139 @@
+"""The check of leftovers replaced inside If/Loop/Scan bodies (:mod:`onnxpoolfix.rewrite_bodies`): a random
+input picks one branch only, so each replaced subgraph is run ALONE, isolated from its body, on random and
+structured inputs at its own shape (for symbolic pooled axes: sizes aimed at uniform, non-uniform and
+upsampling windows) and compared with the reference. ``patched`` arguments are
+:class:`onnxpoolfix.rewrite_bodies.NestedPatch` records (path, spec, lowering, why, ops, alone)."""
+from __future__ import annotations
+
+from math import prod
+from typing import Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from ..errors import CheckFailedError
+from ..report import NodeReport, PatchReport
+from ..spec import PoolSpec
+from .compare import NodeCheck, compare
+from .runner import STRUCTURED_MAX_ELEMENTS, ort_session, ort_value, structured_inputs
+from .sizes import WINDOW_KINDS, window_targets
+
+
+def check_in_bodies(model: onnx.ModelProto, patched: Sequence, report: PatchReport, *, model_dir, seed) -> None:
+    """The leftovers replaced inside If/Loop/Scan bodies: each replaced subgraph alone (a random input takes
+    one branch only), and the whole model loaded once by onnxruntime. Fills ``report``."""
+    try:
+        ort_session(model, model_dir)
+    except Exception as e:  # noqa: BLE001 - onnxruntime's words
+        raise CheckFailedError(f"onnxruntime cannot load the patched model: {' '.join(str(e).split())[:300]}",
+                               "skip the check with --no-check to write OUT anyway") from None
+    try:
+        rows = check_nested(model, patched, seed=seed)
+    except CheckFailedError as e:
+        report.nodes.extend(e.rows)
+        report.checked, report.check_passed = True, False
+        e.report = report
+        raise
+    report.nodes.extend(rows)
+    report.checked = True
+    report.check_passed = report.check_passed is not False
+    shapes = sum(len(r.checked_shapes) for r in rows)
+    note = (f"{len(rows)} leftover(s) inside If/Loop/Scan bodies replaced and each replaced subgraph run alone "
+            f"(random and structured inputs, {shapes} shape(s) in all)")
+    report.check_note = "; ".join(x for x in (report.check_note, note) if x)
+
+
+def check_shapes(spec: PoolSpec) -> list[tuple[int, ...]]:
+    """Input shapes to run a replaced body subgraph alone at: its own when static (symbolic leading dims
+    as 2: planes mixed up show), else sizes aimed at uniform, non-uniform and upsampling windows, each
+    kind on every symbolic pooled axis in turn."""
+    lead = tuple(d if isinstance(d, int) else 2 for d in spec.lead)
+    if spec.static:
+        return [lead + tuple(spec.in_sizes)]
+    shapes: list[tuple[int, ...]] = []
+    for r in range(len(WINDOW_KINDS)):
+        pooled = []
+        for j, (n, m) in enumerate(zip(spec.in_sizes, spec.out_sizes)):
+            if isinstance(n, int):
+                pooled.append(n)
+            elif isinstance(m, int):
+                target = window_targets(m)[WINDOW_KINDS[(r + j) % len(WINDOW_KINDS)]]
+                pooled.append(target if target is not None else 2 * m + 1)
+            else:  # the output follows the input: any length
+                pooled.append((5, 7, 3)[r])
+        shape = lead + tuple(pooled)
+        if shape not in shapes:
+            shapes.append(shape)
+    return shapes
+
+
+def check_nested(model: onnx.ModelProto, patched: Sequence, *, seed: int = 0) -> list[NodeReport]:
+    """Run each replaced subgraph alone and compare it with the reference; the report rows, errors filled.
+    Raises ``CheckFailedError`` (with nothing else to say than the first failure) on a mismatch."""
+    rng = np.random.default_rng(seed)
+    rows, failed = [], []
+    for p in patched:
+        s = p.spec
+        check = NodeCheck(s.node.name)
+        isolated = p.alone
+        if isolated is None:  # the emitted nodes read only the input and their own constants
+            check.passed, check.detail = False, "its replacement reads tensors other than the pooled input"
+        else:
+            try:
+                sess = ort_session(isolated, None)
+            except Exception as e:  # noqa: BLE001 - onnxruntime's words
+                sess = None
+                check.passed, check.detail = False, f"does not load alone: {' '.join(str(e).split())[:200]}"
+            names = [o.name for o in isolated.graph.output]
+            for shape in check_shapes(s) if sess is not None else ():
+                xs = [rng.standard_normal(shape)]
+                if prod(shape) <= STRUCTURED_MAX_ELEMENTS:
+                    xs += structured_inputs(s, shape, rng)
+                for x in xs:
+                    _run_alone(sess, names, s, x, check)
+                    if not check.passed:
+                        break
+                if not check.passed:
+                    break
+        row = _row(p)
+        row.max_error, row.tolerance = check.max_error, check.tolerance
+        row.checked_shapes = [list(x) for x in check.shapes]
+        rows.append(row)
+        if not check.passed:
+            failed.append(f"{s.node.label} (in a body): {check.detail}")
+    if failed:
+        err = CheckFailedError(f"onnxruntime check failed for {len(failed)} node(s): {failed[0]}",
+                               "this is a bug in onnxpoolfix: please report it with the model (rerun with -v); "
+                               "--strategy can force another lowering meanwhile")
+        err.rows = rows
+        raise err
+    return rows
+
+
+def _row(p) -> NodeReport:
+    s = p.spec
+    return NodeReport(name=s.node.name, op=s.node.op, kind=s.kind, encoding=s.node.encoding,
+                      input_shape=list(s.input_shape), output_shape=list(s.output_shape), lowering=p.lowering,
+                      why=p.why + " (inside a control-flow body)", ops=p.ops,
+                      indices="computed" if s.node.indices_output else "dropped" if s.node.unused_outputs else "none")
+
+
+def body_rows(patched: Sequence) -> list[NodeReport]:
+    """The report rows of leftovers replaced in bodies, unchecked."""
+    return [_row(p) for p in patched]
+
+
+def _run_alone(sess, names, spec: PoolSpec, x: np.ndarray, check) -> None:
+    dt = onnx.helper.tensor_dtype_to_np_dtype(spec.dtype) if spec.dtype != TensorProto.BFLOAT16 else np.float32
+    x = np.ascontiguousarray(x, dtype=dt)
+    feed = x
+    if spec.dtype == TensorProto.BFLOAT16:
+        import ml_dtypes
+
+        feed = x.astype(ml_dtypes.bfloat16)
+        x = feed.astype(np.float32)
+    got = [r.numpy() for r in sess.run_with_ort_values(names, {spec.node.input: ort_value(feed)})]
+    compare(spec, x, got[0], got[1] if len(got) > 1 else None, check)
+    if not check.passed:
+        check.detail += " (the replaced subgraph alone)"

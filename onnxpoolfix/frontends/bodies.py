@@ -1,0 +1,268 @@
+"""Leftovers inside control flow, found and typed: If branches, Loop and Scan bodies, nested at any depth.
+
+A ``torch.jit.script``ed model with control flow, exported with ONNX_FALLTHROUGH, puts its leftovers in the
+bodies of If/Loop nodes. The per-graph machinery does the work, given each body's scope:
+
+* find: :func:`~.leftovers.find_pool_nodes` on the body, with the enclosing graphs as the scope its
+  output sizes may be read from (torch writes the size Constant in the outer graph);
+* shapes: onnx shape inference runs the bodies too (outer-scope tensors included) and writes their
+  value_info; each leftover's output is seeded into its own body until every pooled input is known.
+  torch writes body outputs without any type (``type {}``): such empty types are cleared for inference
+  and filled with the inferred ones in the patched model (:func:`fill_untyped`, :func:`type_bodies`).
+
+The rest of the pipeline for bodies: :mod:`onnxpoolfix.rewrite_bodies` (plan node by node, no pyramid
+grouping; rewrite deepest bodies first) and :mod:`onnxpoolfix.check.bodies` (each replaced subgraph run
+alone: a random input picks one branch only).
+
+A body is addressed by its path from the top-level graph: (node index, attribute index, graph index
+in the attribute) per level, stable across copies of the model.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import onnx
+from onnx import TensorProto
+
+from ..errors import ShapeError, UnsupportedNodeError
+from ..shapes import light_copy, make_value_info, output_shape, type_dims
+from ..spec import SUPPORTED_DTYPES, Dim, PoolNode, PoolSpec, dtype_name
+from .leftovers import find_pool_nodes, is_pool_leftover
+
+logger = logging.getLogger(__name__)
+
+BodyPath = tuple[tuple[int, int, int], ...]
+
+
+def _bodies(graph: onnx.GraphProto) -> Iterator[tuple[tuple[int, int, int], onnx.GraphProto]]:
+    for ni, node in enumerate(graph.node):
+        for ai, a in enumerate(node.attribute):
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield (ni, ai, 0), a.g
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for gi, g in enumerate(a.graphs):
+                    yield (ni, ai, gi), g
+
+
+def walk(graph: onnx.GraphProto, path: BodyPath = (), outer: tuple[onnx.GraphProto, ...] = ()
+         ) -> Iterator[tuple[BodyPath, onnx.GraphProto, tuple[onnx.GraphProto, ...]]]:
+    """Every body under ``graph`` (pre-order): its path, the body, and its enclosing graphs (outermost first)."""
+    for step, body in _bodies(graph):
+        p = path + (step,)
+        yield p, body, outer + (graph,)
+        yield from walk(body, p, outer + (graph,))
+
+
+def graph_at(model: onnx.ModelProto, path: BodyPath) -> onnx.GraphProto:
+    """The (live) body at ``path``; the top-level graph for ``()``."""
+    g = model.graph
+    for ni, ai, gi in path:
+        a = g.node[ni].attribute[ai]
+        g = a.g if a.type == onnx.AttributeProto.GRAPH else a.graphs[gi]
+    return g
+
+
+def has_nested_leftovers(model: onnx.ModelProto) -> bool:
+    return any(is_pool_leftover(n) for _, body, _ in walk(model.graph) for n in body.node)
+
+
+def _clear_empty_types(graph: onnx.GraphProto) -> None:
+    """torch's untyped body outputs (``type {}``, no value case) mean "not known": say so to inference."""
+    for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+        if vi.HasField("type") and vi.type.WhichOneof("value") is None:
+            vi.ClearField("type")
+
+
+@dataclass(frozen=True)
+class NestedLeftover:
+    path: BodyPath
+    node: PoolNode
+
+
+def find_nested(model: onnx.ModelProto, opset: int) -> list[NestedLeftover]:
+    found = []
+    for path, body, outer in walk(model.graph):
+        if any(is_pool_leftover(n) for n in body.node):
+            found += [NestedLeftover(path, n) for n in find_pool_nodes(body, opset, nested=True, scope=outer)]
+    return found
+
+
+def _scoped_info(model: onnx.ModelProto, path: BodyPath) -> dict[str, tuple[int, tuple[Dim, ...] | None]]:
+    """Types and shapes visible inside the body at ``path``: its own, then its enclosing graphs'."""
+    info: dict[str, tuple[int, tuple[Dim, ...] | None]] = {}
+    graphs = [graph_at(model, path[:i]) for i in range(len(path) + 1)]
+    for g in graphs:  # outermost first: an inner name (none shadow in a valid model) would win
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            elem, dims = type_dims(vi.type)
+            if elem:
+                info[vi.name] = (elem, dims)
+        for t in g.initializer:
+            info[t.name] = (t.data_type, tuple(int(d) for d in t.dims))
+    return info
+
+
+def _infer(model: onnx.ModelProto, seeds: dict[BodyPath, dict[str, tuple[int, tuple[Dim, ...]]]]) -> onnx.ModelProto:
+    light = light_copy(model)
+    _clear_empty_types(light.graph)
+    for _, body, _ in walk(light.graph):
+        _clear_empty_types(body)
+    for path, named in seeds.items():
+        g = graph_at(light, path)
+        keep = [vi for vi in g.value_info if vi.name not in named]
+        del g.value_info[:]
+        g.value_info.extend(keep)
+        g.value_info.extend(make_value_info(name, elem, dims) for name, (elem, dims) in named.items())
+        for o in g.output:
+            if o.name in named:
+                o.CopyFrom(make_value_info(o.name, *named[o.name]))
+    try:
+        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as e:  # noqa: BLE001 - what onnx cannot infer stays unknown (ShapeError below)
+        logger.debug("shape inference of the bodies failed: %s", e)
+        return light
+
+
+def resolve_nested(model: onnx.ModelProto, found: Sequence[NestedLeftover], *, opset: int, target: str
+                   ) -> list[PoolSpec]:
+    """:func:`~onnxpoolfix.shapes.resolve_specs` for leftovers in bodies."""
+    seeds: dict[BodyPath, dict[str, tuple[int, tuple[Dim, ...]]]] = {}
+    specs: dict[int, PoolSpec] = {}
+    for _ in range(len(found) + 1):
+        inferred = _infer(model, seeds)
+        infos: dict[BodyPath, dict] = {}
+        progressed = False
+        pending = {(f.path, o) for i, f in enumerate(found) if i not in specs
+                   for o in (f.node.output, f.node.indices_output) if o}
+        for i, f in enumerate(found):
+            n = f.node
+            if i in specs or any(n.input == o for _, o in pending):  # waits for a pool it reads
+                continue
+            info = infos.setdefault(f.path, _scoped_info(inferred, f.path))
+            elem, dims = info.get(n.input, (0, None))
+            if dims is None or not elem:
+                continue
+            if elem not in SUPPORTED_DTYPES:
+                raise UnsupportedNodeError(f"{n.label}: input dtype {dtype_name(elem)} is not supported",
+                                           "adaptive pooling takes float32, float16, bfloat16 or float64")
+            out = output_shape(n, dims)
+            specs[i] = PoolSpec(n, tuple(dims), out, elem, opset, target)
+            named = seeds.setdefault(f.path, {})
+            named[n.output] = (elem, out)
+            if n.indices_output:
+                named[n.indices_output] = (TensorProto.INT64, out)
+            progressed = True
+        if len(specs) == len(found) or not progressed:
+            break
+    missing = [f.node for i, f in enumerate(found) if i not in specs]
+    if missing:
+        raise ShapeError(f"{missing[0].label} (inside an If/Loop/Scan body): the shape of its input "
+                         f"'{missing[0].input}' cannot be inferred",
+                         "give the graph inputs' shapes with --input-shape NAME:D0,D1,... (API: input_shapes=...)")
+    return [specs[i] for i in range(len(found))]
+
+
+def _incomplete(vi: onnx.ValueInfoProto) -> bool:
+    """Untyped (``type {}``), or a tensor without a shape: what torch writes for If/Loop results."""
+    if not vi.HasField("type"):
+        return False
+    which = vi.type.WhichOneof("value")
+    return which is None or (which == "tensor_type" and not vi.type.tensor_type.HasField("shape"))
+
+
+def fill_untyped(model: onnx.ModelProto) -> None:
+    """Give every output and value_info that torch left untyped or without a shape (If/Loop results, body
+    outputs) the type and shape inference finds, in the top-level graph and every body. An empty type
+    inference cannot fill is cleared (absent: unknown); a shapeless tensor type it cannot fill stays."""
+    paths = [()] + [p for p, _, _ in walk(model.graph)]
+    for _ in range(max(len(p) for p in paths) + 1):  # a body's outputs first, then the If/Loop around it
+        graphs = [graph_at(model, p) for p in paths]
+        if not any(_incomplete(vi) for g in graphs for vi in list(g.output) + list(g.value_info)):
+            return
+        inferred = _infer(model, {})
+        changed = False
+        for path, g in zip(paths, graphs):
+            known = _scoped_info(inferred, path)
+            for vi in list(g.output) + list(g.value_info):
+                if not _incomplete(vi):
+                    continue
+                elem, dims = known.get(vi.name, (0, None))
+                had = vi.type.tensor_type.elem_type if vi.type.WhichOneof("value") == "tensor_type" else 0
+                if elem and (dims is not None or not had):
+                    vi.CopyFrom(make_value_info(vi.name, elem, dims))
+                    changed = True
+                elif not had:
+                    vi.ClearField("type")
+                    changed = True
+            changed |= _fill_loop_carried(g, path, inferred)
+        if not changed:
+            return
+
+
+def _fill_loop_carried(graph: onnx.GraphProto, path: BodyPath, inferred: onnx.ModelProto) -> bool:
+    """onnx's Loop inference gives a loop-carried result its dtype only (its shape could change across
+    iterations); torch declares no more, and the ONNX checker wants a shape on top-level outputs. Where the
+    initial value and the body's result agree on the rank, the result has that rank, each dim kept where
+    the two agree (a state of one shape through every iteration)."""
+    declared = {vi.name: vi for vi in list(graph.output) + list(graph.value_info) if _incomplete(vi)}
+    known = _scoped_info(inferred, path)
+    changed = False
+    for ni, node in enumerate(graph.node):
+        if node.op_type != "Loop" or not any(o in declared for o in node.output):
+            continue
+        ai = next(i for i, a in enumerate(node.attribute) if a.name == "body")
+        body_path = path + ((ni, ai, 0),)
+        body = graph_at(inferred, body_path)
+        inner = _scoped_info(inferred, body_path)
+        for k, init in enumerate(node.input[2:]):
+            out = node.output[k] if k < len(node.output) else ""
+            if out not in declared or 1 + k >= len(body.output):
+                continue
+            elem, a = known.get(init, (0, None))
+            _, b = inner.get(body.output[1 + k].name, (0, None))
+            if elem and a is not None and b is not None and len(a) == len(b):
+                dims = tuple(x if x == y else None for x, y in zip(a, b))
+                declared[out].CopyFrom(make_value_info(out, elem, dims))
+                changed = True
+    return changed
+
+
+def type_bodies(model: onnx.ModelProto) -> bool:
+    """Declare, in place, the types torch leaves out around leftovers in bodies: the leftovers' outputs,
+    the untyped body outputs and If/Loop results, so that inference flows past them (the ONNX checker;
+    a top-level leftover pooling an If's result). False (nothing changed) when their shapes cannot be
+    found yet, e.g. a body pooling a top-level leftover's output."""
+    from ..errors import PoolFixError
+    from ..shapes import model_opset
+
+    opset = model_opset(model)
+    try:
+        found = find_nested(model, opset)
+        specs = resolve_nested(model, found, opset=opset, target="onnxruntime")
+    except PoolFixError as e:
+        logger.debug("cannot type the leftovers in bodies yet: %s", e)
+        return False
+    for f, s in zip(found, specs):
+        body = graph_at(model, f.path)
+        typed = {f.node.output: make_value_info(f.node.output, s.dtype, s.output_shape)}
+        if f.node.indices_output:
+            typed[f.node.indices_output] = make_value_info(f.node.indices_output, TensorProto.INT64, s.output_shape)
+        for o in body.output:
+            if o.name in typed:
+                o.CopyFrom(typed.pop(o.name))
+        keep = [vi for vi in body.value_info if vi.name not in typed]
+        del body.value_info[:]
+        body.value_info.extend(keep + list(typed.values()))
+    fill_untyped(model)
+    return True
+
+
+def typed_copy(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """A copy of ``model`` typed by :func:`type_bodies`, for the ONNX checker to judge such a real export;
+    None when no leftover is in a body or their shapes cannot be found."""
+    if not has_nested_leftovers(model):
+        return None
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy if type_bodies(copy) else None

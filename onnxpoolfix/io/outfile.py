@@ -1,0 +1,94 @@
+"""Where an output path really writes: the one rule for OUT and ``--report`` alike.
+
+* A regular file (or a new name) is replaced atomically: the content goes to a temporary file that is
+  renamed over it once complete. A symbolic link is written through, as ``cp`` does: the file it points
+  to is replaced and the link stays (replacing the link would leave its target stale).
+* A FIFO or a character device (``/dev/null``, ``/dev/stdout`` on a pipe or a terminal) is written INTO,
+  as ``cp`` does, once the content is complete: a rename would replace the device node itself (as root,
+  the system's ``/dev/null`` would become a regular file). The path is opened as given, so links through
+  ``/proc/self/fd`` resolve in the kernel.
+* Anything else that exists and is neither a file nor a folder (a block device, a socket) is refused
+  (:class:`~onnxpoolfix.errors.OutputError`, exit 6): writing a model over a disk is never what was meant.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Union
+
+from ..errors import OutputError
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: the suffix of every temporary folder an output is prepared in (so leftovers of a killed run are findable)
+TMP_SUFFIX = ".onnxpoolfix-tmp"
+
+
+@dataclass(frozen=True)
+class OutputTarget:
+    path: Path  # what is replaced (regular) or opened and written into (special)
+    special: bool  # a FIFO or character device: written into, never renamed over
+
+
+def resolve_output(out_path: PathLike, what: str = "the output") -> OutputTarget:
+    """The :class:`OutputTarget` of ``out_path`` (see the module docstring); raises ``OutputError`` for
+    block devices and sockets."""
+    out = Path(out_path)
+    try:
+        mode = os.stat(out).st_mode  # follows links: the kind of what is finally written
+    except OSError:  # not there yet (or a dangling link: its target is created), or unreadable: a file
+        mode = None
+    if mode is not None and (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+        return OutputTarget(out, True)
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = "block device" if stat.S_ISBLK(mode) else "socket" if stat.S_ISSOCK(mode) else "special file"
+        raise OutputError(f"{out}: is a {kind}, not a regular file; refusing to write {what} into it",
+                          "choose a regular file (or /dev/null to discard it)")
+    return OutputTarget(Path(os.path.realpath(out)) if out.is_symlink() else out, False)
+
+
+def temp_folder(target: OutputTarget) -> Path:
+    """A private temporary folder for the content before it is committed: beside a regular file (the
+    rename must stay on one filesystem), in the system's temp folder for a special file (/dev may not be
+    writable, and nothing is renamed there)."""
+    return Path(tempfile.mkdtemp(prefix=f".{target.path.name}.", suffix=TMP_SUFFIX,
+                                 dir=None if target.special else target.path.parent))
+
+
+def write_into(target: OutputTarget, complete: Path) -> None:
+    """Commit a complete file to a special ``target`` by copying its bytes in (blocks on a FIFO until a
+    reader opens it, as ``cp`` does)."""
+    with open(complete, "rb") as src, open(target.path, "wb") as dst:
+        shutil.copyfileobj(src, dst, 16 << 20)
+        dst.flush()
+
+
+def commit(target: OutputTarget, complete: Path) -> None:
+    """Put a complete file in place: rename it over a regular target, copy it into a special one."""
+    if target.special:
+        write_into(target, complete)
+    else:
+        os.replace(complete, target.path)
+
+
+def write_text(out_path: PathLike, text: str, what: str = "the report") -> OutputTarget:
+    """Write ``text`` to ``out_path`` by the same rules as OUT: atomically for a regular file (through a
+    link), into a FIFO or character device. Returns where it went; nothing is left half-written."""
+    target = resolve_output(out_path, what)
+    tmp_dir = temp_folder(target)
+    try:
+        tmp = tmp_dir / target.path.name
+        tmp.write_text(text)
+        if not target.special:
+            try:
+                os.chmod(tmp, stat.S_IMODE(target.path.stat().st_mode))
+            except OSError:
+                pass  # a new file: keep the umask-derived mode
+        commit(target, tmp)
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+    return target
