@@ -6,6 +6,8 @@
                                    replaced subgraph also run alone on structured inputs
       compare.compare              one node's output against onnxpoolfix.reference, with its tolerance
       feeds                        random inputs at concrete shapes
+    bodies.check_in_bodies  the leftovers replaced inside If/Loop/Scan bodies: each replaced subgraph run
+                            alone (a random input takes one branch only), the whole model loaded once
 """
 from __future__ import annotations
 

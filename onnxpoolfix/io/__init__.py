@@ -9,6 +9,8 @@ The tool sits in deployment pipelines, so this package is deliberately defensive
 * :mod:`.save` (``save_model``) chooses how the tensors are stored and writes everything into a private
   temporary folder inside OUT's folder; :mod:`.commit` renames the files into place at the very end. Any
   failure (including the caller's ``before_commit`` check) leaves no trace and a pre-existing OUT untouched.
+  :mod:`.outfile` is the one rule for where a path really writes (through a symbolic link; into a FIFO or
+  character device such as /dev/null; block devices and sockets refused), for OUT and ``--report`` alike.
 * :mod:`.wire` serialises the model piece by piece (its docstring says why not ``onnx.save``), so saving
   needs about the model's own memory plus its largest tensor and never modifies the caller's ``ModelProto``;
   :mod:`.tensors` walks every tensor and streams external data.
