@@ -17,9 +17,8 @@ from .check import run_check
 from .check.bodies import body_rows, check_in_bodies
 from .errors import InvalidModelError
 from .planner import AUTO, STRATEGIES
-from .planning import PlanOptions, apply_model_plan, no_lowering_hint, plan_model, plan_with_hint
+from .planning import PlanOptions, apply_model_plan, no_lowering_hint, plan_model
 from .report import NodeReport, PatchReport
-from .rewrite_bodies import patch_nested
 from .shapes import model_opset, validate_input_shape
 
 logger = logging.getLogger(__name__)
@@ -58,7 +57,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             (GlobalAveragePool -> ReduceMean) or when it joins a pyramid read once with its siblings.
 
     Nodes that pool the same tensor are planned together (:mod:`onnxpoolfix.pyramid`) unless ``strategy``
-    forces a lowering. Leftovers inside If/Loop/Scan bodies are patched too, after the top-level graph
+    forces a lowering. Leftovers inside If/Loop/Scan bodies are patched too, planned one by one
     (:mod:`onnxpoolfix.frontends.bodies`, :mod:`onnxpoolfix.rewrite_bodies`; each replaced subgraph is
     checked alone by :mod:`onnxpoolfix.check.bodies`).
     """
@@ -101,7 +100,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     if mp.blocker is not None:
         raise mp.blocker
     notes = list(mp.notes)
-    nested = mp.bodies  # leftovers inside If/Loop/Scan bodies: patched after the top level, below
+    nested = bool(mp.body_nodes)  # leftovers inside If/Loop/Scan bodies, planned with the rest
     if not mp.nodes and not nested:
         report.check_note = "nothing to patch"
         return PatchResult(model, report)
@@ -116,7 +115,9 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     if not mp.rest and not mp.groups and not nested:
         report.check_note = "; ".join(notes + ["nothing to patch"])
         return PatchResult(model, report)
-    done = apply_model_plan(model, mp)
+    applied = apply_model_plan(model, mp)
+    done = [d for d in applied if d.body is None]
+    in_bodies = [d for d in applied if d.body is not None]
     specs = [d.spec for d in done]
     for d in done:
         s = d.spec
@@ -125,8 +126,6 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             input_shape=list(s.input_shape), output_shape=list(s.output_shape),
             lowering=d.lowering, why=d.why, ops=d.ops,
             indices="computed" if s.node.indices_output else "dropped" if s.node.unused_outputs else "none"))
-    in_bodies = (patch_nested(model, opset=mp.opset, target=target, plan_one=lambda s: plan_with_hint(s, strategy))
-                 if nested else [])
     if notes:
         report.check_note = "; ".join(notes)
     if check:

@@ -17,7 +17,7 @@ import onnx
 
 from .errors import PoolFixError, UnsupportedNodeError
 from .frontends import FRONTENDS, PlanOptions
-from .frontends.bodies import has_nested_leftovers
+from .frontends.bodies import BodyPath, body_specs, has_nested_leftovers
 from .frontends.exporter_pools import keeps_its_op
 from .frontends.functions import inline_functions_holding_leftovers
 from .frontends.leftovers import is_pool_leftover
@@ -26,12 +26,13 @@ from .pyramid import NAME as PYRAMID
 from .pyramid import GroupPlan, plan_groups
 from .reason import opset_needed
 from .rewrite import apply_plans
+from .rewrite_bodies import apply_body_plans, finish_bodies
 from .shapes import PoolSpec, model_opset
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["PlanOptions", "NodePlan", "ModelPlan", "AppliedNode", "plan_model", "apply_model_plan",
-           "no_lowering_hint", "plan_with_hint"]
+           "no_lowering_hint", "BodyNodePlan"]
 
 
 @dataclass
@@ -43,6 +44,14 @@ class NodePlan:
     candidates: tuple[Candidate, ...]
     plan: Plan | None = None
     error: UnsupportedNodeError | None = None  # why no lowering was chosen (plan is None)
+
+
+@dataclass
+class BodyNodePlan:
+    """A leftover inside an If/Loop/Scan body (``path``: see :mod:`onnxpoolfix.frontends.bodies`)."""
+
+    path: BodyPath
+    node: NodePlan
 
 
 @dataclass
@@ -58,15 +67,15 @@ class ModelPlan:
     groups: list[GroupPlan] = field(default_factory=list)  # nodes planned together (pyramids)
     rest: list[Plan] = field(default_factory=list)  # plans replaced one by one
     kept: list[Plan] = field(default_factory=list)  # optional nodes whose best form is the node itself
-    # leftovers inside If/Loop/Scan bodies, to be patched after the top level (options.patch_bodies:
-    # onnxpoolfix.rewrite_bodies plans and writes them once the top-level graph is rewritten, since their
-    # shapes may follow a replaced top-level node)
+    # leftovers inside If/Loop/Scan bodies (found only with options.patch_bodies; else the ATen front end
+    # refuses them): planned one by one, written before the top level (onnxpoolfix.rewrite_bodies)
     bodies: bool = False
+    body_nodes: list[BodyNodePlan] = field(default_factory=list)
 
     @property
     def blocked(self) -> list[NodePlan]:
         """Nodes that must be lowered and cannot be."""
-        return [n for n in self.nodes if not n.optional and n.plan is None]
+        return [n for n in self.nodes + [b.node for b in self.body_nodes] if not n.optional and n.plan is None]
 
     @property
     def would_patch(self) -> bool:
@@ -79,6 +88,8 @@ class AppliedNode:
     lowering: str
     why: str
     ops: list[str]
+    body: BodyPath | None = None  # the body it was in (None: the top-level graph)
+    alone: onnx.ModelProto | None = None  # a body's replacement as a model of its own, for its check
 
 
 def plan_model(model: onnx.ModelProto, options: PlanOptions) -> ModelPlan:
@@ -105,20 +116,23 @@ def plan_model(model: onnx.ModelProto, options: PlanOptions) -> ModelPlan:
         # an optional node is planned as auto: a forced lowering is a comparison of the required nodes
         strategy = AUTO if frontend.optional else options.strategy
         mp.nodes += [_plan_node(s, strategy, frontend.optional) for s in result.specs]
+    if mp.bodies and mp.would_patch:
+        _plan_bodies(mp)
     if mp.would_patch:
         _group(mp)
     return mp
 
 
-def plan_with_hint(spec: PoolSpec, strategy: str) -> Plan:
-    """:func:`onnxpoolfix.planner.plan`, its refusal given :func:`no_lowering_hint` (the body leftovers,
-    planned one by one after the top level: :mod:`onnxpoolfix.rewrite_bodies`)."""
+def _plan_bodies(mp: ModelPlan) -> None:
+    """The leftovers in bodies, one by one (no pyramids), their shapes resolved with the top-level
+    leftovers' outputs known (a body may pool one)."""
+    tops = [n.spec for n in mp.nodes if not n.optional]
     try:
-        return plan(spec, strategy)
-    except UnsupportedNodeError as err:
-        if err.hint is None:
-            err.hint = no_lowering_hint(spec, candidates(spec))
-        raise
+        found = body_specs(mp.model, opset=mp.opset, target=mp.options.target, outer_specs=tops)
+    except PoolFixError as err:
+        mp.blocker = err
+        return
+    mp.body_nodes = [BodyNodePlan(path, _plan_node(s, mp.options.strategy, False)) for path, s in found]
 
 
 def _plan_node(spec: PoolSpec, strategy: str, optional: bool) -> NodePlan:
@@ -143,12 +157,17 @@ def _group(mp: ModelPlan) -> None:
 
 def apply_model_plan(model: onnx.ModelProto, mp: ModelPlan) -> list[AppliedNode]:
     """Write ``mp``'s replacements into ``model`` (``mp.model`` or a copy of it), in place. Returns what
-    replaced each node, in graph order."""
+    replaced each node: the top-level graph's in graph order, then the bodies'."""
+    # bodies first: their paths index the top-level nodes as planned
+    in_bodies = apply_body_plans(model, [(b.path, b.node.plan) for b in mp.body_nodes]) if mp.body_nodes else []
     emitted, group_ops = apply_plans(model, mp.rest, mp.groups)
     done = [AppliedNode(p.spec, p.lowering.name, p.why, ops) for p, ops in zip(mp.rest, emitted)]
     levels = [(g, lv) for g in mp.groups for lv in g.levels]
     done += [AppliedNode(lv.spec, PYRAMID, g.why(lv), ops) for (g, lv), ops in zip(levels, group_ops)]
     done.sort(key=lambda d: d.spec.node.index)
+    if mp.body_nodes:
+        finish_bodies(model, [b.node.spec for b in mp.body_nodes])
+    done += [AppliedNode(p.spec, p.lowering, p.why, p.ops, body=p.path, alone=p.alone) for p in in_bodies]
     return done
 
 

@@ -1,17 +1,19 @@
-"""Leftovers inside If/Loop/Scan bodies, replaced: after the top-level graph is patched, each body
-leftover (found and typed by :mod:`onnxpoolfix.frontends.bodies`) is planned node by node (no pyramid
-grouping across or within bodies) and written by :func:`~onnxpoolfix.rewrite.apply_plans` into its body,
-deepest bodies first (a body rewritten later copies the already patched bodies inside it)."""
+"""Leftovers inside If/Loop/Scan bodies, replaced. :func:`onnxpoolfix.planning.plan_model` finds them
+(:mod:`onnxpoolfix.frontends.bodies`) and plans them node by node (no pyramid grouping across or within
+bodies); :func:`~onnxpoolfix.planning.apply_model_plan` writes them here with
+:func:`~onnxpoolfix.rewrite.apply_plans` into their bodies before the top-level graph, deepest bodies first
+(a body rewritten later copies the already patched bodies inside it), and finishes after it."""
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from typing import Sequence
 
 import onnx
 
 from .check.runner import isolate
-from .frontends.bodies import BodyPath, fill_untyped, find_nested, graph_at, resolve_nested, walk
+from .frontends.bodies import BodyPath, fill_untyped, graph_at, walk
+from .planner import Plan
 from .rewrite import apply_plans, drop_dead_size_constants
 from .spec import PoolSpec
 
@@ -30,33 +32,35 @@ class NestedPatch:
     alone: onnx.ModelProto | None  # the replacement as a model of its own (None: it reads other tensors)
 
 
-def patch_nested(model: onnx.ModelProto, *, opset: int, target: str, plan_one: Callable) -> list[NestedPatch]:
-    """Replace every leftover inside the bodies of ``model`` (in place). ``plan_one(spec)`` -> a Plan."""
-    found = find_nested(model, opset)
-    if not found:
-        return []
-    specs = resolve_nested(model, found, opset=opset, target=target)
-    plans = [plan_one(s) for s in specs]
+def apply_body_plans(model: onnx.ModelProto, planned: Sequence[tuple[BodyPath, Plan]]) -> list[NestedPatch]:
+    """Write each body leftover's plan into its body (in place), deepest bodies first: see the module
+    docstring. Runs before the top-level graph is rewritten (the paths index its nodes as planned);
+    :func:`finish_bodies` runs after it."""
     by_path: dict[BodyPath, list[int]] = {}
-    for i, f in enumerate(found):
-        by_path.setdefault(f.path, []).append(i)
+    for i, (path, _) in enumerate(planned):
+        by_path.setdefault(path, []).append(i)
     done: dict[int, NestedPatch] = {}
-    for path in sorted(by_path, key=len, reverse=True):  # deepest first: see the module docstring
+    for path in sorted(by_path, key=len, reverse=True):
         members = by_path[path]
         body = graph_at(model, path)
-        emitted, _ = apply_plans(model, [plans[i] for i in members], graph=body)
+        emitted, _ = apply_plans(model, [planned[i][1] for i in members], graph=body)
         view = onnx.ModelProto()  # the body as a model, to cut each replacement out of for the check
         view.ir_version = model.ir_version
         view.opset_import.extend(model.opset_import)
         view.graph.CopyFrom(body)
         for i, ops in zip(members, emitted):
-            done[i] = NestedPatch(path, specs[i], plans[i].lowering.name, plans[i].why, ops, isolate(view, specs[i]))
-    # the size constants torch wrote in an outer graph go once no body reads them. The paths found above are
-    # stale now (a replacement is several nodes), so the graphs are walked afresh, deepest first: a removal
-    # copies a graph's nodes, which only invalidates references to bodies inside it, already done
-    sizes = [f.node.size_input for f in found if f.node.size_input]
+            p = planned[i][1]
+            done[i] = NestedPatch(path, p.spec, p.lowering.name, p.why, ops, isolate(view, p.spec))
+    return [done[i] for i in range(len(planned))]
+
+
+def finish_bodies(model: onnx.ModelProto, specs: Sequence[PoolSpec]) -> None:
+    """Once every graph is rewritten: the size constants torch wrote in an outer graph for the body
+    leftovers ``specs`` go once nothing reads them, and the types torch left out are filled in."""
+    # the paths are stale now (a replacement is several nodes), so the graphs are walked afresh, deepest
+    # first: a removal copies a graph's nodes, which only invalidates references to bodies inside it, done
+    sizes = [s.node.size_input for s in specs if s.node.size_input]
     graphs = [(len(p), b) for p, b, _ in walk(model.graph)] + [(0, model.graph)]
     for _, g in sorted(graphs, key=lambda d: -d[0]):
         drop_dead_size_constants(g, sizes)
     fill_untyped(model)
-    return [done[i] for i in range(len(found))]

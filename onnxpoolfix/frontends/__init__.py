@@ -9,10 +9,11 @@ Before them, :func:`.functions.inline_functions_holding_leftovers` inlines the m
 hide leftovers. A new front end (the dynamo exporter's decompositions) is one more
 :class:`~.base.FrontEnd` here.
 
-Leftovers inside If/Loop/Scan bodies (:mod:`.bodies`) are not a front end's specs: their shapes may
-follow a replaced top-level node, so ``patch`` plans and writes them after the top-level graph
-(:mod:`onnxpoolfix.rewrite_bodies`); the plan records that there are some (``ModelPlan.bodies``), and the
-ATen front end types them first (a top-level leftover may pool an If's untyped result).
+Leftovers inside If/Loop/Scan bodies (:mod:`.bodies`, with ``PlanOptions.patch_bodies``) are not a front
+end's specs: each belongs to a body (a path, not a top-level node index), so ``plan_model`` plans them
+apart (``ModelPlan.body_nodes``: one by one, no pyramids), after the front ends, with the top-level
+leftovers' output types seeded (a body may pool one); the ATen front end types the bodies first (a
+top-level leftover may pool an If's untyped result).
 """
 from __future__ import annotations
 

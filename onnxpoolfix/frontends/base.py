@@ -27,7 +27,7 @@ class PlanOptions:
     input_shapes: Mapping[str, Sequence[int]] | None = None
     keep_input_shapes: bool = False
     optimize_exporter_pools: bool = False
-    # leftovers inside If/Loop/Scan bodies are the caller's (``patch`` rewrites them after the top level:
+    # leftovers inside If/Loop/Scan bodies are planned too (plan_model -> ModelPlan.body_nodes, written by
     # onnxpoolfix.rewrite_bodies); False: the ATen front end refuses a model holding any (inspect's listing)
     patch_bodies: bool = False
 

@@ -124,10 +124,27 @@ def _infer(model: onnx.ModelProto, seeds: dict[BodyPath, dict[str, tuple[int, tu
         return light
 
 
-def resolve_nested(model: onnx.ModelProto, found: Sequence[NestedLeftover], *, opset: int, target: str
-                   ) -> list[PoolSpec]:
-    """:func:`~onnxpoolfix.shapes.resolve_specs` for leftovers in bodies."""
-    seeds: dict[BodyPath, dict[str, tuple[int, tuple[Dim, ...]]]] = {}
+def body_specs(model: onnx.ModelProto, *, opset: int, target: str, outer_specs: Sequence[PoolSpec] = ()
+               ) -> list[tuple[BodyPath, PoolSpec]]:
+    """Every leftover inside a body of ``model``, as (its body's path, its spec). ``outer_specs``: the
+    top-level leftovers, not yet replaced: their outputs' types are seeded (a body may pool one)."""
+    found = find_nested(model, opset)
+    if not found:
+        return []
+    outer: dict[str, tuple[int, tuple[Dim, ...]]] = {}
+    for s in outer_specs:
+        outer[s.node.output] = (s.dtype, s.output_shape)
+        if s.node.indices_output:
+            outer[s.node.indices_output] = (TensorProto.INT64, s.output_shape)
+    specs = resolve_nested(model, found, opset=opset, target=target, outer=outer)
+    return [(f.path, s) for f, s in zip(found, specs)]
+
+
+def resolve_nested(model: onnx.ModelProto, found: Sequence[NestedLeftover], *, opset: int, target: str,
+                   outer: dict[str, tuple[int, tuple[Dim, ...]]] | None = None) -> list[PoolSpec]:
+    """:func:`~onnxpoolfix.shapes.resolve_specs` for leftovers in bodies. ``outer``: types to seed into
+    the top-level graph (the outputs of top-level leftovers not replaced yet)."""
+    seeds: dict[BodyPath, dict[str, tuple[int, tuple[Dim, ...]]]] = {(): dict(outer)} if outer else {}
     specs: dict[int, PoolSpec] = {}
     for _ in range(len(found) + 1):
         inferred = _infer(model, seeds)
