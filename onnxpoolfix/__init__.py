@@ -17,9 +17,11 @@ from .errors import (  # noqa: E402
 )
 from .report import NodeReport, PatchReport  # noqa: E402
 from .export import export  # noqa: E402  (torch is imported only when export() is called)
+from .torch_check import TorchMismatchError  # noqa: E402
+from .translation import translation_table  # noqa: E402  (torch is imported only when it is called)
 
 __all__ = [
-    "patch", "patch_model", "export", "PatchResult", "PatchReport", "NodeReport",
+    "patch", "patch_model", "export", "translation_table", "PatchResult", "PatchReport", "NodeReport",
     "PoolFixError", "InvalidModelError", "UnsupportedNodeError", "ShapeError", "CheckFailedError", "OutputError",
-    "__version__",
+    "TorchMismatchError", "__version__",
 ]
