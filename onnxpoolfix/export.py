@@ -110,10 +110,17 @@ def _dynamo_ranges(torch, program) -> dict[tuple[int, int], tuple[int, int | Non
             vr = ep.range_constraints.get(d.node.expr)
             if vr is None:
                 continue
-            lo = int(vr.lower) if vr.lower.is_finite else 1
-            hi = int(vr.upper) if vr.upper.is_finite else None
-            out[(i, axis)] = (max(lo, 1), hi)
+            out[(i, axis)] = (max(_finite_int(vr.lower) or 1, 1), _finite_int(vr.upper))
     return out
+
+
+def _finite_int(bound) -> int | None:
+    """A range bound as an int, None when it is infinite (torch's int_oo, sympy's oo)."""
+    try:
+        value = int(bound)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None
+    return value if abs(value) < 2**62 else None
 
 
 def _example_args(torch, args: Any, kwargs: dict, dynamo: bool) -> tuple[tuple, dict]:
@@ -205,7 +212,9 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             table = {**translation_table(), **user_table}
             captured = io.StringIO()
             with contextlib.redirect_stdout(captured):  # the exporter prints its progress; the library never does
-                program = torch.onnx.export(module, args, str(exported), dynamo=True, external_data=True,
+                # weights beside the temporary file, unless f is to hold them (external_data=False, a file object)
+                program = torch.onnx.export(module, args, str(exported), dynamo=True,
+                                            external_data=external and not hasattr(f, "write"),
                                             custom_translation_table=table, **kwargs)
             logger.debug("torch.onnx.export: %s", captured.getvalue().strip())
             ranges = _dynamo_ranges(torch, program)

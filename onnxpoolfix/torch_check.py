@@ -288,6 +288,8 @@ def _compare(torch, names, outputs_onnx, outputs_torch, where: str) -> float:
     for name, got, ref in zip(names, outputs_onnx, outputs_torch):
         want = _to_numpy(torch, ref)
         got = np.asarray(got)
+        if want.dtype.name == "bfloat16":
+            got = got.astype(want.dtype)  # exact: the Cast to float32 above, back
         if tuple(got.shape) != tuple(want.shape):
             raise TorchMismatchError(f"output '{name}' {where}: onnxruntime gives shape {list(got.shape)}, "
                                      f"torch {list(want.shape)}", "the export is wrong at this size; "
@@ -334,6 +336,23 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
     init = {t.name for t in model.graph.initializer}
     model_inputs = [vi for vi in model.graph.input if vi.name not in init]
     out_names = [o.name for o in model.graph.output]
+    bf16 = [o.name for o in model.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16]
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if bf16:  # fetched through an exact Cast to float32: numpy (and so onnxruntime's numpy()) has no bfloat16
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path", str(Path(path).parent))
+        for o in model.graph.output:
+            if o.name in bf16:
+                model.graph.node.append(onnx.helper.make_node("Cast", [o.name], [o.name + "__as_float"],
+                                                              to=onnx.TensorProto.FLOAT))
+                o.name += "__as_float"
+                o.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        fetch = [o.name for o in model.graph.output]
+    else:
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        fetch = out_names
     del model
     runner = _Runner(torch, module, tuple(args), dict(kwargs or {}), model_inputs, seed)
     # the symbols, their example values and declared ranges
@@ -348,11 +367,6 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
             old = sym_ranges.get(name, (1, None))
             sym_ranges[name] = (max(lo, old[0]), hi if old[1] is None else old[1] if hi is None else min(hi, old[1]))
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-
     check = TorchCheck()
     base = runner.run(runner.inputs(example))
     if base is None:
@@ -365,7 +379,7 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
         where = "at " + " ".join(f"{n}:{'x'.join(map(str, s))}" for n, s in shapes.items())
         feed = {n: _ort_value(_to_numpy(torch, t)) for n, t in zip(runner.names, tensors)}
         try:
-            got = [v.numpy() for v in sess.run_with_ort_values(out_names, feed)]
+            got = [v.numpy() for v in sess.run_with_ort_values(fetch, feed)]
         except Exception as e:  # noqa: BLE001 - onnxruntime failing where torch runs is the finding itself
             raise TorchMismatchError(f"onnxruntime fails {where}, where the torch module runs: "
                                      f"{' '.join(str(e).split())[:200]}",
