@@ -137,7 +137,9 @@ def export_case(case: Case, exporter: str, folder: Path) -> tuple[Result, Path |
             else:
                 onnxpoolfix.export(module, (x,), path, dynamic_shapes=case.dynamic, external_data=False)
     except Exception as e:  # noqa: BLE001 - plain dynamo refuses max pooling and 3D average pooling
-        r.why = type(e).__name__ + ": " + " ".join(str(e).split("\n")[-1].split())[:80]
+        # torch's message ends in boilerplate; its "Exception summary" names the root cause first
+        causes = [ln for ln in str(e).splitlines() if ln.startswith("<class")]
+        r.why = type(e).__name__ + ": " + " ".join((causes[0] if causes else str(e)).split())[:100]
         return r, None
     r.export_s = time.perf_counter() - t0
     r.nodes = len(onnx.load(str(path), load_external_data=False).graph.node)

@@ -16,7 +16,6 @@ network accepts (a stride-32 skip connection runs only at multiples of 32).
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -326,6 +325,16 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
     ``ranges``: (flat input index, axis) -> (min, max or None) of the symbolic dims, as declared to
     torch.export. The inputs are the example's tensor leaves, in order, matched to the file's inputs.
     """
+    try:
+        return _verify(path, module, args, kwargs, ranges=ranges, seed=seed)
+    except TorchMismatchError as e:
+        if getattr(module, "training", False):  # dropout/batch-norm statistics differ run to run
+            raise TorchMismatchError(e.message, "the module is in training mode: call module.eval() before "
+                                     "exporting (or pass verify=False)") from None
+        raise
+
+
+def _verify(path, module, args, kwargs, *, ranges, seed) -> TorchCheck:
     import onnx
     import onnxruntime as ort
     import torch

@@ -299,3 +299,23 @@ def test_file_object_and_external_data(tmp_path: Path) -> None:
     one = tmp_path / "one.onnx"
     onnxpoolfix.export(m, (torch.randn(1, 3, 8, 9),), one, external_data=False)
     assert not (tmp_path / "one.onnx.data").exists()
+
+
+def test_a_size_computed_from_the_input_is_refused_cleanly(tmp_path: Path) -> None:
+    """A symbolic size that is not the input's own dim (H // 2) has no lowering: one clean error, no file."""
+    class Half(nn.Module):
+        def forward(self, x):
+            return F.adaptive_avg_pool2d(x, (x.shape[2] // 2, 7))
+
+    out = tmp_path / "half.onnx"
+    with pytest.raises(onnxpoolfix.UnsupportedNodeError, match="not a constant"):
+        onnxpoolfix.export(Half(), (torch.randn(1, 3, 10, 11),), out,
+                           dynamic_shapes={"x": {2: torch.export.Dim("H", min=4, max=64)}})
+    assert not out.exists()
+
+
+def test_training_mode_mismatch_says_eval(tmp_path: Path) -> None:
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Dropout(0.5), nn.AdaptiveAvgPool2d(3))  # not .eval()
+    with pytest.raises(onnxpoolfix.TorchMismatchError) as info:
+        onnxpoolfix.export(m, (torch.randn(1, 3, 10, 11),), tmp_path / "m.onnx")
+    assert "max error" in str(info.value) and "eval()" in info.value.hint
