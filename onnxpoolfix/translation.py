@@ -24,6 +24,7 @@ torch and onnxscript are imported only when :func:`translation_table` is called.
 """
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any, Callable
 
@@ -47,27 +48,28 @@ POOL_OPS: dict[str, tuple[str, int]] = {
 _FLOAT_TYPES = ["tensor(float)", "tensor(double)", "tensor(float16)", "tensor(bfloat16)"]
 
 
-def register_schemas() -> None:
-    """Register an onnx OpSchema for each ``org.pytorch.aten`` adaptive pooling op (once per process).
+@functools.lru_cache(maxsize=None)
+def op_schema(op_type: str):
+    """The onnx OpSchema of an ``org.pytorch.aten`` adaptive pooling op, as the TorchScript exporter writes it:
+    ``(self: T, output_size: int64) -> (T[, int64 indices])``.
 
-    onnxscript builds a node of an opset only from a registered schema ("No schema registered for
-    'adaptive_avg_pool2d' version '1' and domain 'org.pytorch.aten'" otherwise). The schemas declare what
-    the TorchScript exporter writes: ``(self: T, output_size: int64) -> (T[, int64 indices])``.
+    onnxscript builds a node only from a schema ("No schema registered for 'adaptive_avg_pool2d' version
+    '1' and domain 'org.pytorch.aten'" when it looks one up). The schema is handed to the op directly and
+    NOT registered with ``onnx.defs``: a registered one would make onnx's checker judge every such node
+    by it, in any model this process later loads (a fuzzed dtype would then be a checker crash, not
+    the patch's own message).
     """
     import onnx.defs
 
-    for op_type, outputs in set(POOL_OPS.values()):
-        if onnx.defs.has(op_type, ATEN_DOMAIN):
-            continue
-        param = onnx.defs.OpSchema.FormalParameter
-        schema = onnx.defs.OpSchema(
-            op_type, ATEN_DOMAIN, 1,
-            doc=f"PyTorch's aten::{op_type}, as written for onnxpoolfix to replace with standard ONNX",
-            inputs=[param("self", "T"), param("output_size", "tensor(int64)")],
-            outputs=[param("output", "T")] + ([param("indices", "tensor(int64)")] if outputs == 2 else []),
-            type_constraints=[("T", _FLOAT_TYPES, "the pooled tensor's type")],
-        )
-        onnx.defs.register_schema(schema)
+    outputs = next(n for name, n in POOL_OPS.values() if name == op_type)
+    param = onnx.defs.OpSchema.FormalParameter
+    return onnx.defs.OpSchema(
+        op_type, ATEN_DOMAIN, 1,
+        doc=f"PyTorch's aten::{op_type}, as written for onnxpoolfix to replace with standard ONNX",
+        inputs=[param("self", "T"), param("output_size", "tensor(int64)")],
+        outputs=[param("output", "T")] + ([param("indices", "tensor(int64)")] if outputs == 2 else []),
+        type_constraints=[("T", _FLOAT_TYPES, "the pooled tensor's type")],
+    )
 
 
 def _fake_shape(value: Any):
@@ -136,10 +138,9 @@ def _translation(op_type: str, outputs: int) -> Callable:
     import onnxscript
     from onnxscript import opset18 as op
 
-    aten = onnxscript.values.Opset(ATEN_DOMAIN, 1)
+    node = onnxscript.values.Op(onnxscript.values.Opset(ATEN_DOMAIN, 1), op_type, op_schema=op_schema(op_type))
 
     def translate(x, output_size):
-        node = getattr(aten, op_type)
         size = _size_value(op, x, output_size)
         if outputs == 2:
             values, indices = node(x, size, _num_outputs=2)
@@ -153,7 +154,7 @@ def _translation(op_type: str, outputs: int) -> Callable:
 
 def translation_table() -> dict:
     """``{torch.ops.aten.<adaptive pool>.default: translation}`` for ``torch.onnx.export(...,
-    dynamo=True, custom_translation_table=...)``; registers the onnx schemas it needs (idempotent).
+    dynamo=True, custom_translation_table=...)``. Registers nothing globally (see :func:`op_schema`).
 
     Every adaptive pooling op (avg 1D/2D/3D, its ``_adaptive_avg_pool{2,3}d`` forms, max 1D/2D/3D with
     indices) is kept from decomposition and written as the ``org.pytorch.aten`` node that
@@ -165,7 +166,6 @@ def translation_table() -> dict:
     except ImportError as e:
         raise ImportError(f"onnxpoolfix.translation_table needs torch and onnxscript ({e}); install them with: "
                           "pip install '.[torch]' in a checkout of onnxpoolfix") from e
-    register_schemas()
     table = {}
     for aten_name, (op_type, outputs) in POOL_OPS.items():
         packet = getattr(torch.ops.aten, aten_name, None)

@@ -235,12 +235,12 @@ def test_translation_module_does_not_import_torch() -> None:
     assert r.returncode == 0, r.stderr
 
 
-def test_schema_registration_is_idempotent() -> None:
-    from onnxpoolfix.translation import register_schemas
-
-    register_schemas()
-    register_schemas()
-    assert onnx.defs.has("adaptive_max_pool3d", "org.pytorch.aten")
+def test_the_table_registers_no_schema_globally() -> None:
+    """A registered org.pytorch.aten schema would make onnx's checker judge every leftover node of any model
+    this process loads later by it (tests/test_fuzz.py's mutated dtypes then crash the checker)."""
+    table = onnxpoolfix.translation_table()
+    assert {op.__name__.split(".")[0] for op in table} >= {f"adaptive_{k}_pool{d}d" for k in ("avg", "max") for d in (2, 3)}
+    assert not onnx.defs.has("adaptive_avg_pool2d", "org.pytorch.aten")
 
 
 @pytest.mark.slow
@@ -267,7 +267,6 @@ def test_dtypes(tmp_path: Path, dtype, atol) -> None:
     _assert_matches(out, m, [(1, 3, 8, 9)], dtype=dtype, atol=atol)
 
 
-@pytest.mark.slow
 def test_unbatched_1d_3d_max_and_nested_outputs(tmp_path: Path) -> None:
     class Many(nn.Module):
         def forward(self, x):  # x: (C, H, W), unbatched
