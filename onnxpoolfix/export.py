@@ -142,7 +142,8 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
     """Export ``module`` with torch.onnx.export, replace the leftover adaptive pooling nodes, save to ``f``.
 
     Args:
-        module: the ``torch.nn.Module`` (or ScriptModule / function) to export.
+        module: the ``torch.nn.Module`` (or ScriptModule / function; with ``dynamo=True`` also a
+            ``torch.export.ExportedProgram``, compared with torch through its ``.module()``) to export.
         args: its example inputs, as for ``torch.onnx.export`` (a tuple, or one tensor).
         f: where to save: a path, or a binary file object opened for writing.
         dynamo: as in ``torch.onnx.export`` (default True): the torch.export-based exporter with
@@ -178,9 +179,10 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             untouched (a path is written atomically).
     """
     torch = _import_torch()
-    if not isinstance(module, (torch.nn.Module, torch.jit.ScriptFunction)):
-        raise TypeError(f"export() takes a torch.nn.Module (or ScriptModule/ScriptFunction), not "
-                        f"{type(module).__name__}")
+    exported_program = getattr(getattr(torch, "export", None), "ExportedProgram", ())
+    if not isinstance(module, (torch.nn.Module, torch.jit.ScriptFunction, exported_program)):
+        raise TypeError(f"export() takes a torch.nn.Module (or ScriptModule/ScriptFunction, or with dynamo=True "
+                        f"a torch.export.ExportedProgram), not {type(module).__name__}")
     if hasattr(f, "write"):
         if isinstance(f, io.TextIOBase):
             raise TypeError("f is a text file object; an ONNX model is bytes: open it with 'wb' (or pass a path)")
@@ -236,7 +238,8 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                 return
             from .torch_check import verify_against_torch
 
-            checked = verify_against_torch(path, module, call_args, call_kwargs, ranges=ranges)
+            runnable = module.module() if isinstance(module, exported_program) else module
+            checked = verify_against_torch(path, runnable, call_args, call_kwargs, ranges=ranges)
             logger.info("%s", checked.note())
             result.report.check_note = "; ".join(p for p in (result.report.check_note, checked.note()) if p)
 

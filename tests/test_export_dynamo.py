@@ -199,9 +199,10 @@ def test_dynamic_axes_are_passed_through(tmp_path: Path) -> None:
     _assert_matches(out, m, [(2, 3, 8, 9), (1, 3, 12, 5), (1, 3, 40, 33)])
 
 
-def test_verify_failure_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("dynamo", [True, False])
+def test_verify_failure_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dynamo: bool) -> None:
     """A mismatch with torch (here: torch's side changed after the export) fails with the max error and
-    leaves no file."""
+    leaves no file, on both exporters' paths."""
     m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d((5, 7))).eval()
     out = tmp_path / "m.onnx"
     import onnxpoolfix.torch_check as tc
@@ -214,11 +215,22 @@ def test_verify_failure_writes_nothing(tmp_path: Path, monkeypatch: pytest.Monke
 
     monkeypatch.setattr(tc._Runner, "run", off_by_a_bit)
     with pytest.raises(onnxpoolfix.TorchMismatchError, match=r"max error 0\.01"):
-        onnxpoolfix.export(m, (torch.randn(1, 3, 8, 9),), out)
+        onnxpoolfix.export(m, (torch.randn(1, 3, 8, 9),), out, dynamo=dynamo)
     assert not out.exists() and not list(tmp_path.iterdir())
     monkeypatch.setattr(tc._Runner, "run", real_run)
-    onnxpoolfix.export(m, (torch.randn(1, 3, 8, 9),), out, verify=False)
+    onnxpoolfix.export(m, (torch.randn(1, 3, 8, 9),), out, dynamo=dynamo, verify=False)
     assert out.exists()
+
+
+def test_an_exported_program_is_taken(tmp_path: Path) -> None:
+    m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d((5, 7))).eval()
+    H = torch.export.Dim("H", min=3, max=40)
+    ep = torch.export.export(m, (torch.randn(1, 3, 8, 9),), dynamic_shapes={"input": {2: H}})
+    out = tmp_path / "ep.onnx"
+    report = onnxpoolfix.export(ep, (torch.randn(1, 3, 8, 9),), out)
+    assert [n.lowering for n in report.nodes] == ["dynamic"] and "matched torch at" in report.check_note
+    _assert_standard(out)
+    _assert_matches(out, m, [(1, 3, 8, 9), (1, 3, 23, 9), (1, 3, 4, 9)])
 
 
 def test_operator_export_type_is_refused_with_dynamo(tmp_path: Path) -> None:
