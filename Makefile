@@ -29,9 +29,11 @@ test-all: $(STAMP)
 	$(VENV)/bin/ruff check onnxpoolfix tests benchmarks fixtures/make_fixtures.py
 	ONNXPOOLFIX_FUZZ_CASES=2000 $(PY) -m pytest -m "slow or not slow" -q
 
-## bench: speed of the patched graphs vs torch's kernel and the dynamo exporter (writes benchmarks/RESULTS.md)
+## bench: speed of the patched graphs vs torch's kernel and the dynamo exporter (writes benchmarks/RESULTS.md),
+## and the plain dynamo export vs onnxpoolfix.export (writes benchmarks/RESULTS_dynamo_export.md)
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py
+	$(PY) benchmarks/dynamo_export.py
 
 ## bench-tool: the tool's own time and peak memory on a generated 550 MB model vs onnx.load + onnx.save
 bench-tool: $(STAMP)

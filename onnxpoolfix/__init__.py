@@ -16,11 +16,13 @@ from .errors import (  # noqa: E402
 )
 from .export import export  # noqa: E402  (torch is imported only when export() is called)
 from .report import NodeReport, PatchReport  # noqa: E402
+from .torch_check import TorchMismatchError  # noqa: E402
+from .translation import translation_table  # noqa: E402  (torch is imported only when it is called)
 from .version import __version__
 
 __all__ = [
-    "patch", "patch_model", "export", "PatchResult", "PatchReport", "NodeReport",
+    "patch", "patch_model", "export", "translation_table", "PatchResult", "PatchReport", "NodeReport",
     "PoolFixError", "InvalidModelError", "UnsupportedNodeError", "ShapeError", "CheckFailedError", "CheckTooLargeError",
-    "OutputError",
+    "OutputError", "TorchMismatchError",
     "__version__",
 ]

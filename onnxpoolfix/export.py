@@ -1,18 +1,28 @@
-"""``onnxpoolfix.export``: torch.onnx.export (TorchScript path) + patch + save, in one call.
+"""``onnxpoolfix.export``: torch.onnx.export + patch + check against torch + save, in one call.
 
     import onnxpoolfix
-    report = onnxpoolfix.export(model, (x,), "model.onnx", input_names=["x"], opset_version=17)
+    report = onnxpoolfix.export(model, (x,), "model.onnx", dynamic_shapes={"x": {2: H, 3: W}})
 
 torch is an optional dependency (``pip install '.[torch]'`` in a checkout): it is imported here, lazily, on the
 first call, never by ``import onnxpoolfix``.
 
-The export always runs ``dynamo=False, operator_export_type=ONNX_FALLTHROUGH``: that is the exporter that
-leaves the adaptive pooling nodes it cannot lower as ``org.pytorch.aten`` nodes, which the patch then
-replaces (see README.md, 'What it replaces'). Arguments that would select another exporter or be silently
-ignored by this one are refused rather than dropped.
+Two exporters, as in ``torch.onnx.export``:
+
+- ``dynamo=True`` (the default, as in torch): the torch.export-based exporter, with
+  :func:`onnxpoolfix.translation_table` as its ``custom_translation_table`` so that every adaptive pool is
+  kept from decomposition and written as the ``org.pytorch.aten`` node the patch replaces (a caller's own
+  table is merged over it).
+- ``dynamo=False``: the TorchScript exporter with ``operator_export_type=ONNX_FALLTHROUGH``, which leaves the
+  adaptive pooling nodes it cannot lower as ``org.pytorch.aten`` nodes (see README.md, 'What it replaces').
+  Arguments that would select another exporter or be silently ignored by this one are refused rather than
+  dropped.
+
+Either way the saved file is then run in onnxruntime against the torch module (``verify=True``, see
+:mod:`onnxpoolfix.torch_check`) before it is renamed into place.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -57,10 +67,6 @@ def _import_torch():
 
 
 def _refuse_conflicts(torch, module, kwargs: dict) -> None:
-    if kwargs.get("dynamo", False) is not False:
-        raise ValueError(
-            "onnxpoolfix.export runs the TorchScript exporter (dynamo=False), the one that leaves adaptive "
-            "pooling nodes for onnxpoolfix to replace; drop dynamo=True (or call torch.onnx.export yourself)")
     fallthrough = torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH
     if "operator_export_type" in kwargs and kwargs["operator_export_type"] != fallthrough:
         raise ValueError(
@@ -69,32 +75,94 @@ def _refuse_conflicts(torch, module, kwargs: dict) -> None:
     for name, hint in _DYNAMO_ONLY.items():
         if name in kwargs:
             raise ValueError(f"torch.onnx.export's '{name}' only applies with dynamo=True, and "
-                             f"onnxpoolfix.export uses dynamo=False" + (f": {hint}" if hint else ": drop it"))
+                             f"this call has dynamo=False" + (f": {hint}" if hint else ": drop it"))
     if kwargs.get("export_modules_as_functions"):
         raise ValueError("export_modules_as_functions would put the adaptive pooling nodes inside local "
                          "functions, which onnxpoolfix does not rewrite: drop it")
     exported_program = getattr(getattr(torch, "export", None), "ExportedProgram", None)
     if exported_program is not None and isinstance(module, exported_program):
-        raise ValueError("an ExportedProgram always goes through the dynamo exporter; pass the nn.Module")
+        raise ValueError("an ExportedProgram always goes through the dynamo exporter; pass the nn.Module, "
+                         "or drop dynamo=False")
 
 
-def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], *, check: bool = True,
-           strategy: str = "auto", target: str = "onnxruntime", optimize_exporter_pools: bool = False,
-           **kwargs: Any) -> PatchReport:
+def _refuse_dynamo_conflicts(torch, kwargs: dict) -> None:
+    if "operator_export_type" in kwargs:
+        raise ValueError("operator_export_type applies to the TorchScript exporter only (dynamo=False); "
+                         "with dynamo=True drop it: the adaptive pools are kept by onnxpoolfix's translation table")
+    if kwargs.get("fallback"):
+        raise ValueError("fallback=True would retry with the TorchScript exporter without ONNX_FALLTHROUGH; "
+                         "drop it, or pass dynamo=False to use the TorchScript path on purpose")
+
+
+def _dynamo_ranges(torch, program) -> dict[tuple[int, int], tuple[int, int | None]]:
+    """(flat tensor input index, axis) -> (min, max or None) of every symbolic input dim, from torch.export."""
+    ep = getattr(program, "exported_program", None)
+    if ep is None:
+        return {}
+    user = set(ep.graph_signature.user_inputs)
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name in user
+                    and isinstance(n.meta.get("val"), torch.Tensor)]
+    out = {}
+    for i, node in enumerate(placeholders):
+        for axis, d in enumerate(node.meta["val"].shape):
+            if isinstance(d, int) or not hasattr(d, "node"):
+                continue
+            vr = ep.range_constraints.get(d.node.expr)
+            if vr is None:
+                continue
+            out[(i, axis)] = (max(_finite_int(vr.lower) or 1, 1), _finite_int(vr.upper))
+    return out
+
+
+def _finite_int(bound) -> int | None:
+    """A range bound as an int, None when it is infinite (torch's int_oo, sympy's oo)."""
+    try:
+        value = int(bound)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None
+    return value if abs(value) < 2**62 else None
+
+
+def _example_args(torch, args: Any, kwargs: dict, dynamo: bool) -> tuple[tuple, dict]:
+    """``module(*args, **kw)`` as torch.onnx.export calls it (a bare tensor is one argument; the TorchScript
+    exporter also takes trailing keyword arguments as a dict at the end of ``args``)."""
+    call_kwargs = dict(kwargs.get("kwargs") or {})
+    if isinstance(args, torch.Tensor):
+        return (args,), call_kwargs
+    args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    if not dynamo and args and isinstance(args[-1], dict):
+        call_kwargs = {**args[-1], **call_kwargs}
+        args = args[:-1]
+    return args, call_kwargs
+
+
+def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], *, dynamo: bool = True,
+           check: bool = True, verify: bool = True, strategy: str = "auto", target: str = "onnxruntime",
+           optimize_exporter_pools: bool = False, **kwargs: Any) -> PatchReport:
     """Export ``module`` with torch.onnx.export, replace the leftover adaptive pooling nodes, save to ``f``.
 
     Args:
-        module: the ``torch.nn.Module`` (or ScriptModule / function) to export.
+        module: the ``torch.nn.Module`` (or ScriptModule / function; with ``dynamo=True`` also a
+            ``torch.export.ExportedProgram``, compared with torch through its ``.module()``) to export.
         args: its example inputs, as for ``torch.onnx.export`` (a tuple, or one tensor).
         f: where to save: a path, or a binary file object opened for writing.
+        dynamo: as in ``torch.onnx.export`` (default True): the torch.export-based exporter with
+            :func:`onnxpoolfix.translation_table`; False: the TorchScript exporter with ONNX_FALLTHROUGH.
         check: run the patched model in onnxruntime against the numpy reference
             (:func:`onnxpoolfix.patch`'s ``check``); ``f`` is not written if it fails.
+        verify: run the saved file in onnxruntime against ``module`` on the example inputs and, where dims
+            are symbolic, at several other sizes inside the declared ranges (pooled windows uniform,
+            non-uniform and upsampling); :class:`TorchMismatchError` with the max error if they differ
+            beyond float noise, and ``f`` is not written. (torch's own ``verify=`` is not passed on: this
+            one covers it.)
         strategy: ``"auto"`` or a lowering name to force (see :func:`onnxpoolfix.patch`).
         target: ``"onnxruntime"`` or ``"tensorrt"``.
         optimize_exporter_pools: also plan the pools the exporter lowered itself (see
             :func:`onnxpoolfix.patch`).
-        **kwargs: passed on to ``torch.onnx.export`` (input_names, output_names, dynamic_axes,
-            opset_version, do_constant_folding, kwargs, ...). ``dynamo`` (other than False),
+        **kwargs: passed on to ``torch.onnx.export`` (input_names, output_names, dynamic_shapes,
+            dynamic_axes, opset_version, kwargs, external_data, optimize, ...). With ``dynamo=True``,
+            ``operator_export_type`` and ``fallback=True`` raise ``ValueError``; ``external_data`` (default
+            True, as in torch) writes the weights to ``f.data`` beside ``f``. With ``dynamo=False``,
             ``operator_export_type`` (other than ONNX_FALLTHROUGH), ``export_modules_as_functions`` and the
             dynamo-only arguments (dynamic_shapes, external_data, optimize, ...) raise ``ValueError``.
 
@@ -105,14 +173,16 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         ImportError: torch is not installed (``pip install '.[torch]'`` in a checkout).
         TypeError: ``module`` is not a torch module, or ``f`` neither a path nor a file object.
         ValueError: conflicting ``kwargs``, or ``f`` a file object not open for writing.
+        TorchMismatchError: (a :class:`CheckFailedError`) ``verify`` found the file differing from torch.
         PoolFixError: from the patch (e.g. :class:`UnsupportedNodeError` for a node with no exact lowering,
             :class:`CheckFailedError`), or :class:`OutputError` when ``f`` cannot be written. ``f`` is left
             untouched (a path is written atomically).
     """
     torch = _import_torch()
-    if not isinstance(module, (torch.nn.Module, torch.jit.ScriptFunction)):
-        raise TypeError(f"export() takes a torch.nn.Module (or ScriptModule/ScriptFunction), not "
-                        f"{type(module).__name__}")
+    exported_program = getattr(getattr(torch, "export", None), "ExportedProgram", ())
+    if not isinstance(module, (torch.nn.Module, torch.jit.ScriptFunction, exported_program)):
+        raise TypeError(f"export() takes a torch.nn.Module (or ScriptModule/ScriptFunction, or with dynamo=True "
+                        f"a torch.export.ExportedProgram), not {type(module).__name__}")
     if hasattr(f, "write"):
         if isinstance(f, io.TextIOBase):
             raise TypeError("f is a text file object; an ONNX model is bytes: open it with 'wb' (or pass a path)")
@@ -120,33 +190,68 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             raise ValueError("f is a file object not open for writing")
     elif not isinstance(f, (str, os.PathLike)):
         raise TypeError(f"f takes a path or a binary file object opened for writing, not {type(f).__name__}")
-    _refuse_conflicts(torch, module, kwargs)
-    kwargs["dynamo"] = False
-    kwargs["operator_export_type"] = torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH
+    if not isinstance(dynamo, bool):
+        raise TypeError(f"dynamo takes True or False, not {dynamo!r}")
+    if dynamo:
+        _refuse_dynamo_conflicts(torch, kwargs)
+        external = bool(kwargs.pop("external_data", True))
+        user_table = dict(kwargs.pop("custom_translation_table", None) or {})
+    else:
+        _refuse_conflicts(torch, module, kwargs)
+        kwargs["operator_export_type"] = torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH
+        external = False
+    call_args, call_kwargs = _example_args(torch, args, kwargs, dynamo)
 
     from .api import patch
     from .io import has_external_data, load_model, save_model
 
     with tempfile.TemporaryDirectory(prefix="onnxpoolfix-export-") as tmp:
         exported = Path(tmp) / "exported.onnx"
-        with warnings.catch_warnings():
-            # we chose the TorchScript exporter on purpose: its deprecation notice is not the caller's concern
-            warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export",
-                                    category=DeprecationWarning)
-            torch.onnx.export(module, args, str(exported), **kwargs)
+        ranges: dict = {}
+        if dynamo:
+            from .translation import translation_table
+
+            table = {**translation_table(), **user_table}
+            captured = io.StringIO()
+            with contextlib.redirect_stdout(captured):  # the exporter prints its progress; the library never does
+                # weights beside the temporary file, unless f is to hold them (external_data=False, a file object)
+                program = torch.onnx.export(module, args, str(exported), dynamo=True,
+                                            external_data=external and not hasattr(f, "write"),
+                                            custom_translation_table=table, **kwargs)
+            logger.debug("torch.onnx.export: %s", captured.getvalue().strip())
+            ranges = _dynamo_ranges(torch, program)
+            del program
+        else:
+            with warnings.catch_warnings():
+                # we chose the TorchScript exporter on purpose: its deprecation notice is not the caller's concern
+                warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export",
+                                        category=DeprecationWarning)
+                torch.onnx.export(module, args, str(exported), dynamo=False, **kwargs)
         model = load_model(exported)
-        external = has_external_data(model)
+        has_data = has_external_data(model)
         result = patch(model, check=check, strategy=strategy, target=target, inplace=True,
-                       model_dir=tmp if external else None, optimize_exporter_pools=optimize_exporter_pools)
+                       model_dir=tmp if has_data else None, optimize_exporter_pools=optimize_exporter_pools)
         logger.info("%s", result.report.summary())
+
+        def against_torch(path: Path) -> None:
+            if not verify:
+                return
+            from .torch_check import verify_against_torch
+
+            runnable = module.module() if isinstance(module, exported_program) else module
+            checked = verify_against_torch(path, runnable, call_args, call_kwargs, ranges=ranges)
+            logger.info("%s", checked.note())
+            result.report.check_note = "; ".join(p for p in (result.report.check_note, checked.note()) if p)
+
         if hasattr(f, "write"):
             patched = Path(tmp) / "patched.onnx"
-            written = save_model(result.model, patched, source_path=exported)
+            written = save_model(result.model, patched, source_path=exported, before_commit=against_torch)
             if len(written) > 1:
                 raise ValueError("the model needs external data (over 2 GB), which cannot go to a file object: "
                                  "pass a path as f")
             with open(patched, "rb") as src:
                 shutil.copyfileobj(src, f)
         else:
-            save_model(result.model, f, source_path=exported)
+            save_model(result.model, f, source_path=exported, save_as_external_data=external,
+                       before_commit=against_torch)
     return result.report

@@ -46,3 +46,19 @@ def test_bench_max_case_reports_dynamo_na(bench):
     row = bench.run_case(case, rounds=2, batch_s=0.001, budget_s=2.0, lowerings=False, log=lambda *a: None)
     assert "dynamo" not in row["t"] and row["dynamo_why"]
     assert bench.table_row(row)[bench.COLUMNS.index("dynamo")] == "n/a"
+
+
+def test_dynamo_export_bench_row():
+    """benchmarks/dynamo_export.py: plain dynamo vs onnxpoolfix.export on one dynamic case, every column."""
+    path = BENCH.parent / "dynamo_export.py"
+    spec = importlib.util.spec_from_file_location("onnxpoolfix_dynamo_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    (case,) = [c for c in mod.CASES if c.name == "avg_dyn_7"]
+    ((_, results),) = mod.run([case], rounds=1, batch=1, log=lambda *a: None)
+    ours, plain = results["onnxpoolfix"], results["dynamo"]
+    assert ours.nodes and plain.nodes and ours.latency_us > 0 and plain.latency_us > 0
+    assert all(isinstance(e, float) and e < 1e-4 for _, e in ours.away)
+    assert any(isinstance(e, str) or e > 1e-2 for _, e in plain.away)  # the frozen decomposition
+    assert "| avg_dyn_7" in mod.markdown([(case, results)], [])

@@ -1,4 +1,5 @@
-"""onnxpoolfix.export: torch.onnx.export (TorchScript, FALLTHROUGH) + patch + save, and torch staying optional."""
+"""onnxpoolfix.export(dynamo=False): torch.onnx.export (TorchScript, FALLTHROUGH) + patch + save, and torch staying
+optional. The dynamo path (the default) is tested in tests/test_export_dynamo.py."""
 from __future__ import annotations
 
 import io
@@ -35,7 +36,7 @@ def _torch_out(module, x):
 def test_export_matches_torch(torch_mod, tmp_path: Path) -> None:
     m, x = _module(torch_mod), torch_mod.randn(1, 3, 8, 9)
     out = tmp_path / "m.onnx"
-    report = onnxpoolfix.export(m, (x,), out, input_names=["x"], output_names=["y"], opset_version=17)
+    report = onnxpoolfix.export(m, (x,), out, dynamo=False, input_names=["x"], output_names=["y"], opset_version=17)
     assert isinstance(report, onnxpoolfix.PatchReport)
     assert report.status == "patched" and report.checked and report.check_passed
     (node,) = report.nodes
@@ -52,7 +53,7 @@ def test_export_matches_torch(torch_mod, tmp_path: Path) -> None:
 def test_export_to_a_file_object(torch_mod) -> None:
     m, x = _module(torch_mod), torch_mod.randn(1, 3, 8, 9)
     buf = io.BytesIO()
-    report = onnxpoolfix.export(m, x, buf, input_names=["x"])  # a bare tensor as args, as torch allows
+    report = onnxpoolfix.export(m, x, buf, dynamo=False, input_names=["x"])  # a bare tensor as args, as torch allows
     assert len(report.nodes) == 1
     model = onnx.load_from_string(buf.getvalue())
     (got,) = ort_run(model, {"x": x.numpy()})
@@ -63,7 +64,7 @@ def test_export_to_a_file_object(torch_mod) -> None:
 def test_export_with_dynamic_batch(torch_mod, tmp_path: Path) -> None:
     m = _module(torch_mod)
     out = tmp_path / "m.onnx"
-    onnxpoolfix.export(m, (torch_mod.randn(1, 3, 8, 9),), out, input_names=["x"], output_names=["y"],
+    onnxpoolfix.export(m, (torch_mod.randn(1, 3, 8, 9),), out, dynamo=False, input_names=["x"], output_names=["y"],
                        dynamic_axes={"x": {0: "n"}, "y": {0: "n"}})
     model = onnx.load(out)
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "n"
@@ -79,7 +80,7 @@ def test_export_with_dynamic_spatial_axes(torch_mod, tmp_path: Path) -> None:
 
     m = _module(torch_mod)
     out = tmp_path / "m.onnx"
-    kwargs = dict(input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "n", 2: "h", 3: "w"}})
+    kwargs = dict(dynamo=False, input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "n", 2: "h", 3: "w"}})
     if "dynamic" not in BY_NAME:
         with pytest.raises(onnxpoolfix.UnsupportedNodeError):
             onnxpoolfix.export(m, (torch_mod.randn(1, 3, 8, 9),), out, **kwargs)
@@ -99,7 +100,7 @@ def test_export_max_pool_with_indices(torch_mod, tmp_path: Path) -> None:
     m = torch_mod.nn.AdaptiveMaxPool2d((5, 7), return_indices=True).eval()
     x = torch_mod.randn(1, 2, 8, 9)
     out = tmp_path / "m.onnx"
-    report = onnxpoolfix.export(m, (x,), out, input_names=["x"], output_names=["values", "indices"])
+    report = onnxpoolfix.export(m, (x,), out, dynamo=False, input_names=["x"], output_names=["values", "indices"])
     assert report.nodes[0].indices == "computed"
     values, indices = ort_run(onnx.load(out), {"x": x.numpy()})
     want_v, want_i = m(x)
@@ -109,7 +110,6 @@ def test_export_max_pool_with_indices(torch_mod, tmp_path: Path) -> None:
 
 @pytest.mark.torch
 @pytest.mark.parametrize("kwargs, needle", [
-    ({"dynamo": True}, "dynamo"),
     ({"operator_export_type": "ONNX"}, "operator_export_type"),
     ({"operator_export_type": "ONNX_ATEN_FALLBACK"}, "operator_export_type"),
     ({"dynamic_shapes": {"x": {2: "h"}}}, "dynamic_axes"),
@@ -121,7 +121,7 @@ def test_conflicting_kwargs_are_refused(torch_mod, tmp_path: Path, kwargs, needl
         kwargs = {"operator_export_type": getattr(torch_mod.onnx.OperatorExportTypes, kwargs["operator_export_type"])}
     out = tmp_path / "m.onnx"
     with pytest.raises(ValueError, match=needle):
-        onnxpoolfix.export(_module(torch_mod), (torch_mod.randn(1, 3, 8, 9),), out, **kwargs)
+        onnxpoolfix.export(_module(torch_mod), (torch_mod.randn(1, 3, 8, 9),), out, dynamo=False, **kwargs)
     assert not out.exists()
 
 
@@ -136,7 +136,7 @@ def test_the_settings_it_imposes_are_accepted_when_repeated(torch_mod, tmp_path:
 @pytest.mark.torch
 def test_export_passes_strategy_and_target(torch_mod, tmp_path: Path) -> None:
     report = onnxpoolfix.export(_module(torch_mod), (torch_mod.randn(1, 3, 8, 9),), tmp_path / "m.onnx",
-                                strategy="kronecker", target="tensorrt", opset_version=18)
+                                dynamo=False, strategy="kronecker", target="tensorrt", opset_version=18)
     assert report.target == "tensorrt" and report.opset == 18
     assert [n.lowering for n in report.nodes] == ["kronecker"]
 
@@ -145,7 +145,7 @@ def test_export_passes_strategy_and_target(torch_mod, tmp_path: Path) -> None:
 def test_nothing_to_patch_still_saves(torch_mod, tmp_path: Path) -> None:
     m = torch_mod.nn.Sequential(torch_mod.nn.Conv2d(3, 4, 3), torch_mod.nn.AdaptiveAvgPool2d(1)).eval()
     out = tmp_path / "m.onnx"
-    report = onnxpoolfix.export(m, (torch_mod.randn(1, 3, 8, 9),), out)
+    report = onnxpoolfix.export(m, (torch_mod.randn(1, 3, 8, 9),), out, dynamo=False)
     assert report.status == "nothing-to-patch" and out.exists()
 
 
