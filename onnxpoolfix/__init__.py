@@ -12,12 +12,11 @@ from .errors import (  # noqa: E402
     OutputError,
     PoolFixError,
     ShapeError,
+    TorchMismatchError,
     UnsupportedNodeError,
 )
-from .export import export  # noqa: E402  (torch is imported only when export() is called)
 from .report import NodeReport, PatchReport  # noqa: E402
-from .torch_check import TorchMismatchError  # noqa: E402
-from .translation import translation_table  # noqa: E402  (torch is imported only when it is called)
+from .torch_export import export, translation_table  # noqa: E402  (torch is imported only when called)
 from .version import __version__
 
 __all__ = [

@@ -59,3 +59,8 @@ class OutputError(PoolFixError):
     """The output could not be written (unwritable folder, OUT equal to IN without --in-place, ...)."""
 
     exit_code = 6
+
+
+class TorchMismatchError(CheckFailedError):
+    """``onnxpoolfix.export(verify=True)``: the exported file, run in onnxruntime, differs from the torch module
+    (or fails where torch runs)."""

@@ -16,7 +16,7 @@ import onnx
 import pytest
 
 import onnxpoolfix
-from onnxpoolfix.find import find_pool_nodes
+from onnxpoolfix.frontends.leftovers import find_pool_nodes
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
@@ -96,7 +96,8 @@ def test_alexnet_with_symbolic_h_w_matches_torch_at_every_size(tmp_path: Path) -
 def test_plain_dynamo_export_is_caught_by_the_comparison_with_torch(tmp_path: Path) -> None:
     """Without the table, torch decomposes the pool with windows frozen at the traced size: the
     comparison with torch (what export(verify=True) runs) must catch it at other sizes."""
-    from onnxpoolfix.torch_check import TorchMismatchError, verify_against_torch
+    from onnxpoolfix import TorchMismatchError
+    from onnxpoolfix.torch_export import verify_against_torch
 
     m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d((7, 7))).eval()
     H, W = torch.export.Dim("H", min=4, max=64), torch.export.Dim("W", min=4, max=64)
@@ -204,19 +205,19 @@ def test_verify_failure_writes_nothing(tmp_path: Path, monkeypatch: pytest.Monke
     leaves no file, on both exporters' paths."""
     m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d((5, 7))).eval()
     out = tmp_path / "m.onnx"
-    import onnxpoolfix.torch_check as tc
+    from onnxpoolfix.torch_export.sizes import TorchRunner
 
-    real_run = tc._Runner.run
+    real_run = TorchRunner.run
 
     def off_by_a_bit(self, tensors, recorder=None):
         got = real_run(self, tensors, recorder)
         return None if got is None else (got[0], [t + 0.01 for t in got[1]], got[2])
 
-    monkeypatch.setattr(tc._Runner, "run", off_by_a_bit)
+    monkeypatch.setattr(TorchRunner, "run", off_by_a_bit)
     with pytest.raises(onnxpoolfix.TorchMismatchError, match=r"max error 0\.01"):
         onnxpoolfix.export(m, (torch.randn(1, 3, 8, 9),), out, dynamo=dynamo)
     assert not out.exists() and not list(tmp_path.iterdir())
-    monkeypatch.setattr(tc._Runner, "run", real_run)
+    monkeypatch.setattr(TorchRunner, "run", real_run)
     onnxpoolfix.export(m, (torch.randn(1, 3, 8, 9),), out, dynamo=dynamo, verify=False)
     assert out.exists()
 
@@ -239,7 +240,7 @@ def test_operator_export_type_is_refused_with_dynamo(tmp_path: Path) -> None:
 
 
 def test_translation_module_does_not_import_torch() -> None:
-    code = ("import sys, onnxpoolfix.translation, onnxpoolfix.torch_check; "
+    code = ("import sys, onnxpoolfix.torch_export.translation, onnxpoolfix.torch_export.torch_check; "
             "assert callable(onnxpoolfix.translation_table); assert 'torch' not in sys.modules")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={"PYTHONPATH": str(ROOT), "PATH": ""}, timeout=120)

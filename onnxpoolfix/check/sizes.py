@@ -78,7 +78,8 @@ def window_targets(m: int) -> dict[str, int | None]:
     return {"uniform": 2 * m, "non-uniform": nonuniform, "upsampling": (m - 1 if m >= 3 else 1) if m > 1 else None}
 
 
-def _window_kind(n: int, m: int) -> str:
+def window_kind(n: int, m: int) -> str:
+    """The kind of windows an adaptive pool of length ``n`` -> ``m`` has (what the checks report as covered)."""
     if n == m:
         return "kept"
     if n < m:
@@ -168,7 +169,7 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
             aim = base + (target - n0) * rate
             sizes = sorted(range(step, max(8 * base, 2 * round(abs(aim))) + step, step), key=lambda S: abs(S - aim))
             return next((S for S in sizes if (n := n0 + (S - base) / rate) >= 1 and n == int(n)
-                         and _window_kind(int(n), m) == kind), sizes[0])
+                         and window_kind(int(n), m) == kind), sizes[0])
 
         candidates = []
         for r in range(len(WINDOW_KINDS)):
@@ -195,7 +196,7 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
             f"cannot choose sizes for the check: the model ran at only {len(chosen)} of the input sizes tried "
             f"(a symbolic pooled axis needs {_MIN_DYNAMIC_CHECKS})",
             "give them with --check-shape NAME:D0,D1,... (repeatable), or skip the check with --no-check")
-    kinds = {_window_kind(got[s.node.input][a], m) for got in pooled for s in dyn
+    kinds = {window_kind(got[s.node.input][a], m) for got in pooled for s in dyn
              for a, m in zip(s.axes, s.out_sizes) if isinstance(m, int)}
     batches = sorted({v[0] for c in chosen for name, v in c.items()
                       if name in free and not isinstance(free[name][0], int)})

@@ -18,7 +18,7 @@ Two exporters, as in ``torch.onnx.export``:
   dropped.
 
 Either way the saved file is then run in onnxruntime against the torch module (``verify=True``, see
-:mod:`onnxpoolfix.torch_check`) before it is renamed into place.
+:mod:`onnxpoolfix.torch_export.torch_check`) before it is renamed into place.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ import warnings
 from pathlib import Path
 from typing import Any, BinaryIO, Union
 
-from .report import PatchReport
+from ..report import PatchReport
 
 logger = logging.getLogger(__name__)
 
@@ -202,8 +202,8 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         external = False
     call_args, call_kwargs = _example_args(torch, args, kwargs, dynamo)
 
-    from .api import patch
-    from .io import has_external_data, load_model, save_model
+    from ..api import patch
+    from ..io import has_external_data, load_model, save_model
 
     with tempfile.TemporaryDirectory(prefix="onnxpoolfix-export-") as tmp:
         exported = Path(tmp) / "exported.onnx"

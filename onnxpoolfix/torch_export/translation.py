@@ -10,14 +10,14 @@ lengths are frozen at the traced size (wrong at other sizes, no guard), and refu
 3D average pooling altogether (README.md, 'From PyTorch in one call'). Ops listed in
 ``custom_translation_table`` are kept from decomposition (torch >= 2.8), so each translation here sees the
 op itself and writes the node the TorchScript exporter writes under ONNX_FALLTHROUGH, which
-:mod:`onnxpoolfix.find` reads::
+:mod:`onnxpoolfix.frontends.leftovers` reads::
 
     org.pytorch.aten::adaptive_avg_pool2d(x, Constant<int64 [5, 7]>) -> y
     org.pytorch.aten::adaptive_max_pool2d(x, Constant<int64 [5, 7]>) -> values, indices
 
 A size entry that torch resolved from the input (``AdaptiveAvgPool2d((None, 7))`` with a symbolic H: torch
 turns the None into ``x.size(2)`` before the op, so it arrives as a symbolic int) is written as
-``Shape(x, start=axis, end=axis+1)``, the form find.py reads as "follows the input". A symbolic size that is
+``Shape(x, start=axis, end=axis+1)``, the form the front end reads as "follows the input". A symbolic size that is
 not one of the input's own dims is written as computed; the patch then refuses it with its usual message.
 
 torch and onnxscript are imported only when :func:`translation_table` is called.
@@ -161,8 +161,8 @@ def translation_table() -> dict:
     ``onnxpoolfix IN OUT`` (or :func:`onnxpoolfix.patch`) replaces with its exact lowering.
     """
     try:
-        import torch
         import onnxscript  # noqa: F401
+        import torch
     except ImportError as e:
         raise ImportError(f"onnxpoolfix.translation_table needs torch and onnxscript ({e}); install them with: "
                           "pip install '.[torch]' in a checkout of onnxpoolfix") from e

@@ -1,0 +1,219 @@
+"""Input sizes to compare the exported file with torch at, inside the declared ranges (:mod:`.torch_check`).
+
+Where the file's inputs have symbolic dims, the comparison also runs at sizes other than the example's,
+inside the declared ranges (``torch.export.Dim`` min/max), chosen so that the adaptive pools see uniform,
+non-uniform and upsampling windows: torch runs the module at the example size and at one step more on each
+symbolic dim, the pooled lengths are recorded (a dispatch mode that sees every adaptive pooling call), and
+the input size that gives each kind of window is aimed at from that linear fit, keeping to multiples of the
+smallest step the network accepts (a stride-32 skip connection runs only at multiples of 32). The same aim
+as :mod:`onnxpoolfix.check.sizes`, which probes the ONNX graph instead of the torch module.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Mapping, Sequence
+
+from ..check.sizes import WINDOW_KINDS, window_targets
+from ..errors import TorchMismatchError
+
+logger = logging.getLogger(__name__)
+
+_STEPS = (1, 2, 4, 8, 16, 32, 64)
+
+
+class PoolRecorder:
+    """Records (pooled input lengths, output lengths) of every adaptive pooling call torch runs."""
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        calls = self.calls = []
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                name = func.__name__ if hasattr(func, "__name__") else str(func)
+                if "adaptive_" in name and "pool" in name and "backward" not in name:
+                    k = 3 if "3d" in name else 2 if "2d" in name else 1
+                    y = out[0] if isinstance(out, (tuple, list)) else out
+                    calls.append((tuple(args[0].shape[-k:]), tuple(y.shape[-k:])))
+                return out
+
+        self.mode = Mode()
+
+
+def _tensor_leaves(torch, tree) -> list:
+    from torch.utils._pytree import tree_leaves
+
+    return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
+
+
+class TorchRunner:
+    """Runs the torch module on example-shaped inputs with chosen sizes for the symbolic dims."""
+
+    def __init__(self, torch, module, args: tuple, kwargs: dict, model_inputs: Sequence, seed: int):
+        from torch.utils._pytree import tree_flatten
+
+        self.torch, self.module = torch, module
+        self.leaves, self.spec = tree_flatten((args, kwargs))
+        self.tensor_positions = [i for i, t in enumerate(self.leaves) if isinstance(t, torch.Tensor)]
+        if len(self.tensor_positions) != len(model_inputs):
+            raise TorchMismatchError(
+                f"the exported file has {len(model_inputs)} input(s) but the example inputs hold "
+                f"{len(self.tensor_positions)} tensor(s): cannot match them to compare with torch",
+                "pass verify=False to skip the comparison with torch, or export every input tensor")
+        self.names = [vi.name for vi in model_inputs]
+        self.symbolic = _symbolic_dims(model_inputs)
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def inputs(self, dims: Mapping[str, int], batch: int | None = None) -> list:
+        """The example tensors resized: symbolic dim ``d`` of an input takes ``dims[d]``."""
+        torch = self.torch
+        out = []
+        for pos, symbolic in zip(self.tensor_positions, self.symbolic):
+            example = self.leaves[pos]
+            if not symbolic:
+                out.append(example)
+                continue
+            shape = [dims.get(name, size) if name is not None else size
+                     for name, size in zip(symbolic, example.shape)]
+            if list(shape) == list(example.shape):
+                out.append(example)
+            elif example.is_floating_point():
+                out.append(torch.randn(shape, generator=self.gen, dtype=torch.float32).to(example.dtype))
+            elif example.dtype == torch.bool:
+                out.append(torch.rand(shape, generator=self.gen) < 0.5)
+            else:  # ids and the like: keep to the values the example uses
+                lo, hi = (int(example.min()), int(example.max())) if example.numel() else (0, 1)
+                out.append(torch.randint(lo, hi + 1, shape, generator=self.gen, dtype=example.dtype))
+        return out
+
+    def run(self, tensors: list, recorder: PoolRecorder | None = None):
+        """``module`` on these tensors: (the tensors, flat tensor outputs, pooling calls), or None when torch
+        fails."""
+        from torch.utils._pytree import tree_unflatten
+
+        torch = self.torch
+        leaves = list(self.leaves)
+        for pos, t in zip(self.tensor_positions, tensors):
+            leaves[pos] = t
+        args, kwargs = tree_unflatten(leaves, self.spec)
+        rec = recorder or PoolRecorder()
+        try:
+            with torch.no_grad(), rec.mode:
+                out = self.module(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - a size the network cannot take (too small for its convs)
+            logger.debug("torch fails at %s: %s", [tuple(t.shape) for t in tensors], e)
+            return None
+        return tensors, _tensor_leaves(torch, out), list(rec.calls)
+
+
+def _symbolic_dims(model_inputs) -> list[list[str | None]]:
+    """Per input, per axis: the symbolic dim's name (unnamed ones get one of their own), None if static."""
+    out = []
+    for i, vi in enumerate(model_inputs):
+        dims = []
+        for a, d in enumerate(vi.type.tensor_type.shape.dim):
+            if d.HasField("dim_value"):
+                dims.append(None)
+            else:
+                dims.append(d.dim_param or f"{vi.name}[{a}]")
+        out.append(dims)
+    return out
+
+
+def choose_dims(runner: TorchRunner, example_calls, ranges: Mapping[str, tuple[int, int | None]],
+                example: Mapping[str, int]) -> list[tuple[dict[str, int], object]]:
+    """Sizes of the symbolic dims to compare at (besides the example), each with torch's run there."""
+    chosen: list[tuple[dict[str, int], object]] = []
+
+    def attempt(dims: dict[str, int]):
+        if any(dims == c for c, _ in chosen) or dims == dict(example):
+            return None
+        for name, v in dims.items():
+            lo, hi = ranges.get(name, (1, None))
+            if v < max(lo, 1) or (hi is not None and v > hi):
+                return None
+        got = runner.run(runner.inputs(dims))
+        return got
+
+    def in_range(name: str, v: int) -> bool:
+        lo, hi = ranges.get(name, (1, None))
+        return v >= max(lo, 1) and (hi is None or v <= hi)
+
+    # per symbol: the smallest step that runs, then the smallest multiple of it that moves a pooled length
+    # (a stride-32 network moves it only every 32): the slope of pooled length against input size
+    fits: dict[str, tuple[int, int, list]] = {}  # name -> (step, delta, pooling calls at example + delta)
+    for name, e in example.items():
+        step = None
+        for s in _STEPS:
+            for v in (e + s, e - s):
+                if in_range(name, v) and (got := runner.run(runner.inputs({**example, name: v}))) is not None \
+                        and len(got[2]) == len(example_calls):
+                    step = s
+                    chosen.append(({**example, name: v}, got))
+                    fits[name] = (s, v - e, got[2])
+                    break
+            if step is not None:
+                break
+        if step is None:
+            continue
+        delta = step
+        while fits[name][2] == example_calls and delta < 8 * max(e, 8):
+            delta *= 2
+            v = e + delta if in_range(name, e + delta) else e - delta
+            if not in_range(name, v):
+                break
+            got = runner.run(runner.inputs({**example, name: v}))
+            if got is not None and len(got[2]) == len(example_calls):
+                fits[name] = (step, v - e, got[2])
+
+    def aim(name: str, kind: str) -> int | None:
+        """The size of symbol ``name`` aimed at ``kind`` on the first pooled axis it moves."""
+        if name not in fits:
+            return None
+        step, delta, calls = fits[name]
+        for (n0s, ms), (n1s, _) in zip(example_calls, calls):
+            for n0, m, n1 in zip(n0s, ms, n1s):
+                if n1 == n0:
+                    continue
+                target = window_targets(m)[kind]
+                if target is None:
+                    return None
+                rate = (n1 - n0) / delta  # pooled length per unit of input size
+                v = example[name] + round((target - n0) / rate / step) * step
+                lo, hi = ranges.get(name, (1, None))
+                lo = max(lo, 1)
+                if v < lo:
+                    v = lo + (-(lo - example[name]) % step if step > 1 else 0)
+                if hi is not None and v > hi:
+                    v = hi - ((hi - example[name]) % step)
+                return v
+        return None
+
+    names = list(example)
+    for r in range(len(WINDOW_KINDS)):
+        dims = dict(example)
+        for j, name in enumerate(names):
+            v = aim(name, WINDOW_KINDS[(r + j) % len(WINDOW_KINDS)])
+            if v is not None:
+                dims[name] = v
+            elif name not in fits or fits[name][2] == example_calls:
+                # a dim no pool depends on (the batch): 2 in one run
+                lo, hi = ranges.get(name, (1, None))
+                if r == 1 and lo <= 2 and (hi is None or hi >= 2):
+                    dims[name] = 2
+        got = attempt(dims)
+        if got is not None:
+            chosen.append((dims, got))
+    # one more away from everything above: twice the example plus a step (capped by the range)
+    dims = {}
+    for name, e in example.items():
+        step = fits[name][0] if name in fits else 1
+        lo, hi = ranges.get(name, (1, None))
+        v = 2 * e + step
+        dims[name] = v if hi is None or v <= hi else hi - ((hi - e) % step)
+    got = attempt(dims)
+    if got is not None:
+        chosen.append((dims, got))
+    return chosen

@@ -1,0 +1,176 @@
+"""The exported file against the torch module itself, end to end (``onnxpoolfix.export(..., verify=True)``).
+
+:func:`onnxpoolfix.patch`'s check compares each replaced node with the numpy reference; this one runs the
+whole saved file in onnxruntime against ``module(*args)`` and so also catches what the exporter got wrong
+around the pools (a decomposition frozen at the traced size, a dim the exporter specialised). torch's own
+``torch.onnx.export(..., verify=True)`` compares at the example input only: exactly where a frozen
+decomposition still looks right.
+
+Where the file's inputs have symbolic dims it also runs at other sizes inside the declared ranges, chosen
+by :mod:`.sizes` so that the adaptive pools see uniform, non-uniform and upsampling windows.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..check.sizes import WINDOW_KINDS, window_kind
+from ..errors import TorchMismatchError
+from .sizes import TorchRunner, choose_dims
+
+logger = logging.getLogger(__name__)
+
+# allowed |onnxruntime - torch| per output, relative to the output's largest magnitude (at least 1): float
+# noise of the whole network (different summation orders in convolutions and matmuls), far below what a
+# window one element off does to an average (tenths of the value range)
+_RTOL = {"float32": 1e-4, "float64": 1e-9, "float16": 1e-2, "bfloat16": 6e-2}
+
+
+@dataclass
+class TorchCheck:
+    """What :func:`verify_against_torch` ran: the input shapes, the window kinds reached, the max error."""
+
+    shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
+    kinds: set[str] = field(default_factory=set)
+    max_error: float = 0.0
+
+    def note(self) -> str:
+        sizes = "; ".join(" ".join(f"{k}:{'x'.join(map(str, v))}" for k, v in s.items()) for s in self.shapes)
+        kinds = ", ".join(k for k in (*WINDOW_KINDS, "kept") if k in self.kinds)
+        return (f"matched torch at {len(self.shapes)} input size(s) (max error {self.max_error:.1e}"
+                + (f"; pooled windows: {kinds}" if kinds else "") + f"): {sizes}")
+
+
+def _to_numpy(torch, t) -> np.ndarray:
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _compare(torch, names, outputs_onnx, outputs_torch, where: str) -> float:
+    if len(outputs_onnx) != len(outputs_torch):
+        raise TorchMismatchError(
+            f"the exported file has {len(outputs_onnx)} output(s), the torch module returns {len(outputs_torch)} "
+            f"tensor(s) {where}: cannot match them", "pass verify=False to skip the comparison with torch")
+    worst = 0.0
+    for name, got, ref in zip(names, outputs_onnx, outputs_torch):
+        want = _to_numpy(torch, ref)
+        got = np.asarray(got)
+        if want.dtype.name == "bfloat16":
+            got = got.astype(want.dtype)  # exact: the Cast to float32 above, back
+        if tuple(got.shape) != tuple(want.shape):
+            raise TorchMismatchError(f"output '{name}' {where}: onnxruntime gives shape {list(got.shape)}, "
+                                     f"torch {list(want.shape)}", "the export is wrong at this size; "
+                                     "re-export with this size as the example, or report it")
+        kind = want.dtype.name
+        if kind in _RTOL:
+            g, w = got.astype(np.float64), want.astype(np.float64)
+            finite = np.isfinite(w)
+            if not np.array_equal(np.isnan(g), np.isnan(w)) or not np.array_equal(g[~finite & ~np.isnan(w)],
+                                                                                    w[~finite & ~np.isnan(w)]):
+                raise TorchMismatchError(f"output '{name}' {where}: NaN/inf differ from torch's",
+                                         "the export is wrong at this size; report it")
+            err = float(np.max(np.abs(g[finite] - w[finite]))) if finite.any() else 0.0
+            allowed = _RTOL[kind] * max(1.0, float(np.max(np.abs(w[finite]))) if finite.any() else 1.0)
+        else:
+            err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if want.size else 0.0
+            allowed = 0.0
+        if err > allowed:
+            raise TorchMismatchError(
+                f"the exported file differs from torch at output '{name}' {where}: max error {err:.3g} "
+                f"(allowed {allowed:.1g})",
+                "the ONNX graph is not what the module computes at this size; with symbolic dims, re-export "
+                "through onnxpoolfix.export (dynamo=True) so every adaptive pool is lowered exactly, or report it")
+        worst = max(worst, err)
+    return worst
+
+
+def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Mapping | None = None, *,
+                         ranges: Mapping[tuple[int, int], tuple[int, int | None]] | None = None,
+                         seed: int = 0) -> TorchCheck:
+    """Run the ONNX file at ``path`` in onnxruntime and ``module`` in torch on the same inputs; raise
+    :class:`TorchMismatchError` (with the max error) where they differ beyond float noise.
+
+    ``ranges``: (flat input index, axis) -> (min, max or None) of the symbolic dims, as declared to
+    torch.export. The inputs are the example's tensor leaves, in order, matched to the file's inputs.
+    """
+    try:
+        return _verify(path, module, args, kwargs, ranges=ranges, seed=seed)
+    except TorchMismatchError as e:
+        if getattr(module, "training", False):  # dropout/batch-norm statistics differ run to run
+            raise TorchMismatchError(e.message, "the module is in training mode: call module.eval() before "
+                                     "exporting (or pass verify=False)") from None
+        raise
+
+
+def _verify(path, module, args, kwargs, *, ranges, seed) -> TorchCheck:
+    import onnx
+    import onnxruntime as ort
+    import torch
+
+    from ..check.runner import ort_value
+
+    model = onnx.load(str(path), load_external_data=False)
+    init = {t.name for t in model.graph.initializer}
+    model_inputs = [vi for vi in model.graph.input if vi.name not in init]
+    out_names = [o.name for o in model.graph.output]
+    bf16 = [o.name for o in model.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16]
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if bf16:  # fetched through an exact Cast to float32: numpy (and so onnxruntime's numpy()) has no bfloat16
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path", str(Path(path).parent))
+        for o in model.graph.output:
+            if o.name in bf16:
+                model.graph.node.append(onnx.helper.make_node("Cast", [o.name], [o.name + "__as_float"],
+                                                              to=onnx.TensorProto.FLOAT))
+                o.name += "__as_float"
+                o.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        fetch = [o.name for o in model.graph.output]
+    else:
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        fetch = out_names
+    del model
+    runner = TorchRunner(torch, module, tuple(args), dict(kwargs or {}), model_inputs, seed)
+    # the symbols, their example values and declared ranges
+    example: dict[str, int] = {}
+    sym_ranges: dict[str, tuple[int, int | None]] = {}
+    for i, (dims, pos) in enumerate(zip(runner.symbolic, runner.tensor_positions)):
+        for a, name in enumerate(dims):
+            if name is None:
+                continue
+            example.setdefault(name, int(runner.leaves[pos].shape[a]))
+            lo, hi = (ranges or {}).get((i, a), (1, None))
+            old = sym_ranges.get(name, (1, None))
+            sym_ranges[name] = (max(lo, old[0]), hi if old[1] is None else old[1] if hi is None else min(hi, old[1]))
+
+    check = TorchCheck()
+    base = runner.run(runner.inputs(example))
+    if base is None:
+        raise TorchMismatchError("the torch module fails on the example inputs", "check the example inputs")
+    runs = [(dict(example), base)]
+    if example:
+        runs += choose_dims(runner, base[2], sym_ranges, example)
+    for dims, (tensors, want, calls) in runs:
+        shapes = {n: tuple(int(d) for d in t.shape) for n, t in zip(runner.names, tensors)}
+        where = "at " + " ".join(f"{n}:{'x'.join(map(str, s))}" for n, s in shapes.items())
+        feed = {n: ort_value(_to_numpy(torch, t)) for n, t in zip(runner.names, tensors)}
+        try:
+            got = [v.numpy() for v in sess.run_with_ort_values(fetch, feed)]
+        except Exception as e:  # noqa: BLE001 - onnxruntime failing where torch runs is the finding itself
+            raise TorchMismatchError(f"onnxruntime fails {where}, where the torch module runs: "
+                                     f"{' '.join(str(e).split())[:200]}",
+                                     "the export does not hold at this size; with symbolic dims, export through "
+                                     "onnxpoolfix.export (dynamo=True), or report it") from None
+        check.max_error = max(check.max_error, _compare(torch, out_names, got, want, where))
+        check.shapes.append(shapes)
+        check.kinds |= {window_kind(n, m) for ns, ms in calls for n, m in zip(ns, ms)}
+    return check
