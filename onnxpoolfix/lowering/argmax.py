@@ -35,6 +35,7 @@ class ArgMaxStep(Step):
     m: tuple[int, ...]
     want_indices: bool
     tie_safe: bool = False  # no ArgMax (TensorRT: see emit_both)
+    exact_non_finite = True  # NaN and all -inf windows as torch, without the NonFiniteMaxStep wrapper
 
     def out_shape(self, shape):
         return tuple(shape[: self.first_axis]) + self.m
@@ -74,33 +75,52 @@ class ArgMaxStep(Step):
             flat = flat + (t * strides[j]).reshape(shp)  # m_j on dim j, kmax_j on dim k + j
         flat = flat.reshape(tuple(self.m) + (kall,))
 
-        fdt = np_dtype(elem)
-        nan = em.op("IsNaN", [w])
-        filled = em.op("Where", [nan, em.const("minus_inf", np.array(-np.inf, dtype=fdt)), w])
-        nanf = em.cast(nan, TensorProto.FLOAT)
-        if self.tie_safe:
-            # TensorRT imports ArgMax as TopK(k=1), whose choice among equal values is not documented: the
-            # first maximum and the last NaN by position instead (float positions: exact below 2**24)
-            pos = em.const("position", np.arange(kall, dtype=np.float32))
-            is_max = em.op("Equal", [filled, em.reduce("ReduceMax", filled, [lead + k], keepdims=1)])
-            first_max = em.cast(em.reduce("ReduceMin", em.op("Where", [is_max, pos, em.const(
-                "past_end", np.array(kall, dtype=np.float32))]), [lead + k], keepdims=1), TensorProto.INT64)
-            last_nan = em.cast(em.reduce("ReduceMax", em.op("Mul", [nanf, pos]), [lead + k], keepdims=1),
-                               TensorProto.INT64)
-        else:
-            first_max = em.op("ArgMax", [filled], axis=-1, keepdims=1)
-            reversed_nan = em.op("Gather", [nanf, em.ints("reverse", range(kall - 1, -1, -1))], axis=-1)
-            last_nan = em.op("Sub", [em.const("last", np.array(kall - 1, dtype=np.int64)),
-                                     em.op("ArgMax", [reversed_nan], axis=-1, keepdims=1)])
-        any_nan = em.op("Greater", [em.reduce("ReduceMax", nanf, [lead + k], keepdims=1),
-                                    em.const("zero", np.array(0, dtype=np.float32))])
-        choice = em.op("Where", [any_nan, last_nan, first_max])
+        choice = window_choice(em, w, lead + k, kall, elem, self.tie_safe)
         em.squeeze(em.op("GatherElements", [w, choice], axis=-1), [-1], out=y)
         if indices:
             base = (np.arange(prod(self.m), dtype=np.int64) * kall).reshape(tuple(self.m) + (1,))
             lin = em.op("Add", [choice, em.const("window_base", base)])
             picked = em.op("Gather", [em.const("flat_index", flat.reshape(-1)), lin], axis=0)
             em.squeeze(picked, [-1], out=indices)
+
+
+def window_choice(em, w: str, axis: int, kall: int | str, elem: int, tie_safe: bool) -> str:
+    """Position (int64, keepdims) along ``w``'s last axis ``axis`` (windows laid out row-major, padding after
+    the real elements) of torch's choice: the last NaN if the window holds one, else the first maximum.
+
+    ``kall`` is the window axis' length: an int, or (the dynamic lowering) the name of a 0-d int64 tensor.
+    """
+    fdt = np_dtype(elem)
+    runtime = isinstance(kall, str)
+    nan = em.op("IsNaN", [w])
+    filled = em.op("Where", [nan, em.const("minus_inf", np.array(-np.inf, dtype=fdt)), w])
+    nanf = em.cast(nan, TensorProto.FLOAT)
+    if runtime:
+        pos = em.cast(em.op("Range", [em.const("zero", np.array(0, np.int64)), kall,
+                                      em.const("one", np.array(1, np.int64))]), TensorProto.FLOAT)
+        past_end = em.cast(kall, TensorProto.FLOAT)
+    else:
+        pos = em.const("position", np.arange(kall, dtype=np.float32))
+        past_end = em.const("past_end", np.array(kall, dtype=np.float32))
+    if tie_safe:
+        # TensorRT imports ArgMax as TopK(k=1), whose choice among equal values is not documented: the
+        # first maximum by position instead (float positions: exact below 2**24)
+        is_max = em.op("Equal", [filled, em.reduce("ReduceMax", filled, [axis], keepdims=1)])
+        first_max = em.cast(em.reduce("ReduceMin", em.op("Where", [is_max, pos, past_end]), [axis], keepdims=1),
+                            TensorProto.INT64)
+    else:
+        first_max = em.op("ArgMax", [filled], axis=-1, keepdims=1)
+    if tie_safe or runtime:
+        # the last NaN: the largest NaN position (a runtime reversal, Gather of Range(kall - 1, -1, -1), is
+        # what onnxruntime's Gather-to-Slice fusion gets wrong: its ArgMax then fails at run time)
+        last_nan = em.cast(em.reduce("ReduceMax", em.op("Mul", [nanf, pos]), [axis], keepdims=1), TensorProto.INT64)
+    else:
+        reversed_nan = em.op("Gather", [nanf, em.ints("reverse", range(kall - 1, -1, -1))], axis=-1)
+        last_nan = em.op("Sub", [em.const("last", np.array(kall - 1, dtype=np.int64)),
+                                 em.op("ArgMax", [reversed_nan], axis=-1, keepdims=1)])
+    any_nan = em.op("Greater", [em.reduce("ReduceMax", nanf, [axis], keepdims=1),
+                                em.const("zero", np.array(0, dtype=np.float32))])
+    return em.op("Where", [any_nan, last_nan, first_max])
 
 
 class ArgMaxLowering(Lowering):
@@ -121,12 +141,16 @@ class ArgMaxLowering(Lowering):
                            spec.node.indices_output is not None, tie_safe=spec.target == "tensorrt")]
 
     def build(self, em, spec, x, y, indices=None):
-        work = compute_dtype(spec)
-        step = self._steps(spec)[0]
-        src, dst = x, y
-        if work != spec.dtype:
-            src = em.cast(x, work)
-            dst = em.fresh("values_float")
-        step.emit_both(em, src, spec.input_shape, work, dst, indices)
-        if work != spec.dtype:
-            em.cast(dst, spec.dtype, out=y)
+        build_with_indices(em, spec, self._steps(spec)[0], x, y, indices)
+
+
+def build_with_indices(em, spec, step, x, y, indices) -> None:
+    """Emit ``step.emit_both`` (values into ``y``, indices into ``indices``) in the compute dtype."""
+    work = compute_dtype(spec)
+    src, dst = x, y
+    if work != spec.dtype:
+        src = em.cast(x, work)
+        dst = em.fresh("values_float")
+    step.emit_both(em, src, spec.input_shape, work, dst, indices)
+    if work != spec.dtype:
+        em.cast(dst, spec.dtype, out=y)

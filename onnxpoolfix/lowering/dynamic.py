@@ -24,8 +24,8 @@ time), with ``i`` in ``[0, m)`` and ``j = Range(0, n)``, window ``i`` is ``[star
 Axes whose output size is 1 become one ReduceMean/ReduceMax (exact for any ``n``); axes that follow the
 input (torch's ``None``) are untouched; static axes of a partly symbolic node use constant matrices or
 window tables. No Loop/If/Einsum: every op is in TensorRT's ONNX parser table. Range needs opset 11.
-The max indices output is not computed (refused in ``check``: bind the size with --input-shape, and
-'argmax' computes it).
+Max whose indices output is read: :class:`DynamicArgMaxStep`, the ``argmax`` lowering's construction over
+runtime window tables (NaN and -inf handled there, no If on either target).
 """
 from __future__ import annotations
 
@@ -238,6 +238,24 @@ class DynamicMatMulStep(Step):
         return tuple(sorted(out))
 
 
+def runtime_window_table(em: Emitter, n: str, m: int) -> tuple[str, str]:
+    """The window table ``idx[i, k] = min(start_i + k, end_i - 1)`` (``[m, kmax]``, int64) of ``n -> m`` for a
+    runtime length ``n`` (a 0-d int64 tensor), and ``kmax`` (0-d): short windows repeat their last index."""
+    i = np.arange(m, dtype=np.int64).reshape(m, 1)
+    m_ = _scalar(em, "m", m)
+    start = em.op("Div", [em.op("Mul", [n, em.const("i", i)]), m_], hint="start")  # [m, 1]
+    end = em.op("Div", [em.op("Add", [em.op("Mul", [n, em.const("i_plus_1", i + 1)]), _scalar(em, "m_minus_1", m - 1)]),
+                        m_], hint="end")
+    kmax = em.reduce("ReduceMax", em.op("Sub", [end, start], hint="length"), [0, 1], keepdims=0)
+    k = em.op("Range", [_scalar(em, "zero", 0), kmax, _scalar(em, "one", 1)])  # [kmax]
+    last = em.op("Sub", [end, _scalar(em, "one", 1)], hint="last")
+    idx = em.op("Add", [start, k])  # [m, kmax]
+    if em.opset >= 12:
+        return em.op("Min", [idx, last], hint="window_table"), kmax
+    # Min has no int64 before opset 12
+    return em.op("Where", [em.op("Less", [idx, last]), idx, last], hint="window_table"), kmax
+
+
 @dataclass(frozen=True)
 class DynamicWindowMaxStep(OneAxisStep):
     """Max along one symbolic axis: Gather the runtime window table, ReduceMax over the window dim."""
@@ -257,22 +275,160 @@ class DynamicWindowMaxStep(OneAxisStep):
 
     def emit(self, em, x, shape, elem):
         n = em.op("Gather", [em.op("Shape", [x]), _scalar(em, "axis", self.axis)], axis=0)  # a scalar for Range
-        i = np.arange(self.m, dtype=np.int64).reshape(self.m, 1)
-        m_ = _scalar(em, "m", self.m)
-        start = em.op("Div", [em.op("Mul", [n, em.const("i", i)]), m_], hint="start")  # [m, 1]
-        end = em.op("Div", [em.op("Add", [em.op("Mul", [n, em.const("i_plus_1", i + 1)]), _scalar(em, "m_minus_1", self.m - 1)]),
-                            m_], hint="end")
-        kmax = em.reduce("ReduceMax", em.op("Sub", [end, start], hint="length"), [0, 1], keepdims=0)
-        k = em.op("Range", [_scalar(em, "zero", 0), kmax, _scalar(em, "one", 1)])  # [kmax]
-        last = em.op("Sub", [end, _scalar(em, "one", 1)], hint="last")
-        idx = em.op("Add", [start, k])  # [m, kmax]
-        if em.opset >= 12:
-            table = em.op("Min", [idx, last], hint="window_table")
-        else:  # Min has no int64 before opset 12
-            table = em.op("Where", [em.op("Less", [idx, last]), idx, last], hint="window_table")
+        table, _ = runtime_window_table(em, n, self.m)
         return gather_window_max(em, x, table, self.axis, len(shape))
 
     ops = ("Shape", "Gather", "Mul", "Add", "Div", "Sub", "ReduceMax", "Range", "Min", "Less", "Where", "Transpose")
+
+
+@dataclass(frozen=True)
+class DynamicArgMaxStep(Step):
+    """Max pooling WITH torch's indices over symbolic pooled axes: the ``argmax`` lowering's construction
+    (every window gathered into one trailing axis; :func:`~.argmax.window_choice` picks the first maximum or
+    the last NaN by position, no ArgMax with ``tie_safe``; values by GatherElements, bit for bit) with the
+    window tables built from the runtime lengths (:func:`runtime_window_table`) and the flat-index table
+    (``d*H*W + h*W + w`` of every window element) built from them too: per axis its table (or, for an axis
+    that follows the input, ``Range(n)``) times its runtime stride, summed by broadcasting.
+
+    ``m[j]`` is None where axis ``j`` keeps its length (torch's ``None``): it is not gathered, its window is
+    the element itself. ``n[j]`` is None where the length is symbolic.
+    """
+
+    first_axis: int
+    n: tuple[int | None, ...]
+    m: tuple[int | None, ...]
+    tie_safe: bool = False
+    exact_non_finite = True  # NaN and all -inf windows as torch, without the NonFiniteMaxStep wrapper
+
+    def out_shape(self, shape):
+        f = self.first_axis
+        return tuple(shape[:f]) + tuple(shape[f + j] if m is None else m for j, m in enumerate(self.m))
+
+    def cost(self, shape, isz):
+        f = self.first_axis
+        lead = prod(_len(d) for d in shape[:f])
+        outs = [_len(d) for d in self.out_shape(shape)[f:]]
+        kmax = [1 if m is None else ceil(_len(shape[f + j]) / m) + 1 for j, m in enumerate(self.m)]
+        gathered = lead * prod(outs) * prod(kmax)
+        rows = lead * prod(outs)
+        # argmax's passes (see ArgMaxStep.cost) + ~12 small nodes per symbolic table and the flat index
+        return (14 * C.NODE + gathered / C.GATHER_RATE * len(self.m) + gathered * C.GATHER_BLOCK
+                + 10 * gathered * isz / C.BANDWIDTH + 2 * rows * C.ARGMAX_ROW
+                + (12 * sum(n is None for n in self.n) + 10) * C.NODE)
+
+    @property
+    def ops(self):
+        common = ("Shape", "Gather", "Mul", "Add", "Div", "Sub", "ReduceMax", "Range", "Min", "Less", "Where",
+                  "Transpose", "Reshape", "IsNaN", "Cast", "Greater", "GatherElements", "Squeeze", "Slice")
+        return common + (("Equal", "ReduceMin") if self.tie_safe else ("ArgMax",))
+
+    def emit_both(self, em, x, shape, elem, y, indices):
+        from .argmax import window_choice
+
+        lead, k = self.first_axis, len(self.m)
+        lengths: dict[int, str] = {}
+        shape_of_x: list[str] = []
+
+        def length(j: int) -> str:  # axis j's length as a 0-d int64 tensor
+            if j not in lengths:
+                if isinstance(self.n[j], int):
+                    lengths[j] = _scalar(em, "n", self.n[j])
+                else:
+                    if not shape_of_x:
+                        shape_of_x.append(em.op("Shape", [x]))
+                    lengths[j] = em.op("Gather", [shape_of_x[0], _scalar(em, "axis", lead + j)], axis=0,
+                                       hint="length")
+            return lengths[j]
+
+        changed = [j for j in range(k) if self.m[j] is not None]
+        tables: dict[int, str | np.ndarray] = {}
+        kmax: dict[int, int | str] = {}
+        for j in changed:
+            if isinstance(self.n[j], int):
+                tables[j] = W.window_table(self.n[j], self.m[j])
+                kmax[j] = int(tables[j].shape[1])
+            else:
+                tables[j], kmax[j] = runtime_window_table(em, length(j), self.m[j])
+
+        # gather every window: axis j -> [m_j, kmax_j], then output dims first, window dims last
+        g, pos, out_pos, win_pos = x, lead, [], []
+        for j in range(k):
+            out_pos.append(pos)
+            if j in tables:
+                t = tables[j]
+                g = em.op("Gather", [g, em.const(f"window_table_{j}", t) if isinstance(t, np.ndarray) else t],
+                          axis=pos)
+                win_pos.append(pos + 1)
+                pos += 2
+            else:
+                pos += 1
+        perm = list(range(lead)) + out_pos + win_pos
+        if perm != list(range(len(perm))):
+            g = em.op("Transpose", [g], perm=perm)
+        w = em.op("Reshape", [g, em.ints("shape", [0] * (lead + k) + [-1])], hint="windows")
+        if all(isinstance(v, int) for v in kmax.values()):
+            kall: int | str = prod(kmax.values())
+        else:
+            kall = None
+            for j in changed:
+                v = kmax[j] if isinstance(kmax[j], str) else _scalar(em, "kmax", kmax[j])
+                kall = v if kall is None else em.op("Mul", [kall, v], hint="window_elements")
+        choice = window_choice(em, w, lead + k, kall, elem, self.tie_safe)
+        em.squeeze(em.op("GatherElements", [w, choice], axis=-1), [-1], out=y)
+        if not indices:
+            return
+
+        # flat index of every (output position, window element): sum_j coordinate_j * stride_j, laid out
+        # [out_1..out_k, kmax_c...] (row-major in both, as the windows in w)
+        rank = k + len(changed)
+        static = all(isinstance(d, int) for d in self.n)
+        terms: list[str | np.ndarray] = []
+        stride: int | str = 1
+        for j in reversed(range(k)):
+            dims = [1] * rank
+            if j in tables:
+                dims[j], dims[k + changed.index(j)] = self.m[j], -1
+                coord = tables[j]
+            else:
+                dims[j] = -1
+                coord = (np.arange(self.n[j], dtype=np.int64) if isinstance(self.n[j], int) else
+                         em.op("Range", [_scalar(em, "zero", 0), length(j), _scalar(em, "one", 1)], hint="coordinate"))
+            if static:
+                terms.append(coord.reshape(dims) * stride)
+                stride *= self.n[j]
+            else:
+                c = coord if isinstance(coord, str) else em.const("coordinate", coord)
+                c = em.op("Reshape", [c, em.ints("shape", dims)])
+                terms.append(c if stride == 1 else em.op("Mul", [c, stride if isinstance(stride, str)
+                                                                else _scalar(em, "stride", stride)]))
+                if j > 0:
+                    stride = (length(j) if stride == 1 else
+                              em.op("Mul", [stride if isinstance(stride, str) else _scalar(em, "stride", stride),
+                                            length(j)], hint="stride"))
+        if static:
+            flat_np = sum(terms[1:], terms[0]) if len(terms) > 1 else terms[0]
+            flat_np = np.broadcast_to(flat_np, tuple(np.broadcast_shapes(*[t.shape for t in terms])))
+            flat = em.const("flat_index", np.ascontiguousarray(flat_np).reshape(-1))
+        else:
+            acc = terms[0]
+            for t in terms[1:]:
+                acc = em.op("Add", [acc, t])
+            flat = em.op("Reshape", [acc, em.ints("flat", [-1])], hint="flat_index")
+        # position of each window's first element in flat: (row-major output position) * kall
+        outs = [self.m[j] if self.m[j] is not None else self.n[j] for j in range(k)]
+        if all(isinstance(d, int) for d in outs):
+            base = np.arange(prod(outs), dtype=np.int64).reshape(tuple(outs) + (1,))
+            base = em.const("window_base", base * kall) if isinstance(kall, int) else em.op(
+                "Mul", [em.const("window_base", base), kall])
+        else:
+            out_dims = em.op("Slice", [em.op("Shape", [choice]), em.ints("starts", [lead]),
+                                       em.ints("ends", [lead + k + 1]), em.ints("axes", [0])], hint="out_dims")
+            total = em.op("Gather", [em.op("Shape", [flat]), _scalar(em, "zero", 0)], axis=0)
+            step = kall if isinstance(kall, str) else _scalar(em, "kall", kall)
+            base = em.op("Reshape", [em.op("Range", [_scalar(em, "zero", 0), total, step]), out_dims],
+                         hint="window_base")
+        picked = em.op("Gather", [flat, em.op("Add", [choice, base])], axis=0)
+        em.squeeze(picked, [-1], out=indices)
 
 
 class DynamicLowering(Lowering):
@@ -281,10 +437,9 @@ class DynamicLowering(Lowering):
     dynamic = True
     min_opset = 11  # Range
 
+    computes_indices = True
+
     def check(self, spec):
-        if spec.kind == "max" and spec.node.indices_output:
-            return ("the indices output is read, and the dynamic lowering does not compute it "
-                    "(bind the size with --input-shape to use 'argmax')")
         if spec.static:
             return "every pooled axis is static (the dynamic lowering is for symbolic sizes)"
         if spec.opset < self.min_opset:
@@ -292,6 +447,10 @@ class DynamicLowering(Lowering):
         return super().check(spec)
 
     def _steps(self, spec):
+        if spec.node.indices_output:  # a max whose indices are read
+            axes = axis_windows(spec)
+            return [DynamicArgMaxStep(spec.ndim - spec.k, tuple(a.n if isinstance(a.n, int) else None for a in axes),
+                                      tuple(None if a.keep else a.m for a in axes), tie_safe=spec.target == "tensorrt")]
         changed = [a for a in axis_windows(spec) if not a.keep]
         if not changed:
             return [IdentityStep()]
@@ -315,6 +474,13 @@ class DynamicLowering(Lowering):
         return steps + cheapest_order(
             spec, lambda a: [WindowGatherStep(a.axis, a.n, a.m) if isinstance(a.n, int)
                              else DynamicWindowMaxStep(a.axis, a.m)], rest, shape=shape)
+
+    def build(self, em, spec, x, y, indices=None):
+        if spec.node.indices_output:
+            from .argmax import build_with_indices
+
+            return build_with_indices(em, spec, self._steps(spec)[0], x, y, indices)
+        return super().build(em, spec, x, y, indices)
 
     def steps(self, spec):
         inner = self._steps(spec)
