@@ -16,6 +16,7 @@ import onnx
 
 from .errors import CheckFailedError, InvalidModelError, PoolFixError, UnsupportedNodeError
 from .exporter_pools import find_exporter_pools, keeps_its_op
+from .exporter_repair import plan_repairs
 from .find import find_pool_nodes, is_pool_leftover
 from .planner import AUTO, STRATEGIES, candidates, plan, plan_or_none
 from .pyramid import NAME as PYRAMID
@@ -102,8 +103,12 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     if nodes:
         specs, notes = _specs(model, nodes, opset=opset, target=target, input_shapes=input_shapes,
                               keep_input_shapes=keep_input_shapes)
+    # the exporter's own pools that cannot run as written: always replaced (exporter_repair.py)
+    repairs = plan_repairs(model, specs, opset=opset, target=target)  # planned "auto" even with --strategy
+    repaired = {p.spec.node.index for p in repairs}
     exporter = _exporter_pools(model, specs, opset=opset, target=target) if optimize_exporter_pools else []
-    if not specs and not exporter:
+    exporter = [s for s in exporter if s.node.index not in repaired]
+    if not specs and not exporter and not repairs:
         report.check_note = "nothing to patch"
         return PatchResult(model, report)
     if inlined:
@@ -119,6 +124,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     rest = [p for p in rest if id(p) not in kept]
     if kept:
         notes.append(f"kept {len(kept)} exporter pool(s) as they are (already the fastest exact form)")
+    rest += repairs  # not grouped: each keeps its own report line saying what was repaired
     if not rest and not groups:
         report.check_note = "; ".join(notes + ["nothing to patch"])
         return PatchResult(model, report)
