@@ -2,16 +2,18 @@
 
 torch's index is the flat position inside the input's pooled plane (``d*H*W + h*W + w``) of the first
 maximum in row-major scan order, except that a NaN is the maximum and a later NaN replaces an earlier one
-(``val > maxval || isnan(val)``). Construction:
+(``val > maxval || isnan(val)``). Construction (:func:`emit_argmax`, shared with the dynamic lowering):
 
-1. gather every window into one trailing axis: per pooled axis, Gather the ``[m, kmax]`` window table
-   (short windows padded by repeating their last index, which is always *after* the real element, so
-   neither the first maximum nor the last NaN moves), transpose the window dims to the end, flatten them;
-2. first maximum = ArgMax with NaNs replaced by -inf; last NaN = ArgMax of the reversed NaN mask (for
-   TensorRT, whose ArgMax is a TopK with undocumented ties: the smallest position equal to the ReduceMax,
-   and the largest NaN position);
+1. gather every window into one LEADING axis: the pooled axes are moved to the front (onnxruntime's Gather
+   along the last axis copies element by element, 10-50x slower; in front every index copies a whole block
+   of the other dims), then per pooled axis a Gather of the ``[m, kmax]`` window table (short windows padded
+   by repeating their last index, which is always *after* the real element, so neither the first maximum
+   nor the last NaN moves), the window dims transposed to the front and flattened: ``[kall, rest]``;
+2. first maximum = ArgMax with NaNs replaced by -inf; last NaN = the largest NaN position (ReduceMax of
+   mask x position); for TensorRT, whose ArgMax is a TopK with undocumented ties, the first maximum is the
+   smallest position equal to the ReduceMax;
 3. values = GatherElements at the chosen position (so NaN and -0.0 come through bit for bit),
-   indices = a constant table mapping (output position, window element) to the flat input index.
+   indices = a table mapping (window element, output position) to the flat input index.
 """
 from __future__ import annotations
 
@@ -50,57 +52,93 @@ class ArgMaxStep(Step):
 
     @property
     def ops(self):
-        common = ("Gather", "Transpose", "Reshape", "IsNaN", "Where", "Cast", "ReduceMax", "Greater",
-                  "GatherElements", "Squeeze", "Add")
-        return common + (("Equal", "ReduceMin", "Mul") if self.tie_safe else ("ArgMax", "Sub"))
+        return ARGMAX_OPS + (("Equal", "ReduceMin") if self.tie_safe else ("ArgMax",))
 
     def emit_both(self, em, x, shape, elem, y, indices):
-        lead = self.first_axis
         k = len(self.n)
         tables = [W.window_table(n, m) for n, m in zip(self.n, self.m)]
-        g = x
-        for j, t in enumerate(tables):
-            g = em.op("Gather", [g, em.const(f"window_table_{j}", t)], axis=lead + 2 * j)
-        perm = list(range(lead)) + [lead + 2 * j for j in range(k)] + [lead + 2 * j + 1 for j in range(k)]
-        g = em.op("Transpose", [g], perm=perm)
-        w = em.op("Reshape", [g, em.ints("shape", [0] * lead + list(self.m) + [-1])])
-        kall = prod(t.shape[1] for t in tables)
-
-        # flat input index for every (output position, window element), row-major in both
-        strides = [prod(self.n[j + 1:]) for j in range(k)]
-        flat = np.zeros(tuple(self.m) + tuple(t.shape[1] for t in tables), dtype=np.int64)
-        for j, t in enumerate(tables):
-            shp = [1] * (2 * k)
-            shp[j], shp[k + j] = t.shape
-            flat = flat + (t * strides[j]).reshape(shp)  # m_j on dim j, kmax_j on dim k + j
-        flat = flat.reshape(tuple(self.m) + (kall,))
-
-        choice = window_choice(em, w, lead + k, kall, elem, self.tie_safe)
-        em.squeeze(em.op("GatherElements", [w, choice], axis=-1), [-1], out=y)
+        kmax = [t.shape[1] for t in tables]
+        flat = None
         if indices:
-            base = (np.arange(prod(self.m), dtype=np.int64) * kall).reshape(tuple(self.m) + (1,))
-            lin = em.op("Add", [choice, em.const("window_base", base)])
-            picked = em.op("Gather", [em.const("flat_index", flat.reshape(-1)), lin], axis=0)
-            em.squeeze(picked, [-1], out=indices)
+            # flat input index of every (window element, output position), laid out [kmax_1..k, m_1..k]
+            strides = [prod(self.n[j + 1:]) for j in range(k)]
+            flat = np.zeros(tuple(kmax) + tuple(self.m), dtype=np.int64)
+            for j, t in enumerate(tables):
+                shp = [1] * (2 * k)
+                shp[k + j], shp[j] = t.shape
+                flat = flat + (t * strides[j]).T.reshape(shp)  # kmax_j on dim j, m_j on dim k + j
+            flat = em.const("flat_index", flat.reshape(-1))
+        emit_argmax(em, x, len(shape), [em.const(f"window_table_{j}", t) for j, t in enumerate(tables)],
+                    prod(kmax), prod(self.m), elem, self.tie_safe, y, indices, flat)
 
 
-def window_choice(em, w: str, axis: int, kall: int | str, elem: int, tie_safe: bool) -> str:
-    """Position (int64, keepdims) along ``w``'s last axis ``axis`` (windows laid out row-major, padding after
-    the real elements) of torch's choice: the last NaN if the window holds one, else the first maximum.
+#: what emit_argmax emits besides the first-maximum ops (ArgMax, or Equal/ReduceMin for TensorRT)
+ARGMAX_OPS = ("Transpose", "Gather", "Shape", "Flatten", "IsNaN", "Where", "Cast", "ReduceMax", "Mul", "Greater",
+              "GatherElements", "Reshape", "Concat", "Unsqueeze", "Add", "Range")
 
-    ``kall`` is the window axis' length: an int, or (the dynamic lowering) the name of a 0-d int64 tensor.
+
+def emit_argmax(em, x: str, rank: int, tables: list[str | None], kall: int | str, n_out: int | str, elem: int,
+                tie_safe: bool, y: str, indices: str | None, flat_index: str | None) -> None:
+    """Values (into ``y``) and torch's indices (into ``indices``) of max pooling ``x``'s last ``len(tables)``
+    axes, each with its ``[m, kmax]`` window table (None: the axis keeps its length, its window is the
+    element itself). ``kall`` is the window size (the product of the kmax), ``n_out`` the number of output
+    positions per plane (the product of the m): ints, or names of 0-d int64 tensors. ``flat_index`` (1-D,
+    ``[kall * n_out]``): the flat input index of each (window element, output position), window-major.
     """
+    k = len(tables)
+    lead = rank - k
+    # the pooled axes first: every Gather below then copies whole blocks of the leading dims
+    g = em.op("Transpose", [x], perm=list(range(lead, rank)) + list(range(lead)))
+    pos, out_pos, win_pos = 0, [], []
+    for t in tables:
+        out_pos.append(pos)
+        if t is None:
+            pos += 1
+            continue
+        g = em.op("Gather", [g, t], axis=pos)
+        win_pos.append(pos + 1)
+        pos += 2
+    lead_pos = list(range(pos, pos + lead))
+    keep_shape = em.op("Gather", [em.op("Shape", [g]), em.ints("out_and_lead", out_pos + lead_pos)], axis=0)
+    if win_pos:
+        g = em.op("Transpose", [g], perm=win_pos + out_pos + lead_pos)
+    w = em.op("Flatten", [g], axis=len(win_pos))  # [kall, output positions x leading dims]
+    choice = window_choice(em, w, kall, elem, tie_safe)  # [1, rest]
+    values = em.op("Reshape", [em.op("GatherElements", [w, choice], axis=0), keep_shape])
+    back = list(range(k, k + lead)) + list(range(k))  # [m..., lead...] -> [lead..., m...]
+    em.op("Transpose", [values], perm=back, out=y)
+    if indices:
+        count = n_out if isinstance(n_out, str) else em.const("output_positions", np.array(n_out, np.int64))
+        rows = em.op("Reshape", [choice, em.op("Concat", [em.unsqueeze(count, [0]), em.ints("rest", [-1])], axis=0)])
+        if isinstance(n_out, int):
+            base = em.const("output_position", np.arange(n_out, dtype=np.int64).reshape(n_out, 1))
+        else:
+            base = em.unsqueeze(em.op("Range", [em.const("zero", np.array(0, np.int64)), n_out,
+                                                em.const("one", np.array(1, np.int64))]), [1])
+        lin = em.op("Add", [em.op("Mul", [rows, count]), base])  # window element * n_out + output position
+        picked = em.op("Reshape", [em.op("Gather", [flat_index, lin], axis=0), keep_shape])
+        em.op("Transpose", [picked], perm=back, out=indices)
+
+
+def window_choice(em, w: str, kall: int | str, elem: int, tie_safe: bool) -> str:
+    """Position (int64, ``[1, rest]``) along axis 0 of the ``[kall, rest]`` windows ``w`` (each window's
+    elements row-major, padding after the real ones) of torch's choice: the last NaN if the window holds
+    one, else the first maximum.
+
+    ``kall`` is the window length: an int, or (the dynamic lowering) the name of a 0-d int64 tensor.
+    """
+    axis = 0
     fdt = np_dtype(elem)
-    runtime = isinstance(kall, str)
     nan = em.op("IsNaN", [w])
     filled = em.op("Where", [nan, em.const("minus_inf", np.array(-np.inf, dtype=fdt)), w])
     nanf = em.cast(nan, TensorProto.FLOAT)
-    if runtime:
+    if isinstance(kall, str):
         pos = em.cast(em.op("Range", [em.const("zero", np.array(0, np.int64)), kall,
                                       em.const("one", np.array(1, np.int64))]), TensorProto.FLOAT)
+        pos = em.unsqueeze(pos, [1])
         past_end = em.cast(kall, TensorProto.FLOAT)
     else:
-        pos = em.const("position", np.arange(kall, dtype=np.float32))
+        pos = em.const("position", np.arange(kall, dtype=np.float32).reshape(kall, 1))
         past_end = em.const("past_end", np.array(kall, dtype=np.float32))
     if tie_safe:
         # TensorRT imports ArgMax as TopK(k=1), whose choice among equal values is not documented: the
@@ -109,15 +147,11 @@ def window_choice(em, w: str, axis: int, kall: int | str, elem: int, tie_safe: b
         first_max = em.cast(em.reduce("ReduceMin", em.op("Where", [is_max, pos, past_end]), [axis], keepdims=1),
                             TensorProto.INT64)
     else:
-        first_max = em.op("ArgMax", [filled], axis=-1, keepdims=1)
-    if tie_safe or runtime:
-        # the last NaN: the largest NaN position (a runtime reversal, Gather of Range(kall - 1, -1, -1), is
-        # what onnxruntime's Gather-to-Slice fusion gets wrong: its ArgMax then fails at run time)
-        last_nan = em.cast(em.reduce("ReduceMax", em.op("Mul", [nanf, pos]), [axis], keepdims=1), TensorProto.INT64)
-    else:
-        reversed_nan = em.op("Gather", [nanf, em.ints("reverse", range(kall - 1, -1, -1))], axis=-1)
-        last_nan = em.op("Sub", [em.const("last", np.array(kall - 1, dtype=np.int64)),
-                                 em.op("ArgMax", [reversed_nan], axis=-1, keepdims=1)])
+        first_max = em.op("ArgMax", [filled], axis=axis, keepdims=1)
+    # the last NaN: the largest NaN position (a reversal, a Gather along the window axis, is 10-50x slower
+    # in onnxruntime where that axis is the last, and a runtime one's Range(kall - 1, -1, -1) is what
+    # onnxruntime's Gather-to-Slice fusion gets wrong)
+    last_nan = em.cast(em.reduce("ReduceMax", em.op("Mul", [nanf, pos]), [axis], keepdims=1), TensorProto.INT64)
     any_nan = em.op("Greater", [em.reduce("ReduceMax", nanf, [axis], keepdims=1),
                                 em.const("zero", np.array(0, dtype=np.float32))])
     return em.op("Where", [any_nan, last_nan, first_max])

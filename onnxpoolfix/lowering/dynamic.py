@@ -318,12 +318,13 @@ class DynamicArgMaxStep(Step):
 
     @property
     def ops(self):
-        common = ("Shape", "Gather", "Mul", "Add", "Div", "Sub", "ReduceMax", "Range", "Min", "Less", "Where",
-                  "Transpose", "Reshape", "IsNaN", "Cast", "Greater", "GatherElements", "Squeeze", "Slice")
-        return common + (("Equal", "ReduceMin") if self.tie_safe else ("ArgMax",))
+        from .argmax import ARGMAX_OPS
+
+        tables = ("Div", "Sub", "Min", "Less")  # runtime_window_table (Where/Less before opset 12)
+        return tuple(dict.fromkeys(ARGMAX_OPS + tables + (("Equal", "ReduceMin") if self.tie_safe else ("ArgMax",))))
 
     def emit_both(self, em, x, shape, elem, y, indices):
-        from .argmax import window_choice
+        from .argmax import emit_argmax
 
         lead, k = self.first_axis, len(self.m)
         lengths: dict[int, str] = {}
@@ -340,6 +341,14 @@ class DynamicArgMaxStep(Step):
                                        hint="length")
             return lengths[j]
 
+        def product(factors: list[int | str]) -> int | str:
+            static = prod(f for f in factors if isinstance(f, int))
+            out: int | str = static
+            for f in factors:
+                if isinstance(f, str):
+                    out = f if out == 1 else em.op("Mul", [out if isinstance(out, str) else _scalar(em, "factor", out), f])
+            return out
+
         changed = [j for j in range(k) if self.m[j] is not None]
         tables: dict[int, str | np.ndarray] = {}
         kmax: dict[int, int | str] = {}
@@ -349,87 +358,43 @@ class DynamicArgMaxStep(Step):
                 kmax[j] = int(tables[j].shape[1])
             else:
                 tables[j], kmax[j] = runtime_window_table(em, length(j), self.m[j])
+        kall = product([kmax[j] for j in changed])
+        n_out = product([self.m[j] if j in tables else
+                         (self.n[j] if isinstance(self.n[j], int) else length(j)) for j in range(k)])
 
-        # gather every window: axis j -> [m_j, kmax_j], then output dims first, window dims last
-        g, pos, out_pos, win_pos = x, lead, [], []
-        for j in range(k):
-            out_pos.append(pos)
-            if j in tables:
-                t = tables[j]
-                g = em.op("Gather", [g, em.const(f"window_table_{j}", t) if isinstance(t, np.ndarray) else t],
-                          axis=pos)
-                win_pos.append(pos + 1)
-                pos += 2
-            else:
-                pos += 1
-        perm = list(range(lead)) + out_pos + win_pos
-        if perm != list(range(len(perm))):
-            g = em.op("Transpose", [g], perm=perm)
-        w = em.op("Reshape", [g, em.ints("shape", [0] * (lead + k) + [-1])], hint="windows")
-        if all(isinstance(v, int) for v in kmax.values()):
-            kall: int | str = prod(kmax.values())
-        else:
-            kall = None
-            for j in changed:
-                v = kmax[j] if isinstance(kmax[j], str) else _scalar(em, "kmax", kmax[j])
-                kall = v if kall is None else em.op("Mul", [kall, v], hint="window_elements")
-        choice = window_choice(em, w, lead + k, kall, elem, self.tie_safe)
-        em.squeeze(em.op("GatherElements", [w, choice], axis=-1), [-1], out=y)
-        if not indices:
-            return
-
-        # flat index of every (output position, window element): sum_j coordinate_j * stride_j, laid out
-        # [out_1..out_k, kmax_c...] (row-major in both, as the windows in w)
-        rank = k + len(changed)
-        static = all(isinstance(d, int) for d in self.n)
-        terms: list[str | np.ndarray] = []
-        stride: int | str = 1
-        for j in reversed(range(k)):
-            dims = [1] * rank
-            if j in tables:
-                dims[j], dims[k + changed.index(j)] = self.m[j], -1
-                coord = tables[j]
-            else:
-                dims[j] = -1
-                coord = (np.arange(self.n[j], dtype=np.int64) if isinstance(self.n[j], int) else
-                         em.op("Range", [_scalar(em, "zero", 0), length(j), _scalar(em, "one", 1)], hint="coordinate"))
-            if static:
-                terms.append(coord.reshape(dims) * stride)
-                stride *= self.n[j]
-            else:
-                c = coord if isinstance(coord, str) else em.const("coordinate", coord)
-                c = em.op("Reshape", [c, em.ints("shape", dims)])
-                terms.append(c if stride == 1 else em.op("Mul", [c, stride if isinstance(stride, str)
-                                                                else _scalar(em, "stride", stride)]))
+        flat = None
+        if indices:
+            # flat input index of every (window element, output position): sum_j coordinate_j * stride_j,
+            # laid out [kmax_c..., out_1..out_k] (window-major, each part row-major), as emit_argmax reads it
+            c_count = len(changed)
+            rank = c_count + k
+            terms: list[str] = []
+            stride: int | str = 1
+            for j in reversed(range(k)):
+                dims = [1] * rank
+                if j in tables:
+                    t = tables[j]
+                    coord = em.const(f"window_table_{j}", t) if isinstance(t, np.ndarray) else t
+                    coord = em.op("Transpose", [coord], perm=[1, 0])  # [kmax, m]
+                    dims[changed.index(j)], dims[c_count + j] = -1, self.m[j]
+                else:
+                    coord = (em.ints("coordinate", range(self.n[j])) if isinstance(self.n[j], int) else
+                             em.op("Range", [_scalar(em, "zero", 0), length(j), _scalar(em, "one", 1)],
+                                   hint="coordinate"))
+                    dims[c_count + j] = -1
+                coord = em.op("Reshape", [coord, em.ints("shape", dims)])
+                terms.append(coord if stride == 1 else
+                             em.op("Mul", [coord, stride if isinstance(stride, str) else _scalar(em, "stride", stride)]))
                 if j > 0:
-                    stride = (length(j) if stride == 1 else
-                              em.op("Mul", [stride if isinstance(stride, str) else _scalar(em, "stride", stride),
-                                            length(j)], hint="stride"))
-        if static:
-            flat_np = sum(terms[1:], terms[0]) if len(terms) > 1 else terms[0]
-            flat_np = np.broadcast_to(flat_np, tuple(np.broadcast_shapes(*[t.shape for t in terms])))
-            flat = em.const("flat_index", np.ascontiguousarray(flat_np).reshape(-1))
-        else:
+                    stride = product([stride, self.n[j] if isinstance(self.n[j], int) else length(j)])
             acc = terms[0]
             for t in terms[1:]:
                 acc = em.op("Add", [acc, t])
             flat = em.op("Reshape", [acc, em.ints("flat", [-1])], hint="flat_index")
-        # position of each window's first element in flat: (row-major output position) * kall
-        outs = [self.m[j] if self.m[j] is not None else self.n[j] for j in range(k)]
-        if all(isinstance(d, int) for d in outs):
-            base = np.arange(prod(outs), dtype=np.int64).reshape(tuple(outs) + (1,))
-            base = em.const("window_base", base * kall) if isinstance(kall, int) else em.op(
-                "Mul", [em.const("window_base", base), kall])
-        else:
-            out_dims = em.op("Slice", [em.op("Shape", [choice]), em.ints("starts", [lead]),
-                                       em.ints("ends", [lead + k + 1]), em.ints("axes", [0])], hint="out_dims")
-            total = em.op("Gather", [em.op("Shape", [flat]), _scalar(em, "zero", 0)], axis=0)
-            step = kall if isinstance(kall, str) else _scalar(em, "kall", kall)
-            base = em.op("Reshape", [em.op("Range", [_scalar(em, "zero", 0), total, step]), out_dims],
-                         hint="window_base")
-        picked = em.op("Gather", [flat, em.op("Add", [choice, base])], axis=0)
-        em.squeeze(picked, [-1], out=indices)
-
+        table_names = [None if j not in tables else
+                       (em.const(f"window_table_{j}", tables[j]) if isinstance(tables[j], np.ndarray) else tables[j])
+                       for j in range(k)]
+        emit_argmax(em, x, len(shape), table_names, kall, n_out, elem, self.tie_safe, y, indices, flat)
 
 class DynamicLowering(Lowering):
     name = "dynamic"
