@@ -91,7 +91,10 @@ def test_dynamic_indices_match_torch_at_many_sizes(case, target, torch_mod):
     ops = [n.op_type for n in result.model.graph.node]
     assert "If" not in ops and "Loop" not in ops
     if target == "tensorrt":
+        from onnxpoolfix.tensorrt import lint_tensorrt
+
         assert "ArgMax" not in ops and "TopK" not in ops
+        assert [f for f in lint_tensorrt(result.model) if f.severity == "error"] == []
     sess = _session(result.model)
     rng = np.random.default_rng(0)
     for spatial in sizes:
