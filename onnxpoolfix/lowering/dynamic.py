@@ -284,9 +284,9 @@ class DynamicWindowMaxStep(OneAxisStep):
 @dataclass(frozen=True)
 class DynamicArgMaxStep(Step):
     """Max pooling WITH torch's indices over symbolic pooled axes: the ``argmax`` lowering's construction
-    (every window gathered into one trailing axis; :func:`~.argmax.window_choice` picks the first maximum or
-    the last NaN by position, no ArgMax with ``tie_safe``; values by GatherElements, bit for bit) with the
-    window tables built from the runtime lengths (:func:`runtime_window_table`) and the flat-index table
+    (:func:`~.argmax.emit_argmax`: every window gathered into one axis; the first maximum or the last NaN by
+    position, no ArgMax with ``tie_safe``; values by GatherElements, bit for bit) with the window tables
+    built from the runtime lengths (:func:`runtime_window_table`) and the flat-index table
     (``d*H*W + h*W + w`` of every window element) built from them too: per axis its table (or, for an axis
     that follows the input, ``Range(n)``) times its runtime stride, summed by broadcasting.
 
@@ -364,8 +364,8 @@ class DynamicArgMaxStep(Step):
 
         flat = None
         if indices:
-            # flat input index of every (window element, output position): sum_j coordinate_j * stride_j,
-            # laid out [kmax_c..., out_1..out_k] (window-major, each part row-major), as emit_argmax reads it
+            # flat input index of every (output position, window element): sum_j coordinate_j * stride_j,
+            # laid out [out_1..out_k, kmax_c...] (output-major, each part row-major), as emit_argmax reads it
             c_count = len(changed)
             rank = c_count + k
             terms: list[str] = []
@@ -375,13 +375,12 @@ class DynamicArgMaxStep(Step):
                 if j in tables:
                     t = tables[j]
                     coord = em.const(f"window_table_{j}", t) if isinstance(t, np.ndarray) else t
-                    coord = em.op("Transpose", [coord], perm=[1, 0])  # [kmax, m]
-                    dims[changed.index(j)], dims[c_count + j] = -1, self.m[j]
+                    dims[j], dims[k + changed.index(j)] = self.m[j], -1
                 else:
                     coord = (em.ints("coordinate", range(self.n[j])) if isinstance(self.n[j], int) else
                              em.op("Range", [_scalar(em, "zero", 0), length(j), _scalar(em, "one", 1)],
                                    hint="coordinate"))
-                    dims[c_count + j] = -1
+                    dims[j] = -1
                 coord = em.op("Reshape", [coord, em.ints("shape", dims)])
                 terms.append(coord if stride == 1 else
                              em.op("Mul", [coord, stride if isinstance(stride, str) else _scalar(em, "stride", stride)]))
