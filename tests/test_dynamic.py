@@ -207,6 +207,9 @@ def test_dynamic_opsets(opset):
     for kind in ("avg", "max"):
         result = onnxpoolfix.patch(make_leftover(kind, ("N", 3, "L"), (4,), opset=opset))
         assert result.report.nodes[0].lowering == "dynamic" and result.report.check_passed
+        # H and W pooled to the same size: one shared runtime construction (Where for Min below opset 12)
+        result = onnxpoolfix.patch(make_leftover(kind, ("N", 2, "H", "W"), (4, 4), opset=opset))
+        assert result.report.nodes[0].lowering == "dynamic" and result.report.check_passed
 
 
 # ---- (c) --input-shape: a static lowering at the bound size ----------------------------------------------

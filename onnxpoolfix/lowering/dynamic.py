@@ -255,6 +255,25 @@ def runtime_window_table(em: Emitter, n: str, m: int) -> tuple[str, str]:
     return em.op("Where", [em.op("Less", [idx, last]), idx, last], hint="window_table"), kmax
 
 
+def runtime_window_tables(em: Emitter, lengths: str, m: int) -> str:
+    """The window tables of ``g`` axes pooled to the same ``m`` from their runtime ``lengths`` (1-D, ``[g]``),
+    in one computation: ``[m, kmax, g]`` with ``kmax`` the longest window of any of them (an axis with
+    shorter windows repeats its last index further, which changes no maximum). Axis ``q``'s table is
+    ``Gather(tables, q, axis=2)``: ~12 nodes for all of them instead of ~11 per axis."""
+    i = np.arange(m, dtype=np.int64).reshape(m, 1, 1)
+    m_ = _scalar(em, "m", m)
+    start = em.op("Div", [em.op("Mul", [lengths, em.const("i", i)]), m_], hint="start")  # [m, 1, g]
+    end = em.op("Div", [em.op("Add", [em.op("Mul", [lengths, em.const("i_plus_1", i + 1)]),
+                                      _scalar(em, "m_minus_1", m - 1)]), m_], hint="end")
+    kmax = em.reduce("ReduceMax", em.op("Sub", [end, start], hint="length"), [0, 1, 2], keepdims=0)
+    k = em.unsqueeze(em.op("Range", [_scalar(em, "zero", 0), kmax, _scalar(em, "one", 1)]), [1])  # [kmax, 1]
+    last = em.op("Sub", [end, _scalar(em, "one", 1)], hint="last")
+    idx = em.op("Add", [start, k])  # [m, kmax, g]
+    if em.opset >= 12:
+        return em.op("Min", [idx, last], hint="window_tables")
+    return em.op("Where", [em.op("Less", [idx, last]), idx, last], hint="window_tables")
+
+
 @dataclass(frozen=True)
 class DynamicWindowMaxStep(Step):
     """Max along ``axes`` ((axis, static n or None, m), earlier axes first): the pooled axes are moved in
@@ -292,14 +311,23 @@ class DynamicWindowMaxStep(Step):
         first = min(a for a, _, _ in self.axes)
         pooled = list(range(first, rank))
         front = em.op("Transpose", [x], perm=pooled + list(range(first)))
-        sizes = None
+        # symbolic axes pooled to the same m share one table construction (AdaptiveMaxPool2d(8): H and W)
+        groups: dict[int, list[int]] = {}
+        for a, n, m in self.axes:
+            if n is None:
+                groups.setdefault(m, []).append(a)
+        lengths = RuntimeLengths(em, x)
+        shared: dict[int, str] = {}
         g = front
         for a, n, m in self.axes:
             pos = a - first
-            if n is None:
-                if sizes is None:
-                    sizes = em.op("Shape", [x])
-                length = em.op("Gather", [sizes, _scalar(em, "axis", a)], axis=0)  # a scalar for Range
+            if n is None and len(groups[m]) > 1:
+                if m not in shared:
+                    shared[m] = runtime_window_tables(em, lengths(groups[m]), m)
+                table = em.op("Gather", [shared[m], _scalar(em, "axis_index", groups[m].index(a))], axis=2,
+                              hint="window_table")
+            elif n is None:
+                length = em.op("Gather", [em.op("Shape", [x]), _scalar(em, "axis", a)], axis=0)  # a scalar for Range
                 table, _ = runtime_window_table(em, length, m)
             else:
                 table = em.const("window_table", W.window_table(n, m))
@@ -307,7 +335,8 @@ class DynamicWindowMaxStep(Step):
         k = rank - first
         return em.op("Transpose", [g], perm=list(range(k, rank)) + list(range(k)))
 
-    ops = ("Shape", "Gather", "Mul", "Add", "Div", "Sub", "ReduceMax", "Range", "Min", "Less", "Where", "Transpose")
+    ops = ("Shape", "Gather", "Mul", "Add", "Div", "Sub", "ReduceMax", "Range", "Min", "Less", "Where", "Transpose",
+           "Unsqueeze")
 
 
 @dataclass(frozen=True)
