@@ -722,14 +722,15 @@ NOTES = """## Notes (analysis of the run that produced this file; numbers move o
   nesting for averages: one stacked MatMul over the input with the 1+2+3+6 columns padded to 16, a
   [12, 64] MatMul per plane, a Slice per level); before the pyramid planning they were 4.2x and 9.9x.
 - **dynamic vs static at the same size** (target: at most max(2x static, static + 50 us), max with
-  indices included): met for avg 64x64 -> 5x7 (1.05-1.14x), avg 10x10 -> 7x7 (1.3-1.6x) and the tiny
-  1x64x4x5 -> 6x6 (2.6x, but 12 us above static: the fixed cost of deriving the windows from Shape), and
-  for every max-with-indices row (0.95-1.2x: the dynamic form is the static `argmax` construction with
-  runtime window tables). MISSED for max 33x33 -> 8x8 without indices (2.0-2.5x over runs, limit 2x):
-  its static form is one MaxPool (k5 s4); the dynamic one gathers the runtime window table per axis and
-  reduces it (~3 passes over the data); moving the pooled axes in front first measured ~13% faster, not
-  enough. A MaxPool(kmin, stride 1) + two-Gather form, as the static `pool_gather`, would need kmin at
-  graph time: an If on the runtime window lengths (onnxruntime target only) is the way left open.
+  indices included): met in this run for every row: avg 64x64 -> 5x7 1.02-1.14x, avg 10x10 -> 7x7
+  1.3-1.6x, the tiny 1x64x4x5 -> 6x6 2.6x but 12 us above static (the fixed cost of deriving the windows
+  from Shape), max with indices 1.03-1.36x (the static `argmax` construction with runtime window tables),
+  and max 33x33 -> 8x8 without indices 1.88-1.94x, BORDERLINE (its static form is one MaxPool k5 s4; the
+  dynamic one moves the pooled axes in front, gathers the runtime window table per axis and reduces it;
+  it was 2.0-2.5x before that). A MaxPool(kmin, stride 1) + two-Gather form, as the static `pool_gather`,
+  would need kmin at graph time: an If on the runtime window lengths (onnxruntime target only) is the way
+  left open. Max with indices got 14x faster in static and dynamic form alike (33 -> 8: 16 -> 1.2-1.8 ms):
+  no Gather along the last axis, windows reduced along a middle axis.
 - **What made these fast**: (1) max pooling's NaN/-inf-exact path runs only when a ReduceSum over the
   input is not finite (an If; it used to run always: 8-13x slower); (2) a window Gather on the last axis
   first moves that axis to the front (onnxruntime's last-axis Gather copies element by element, 10x
