@@ -62,7 +62,9 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             (GlobalAveragePool -> ReduceMean) or when it joins a pyramid read once with its siblings.
 
     Nodes that pool the same tensor are planned together (:mod:`onnxpoolfix.pyramid`) unless ``strategy``
-    forces a lowering.
+    forces a lowering. The exporter's own pooling nodes that cannot run as written (an unbatched input's
+    kernel rank, float64 pools onnxruntime has no kernel for) are always replaced by the exact lowering of
+    the adaptive pool they stand for (:mod:`onnxpoolfix.exporter_repair`; their ``why`` says "repaired: ...").
     """
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"patch() takes an onnx.ModelProto, not {type(model).__name__}")
