@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import gcd, prod
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 
@@ -50,6 +50,9 @@ def reshape_keep(em: Emitter, x: str, keep: int, tail: Sequence[int]) -> str:
 
 @dataclass(frozen=True)
 class Step:
+    #: computes torch's max on NaN and all -inf windows itself (else max steps get the NonFiniteMaxStep wrapper)
+    exact_non_finite: ClassVar[bool] = False
+
     def out_shape(self, shape: Shape) -> Shape:
         raise NotImplementedError
 
