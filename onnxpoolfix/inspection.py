@@ -176,7 +176,7 @@ def _lint(mp, result: Inspection) -> TensorRTLint:
     leftover_labels = {n.name or (f"-> {n.output[0]}" if n.output else "") for n in leftovers}
     original_labels = {n.name or (f"-> {n.output[0]}" if n.output else "") for n in model.graph.node}
     linted, target_model = "original", model
-    if result.would_patch and leftovers:
+    if result.would_patch and (leftovers or mp.rest or mp.groups):  # (exporter pools repaired or optimized)
         try:
             target_model = onnx.ModelProto()
             target_model.CopyFrom(model)

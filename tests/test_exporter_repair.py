@@ -159,3 +159,76 @@ def test_a_pool_with_a_partial_window_is_not_repaired():
     assert onnxpoolfix.patch(model).report.nodes == []
     model = _hand_built_unbatched((3, 3), (3, 8, 8), "AveragePool")
     assert onnxpoolfix.patch(model).report.nodes == []
+
+
+# --- through plan_model: inspect sees what patch repairs, and the other exporter front end does not plan it twice
+
+def _float64_global_pool(shape=(1, 3, 8, 8), ops=("GlobalAveragePool",)):
+    nodes = [helper.make_node(op, ["x"], [f"y{i}"], name=f"pool{i}",
+                              **({} if op.startswith("Global") else {"kernel_shape": [4, 4], "strides": [4, 4]}))
+             for i, op in enumerate(ops)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(shape))],
+                              [helper.make_tensor_value_info(f"y{i}", TensorProto.DOUBLE, list(shape[:2]) + (
+                                  [1, 1] if op.startswith("Global") else [d // 4 for d in shape[2:]]))
+                               for i, op in enumerate(ops)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_inspect_lists_the_repaired_node_with_its_reason():
+    from onnxpoolfix.inspection import inspect_model
+
+    ins = inspect_model(_float64_global_pool())
+    [node] = ins.nodes
+    assert node.op == "GlobalAveragePool" and node.chosen and node.blocker is None
+    assert node.why.startswith(REPAIRED + "onnxruntime has no float64 kernel for GlobalAveragePool"), node.why
+    assert ins.would_patch and ins.exit_code == 0
+    assert "repaired: onnxruntime has no float64 kernel" in ins.format_text()
+    # and it is what patch does
+    [row] = onnxpoolfix.patch(_float64_global_pool()).report.nodes
+    assert row.lowering == node.chosen and row.why == node.why
+
+
+def test_cli_inspect_shows_the_repair(tmp_path):
+    from click.testing import CliRunner
+
+    from onnxpoolfix.cli import main
+
+    path = tmp_path / "broken.onnx"
+    onnx.save(_float64_global_pool(), str(path))
+    out = CliRunner().invoke(main, ["inspect", str(path)])
+    assert out.exit_code == 0, out.output
+    assert "chosen: repaired: onnxruntime has no float64 kernel for GlobalAveragePool" in out.output
+
+
+def test_a_repaired_node_is_planned_once_with_optimize_exporter_pools():
+    """Both exporter front ends see a float64 GlobalAveragePool; only the repair plans it."""
+    from onnxpoolfix.inspection import inspect_model
+
+    result = onnxpoolfix.patch(_float64_global_pool(), optimize_exporter_pools=True)
+    assert result.report.check_passed
+    [row] = result.report.nodes
+    assert row.why.startswith(REPAIRED)
+    assert len(inspect_model(_float64_global_pool(), optimize_exporter_pools=True).nodes) == 1
+
+
+def test_repaired_pools_of_one_tensor_are_not_grouped():
+    """Two float64 pools of one input would be a pyramid; each repaired node keeps its own line and reason."""
+    result = onnxpoolfix.patch(_float64_global_pool(ops=("GlobalAveragePool", "AveragePool")))
+    assert result.report.check_passed
+    assert len(result.report.nodes) == 2
+    for row in result.report.nodes:
+        assert row.why.startswith(REPAIRED) and row.lowering != "pyramid", row
+    assert not {"GlobalAveragePool", "AveragePool"} & {n.op_type for n in result.model.graph.node}
+
+
+def test_a_repair_no_lowering_applies_to_stays_with_a_note():
+    """Opset 10, symbolic sizes: the dynamic lowering needs Range (opset 11). Left as written, said so."""
+    from onnxpoolfix.inspection import inspect_model
+
+    model = _float64_global_pool(shape=(1, 3, "H", "W"))
+    model.opset_import[0].version = 10
+    result = onnxpoolfix.patch(model)
+    assert result.report.nodes == [] and "no exact lowering applies: left as it is" in result.report.check_note
+    ins = inspect_model(model)
+    [node] = ins.nodes
+    assert node.blocker is None and node.chosen is None and ins.would_patch
