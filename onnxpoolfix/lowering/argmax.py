@@ -45,12 +45,8 @@ class ArgMaxStep(Step):
 
     def cost(self, shape, isz):
         kmax = [W.max_window(n, m) for n, m in zip(self.n, self.m)]
-        gathered = numel(shape[: self.first_axis]) * prod(m * k for m, k in zip(self.m, kmax))
-        rows = numel(shape[: self.first_axis]) * prod(self.m)
-        # the input moved in front, one blocked Gather per axis, the windows moved in front of the rest;
-        # ~10 elementwise passes; ArgMax and the reductions over the window axis (x2)
-        return (14 * C.NODE + gathered / C.GATHER_RATE * len(self.n) + gathered * C.GATHER_BLOCK
-                + 10 * gathered * isz / C.BANDWIDTH + 2 * rows * C.ARGMAX_ROW)
+        lead = numel(shape[: self.first_axis])
+        return argmax_seconds(lead, lead * prod(m * k for m, k in zip(self.m, kmax)), len(self.n), isz)
 
     @property
     def ops(self):
@@ -72,6 +68,15 @@ class ArgMaxStep(Step):
             flat = em.const("flat_index", flat.reshape(-1))
         emit_argmax(em, x, len(shape), [em.const(f"window_table_{j}", t) for j, t in enumerate(tables)],
                     prod(kmax), prod(self.m), elem, self.tie_safe, y, indices, flat)
+
+
+def argmax_seconds(lead: int, gathered: int, gathers: int, itemsize: int) -> float:
+    """Estimated seconds of :func:`emit_argmax`: ``gathered`` window elements (``lead`` leading elements per
+    output position and window element), ``gathers`` blocked Gathers (one per pooled axis), ~14 nodes and
+    ``C.ARGMAX_PASSES`` passes over the windows (cost.py: the fit)."""
+    blocks = gathered / max(lead, 1) * gathers  # each Gather copies whole blocks of the leading dims
+    return (14 * C.NODE + gathered / C.GATHER_RATE * gathers + blocks * C.GATHER_BLOCK
+            + C.ARGMAX_PASSES * gathered * itemsize / C.BANDWIDTH)
 
 
 #: what emit_argmax emits besides the first-maximum ops (ArgMax, or Equal/ReduceMin for TensorRT)

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import windows as W
 from . import cost as C
-from .argmax import ARGMAX_OPS, emit_argmax
+from .argmax import ARGMAX_OPS, argmax_seconds, emit_argmax
 from .runtime_windows import RuntimeLengths, guess_len, int64_scalar, runtime_window_table, runtime_window_tables
 from .steps import Step
 
@@ -116,10 +116,8 @@ class DynamicArgMaxStep(Step):
         outs = [guess_len(d) for d in self.out_shape(shape)[f:]]
         kmax = [1 if m is None else ceil(guess_len(shape[f + j]) / m) + 1 for j, m in enumerate(self.m)]
         gathered = lead * prod(outs) * prod(kmax)
-        rows = lead * prod(outs)
-        # argmax's passes (see ArgMaxStep.cost) + ~12 small nodes per symbolic table and the flat index
-        return (14 * C.NODE + gathered / C.GATHER_RATE * len(self.m) + gathered * C.GATHER_BLOCK
-                + 10 * gathered * isz / C.BANDWIDTH + 2 * rows * C.ARGMAX_ROW
+        # argmax's (see argmax_seconds) + ~12 small nodes per symbolic table and the flat index
+        return (argmax_seconds(lead, gathered, sum(m is not None for m in self.m), isz)
                 + (12 * sum(n is None for n in self.n) + 10) * C.NODE)
 
     @property
