@@ -3,9 +3,16 @@
 Each runs the `dynamic` lowering at a size it was not traced at, next to the static lowering of the same
 module at that size and the dynamo exporter's dynamic export (which freezes the traced windows).
 """
+import torch.nn as nn
+
 from bench import Case, _avg, _max  # noqa: F401 - loaded by bench.py, which is on sys.path
 
 DYN = {"x": {2: "h", 3: "w"}}
+
+
+def _max_with_indices(size):
+    return lambda: nn.AdaptiveMaxPool2d(size, return_indices=True)
+
 
 DYNAMIC_CASES = [
     Case("dyn_avg_10to7", _avg(2, 7), (1, 512, 9, 9), "[1,512,9,9] -> run at 10x10 -> 7x7",
@@ -16,4 +23,11 @@ DYNAMIC_CASES = [
          dynamic_axes=DYN, run_shape=(1, 64, 4, 5)),
     Case("dyn_max_33to8", _max(2, 8), (1, 256, 30, 30), "max [1,256,30,30] -> run at 33x33 -> 8x8",
          dynamic_axes=DYN, run_shape=(1, 256, 33, 33)),
+    # max with its indices read (both outputs are graph outputs): static lowering 'argmax'
+    Case("dyn_maxidx_33to8", _max_with_indices(8), (1, 256, 30, 30),
+         "max+indices [1,256,30,30] -> run at 33x33 -> 8x8", dynamic_axes=DYN, run_shape=(1, 256, 33, 33)),
+    Case("dyn_maxidx_10to7", _max_with_indices(7), (1, 512, 9, 9),
+         "max+indices [1,512,9,9] -> run at 10x10 -> 7x7", dynamic_axes=DYN, run_shape=(1, 512, 10, 10)),
+    Case("dyn_maxidx_up4x5to6", _max_with_indices(6), (1, 64, 5, 5),
+         "max+indices [1,64,5,5] -> run at 4x5 -> 6x6", dynamic_axes=DYN, run_shape=(1, 64, 4, 5)),
 ]

@@ -59,7 +59,10 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     Nodes that pool the same tensor are planned together (:mod:`onnxpoolfix.pyramid`) unless ``strategy``
     forces a lowering. Leftovers inside If/Loop/Scan bodies are patched too, planned one by one
     (:mod:`onnxpoolfix.frontends.bodies`, :mod:`onnxpoolfix.rewrite_bodies`; each replaced subgraph is
-    checked alone by :mod:`onnxpoolfix.check.bodies`).
+    checked alone by :mod:`onnxpoolfix.check.bodies`). The exporter's own pooling nodes that cannot run as
+    written (an unbatched input's kernel rank, float64 pools onnxruntime has no kernel for) are always
+    replaced by the exact lowering of the adaptive pool they stand for
+    (:mod:`onnxpoolfix.frontends.exporter_repair`; their ``why`` says "repaired: ...").
     """
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"patch() takes an onnx.ModelProto, not {type(model).__name__}")

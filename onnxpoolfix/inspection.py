@@ -87,7 +87,7 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
         result.nodes = [_bare(n, i) for i, n in enumerate(mp.model.graph.node) if is_pool_leftover(n)]
     for node_plan in mp.nodes if mp.blocker is None else ():
         info = _inspect_node(node_plan, strategy)
-        if node_plan.optional and info.chosen and keeps_its_op(node_plan.spec, info.chosen):
+        if node_plan.optional and not node_plan.repair and info.chosen and keeps_its_op(node_plan.spec, info.chosen):
             info.why = f"kept as it is unless it joins a pyramid ({info.why})"
         result.nodes.append(info)
     _inspect_groups(mp, result)
@@ -132,6 +132,9 @@ def _inspect_node(node_plan, strategy: str) -> NodeInspection:
         info.warnings.append("float64: TensorRT computes it in float32 (clamped to +-FLT_MAX), so the result "
                              "is exact to float32, not float64")
     p = node_plan.plan
+    if p is None and node_plan.optional:  # may stay as it is (the patch leaves it): not a blocker
+        info.why = "left as it is: no exact lowering applies (reasons above)"
+        return info
     if p is None:
         info.blocker, info.hint = _node_blocker(s, info, "auto" if node_plan.optional else strategy, node_plan.error)
         return info
@@ -173,7 +176,7 @@ def _lint(mp, result: Inspection) -> TensorRTLint:
     leftover_labels = {n.name or (f"-> {n.output[0]}" if n.output else "") for n in leftovers}
     original_labels = {n.name or (f"-> {n.output[0]}" if n.output else "") for n in model.graph.node}
     linted, target_model = "original", model
-    if result.would_patch and leftovers:
+    if result.would_patch and (leftovers or mp.rest or mp.groups):  # (exporter pools repaired or optimized)
         try:
             target_model = onnx.ModelProto()
             target_model.CopyFrom(model)

@@ -11,12 +11,13 @@ tensor are grouped by :func:`onnxpoolfix.pyramid.plan_groups`.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import onnx
 
 from .errors import PoolFixError, UnsupportedNodeError
 from .frontends import FRONTENDS, PlanOptions
+from .frontends.base import REPAIRED
 from .frontends.bodies import BodyPath, body_specs, has_nested_leftovers
 from .frontends.exporter_pools import keeps_its_op
 from .frontends.functions import inline_functions_holding_leftovers
@@ -44,6 +45,7 @@ class NodePlan:
     candidates: tuple[Candidate, ...]
     plan: Plan | None = None
     error: UnsupportedNodeError | None = None  # why no lowering was chosen (plan is None)
+    repair: str | None = None  # what is wrong with it (FrontEndResult.repairs): replaced, never kept nor grouped
 
 
 @dataclass
@@ -115,7 +117,10 @@ def plan_model(model: onnx.ModelProto, options: PlanOptions) -> ModelPlan:
         mp.notes += result.notes
         # an optional node is planned as auto: a forced lowering is a comparison of the required nodes
         strategy = AUTO if frontend.optional else options.strategy
-        mp.nodes += [_plan_node(s, strategy, frontend.optional) for s in result.specs]
+        mp.nodes += [_plan_node(s, strategy, frontend.optional, result.repairs.get(s.node.index))
+                     for s in result.specs]
+    mp.notes += [f"{n.spec.node.label} cannot run as written ({n.repair}), and no exact lowering applies: "
+                 "left as it is" for n in mp.nodes if n.repair and n.plan is None]
     if mp.bodies and mp.would_patch:
         _plan_bodies(mp)
     if mp.would_patch:
@@ -135,16 +140,18 @@ def _plan_bodies(mp: ModelPlan) -> None:
     mp.body_nodes = [BodyNodePlan(path, _plan_node(s, mp.options.strategy, False)) for path, s in found]
 
 
-def _plan_node(spec: PoolSpec, strategy: str, optional: bool) -> NodePlan:
+def _plan_node(spec: PoolSpec, strategy: str, optional: bool, repair: str | None = None) -> NodePlan:
     try:
         p = plan(spec, strategy)
     except UnsupportedNodeError as err:
-        return NodePlan(spec, optional, candidates(spec), error=err)
-    return NodePlan(spec, optional, p.candidates, plan=p)
+        return NodePlan(spec, optional, candidates(spec), error=err, repair=repair)
+    if repair:
+        p = replace(p, why=f"{REPAIRED}{repair}; {p.why}")
+    return NodePlan(spec, optional, p.candidates, plan=p, repair=repair)
 
 
 def _group(mp: ModelPlan) -> None:
-    plans = [n.plan for n in mp.nodes if n.plan is not None]
+    plans = [n.plan for n in mp.nodes if n.plan is not None and not n.repair]
     if mp.options.strategy == AUTO:
         mp.groups, rest = plan_groups(plans)
     else:  # a forced lowering is a comparison of that lowering: no grouping
@@ -152,7 +159,9 @@ def _group(mp: ModelPlan) -> None:
     optional = {id(n.plan) for n in mp.nodes if n.optional and n.plan is not None}
     mp.kept = [p for p in rest if id(p) in optional and keeps_its_op(p.spec, p.lowering.name)]
     kept = {id(p) for p in mp.kept}
-    mp.rest = [p for p in rest if id(p) not in kept]
+    # a repaired node: neither kept (it cannot run as written) nor grouped (its why says what was repaired)
+    repaired = [n.plan for n in mp.nodes if n.plan is not None and n.repair]
+    mp.rest = [p for p in rest if id(p) not in kept] + repaired
 
 
 def apply_model_plan(model: onnx.ModelProto, mp: ModelPlan) -> list[AppliedNode]:

@@ -132,8 +132,6 @@ MODEL_CASES = {
     "size-rank-mismatch": (lambda t: _rank_mismatch(), [], 4, ["3 entries", "needs 2"]),
     "shape-unknown": (_unknown_shape, [], 4, ["cannot be inferred", "--input-shape"]),
     "symbolic-opset9": (_symbolic_old_opset, [], 4, ["opset 11", "--input-shape"]),
-    "max-indices-symbolic": (lambda t: make_leftover("max", [1, 3, "H", "W"], [4, 5], indices="output"), [], 4,
-                             ["no exact lowering", "--input-shape"]),
     "dtype-int32": (lambda t: make_leftover("avg", [1, 3, 8, 9], [5, 7], dtype=TensorProto.INT32), [], 4,
                     ["INT32", "float32"]),
     "opset-6": (_opset6, [], 4, ["opset 7", "version_converter"]),

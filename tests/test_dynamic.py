@@ -207,6 +207,9 @@ def test_dynamic_opsets(opset):
     for kind in ("avg", "max"):
         result = onnxpoolfix.patch(make_leftover(kind, ("N", 3, "L"), (4,), opset=opset))
         assert result.report.nodes[0].lowering == "dynamic" and result.report.check_passed
+        # H and W pooled to the same size: one shared runtime construction (Where for Min below opset 12)
+        result = onnxpoolfix.patch(make_leftover(kind, ("N", 2, "H", "W"), (4, 4), opset=opset))
+        assert result.report.nodes[0].lowering == "dynamic" and result.report.check_passed
 
 
 # ---- (c) --input-shape: a static lowering at the bound size ----------------------------------------------
@@ -336,8 +339,7 @@ def test_probe_never_runs_a_size_too_small_for_the_network(tmp_path):
 
 def test_dynamic_check_reasons():
     dyn = BY_NAME["dynamic"]
-    reason = dyn.check(_spec(make_leftover("max", ("N", 2, "H", "W"), (5, 7), indices="output")))
-    assert reason.startswith("the indices output is read") and "--input-shape" in reason
+    assert dyn.check(_spec(make_leftover("max", ("N", 2, "H", "W"), (5, 7), indices="output"))) is None  # computed
     reason = dyn.check(_spec(make_leftover("avg", ("N", 2, "H", "W"), (5, 7), opset=9)))
     assert reason == "needs opset 11 (Range) for symbolic sizes, the model has 9"
     reason = dyn.check(_spec(make_leftover("avg", ("N", 2, 8, 9), (5, 7))))
@@ -349,16 +351,19 @@ def test_dynamic_check_reasons():
 
 
 def test_planner_error_for_symbolic_axes_is_short_with_a_hint():
+    """Symbolic pooled axes below opset 11 (no Range): one short reason, not every static lowering's."""
     with pytest.raises(UnsupportedNodeError) as e:
-        onnxpoolfix.patch(make_leftover("max", ("N", 2, "H", "W"), (5, 7), indices="output"))
+        onnxpoolfix.patch(make_leftover("max", ("N", 2, "H", "W"), (5, 7), indices="output", opset=10))
     msg = str(e.value)
     assert "pooled axes H->5, W->7 are symbolic" in msg
     assert "matmul:" not in msg and "pool:" not in msg  # not every static lowering's identical reason
     assert "--input-shape" in e.value.hint
-    # bound, the argmax lowering computes the indices
+    # bound, the argmax lowering computes the indices; unbound, the dynamic lowering does
     result = onnxpoolfix.patch(make_leftover("max", ("N", 2, "H", "W"), (5, 7), indices="output"),
                                input_shapes={"x": [2, 2, 11, 13]})
     assert result.report.nodes[0].lowering == "argmax" and result.report.check_passed
+    result = onnxpoolfix.patch(make_leftover("max", ("N", 2, "H", "W"), (5, 7), indices="output"))
+    assert result.report.nodes[0].lowering == "dynamic" and result.report.check_passed
 
 
 # ---- (e) TensorRT --------------------------------------------------------------------------------------------
@@ -412,12 +417,13 @@ def test_dynamic_transpose_form_with_two_following_axes(torch_mod):
 
 
 def test_dynamic_max_pools_earlier_axes_before_the_last():
-    """A last-axis window Gather transposes its input: H is pooled first, so W's transpose moves less."""
-    from onnxpoolfix.lowering.dynamic import DynamicWindowMaxStep
+    """One step: the pooled axes moved in front once, H pooled first, then W (blocked Gathers, no last axis)."""
+    from onnxpoolfix.lowering.dynamic_max import DynamicWindowMaxStep
 
     spec = _spec(make_leftover("max", ("N", 2, "H", "W"), (5, 7)))
     inner = BY_NAME["dynamic"].steps(spec)[0].inner  # wrapped by the NaN/-inf step
-    assert [s.axis for s in inner if isinstance(s, DynamicWindowMaxStep)] == [2, 3]
+    [step] = [s for s in inner if isinstance(s, DynamicWindowMaxStep)]
+    assert [a for a, _, _ in step.axes] == [2, 3]
 
 
 @pytest.mark.parametrize("dynamic", [{0: "N"}, {0: "N", 2: "H", 3: "W"}])

@@ -2,8 +2,10 @@
 seam, :data:`FRONTENDS`, which the planner (:func:`onnxpoolfix.planning.plan_model`) runs in order.
 
 - :mod:`.aten`: PyTorch's leftover ``org.pytorch.aten`` adaptive pooling nodes (found by :mod:`.leftovers`);
+- :mod:`.exporter_repair`: the exporter's own pooling nodes that cannot run as written (an unbatched
+  input's kernel rank, float64 pools onnxruntime has no kernel for), always; repaired, never kept;
 - :mod:`.exporter_pools`: the exporter's own GlobalAveragePool/AveragePool nodes with adaptive windows
-  (only with ``optimize_exporter_pools``).
+  (only with ``optimize_exporter_pools``; not the ones repaired).
 
 Before them, :func:`.functions.inline_functions_holding_leftovers` inlines the model-local functions that
 hide leftovers. A new front end (the dynamo exporter's decompositions) is one more
@@ -20,9 +22,11 @@ from __future__ import annotations
 from .aten import leftover_specs
 from .base import FrontEnd, FrontEndResult, PlanOptions
 from .exporter_pools import exporter_pool_specs
+from .exporter_repair import broken_exporter_pool_specs
 
 FRONTENDS: tuple[FrontEnd, ...] = (
     FrontEnd("aten", leftover_specs, optional=False),
+    FrontEnd("exporter_repair", broken_exporter_pool_specs, optional=True),
     FrontEnd("exporter_pools", exporter_pool_specs, optional=True),
 )
 

@@ -17,6 +17,8 @@ import onnx
 
 from ..spec import PoolSpec
 
+REPAIRED = "repaired: "  # the why of a node in FrontEndResult.repairs starts with this, then what was wrong
+
 
 @dataclass(frozen=True)
 class PlanOptions:
@@ -36,6 +38,9 @@ class PlanOptions:
 class FrontEndResult:
     specs: list[PoolSpec] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # node index -> what is wrong with it: nodes that cannot run as written (.exporter_repair). Planned like
+    # the front end's others, but never kept as they are nor grouped; their why starts with REPAIRED + this
+    repairs: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

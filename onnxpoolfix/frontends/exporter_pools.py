@@ -41,7 +41,7 @@ STANDARD = "standard"  # the encoding reported for these nodes
 _OPS = {"GlobalAveragePool": "avg", "AveragePool": "avg"}
 
 
-def _adaptive_sizes(node: onnx.NodeProto, spatial: tuple[int, ...]) -> tuple[int, ...] | None:
+def adaptive_sizes(node: onnx.NodeProto, spatial: tuple[int, ...]) -> tuple[int, ...] | None:
     """The adaptive output size the node's windows match on every spatial axis, or None."""
     if node.op_type.startswith("Global"):
         return (1,) * len(spatial)
@@ -91,15 +91,22 @@ def find_exporter_pools(model: onnx.ModelProto, info: Mapping[str, tuple[int, tu
             continue
         if not all(isinstance(d, int) for d in spatial) and not node.op_type.startswith("Global"):
             continue  # a pooling op's windows on a symbolic axis are not adaptive ones in general
-        sizes = _adaptive_sizes(node, spatial)
+        sizes = adaptive_sizes(node, spatial)
         if sizes is None:
             continue
-        name = node.name or f"{node.op_type}_{index}"
-        pn = PoolNode(index=index, name=name, op=node.op_type, kind=kind, rank=len(spatial), encoding=STANDARD,
-                      input=node.input[0], output=node.output[0], indices_output=None,
-                      unused_outputs=tuple(o for o in node.output[1:] if o), output_size=sizes, size_input=None)
-        found.append(PoolSpec(pn, tuple(dims), tuple(dims[:2]) + sizes, elem, opset, target))
+        found.append(exporter_pool_spec(node, index, kind, tuple(dims), sizes, elem, opset, target))
     return found
+
+
+def exporter_pool_spec(node: onnx.NodeProto, index: int, kind: str, dims: tuple[Dim, ...], sizes: tuple[int, ...],
+                       elem: int, opset: int, target: str) -> PoolSpec:
+    """The spec of a standard pooling node that pools ``dims``' last ``len(sizes)`` axes to ``sizes``."""
+    name = node.name or f"{node.op_type}_{index}"
+    lead = dims[: len(dims) - len(sizes)]
+    pn = PoolNode(index=index, name=name, op=node.op_type, kind=kind, rank=len(sizes), encoding=STANDARD,
+                  input=node.input[0], output=node.output[0], indices_output=None,
+                  unused_outputs=tuple(o for o in node.output[1:] if o), output_size=sizes, size_input=None)
+    return PoolSpec(pn, dims, tuple(lead) + tuple(sizes), elem, opset, target)
 
 
 def keeps_its_op(spec: PoolSpec, lowering_name: str) -> bool:
@@ -115,5 +122,7 @@ def exporter_pool_specs(model: onnx.ModelProto, options: PlanOptions, found: Seq
         return FrontEndResult()
     info = infer(model, {s.node.output: (s.dtype, s.output_shape) for s in found})
     read = read_names(model.graph) | {o.name for o in model.graph.output}
-    return FrontEndResult(find_exporter_pools(model, info, opset=model_opset(model), target=options.target,
-                                              read=read))
+    taken = {s.node.index for s in found}  # repaired already (exporter_repair runs first)
+    return FrontEndResult([s for s in find_exporter_pools(model, info, opset=model_opset(model),
+                                                          target=options.target, read=read)
+                           if s.node.index not in taken])

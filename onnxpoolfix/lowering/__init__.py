@@ -12,8 +12,8 @@
 | kronecker     | avg      | always (matrix size capped)                       | Reshape + MatMul                  |
 | pool_gather   | max      | always                                            | MaxPool(kmin,1) + Gather + Max    |
 | window_gather | max      | always                                            | Gather + ReduceMax                |
-| argmax        | max      | always; the only one computing the indices output | Gather + ArgMax + GatherElements  |
-| dynamic       | avg, max | a pooled axis is symbolic (not the indices)       | Shape/Range/Div + MatMul/Gather   |
+| argmax        | max      | always; computes the indices output (static)      | Gather + ArgMax + GatherElements  |
+| dynamic       | avg, max | a pooled axis is symbolic (indices too)           | Shape/Range/Div + MatMul/Gather   |
 """
 from __future__ import annotations
 

@@ -2,16 +2,19 @@
 
 torch's index is the flat position inside the input's pooled plane (``d*H*W + h*W + w``) of the first
 maximum in row-major scan order, except that a NaN is the maximum and a later NaN replaces an earlier one
-(``val > maxval || isnan(val)``). Construction:
+(``val > maxval || isnan(val)``). Construction (:func:`emit_argmax`, shared with the dynamic lowering):
 
-1. gather every window into one trailing axis: per pooled axis, Gather the ``[m, kmax]`` window table
-   (short windows padded by repeating their last index, which is always *after* the real element, so
-   neither the first maximum nor the last NaN moves), transpose the window dims to the end, flatten them;
-2. first maximum = ArgMax with NaNs replaced by -inf; last NaN = ArgMax of the reversed NaN mask (for
-   TensorRT, whose ArgMax is a TopK with undocumented ties: the smallest position equal to the ReduceMax,
-   and the largest NaN position);
+1. gather every window into one LEADING axis: the pooled axes are moved to the front (onnxruntime's Gather
+   along the last axis copies element by element, 10-50x slower; in front every index copies a whole block
+   of the other dims), then per pooled axis a Gather of the ``[m, kmax]`` window table (short windows padded
+   by repeating their last index, which is always *after* the real element, so neither the first maximum
+   nor the last NaN moves), laid out ``[output positions, kall, leading dims]`` (blocks of the leading dims
+   move; onnxruntime reduces that middle axis 3-6x faster than a first or, element-wise, a last one);
+2. first maximum = ArgMax with NaNs replaced by -inf; last NaN = the largest NaN position (ReduceMax of
+   mask x position); for TensorRT, whose ArgMax is a TopK with undocumented ties, the first maximum is the
+   smallest position equal to the ReduceMax;
 3. values = GatherElements at the chosen position (so NaN and -0.0 come through bit for bit),
-   indices = a constant table mapping (output position, window element) to the flat input index.
+   indices = a table mapping (window element, output position) to the flat input index.
 """
 from __future__ import annotations
 
@@ -35,75 +38,135 @@ class ArgMaxStep(Step):
     m: tuple[int, ...]
     want_indices: bool
     tie_safe: bool = False  # no ArgMax (TensorRT: see emit_both)
+    exact_non_finite = True  # NaN and all -inf windows as torch, without the NonFiniteMaxStep wrapper
 
     def out_shape(self, shape):
         return tuple(shape[: self.first_axis]) + self.m
 
     def cost(self, shape, isz):
         kmax = [W.max_window(n, m) for n, m in zip(self.n, self.m)]
-        gathered = numel(shape[: self.first_axis]) * prod(m * k for m, k in zip(self.m, kmax))
-        rows = numel(shape[: self.first_axis]) * prod(self.m)
-        # one Gather per axis, the last one element by element; ~10 elementwise passes; ArgMax per row (x2)
-        return (14 * C.NODE + gathered / C.GATHER_RATE * len(self.n) + gathered * C.GATHER_BLOCK
-                + 10 * gathered * isz / C.BANDWIDTH + 2 * rows * C.ARGMAX_ROW)
+        lead = numel(shape[: self.first_axis])
+        return argmax_seconds(lead, lead * prod(m * k for m, k in zip(self.m, kmax)), len(self.n), isz)
 
     @property
     def ops(self):
-        common = ("Gather", "Transpose", "Reshape", "IsNaN", "Where", "Cast", "ReduceMax", "Greater",
-                  "GatherElements", "Squeeze", "Add")
-        return common + (("Equal", "ReduceMin", "Mul") if self.tie_safe else ("ArgMax", "Sub"))
+        return ARGMAX_OPS + (("Equal", "ReduceMin") if self.tie_safe else ("ArgMax",))
 
     def emit_both(self, em, x, shape, elem, y, indices):
-        lead = self.first_axis
         k = len(self.n)
         tables = [W.window_table(n, m) for n, m in zip(self.n, self.m)]
-        g = x
-        for j, t in enumerate(tables):
-            g = em.op("Gather", [g, em.const(f"window_table_{j}", t)], axis=lead + 2 * j)
-        perm = list(range(lead)) + [lead + 2 * j for j in range(k)] + [lead + 2 * j + 1 for j in range(k)]
-        g = em.op("Transpose", [g], perm=perm)
-        w = em.op("Reshape", [g, em.ints("shape", [0] * lead + list(self.m) + [-1])])
-        kall = prod(t.shape[1] for t in tables)
-
-        # flat input index for every (output position, window element), row-major in both
-        strides = [prod(self.n[j + 1:]) for j in range(k)]
-        flat = np.zeros(tuple(self.m) + tuple(t.shape[1] for t in tables), dtype=np.int64)
-        for j, t in enumerate(tables):
-            shp = [1] * (2 * k)
-            shp[j], shp[k + j] = t.shape
-            flat = flat + (t * strides[j]).reshape(shp)  # m_j on dim j, kmax_j on dim k + j
-        flat = flat.reshape(tuple(self.m) + (kall,))
-
-        # the window axis of w, non-negative: onnx's ReferenceEvaluator mishandles GatherElements with
-        # axis=-1, and other tools emit non-negative axes too
-        last = lead + k
-        fdt = np_dtype(elem)
-        nan = em.op("IsNaN", [w])
-        filled = em.op("Where", [nan, em.const("minus_inf", np.array(-np.inf, dtype=fdt)), w])
-        nanf = em.cast(nan, TensorProto.FLOAT)
-        if self.tie_safe:
-            # TensorRT imports ArgMax as TopK(k=1), whose choice among equal values is not documented: the
-            # first maximum and the last NaN by position instead (float positions: exact below 2**24)
-            pos = em.const("position", np.arange(kall, dtype=np.float32))
-            is_max = em.op("Equal", [filled, em.reduce("ReduceMax", filled, [lead + k], keepdims=1)])
-            first_max = em.cast(em.reduce("ReduceMin", em.op("Where", [is_max, pos, em.const(
-                "past_end", np.array(kall, dtype=np.float32))]), [lead + k], keepdims=1), TensorProto.INT64)
-            last_nan = em.cast(em.reduce("ReduceMax", em.op("Mul", [nanf, pos]), [lead + k], keepdims=1),
-                               TensorProto.INT64)
-        else:
-            first_max = em.op("ArgMax", [filled], axis=last, keepdims=1)
-            reversed_nan = em.op("Gather", [nanf, em.ints("reverse", range(kall - 1, -1, -1))], axis=last)
-            last_nan = em.op("Sub", [em.const("last", np.array(kall - 1, dtype=np.int64)),
-                                     em.op("ArgMax", [reversed_nan], axis=last, keepdims=1)])
-        any_nan = em.op("Greater", [em.reduce("ReduceMax", nanf, [lead + k], keepdims=1),
-                                    em.const("zero", np.array(0, dtype=np.float32))])
-        choice = em.op("Where", [any_nan, last_nan, first_max])
-        em.squeeze(em.op("GatherElements", [w, choice], axis=last), [last], out=y)
+        kmax = [t.shape[1] for t in tables]
+        flat = None
         if indices:
-            base = (np.arange(prod(self.m), dtype=np.int64) * kall).reshape(tuple(self.m) + (1,))
-            lin = em.op("Add", [choice, em.const("window_base", base)])
-            picked = em.op("Gather", [em.const("flat_index", flat.reshape(-1)), lin], axis=0)
-            em.squeeze(picked, [last], out=indices)
+            # flat input index of every (output position, window element), laid out [m_1..k, kmax_1..k]
+            strides = [prod(self.n[j + 1:]) for j in range(k)]
+            flat = np.zeros(tuple(self.m) + tuple(kmax), dtype=np.int64)
+            for j, t in enumerate(tables):
+                shp = [1] * (2 * k)
+                shp[j], shp[k + j] = t.shape
+                flat = flat + (t * strides[j]).reshape(shp)  # m_j on dim j, kmax_j on dim k + j
+            flat = em.const("flat_index", flat.reshape(-1))
+        emit_argmax(em, x, len(shape), [em.const(f"window_table_{j}", t) for j, t in enumerate(tables)],
+                    prod(kmax), prod(self.m), elem, self.tie_safe, y, indices, flat)
+
+
+def argmax_seconds(lead: int, gathered: int, gathers: int, itemsize: int) -> float:
+    """Estimated seconds of :func:`emit_argmax`: ``gathered`` window elements (``lead`` leading elements per
+    output position and window element), ``gathers`` blocked Gathers (one per pooled axis), ~14 nodes and
+    ``C.ARGMAX_PASSES`` passes over the windows (cost.py: the fit)."""
+    blocks = gathered / max(lead, 1) * gathers  # each Gather copies whole blocks of the leading dims
+    return (14 * C.NODE + gathered / C.GATHER_RATE * gathers + blocks * C.GATHER_BLOCK
+            + C.ARGMAX_PASSES * gathered * itemsize / C.BANDWIDTH)
+
+
+#: what emit_argmax emits besides the first-maximum ops (ArgMax, or Equal/ReduceMin for TensorRT)
+ARGMAX_OPS = ("Transpose", "Gather", "Shape", "IsNaN", "Where", "Cast", "ReduceMax", "Mul", "Greater",
+              "GatherElements", "Reshape", "Concat", "Unsqueeze", "Add", "Range")
+
+
+def emit_argmax(em, x: str, rank: int, tables: list[str | None], kall: int | str, n_out: int | str, elem: int,
+                tie_safe: bool, y: str, indices: str | None, flat_index: str | None) -> None:
+    """Values (into ``y``) and torch's indices (into ``indices``) of max pooling ``x``'s last ``len(tables)``
+    axes, each with its ``[m, kmax]`` window table (None: the axis keeps its length, its window is the
+    element itself). ``kall`` is the window size (the product of the kmax), ``n_out`` the number of output
+    positions per plane (the product of the m): ints, or names of 0-d int64 tensors. ``flat_index`` (1-D,
+    ``[n_out * kall]``): the flat input index of each (output position, window element), output-major.
+    """
+    k = len(tables)
+    lead = rank - k
+    # the pooled axes first: every Gather below then copies whole blocks of the leading dims
+    g = em.op("Transpose", [x], perm=list(range(lead, rank)) + list(range(lead)))
+    pos, out_pos, win_pos = 0, [], []
+    for t in tables:
+        out_pos.append(pos)
+        if t is None:
+            pos += 1
+            continue
+        g = em.op("Gather", [g, t], axis=pos)
+        win_pos.append(pos + 1)
+        pos += 2
+    lead_pos = list(range(pos, pos + lead))
+    keep_shape = em.op("Gather", [em.op("Shape", [g]), em.ints("out_and_lead", out_pos + lead_pos)], axis=0)
+    if win_pos:
+        g = em.op("Transpose", [g], perm=out_pos + win_pos + lead_pos)  # moves whole blocks of the leading dims
+    # [output positions, kall, leading dims]: onnxruntime reduces a middle axis 3-6x faster than a first one
+    dims = [em.unsqueeze(v if isinstance(v, str) else em.const("dim", np.array(v, np.int64)), [0])
+            for v in (n_out, kall)] if isinstance(n_out, str) or isinstance(kall, str) else None
+    target = (em.op("Concat", dims + [em.ints("rest", [-1])], axis=0) if dims else
+              em.ints("windows_shape", [n_out, kall, -1]))
+    w = em.op("Reshape", [g, target], hint="windows")
+    choice = window_choice(em, w, kall, elem, tie_safe)  # [output positions, 1, leading dims]
+    values = em.op("Reshape", [em.op("GatherElements", [w, choice], axis=1), keep_shape])
+    back = list(range(k, k + lead)) + list(range(k))  # [m..., lead...] -> [lead..., m...]
+    em.op("Transpose", [values], perm=back, out=y)
+    if indices:
+        if isinstance(n_out, int) and isinstance(kall, int):
+            base = em.const("window_base", (np.arange(n_out, dtype=np.int64) * kall).reshape(n_out, 1, 1))
+        else:
+            count = n_out if isinstance(n_out, str) else em.const("output_positions", np.array(n_out, np.int64))
+            step = kall if isinstance(kall, str) else em.const("window_elements", np.array(kall, np.int64))
+            base = em.unsqueeze(em.op("Mul", [em.op("Range", [em.const("zero", np.array(0, np.int64)), count,
+                                                              em.const("one", np.array(1, np.int64))]), step]), [1, 2])
+        lin = em.op("Add", [choice, base])  # output position * kall + window element
+        picked = em.op("Reshape", [em.op("Gather", [flat_index, lin], axis=0), keep_shape])
+        em.op("Transpose", [picked], perm=back, out=indices)
+
+
+def window_choice(em, w: str, kall: int | str, elem: int, tie_safe: bool) -> str:
+    """Position (int64, ``[P, 1, rest]``) along axis 1 of the ``[P, kall, rest]`` windows ``w`` (each
+    window's elements row-major, padding after the real ones) of torch's choice: the last NaN if the window
+    holds one, else the first maximum.
+
+    ``kall`` is the window length: an int, or (the dynamic lowering) the name of a 0-d int64 tensor.
+    """
+    axis = 1
+    fdt = np_dtype(elem)
+    nan = em.op("IsNaN", [w])
+    filled = em.op("Where", [nan, em.const("minus_inf", np.array(-np.inf, dtype=fdt)), w])
+    nanf = em.cast(nan, TensorProto.FLOAT)
+    if isinstance(kall, str):
+        pos = em.cast(em.op("Range", [em.const("zero", np.array(0, np.int64)), kall,
+                                      em.const("one", np.array(1, np.int64))]), TensorProto.FLOAT)
+        pos = em.unsqueeze(pos, [1])
+        past_end = em.cast(kall, TensorProto.FLOAT)
+    else:
+        pos = em.const("position", np.arange(kall, dtype=np.float32).reshape(kall, 1))
+        past_end = em.const("past_end", np.array(kall, dtype=np.float32))
+    if tie_safe:
+        # TensorRT imports ArgMax as TopK(k=1), whose choice among equal values is not documented: the
+        # first maximum by position instead (float positions: exact below 2**24)
+        is_max = em.op("Equal", [filled, em.reduce("ReduceMax", filled, [axis], keepdims=1)])
+        first_max = em.cast(em.reduce("ReduceMin", em.op("Where", [is_max, pos, past_end]), [axis], keepdims=1),
+                            TensorProto.INT64)
+    else:
+        first_max = em.op("ArgMax", [filled], axis=axis, keepdims=1)
+    # the last NaN: the largest NaN position (a reversal, a Gather along the window axis, is 10-50x slower
+    # in onnxruntime where that axis is the last, and a runtime one's Range(kall - 1, -1, -1) is what
+    # onnxruntime's Gather-to-Slice fusion gets wrong)
+    last_nan = em.cast(em.reduce("ReduceMax", em.op("Mul", [nanf, pos]), [axis], keepdims=1), TensorProto.INT64)
+    any_nan = em.op("Greater", [em.reduce("ReduceMax", nanf, [axis], keepdims=1),
+                                em.const("zero", np.array(0, dtype=np.float32))])
+    return em.op("Where", [any_nan, last_nan, first_max])
 
 
 class ArgMaxLowering(Lowering):
@@ -124,12 +187,16 @@ class ArgMaxLowering(Lowering):
                            spec.node.indices_output is not None, tie_safe=spec.target == "tensorrt")]
 
     def build(self, em, spec, x, y, indices=None):
-        work = compute_dtype(spec)
-        step = self._steps(spec)[0]
-        src, dst = x, y
-        if work != spec.dtype:
-            src = em.cast(x, work)
-            dst = em.fresh("values_float")
-        step.emit_both(em, src, spec.input_shape, work, dst, indices)
-        if work != spec.dtype:
-            em.cast(dst, spec.dtype, out=y)
+        build_with_indices(em, spec, self._steps(spec)[0], x, y, indices)
+
+
+def build_with_indices(em, spec, step, x, y, indices) -> None:
+    """Emit ``step.emit_both`` (values into ``y``, indices into ``indices``) in the compute dtype."""
+    work = compute_dtype(spec)
+    src, dst = x, y
+    if work != spec.dtype:
+        src = em.cast(x, work)
+        dst = em.fresh("values_float")
+    step.emit_both(em, src, spec.input_shape, work, dst, indices)
+    if work != spec.dtype:
+        em.cast(dst, spec.dtype, out=y)

@@ -117,7 +117,7 @@ class Lowering:
     def steps(self, spec: PoolSpec) -> list[Step]:
         """The steps, with Casts around them when the dtype is computed in float32."""
         inner = list(self._steps(spec))
-        if (spec.kind == "max" and not self.computes_indices and spec.opset >= 9
+        if (spec.kind == "max" and not any(s.exact_non_finite for s in inner) and spec.opset >= 9
                 and any(op in NON_FINITE_UNSAFE_MAX for s in inner for op in s.ops)):
             inner = [NonFiniteMaxStep(tuple(inner), lazy=spec.target != "tensorrt")]  # NaN/-inf as torch
         work = compute_dtype(spec)

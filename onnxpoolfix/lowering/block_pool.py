@@ -14,7 +14,7 @@ averages too: each window is summed in order, like torch's kernel.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import gcd
+from math import gcd, prod
 
 from .. import windows as W
 from . import cost as C
@@ -58,9 +58,11 @@ class BlockPoolStep(OneAxisStep):
     def emit(self, em, x, shape, elem):
         g, _ = block_uniform(self.n, self.m)
         tail = [int(d) for d in shape[self.axis + 1:]]
-        folded = em.op("Reshape", [x, em.ints("periods", [0, -1, self.n // g] + tail)])
-        pooled = self._pool(self._folded(shape)).emit(em, folded, self._folded(shape), elem)
+        # the middle spelled out where it is static, not -1: a copied 0 (a batch of 0) leaves -1 undetermined
         middle = [d if isinstance(d, int) else -1 for d in shape[1:self.axis]]
+        periods = g * prod(middle) if all(isinstance(d, int) for d in shape[1:self.axis]) else -1
+        folded = em.op("Reshape", [x, em.ints("periods", [0, periods, self.n // g] + tail)])
+        pooled = self._pool(self._folded(shape)).emit(em, folded, self._folded(shape), elem)
         return em.op("Reshape", [pooled, em.ints("shape", [0] + middle + [self.m] + tail)])
 
     @property

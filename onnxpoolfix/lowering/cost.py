@@ -20,8 +20,14 @@ fitted to:
   the kernel (8x256x64x64, 32 MB: AveragePool k1x10 s1x9 13 ms, k10x10 s9x9 17 ms, k2x2 s2x2 19 ms, while a
   MatMul along W takes 6 ms and a ReduceSum 3 ms), so above ``CACHE_BYTES`` a MatMul beats a pool
   (below it pools stay fast: 1x512x60x60, 7 MB, AveragePool k10 554 us vs separable MatMul 779 us);
-- ArgMax: ``ARGMAX_ROW`` per reduced row (onnxruntime's ArgMax has a large per-row cost: 10x10 -> 7x7 on 512
-  channels, 25k rows of 9, ~11 ms);
+- argmax (max pooling with indices, lowering/argmax.py): ``ARGMAX_PASSES`` passes over the gathered
+  windows at ``BANDWIDTH`` plus its Gathers. Its windows are laid out ``[output positions, kall, leading
+  dims]``, so ArgMax and the reductions run over a middle axis, vectorized over the leading dims: there is
+  no per-row cost any more (the old last-axis layout paid ~0.3 us per row, and the estimate of 1x512x10x10
+  -> 7x7 was 18 ms for 1 ms measured). Fitted to 8 shapes, median of 30 runs, 2 threads, two runs on the
+  shared machine: 1x512x10x10 -> 7x7 0.9-1.1 ms (est. 1.6), 8x256x16x16 -> 5x5 4.2-7.9 ms (5.7),
+  1x256x64x64 -> 6x6 6.1-10.9 ms (9.3), 4x32x20^3 -> 3x4x5 5.9-12.1 ms (9.6), 1x64x100 -> 7 40 us (74):
+  estimate / measured 0.7-2.1 (cache-resident windows run faster than ``BANDWIDTH``, which this ignores);
 - everything else is memory traffic: bytes read and written at ``BANDWIDTH`` (a ReduceSum over 32 MB ran
   at 7.5-10 GB/s; small tensors stay in cache and run faster, which this ignores);
 - every node costs ``NODE`` of fixed overhead.
@@ -39,5 +45,5 @@ POOL_OUT_OF_CACHE = 1.6e-9  # seconds per input element of a pooling op whose in
 CACHE_BYTES = 16 << 20  # where pooling ops fall off (measured between 7 MB and 32 MB)
 GATHER_RATE = 1.5e9  # elements per second copied by Gather
 GATHER_BLOCK = 8e-9  # seconds per contiguous block a Gather copies (block = the dims after the axis)
-ARGMAX_ROW = 0.3e-6  # seconds per row reduced by ArgMax
+ARGMAX_PASSES = 14  # passes over the gathered windows in the argmax construction (IsNaN, Where, ReduceMax, ...)
 NODE = 2e-6  # fixed per-node overhead

@@ -17,22 +17,22 @@ time), with ``i`` in ``[0, m)`` and ``j = Range(0, n)``, window ``i`` is ``[star
   GEMMs are issued (those made this 3-7x slower than the static lowering on 512-channel inputs);
 - max: the window table ``idx[i, k] = min(start_i + k, end_i - 1)`` for ``k = Range(0, kmax)``,
   ``kmax = ReduceMax(end - start)``; Gather along the axis, ReduceMax over the window dim (short windows
-  repeat their last index, which changes no maximum). The axes are pooled in the order the cost model
-  prefers: earlier axes first, so the last axis (whose Gather needs its input transposed) is transposed
-  once it is already pooled along the others. NaN/-inf handling is the base class' wrapper.
+  repeat their last index, which changes no maximum). The pooled axes are moved in front of the others
+  once (:class:`~.dynamic_max.DynamicWindowMaxStep`), so no Gather runs along the last axis (element by element in
+  onnxruntime). NaN/-inf handling is the base class' wrapper.
 
 Axes whose output size is 1 become one ReduceMean/ReduceMax (exact for any ``n``); axes that follow the
 input (torch's ``None``) are untouched; static axes of a partly symbolic node use constant matrices or
 window tables. No Loop/If/Einsum: every op is in TensorRT's ONNX parser table. Range needs opset 11.
-The max indices output is not computed (refused in ``check``: bind the size with --input-shape, and
-'argmax' computes it).
+Max whose indices output is read: :class:`~.dynamic_max.DynamicArgMaxStep`, the ``argmax`` lowering's
+construction over runtime window tables (NaN and -inf handled there, no If on either target). The max steps
+live in :mod:`.dynamic_max`, the runtime lengths and window tables both share in :mod:`.runtime_windows`.
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from math import ceil, prod
-from typing import Sequence
+from math import prod
 
 import numpy as np
 
@@ -41,38 +41,11 @@ from ..emit import Emitter, np_dtype
 from ..reason import needs_opset
 from . import cost as C
 from .base import Lowering, axis_windows
-from .matmul import cheapest_order
-from .max_steps import WindowGatherStep, gather_window_max
-from .steps import IdentityStep, OneAxisStep, ReduceStep, Step
+from .dynamic_max import DynamicArgMaxStep, DynamicWindowMaxStep
+from .runtime_windows import RuntimeLengths, guess_len, int64_scalar
+from .steps import IdentityStep, ReduceStep, Step
 
 Shape = tuple
-
-# a guess for a symbolic length in cost estimates (the planner has no other candidate for these nodes)
-_GUESS = 32
-
-
-def _len(d) -> int:
-    return d if isinstance(d, int) else _GUESS
-
-
-def _scalar(em: Emitter, hint: str, v: int) -> str:
-    return em.const(hint, np.array(v, dtype=np.int64))
-
-
-class RuntimeLengths:
-    """Lengths of ``x``'s axes read at run time, as 1-D int64 tensors: ``Shape`` with ``start``/``end`` from
-    opset 15 (one node each), before that one ``Shape`` shared by Gathers."""
-
-    def __init__(self, em: Emitter, x: str):
-        self.em, self.x, self._shape = em, x, None
-
-    def __call__(self, axes: Sequence[int]) -> str:
-        em, axes = self.em, list(axes)
-        if em.opset >= 15 and axes == list(range(axes[0], axes[-1] + 1)):
-            return em.op("Shape", [self.x], start=axes[0], end=axes[-1] + 1, hint="lengths")
-        if self._shape is None:
-            self._shape = em.op("Shape", [self.x])
-        return em.op("Gather", [self._shape, em.ints("axes", axes)], axis=0, hint="lengths")
 
 
 def runtime_pooling_matrices_t(em: Emitter, lengths: str, g: int, m: int, elem: int) -> str:
@@ -86,12 +59,12 @@ def runtime_pooling_matrices_t(em: Emitter, lengths: str, g: int, m: int, elem: 
     correctly rounded ``1/len`` as the static matrices. 12 nodes, however many axes share them.
     """
     nmax = em.reduce("ReduceMax", lengths, [0], keepdims=0)  # a scalar, as Range needs
-    odd_j = em.op("Range", [_scalar(em, "m", m), em.op("Mul", [nmax, _scalar(em, "two_m", 2 * m)]),
-                            _scalar(em, "two_m", 2 * m)], hint="odd_j")  # m*(2j+1)
+    odd_j = em.op("Range", [int64_scalar(em, "m", m), em.op("Mul", [nmax, int64_scalar(em, "two_m", 2 * m)]),
+                            int64_scalar(em, "two_m", 2 * m)], hint="odd_j")  # m*(2j+1)
     odd_j = em.op("Reshape", [odd_j, em.ints("column", [-1, 1, 1] if g > 1 else [-1, 1])])
     odd_i = (2 * np.arange(m, dtype=np.int64) + 1).reshape((m, 1) if g > 1 else (m,))
     diff = em.op("Abs", [em.op("Sub", [em.op("Mul", [lengths, em.const("odd_i", odd_i)]), odd_j])])
-    inside = em.op("Less", [diff, em.op("Add", [lengths, _scalar(em, "m", m)])], hint="inside")
+    inside = em.op("Less", [diff, em.op("Add", [lengths, int64_scalar(em, "m", m)])], hint="inside")
     member = em.cast(inside, elem)
     count = em.reduce("ReduceSum", member, [0], keepdims=1)
     return em.op("Div", [member, count], hint="pool_matrices_t" if g > 1 else "pool_matrix_t")
@@ -100,7 +73,7 @@ def runtime_pooling_matrices_t(em: Emitter, lengths: str, g: int, m: int, elem: 
 def axis_rows(em: Emitter, stacked: str, q: int, n: str) -> str:
     """Axis ``q``'s ``P^T`` (``[n, m]``) out of :func:`runtime_pooling_matrices_t`' stacked ``[nmax, m, g]``."""
     rows = em.op("Slice", [stacked, em.ints("starts", [0]), n, em.ints("axes", [0])])
-    return em.op("Gather", [rows, _scalar(em, "axis_index", q)], axis=2, hint="pool_matrix_t")
+    return em.op("Gather", [rows, int64_scalar(em, "axis_index", q)], axis=2, hint="pool_matrix_t")
 
 
 def kron_identity(em: Emitter, pt: str, m: int, t: int, elem: int) -> str:
@@ -156,7 +129,7 @@ class DynamicMatMulStep(Step):
 
     def cost(self, shape, itemsize):
         c = 0.0
-        cur = [_len(d) for d in shape]
+        cur = [guess_len(d) for d in shape]
         for (a, n, m), form in zip(self.axes, self._forms(shape)):
             t = prod(cur[a + 1:])
             lead = prod(cur[:a])
@@ -240,54 +213,15 @@ class DynamicMatMulStep(Step):
         return tuple(sorted(out))
 
 
-@dataclass(frozen=True)
-class DynamicWindowMaxStep(OneAxisStep):
-    """Max along one symbolic axis: Gather the runtime window table, ReduceMax over the window dim."""
-
-    axis: int
-    m: int
-
-
-    def cost(self, shape, itemsize):
-        kmax = ceil(_len(shape[self.axis]) / self.m) + 1
-        out = tuple(_len(d) for d in self.out_shape(shape))
-        gathered = prod(out) * kmax
-        c = 12 * C.NODE + gathered / C.GATHER_RATE + 2 * gathered * itemsize / C.BANDWIDTH
-        if self.axis == len(shape) - 1:  # gather_window_max moves the last axis to the front and back
-            c += 2 * C.NODE + (prod(_len(d) for d in shape) + prod(out)) * 2 * itemsize / C.BANDWIDTH
-        return c
-
-    def emit(self, em, x, shape, elem):
-        n = em.op("Gather", [em.op("Shape", [x]), _scalar(em, "axis", self.axis)], axis=0)  # a scalar for Range
-        i = np.arange(self.m, dtype=np.int64).reshape(self.m, 1)
-        m_ = _scalar(em, "m", self.m)
-        start = em.op("Div", [em.op("Mul", [n, em.const("i", i)]), m_], hint="start")  # [m, 1]
-        end = em.op("Div", [em.op("Add", [em.op("Mul", [n, em.const("i_plus_1", i + 1)]),
-                                          _scalar(em, "m_minus_1", self.m - 1)]),
-                            m_], hint="end")
-        kmax = em.reduce("ReduceMax", em.op("Sub", [end, start], hint="length"), [0, 1], keepdims=0)
-        k = em.op("Range", [_scalar(em, "zero", 0), kmax, _scalar(em, "one", 1)])  # [kmax]
-        last = em.op("Sub", [end, _scalar(em, "one", 1)], hint="last")
-        idx = em.op("Add", [start, k])  # [m, kmax]
-        if em.opset >= 12:
-            table = em.op("Min", [idx, last], hint="window_table")
-        else:  # Min has no int64 before opset 12
-            table = em.op("Where", [em.op("Less", [idx, last]), idx, last], hint="window_table")
-        return gather_window_max(em, x, table, self.axis, len(shape))
-
-    ops = ("Shape", "Gather", "Mul", "Add", "Div", "Sub", "ReduceMax", "Range", "Min", "Less", "Where", "Transpose")
-
-
 class DynamicLowering(Lowering):
     name = "dynamic"
     summary = "windows computed at run time from Shape: runtime pooling matrices (avg) or window tables (max)"
     dynamic = True
     min_opset = 11  # Range
 
+    computes_indices = True
+
     def check(self, spec):
-        if spec.kind == "max" and spec.node.indices_output:
-            return ("the indices output is read, and the dynamic lowering does not compute it "
-                    "(bind the size with --input-shape to use 'argmax')")
         if spec.static:
             return "every pooled axis is static (the dynamic lowering is for symbolic sizes)"
         if spec.opset < self.min_opset:
@@ -296,6 +230,10 @@ class DynamicLowering(Lowering):
         return super().check(spec)
 
     def _steps(self, spec):
+        if spec.node.indices_output:  # a max whose indices are read
+            axes = axis_windows(spec)
+            return [DynamicArgMaxStep(spec.ndim - spec.k, tuple(a.n if isinstance(a.n, int) else None for a in axes),
+                                      tuple(None if a.keep else a.m for a in axes), tie_safe=spec.target == "tensorrt")]
         changed = [a for a in axis_windows(spec) if not a.keep]
         if not changed:
             return [IdentityStep()]
@@ -310,15 +248,17 @@ class DynamicLowering(Lowering):
             steps.append(DynamicMatMulStep(tuple((a.axis, a.n if isinstance(a.n, int) else None, a.m)
                                                  for a in rest), spec.ndim))
             return steps
-        # max: the order with the lowest estimated cost. A last-axis Gather transposes its whole input (see
-        # gather_window_max), so pooling the earlier axes first shrinks what is transposed (1x256x33x33 -> 8x8:
-        # W first 2.4x the static MaxPool's time, H first 1.9x)
-        shape = spec.input_shape
-        for s in steps:
-            shape = s.out_shape(shape)
-        return steps + cheapest_order(
-            spec, lambda a: [WindowGatherStep(a.axis, a.n, a.m) if isinstance(a.n, int)
-                             else DynamicWindowMaxStep(a.axis, a.m)], rest, shape=shape)
+        # max: all changed axes in one step, earlier axes first (see DynamicWindowMaxStep)
+        steps.append(DynamicWindowMaxStep(tuple((a.axis, a.n if isinstance(a.n, int) else None, a.m)
+                                                for a in sorted(rest, key=lambda a: a.axis))))
+        return steps
+
+    def build(self, em, spec, x, y, indices=None):
+        if spec.node.indices_output:
+            from .argmax import build_with_indices
+
+            return build_with_indices(em, spec, self._steps(spec)[0], x, y, indices)
+        return super().build(em, spec, x, y, indices)
 
     def steps(self, spec):
         inner = self._steps(spec)

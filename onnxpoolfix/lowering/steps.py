@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import gcd, prod
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 
@@ -50,6 +50,9 @@ def reshape_keep(em: Emitter, x: str, keep: int, tail: Sequence[int]) -> str:
 
 @dataclass(frozen=True)
 class Step:
+    #: computes torch's max on NaN and all -inf windows itself (else max steps get the NonFiniteMaxStep wrapper)
+    exact_non_finite: ClassVar[bool] = False
+
     def out_shape(self, shape: Shape) -> Shape:
         raise NotImplementedError
 
@@ -258,7 +261,8 @@ class MatMulStep(OneAxisStep):
             blocks = reshape_keep(em, x, self.axis, [g, n])
             y = em.op("MatMul", [blocks, em.const("pool_block_t", p.T)])
         else:
-            blocks = reshape_keep(em, x, self.axis, ([g] if g > 1 else []) + [n, -1])
+            # the tail's length spelled out, not -1: a copied 0 (a batch of 0) leaves -1 undetermined
+            blocks = reshape_keep(em, x, self.axis, ([g] if g > 1 else []) + [n, numel(tail)])
             y = em.op("MatMul", [em.const("pool_block" if g > 1 else "pool_matrix", p), blocks])
         return reshape_keep(em, y, self.axis, [self.m] + tail)
 
@@ -295,7 +299,7 @@ class KroneckerStep(Step):
         k = np.ones((1, 1))
         for n, m in zip(self.n, self.m):
             k = np.kron(k, W.pooling_matrix(n, m, dtype=np.float64))
-        flat = reshape_keep(em, x, self.first_axis, [-1])
+        flat = reshape_keep(em, x, self.first_axis, [prod(self.n)])  # not -1: see BlockPoolStep (a batch of 0)
         y = em.op("MatMul", [flat, em.const("kron_matrix_t", k.T.astype(np_dtype(elem)))])
         return reshape_keep(em, y, self.first_axis, list(self.m))
 

@@ -1,0 +1,120 @@
+"""The exporter's own pooling nodes that cannot run as written, repaired (on by default).
+
+Where the TorchScript exporter lowers an adaptive pool itself (see :mod:`.exporter_pools`) it can write a
+node onnxruntime refuses. Seen with torch 2.13 (tests/test_exporter_repair.py exports each):
+
+- **unbatched inputs** ((C, L), (C, H, W), (C, D, H, W), which torch accepts): the exporter reads the
+  spatial sizes as ``sizes[2:]``, as if N and C came first. On a (C, L) input that is a GlobalAveragePool
+  of a rank-2 tensor ("Input dimension cannot be less than 3"); with indices read, a helper MaxPool whose
+  kernel has the pooling rank on an input of one rank less ("Attribute strides has incorrect size").
+  A pooling node whose kernel rank differs from its input's spatial rank (input rank - 2), or a global
+  pool of a rank-2 input, stands for an adaptive pool of the LAST k axes (k = the kernel rank; 1 for a
+  global pool of (C, L)): that is what torch pools for an unbatched input.
+- **dtypes onnxruntime has no kernel for** (target onnxruntime): float64 AveragePool, GlobalAveragePool
+  and GlobalMaxPool (NOT_IMPLEMENTED).
+
+Each such node whose windows are exactly adaptive ones (:func:`.exporter_pools.adaptive_sizes`: no
+padding, no partial window; a global pool always) becomes a spec like a leftover's. Its front end is
+optional (a node no exact lowering applies to stays as written), but ``plan_model`` never keeps or groups a
+repaired node: it is replaced by the exact lowering of that adaptive pool, and its ``why`` (the patch
+report's and ``inspect``'s) starts with ``repaired: <what was wrong>`` (:attr:`FrontEndResult.repairs`).
+
+Left as written, because the graph does not hold the intent (README, "The exporter's own pools"):
+
+- a VALID pool that pooled the wrong axes of an unbatched input (a GlobalAveragePool of (C, H, W) pools
+  only W; AveragePool kernel [4] on (C, 8, 8) for AdaptiveAvgPool2d(2) pools only W, 8 -> 2);
+- an AveragePool with an empty kernel on (C, L) (AdaptiveAvgPool1d(m) unbatched): the size is not in it;
+- a MaxPool whose indices output is read (ONNX's indices are not torch's: the exporter's helper graph
+  around it is what reads them, and the sizes it lost are not recoverable).
+
+A valid, runnable exporter pool is only touched with ``optimize_exporter_pools`` (a speed choice,
+:mod:`.exporter_pools`, which skips the nodes repaired here).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+import onnx
+from onnx import TensorProto
+
+from ..emit import EMITTED_BY
+from ..graph import read_names
+from ..lowering.base import NO_FLOAT64_KERNEL
+from ..shapes import SUPPORTED_DTYPES, Dim, PoolSpec, infer, model_opset
+from .base import REPAIRED, FrontEndResult, PlanOptions
+from .exporter_pools import adaptive_sizes, exporter_pool_spec
+
+logger = logging.getLogger(__name__)
+
+_KIND = {"AveragePool": "avg", "GlobalAveragePool": "avg", "MaxPool": "max", "GlobalMaxPool": "max"}
+
+__all__ = ["REPAIRED", "find_broken_exporter_pools", "broken_exporter_pool_specs"]
+
+
+def find_broken_exporter_pools(model: onnx.ModelProto,
+                               info: Mapping[str, tuple[int, tuple[Dim, ...] | None]], *,
+                               opset: int, target: str, read: set[str]) -> list[tuple[PoolSpec, str]]:
+    """(spec, what is wrong with the node) for every top-level pooling node that cannot run as written and
+    stands for an adaptive pool the graph fully describes (see the module doc)."""
+    found = []
+    for index, node in enumerate(model.graph.node):
+        kind = _KIND.get(node.op_type)
+        if kind is None or node.domain not in ("", "ai.onnx") or not node.input or not node.output[0]:
+            continue
+        if node.doc_string.startswith(EMITTED_BY):
+            continue
+        if len(node.output) > 1 and node.output[1] and node.output[1] in read:
+            logger.debug("%s: its indices are read (ONNX's, not torch's): left as written", node.name)
+            continue
+        elem, dims = info.get(node.input[0], (0, None))
+        if elem not in SUPPORTED_DTYPES or dims is None:
+            continue
+        k, wrong = _pooled_rank(node, len(dims))
+        if k is None:
+            continue
+        no_kernel = target == "onnxruntime" and elem == TensorProto.DOUBLE and node.op_type in NO_FLOAT64_KERNEL
+        if wrong is None and no_kernel:
+            wrong = f"onnxruntime has no float64 kernel for {node.op_type}"
+        if wrong is None:
+            continue  # valid and runnable: only optimize_exporter_pools touches it
+        spatial = tuple(dims[len(dims) - k:])
+        if any(isinstance(d, int) and d < 1 for d in spatial):
+            continue
+        if not all(isinstance(d, int) for d in spatial) and not node.op_type.startswith("Global"):
+            continue  # a pooling op's windows on a symbolic axis are not adaptive ones in general
+        sizes = adaptive_sizes(node, spatial)
+        if sizes is None:
+            logger.debug("%s: %s, but its windows are not adaptive ones: left as written", node.name, wrong)
+            continue
+        found.append((exporter_pool_spec(node, index, kind, tuple(dims), sizes, elem, opset, target), wrong))
+    return found
+
+
+def _pooled_rank(node: onnx.NodeProto, rank: int) -> tuple[int | None, str | None]:
+    """(k, what is wrong) where the node pools its last k axes; (None, None) where that cannot be read."""
+    if node.op_type.startswith("Global"):
+        if rank >= 3:
+            return rank - 2, None
+        if rank == 2:  # (C, L): torch pooled L
+            return 1, f"the exporter's {node.op_type} of a rank-2 (unbatched) input, which ONNX pooling rejects"
+        return None, None
+    kernel = next((list(onnx.helper.get_attribute_value(a)) for a in node.attribute if a.name == "kernel_shape"), [])
+    if not kernel or len(kernel) >= rank:  # an empty kernel holds no size (the (C, L) AveragePool)
+        return None, None
+    if len(kernel) == rank - 2:
+        return len(kernel), None
+    return len(kernel), (f"the exporter's {node.op_type} with a rank-{len(kernel)} kernel on a rank-{rank} "
+                         f"(unbatched) input, which ONNX pooling rejects")
+
+
+def broken_exporter_pool_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence[PoolSpec] = ()
+                               ) -> FrontEndResult:
+    """The exporter's pools that cannot run as written, each with its ``repairs`` entry (what is wrong).
+    Always on. The leftovers ``found`` before seed shape inference (their outputs' shapes are ours to give)."""
+    if not any(n.op_type in _KIND for n in model.graph.node):
+        return FrontEndResult()  # no pooling node at all: no inference needed
+    info = infer(model, {s.node.output: (s.dtype, s.output_shape) for s in found})
+    read = read_names(model.graph) | {o.name for o in model.graph.output}
+    broken = find_broken_exporter_pools(model, info, opset=model_opset(model), target=options.target, read=read)
+    return FrontEndResult([s for s, _ in broken], repairs={s.node.index: wrong for s, wrong in broken})
