@@ -4,7 +4,6 @@ Each runs the `dynamic` lowering at a size it was not traced at, next to the sta
 module at that size and the dynamo exporter's dynamic export (which freezes the traced windows).
 """
 import torch.nn as nn
-
 from bench import Case, _avg, _max  # noqa: F401 - loaded by bench.py, which is on sys.path
 
 DYN = {"x": {2: "h", 3: "w"}}

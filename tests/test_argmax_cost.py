@@ -8,11 +8,10 @@ import time
 
 import numpy as np
 import onnxruntime as ort
+from conftest import make_leftover
 
 import onnxpoolfix
 from onnxpoolfix.inspection import inspect_model
-
-from conftest import make_leftover
 
 
 def test_argmax_estimate_is_not_far_above_the_measured_time():

@@ -12,12 +12,11 @@ import warnings
 import numpy as np
 import onnx
 import pytest
+from conftest import assert_avg_close, assert_bits_equal
 from onnx import TensorProto, helper
 
 import onnxpoolfix
 from onnxpoolfix.frontends.exporter_repair import REPAIRED
-
-from conftest import assert_avg_close, assert_bits_equal
 
 
 def _session(model):

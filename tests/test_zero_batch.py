@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
+from conftest import make_leftover
 
 import onnxpoolfix
-
-from conftest import make_leftover
 
 # (kind, input shape, output size, indices, strategy)
 CASES = [

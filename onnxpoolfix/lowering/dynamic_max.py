@@ -145,9 +145,11 @@ class DynamicArgMaxStep(Step):
             static = prod(f for f in factors if isinstance(f, int))
             out: int | str = static
             for f in factors:
-                if isinstance(f, str):
-                    prev = out if isinstance(out, str) else int64_scalar(em, "factor", out)
-                    out = f if out == 1 else em.op("Mul", [prev, f])
+                if isinstance(f, str):  # the static part becomes a constant only where a Mul reads it
+                    if out == 1:
+                        out = f
+                    else:
+                        out = em.op("Mul", [out if isinstance(out, str) else int64_scalar(em, "factor", out), f])
             return out
 
         changed = [j for j in range(k) if self.m[j] is not None]
@@ -183,8 +185,11 @@ class DynamicArgMaxStep(Step):
                                    hint="coordinate"))
                     dims[j] = -1
                 coord = em.op("Reshape", [coord, em.ints("shape", dims)])
-                by = stride if isinstance(stride, str) else int64_scalar(em, "stride", stride)
-                terms.append(coord if stride == 1 else em.op("Mul", [coord, by]))
+                if stride == 1:
+                    terms.append(coord)
+                else:
+                    by = stride if isinstance(stride, str) else int64_scalar(em, "stride", stride)
+                    terms.append(em.op("Mul", [coord, by]))
                 if j > 0:
                     stride = product([stride, self.n[j] if isinstance(self.n[j], int) else length(j)])
             acc = terms[0]
