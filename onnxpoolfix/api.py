@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from .decomposed import drop_dead_region_nodes, find_decomposed_pools
 from .errors import CheckFailedError, InvalidModelError, PoolFixError, UnsupportedNodeError
 from .exporter_pools import find_exporter_pools, keeps_its_op
 from .find import find_pool_nodes, is_pool_leftover
@@ -102,9 +103,14 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     if nodes:
         specs, notes = _specs(model, nodes, opset=opset, target=target, input_shapes=input_shapes,
                               keep_input_shapes=keep_input_shapes)
+    # regions the dynamo exporter decomposed (onnxpoolfix.decomposed): proven, then planned like leftovers
+    decomposed = find_decomposed_pools(model, opset=opset, target=target, input_shapes=input_shapes, taken=specs,
+                                       seed=seed)
+    specs += decomposed.specs
+    notes += decomposed.notes()
     exporter = _exporter_pools(model, specs, opset=opset, target=target) if optimize_exporter_pools else []
     if not specs and not exporter:
-        report.check_note = "nothing to patch"
+        report.check_note = "; ".join(notes + [decomposed.frozen_note() or "nothing to patch"])
         return PatchResult(model, report)
     if inlined:
         notes.insert(0, f"inlined the local function(s) {', '.join(inlined)} that held leftovers")
@@ -123,6 +129,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         report.check_note = "; ".join(notes + ["nothing to patch"])
         return PatchResult(model, report)
     emitted, group_ops = apply_plans(model, rest, groups)
+    drop_dead_region_nodes(model, decomposed.regions)
     done = [(p.spec, p.lowering.name, p.why, ops) for p, ops in zip(rest, emitted)]
     levels = [(g, lv) for g in groups for lv in g.levels]
     done += [(lv.spec, PYRAMID, g.why(lv), ops) for (g, lv), ops in zip(levels, group_ops)]
