@@ -115,9 +115,9 @@ class Findings:
         frozen = [s for s in self.suspects if s.frozen]
         if self.regions or not frozen:
             return None
-        return (f"nothing replaced, but {len(frozen)} adaptive pooling decomposition(s) under symbolic sizes "
-                f"are frozen at the traced size (wrong or crashing at other sizes): {frozen[0].why}; bind the "
-                "export's traced size with --input-shape NAME:D0,D1,... to let onnxpoolfix prove and replace them")
+        return (f"nothing replaced, but {len(frozen)} adaptive pooling region(s) under symbolic sizes are frozen at "
+                "the export's traced size (wrong or crashing at other sizes); bind that size with --input-shape "
+                "NAME:D0,D1,... so onnxpoolfix can prove and replace them")
 
 
 # --- metadata --------------------------------------------------------------------------------------------
@@ -325,11 +325,13 @@ def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
     """
     findings = Findings()
     graph = model.graph
-    if not any(n.op_type in _SELECT_OPS for n in graph.node):
+    if not any(n.op_type in _SELECT_OPS or n.op_type == "AveragePool" for n in graph.node
+               if not n.doc_string.startswith(EMITTED_BY)):
         return findings
     g = _Graph(graph)
-    info = infer(model)
+    info = _LazyInfo(model)  # shape inference only once some region is in sight (it is the costly part)
     busy = {t for s in taken for t in (s.node.input, s.node.output)}
+    _frozen_pool_ops(model, g, info, input_shapes, findings, opset=opset, target=target, busy=busy)
     claimed: set[int] = set()
     candidates: list[_Candidate] = []
     for end in reversed(range(len(g.nodes))):
@@ -362,6 +364,67 @@ def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
         findings.regions.append(Region(c.result, c.pooled, c.end, outs, c.evidence, k, c.output_size,
                                        tuple(c.proven_at), len(c.region)))
     return findings
+
+
+def _frozen_pool_ops(model, g: _Graph, info, input_shapes, findings: Findings, *, opset, target, busy) -> None:
+    """AveragePool nodes the exporter wrote for an adaptive pool whose windows were uniform at the traced size
+    (6 -> 6 in an AlexNet traced at 224 is an AveragePool k1 s1): under symbolic sizes they are frozen there.
+    Only the metadata says such a node is adaptive pooling, and only the traced size gives its output size:
+    it is replaced when the caller bound the inputs (``input_shapes``) and the node's windows at that size are
+    exactly the adaptive ones; otherwise it is reported."""
+    from .exporter_pools import _adaptive_sizes
+
+    bound_info = None
+    for index, node in enumerate(g.nodes):
+        if node.op_type != "AveragePool" or node.domain not in ("", "ai.onnx") or not node.input:
+            continue
+        if node.doc_string.startswith(EMITTED_BY) or node.input[0] in busy or node.output[0] in busy:
+            continue
+        ev = _evidence(node)
+        if ev is None:
+            continue
+        elem, dims = info.get(node.input[0], (0, None))
+        if dims is None or len(dims) < 3 or elem not in SUPPORTED_DTYPES:
+            continue
+        k = len(dims) - 2
+        if ev[1] is not None and ev[1] != k or all(isinstance(d, int) for d in dims[2:]):
+            continue  # static: the exporter's node is right (--optimize-exporter-pools plans it)
+        result = node.output[0]
+        if not input_shapes:
+            findings.suspects.append(Suspect(result, ev[0], "an AveragePool frozen at the traced size under symbolic "
+                                             "sizes; its adaptive output size is known only at that size", True))
+            continue
+        if bound_info is None:
+            bound = onnx.ModelProto()
+            bound.CopyFrom(model)
+            apply_input_shapes(bound, input_shapes)
+            bound_info = infer(bound)
+        _, bx = bound_info.get(node.input[0], (0, None))
+        if bx is None or not all(isinstance(d, int) for d in bx):
+            findings.suspects.append(Suspect(result, ev[0], "its input size at the bound input shapes is unknown", True))
+            continue
+        sizes = _adaptive_sizes(node, tuple(bx[2:]))
+        if sizes is None:
+            findings.suspects.append(Suspect(result, ev[0], f"at the bound size its windows ({'x'.join(map(str, bx))}) "
+                                             "are not adaptive pooling windows", True))
+            continue
+        pn = PoolNode(index=index, name=node.name or f"AveragePool_{index}", op=f"adaptive_avg_pool{k}d", kind="avg",
+                      rank=k, encoding=ENCODING, input=node.input[0], output=result, indices_output=None,
+                      unused_outputs=tuple(o for o in node.output[1:] if o), output_size=sizes, size_input=None)
+        findings.specs.append(PoolSpec(pn, tuple(dims), tuple(dims[:2]) + sizes, elem, opset, target))
+        findings.regions.append(Region(result, node.input[0], index, frozenset(o for o in node.output if o), ev[0],
+                                       k, sizes, tuple(bx), 1))
+        busy.update((node.input[0], result))
+
+
+class _LazyInfo:
+    def __init__(self, model: onnx.ModelProto):
+        self.model, self.info = model, None
+
+    def get(self, name: str, default=None):
+        if self.info is None:
+            self.info = infer(self.model)
+        return self.info.get(name, default)
 
 
 def _candidate(g: _Graph, end: int, info, findings: Findings) -> _Candidate | None:

@@ -144,8 +144,14 @@ class Inspection:
         lines.append(f"{head}opset {self.opset}, target {self.target}"
                      + (f", strategy {self.strategy}" if self.strategy != "auto" else ""))
         exporter = sum(node.encoding == "standard" for node in self.nodes)
-        n = len(self.nodes) - exporter
-        if self.blocker is None and not self.nodes:
+        dynamo = sum(node.encoding == "dynamo" for node in self.nodes)
+        n = len(self.nodes) - exporter - dynamo
+        if dynamo:  # regions the dynamo exporter decomposed (onnxpoolfix.decomposed)
+            lines.append(f"{dynamo} adaptive pooling region{'s' if dynamo != 1 else ''} decomposed by the dynamo "
+                         "exporter, proven and replaceable")
+        if dynamo and not n and not exporter:
+            pass
+        elif self.blocker is None and not self.nodes:
             lines.append("no leftover adaptive pooling nodes: nothing to patch")
         elif n or not exporter:
             lines.append(f"{n} leftover adaptive pooling node{'s' if n != 1 else ''}"
@@ -302,6 +308,16 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
         info, p = _inspect_spec(spec, strategy, candidates, plan)
         result.nodes.append(info)
         plans.append(p)
+    if result.blocker is None:  # what the dynamo exporter decomposed: proven here as the patch proves it
+        from .decomposed import find_decomposed_pools
+
+        found = find_decomposed_pools(model, opset=result.opset, target=target, input_shapes=input_shapes,
+                                      taken=specs)
+        for spec in found.specs:
+            info, p = _inspect_spec(spec, strategy, candidates, plan)
+            result.nodes.append(info)
+            plans.append(p)
+        result.notes.extend(found.notes() + [x for x in [found.frozen_note()] if x])
     if optimize_exporter_pools and result.blocker is None:
         plans += _inspect_exporter_pools(model, specs, result, candidates, plan)
     if strategy == "auto":

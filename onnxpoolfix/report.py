@@ -108,8 +108,8 @@ class PatchReport:
         return "\n".join(lines)
 
     def summary(self) -> str:
-        if not self.nodes:
-            return "nothing to patch"
+        if not self.nodes:  # the note says why where there is more to say (a frozen dynamo export)
+            return self.check_note or "nothing to patch"
         n = len(self.nodes)
         what = f"replaced {n} node{'s' if n != 1 else ''}"
         if not self.checked:
