@@ -108,6 +108,10 @@ class Findings:
                f"{'x'.join(map(str, r.output_size))}): {r.evidence}; proven at {'x'.join(map(str, r.proven_at))}"
                for r in self.regions]
         out += [f"left the suspected region '{s.result}' ({s.evidence}): {s.why}" for s in self.suspects]
+        frozen = sum(s.frozen for s in self.suspects)
+        if frozen and self.regions:
+            out.append(f"{frozen} region(s) under symbolic sizes stay frozen at the export's traced size (wrong or "
+                       "crashing at other sizes); bind that size with --input-shape NAME:D0,D1,... to replace them too")
         return out
 
     def frozen_note(self) -> str | None:
@@ -330,7 +334,7 @@ def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
         return findings
     g = _Graph(graph)
     info = _LazyInfo(model)  # shape inference only once some region is in sight (it is the costly part)
-    busy = {t for s in taken for t in (s.node.input, s.node.output)}
+    busy = {s.node.output for s in taken}  # results already planned (aten leftovers)
     _frozen_pool_ops(model, g, info, input_shapes, findings, opset=opset, target=target, busy=busy)
     claimed: set[int] = set()
     candidates: list[_Candidate] = []
@@ -340,7 +344,7 @@ def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
         c = _candidate(g, end, info, findings)
         if c is None:
             continue
-        if c.result in busy or c.pooled in busy:
+        if c.result in busy:
             continue
         claimed.update(c.region)
         candidates.append(c)
@@ -378,7 +382,7 @@ def _frozen_pool_ops(model, g: _Graph, info, input_shapes, findings: Findings, *
     for index, node in enumerate(g.nodes):
         if node.op_type != "AveragePool" or node.domain not in ("", "ai.onnx") or not node.input:
             continue
-        if node.doc_string.startswith(EMITTED_BY) or node.input[0] in busy or node.output[0] in busy:
+        if node.doc_string.startswith(EMITTED_BY) or node.output[0] in busy:
             continue
         ev = _evidence(node)
         if ev is None:
@@ -414,7 +418,7 @@ def _frozen_pool_ops(model, g: _Graph, info, input_shapes, findings: Findings, *
         findings.specs.append(PoolSpec(pn, tuple(dims), tuple(dims[:2]) + sizes, elem, opset, target))
         findings.regions.append(Region(result, node.input[0], index, frozenset(o for o in node.output if o), ev[0],
                                        k, sizes, tuple(bx), 1))
-        busy.update((node.input[0], result))
+        busy.add(result)
 
 
 class _LazyInfo:

@@ -104,6 +104,7 @@ def exports():
         "functional_symbolic": _export(FunctionalPool(), (8, 9), True),
         "area_symbolic": _export(AreaInterpolate(), (8, 9), True),
         "pyramid_static": _export(Pyramid(), (11, 11), False),
+        "avg1d_static": _export(nn.Sequential(nn.Conv1d(3, 4, 1), nn.AdaptiveAvgPool1d(5)), (8,), False),
     }
 
 
@@ -196,6 +197,16 @@ def test_metadata_stripped_falls_back_on_structure(exports):
     for hw in SIZES:
         x = np.random.default_rng(4).standard_normal((1, 3, *hw)).astype(np.float32)
         assert _matches(_run(result.model, x), _torch(module, x)), hw
+
+
+def test_1d_module_pool_is_replaced(exports):
+    module, model = exports["avg1d_static"]
+    result = patch(model)
+    assert [n.encoding for n in result.report.nodes] == ["dynamo"]
+    assert "metadata: torch.nn.modules.pooling.AdaptiveAvgPool1d" in result.report.check_note
+    assert "Gather" in _ops(model) and "Gather" not in _ops(result.model)
+    x = np.random.default_rng(7).standard_normal((1, 3, 8)).astype(np.float32)
+    assert _matches(_run(result.model, x), _torch(module, x))
 
 
 def test_a_region_that_does_not_prove_out_is_left_with_why(exports):
