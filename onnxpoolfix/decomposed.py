@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -66,6 +67,7 @@ _MAX_REGION = 20000
 _COMMON_SIZES = (224, 256, 512, 384, 320, 299, 128, 64, 32, 16)
 _SEARCH_MAX = 256
 _SEARCH_BUDGET = 600  # proof runs at most, over all regions of a model
+_SEARCH_SECONDS = 20.0  # and at most this long (each size tried costs a shape inference of the whole model)
 
 _CLASS_RE = re.compile(r"torch\.nn\.modules\.pooling\.Adaptive(Avg|Max)Pool([123])d")
 _CALL_RE = re.compile(r"adaptive_(avg|max)_pool([123])d\s*\(")
@@ -80,6 +82,7 @@ class Region:
     pooled: str
     end: int  # index in graph.node of the node that writes ``result``
     outputs: frozenset[str]  # the output names of every node of the region (size-only ancestors included)
+    reads: frozenset[str]  # the tensors those nodes read (initializers among them go once nothing reads them)
     evidence: str  # "metadata: torch.nn.modules.pooling.AdaptiveAvgPool2d", "stack trace: ...", "structure"
     rank: int
     output_size: tuple[int, ...]
@@ -359,13 +362,14 @@ def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
             continue
         size_nodes, _ = g.size_ancestors(c.region)
         outs = frozenset(o for i in set(c.region) | size_nodes for o in g.nodes[i].output if o)
+        reads = frozenset(x for i in set(c.region) | size_nodes for x in g.nodes[i].input if x)
         node = g.nodes[c.end]
         k = c.rank
         pn = PoolNode(index=c.end, name=node.name or f"{node.op_type}_{c.end}", op=f"adaptive_avg_pool{k}d",
                       kind="avg", rank=k, encoding=ENCODING, input=c.pooled, output=c.result,
                       indices_output=None, unused_outputs=(), output_size=c.output_size, size_input=None)
         findings.specs.append(PoolSpec(pn, c.x_shape, c.y_shape, c.elem, opset, target))
-        findings.regions.append(Region(c.result, c.pooled, c.end, outs, c.evidence, k, c.output_size,
+        findings.regions.append(Region(c.result, c.pooled, c.end, outs, reads, c.evidence, k, c.output_size,
                                        tuple(c.proven_at), len(c.region)))
     return findings
 
@@ -416,7 +420,8 @@ def _frozen_pool_ops(model, g: _Graph, info, input_shapes, findings: Findings, *
                       rank=k, encoding=ENCODING, input=node.input[0], output=result, indices_output=None,
                       unused_outputs=tuple(o for o in node.output[1:] if o), output_size=sizes, size_input=None)
         findings.specs.append(PoolSpec(pn, tuple(dims), tuple(dims[:2]) + sizes, elem, opset, target))
-        findings.regions.append(Region(result, node.input[0], index, frozenset(o for o in node.output if o), ev[0],
+        findings.regions.append(Region(result, node.input[0], index, frozenset(o for o in node.output if o),
+                                       frozenset(x for x in node.input if x), ev[0],
                                        k, sizes, tuple(bx), 1))
         busy.add(result)
 
@@ -523,9 +528,10 @@ def _prove_all(model, g: _Graph, candidates: list[_Candidate], input_shapes, see
         return
     last: dict[int, str] = {}
     budget = _SEARCH_BUDGET
+    deadline = time.monotonic() + _SEARCH_SECONDS
     for binding in _bindings(model, input_shapes):
         todo = [c for c in symbolic if c.proven_at is None]
-        if not todo or budget <= 0:
+        if not todo or budget <= 0 or time.monotonic() > deadline:
             break
         bound = onnx.ModelProto()
         bound.CopyFrom(model)
@@ -589,7 +595,7 @@ def drop_dead_region_nodes(model: onnx.ModelProto, regions: Sequence[Region]) ->
     from .find import _read_names
 
     removed = 0
-    freed: set[str] = set()
+    freed: set[str] = set().union(*(r.reads for r in regions))
     while True:
         read = {i for n in graph.node for i in n.input if i} | outputs
         read |= {i for n in graph.node for sub in subgraphs(n) for i in _read_names(sub)}

@@ -132,6 +132,13 @@ def _ops(model):
     return [n.op_type for n in model.graph.node]
 
 
+def _assert_no_dead_parts(model):
+    """Nothing of a replaced region is left behind: every node's output and every initializer is read."""
+    read = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
+    assert [t.name for t in model.graph.initializer if t.name not in read] == []
+    assert [n.name for n in model.graph.node if not any(o in read for o in n.output)] == []
+
+
 def test_static_module_pool_is_replaced_and_matches_torch(exports):
     module, model = exports["module_static"]
     result = patch(model)
@@ -140,6 +147,7 @@ def test_static_module_pool_is_replaced_and_matches_torch(exports):
     assert "metadata: torch.nn.modules.pooling.AdaptiveAvgPool2d" in result.report.check_note
     assert "GatherND" in _ops(model) and "GatherND" not in _ops(result.model)
     assert len(result.model.graph.node) < len(model.graph.node)
+    _assert_no_dead_parts(result.model)
     x = np.random.default_rng(1).standard_normal((1, 3, 8, 9)).astype(np.float32)
     assert _matches(_run(result.model, x), _torch(module, x))
     onnx.checker.check_model(result.model)
@@ -161,6 +169,7 @@ def test_symbolic_export_is_exact_at_every_size(exports, name, evidence):
     assert [(n.encoding, n.lowering) for n in result.report.nodes] == [("dynamo", "dynamic")]
     assert evidence in result.report.check_note
     assert "GatherND" not in _ops(result.model) and len(result.model.graph.node) < len(model.graph.node)
+    _assert_no_dead_parts(result.model)
     rng = np.random.default_rng(2)
     broken = 0
     for hw in SIZES:
@@ -181,6 +190,7 @@ def test_pyramid_regions_share_nodes_and_are_all_replaced(exports):
     assert {n.lowering for n in result.report.nodes} == {"pyramid"}
     assert "GatherND" not in _ops(result.model) and "Gather" not in _ops(result.model)
     assert len(result.model.graph.node) < len(model.graph.node) / 2
+    _assert_no_dead_parts(result.model)
     x = np.random.default_rng(3).standard_normal((1, 3, 11, 11)).astype(np.float32)
     assert _matches(_run(result.model, x), _torch(module, x))
 
