@@ -320,6 +320,7 @@ class _Candidate:
     why: str = ""
     proven_at: tuple[int, ...] | None = None
     tried: set = field(default_factory=set)
+    proofs: list = field(default_factory=list)  # sizes of the pooled tensor where it equalled the reference
 
 
 def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
@@ -554,16 +555,29 @@ def _prove_all(model, g: _Graph, candidates: list[_Candidate], input_shapes, see
             why = _prove(c.session, c.sources, dtypes, shapes, c.pooled, xs, c.output_size,
                          np.float64 if c.elem == TensorProto.DOUBLE else np.float32, rng)
             if why is None:
-                c.proven_at = xs
+                c.proofs.append(xs)
+                if len(c.proofs) >= _proofs_needed(c):
+                    c.proven_at = c.proofs[0]
             else:
                 last[id(c)] = why
     for c in symbolic:
-        if c.proven_at is None:
+        if c.proven_at is None and c.proofs:
+            c.why = (f"under symbolic sizes it equals adaptive average pooling at "
+                     f"{'x'.join(map(str, c.proofs[0]))} only, and without metadata one size is not enough")
+        elif c.proven_at is None:
             tried = len(c.tried)
             c.why = (f"under symbolic sizes, no input size found where it equals adaptive average pooling "
                      f"({tried} tried; last: {last.get(id(c), 'none run')})")
     for c in candidates:
         c.session = None
+
+
+def _proofs_needed(c: _Candidate) -> int:
+    """Sizes a symbolic region must be right at. Its replacement changes what it computes at every other
+    size: with metadata saying adaptive pooling one size proves the windows; from structure alone two
+    different sizes are asked for (a fixed-kernel pooling written with gathers can equal adaptive pooling at
+    one size, not at two with the same output size)."""
+    return 1 if c.evidence != "structure" else 2
 
 
 def _bindings(model: onnx.ModelProto, input_shapes):
