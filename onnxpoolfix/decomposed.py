@@ -67,6 +67,8 @@ _MAX_REGION = 20000
 _COMMON_SIZES = (224, 256, 512, 384, 320, 299, 128, 64, 32, 16)
 _SEARCH_MAX = 256
 _SEARCH_BUDGET = 600  # proof runs at most, over all regions of a model
+#: the proof runs the reference in float64 on three inputs: a pooled tensor beyond this many elements is left
+_PROOF_MAX_ELEMENTS = 1 << 25
 _SEARCH_SECONDS = 20.0  # and at most this long (each size tried costs a shape inference of the whole model)
 
 _CLASS_RE = re.compile(r"torch\.nn\.modules\.pooling\.Adaptive(Avg|Max)Pool([123])d")
@@ -275,6 +277,8 @@ def _prove(session, sources: Sequence[str], source_dtypes: Mapping[str, int], sh
     """None when the region equals the reference at this size, else why not."""
     from .verify import _EPS
 
+    if int(np.prod(x_shape)) > _PROOF_MAX_ELEMENTS:
+        return f"its input {'x'.join(map(str, x_shape))} is too large to prove ({_PROOF_MAX_ELEMENTS} elements at most)"
     extra = {}
     for s in sources:
         if s not in shapes:
