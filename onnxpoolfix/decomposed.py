@@ -177,13 +177,15 @@ class _Graph:
         for n in self.nodes:  # graph.node is topologically sorted
             if n.domain not in ("", "ai.onnx") or n.op_type.startswith(_NONDETERMINISTIC) or subgraphs(n):
                 continue
-            if n.op_type in _SHAPE_OPS or all(not i or i in self.size_only for i in n.input):
+            if n.op_type in _SHAPE_OPS or all(not i or i in self.size_only for i in _value_inputs(n)):
                 self.size_only.update(o for o in n.output if o)
 
     def data_inputs(self, i: int) -> list[str]:
         n = self.nodes[i]
         if n.op_type in _SHAPE_OPS:
             return []
+        if n.op_type == "CastLike":  # its second input gives the type only
+            return [x for x in n.input[:1] if x and x not in self.size_only]
         return [x for x in n.input if x and x not in self.size_only]
 
     def size_ancestors(self, indices: Sequence[int]) -> tuple[set[int], set[str]]:
@@ -201,8 +203,17 @@ class _Graph:
             if n.op_type in _SHAPE_OPS and n.input[0] not in self.size_only:
                 shape_sources.add(n.input[0])  # only its shape is read: fed as zeros of that shape
                 continue
+            if n.op_type == "CastLike" and len(n.input) > 1 and n.input[1] not in self.size_only:
+                shape_sources.add(n.input[1])  # only its type is read
+                stack.append(n.input[0])
+                continue
             stack.extend(x for x in n.input if x)
         return seen, shape_sources
+
+
+def _value_inputs(n: onnx.NodeProto) -> list[str]:
+    """The inputs whose values a node reads (CastLike reads only the type of its second)."""
+    return list(n.input[:1]) if n.op_type == "CastLike" else list(n.input)
 
 
 def _region_from(g: _Graph, end: int, pooled: str, closure: set[int]) -> list[int] | None:
@@ -260,7 +271,8 @@ def _isolated(model: onnx.ModelProto, g: _Graph, region: list[int], pooled: str,
         nodes.append(c)
     used = {x for i in order for x in g.nodes[i].input if x}
     inits = [g.initializers[t] for t in sorted(used) if t in g.initializers]
-    sources = sorted(s for s in shape_sources if s != pooled)
+    made = {o for i in order for o in g.nodes[i].output if o}
+    sources = sorted(s for s in shape_sources if s != pooled and s not in made)
     inputs = [make_value_info(pooled, elem, None)] + [make_value_info(s, dtypes.get(s, TensorProto.FLOAT), None) for s in sources]
     graph = helper.make_graph(nodes, "region", inputs, [make_value_info(result, elem, None)], initializer=inits)
     m = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
@@ -432,13 +444,27 @@ def _frozen_pool_ops(model, g: _Graph, info, input_shapes, findings: Findings, *
 
 
 class _LazyInfo:
+    """Inferred (dtype, shape) per tensor, computed on first use. Where inference only invents a symbol for a
+    dim (``unk__3``: an unoptimized export it cannot follow) the exporter's declared int stands in; the proof
+    checks the result's shape, so a stale declaration cannot slip through."""
+
     def __init__(self, model: onnx.ModelProto):
         self.model, self.info = model, None
+        self.declared = {}
+        for vi in list(model.graph.value_info) + list(model.graph.output):
+            dims = vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else []
+            self.declared[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
 
     def get(self, name: str, default=None):
         if self.info is None:
             self.info = infer(self.model)
-        return self.info.get(name, default)
+        got = self.info.get(name, default)
+        declared = self.declared.get(name)
+        if got and got[1] is not None and declared and len(declared) == len(got[1]):
+            dims = tuple(dd if isinstance(d, str) and d.startswith("unk__") and dd else d
+                         for d, dd in zip(got[1], declared))
+            got = (got[0], dims)
+        return got
 
 
 def _candidate(g: _Graph, end: int, info, findings: Findings) -> _Candidate | None:

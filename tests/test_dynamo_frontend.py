@@ -77,19 +77,24 @@ class SmallAlexNet(nn.Module):
         return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
 
 
-def _export(module, traced_hw, symbolic: bool) -> tuple[nn.Module, onnx.ModelProto]:
+def _export(module, traced_hw, symbolic: bool, *, optimize: bool = True, batch: int = 1
+            ) -> tuple[nn.Module, onnx.ModelProto]:
+    """``optimize=False`` is the exporter's unoptimized graph (Constant nodes, CastLike); ``batch`` > 1 also
+    makes the batch dim symbolic."""
     torch.manual_seed(0)
     module.eval()
-    x = torch.randn(1, 3, *traced_hw)
+    x = torch.randn(batch, 3, *traced_hw)
     dims = None
     if symbolic:
         dims = {"x": {2: torch.export.Dim("H", min=2, max=1024), 3: torch.export.Dim("W", min=2, max=1024)}}
+        if batch > 1:
+            dims["x"][0] = torch.export.Dim("N", min=1, max=64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         logging.disable(logging.WARNING)
         try:
             program = torch.onnx.export(module, (x,), dynamo=True, dynamic_shapes=dims, input_names=["x"],
-                                        verbose=False)
+                                        verbose=False, optimize=optimize)
         finally:
             logging.disable(logging.NOTSET)
     return module, onnx.load_from_string(program.model_proto.SerializeToString())
@@ -101,6 +106,7 @@ def exports():
     return {
         "module_static": _export(ModulePool(), (8, 9), False),
         "module_symbolic": _export(ModulePool(), (8, 9), True),
+        "module_symbolic_unoptimized": _export(ModulePool(), (8, 9), True, optimize=False, batch=2),
         "functional_symbolic": _export(FunctionalPool(), (8, 9), True),
         "area_symbolic": _export(AreaInterpolate(), (8, 9), True),
         "pyramid_static": _export(Pyramid(), (11, 11), False),
@@ -160,6 +166,7 @@ SIZES = [(8, 9), (4, 3), (2, 2), (16, 17), (33, 21), (100, 3)]
 
 @pytest.mark.parametrize("name, evidence", [
     ("module_symbolic", "metadata: torch.nn.modules.pooling.AdaptiveAvgPool2d"),
+    ("module_symbolic_unoptimized", "metadata: torch.nn.modules.pooling.AdaptiveAvgPool2d"),
     ("functional_symbolic", "stack trace: return F.adaptive_avg_pool2d(self.conv(x), (5, 7))"),
     ("area_symbolic", "stack trace: return F.interpolate(self.conv(x), size=(5, 7), mode=\"area\")"),
 ])
@@ -172,8 +179,9 @@ def test_symbolic_export_is_exact_at_every_size(exports, name, evidence):
     _assert_no_dead_parts(result.model)
     rng = np.random.default_rng(2)
     broken = 0
+    batch = model.graph.input[0].type.tensor_type.shape.dim[0].dim_param and 3 or 1
     for hw in SIZES:
-        x = rng.standard_normal((1, 3, *hw)).astype(np.float32)
+        x = rng.standard_normal((batch, 3, *hw)).astype(np.float32)
         want = _torch(module, x)
         broken += not _matches(_run(model, x), want)
         assert _matches(_run(result.model, x), want), hw
