@@ -21,8 +21,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 import onnxpoolfix
 

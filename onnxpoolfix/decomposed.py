@@ -34,8 +34,8 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -43,8 +43,17 @@ from onnx import TensorProto, helper
 
 from . import reference
 from .emit import EMITTED_BY
+from .errors import PoolFixError
 from .find import PoolNode, subgraphs
-from .shapes import SUPPORTED_DTYPES, Dim, PoolSpec, apply_input_shapes, infer, make_value_info
+from .shapes import (
+    SUPPORTED_DTYPES,
+    Dim,
+    PoolSpec,
+    apply_input_shapes,
+    infer,
+    light_copy,
+    make_value_info,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -420,8 +429,7 @@ def _frozen_pool_ops(model, g: _Graph, info, input_shapes, findings: Findings, *
                                              "sizes; its adaptive output size is known only at that size", True))
             continue
         if bound_info is None:
-            bound = onnx.ModelProto()
-            bound.CopyFrom(model)
+            bound = light_copy(model)
             apply_input_shapes(bound, input_shapes)
             bound_info = infer(bound)
         _, bx = bound_info.get(node.input[0], (0, None))
@@ -560,15 +568,17 @@ def _prove_all(model, g: _Graph, candidates: list[_Candidate], input_shapes, see
     last: dict[int, str] = {}
     budget = _SEARCH_BUDGET
     deadline = time.monotonic() + _SEARCH_SECONDS
+    light = light_copy(model)  # each size is bound on a copy: without the weights' bytes
     for binding in _bindings(model, input_shapes):
         todo = [c for c in symbolic if c.proven_at is None]
         if not todo or budget <= 0 or time.monotonic() > deadline:
             break
         bound = onnx.ModelProto()
-        bound.CopyFrom(model)
+        bound.CopyFrom(light)
         try:
             apply_input_shapes(bound, binding)
-        except Exception:  # noqa: BLE001 - a size the model's fixed dims refuse
+        except PoolFixError as e:  # a size the model's fixed dims refuse
+            logger.debug("not trying %s: %s", binding, e)
             continue
         info = infer(bound)
         for c in todo:

@@ -15,9 +15,9 @@ pytest.importorskip("onnxscript")
 ort = pytest.importorskip("onnxruntime")
 nn, F = torch.nn, torch.nn.functional
 
-from onnxpoolfix import patch  # noqa: E402
-from onnxpoolfix.decomposed import find_decomposed_pools  # noqa: E402
-from onnxpoolfix.inspect import inspect_model  # noqa: E402
+from onnxpoolfix import patch
+from onnxpoolfix.decomposed import find_decomposed_pools
+from onnxpoolfix.inspect import inspect_model
 
 
 class ModulePool(nn.Module):
