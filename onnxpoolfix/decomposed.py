@@ -353,9 +353,25 @@ def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
                           taken: Sequence[PoolSpec] = (), seed: int = 0) -> Findings:
     """Every proven adaptive average pooling decomposition of ``model``'s top-level graph (module doc).
 
-    ``taken``: specs already found (aten leftovers); regions that read or write their tensors are skipped.
+    ``taken``: specs already found (aten leftovers); regions writing their results are skipped.
     ``input_shapes``: the traced input size, where the caller knows it (the proof of symbolic regions).
+
+    A graph this front end cannot follow (an exception inside it) costs only its own findings: the model is
+    patched as if it held no decomposition, and a note says why.
     """
+    try:
+        return _find(model, opset=opset, target=target, input_shapes=input_shapes, taken=taken, seed=seed)
+    except PoolFixError:
+        raise
+    except Exception as e:
+        logger.debug("dynamo front end failed", exc_info=True)
+        findings = Findings()
+        findings.suspects.append(Suspect("(graph)", "dynamo front end",
+                                         f"not searched: {type(e).__name__}: {' '.join(str(e).split())[:120]}"))
+        return findings
+
+
+def _find(model, *, opset, target, input_shapes, taken, seed) -> Findings:
     findings = Findings()
     graph = model.graph
     if not any(n.op_type in _SELECT_OPS or n.op_type == "AveragePool" for n in graph.node
