@@ -12,7 +12,9 @@ JSON schema (``schema_version`` 1)::
       "opset": int, "target": "onnxruntime" | "tensorrt",
       "nodes": [{
         "name": str, "op": str, "kind": "avg" | "max",
-        "encoding": "aten-op" | "ATen-attr" | "standard",   # standard: an exporter pool (--optimize-exporter-pools)
+        "encoding": "aten-op" | "ATen-attr" | "standard" | "dynamo",   # standard: an exporter pool
+                                       # (--optimize-exporter-pools); dynamo: a decomposition the dynamo
+                                       # exporter wrote (onnxpoolfix/decomposed.py; check_note has the evidence)
         "input_shape": [int | str | null], "output_shape": [int | str | null],   # str = symbolic dim
         "lowering": str, "why": str, "ops": [str],                               # emitted op types
                                        # lowering "pyramid": planned with the other pools of its input
@@ -108,8 +110,8 @@ class PatchReport:
         return "\n".join(lines)
 
     def summary(self) -> str:
-        if not self.nodes:
-            return "nothing to patch"
+        if not self.nodes:  # the note says why where there is more to say (a frozen dynamo export)
+            return self.check_note or "nothing to patch"
         n = len(self.nodes)
         what = f"replaced {n} node{'s' if n != 1 else ''}"
         if not self.checked:
