@@ -16,8 +16,8 @@ ort = pytest.importorskip("onnxruntime")
 nn, F = torch.nn, torch.nn.functional
 
 from onnxpoolfix import patch
-from onnxpoolfix.decomposed import find_decomposed_pools
-from onnxpoolfix.inspect import inspect_model
+from onnxpoolfix.frontends.dynamo import find_decomposed_pools
+from onnxpoolfix.inspection import inspect_model
 
 
 class ModulePool(nn.Module):

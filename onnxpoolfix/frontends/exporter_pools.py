@@ -41,7 +41,7 @@ STANDARD = "standard"  # the encoding reported for these nodes
 _OPS = {"GlobalAveragePool": "avg", "AveragePool": "avg"}
 
 
-def _adaptive_sizes(node: onnx.NodeProto, spatial: tuple[int, ...]) -> tuple[int, ...] | None:
+def adaptive_sizes(node: onnx.NodeProto, spatial: tuple[int, ...]) -> tuple[int, ...] | None:
     """The adaptive output size the node's windows match on every spatial axis, or None."""
     if node.op_type.startswith("Global"):
         return (1,) * len(spatial)
@@ -91,7 +91,7 @@ def find_exporter_pools(model: onnx.ModelProto, info: Mapping[str, tuple[int, tu
             continue
         if not all(isinstance(d, int) for d in spatial) and not node.op_type.startswith("Global"):
             continue  # a pooling op's windows on a symbolic axis are not adaptive ones in general
-        sizes = _adaptive_sizes(node, spatial)
+        sizes = adaptive_sizes(node, spatial)
         if sizes is None:
             continue
         name = node.name or f"{node.op_type}_{index}"
@@ -115,5 +115,7 @@ def exporter_pool_specs(model: onnx.ModelProto, options: PlanOptions, found: Seq
         return FrontEndResult()
     info = infer(model, {s.node.output: (s.dtype, s.output_shape) for s in found})
     read = read_names(model.graph) | {o.name for o in model.graph.output}
-    return FrontEndResult(find_exporter_pools(model, info, opset=model_opset(model), target=options.target,
-                                              read=read))
+    taken = {s.node.output for s in found}  # a frozen pool the dynamo front end planned at a bound size
+    return FrontEndResult([s for s in find_exporter_pools(model, info, opset=model_opset(model),
+                                                          target=options.target, read=read)
+                           if s.node.output not in taken])
