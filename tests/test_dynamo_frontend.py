@@ -16,6 +16,7 @@ ort = pytest.importorskip("onnxruntime")
 nn, F = torch.nn, torch.nn.functional
 
 from onnxpoolfix import patch
+from onnxpoolfix.emit import EMITTED_BY
 from onnxpoolfix.frontends.dynamo import find_decomposed_pools
 from onnxpoolfix.inspection import inspect_model
 
@@ -289,3 +290,105 @@ def test_alexnet_traced_at_224_is_frozen_until_the_traced_size_is_bound():
         if hw != (224, 224):
             assert not _matches(_run(model, x), want), hw
         assert _matches(_run(bound.model, x), want), hw
+
+
+def _all_float16_region():
+    """A real float16 export of AdaptiveAvgPool1d(5) on length 3 (windows of 1 and 2: non-uniform), with
+    the exporter's upcast around the region taken out (its Casts dropped, its float32 constants made
+    float16): a region that computes in float16 itself, as another exporter version may write it. The
+    real export, Casts kept, pools a float32 tensor (asserted in test_float16_export_pools_its_upcast).
+    The Conv before it goes too (the input is pooled directly), so the output is the pool's alone."""
+    module = nn.Sequential(nn.Conv1d(3, 4, 1), nn.AdaptiveAvgPool1d(5)).eval().to(torch.float16)
+    module, model = _export_half(module, (1, 3, 3))
+    drop = [n for n in model.graph.node if n.op_type in ("Cast", "Conv")]
+    rename = {n.output[0]: n.input[0] for n in drop}
+    keep = [n for n in model.graph.node if n.op_type not in ("Cast", "Conv")]
+    for n in keep:
+        n.input[:] = [rename.get(i, i) for i in n.input]
+    del model.graph.node[:]
+    model.graph.node.extend(keep)
+    for t in model.graph.initializer:
+        if t.data_type == onnx.TensorProto.FLOAT:
+            t.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(t).astype(np.float16), t.name))
+    del model.graph.value_info[:]
+    return module[1], model
+
+
+def _export_half(module, shape):
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            program = torch.onnx.export(module, (torch.randn(*shape, dtype=torch.float16),), dynamo=True,
+                                        input_names=["x"], verbose=False)
+        finally:
+            logging.disable(logging.NOTSET)
+    return module, onnx.load_from_string(program.model_proto.SerializeToString())
+
+
+def test_float16_export_pools_its_upcast():
+    """torch's decomposition computes a float16 pool in float32: the region pools the Cast's float32 tensor."""
+    module, model = _export_half(nn.Sequential(nn.Conv2d(3, 4, 1), nn.AdaptiveAvgPool2d((5, 7))).eval()
+                                 .to(torch.float16), (1, 3, 8, 9))
+    result = patch(model)
+    assert [(n.encoding, n.input_shape) for n in result.report.nodes] == [("dynamo", [1, 4, 8, 9])]
+    cast = next(n for n in model.graph.node if n.op_type == "Cast")
+    emitted = [n for n in result.model.graph.node if n.doc_string.startswith(EMITTED_BY)]
+    assert any(cast.output[0] in n.input for n in emitted)  # the pool reads the upcast
+    assert not any(cast.input[0] in n.input for n in emitted)
+    assert "GatherND" not in _ops(result.model)
+    x = np.random.default_rng(8).standard_normal((1, 3, 8, 9)).astype(np.float16)
+    got = _run(result.model, x)
+    want = _torch(module, x)
+    assert got.dtype == np.float16 and np.allclose(got, want, rtol=2e-3, atol=2e-3)
+
+
+def test_float16_region_is_proven_in_its_own_dtype():
+    module, model = _all_float16_region()
+    elems = {t.data_type for t in model.graph.initializer} - {onnx.TensorProto.INT64, onnx.TensorProto.BOOL}
+    assert elems == {onnx.TensorProto.FLOAT16} and "Cast" not in _ops(model)
+    result = patch(model)
+    assert [(n.encoding, n.input_shape) for n in result.report.nodes] == [("dynamo", [1, 3, 1, 3])]
+    assert "proven at 1x3x1x3" in result.report.check_note
+    assert "GatherND" not in _ops(result.model)
+    x = np.random.default_rng(9).standard_normal((1, 3, 3)).astype(np.float16)
+    with torch.no_grad():  # the reference: float32, rounded once to float16
+        want = module(torch.from_numpy(x).float()).half().numpy()
+    got = _run(result.model, x)
+    assert got.dtype == np.float16 and np.array_equal(got, want)
+
+
+def test_float16_region_that_differs_is_left_with_why():
+    """The same float16 region with one window's divisor changed (a window of two divided by three)."""
+    _, model = _all_float16_region()
+    div = next(n for n in model.graph.node if n.op_type == "Div")
+    counts = next(t for t in model.graph.initializer if t.name == div.input[1])
+    values = onnx.numpy_helper.to_array(counts).copy()
+    values.flat[1] = np.float16(3.0)  # a window of two divided by three: not an average
+    counts.CopyFrom(onnx.numpy_helper.from_array(values, counts.name))
+    result = patch(model)
+    assert result.report.nodes == []
+    assert [s["why"].split(" (")[0] for s in result.report.suspects] == [
+        "not proven: it differs from adaptive average pooling at 1x3x1x3"]
+
+
+def test_report_and_inspect_json_carry_evidence_and_suspects(exports):
+    _, model = exports["module_static"]
+    report = patch(model).report.to_dict()
+    assert [n["evidence"] for n in report["nodes"]] == ["metadata: torch.nn.modules.pooling.AdaptiveAvgPool2d"]
+    assert report["suspects"] == []
+    tampered = onnx.ModelProto()
+    tampered.CopyFrom(model)
+    div = next(n for n in tampered.graph.node if n.op_type == "Div")
+    counts = next(t for t in tampered.graph.initializer if t.name == div.input[1])
+    values = onnx.numpy_helper.to_array(counts).copy()
+    values.flat[0] += 1
+    counts.CopyFrom(onnx.numpy_helper.from_array(values, counts.name))
+    seen = inspect_model(tampered).to_dict()
+    assert seen["nodes"] == []
+    assert [(s["evidence"], s["frozen"]) for s in seen["suspects"]] == [
+        ("metadata: torch.nn.modules.pooling.AdaptiveAvgPool2d", False)]
+    assert seen["suspects"][0]["why"].startswith("not proven: it differs from adaptive average pooling")
+    text = inspect_model(model).format_text()
+    assert "  evidence: metadata: torch.nn.modules.pooling.AdaptiveAvgPool2d" in text
