@@ -1,5 +1,5 @@
 """Graphs the dynamo exporter wrote (torch 2.13 + onnxscript): its adaptive pooling decompositions are found,
-proven and replaced (onnxpoolfix/decomposed.py). Every model here is a real ``torch.onnx.export(...,
+proven and replaced (onnxpoolfix/frontends/dynamo.py). Every model here is a real ``torch.onnx.export(...,
 dynamo=True)`` export, made once per module (each takes seconds); outputs are compared with torch itself."""
 from __future__ import annotations
 
