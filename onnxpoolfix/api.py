@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import onnx
@@ -103,9 +103,10 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     if mp.blocker is not None:
         raise mp.blocker
     notes = list(mp.notes)
+    report.suspects = [asdict(s) for s in mp.suspects]  # what a front end suspected and left, with why
     nested = bool(mp.body_nodes)  # leftovers inside If/Loop/Scan bodies, planned with the rest
     if not mp.nodes and not nested:
-        report.check_note = "nothing to patch"
+        report.check_note = "; ".join(notes + ["nothing to patch"])  # notes: e.g. a frozen dynamo export
         return PatchResult(model, report)
     if mp.inlined:
         notes.insert(0, f"inlined the local function(s) {', '.join(mp.inlined)} that held leftovers")
@@ -127,7 +128,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         report.nodes.append(NodeReport(
             name=s.node.name, op=s.node.op, kind=s.kind, encoding=s.node.encoding,
             input_shape=list(s.input_shape), output_shape=list(s.output_shape),
-            lowering=d.lowering, why=d.why, ops=d.ops,
+            lowering=d.lowering, why=d.why, ops=d.ops, evidence=s.node.evidence,
             indices="computed" if s.node.indices_output else "dropped" if s.node.unused_outputs else "none"))
     if notes:
         report.check_note = "; ".join(notes)

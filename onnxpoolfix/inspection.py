@@ -17,6 +17,7 @@ The records, their text and the ``--json`` schema are in :mod:`onnxpoolfix.inspe
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from typing import Mapping, Sequence
 
 import onnx
@@ -81,6 +82,7 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     if mp.inlined:
         result.notes.append(f"the local function(s) {', '.join(mp.inlined)} hold leftovers: the patch inlines them")
     result.notes.extend(mp.notes)
+    result.suspects = [asdict(s) for s in mp.suspects]
     if mp.blocker is not None:
         err = mp.blocker
         result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
@@ -121,7 +123,7 @@ def _inspect_node(node_plan, strategy: str) -> NodeInspection:
 
     s = node_plan.spec
     info = NodeInspection(name=s.node.name, op=s.node.op, kind=s.kind, encoding=s.node.encoding, dtype=s.dtype_name,
-                          input_shape=list(s.input_shape), output_shape=list(s.output_shape))
+                          input_shape=list(s.input_shape), output_shape=list(s.output_shape), evidence=s.node.evidence)
     if s.static:
         info.axes = [a.describe() for a in axis_windows(s)]
     else:
@@ -176,7 +178,8 @@ def _lint(mp, result: Inspection) -> TensorRTLint:
     leftover_labels = {n.name or (f"-> {n.output[0]}" if n.output else "") for n in leftovers}
     original_labels = {n.name or (f"-> {n.output[0]}" if n.output else "") for n in model.graph.node}
     linted, target_model = "original", model
-    if result.would_patch and (leftovers or mp.rest or mp.groups):  # (exporter pools repaired or optimized)
+    if result.would_patch and (leftovers or mp.rest or mp.groups or mp.regions):  # exporter pools repaired or
+        # optimized; regions: the dynamo front end's decompositions
         try:
             target_model = onnx.ModelProto()
             target_model.CopyFrom(model)

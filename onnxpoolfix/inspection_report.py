@@ -15,8 +15,10 @@ JSON (``--json``, ``schema_version`` 1)::
         "axes": [str],                                   # e.g. "8->5 non-uniform"
         "candidates": [{"name": str, "cost_s": float | null, "reason": str | null}],
         "chosen": str | null, "why": str | null, "ops": [str],
-        "blocker": str | null, "hint": str | null, "warnings": [str]
+        "blocker": str | null, "hint": str | null, "warnings": [str],
+        "evidence": str                                  # dynamo: why it is adaptive pooling; "" otherwise
       }],
+      "suspects": [{"result": str, "evidence": str, "why": str, "frozen": bool}],  # suspected and left
       "tensorrt": null | {
         "linted": "patched" | "original",
         "clean": bool,                                   # no error-severity finding
@@ -62,6 +64,7 @@ class NodeInspection:
     blocker: str | None = None
     hint: str | None = None
     warnings: list[str] = field(default_factory=list)
+    evidence: str = ""  # the dynamo front end's: metadata / stack trace / structure
 
 
 @dataclass
@@ -87,6 +90,7 @@ class Inspection:
     blocker_exit_code: int = EXIT_BLOCKED
     notes: list[str] = field(default_factory=list)
     tensorrt: TensorRTLint | None = None
+    suspects: list[dict] = field(default_factory=list)  # onnxpoolfix.frontends.base.Suspect, as dicts
 
     @property
     def would_patch(self) -> bool:
@@ -111,7 +115,8 @@ class Inspection:
             "schema_version": SCHEMA_VERSION, "tool": "onnxpoolfix", "version": __version__,
             "model": self.model, "opset": self.opset, "target": self.target, "strategy": self.strategy,
             "would_patch": self.would_patch, "blocker": self.blocker, "hint": self.hint, "notes": self.notes,
-            "nodes": [asdict(n) for n in self.nodes], "tensorrt": trt, "exit_code": self.exit_code,
+            "nodes": [asdict(n) for n in self.nodes], "suspects": self.suspects, "tensorrt": trt,
+            "exit_code": self.exit_code,
         }
 
     def to_json(self) -> str:
@@ -123,8 +128,14 @@ class Inspection:
         lines.append(f"{head}opset {self.opset}, target {self.target}"
                      + (f", strategy {self.strategy}" if self.strategy != "auto" else ""))
         exporter = sum(node.encoding == "standard" for node in self.nodes)
-        n = len(self.nodes) - exporter
-        if self.blocker is None and not self.nodes:
+        dynamo = sum(node.encoding == "dynamo" for node in self.nodes)
+        n = len(self.nodes) - exporter - dynamo
+        if dynamo:  # regions the dynamo exporter decomposed (onnxpoolfix/frontends/dynamo.py)
+            lines.append(f"{dynamo} adaptive pooling region{'s' if dynamo != 1 else ''} decomposed by the dynamo "
+                         "exporter, proven and replaceable")
+        if dynamo and not n and not exporter:
+            pass
+        elif self.blocker is None and not self.nodes:
             lines.append("no leftover adaptive pooling nodes: nothing to patch")
         elif n or not exporter:
             lines.append(f"{n} leftover adaptive pooling node{'s' if n != 1 else ''}"
@@ -185,6 +196,8 @@ def _format_node(node: NodeInspection) -> list[str]:
     if node.axes:
         head += f"  ({', '.join(node.axes)})"
     lines = [head]
+    if node.evidence:
+        lines.append(f"  evidence: {node.evidence}")
     if node.candidates:
         width = max(len(c.name) for c in node.candidates)
         for c in node.candidates:

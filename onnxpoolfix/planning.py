@@ -17,7 +17,7 @@ import onnx
 
 from .errors import PoolFixError, UnsupportedNodeError
 from .frontends import FRONTENDS, PlanOptions
-from .frontends.base import REPAIRED
+from .frontends.base import REPAIRED, Region, Suspect
 from .frontends.bodies import BodyPath, body_specs, has_nested_leftovers
 from .frontends.exporter_pools import keeps_its_op
 from .frontends.functions import inline_functions_holding_leftovers
@@ -28,6 +28,7 @@ from .pyramid import GroupPlan, plan_groups
 from .reason import opset_needed
 from .rewrite import apply_plans
 from .rewrite_bodies import apply_body_plans, finish_bodies
+from .rewrite_regions import drop_dead_region_nodes
 from .shapes import PoolSpec, model_opset
 
 logger = logging.getLogger(__name__)
@@ -73,6 +74,10 @@ class ModelPlan:
     # refuses them): planned one by one, written before the top level (onnxpoolfix.rewrite_bodies)
     bodies: bool = False
     body_nodes: list[BodyNodePlan] = field(default_factory=list)
+    # the dynamo front end: the decompositions its specs stand for (their other nodes go once rewritten),
+    # and what it suspected and left as it is, with why
+    regions: list[Region] = field(default_factory=list)
+    suspects: list[Suspect] = field(default_factory=list)
 
     @property
     def blocked(self) -> list[NodePlan]:
@@ -115,6 +120,8 @@ def plan_model(model: onnx.ModelProto, options: PlanOptions) -> ModelPlan:
             break
         found += result.specs
         mp.notes += result.notes
+        mp.regions += result.regions
+        mp.suspects += result.suspects
         # an optional node is planned as auto: a forced lowering is a comparison of the required nodes
         strategy = AUTO if frontend.optional else options.strategy
         mp.nodes += [_plan_node(s, strategy, frontend.optional, result.repairs.get(s.node.index))
@@ -174,6 +181,8 @@ def apply_model_plan(model: onnx.ModelProto, mp: ModelPlan) -> list[AppliedNode]
     levels = [(g, lv) for g in mp.groups for lv in g.levels]
     done += [AppliedNode(lv.spec, PYRAMID, g.why(lv), ops) for (g, lv), ops in zip(levels, group_ops)]
     done.sort(key=lambda d: d.spec.node.index)
+    if mp.regions:  # the rest of each replaced decomposition, where nothing reads it any more
+        drop_dead_region_nodes(model, mp.regions)
     if mp.body_nodes:
         finish_bodies(model, [b.node.spec for b in mp.body_nodes])
     done += [AppliedNode(p.spec, p.lowering, p.why, p.ops, body=p.path, alone=p.alone) for p in in_bodies]

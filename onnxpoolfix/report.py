@@ -12,7 +12,11 @@ JSON schema (``schema_version`` 1)::
       "opset": int, "target": "onnxruntime" | "tensorrt",
       "nodes": [{
         "name": str, "op": str, "kind": "avg" | "max",
-        "encoding": "aten-op" | "ATen-attr" | "standard",   # standard: an exporter pool (--optimize-exporter-pools)
+        "encoding": "aten-op" | "ATen-attr" | "standard" | "dynamo",   # standard: an exporter pool
+                                       # (--optimize-exporter-pools); dynamo: a decomposition the dynamo
+                                       # exporter wrote (onnxpoolfix/frontends/dynamo.py)
+        "evidence": str,               # dynamo: why it is adaptive pooling ("metadata: <module class>",
+                                       # "stack trace: <source line>", "structure"); "" otherwise
         "input_shape": [int | str | null], "output_shape": [int | str | null],   # str = symbolic dim
         "lowering": str, "why": str, "ops": [str],                               # emitted op types
                                        # lowering "pyramid": planned with the other pools of its input
@@ -21,7 +25,9 @@ JSON schema (``schema_version`` 1)::
                                                                    # when infinite: indices differ)
         "checked_shapes": [[int]]                                                # input shapes checked
       }],
-      "totals": {"nodes": int, "max_error": float | null, "by_lowering": {str: int}}
+      "totals": {"nodes": int, "max_error": float | null, "by_lowering": {str: int}},
+      "suspects": [{"result": str, "evidence": str, "why": str,   # suspected adaptive pooling, left as it
+                    "frozen": bool}]   # is; frozen: a dynamo decomposition stuck at the traced size
     }
 """
 from __future__ import annotations
@@ -50,6 +56,7 @@ class NodeReport:
     max_error: float | None = None
     tolerance: float | None = None
     checked_shapes: list[list[int]] = field(default_factory=list)
+    evidence: str = ""
 
 
 @dataclass
@@ -60,6 +67,7 @@ class PatchReport:
     check_note: str = ""
     opset: int = 0
     target: str = "onnxruntime"
+    suspects: list[dict] = field(default_factory=list)  # onnxpoolfix.frontends.base.Suspect, as dicts
 
     @property
     def status(self) -> str:
@@ -86,6 +94,7 @@ class PatchReport:
             "target": self.target,
             "nodes": [asdict(n) for n in self.nodes],
             "totals": {"nodes": len(self.nodes), "max_error": self.max_error, "by_lowering": by},
+            "suspects": self.suspects,
         }
 
     def to_json(self) -> str:
@@ -108,8 +117,8 @@ class PatchReport:
         return "\n".join(lines)
 
     def summary(self) -> str:
-        if not self.nodes:
-            return "nothing to patch"
+        if not self.nodes:  # the note says why where there is more to say (a frozen dynamo export)
+            return self.check_note or "nothing to patch"
         n = len(self.nodes)
         what = f"replaced {n} node{'s' if n != 1 else ''}"
         if not self.checked:

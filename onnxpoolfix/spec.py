@@ -39,13 +39,16 @@ class PoolNode:
     op: str  # e.g. "adaptive_avg_pool2d"
     kind: str  # "avg" | "max"
     rank: int  # number of pooled (trailing) axes: 1, 2 or 3
-    encoding: str  # "aten-op" | "ATen-attr"
+    encoding: str  # "aten-op" | "ATen-attr" | "standard" (an exporter pool) | "dynamo" (a decomposition)
     input: str
     output: str
     indices_output: str | None  # max pooling's int64 indices output, only when something reads it
     unused_outputs: tuple[str, ...]  # outputs nothing reads (dropped by the rewrite)
     output_size: tuple[int | InputDim, ...]  # InputDim: follows the input's length on that axis
     size_input: str | None  # the tensor that carried the output size (None for the attribute form)
+    # why a front end took it for adaptive pooling where it is no such node (the dynamo front end: "metadata:
+    # ...AdaptiveAvgPool2d", "stack trace: <line>", "structure"); "" for a leftover, which says so itself
+    evidence: str = ""
 
     @property
     def label(self) -> str:

@@ -22,13 +22,14 @@ OPT_NUM = (int, float, type(None))
 TOP = {
     "schema_version": int, "tool": str, "version": str, "status": str, "checked": bool,
     "check_passed": (bool, type(None)), "check_note": str, "opset": int, "target": str, "nodes": list,
-    "totals": dict,
+    "totals": dict, "suspects": list,
 }
 NODE = {
     "name": str, "op": str, "kind": str, "encoding": str, "input_shape": list, "output_shape": list,
     "lowering": str, "why": str, "ops": list, "indices": str, "max_error": OPT_NUM, "tolerance": OPT_NUM,
-    "checked_shapes": list,
+    "checked_shapes": list, "evidence": str,
 }
+SUSPECT = {"result": str, "evidence": str, "why": str, "frozen": bool}
 TOTALS = {"nodes": int, "max_error": OPT_NUM, "by_lowering": dict}
 
 
@@ -53,7 +54,8 @@ def validate(doc: dict) -> None:
         assert set(n) == set(NODE), f"node keys {sorted(n)} != {sorted(NODE)}"
         for k, t in NODE.items():
             assert _is(n[k], t), f"node {k}: {n[k]!r} is not {t}"
-        assert n["kind"] in ("avg", "max") and n["encoding"] in ("aten-op", "ATen-attr")
+        assert n["kind"] in ("avg", "max") and n["encoding"] in ("aten-op", "ATen-attr", "dynamo")
+        assert bool(n["evidence"]) == (n["encoding"] == "dynamo")  # a leftover is its own evidence
         assert n["indices"] in ("computed", "dropped", "none")
         assert re.fullmatch(r"adaptive_(avg|max)_pool[123]d", n["op"])
         for d in n["input_shape"] + n["output_shape"]:
@@ -65,6 +67,8 @@ def validate(doc: dict) -> None:
             assert n["max_error"] <= n["tolerance"]
         else:
             assert n["max_error"] is None and n["tolerance"] is None and n["checked_shapes"] == []
+    for s in doc["suspects"]:
+        assert set(s) == set(SUSPECT) and all(_is(s[k], t) for k, t in SUSPECT.items()), s
     t = doc["totals"]
     assert set(t) == set(TOTALS)
     for k, ty in TOTALS.items():
@@ -79,7 +83,7 @@ def validate(doc: dict) -> None:
 def test_every_documented_key_is_validated() -> None:
     """The schema in report.py's docstring and this test's tables name the same keys."""
     doc = report_mod.__doc__
-    for key in list(TOP) + list(NODE) + list(TOTALS):
+    for key in list(TOP) + list(NODE) + list(TOTALS) + list(SUSPECT):
         assert f'"{key}"' in doc, f"{key} is not documented in report.py"
 
 
@@ -90,6 +94,7 @@ def test_every_documented_key_is_validated() -> None:
     ("max2d_indices_output", []),
     ("dynamic_avg2d", []),
     ("aten_attr_encoding", ["--target", "tensorrt"]),
+    ("dynamo/psp_area_symbolic", ["--input-shape", "x:1,3,16,16"]),  # a dynamo export: evidence per node
 ])
 def test_report_matches_schema(tmp_path: Path, fixture: str, args: list[str]) -> None:
     out, rep = tmp_path / "out.onnx", tmp_path / "report.json"
@@ -99,6 +104,19 @@ def test_report_matches_schema(tmp_path: Path, fixture: str, args: list[str]) ->
     validate(doc)
     assert doc["status"] == "patched" and doc["checked"] == ("--no-check" not in args)
     assert doc["check_passed"] is (None if "--no-check" in args else True)
+
+
+def test_report_lists_what_it_suspected_and_left(tmp_path: Path) -> None:
+    """Unbound, the dynamo fixture's 2x2 bin (an AveragePool frozen at the traced size) is left, with why."""
+    rep = tmp_path / "r.json"
+    result = CliRunner().invoke(main, [str(FIXTURES / "dynamo" / "psp_area_symbolic.onnx"), str(tmp_path / "o.onnx"),
+                                       "--report", str(rep)])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(rep.read_text())
+    validate(doc)
+    assert [n["encoding"] for n in doc["nodes"]] == ["dynamo", "dynamo"]
+    assert [(s["result"], s["frozen"]) for s in doc["suspects"]] == [("avg_pool2d", True)]
+    assert "known only at that size" in doc["suspects"][0]["why"]
 
 
 def test_report_nothing_to_patch(tmp_path: Path) -> None:

@@ -4,12 +4,15 @@ seam, :data:`FRONTENDS`, which the planner (:func:`onnxpoolfix.planning.plan_mod
 - :mod:`.aten`: PyTorch's leftover ``org.pytorch.aten`` adaptive pooling nodes (found by :mod:`.leftovers`);
 - :mod:`.exporter_repair`: the exporter's own pooling nodes that cannot run as written (an unbatched
   input's kernel rank, float64 pools onnxruntime has no kernel for), always; repaired, never kept;
+- :mod:`.dynamo`: the decompositions the dynamo exporter wrote instead (regions cut by :mod:`.dynamo_graph`,
+  each proven numerically by :mod:`.dynamo_proof`); their other nodes go in the apply step
+  (``FrontEndResult.regions`` -> ``ModelPlan.regions`` -> :mod:`onnxpoolfix.rewrite_regions`), and what
+  was suspected and left is ``FrontEndResult.suspects`` (the report and ``inspect`` list them);
 - :mod:`.exporter_pools`: the exporter's own GlobalAveragePool/AveragePool nodes with adaptive windows
   (only with ``optimize_exporter_pools``; not the ones repaired).
 
 Before them, :func:`.functions.inline_functions_holding_leftovers` inlines the model-local functions that
-hide leftovers. A new front end (the dynamo exporter's decompositions) is one more
-:class:`~.base.FrontEnd` here.
+hide leftovers. A new front end is one more :class:`~.base.FrontEnd` here.
 
 Leftovers inside If/Loop/Scan bodies (:mod:`.bodies`, with ``PlanOptions.patch_bodies``) are not a front
 end's specs: each belongs to a body (a path, not a top-level node index), so ``plan_model`` plans them
@@ -21,12 +24,14 @@ from __future__ import annotations
 
 from .aten import leftover_specs
 from .base import FrontEnd, FrontEndResult, PlanOptions
+from .dynamo import dynamo_specs
 from .exporter_pools import exporter_pool_specs
 from .exporter_repair import broken_exporter_pool_specs
 
 FRONTENDS: tuple[FrontEnd, ...] = (
     FrontEnd("aten", leftover_specs, optional=False),
     FrontEnd("exporter_repair", broken_exporter_pool_specs, optional=True),
+    FrontEnd("dynamo", dynamo_specs, optional=False),
     FrontEnd("exporter_pools", exporter_pool_specs, optional=True),
 )
 

@@ -32,6 +32,33 @@ class PlanOptions:
     # leftovers inside If/Loop/Scan bodies are planned too (plan_model -> ModelPlan.body_nodes, written by
     # onnxpoolfix.rewrite_bodies); False: the ATen front end refuses a model holding any (inspect's listing)
     patch_bodies: bool = False
+    seed: int = 0  # of the random inputs a front end proves a region on (the dynamo front end)
+
+
+@dataclass(frozen=True)
+class Region:
+    """The nodes a spec stands for beyond the one that writes its output (a decomposition the dynamo
+    exporter wrote): once the output is rewritten, those of them nothing reads any more go
+    (:func:`onnxpoolfix.rewrite_regions.drop_dead_region_nodes`). ``result`` is the spec's output."""
+
+    result: str
+    pooled: str
+    outputs: frozenset[str]  # the output names of every node of the region (size-only ancestors included)
+    reads: frozenset[str]  # the tensors those nodes read (initializers among them go once nothing reads them)
+    evidence: str  # "metadata: torch.nn.modules.pooling.AdaptiveAvgPool2d", "stack trace: ...", "structure"
+    output_size: tuple[int, ...]
+    proven_at: tuple[int, ...]  # the pooled tensor's shape where the region equalled the reference
+    nodes: int  # data nodes of the region (what the notes count)
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """Something that looked like adaptive pooling and is left as it is, with why."""
+
+    result: str  # the tensor it writes
+    evidence: str
+    why: str
+    frozen: bool = False  # a decomposition under symbolic sizes (its unroll frozen at the traced size)
 
 
 @dataclass
@@ -41,6 +68,8 @@ class FrontEndResult:
     # node index -> what is wrong with it: nodes that cannot run as written (.exporter_repair). Planned like
     # the front end's others, but never kept as they are nor grouped; their why starts with REPAIRED + this
     repairs: dict[int, str] = field(default_factory=dict)
+    regions: list[Region] = field(default_factory=list)  # per spec that replaces more than its own node
+    suspects: list[Suspect] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,7 @@ def exporter_pool_specs(model: onnx.ModelProto, options: PlanOptions, found: Seq
         return FrontEndResult()
     info = infer(model, {s.node.output: (s.dtype, s.output_shape) for s in found})
     read = read_names(model.graph) | {o.name for o in model.graph.output}
-    taken = {s.node.index for s in found}  # repaired already (exporter_repair runs first)
+    taken = {s.node.output for s in found}  # repaired already, or a frozen pool the dynamo front end planned
     return FrontEndResult([s for s in find_exporter_pools(model, info, opset=model_opset(model),
                                                           target=options.target, read=read)
-                           if s.node.index not in taken])
+                           if s.node.output not in taken])

@@ -1,0 +1,281 @@
+"""The dynamo front end's graph side: what a node's metadata says, the graph's dataflow, and where a
+decomposed adaptive average pool begins and ends (:mod:`.dynamo` has the whole story; the numeric proof is
+:mod:`.dynamo_proof`).
+
+1. Tensors are *size-only* when they are computed from constants, initializers and ``Shape`` of anything
+   (the window tables, the symbolic sizes computed at the top of the graph); every other tensor is *data*.
+2. A region ends at a Div (a data numerator over a size-only denominator: the window sums over the window
+   lengths) or a ReduceMean of data (the exporter's form for equal windows). From that result the region
+   is cut by dataflow back to the pooled tensor: the nodes on the data paths from a tensor ``x`` to the
+   result, through the ops a decomposition uses, such that every data input of the region is ``x`` or made
+   inside it (``x`` dominates the result). The earliest such ``x`` that fits is the pooled tensor.
+3. The output size is the result's inferred shape (static); the pooled rank comes from the metadata
+   (``AdaptiveAvgPool2d``, ``adaptive_avg_pool1d(``...) or, without it, from the axes whose length changes.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import onnx
+
+from ..emit import EMITTED_BY
+from ..graph import subgraphs
+from ..shapes import SUPPORTED_DTYPES, Dim, infer
+from .base import Suspect
+
+ENCODING = "dynamo"  # the encoding reported for these regions
+
+#: ops a decomposition's data path goes through (torch 2.13 + onnxscript 0.7 wrote these; the proof is
+#: what makes a region safe, this list only bounds the search)
+_DATA_OPS = frozenset({
+    "Transpose", "GatherND", "Gather", "GatherElements", "Where", "Add", "Sum", "Sub", "Mul", "Div",
+    "ReduceMean", "ReduceSum", "Slice", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Cast",
+    "Identity", "Flatten", "Split",
+})
+#: ops that select window elements: a region without one is no decomposition
+SELECT_OPS = frozenset({"GatherND", "Gather", "GatherElements", "Slice"})
+_SHAPE_OPS = frozenset({"Shape", "Size"})
+_NONDETERMINISTIC = ("Random", "Bernoulli", "Multinomial")
+#: largest region (nodes) considered: a 13 -> 6 AlexNet pool is ~200 nodes; a corrupt graph is bounded
+_MAX_REGION = 20000
+
+_CLASS_RE = re.compile(r"torch\.nn\.modules\.pooling\.Adaptive(Avg|Max)Pool([123])d")
+_CALL_RE = re.compile(r"adaptive_(avg|max)_pool([123])d\s*\(")
+_AREA_RE = re.compile(r"interpolate\s*\(.*['\"]area['\"]")
+
+# --- metadata --------------------------------------------------------------------------------------------
+
+def _metadata(node: onnx.NodeProto) -> dict[str, str]:
+    return {p.key: p.value for p in getattr(node, "metadata_props", ())}
+
+
+def node_evidence(node: onnx.NodeProto) -> tuple[str, int | None] | None:
+    """What the node's metadata says about adaptive pooling: (evidence text, pooled rank or None)."""
+    md = _metadata(node)
+    hierarchy = md.get("pkg.torch.onnx.class_hierarchy", "")
+    m = _CLASS_RE.search(hierarchy)
+    if m:
+        return f"metadata: {m.group(0)}", int(m.group(2))
+    trace = md.get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
+    line = trace[-1].strip() if trace else ""
+    m = _CALL_RE.search(line)
+    if m:
+        return f"stack trace: {line[:100]}", int(m.group(2))
+    if _AREA_RE.search(line):
+        return f"stack trace: {line[:100]}", None
+    return None
+
+
+def _region_evidence(nodes: Sequence[onnx.NodeProto]) -> tuple[str, int | None]:
+    """The evidence most of the region's data nodes agree on, or "structure"."""
+    votes: dict[tuple[str, int | None], int] = {}
+    for n in nodes:
+        e = node_evidence(n)
+        if e is not None:
+            votes[e] = votes.get(e, 0) + 1
+    if not votes:
+        return "structure", None
+    best = max(votes.items(), key=lambda kv: kv[1])
+    return best[0]
+
+
+# --- the graph's dataflow --------------------------------------------------------------------------------
+
+class DataflowGraph:
+    def __init__(self, graph: onnx.GraphProto):
+        self.nodes = list(graph.node)
+        self.producer = {o: i for i, n in enumerate(self.nodes) for o in n.output if o}
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.inputs = {i.name for i in graph.input} - set(self.initializers)
+        self.size_only: set[str] = set(self.initializers)
+        for n in self.nodes:  # graph.node is topologically sorted
+            if n.domain not in ("", "ai.onnx") or n.op_type.startswith(_NONDETERMINISTIC) or subgraphs(n):
+                continue
+            if n.op_type in _SHAPE_OPS or all(not i or i in self.size_only for i in _value_inputs(n)):
+                self.size_only.update(o for o in n.output if o)
+
+    def data_inputs(self, i: int) -> list[str]:
+        n = self.nodes[i]
+        if n.op_type in _SHAPE_OPS:
+            return []
+        if n.op_type == "CastLike":  # its second input gives the type only
+            return [x for x in n.input[:1] if x and x not in self.size_only]
+        return [x for x in n.input if x and x not in self.size_only]
+
+    def size_ancestors(self, indices: Sequence[int]) -> tuple[set[int], set[str]]:
+        """The size-only nodes the given nodes read (transitively), and the tensors read only for their shape."""
+        seen: set[int] = set()
+        shape_sources: set[str] = set()
+        stack = [x for i in indices for x in self.nodes[i].input if x and x in self.size_only]
+        while stack:
+            t = stack.pop()
+            p = self.producer.get(t)
+            if p is None or p in seen:
+                continue
+            seen.add(p)
+            n = self.nodes[p]
+            if n.op_type in _SHAPE_OPS and n.input[0] not in self.size_only:
+                shape_sources.add(n.input[0])  # only its shape is read: fed as zeros of that shape
+                continue
+            if n.op_type == "CastLike" and len(n.input) > 1 and n.input[1] not in self.size_only:
+                shape_sources.add(n.input[1])  # only its type is read
+                stack.append(n.input[0])
+                continue
+            stack.extend(x for x in n.input if x)
+        return seen, shape_sources
+
+
+def _value_inputs(n: onnx.NodeProto) -> list[str]:
+    """The inputs whose values a node reads (CastLike reads only the type of its second)."""
+    return list(n.input[:1]) if n.op_type == "CastLike" else list(n.input)
+
+
+def _region_from(g: DataflowGraph, end: int, pooled: str, closure: set[int]) -> list[int] | None:
+    """The data nodes between ``pooled`` and the end node, or None if some data enters elsewhere."""
+    seen = {end}
+    stack = [end]
+    while stack:
+        i = stack.pop()
+        for t in g.data_inputs(i):
+            if t == pooled:
+                continue
+            p = g.producer.get(t)
+            if p is None or p not in closure:
+                return None
+            if p not in seen:
+                seen.add(p)
+                stack.append(p)
+    return sorted(seen)
+
+
+def _closure(g: DataflowGraph, end: int) -> set[int]:
+    seen = {end}
+    stack = [end]
+    while stack and len(seen) < _MAX_REGION:
+        i = stack.pop()
+        for t in g.data_inputs(i):
+            p = g.producer.get(t)
+            if p is not None and p not in seen and g.nodes[p].op_type in _DATA_OPS \
+                    and g.nodes[p].domain in ("", "ai.onnx") and not g.nodes[p].doc_string.startswith(EMITTED_BY):
+                seen.add(p)
+                stack.append(p)
+    return seen
+
+
+def is_end(g: DataflowGraph, i: int) -> bool:
+    n = g.nodes[i]
+    if n.domain not in ("", "ai.onnx") or n.doc_string.startswith(EMITTED_BY) or not n.input:
+        return False
+    if n.op_type == "Div":
+        return len(n.input) == 2 and n.input[0] not in g.size_only and n.input[1] in g.size_only
+    return n.op_type == "ReduceMean" and n.input[0] not in g.size_only
+
+
+
+@dataclass
+class Candidate:
+    end: int
+    result: str
+    pooled: str
+    region: list[int]
+    evidence: str
+    rank: int
+    output_size: tuple[int, ...]
+    x_shape: tuple[Dim, ...]
+    y_shape: tuple[Dim, ...]
+    elem: int
+    session: object = None
+    sources: list[str] = field(default_factory=list)
+    why: str = ""
+    proven_at: tuple[int, ...] | None = None
+    tried: set = field(default_factory=set)
+    proofs: list = field(default_factory=list)  # sizes of the pooled tensor where it equalled the reference
+
+
+class LazyInfo:
+    """Inferred (dtype, shape) per tensor, computed on first use. Where inference only invents a symbol for a
+    dim (``unk__3``: an unoptimized export it cannot follow) the exporter's declared int stands in; the proof
+    checks the result's shape, so a stale declaration cannot slip through."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model, self.info = model, None
+        self.declared = {}
+        for vi in list(model.graph.value_info) + list(model.graph.output):
+            dims = vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else []
+            self.declared[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+
+    def get(self, name: str, default=None):
+        if self.info is None:
+            self.info = infer(self.model)
+        got = self.info.get(name, default)
+        declared = self.declared.get(name)
+        if got and got[1] is not None and declared and len(declared) == len(got[1]):
+            dims = tuple(dd if isinstance(d, str) and d.startswith("unk__") and dd else d
+                         for d, dd in zip(got[1], declared))
+            got = (got[0], dims)
+        return got
+
+
+def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | None:
+    """The region that ends at node ``end``; a :class:`Suspect` where the evidence says adaptive pooling but
+    no region fits; None where nothing suggests one."""
+    closure = _closure(g, end)
+    result = g.nodes[end].output[0]
+    # the data tensors entering the closure, earliest first: the largest region that fits wins
+    entering = []
+    for i in sorted(closure):
+        for t in g.data_inputs(i):
+            if t not in entering:
+                entering.append(t)
+    entering.sort(key=lambda t: g.producer.get(t, -1))
+    why = "no single pooled tensor dominates it"
+    first_evidence = None
+    for t in entering:
+        region = _region_from(g, end, t, closure)
+        if region is None or not any(g.nodes[i].op_type in SELECT_OPS for i in region):
+            continue
+        evidence, meta_rank = _region_evidence([g.nodes[i] for i in region])
+        first_evidence = first_evidence or evidence
+        fit = _fit(t, result, evidence, meta_rank, info)
+        if isinstance(fit, str):
+            why = fit
+            continue
+        k, x_shape, y_shape, elem = fit
+        return Candidate(end, result, t, region, evidence, k, tuple(y_shape[len(y_shape) - k:]), x_shape,
+                          y_shape, elem)
+    ev = first_evidence if first_evidence not in (None, "structure") else (node_evidence(g.nodes[end]) or ("",))[0]
+    # a lone ReduceMean (a global average) is exact as it is; a Div of a model is no concern without evidence
+    if ev and not (g.nodes[end].op_type == "ReduceMean" and first_evidence is None):
+        return Suspect(result, ev, why)
+    return None
+
+
+def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info):
+    """(rank, input shape, output shape, dtype) of pooling ``pooled`` to ``result``, or why it cannot be."""
+    x_elem, x_shape = info.get(pooled, (0, None))
+    y_elem, y_shape = info.get(result, (0, None))
+    if x_elem not in SUPPORTED_DTYPES or x_elem != y_elem:
+        return ("its input and result dtypes differ" if x_elem in SUPPORTED_DTYPES
+                else "its dtype is not a float type the lowerings take")
+    if x_shape is None or y_shape is None or len(x_shape) != len(y_shape) or len(x_shape) < 2:
+        return "the shapes of its input and result are not known (or their ranks differ)"
+    r = len(x_shape)
+    if meta_rank is not None:
+        k = meta_rank
+    elif evidence.startswith("stack trace") and "area" in evidence:
+        k = r - 2
+    else:
+        changed = [a for a in range(r) if x_shape[a] != y_shape[a]]
+        k = r - changed[0] if changed else 1
+    if not 1 <= k <= 3 or k >= r:
+        return f"a {k}D pool of a rank {r} tensor"
+    if any(x_shape[a] != y_shape[a] or x_shape[a] is None for a in range(r - k)):
+        return "its leading (not pooled) dims change"
+    if not all(isinstance(d, int) and d >= 1 for d in y_shape[r - k:]):
+        return "its output size is not static"
+    if any(isinstance(d, int) and d < 1 for d in x_shape):
+        return "its input has an empty axis"
+    return k, tuple(x_shape), tuple(y_shape), x_elem
+

@@ -1,0 +1,217 @@
+"""The dynamo front end's proof: a region found by :mod:`.dynamo_graph` is replaced only when it, run alone
+in onnxruntime, equals adaptive average pooling (:mod:`onnxpoolfix.reference`) at a size where the export
+is right, compared exactly as the check compares a replacement (:func:`onnxpoolfix.check.compare.compare`,
+the same tolerance, float16/bfloat16 included).
+
+The region alone is its data nodes plus the size-only nodes they read; a tensor it reads only the shape of
+is fed as zeros. It runs on random, ramp and wide-range inputs in its own dtype (float16/bfloat16 values
+fed through an exact Cast from float32, numpy has no bfloat16) at: the declared size when static; with
+symbolic sizes the size the caller bound (``input_shapes``), else a search over sizes (the traced size is
+not recorded in the file), within a budget of runs and seconds.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from ..check.compare import NodeCheck, compare
+from ..errors import PoolFixError
+from ..shapes import apply_input_shapes, infer, light_copy, make_value_info
+from ..spec import PoolNode, PoolSpec
+from .dynamo_graph import Candidate, DataflowGraph
+
+logger = logging.getLogger(__name__)
+
+#: input sizes tried (beyond the bound one) to find where a symbolic export is right: common sizes first
+_COMMON_SIZES = (224, 256, 512, 384, 320, 299, 128, 64, 32, 16)
+_SEARCH_MAX = 256
+_SEARCH_BUDGET = 600  # proof runs at most, over all regions of a model
+#: the proof runs the reference in float64 on three inputs: a pooled tensor beyond this many elements is left
+_PROOF_MAX_ELEMENTS = 1 << 25
+_SEARCH_SECONDS = 20.0  # and at most this long (each size tried costs a shape inference of the whole model)
+_HALF = {TensorProto.FLOAT16: np.float16, TensorProto.BFLOAT16: "bfloat16"}
+_FED = "onnxpoolfix_proof_input"  # the float32 input a half region's input is cast from
+_FETCHED = "onnxpoolfix_proof_output"  # the float32 output a half region's result is cast to
+
+
+def isolated(model: onnx.ModelProto, g: DataflowGraph, c: Candidate, dtypes: Mapping[str, int]
+             ) -> tuple[onnx.ModelProto, list[str]]:
+    """The region alone as a model: inputs the pooled tensor and the tensors it reads only the shape of.
+    A float16/bfloat16 region reads and writes float32 through exact Casts."""
+    size_nodes, shape_sources = g.size_ancestors(c.region)
+    order = sorted(set(c.region) | size_nodes)
+    nodes = []
+    for i in order:
+        n = onnx.NodeProto()
+        n.CopyFrom(g.nodes[i])
+        nodes.append(n)
+    used = {x for i in order for x in g.nodes[i].input if x}
+    inits = [g.initializers[t] for t in sorted(used) if t in g.initializers]
+    made = {o for i in order for o in g.nodes[i].output if o}
+    sources = sorted(s for s in shape_sources if s != c.pooled and s not in made)
+    extra = [make_value_info(s, dtypes.get(s, TensorProto.FLOAT), None) for s in sources]
+    if c.elem in _HALF:
+        nodes.insert(0, helper.make_node("Cast", [_FED], [c.pooled], to=c.elem))
+        nodes.append(helper.make_node("Cast", [c.result], [_FETCHED], to=TensorProto.FLOAT))
+        inputs = [make_value_info(_FED, TensorProto.FLOAT, None)]
+        outputs = [make_value_info(_FETCHED, TensorProto.FLOAT, None)]
+    else:
+        inputs, outputs = [make_value_info(c.pooled, c.elem, None)], [make_value_info(c.result, c.elem, None)]
+    graph = helper.make_graph(nodes, "region", inputs + extra, outputs, initializer=inits)
+    m = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    return m, sources
+
+
+def _feeds(shape: tuple[int, ...], elem: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Random, ramp and wide-range inputs, as the region's dtype holds them (half: rounded, as float32)."""
+    ramp = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
+    raw = [rng.standard_normal(shape), ramp / max(1.0, ramp.size), rng.uniform(-100, 100, shape)]
+    if elem == TensorProto.DOUBLE:
+        return raw
+    if elem == TensorProto.FLOAT16:
+        return [x.astype(np.float16).astype(np.float32) for x in raw]
+    if elem == TensorProto.BFLOAT16:
+        import ml_dtypes
+
+        return [x.astype(ml_dtypes.bfloat16).astype(np.float32) for x in raw]
+    return [x.astype(np.float32) for x in raw]
+
+
+def _spec(c: Candidate, x_shape: tuple[int, ...]) -> PoolSpec:
+    """The spec the comparison reads (kind, pooled axes, output size, dtype) at one concrete size."""
+    pn = PoolNode(index=c.end, name=c.result, op=f"adaptive_avg_pool{c.rank}d", kind="avg", rank=c.rank,
+                  encoding="dynamo", input=c.pooled, output=c.result, indices_output=None, unused_outputs=(),
+                  output_size=c.output_size, size_input=None)
+    return PoolSpec(pn, x_shape, tuple(x_shape[:len(x_shape) - c.rank]) + c.output_size, c.elem, 0)
+
+
+def prove(session, c: Candidate, source_dtypes: Mapping[str, int], shapes: Mapping[str, tuple],
+          x_shape: tuple[int, ...], rng) -> str | None:
+    """None when the region equals the reference at this size, else why not."""
+    size = "x".join(map(str, x_shape))
+    if int(np.prod(x_shape)) > _PROOF_MAX_ELEMENTS:
+        return f"its input {size} is too large to prove ({_PROOF_MAX_ELEMENTS} elements at most)"
+    extra = {}
+    for s in c.sources:
+        if s not in shapes:
+            return f"the shape of '{s}' it reads is unknown"
+        np_t = onnx.helper.tensor_dtype_to_np_dtype(source_dtypes.get(s, TensorProto.FLOAT))
+        extra[s] = np.zeros(shapes[s], dtype=np_t)
+    fed = _FED if c.elem in _HALF else c.pooled
+    spec = _spec(c, x_shape)
+    for x in _feeds(x_shape, c.elem, rng):
+        try:
+            (y,) = session.run(None, {fed: x, **extra})
+        except Exception as e:  # noqa: BLE001 - the exporter's own graph crashing at this size is an answer
+            return f"onnxruntime fails on it at {size} ({' '.join(str(e).split())[:80]})"
+        check = NodeCheck(c.result)
+        compare(spec, x, y, None, check)
+        if not check.passed:
+            return f"it differs from adaptive average pooling at {size} ({check.detail})"
+    return None
+
+
+def prove_all(model, g: DataflowGraph, candidates: list[Candidate], input_shapes, seed: int) -> None:
+    """Prove every candidate (module doc): ``c.proven_at`` where it proved out, else ``c.why``."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(seed)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 4  # the exporter's graph failing at a size is expected
+    info0 = infer(model)
+    dtypes = {k: v[0] for k, v in info0.items()}
+    for c in candidates:
+        iso, c.sources = isolated(model, g, c, dtypes)
+        try:
+            c.session = ort.InferenceSession(iso.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        except Exception as e:  # noqa: BLE001
+            c.why = f"onnxruntime cannot run it alone ({' '.join(str(e).split())[:100]})"
+    pending = [c for c in candidates if not c.why]
+    static = [c for c in pending if all(isinstance(d, int) for d in c.x_shape)]
+    for c in static:
+        shapes = {s: info0.get(s, (0, None))[1] for s in c.sources}
+        shapes = {s: tuple(d) for s, d in shapes.items() if d is not None and all(isinstance(v, int) for v in d)}
+        why = prove(c.session, c, dtypes, shapes, c.x_shape, rng)
+        if why:
+            c.why = f"not proven: {why}"
+        else:
+            c.proven_at = c.x_shape
+    symbolic = [c for c in pending if c not in static]
+    if not symbolic:
+        return
+    last: dict[int, str] = {}
+    budget = _SEARCH_BUDGET
+    deadline = time.monotonic() + _SEARCH_SECONDS
+    light = light_copy(model)  # each size is bound on a copy: without the weights' bytes
+    for binding in _bindings(model, input_shapes):
+        todo = [c for c in symbolic if c.proven_at is None]
+        if not todo or budget <= 0 or time.monotonic() > deadline:
+            break
+        bound = onnx.ModelProto()
+        bound.CopyFrom(light)
+        try:
+            apply_input_shapes(bound, binding)
+        except PoolFixError as e:  # a size the model's fixed dims refuse
+            logger.debug("not trying %s: %s", binding, e)
+            continue
+        info = infer(bound)
+        for c in todo:
+            _, xs = info.get(c.pooled, (0, None))
+            if xs is None or not all(isinstance(d, int) and d >= 1 for d in xs):
+                continue
+            xs = tuple(xs)
+            if any(n == m for n, m in zip(xs[-c.rank:], c.output_size)) or xs[-c.rank:] in c.tried:
+                continue  # an axis of identity windows proves nothing; each size is tried once
+            c.tried.add(xs[-c.rank:])
+            budget -= 1
+            shapes = {s: tuple(info[s][1]) for s in c.sources if s in info and info[s][1] is not None
+                      and all(isinstance(d, int) for d in info[s][1])}
+            why = prove(c.session, c, dtypes, shapes, xs, rng)
+            if why is None:
+                c.proofs.append(xs)
+                if len(c.proofs) >= _proofs_needed(c):
+                    c.proven_at = c.proofs[0]
+            else:
+                last[id(c)] = why
+    for c in symbolic:
+        if c.proven_at is None and c.proofs:
+            c.why = (f"under symbolic sizes it equals adaptive average pooling at "
+                     f"{'x'.join(map(str, c.proofs[0]))} only, and without metadata one size is not enough")
+        elif c.proven_at is None:
+            tried = len(c.tried)
+            c.why = (f"under symbolic sizes, no input size found where it equals adaptive average pooling "
+                     f"({tried} tried; last: {last.get(id(c), 'none run')})")
+    for c in candidates:
+        c.session = None
+
+
+def _proofs_needed(c: Candidate) -> int:
+    """Sizes a symbolic region must be right at. Its replacement changes what it computes at every other
+    size: with metadata saying adaptive pooling one size proves the windows; from structure alone two
+    different sizes are asked for (a fixed-kernel pooling written with gathers can equal adaptive pooling at
+    one size, not at two with the same output size)."""
+    return 1 if c.evidence != "structure" else 2
+
+
+def _bindings(model: onnx.ModelProto, input_shapes):
+    """Input shapes to try: the caller's binding, then every symbolic dim but the first set to one size."""
+    if input_shapes:
+        yield dict(input_shapes)
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in inits and i.type.HasField("tensor_type")]
+    dims = {}
+    for i in inputs:
+        d = [x.dim_value if x.HasField("dim_value") else None for x in i.type.tensor_type.shape.dim]
+        dims[i.name] = d
+    if not any(v is None for d in dims.values() for v in d):
+        return
+    sizes = list(_COMMON_SIZES) + [s for s in range(2, _SEARCH_MAX + 1) if s not in _COMMON_SIZES]
+    for s in sizes:
+        yield {name: [v if v is not None else (1 if a == 0 and len(d) > 2 else s) for a, v in enumerate(d)]
+               for name, d in dims.items()}
