@@ -172,3 +172,18 @@ def test_console_script_help() -> None:
     r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "inspect" in r.stdout and "patch" in r.stdout
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("dynamo", [True, False])
+@pytest.mark.parametrize("where", ["missing folder", "a directory"])
+def test_a_bad_path_fails_before_the_export(torch_mod, tmp_path: Path, monkeypatch, dynamo, where) -> None:
+    """As the CLI does: a path that cannot be written fails in milliseconds, not after a long export."""
+    def no_export(*a, **k):
+        raise AssertionError("torch.onnx.export ran although f cannot be written")
+
+    monkeypatch.setattr(torch_mod.onnx, "export", no_export)
+    f = tmp_path / "nope" / "m.onnx" if where == "missing folder" else tmp_path
+    with pytest.raises(onnxpoolfix.OutputError):
+        onnxpoolfix.export(_module(torch_mod), (torch_mod.randn(1, 3, 8, 9),), f, dynamo=dynamo)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
