@@ -187,3 +187,32 @@ def test_a_bad_path_fails_before_the_export(torch_mod, tmp_path: Path, monkeypat
     with pytest.raises(onnxpoolfix.OutputError):
         onnxpoolfix.export(_module(torch_mod), (torch_mod.randn(1, 3, 8, 9),), f, dynamo=dynamo)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.torch
+def test_export_of_a_script_module_with_python_scalar_arguments(torch_mod, tmp_path: Path) -> None:
+    """A ScriptModule's bool/int arguments (an If's flag, a Loop's count) become graph inputs: the comparison
+    with torch must feed them, not refuse the export as 'cannot match them to compare with torch'."""
+    torch = torch_mod
+    F = torch.nn.functional
+
+    class Branches(torch.nn.Module):
+        def forward(self, x, flag: bool, n: int):
+            y = F.adaptive_avg_pool2d(x, [5, 7]) if flag else F.adaptive_max_pool2d(x, [5, 7])
+            for _ in range(n):
+                y = y * 2.0
+            return y
+
+    module = torch.jit.script(Branches().eval())
+    x = torch.randn(1, 2, 8, 9)
+    out = tmp_path / "m.onnx"
+    report = onnxpoolfix.export(module, (x, True, 2), out, dynamo=False)
+    assert "matched torch" in report.check_note
+    patched = onnx.load(out)
+    assert len(patched.graph.input) == 3  # x, flag, n
+    names = [i.name for i in patched.graph.input]
+    for flag, n in ((True, 2), (False, 0), (False, 3)):
+        got = ort_run(patched, {names[0]: x.numpy(), names[1]: np.array(flag), names[2]: np.array(n)})[0]
+        with torch.no_grad():
+            want = module(x, flag, n).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

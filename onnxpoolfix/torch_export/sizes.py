@@ -57,6 +57,14 @@ class TorchRunner:
         self.torch, self.module = torch, module
         self.leaves, self.spec = tree_flatten((args, kwargs))
         self.tensor_positions = [i for i, t in enumerate(self.leaves) if isinstance(t, torch.Tensor)]
+        # a ScriptModule's Python bool/int/float arguments (an If's flag, a Loop's count) are graph inputs too
+        self.scalar_positions: set[int] = set()
+        scalars = [i for i, v in enumerate(self.leaves) if isinstance(v, (bool, int, float))]
+        if scalars and len(self.tensor_positions) + len(scalars) == len(model_inputs):
+            self.scalar_positions = set(scalars)
+            for i in scalars:
+                self.leaves[i] = torch.tensor(self.leaves[i])
+            self.tensor_positions = sorted(self.tensor_positions + scalars)
         if len(self.tensor_positions) != len(model_inputs):
             raise TorchMismatchError(
                 f"the exported file has {len(model_inputs)} input(s) but the example inputs hold "
@@ -96,7 +104,7 @@ class TorchRunner:
         torch = self.torch
         leaves = list(self.leaves)
         for pos, t in zip(self.tensor_positions, tensors):
-            leaves[pos] = t
+            leaves[pos] = t.item() if pos in self.scalar_positions else t
         args, kwargs = tree_unflatten(leaves, self.spec)
         rec = recorder or PoolRecorder()
         try:
