@@ -216,3 +216,26 @@ def test_export_of_a_script_module_with_python_scalar_arguments(torch_mod, tmp_p
         with torch.no_grad():
             want = module(x, flag, n).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.torch
+def test_export_of_torch_cond_is_compared_with_torch(torch_mod, tmp_path: Path) -> None:
+    """torch.cond refuses a TorchDispatchMode that does not declare higher-order support: the comparison
+    with torch (which records the pools torch runs through one) took that for 'the torch module fails'."""
+    torch = torch_mod
+    F = torch.nn.functional
+
+    class Cond(torch.nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda x: F.adaptive_avg_pool2d(x, [5, 7]),
+                              lambda x: F.adaptive_max_pool2d(x, [5, 7]), (x,))
+
+    out = tmp_path / "cond.onnx"
+    report = onnxpoolfix.export(Cond(), (torch.randn(1, 2, 8, 9),), out)
+    assert "matched torch" in report.check_note
+    patched = onnx.load(out)
+    for sign in (1, -1):
+        x = sign * torch.randn(1, 2, 8, 9).abs()
+        got = ort_run(patched, {patched.graph.input[0].name: x.numpy()})[0]
+        want = F.adaptive_avg_pool2d(x, [5, 7]) if sign > 0 else F.adaptive_max_pool2d(x, [5, 7])
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-6)

@@ -30,6 +30,10 @@ class PoolRecorder:
         calls = self.calls = []
 
         class Mode(TorchDispatchMode):
+            # torch.cond / while_loop refuse a mode that does not declare this; they are passed to
+            # __torch_dispatch__ then, and run as they are (the pools inside them are not recorded)
+            supports_higher_order_operators = True
+
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
                 name = func.__name__ if hasattr(func, "__name__") else str(func)
