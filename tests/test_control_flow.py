@@ -367,3 +367,34 @@ def test_a_pool_torch_hoists_out_of_a_loop_types_the_loop_result(tmp_path, torch
         with torch.no_grad():
             want = module(torch.from_numpy(x), n).numpy()
         assert_avg_close(got, want, x * (n + 1), rel=2e-6 * (n + 1) ** 2)
+
+
+def test_a_top_level_pool_read_inside_if_branches(tmp_path, torch_mod):
+    """A top-level leftover whose output only the branches read: torch leaves the branches' outputs and the
+    If's result untyped, as around leftovers in bodies (it was exit 3, 'malformed')."""
+    torch = torch_mod
+    F = torch.nn.functional
+
+    class IfAfter(torch.nn.Module):
+        def forward(self, x, flag: bool):
+            y = F.adaptive_max_pool2d(x, [5, 7])
+            if flag:
+                z = y * 2.0
+            else:
+                z = y + 1.0
+            return z
+
+    module = IfAfter()
+    exported = _export(torch, module, (torch.randn(1, 2, 8, 9), True), ["x", "flag"])
+    src, out = tmp_path / "if.onnx", tmp_path / "out.onnx"
+    onnx.save(exported, src)
+    r = CliRunner().invoke(main, [str(src), str(out)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    patched = onnx.load(out)
+    _no_leftover_anywhere(patched)
+    x = np.random.default_rng(3).standard_normal((1, 2, 8, 9)).astype(np.float32)
+    for flag in (True, False):
+        got = ort_run(patched, {"x": x, "flag": np.array(flag)})[0]
+        with torch.no_grad():
+            want = module(torch.from_numpy(x), flag).numpy()
+        assert_bits_equal(got, want, "max")
