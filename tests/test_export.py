@@ -239,3 +239,20 @@ def test_export_of_torch_cond_is_compared_with_torch(torch_mod, tmp_path: Path) 
         got = ort_run(patched, {patched.graph.input[0].name: x.numpy()})[0]
         want = F.adaptive_avg_pool2d(x, [5, 7]) if sign > 0 else F.adaptive_max_pool2d(x, [5, 7])
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.torch
+def test_a_module_failing_in_the_comparison_says_why(torch_mod, tmp_path: Path) -> None:
+    """The comparison with torch runs the module again; where that fails, the error carries torch's reason."""
+    torch = torch_mod
+
+    class OnlyWhileExporting(torch.nn.Module):
+        def forward(self, x):
+            if not torch.onnx.is_in_onnx_export():
+                raise RuntimeError("refusing to run outside an export")
+            return torch.nn.functional.adaptive_avg_pool2d(x, (5, 7))
+
+    out = tmp_path / "m.onnx"
+    with pytest.raises(onnxpoolfix.TorchMismatchError, match="refusing to run outside an export"):
+        onnxpoolfix.export(OnlyWhileExporting(), (torch.randn(1, 2, 8, 9),), out, dynamo=False)
+    assert not out.exists()

@@ -77,6 +77,7 @@ class TorchRunner:
         self.names = [vi.name for vi in model_inputs]
         self.symbolic = _symbolic_dims(model_inputs)
         self.gen = torch.Generator().manual_seed(seed)
+        self.last_error = ""  # why the module last failed to run (run() returned None)
 
     def inputs(self, dims: Mapping[str, int], batch: int | None = None) -> list:
         """The example tensors resized: symbolic dim ``d`` of an input takes ``dims[d]``."""
@@ -116,6 +117,7 @@ class TorchRunner:
                 out = self.module(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - a size the network cannot take (too small for its convs)
             logger.debug("torch fails at %s: %s", [tuple(t.shape) for t in tensors], e)
+            self.last_error = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
             return None
         return tensors, _tensor_leaves(torch, out), list(rec.calls)
 
