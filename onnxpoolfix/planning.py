@@ -18,7 +18,7 @@ import onnx
 from .errors import PoolFixError, UnsupportedNodeError
 from .frontends import FRONTENDS, PlanOptions
 from .frontends.base import REPAIRED, Region, Suspect
-from .frontends.bodies import BodyPath, body_specs, has_nested_leftovers
+from .frontends.bodies import BodyPath, body_specs, fill_untyped, has_nested_leftovers, walk
 from .frontends.exporter_pools import keeps_its_op
 from .frontends.functions import inline_functions_holding_leftovers
 from .frontends.leftovers import is_pool_leftover
@@ -185,6 +185,8 @@ def apply_model_plan(model: onnx.ModelProto, mp: ModelPlan) -> list[AppliedNode]
         drop_dead_region_nodes(model, mp.regions)
     if mp.body_nodes:
         finish_bodies(model, [b.node.spec for b in mp.body_nodes])
+    elif next(walk(model.graph), None) is not None:
+        fill_untyped(model)  # a leftover torch hoisted out of a Loop left the Loop's result untyped
     done += [AppliedNode(p.spec, p.lowering, p.why, p.ops, body=p.path, alone=p.alone) for p in in_bodies]
     return done
 

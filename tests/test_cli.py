@@ -241,3 +241,23 @@ def test_help_lists_commands_and_exit_codes() -> None:
     r = cli("inspect", "--help")
     for opt in ("--target", "--input-shape", "--json", "Exit codes"):
         assert opt in r.stdout
+
+
+def test_options_before_the_command_go_to_the_command(tmp_path: Path, monkeypatch) -> None:
+    """`onnxpoolfix -q patch IN OUT` patches; `onnxpoolfix -v inspect IN` inspects, and `-q inspect IN` is
+    inspect refusing -q (exit 2), not a patch of a file named 'inspect' into IN (it said 'inspect: no such
+    file'); a file named like a command is still a path."""
+    out = tmp_path / "out.onnx"
+    r = CliRunner().invoke(main, ["-q", "patch", str(AVG), str(out)])
+    assert r.exit_code == 0, r.output
+    assert r.output == "" and out.exists()
+    r = CliRunner().invoke(main, ["-v", "inspect", str(AVG)])
+    assert r.exit_code == 0 and "a patch would succeed" in r.output, r.output
+    r = CliRunner().invoke(main, ["-q", "inspect", str(AVG)])
+    assert r.exit_code == 2 and "No such option" in r.output, r.output
+    before = AVG.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "inspect").write_bytes(before)
+    r = CliRunner().invoke(main, ["-q", "inspect", "patched.onnx"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "patched.onnx").exists() and AVG.read_bytes() == before

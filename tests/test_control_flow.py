@@ -326,3 +326,75 @@ def test_max_indices_in_both_branches_bit_for_bit(torch_mod, target):
             want_y, want_i = (w.numpy() for w in module(torch.from_numpy(x), flag))
         assert_bits_equal(got_y, want_y, f"values, flag={flag}")
         np.testing.assert_array_equal(got_i, want_i)
+
+
+@pytest.mark.parametrize("body_pools_too", [False, True])
+def test_a_pool_torch_hoists_out_of_a_loop_types_the_loop_result(tmp_path, torch_mod, body_pools_too):
+    """torch's exporter moves a loop-invariant pool out of the Loop: the leftover is then top-level, the
+    Loop's initial value and read in the body, and the Loop's result left untyped (``type {}``). The CLI
+    must not call that malformed (exit 3), and the patched file must pass the ONNX checker itself. With
+    ``body_pools_too``, the body holds a leftover of its own as well (not hoisted: it reads the counter)."""
+    torch = torch_mod
+    F = torch.nn.functional
+
+    class HoistedPool(torch.nn.Module):
+        def forward(self, x, n: int):
+            acc = F.adaptive_avg_pool2d(x, [5, 7])
+            for _ in range(n):
+                acc = acc + F.adaptive_avg_pool2d(x, [5, 7])
+            return acc
+
+    class HoistedAndBodyPool(torch.nn.Module):
+        def forward(self, x, n: int):
+            acc = F.adaptive_avg_pool2d(x, [5, 7])
+            for i in range(n):
+                acc = acc + F.adaptive_avg_pool2d(x * float(i), [5, 7])
+            return acc
+
+    module = HoistedAndBodyPool() if body_pools_too else HoistedPool()
+    exported = _export(torch, module, (torch.randn(1, 2, 8, 9), 3), ["x", "n"])
+    assert onnxpoolfix.frontends.bodies.has_nested_leftovers(exported) == body_pools_too
+    assert exported.graph.output[0].type.WhichOneof("value") is None, "torch now types the Loop's result"
+    src, out = tmp_path / "loop.onnx", tmp_path / "out.onnx"
+    onnx.save(exported, src)
+    r = CliRunner().invoke(main, [str(src), str(out)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    patched = onnx.load(out)
+    _no_leftover_anywhere(patched)
+    x = np.random.default_rng(2).standard_normal((1, 2, 8, 9)).astype(np.float32)
+    for n in (0, 1, 3):
+        got = ort_run(patched, {"x": x, "n": np.array(n, dtype=np.int64)})[0]
+        with torch.no_grad():
+            want = module(torch.from_numpy(x), n).numpy()
+        assert_avg_close(got, want, x * (n + 1), rel=2e-6 * (n + 1) ** 2)
+
+
+def test_a_top_level_pool_read_inside_if_branches(tmp_path, torch_mod):
+    """A top-level leftover whose output only the branches read: torch leaves the branches' outputs and the
+    If's result untyped, as around leftovers in bodies (it was exit 3, 'malformed')."""
+    torch = torch_mod
+    F = torch.nn.functional
+
+    class IfAfter(torch.nn.Module):
+        def forward(self, x, flag: bool):
+            y = F.adaptive_max_pool2d(x, [5, 7])
+            if flag:
+                z = y * 2.0
+            else:
+                z = y + 1.0
+            return z
+
+    module = IfAfter()
+    exported = _export(torch, module, (torch.randn(1, 2, 8, 9), True), ["x", "flag"])
+    src, out = tmp_path / "if.onnx", tmp_path / "out.onnx"
+    onnx.save(exported, src)
+    r = CliRunner().invoke(main, [str(src), str(out)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    patched = onnx.load(out)
+    _no_leftover_anywhere(patched)
+    x = np.random.default_rng(3).standard_normal((1, 2, 8, 9)).astype(np.float32)
+    for flag in (True, False):
+        got = ort_run(patched, {"x": x, "flag": np.array(flag)})[0]
+        with torch.no_grad():
+            want = module(torch.from_numpy(x), flag).numpy()
+        assert_bits_equal(got, want, "max")

@@ -172,3 +172,87 @@ def test_console_script_help() -> None:
     r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "inspect" in r.stdout and "patch" in r.stdout
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("dynamo", [True, False])
+@pytest.mark.parametrize("where", ["missing folder", "a directory"])
+def test_a_bad_path_fails_before_the_export(torch_mod, tmp_path: Path, monkeypatch, dynamo, where) -> None:
+    """As the CLI does: a path that cannot be written fails in milliseconds, not after a long export."""
+    def no_export(*a, **k):
+        raise AssertionError("torch.onnx.export ran although f cannot be written")
+
+    monkeypatch.setattr(torch_mod.onnx, "export", no_export)
+    f = tmp_path / "nope" / "m.onnx" if where == "missing folder" else tmp_path
+    with pytest.raises(onnxpoolfix.OutputError):
+        onnxpoolfix.export(_module(torch_mod), (torch_mod.randn(1, 3, 8, 9),), f, dynamo=dynamo)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.torch
+def test_export_of_a_script_module_with_python_scalar_arguments(torch_mod, tmp_path: Path) -> None:
+    """A ScriptModule's bool/int arguments (an If's flag, a Loop's count) become graph inputs: the comparison
+    with torch must feed them, not refuse the export as 'cannot match them to compare with torch'."""
+    torch = torch_mod
+    F = torch.nn.functional
+
+    class Branches(torch.nn.Module):
+        def forward(self, x, flag: bool, n: int):
+            y = F.adaptive_avg_pool2d(x, [5, 7]) if flag else F.adaptive_max_pool2d(x, [5, 7])
+            for _ in range(n):
+                y = y * 2.0
+            return y
+
+    module = torch.jit.script(Branches().eval())
+    x = torch.randn(1, 2, 8, 9)
+    out = tmp_path / "m.onnx"
+    report = onnxpoolfix.export(module, (x, True, 2), out, dynamo=False)
+    assert "matched torch" in report.check_note
+    patched = onnx.load(out)
+    assert len(patched.graph.input) == 3  # x, flag, n
+    names = [i.name for i in patched.graph.input]
+    for flag, n in ((True, 2), (False, 0), (False, 3)):
+        got = ort_run(patched, {names[0]: x.numpy(), names[1]: np.array(flag), names[2]: np.array(n)})[0]
+        with torch.no_grad():
+            want = module(x, flag, n).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.torch
+def test_export_of_torch_cond_is_compared_with_torch(torch_mod, tmp_path: Path) -> None:
+    """torch.cond refuses a TorchDispatchMode that does not declare higher-order support: the comparison
+    with torch (which records the pools torch runs through one) took that for 'the torch module fails'."""
+    torch = torch_mod
+    F = torch.nn.functional
+
+    class Cond(torch.nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda x: F.adaptive_avg_pool2d(x, [5, 7]),
+                              lambda x: F.adaptive_max_pool2d(x, [5, 7]), (x,))
+
+    out = tmp_path / "cond.onnx"
+    report = onnxpoolfix.export(Cond(), (torch.randn(1, 2, 8, 9),), out)
+    assert "matched torch" in report.check_note
+    patched = onnx.load(out)
+    for sign in (1, -1):
+        x = sign * torch.randn(1, 2, 8, 9).abs()
+        got = ort_run(patched, {patched.graph.input[0].name: x.numpy()})[0]
+        want = F.adaptive_avg_pool2d(x, [5, 7]) if sign > 0 else F.adaptive_max_pool2d(x, [5, 7])
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.torch
+def test_a_module_failing_in_the_comparison_says_why(torch_mod, tmp_path: Path) -> None:
+    """The comparison with torch runs the module again; where that fails, the error carries torch's reason."""
+    torch = torch_mod
+
+    class OnlyWhileExporting(torch.nn.Module):
+        def forward(self, x):
+            if not torch.onnx.is_in_onnx_export():
+                raise RuntimeError("refusing to run outside an export")
+            return torch.nn.functional.adaptive_avg_pool2d(x, (5, 7))
+
+    out = tmp_path / "m.onnx"
+    with pytest.raises(onnxpoolfix.TorchMismatchError, match="refusing to run outside an export"):
+        onnxpoolfix.export(OnlyWhileExporting(), (torch.randn(1, 2, 8, 9),), out, dynamo=False)
+    assert not out.exists()

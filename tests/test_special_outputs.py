@@ -201,3 +201,15 @@ def test_out_socket_is_refused(tmp_path):
         assert stat.S_ISSOCK(os.stat(path).st_mode)
     finally:
         s.close()
+
+
+def test_external_data_into_a_device_only_refused_when_a_data_file_is_needed(tmp_path):
+    """--save-as-external-data moves tensors of 1 KiB or more: a model with none needs no OUT.data, so
+    /dev/null takes it (onnxpoolfix.export's default external_data=True sends every model this way); one
+    with such a tensor is still refused there (exit 6)."""
+    r = CliRunner().invoke(main, [str(AVG), os.devnull, "-q", "--save-as-external-data"])
+    assert r.exit_code == 0, r.output
+    convnet = ROOT / "fixtures" / "small_convnet.onnx"
+    assert any(len(t.raw_data) >= 1024 for t in onnx.load(convnet).graph.initializer)
+    r = CliRunner().invoke(main, [str(convnet), os.devnull, "-q", "--save-as-external-data"])
+    assert r.exit_code == 6 and "data file" in r.output, r.output

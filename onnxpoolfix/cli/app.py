@@ -3,6 +3,7 @@ runs ``inspect``, ``onnxpoolfix windows N M`` draws windows (the commands regist
 :mod:`.patch_cmd`, :mod:`.inspect_cmd`, :mod:`.windows_cmd`)."""
 from __future__ import annotations
 
+import os
 import signal
 
 import click
@@ -15,8 +16,15 @@ class _PatchByDefault(click.Group):
     """``onnxpoolfix IN OUT`` runs ``patch``; ``onnxpoolfix inspect IN`` runs ``inspect``."""
 
     def parse_args(self, ctx, args):
+        args = list(args)
+        if args and args[0].startswith("-") and args[0] not in ("--help", "-h", "--version"):
+            # options before the command (`onnxpoolfix -q inspect IN`): the command goes first, else the
+            # patch below would read 'inspect' as IN and IN as OUT (a file of that name stays a path)
+            named = next((i for i, a in enumerate(args) if a in self.commands and not os.path.exists(a)), None)
+            if named is not None:
+                args = [args[named]] + args[:named] + args[named + 1:]
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
-            args = ["patch"] + list(args)
+            args = ["patch"] + args
         return super().parse_args(ctx, args)
 
 

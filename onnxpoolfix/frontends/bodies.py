@@ -118,10 +118,43 @@ def _infer(model: onnx.ModelProto, seeds: dict[BodyPath, dict[str, tuple[int, tu
             if o.name in named:
                 o.CopyFrom(make_value_info(o.name, *named[o.name]))
     try:
-        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
     except Exception as e:  # noqa: BLE001 - what onnx cannot infer stays unknown (ShapeError below)
         logger.debug("shape inference of the bodies failed: %s", e)
         return light
+    if not _seed_untyped_loop_state(light, inferred):
+        return inferred
+    try:
+        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as e:  # noqa: BLE001 - the seeds are a guess: without them, what the first pass found
+        logger.debug("shape inference with the loop states' ranks failed: %s", e)
+        return inferred
+
+
+def _seed_untyped_loop_state(light: onnx.ModelProto, inferred: onnx.ModelProto) -> bool:
+    """torch declares no type on a Loop body's state input when the state's initial value is a leftover's
+    output (a pool torch hoisted out of the Loop), and onnx's Loop inference passes on the dtype only: the
+    body's result, hence the Loop's, then has no rank. For inference only (``light`` is a copy), such an
+    input gets its initial value's dtype and rank, every dim unknown; :func:`_fill_loop_carried` still keeps
+    a rank only where the body's result agrees."""
+    seeded = False
+    for path in [()] + [p for p, _, _ in walk(light.graph)]:
+        graph = graph_at(light, path)
+        known = _scoped_info(inferred, path)
+        for ni, node in enumerate(graph.node):
+            if node.op_type != "Loop":
+                continue
+            ai = next(i for i, a in enumerate(node.attribute) if a.name == "body")
+            body = graph.node[ni].attribute[ai].g
+            for k, init in enumerate(node.input[2:]):
+                if 2 + k >= len(body.input) or body.input[2 + k].type.WhichOneof("value") is not None:
+                    continue
+                elem, dims = known.get(init, (0, None))
+                if elem and dims is not None:
+                    name = body.input[2 + k].name
+                    body.input[2 + k].CopyFrom(make_value_info(name, elem, (None,) * len(dims)))
+                    seeded = True
+    return seeded
 
 
 def body_specs(model: onnx.ModelProto, *, opset: int, target: str, outer_specs: Sequence[PoolSpec] = ()
@@ -275,11 +308,38 @@ def type_bodies(model: onnx.ModelProto) -> bool:
     return True
 
 
+def _type_top_level_leftovers(model: onnx.ModelProto) -> bool:
+    """Declare, in place, the top-level leftovers' outputs and fill the types torch left out around them.
+    torch moves a loop-invariant pool out of a Loop: the leftover is then the Loop's initial value (and read
+    in the body), and the Loop's result is left untyped as for leftovers in bodies."""
+    from ..errors import PoolFixError
+    from ..shapes import model_opset, resolve_specs
+
+    opset = model_opset(model)
+    try:
+        nodes = find_pool_nodes(model.graph, opset, nested=True)
+        specs = resolve_specs(model, nodes, opset=opset, target="onnxruntime") if nodes else []
+    except PoolFixError as e:
+        logger.debug("cannot type the top-level leftovers: %s", e)
+        return False
+    if not specs:
+        return False
+    for s in specs:
+        model.graph.value_info.append(make_value_info(s.node.output, s.dtype, s.output_shape))
+        if s.node.indices_output:
+            model.graph.value_info.append(make_value_info(s.node.indices_output, TensorProto.INT64, s.output_shape))
+    fill_untyped(model)
+    return True
+
+
 def typed_copy(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """A copy of ``model`` typed by :func:`type_bodies`, for the ONNX checker to judge such a real export;
-    None when no leftover is in a body or their shapes cannot be found."""
-    if not has_nested_leftovers(model):
+    None when the model has no control flow, or the leftovers' shapes cannot be found."""
+    nested = has_nested_leftovers(model)
+    if not nested and next(walk(model.graph), None) is None:
         return None
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    return copy if type_bodies(copy) else None
+    top = _type_top_level_leftovers(copy)  # may fail where a top-level one pools a body's result
+    typed = type_bodies(copy) if nested else top
+    return copy if typed else None

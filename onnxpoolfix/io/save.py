@@ -174,7 +174,7 @@ def save_model(
     target = resolve_output(out_path)
     out = target.path
     plan = plan_save(model, out, source_path=source_path, save_as_external_data=save_as_external_data,
-                     in_place=in_place, special=target.special)
+                     in_place=in_place, special=target.special, size_threshold=size_threshold)
     try:
         tmp_dir = temp_folder(target)
     except OSError as e:
@@ -217,7 +217,7 @@ class SavePlan:
 
 
 def plan_save(model: ModelProto, out: Path, *, source_path: PathLike | None, save_as_external_data: bool,
-              in_place: bool, special: bool = False) -> SavePlan:
+              in_place: bool, special: bool = False, size_threshold: int = EXTERNAL_DATA_THRESHOLD) -> SavePlan:
     """Choose the storage mode and refuse every OUT that would overwrite an input, writing nothing."""
     folder = check_out_path(out)
     src = Path(source_path) if source_path is not None else None
@@ -257,6 +257,9 @@ def plan_save(model: ModelProto, out: Path, *, source_path: PathLike | None, sav
     if mode in ("merge", "copy") and not replacing_input and any(same_file(data_final, f) for f in source_files):
         raise OutputError(f"{out}: writing {data_final} would overwrite the input model's external data",
                           "choose another output name or folder")
+    if special and mode == "merge" and not refs and not any(
+            inline_nbytes(t) >= size_threshold for _, t in walk_tensors(model)):
+        mode = "inline"  # no tensor reaches the threshold: there is no data file, a device or FIFO takes it
     if special and mode in ("merge", "copy"):
         raise OutputError(f"{out}: is not a regular file, and the model's weights would go to a data file "
                           f"{data_final} beside it", "write the model to a regular file")

@@ -190,6 +190,10 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             raise ValueError("f is a file object not open for writing")
     elif not isinstance(f, (str, os.PathLike)):
         raise TypeError(f"f takes a path or a binary file object opened for writing, not {type(f).__name__}")
+    else:
+        from ..io import preflight_output
+
+        preflight_output(f)  # as the CLI does: a bad path fails now, not after a long export, patch and check
     if not isinstance(dynamo, bool):
         raise TypeError(f"dynamo takes True or False, not {dynamo!r}")
     if dynamo:

@@ -30,6 +30,10 @@ class PoolRecorder:
         calls = self.calls = []
 
         class Mode(TorchDispatchMode):
+            # torch.cond / while_loop refuse a mode that does not declare this; they are passed to
+            # __torch_dispatch__ then, and run as they are (the pools inside them are not recorded)
+            supports_higher_order_operators = True
+
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
                 name = func.__name__ if hasattr(func, "__name__") else str(func)
@@ -57,6 +61,14 @@ class TorchRunner:
         self.torch, self.module = torch, module
         self.leaves, self.spec = tree_flatten((args, kwargs))
         self.tensor_positions = [i for i, t in enumerate(self.leaves) if isinstance(t, torch.Tensor)]
+        # a ScriptModule's Python bool/int/float arguments (an If's flag, a Loop's count) are graph inputs too
+        self.scalar_positions: set[int] = set()
+        scalars = [i for i, v in enumerate(self.leaves) if isinstance(v, (bool, int, float))]
+        if scalars and len(self.tensor_positions) + len(scalars) == len(model_inputs):
+            self.scalar_positions = set(scalars)
+            for i in scalars:
+                self.leaves[i] = torch.tensor(self.leaves[i])
+            self.tensor_positions = sorted(self.tensor_positions + scalars)
         if len(self.tensor_positions) != len(model_inputs):
             raise TorchMismatchError(
                 f"the exported file has {len(model_inputs)} input(s) but the example inputs hold "
@@ -65,6 +77,7 @@ class TorchRunner:
         self.names = [vi.name for vi in model_inputs]
         self.symbolic = _symbolic_dims(model_inputs)
         self.gen = torch.Generator().manual_seed(seed)
+        self.last_error = ""  # why the module last failed to run (run() returned None)
 
     def inputs(self, dims: Mapping[str, int], batch: int | None = None) -> list:
         """The example tensors resized: symbolic dim ``d`` of an input takes ``dims[d]``."""
@@ -96,7 +109,7 @@ class TorchRunner:
         torch = self.torch
         leaves = list(self.leaves)
         for pos, t in zip(self.tensor_positions, tensors):
-            leaves[pos] = t
+            leaves[pos] = t.item() if pos in self.scalar_positions else t
         args, kwargs = tree_unflatten(leaves, self.spec)
         rec = recorder or PoolRecorder()
         try:
@@ -104,6 +117,7 @@ class TorchRunner:
                 out = self.module(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - a size the network cannot take (too small for its convs)
             logger.debug("torch fails at %s: %s", [tuple(t.shape) for t in tensors], e)
+            self.last_error = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
             return None
         return tensors, _tensor_leaves(torch, out), list(rec.calls)
 

@@ -155,7 +155,8 @@ def _verify(path, module, args, kwargs, *, ranges, seed) -> TorchCheck:
     check = TorchCheck()
     base = runner.run(runner.inputs(example))
     if base is None:
-        raise TorchMismatchError("the torch module fails on the example inputs", "check the example inputs")
+        raise TorchMismatchError(f"the torch module fails on the example inputs ({runner.last_error})",
+                                 "check the example inputs, or pass verify=False to skip the comparison with torch")
     runs = [(dict(example), base)]
     if example:
         runs += choose_dims(runner, base[2], sym_ranges, example)
