@@ -231,3 +231,19 @@ def test_a_repair_no_lowering_applies_to_stays_with_a_note():
     ins = inspect_model(model)
     [node] = ins.nodes
     assert node.blocker is None and node.chosen is None and ins.would_patch
+
+
+def test_the_cli_names_the_unbatched_export_when_the_checker_refuses_it(tmp_path, torch_mod):
+    """(C, L) -> AdaptiveAvgPool1d(4): torch writes an AveragePool with an empty kernel that the ONNX checker
+    refuses. Exit 3, nothing written, and the hint says what torch did and how to export it instead (the
+    generic "malformed" hint sent users of a plain torch export hunting for a bug in their model)."""
+    from click.testing import CliRunner
+
+    from onnxpoolfix.cli import main
+
+    src, out = tmp_path / "unbatched.onnx", tmp_path / "out.onnx"
+    onnx.save(_export(torch_mod, torch_mod.nn.AdaptiveAvgPool1d(4).eval(), torch_mod.randn(3, 11)), src)
+    res = CliRunner().invoke(main, [str(src), str(out)])
+    assert res.exit_code == 3 and not out.exists()
+    assert "fails the ONNX checker" in res.output and "unbatched input" in res.output
+    assert "x.unsqueeze(0)" in res.output and "malformed" not in res.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -41,6 +42,24 @@ def _run_checker(model_or_path) -> None:
                 logger.debug("onnx checker: %s", said)
 
 
+# what torch's TorchScript exporter writes for an adaptive pool of an unbatched input, (C, L) or (C, H, W):
+# a pooling node of a rank ONNX pooling does not take (README, "The exporter's own pools")
+_POOL_SHAPE_ERROR = re.compile(r"op_type:(AveragePool|MaxPool|GlobalAveragePool|GlobalMaxPool)\b.*"
+                               r"(at least 3 dimensions|incorrect size|kernel)", re.S)
+
+
+def _checker_error(name: str, full: str, kind: str) -> InvalidModelError:
+    logger.debug("%s: checker says:\n%s", name, full)
+    first = full.splitlines()[0] if full else kind
+    if _POOL_SHAPE_ERROR.search(full):
+        hint = ("torch's TorchScript exporter writes such a pool for an adaptive pool of an unbatched input "
+                "((C, L), (C, H, W)) whose sizes the graph no longer holds; export with a batch dim "
+                "(x.unsqueeze(0)) or with onnxpoolfix.export(..., dynamo=True)")
+    else:
+        hint = "the model is malformed; re-export it or fix the exporter"
+    return InvalidModelError(f"{name}: fails the ONNX checker: {first}", hint)
+
+
 def check_model(model: ModelProto, path: PathLike | None = None) -> None:
     """Run ``onnx.checker.check_model`` with ``full_check=True`` (so shape/type inference errors count too),
     raising ``InvalidModelError`` with the checker's first line.
@@ -57,11 +76,7 @@ def check_model(model: ModelProto, path: PathLike | None = None) -> None:
     try:
         _run_checker(str(path) if by_path else model)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
-        full = str(e).strip()
-        logger.debug("%s: checker says:\n%s", name, full)
-        first = full.splitlines()[0] if full else type(e).__name__
-        raise InvalidModelError(f"{name}: fails the ONNX checker: {first}",
-                                "the model is malformed; re-export it or fix the exporter") from None
+        raise _checker_error(name, str(e).strip(), type(e).__name__) from None
 
 
 _LIGHT_STUB_FILE = "onnxpoolfix-checker-stub.data"
@@ -125,7 +140,4 @@ def _check_input_model(model: ModelProto, path: PathLike) -> None:
             _run_checker(str(light_path))
         except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
             full = str(e).strip().replace(str(light_path), name).replace(str(tmp), str(Path(name).parent))
-            logger.debug("%s: checker says:\n%s", name, full)
-            first = full.splitlines()[0] if full else type(e).__name__
-            raise InvalidModelError(f"{name}: fails the ONNX checker: {first}",
-                                    "the model is malformed; re-export it or fix the exporter") from None
+            raise _checker_error(name, full, type(e).__name__) from None
