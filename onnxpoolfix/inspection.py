@@ -7,6 +7,10 @@ is also a TensorRT-readiness lint of the WHOLE graph (:func:`onnxpoolfix.tensorr
 every node can be lowered, the patched model is built in memory and linted (so the replacements are
 linted too); otherwise the original graph is linted, minus the leftover nodes the patch would replace.
 
+Leftovers inside If/Loop/Scan bodies are planned as the patch plans them (``PlanOptions.patch_bodies``: one
+by one, no pyramids) and listed after the top-level ones, each with its body's path
+(:attr:`NodeInspection.body`); a blocked one blocks the patch like a top-level one.
+
 Exit codes of the command (see :attr:`Inspection.exit_code`): 0 a patch would succeed (and, for
 ``--target tensorrt``, the patched model would be TensorRT-clean), 3 IN is not a valid model, 4 some node
 is blocked, 7 (``--target tensorrt`` only) every node can be lowered but the patched graph would still
@@ -24,8 +28,10 @@ import onnx
 from onnx import TensorProto
 
 from .errors import PoolFixError, UnsupportedNodeError
+from .frontends.bodies import describe_path, has_nested_leftovers, nested_leftover_nodes
 from .frontends.exporter_pools import keeps_its_op
 from .frontends.leftovers import aten_operator, is_pool_leftover
+from .graph import nodes_deep
 from .inspection_report import (  # noqa: F401  (EXIT_*, SCHEMA_VERSION: re-exported)
     EXIT_BLOCKED,
     EXIT_INVALID,
@@ -73,12 +79,14 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
         err = InvalidModelError("the model has no graph", "the file is not a complete ONNX model; re-export it")
         result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
         return result
-    if input_shapes:  # the planner binds the inputs in place: not in the caller's model
+    # the planner binds the inputs, and types what torch left untyped around leftovers in bodies, in
+    # place: not in the caller's model
+    if input_shapes or has_nested_leftovers(model):
         work = onnx.ModelProto()
         work.CopyFrom(model)
         model = work
     mp = plan_model(model, PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
-                                       optimize_exporter_pools=optimize_exporter_pools))
+                                       optimize_exporter_pools=optimize_exporter_pools, patch_bodies=True))
     if mp.inlined:
         result.notes.append(f"the local function(s) {', '.join(mp.inlined)} hold leftovers: the patch inlines them")
     result.notes.extend(mp.notes)
@@ -87,12 +95,23 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
         err = mp.blocker
         result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
         result.nodes = [_bare(n, i) for i, n in enumerate(mp.model.graph.node) if is_pool_leftover(n)]
+        for path, i, n in nested_leftover_nodes(mp.model):
+            result.nodes.append(_bare(n, i))
+            result.nodes[-1].body = describe_path(mp.model, path)
     for node_plan in mp.nodes if mp.blocker is None else ():
         info = _inspect_node(node_plan, strategy)
         if node_plan.optional and not node_plan.repair and info.chosen and keeps_its_op(node_plan.spec, info.chosen):
             info.why = f"kept as it is unless it joins a pyramid ({info.why})"
         result.nodes.append(info)
     _inspect_groups(mp, result)
+    for b in mp.body_nodes:  # after the top level, as the patch writes and reports them
+        info = _inspect_node(b.node, strategy)
+        info.body = describe_path(mp.model, b.path)
+        result.nodes.append(info)
+    if mp.body_nodes:
+        result.notes.append(f"{len(mp.body_nodes)} leftover(s) inside If/Loop/Scan bodies: each planned alone "
+                            "(no pyramids); the patch checks each replaced subgraph alone (an input takes one "
+                            "branch only)")
     if target == "tensorrt":
         result.tensorrt = _lint(mp, result)
     return result
@@ -138,14 +157,17 @@ def _inspect_node(node_plan, strategy: str) -> NodeInspection:
         info.why = "left as it is: no exact lowering applies (reasons above)"
         return info
     if p is None:
-        info.blocker, info.hint = _node_blocker(s, info, "auto" if node_plan.optional else strategy, node_plan.error)
+        info.blocker, info.hint = _node_blocker(node_plan, "auto" if node_plan.optional else strategy)
         return info
     info.chosen, info.why = p.lowering.name, p.why
     info.ops = [op for step in p.lowering.steps(s) for op in step.ops]
     return info
 
 
-def _node_blocker(spec, info: NodeInspection, strategy: str, err: UnsupportedNodeError) -> tuple[str, str | None]:
+def _node_blocker(node_plan, strategy: str) -> tuple[str, str | None]:
+    from .planning import no_lowering_hint
+
+    spec, err = node_plan.spec, node_plan.error
     if strategy != "auto":
         return str(err), err.hint
     if not spec.static:
@@ -165,7 +187,8 @@ def _node_blocker(spec, info: NodeInspection, strategy: str, err: UnsupportedNod
         if other is not None:
             return ("no exact lowering uses only ops TensorRT's ONNX parser accepts",
                     f"--target onnxruntime would use '{other.lowering.name}'")
-    return "no exact lowering applies (reasons above)", err.hint
+    # the hint the patch gives (api.patch fills a missing one the same way)
+    return "no exact lowering applies (reasons above)", err.hint or no_lowering_hint(spec, node_plan.candidates)
 
 
 def _lint(mp, result: Inspection) -> TensorRTLint:
@@ -174,9 +197,10 @@ def _lint(mp, result: Inspection) -> TensorRTLint:
     from .planning import apply_model_plan
     from .tensorrt import lint_tensorrt
 
-    model, leftovers = mp.model, mp.leftovers
+    model = mp.model
+    leftovers = mp.leftovers + [n for _, _, n in nested_leftover_nodes(model)]
     leftover_labels = {n.name or (f"-> {n.output[0]}" if n.output else "") for n in leftovers}
-    original_labels = {n.name or (f"-> {n.output[0]}" if n.output else "") for n in model.graph.node}
+    original_labels = {n.name or (f"-> {n.output[0]}" if n.output else "") for n in nodes_deep(model.graph.node)}
     linted, target_model = "original", model
     if result.would_patch and (leftovers or mp.rest or mp.groups or mp.regions):  # exporter pools repaired or
         # optimized; regions: the dynamo front end's decompositions

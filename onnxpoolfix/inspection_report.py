@@ -16,8 +16,11 @@ JSON (``--json``, ``schema_version`` 1)::
         "candidates": [{"name": str, "cost_s": float | null, "reason": str | null}],
         "chosen": str | null, "why": str | null, "ops": [str],
         "blocker": str | null, "hint": str | null, "warnings": [str],
-        "evidence": str                                  # dynamo: why it is adaptive pooling; "" otherwise
-      }],
+        "evidence": str,                                 # dynamo: why it is adaptive pooling; "" otherwise
+        "body": str | null                               # in an If/Loop/Scan body: its path, outermost
+                                                         # first ("Loop '/Loop' body > If '/If' then_branch");
+                                                         # null: the top-level graph
+      }],                                                # the top-level graph's nodes first, then the bodies'
       "suspects": [{"result": str, "evidence": str, "why": str, "frozen": bool}],  # suspected and left
       "tensorrt": null | {
         "linted": "patched" | "original",
@@ -65,6 +68,7 @@ class NodeInspection:
     hint: str | None = None
     warnings: list[str] = field(default_factory=list)
     evidence: str = ""  # the dynamo front end's: metadata / stack trace / structure
+    body: str | None = None  # the If/Loop/Scan body it is in (frontends.bodies.describe_path); None: top level
 
 
 @dataclass
@@ -138,7 +142,9 @@ class Inspection:
         elif self.blocker is None and not self.nodes:
             lines.append("no leftover adaptive pooling nodes: nothing to patch")
         elif n or not exporter:
+            inside = sum(node.body is not None for node in self.nodes)
             lines.append(f"{n} leftover adaptive pooling node{'s' if n != 1 else ''}"
+                         + (f" ({inside} inside If/Loop/Scan bodies)" if inside else "")
                          + (f", {exporter} exporter pool{'s' if exporter != 1 else ''} with adaptive windows"
                             if exporter else ""))
         else:
@@ -196,6 +202,8 @@ def _format_node(node: NodeInspection) -> list[str]:
     if node.axes:
         head += f"  ({', '.join(node.axes)})"
     lines = [head]
+    if node.body:
+        lines.append(f"  inside: {node.body}")
     if node.evidence:
         lines.append(f"  evidence: {node.evidence}")
     if node.candidates:

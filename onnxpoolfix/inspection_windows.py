@@ -36,7 +36,7 @@ def inspection_windows_text(inspection) -> str:
         lines.append("  (no nodes)")
     for node in inspection.nodes:
         lines.append("")
-        lines.append(f"{node.name}  {node.op}")
+        lines.append(f"{node.name}  {node.op}" + (f"  (inside {node.body})" if node.body else ""))
         axes = _node_axes(node)
         if not axes:
             lines.append("  shapes unknown: no windows to show")

@@ -128,7 +128,7 @@ def plan_model(model: onnx.ModelProto, options: PlanOptions) -> ModelPlan:
                      for s in result.specs]
     mp.notes += [f"{n.spec.node.label} cannot run as written ({n.repair}), and no exact lowering applies: "
                  "left as it is" for n in mp.nodes if n.repair and n.plan is None]
-    if mp.bodies and mp.would_patch:
+    if mp.bodies and mp.blocker is None:  # even where a top-level node is blocked: inspect lists them all
         _plan_bodies(mp)
     if mp.would_patch:
         _group(mp)

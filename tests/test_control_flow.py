@@ -8,29 +8,17 @@ alone, which a sabotaged reference shows below).
 """
 from __future__ import annotations
 
-import io
-import warnings
-
 import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
 from conftest import assert_avg_close, assert_bits_equal, leftover_nodes, ort_run
+from control_flow_models import chained_modules, export_scripted, if_modules, loop_modules
 
 import onnxpoolfix
 from onnxpoolfix.cli import main
 from onnxpoolfix.errors import CheckFailedError
 from onnxpoolfix.graph import nodes_deep
-
-
-def _export(torch, module, args, names, dynamic_axes=None):
-    f = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(torch.jit.script(module), args, f, dynamo=False, input_names=names,
-                          dynamic_axes=dynamic_axes,
-                          operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH)
-    return onnx.load_from_string(f.getvalue())
 
 
 def _no_leftover_anywhere(model):
@@ -47,68 +35,14 @@ def _compare(got, want, x, kind):
         assert_avg_close(got, want, x, rel=2e-6)
 
 
-def _if_modules(torch):
-    """name -> (module, kind of the then branch, kind of the else branch, traced input shape). Written out
-    one by one: torch.jit.script compiles source, not lambdas."""
-    F = torch.nn.functional
-
-    class AvgVsMax(torch.nn.Module):
-        def forward(self, x, flag: bool):
-            if flag:
-                y = F.adaptive_avg_pool2d(x, 3)
-            else:
-                y = F.adaptive_max_pool2d(x, (3, 3))
-            return y * 2.0 + 1.0
-
-    class NonUniformBothWays(torch.nn.Module):
-        def forward(self, x, flag: bool):
-            if flag:
-                y = F.adaptive_avg_pool2d(x, (5, 7))
-            else:
-                y = F.adaptive_max_pool2d(x, (5, 7))
-            return y - 1.0
-
-    class OneD(torch.nn.Module):
-        def forward(self, x, flag: bool):
-            if flag:
-                y = F.adaptive_max_pool1d(x, 4)
-            else:
-                y = F.adaptive_avg_pool1d(x, 4)
-            return y
-
-    class UpsampleVsDown(torch.nn.Module):
-        def forward(self, x, flag: bool):
-            if flag:
-                y = F.adaptive_avg_pool2d(x, (12, 5))
-            else:
-                y = F.adaptive_avg_pool2d(x, (3, 13)) * 0.5
-            return y
-
-    class AvgVsMaxDynamic(torch.nn.Module):
-        def forward(self, x, flag: bool):
-            if flag:
-                y = F.adaptive_avg_pool2d(x, (3, 4))
-            else:
-                y = F.adaptive_max_pool2d(x, (3, 4))
-            return y
-
-    return {
-        "avg3x3_vs_max3x3": (AvgVsMax(), "avg", "max", (1, 2, 9, 10)),
-        "avg5x7_vs_max5x7": (NonUniformBothWays(), "avg", "max", (2, 3, 11, 10)),
-        "max1d_vs_avg1d": (OneD(), "max", "avg", (1, 3, 13)),
-        "upsample_vs_avg": (UpsampleVsDown(), "avg", "avg", (1, 1, 6, 9)),
-        "dynamic": (AvgVsMaxDynamic(), "avg", "max", (1, 2, 9, 10)),
-    }
-
-
 IF_VARIANTS = ["avg3x3_vs_max3x3", "avg5x7_vs_max5x7", "max1d_vs_avg1d", "upsample_vs_avg"]
 
 
 @pytest.mark.parametrize("name", IF_VARIANTS)
 def test_leftovers_in_both_if_branches_patch_and_match_torch_on_each_branch(name, torch_mod):
     torch = torch_mod
-    module, k_then, k_else, shape = _if_modules(torch)[name]
-    exported = _export(torch, module, (torch.randn(*shape), True), ["x", "flag"])
+    module, k_then, k_else, shape = if_modules(torch)[name]
+    exported = export_scripted(torch, module, (torch.randn(*shape), True), ["x", "flag"])
     assert leftover_nodes(exported) == []  # all of them are in the branches
     assert any(n.domain == "org.pytorch.aten" for n in nodes_deep(exported.graph.node))
     result = onnxpoolfix.patch(exported)
@@ -127,17 +61,8 @@ def test_leftovers_in_both_if_branches_patch_and_match_torch_on_each_branch(name
 
 def test_leftover_in_a_loop_body_matches_torch_for_every_trip_count(torch_mod):
     torch = torch_mod
-    F = torch.nn.functional
-
-    class LoopPool(torch.nn.Module):
-        def forward(self, x, n: int):
-            acc = torch.zeros(1, 2, 4, 3)
-            for i in range(n):
-                acc = acc + F.adaptive_avg_pool2d(x * float(i + 1), (4, 3))
-            return acc
-
-    module = LoopPool()
-    exported = _export(torch, module, (torch.randn(1, 2, 9, 10), 3), ["x", "n"])
+    module = loop_modules(torch)["loop"]
+    exported = export_scripted(torch, module, (torch.randn(1, 2, 9, 10), 3), ["x", "n"])
     result = onnxpoolfix.patch(exported)
     assert [n.op for n in result.report.nodes] == ["adaptive_avg_pool2d"]
     _no_leftover_anywhere(result.model)
@@ -153,21 +78,8 @@ def test_leftover_in_a_loop_body_matches_torch_for_every_trip_count(torch_mod):
 def test_if_inside_a_loop_body_with_a_leftover_in_each_branch(torch_mod):
     """Nested: Loop body -> If -> both branches pool; every path through them is run."""
     torch = torch_mod
-    F = torch.nn.functional
-
-    class Nested(torch.nn.Module):
-        def forward(self, x, n: int):
-            acc = torch.zeros(1, 2, 3, 3)
-            for i in range(n):
-                acc = acc + F.adaptive_avg_pool2d(x - float(i), (3, 3))  # a leftover in the body before the If
-                if i % 2 == 0:
-                    acc = acc + F.adaptive_max_pool2d(x + float(i), 3)
-                else:
-                    acc = acc + F.adaptive_avg_pool2d(x * float(i), 3)
-            return acc
-
-    module = Nested()
-    exported = _export(torch, module, (torch.randn(1, 2, 7, 8), 2), ["x", "n"])
+    module = loop_modules(torch)["loop_if"]
+    exported = export_scripted(torch, module, (torch.randn(1, 2, 7, 8), 2), ["x", "n"])
     result = onnxpoolfix.patch(exported)
     assert sorted(n.op for n in result.report.nodes) == ["adaptive_avg_pool2d"] * 2 + ["adaptive_max_pool2d"]
     _no_leftover_anywhere(result.model)
@@ -182,8 +94,8 @@ def test_if_inside_a_loop_body_with_a_leftover_in_each_branch(torch_mod):
 
 def test_dynamic_hw_leftover_in_an_if_branch_is_exact_at_other_sizes(torch_mod):
     torch = torch_mod
-    module = _if_modules(torch)["dynamic"][0]
-    exported = _export(torch, module, (torch.randn(1, 2, 9, 10), True), ["x", "flag"],
+    module = if_modules(torch)["dynamic"][0]
+    exported = export_scripted(torch, module, (torch.randn(1, 2, 9, 10), True), ["x", "flag"],
                        dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}})
     result = onnxpoolfix.patch(exported)
     assert [n.lowering for n in result.report.nodes] == ["dynamic", "dynamic"]
@@ -203,8 +115,8 @@ def test_the_check_runs_the_branch_random_inputs_do_not_take(torch_mod, monkeypa
     """A wrong max reference must fail the check although the model's max pool is in a branch; and the
     avg branch stays as it was (the failure names the max node)."""
     torch = torch_mod
-    module = _if_modules(torch)["avg3x3_vs_max3x3"][0]
-    exported = _export(torch, module, (torch.randn(1, 2, 9, 10), True), ["x", "flag"])
+    module = if_modules(torch)["avg3x3_vs_max3x3"][0]
+    exported = export_scripted(torch, module, (torch.randn(1, 2, 9, 10), True), ["x", "flag"])
     from onnxpoolfix import reference
 
     real = reference.adaptive_max_pool_values
@@ -218,8 +130,8 @@ def test_the_check_runs_the_branch_random_inputs_do_not_take(torch_mod, monkeypa
 def test_cli_takes_a_scripted_export_with_untyped_body_outputs(tmp_path, torch_mod):
     """torch's If/Loop outputs have no types: the input check must not call that malformed (exit 3)."""
     torch = torch_mod
-    module = _if_modules(torch)["avg3x3_vs_max3x3"][0]
-    exported = _export(torch, module, (torch.randn(1, 2, 9, 10), True), ["x", "flag"])
+    module = if_modules(torch)["avg3x3_vs_max3x3"][0]
+    exported = export_scripted(torch, module, (torch.randn(1, 2, 9, 10), True), ["x", "flag"])
     untyped = [o for n in exported.graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH
                for o in a.g.output if o.type.WhichOneof("value") is None]
     assert untyped, "torch no longer writes untyped If outputs: this test needs a new premise"
@@ -264,28 +176,9 @@ def test_leftovers_chained_across_an_if_both_ways(torch_mod):
     """A top-level leftover pooling an If's (untyped) result, and a branch pooling a top-level leftover's
     output: each order of dependency patches and matches torch on both branches."""
     torch = torch_mod
-    F = torch.nn.functional
-
-    class PoolAfterIf(torch.nn.Module):
-        def forward(self, x, flag: bool):
-            if flag:
-                y = F.adaptive_avg_pool2d(x, (6, 7))
-            else:
-                y = F.adaptive_max_pool2d(x, (6, 7))
-            return F.adaptive_avg_pool2d(y, (4, 3))
-
-    class IfAfterPool(torch.nn.Module):
-        def forward(self, x, flag: bool):
-            y = F.adaptive_max_pool2d(x, (6, 7))
-            if flag:
-                z = F.adaptive_avg_pool2d(y, (4, 3))
-            else:
-                z = F.adaptive_max_pool2d(y * 2.0, (5, 5))[:, :, :4, :3]
-            return z
-
     rng = np.random.default_rng(5)
-    for module in (PoolAfterIf(), IfAfterPool()):
-        exported = _export(torch, module, (torch.randn(1, 2, 9, 10), True), ["x", "flag"])
+    for module in chained_modules(torch).values():
+        exported = export_scripted(torch, module, (torch.randn(1, 2, 9, 10), True), ["x", "flag"])
         result = onnxpoolfix.patch(exported)
         assert len(result.report.nodes) == 3
         _no_leftover_anywhere(result.model)
@@ -313,7 +206,7 @@ def test_max_indices_in_both_branches_bit_for_bit(torch_mod, target):
             return y, i
 
     module = WithIndices()
-    exported = _export(torch, module, (torch.randn(1, 2, 9, 10), True), ["x", "flag"])
+    exported = export_scripted(torch, module, (torch.randn(1, 2, 9, 10), True), ["x", "flag"])
     result = onnxpoolfix.patch(exported, target=target)
     assert [n.indices for n in result.report.nodes] == ["computed", "computed"]
     _no_leftover_anywhere(result.model)

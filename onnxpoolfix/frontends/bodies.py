@@ -64,6 +64,27 @@ def graph_at(model: onnx.ModelProto, path: BodyPath) -> onnx.GraphProto:
     return g
 
 
+def describe_path(model: onnx.ModelProto, path: BodyPath) -> str:
+    """``path`` as a reader finds it: each enclosing node and its attribute, outermost first, e.g.
+    ``Loop '/Loop' body > If '/If' then_branch`` (``[k]`` after a GRAPHS attribute's name)."""
+    g, steps = model.graph, []
+    for ni, ai, gi in path:
+        node = g.node[ni]
+        a = node.attribute[ai]
+        name = node.name or f"{node.op_type}_{ni}"
+        steps.append(f"{node.op_type} '{name}' {a.name}" + (f"[{gi}]" if a.type == onnx.AttributeProto.GRAPHS else ""))
+        g = a.g if a.type == onnx.AttributeProto.GRAPH else a.graphs[gi]
+    return " > ".join(steps)
+
+
+def nested_leftover_nodes(model: onnx.ModelProto) -> Iterator[tuple[BodyPath, int, onnx.NodeProto]]:
+    """Every leftover inside a body, unread (no output size evaluated): its body's path, its index there."""
+    for path, body, _ in walk(model.graph):
+        for i, n in enumerate(body.node):
+            if is_pool_leftover(n):
+                yield path, i, n
+
+
 def has_nested_leftovers(model: onnx.ModelProto) -> bool:
     return any(is_pool_leftover(n) for _, body, _ in walk(model.graph) for n in body.node)
 

@@ -205,8 +205,8 @@ def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None, *, nested:
                 raise UnsupportedNodeError(
                     f"node '{node.name}' ({node.op_type}) has an adaptive pooling leftover inside its "
                     f"subgraph '{attr_name}'",
-                    "`onnxpoolfix IN OUT` patches leftovers inside If/Loop/Scan bodies; this listing "
-                    "covers the top-level graph only",
+                    "`onnxpoolfix IN OUT` and `onnxpoolfix inspect IN` handle leftovers inside If/Loop/Scan "
+                    "bodies (PlanOptions.patch_bodies); this call reads one graph only",
                 )
         op = aten_operator(node)
         if op is None:
