@@ -245,7 +245,7 @@ def test_a_pool_torch_hoists_out_of_a_loop_types_the_loop_result(tmp_path, torch
             return acc
 
     module = HoistedAndBodyPool() if body_pools_too else HoistedPool()
-    exported = _export(torch, module, (torch.randn(1, 2, 8, 9), 3), ["x", "n"])
+    exported = export_scripted(torch, module, (torch.randn(1, 2, 8, 9), 3), ["x", "n"])
     assert onnxpoolfix.frontends.bodies.has_nested_leftovers(exported) == body_pools_too
     assert exported.graph.output[0].type.WhichOneof("value") is None, "torch now types the Loop's result"
     src, out = tmp_path / "loop.onnx", tmp_path / "out.onnx"
@@ -278,7 +278,7 @@ def test_a_top_level_pool_read_inside_if_branches(tmp_path, torch_mod):
             return z
 
     module = IfAfter()
-    exported = _export(torch, module, (torch.randn(1, 2, 8, 9), True), ["x", "flag"])
+    exported = export_scripted(torch, module, (torch.randn(1, 2, 8, 9), True), ["x", "flag"])
     src, out = tmp_path / "if.onnx", tmp_path / "out.onnx"
     onnx.save(exported, src)
     r = CliRunner().invoke(main, [str(src), str(out)], catch_exceptions=False)
