@@ -27,7 +27,7 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import ShapeError, UnsupportedNodeError
-from ..shapes import light_copy, make_value_info, output_shape, type_dims
+from ..shapes import light_copy, make_value_info, onnx_inferred, output_shape, seed_types, type_dims
 from ..spec import SUPPORTED_DTYPES, Dim, PoolNode, PoolSpec, dtype_name
 from .leftovers import find_pool_nodes, is_pool_leftover
 
@@ -109,19 +109,9 @@ def _infer(model: onnx.ModelProto, seeds: dict[BodyPath, dict[str, tuple[int, tu
     for _, body, _ in walk(light.graph):
         _clear_empty_types(body)
     for path, named in seeds.items():
-        g = graph_at(light, path)
-        keep = [vi for vi in g.value_info if vi.name not in named]
-        del g.value_info[:]
-        g.value_info.extend(keep)
-        g.value_info.extend(make_value_info(name, elem, dims) for name, (elem, dims) in named.items())
-        for o in g.output:
-            if o.name in named:
-                o.CopyFrom(make_value_info(o.name, *named[o.name]))
-    try:
-        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
-    except Exception as e:  # noqa: BLE001 - what onnx cannot infer stays unknown (ShapeError below)
-        logger.debug("shape inference of the bodies failed: %s", e)
-        return light
+        seed_types(graph_at(light, path), named)
+    inferred = onnx_inferred(light, " of the bodies")
+    return light if inferred is None else inferred  # what onnx cannot infer stays unknown (ShapeError below)
 
 
 def body_specs(model: onnx.ModelProto, *, opset: int, target: str, outer_specs: Sequence[PoolSpec] = ()
