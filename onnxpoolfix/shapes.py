@@ -191,11 +191,11 @@ def seed_types(graph: onnx.GraphProto, seeds: Mapping[str, tuple[int, Sequence[D
             vi.CopyFrom(make_value_info(vi.name, *seeds[vi.name]))
 
 
-def onnx_inferred(light: onnx.ModelProto, what: str = "") -> onnx.ModelProto | None:
-    """onnx shape inference as every caller here runs it (lenient, with data propagation, so Shape -> Gather
-    -> Concat chains give sizes); None where onnx fails on the model (``what`` says which, in the log)."""
+def onnx_inferred(light: onnx.ModelProto, what: str = "", *, data_prop: bool = True) -> onnx.ModelProto | None:
+    """onnx shape inference as every caller here runs it (lenient, and with data propagation so Shape ->
+    Gather -> Concat chains give sizes); None where onnx fails on the model (``what`` says which, in the log)."""
     try:
-        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=data_prop)
     except Exception as e:  # noqa: BLE001 - what onnx cannot infer stays unknown; each caller says what then
         logger.debug("shape inference%s failed: %s", what, e)
         return None
