@@ -258,6 +258,20 @@ def output_shape(node: PoolNode, input_shape: Sequence[Dim]) -> tuple[Dim, ...]:
     return tuple(out)
 
 
+def typed_spec(n: PoolNode, elem: int, dims: Sequence[Dim], *, opset: int, target: str,
+               seeds: dict[str, tuple[int, tuple[Dim, ...]]]) -> PoolSpec:
+    """The spec of leftover ``n`` whose input is ``elem`` x ``dims``; its outputs' types are added to
+    ``seeds`` (the next round of inference starts from them)."""
+    if elem not in SUPPORTED_DTYPES:
+        raise UnsupportedNodeError(f"{n.label}: input dtype {dtype_name(elem)} is not supported",
+                                   "adaptive pooling takes float32, float16, bfloat16 or float64")
+    out = output_shape(n, dims)
+    seeds[n.output] = (elem, out)
+    if n.indices_output:
+        seeds[n.indices_output] = (TensorProto.INT64, out)
+    return PoolSpec(n, tuple(dims), out, elem, opset, target)
+
+
 def resolve_specs(model: onnx.ModelProto, nodes: Sequence[PoolNode], *, opset: int, target: str) -> list[PoolSpec]:
     """Shapes and dtypes for every node: inference, then each node's output seeded, until all are known."""
     seeds: dict[str, tuple[int, tuple[Dim, ...]]] = {}
@@ -273,15 +287,7 @@ def resolve_specs(model: onnx.ModelProto, nodes: Sequence[PoolNode], *, opset: i
             elem, dims = info.get(n.input, (0, None))
             if dims is None or not elem:
                 continue
-            if elem not in SUPPORTED_DTYPES:
-                raise UnsupportedNodeError(
-                    f"{n.label}: input dtype {dtype_name(elem)} is not supported",
-                    "adaptive pooling takes float32, float16, bfloat16 or float64")
-            out = output_shape(n, dims)
-            specs[n.index] = PoolSpec(n, tuple(dims), out, elem, opset, target)
-            seeds[n.output] = (elem, out)
-            if n.indices_output:
-                seeds[n.indices_output] = (TensorProto.INT64, out)
+            specs[n.index] = typed_spec(n, elem, dims, opset=opset, target=target, seeds=seeds)
             progressed = True
         if len(specs) == len(nodes) or not progressed:
             break

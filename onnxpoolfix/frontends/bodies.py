@@ -26,9 +26,9 @@ from typing import Iterator, Sequence
 import onnx
 from onnx import TensorProto
 
-from ..errors import ShapeError, UnsupportedNodeError
-from ..shapes import light_copy, make_value_info, onnx_inferred, output_shape, seed_types, type_dims
-from ..spec import SUPPORTED_DTYPES, Dim, PoolNode, PoolSpec, dtype_name
+from ..errors import ShapeError
+from ..shapes import light_copy, make_value_info, onnx_inferred, seed_types, type_dims, typed_spec
+from ..spec import Dim, PoolNode, PoolSpec
 from .leftovers import find_pool_nodes, is_pool_leftover
 
 logger = logging.getLogger(__name__)
@@ -150,15 +150,7 @@ def resolve_nested(model: onnx.ModelProto, found: Sequence[NestedLeftover], *, o
             elem, dims = info.get(n.input, (0, None))
             if dims is None or not elem:
                 continue
-            if elem not in SUPPORTED_DTYPES:
-                raise UnsupportedNodeError(f"{n.label}: input dtype {dtype_name(elem)} is not supported",
-                                           "adaptive pooling takes float32, float16, bfloat16 or float64")
-            out = output_shape(n, dims)
-            specs[i] = PoolSpec(n, tuple(dims), out, elem, opset, target)
-            named = seeds.setdefault(f.path, {})
-            named[n.output] = (elem, out)
-            if n.indices_output:
-                named[n.indices_output] = (TensorProto.INT64, out)
+            specs[i] = typed_spec(n, elem, dims, opset=opset, target=target, seeds=seeds.setdefault(f.path, {}))
             progressed = True
         if len(specs) == len(found) or not progressed:
             break
