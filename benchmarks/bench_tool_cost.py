@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from results_md import write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "fixtures" / "small_convnet.onnx"
@@ -242,21 +243,7 @@ def main() -> None:
     section = "\n".join([HEADING, "", f"_{stamp}; `python benchmarks/bench_tool_cost.py`_", "", *lines]).rstrip() + "\n"
     print("\n" + section)
     if not args.no_results:
-        _append_section(section)
-
-
-def _append_section(section: str) -> None:
-    """Replace this script's own section of RESULTS.md (from its heading to the next '## '), or append it;
-    every other section is kept byte for byte."""
-    text = RESULTS.read_text() if RESULTS.exists() else ""
-    start = text.find(HEADING)
-    if start < 0:
-        text = (text.rstrip("\n") + "\n\n" if text.strip() else "") + section
-    else:
-        end = text.find("\n## ", start + len(HEADING))
-        rest = text[end + 1:] if end >= 0 else ""
-        text = text[:start] + section + ("\n" + rest if rest else "")
-    RESULTS.write_text(text)
+        write_section(RESULTS, HEADING, section)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import onnx
 import onnxruntime as ort
 import torch
 import torch.nn.functional as F
+from results_md import write_section
 from torch import nn
 
 import onnxpoolfix
@@ -133,20 +134,7 @@ def main():
                  "real `torch.onnx.export(..., dynamo=True)` files before and after `onnxpoolfix IN OUT` (symbolic "
                  "ones bound to the traced size for the proof). Latency: median over rounds of the median of 20 "
                  "calls, 2 threads; \"crash\": onnxruntime fails on the export at that size.")
-        _write_section("\n".join([HEADING, "", intro, ""] + lines) + "\n")
-
-
-def _write_section(section: str) -> None:
-    """Replace this script's own section of RESULTS.md (from its heading to the next '## '), or append it."""
-    text = RESULTS.read_text() if RESULTS.exists() else ""
-    start = text.find(HEADING)
-    if start < 0:
-        text = (text.rstrip("\n") + "\n\n" if text.strip() else "") + section
-    else:
-        end = text.find("\n## ", start + len(HEADING))
-        rest = text[end + 1:] if end >= 0 else ""
-        text = text[:start] + section + ("\n" + rest if rest else "")
-    RESULTS.write_text(text)
+        write_section(RESULTS, HEADING, "\n".join([HEADING, "", intro, ""] + lines) + "\n")
 
 
 if __name__ == "__main__":

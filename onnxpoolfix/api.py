@@ -53,7 +53,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         seed: seed of the check's random inputs.
         optimize_exporter_pools: also plan the pooling nodes the exporter lowered itself where their
             windows are adaptive ones (GlobalAveragePool, AveragePool k = s = n/m, ...; see
-            :mod:`onnxpoolfix.exporter_pools`): each is replaced when an exact lowering is estimated faster
+            :mod:`onnxpoolfix.frontends.exporter_pools`): each is replaced when an exact lowering is estimated faster
             (GlobalAveragePool -> ReduceMean) or when it joins a pyramid read once with its siblings.
 
     Nodes that pool the same tensor are planned together (:mod:`onnxpoolfix.pyramid`) unless ``strategy``

@@ -148,19 +148,15 @@ def infer(model: onnx.ModelProto, seeds: Mapping[str, tuple[int, tuple[Dim, ...]
     g = light.graph
     declared = {vi.name: type_dims(vi.type) for vi in list(g.value_info) + list(g.output)}
     standard = {o for n in g.node if n.domain in ("", "ai.onnx") for o in n.output if o}
-    kept = [vi for vi in g.value_info if vi.name not in standard and vi.name not in seeds]
+    kept = [vi for vi in g.value_info if vi.name not in standard]
     del g.value_info[:]
     g.value_info.extend(kept)
-    g.value_info.extend(make_value_info(name, elem, dims) for name, (elem, dims) in seeds.items())
+    seed_types(g, seeds)
     for vi in g.output:
-        if vi.name in seeds:
-            vi.CopyFrom(make_value_info(vi.name, *seeds[vi.name]))
-        elif vi.name in standard and vi.type.HasField("tensor_type"):
+        if vi.name not in seeds and vi.name in standard and vi.type.HasField("tensor_type"):
             vi.type.tensor_type.ClearField("shape")
-    try:
-        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
-    except Exception as e:  # a model onnx cannot infer at all still has its declared types
-        logger.debug("shape inference failed: %s", e)
+    inferred = onnx_inferred(light)
+    if inferred is None:  # a model onnx cannot infer at all still has its declared types
         inferred = light
     out: dict[str, tuple[int, tuple[Dim, ...] | None]] = {}
     g = inferred.graph
@@ -181,6 +177,28 @@ def infer(model: onnx.ModelProto, seeds: Mapping[str, tuple[int, tuple[Dim, ...]
     for name, v in seeds.items():
         out[name] = v
     return out
+
+
+def seed_types(graph: onnx.GraphProto, seeds: Mapping[str, tuple[int, Sequence[Dim] | None]]) -> None:
+    """Force ``seeds``' types on ``graph`` (in place), for shape inference to start from: their value_info
+    entries are replaced and graph outputs among them overwritten."""
+    kept = [vi for vi in graph.value_info if vi.name not in seeds]
+    del graph.value_info[:]
+    graph.value_info.extend(kept)
+    graph.value_info.extend(make_value_info(name, elem, dims) for name, (elem, dims) in seeds.items())
+    for vi in graph.output:
+        if vi.name in seeds:
+            vi.CopyFrom(make_value_info(vi.name, *seeds[vi.name]))
+
+
+def onnx_inferred(light: onnx.ModelProto, what: str = "", *, data_prop: bool = True) -> onnx.ModelProto | None:
+    """onnx shape inference as every caller here runs it (lenient, and with data propagation so Shape ->
+    Gather -> Concat chains give sizes); None where onnx fails on the model (``what`` says which, in the log)."""
+    try:
+        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=data_prop)
+    except Exception as e:  # noqa: BLE001 - what onnx cannot infer stays unknown; each caller says what then
+        logger.debug("shape inference%s failed: %s", what, e)
+        return None
 
 
 def make_value_info(name: str, elem: int, dims: Sequence[Dim] | None) -> onnx.ValueInfoProto:
@@ -240,6 +258,20 @@ def output_shape(node: PoolNode, input_shape: Sequence[Dim]) -> tuple[Dim, ...]:
     return tuple(out)
 
 
+def typed_spec(n: PoolNode, elem: int, dims: Sequence[Dim], *, opset: int, target: str,
+               seeds: dict[str, tuple[int, tuple[Dim, ...]]]) -> PoolSpec:
+    """The spec of leftover ``n`` whose input is ``elem`` x ``dims``; its outputs' types are added to
+    ``seeds`` (the next round of inference starts from them)."""
+    if elem not in SUPPORTED_DTYPES:
+        raise UnsupportedNodeError(f"{n.label}: input dtype {dtype_name(elem)} is not supported",
+                                   "adaptive pooling takes float32, float16, bfloat16 or float64")
+    out = output_shape(n, dims)
+    seeds[n.output] = (elem, out)
+    if n.indices_output:
+        seeds[n.indices_output] = (TensorProto.INT64, out)
+    return PoolSpec(n, tuple(dims), out, elem, opset, target)
+
+
 def resolve_specs(model: onnx.ModelProto, nodes: Sequence[PoolNode], *, opset: int, target: str) -> list[PoolSpec]:
     """Shapes and dtypes for every node: inference, then each node's output seeded, until all are known."""
     seeds: dict[str, tuple[int, tuple[Dim, ...]]] = {}
@@ -255,15 +287,7 @@ def resolve_specs(model: onnx.ModelProto, nodes: Sequence[PoolNode], *, opset: i
             elem, dims = info.get(n.input, (0, None))
             if dims is None or not elem:
                 continue
-            if elem not in SUPPORTED_DTYPES:
-                raise UnsupportedNodeError(
-                    f"{n.label}: input dtype {dtype_name(elem)} is not supported",
-                    "adaptive pooling takes float32, float16, bfloat16 or float64")
-            out = output_shape(n, dims)
-            specs[n.index] = PoolSpec(n, tuple(dims), out, elem, opset, target)
-            seeds[n.output] = (elem, out)
-            if n.indices_output:
-                seeds[n.indices_output] = (TensorProto.INT64, out)
+            specs[n.index] = typed_spec(n, elem, dims, opset=opset, target=target, seeds=seeds)
             progressed = True
         if len(specs) == len(nodes) or not progressed:
             break

@@ -60,6 +60,20 @@ def make_leftover(kind: str, in_shape, out_size, *, dtype=TensorProto.FLOAT, ops
     return helper.make_model(graph, opset_imports=imports, ir_version=min(onnx.IR_VERSION, 10 if opset >= 21 else 8))
 
 
+def pyramid_leftovers(dtype: int, shape, sizes) -> onnx.ModelProto:
+    """One tensor ``x`` of ``shape`` pooled to each of ``sizes`` (PSPNet's pyramid), as ATen leftovers."""
+    nodes, outs = [], []
+    for i, size in enumerate(sizes):
+        nodes.append(helper.make_node("Constant", [], [f"size{i}"],
+                                      value=onnx.numpy_helper.from_array(np.array(size, dtype=np.int64))))
+        nodes.append(helper.make_node("adaptive_avg_pool2d", ["x", f"size{i}"], [f"y{i}"], name=f"pool{i}",
+                                      domain="org.pytorch.aten"))
+        outs.append(helper.make_tensor_value_info(f"y{i}", dtype, list(shape[:2]) + list(size)))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", dtype, list(shape))], outs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("org.pytorch.aten", 1)])
+
+
 def to_aten_attr(model: onnx.ModelProto, domain: str) -> onnx.ModelProto:
     """Rewrite aten-op leftovers into the older ``ATen`` + ``operator`` attribute encoding (in place),
     as fixtures/make_fixtures.py does; drops the org.pytorch.aten import when the domain is ""."""
@@ -75,15 +89,19 @@ def to_aten_attr(model: onnx.ModelProto, domain: str) -> onnx.ModelProto:
     return model
 
 
-def ort_run(model: onnx.ModelProto, feed: dict, outputs=None) -> list[np.ndarray]:
+def ort_session(model: onnx.ModelProto, log_level: int = 3):
+    """A CPU session on one core, not spinning; ``log_level`` 4 where onnxruntime's errors are expected."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so.log_severity_level = log_level
     so.intra_op_num_threads = 1  # the CI machines are shared: stay on one core
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return sess.run(outputs, feed)
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def ort_run(model: onnx.ModelProto, feed: dict, outputs=None) -> list[np.ndarray]:
+    return ort_session(model).run(outputs, feed)
 
 
 def leftover_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:

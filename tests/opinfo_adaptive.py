@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
+from conftest import ort_session
 
 OPS = [f"nn.functional.adaptive_{kind}_pool{k}d" for kind in ("avg", "max") for k in (1, 2, 3)]
 
@@ -95,16 +96,6 @@ def _compare(torch, module, sess, x) -> str | None:
     return None
 
 
-def _session(model):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
-    so.intra_op_num_threads = 1
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-
-
 def _other_shape(shape: tuple) -> tuple:
     """A second run shape for dynamic exports: every dim changed (the first +1, the others +3)."""
     return tuple(d + (1 if i == 0 else 3) for i, d in enumerate(shape))
@@ -140,7 +131,7 @@ def _run(torch, op, dtype: str, sample, mode: str) -> tuple[Outcome, str | None]
         return out, intentless
     out.detail = ",".join(n.lowering for n in result.report.nodes) or result.report.check_note
     try:
-        sess = _session(result.model)
+        sess = ort_session(result.model, log_level=4)
     except Exception as e:  # noqa: BLE001
         out.status, out.detail = "unrunnable", " ".join(str(e).split())[:200]
         return out, intentless

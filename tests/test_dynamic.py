@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_avg_close, assert_bits_equal, leftover_nodes, make_leftover, ort_run
+from conftest import assert_avg_close, assert_bits_equal, leftover_nodes, make_leftover, ort_run, ort_session
 from onnx import TensorProto
 
 import onnxpoolfix
@@ -36,16 +36,6 @@ DYNAMIC_CASES = ["dynamic_classifier", "dynamic_avg2d", "dynamic_avg2d_divisible
 
 def _case(name):
     return next(c for c in MANIFEST["cases"] if c["name"] == name)
-
-
-def _session(model):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.intra_op_num_threads = 1
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
 def _spec(model):
@@ -90,7 +80,7 @@ def test_dynamic_fixture_matches_torch_at_every_saved_size(name):
     _assert_window_kinds_named_truly(result.report.check_note, node.output_shape)
     assert "windows: uniform" in result.report.check_note and "upsampling" in result.report.check_note
     assert not leftover_nodes(result.model)
-    sess = _session(result.model)
+    sess = ort_session(result.model)
     outs = [o.name for o in result.model.graph.output]
     suffixes = [""] + [e["suffix"] for e in c["extra_sizes"]]
     assert len(suffixes) >= 5
@@ -162,7 +152,7 @@ def test_dynamic_sweep_every_size(name, torch_mod):
     # the onnxruntime target may guard max pooling's NaN/-inf path with an If; TensorRT gets no control flow
     trt = onnxpoolfix.patch(exported, check=False, target="tensorrt").model
     assert [n.op_type for n in trt.graph.node if n.op_type in ("Loop", "Scan", "If", "Einsum")] == []
-    sess = _session(model)
+    sess = ort_session(model)
     rng = np.random.default_rng(0)
     spatial = traced[2:]
     count = 0
@@ -186,7 +176,7 @@ def test_dynamic_none_axis_follows_the_input(torch_mod):
     module = torch.nn.AdaptiveAvgPool2d((None, 7)).eval()
     result = onnxpoolfix.patch(_export_dynamic(torch, module, (1, 2, 8, 9)))
     assert result.report.nodes[0].lowering == "dynamic"
-    sess = _session(result.model)
+    sess = ort_session(result.model)
     for shape in [(1, 2, 8, 9), (2, 2, 3, 20), (1, 2, 17, 4)]:
         x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
         got = sess.run(None, {"x": x})[0]
@@ -329,7 +319,7 @@ def test_probe_never_runs_a_size_too_small_for_the_network(tmp_path):
     assert r.returncode == 0, (r.returncode, r.stderr[-500:])
     rep = json.loads((tmp_path / "r.json").read_text())
     assert rep["check_passed"] and rep["nodes"][0]["lowering"] == "dynamic"
-    sess = _session(onnx.load(out))
+    sess = ort_session(onnx.load(out))
     for shape in [(1, 3, 100, 100), (2, 3, 224, 180), (1, 3, 70, 301)]:
         x = torch.randn(*shape)
         np.testing.assert_allclose(sess.run(None, {"x": x.numpy()})[0], net(x).detach().numpy(), rtol=1e-5, atol=1e-6)
@@ -410,7 +400,7 @@ def test_dynamic_transpose_form_with_two_following_axes(torch_mod):
     result = onnxpoolfix.patch(_export_dynamic(torch, module, (1, 2, 5, 4, 3)))
     assert result.report.nodes[0].lowering == "dynamic" and result.report.check_passed
     assert "Transpose" in result.report.nodes[0].ops
-    sess = _session(result.model)
+    sess = ort_session(result.model)
     for shape in [(1, 2, 5, 4, 3), (2, 2, 2, 6, 7), (1, 2, 11, 3, 1)]:
         x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
         assert_avg_close(sess.run(None, {"x": x})[0], module(torch.from_numpy(x)).numpy(), x, rel=2e-6)
@@ -456,7 +446,7 @@ def test_a_pool_of_a_pool_whose_output_declaration_is_stale(dynamic):
     assert _dims(model.graph.output[0].type)[1] == (2, 4, 11, 7), "the stale declaration this test is about"
     result = onnxpoolfix.patch(model)
     assert result.report.check_passed
-    sess = _session(result.model)
+    sess = ort_session(result.model)
     sizes = [(1, 3, 11, 9), (3, 3, 11, 9)] + ([(1, 3, 20, 16), (2, 3, 5, 30)] if len(dynamic) > 1 else [])
     for shape in sizes:
         x = torch.randn(*shape)

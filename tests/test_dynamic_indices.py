@@ -15,19 +15,9 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_bits_equal, leftover_nodes
+from conftest import assert_bits_equal, leftover_nodes, ort_session
 
 import onnxpoolfix
-
-
-def _session(model):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.intra_op_num_threads = 1
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
 def _module(torch, k: int, size):
@@ -97,7 +87,7 @@ def test_dynamic_indices_match_torch_at_many_sizes(case, target, torch_mod):
 
         assert "ArgMax" not in ops and "TopK" not in ops
         assert [f for f in lint_tensorrt(result.model) if f.severity == "error"] == []
-    sess = _session(result.model)
+    sess = ort_session(result.model)
     rng = np.random.default_rng(0)
     for spatial in sizes:
         for batch in (1, 2):
@@ -116,7 +106,7 @@ def test_dynamic_indices_every_size_2d(torch_mod):
     torch = torch_mod
     module = _module(torch, 2, (3, 4))
     model = onnxpoolfix.patch(_export(torch, module, (1, 2, 4, 4)), check=False).model
-    sess = _session(model)
+    sess = ort_session(model)
     rng = np.random.default_rng(1)
     for h, w in itertools.product(range(1, 9), range(1, 9)):
         for x in (rng.standard_normal((1, 2, h, w)).astype(np.float32), _hard_input(rng, (2, 2, h, w))):
@@ -134,7 +124,7 @@ def test_dynamic_indices_with_an_axis_that_follows_the_input(size, torch_mod):
     module = _module(torch, 2, size)
     result = onnxpoolfix.patch(_export(torch, module, (1, 2, 5, 6)))
     assert result.report.nodes[0].lowering == "dynamic" and result.report.check_passed
-    sess = _session(result.model)
+    sess = ort_session(result.model)
     rng = np.random.default_rng(2)
     for spatial in [(5, 6), (1, 1), (7, 2), (2, 11)]:
         x = _hard_input(rng, (2, 2) + spatial)
@@ -158,7 +148,7 @@ def test_dynamic_indices_other_dtypes(dtype, torch_mod):
                           input_names=["x"], output_names=["y", "idx", "down"], dynamic_axes=axes)
     result = onnxpoolfix.patch(onnx.load_from_string(f.getvalue()))
     assert result.report.nodes[0].lowering == "dynamic" and result.report.check_passed
-    sess = _session(result.model)
+    sess = ort_session(result.model)
     rng = np.random.default_rng(3)
     for spatial in [(5, 5), (7, 3), (1, 9)]:
         x = _hard_input(rng, (1, 2) + spatial).astype(dtype)

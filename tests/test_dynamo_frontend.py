@@ -228,9 +228,8 @@ def test_1d_module_pool_is_replaced(exports):
     assert _matches(_run(result.model, x), _torch(module, x))
 
 
-def test_a_region_that_does_not_prove_out_is_left_with_why(exports):
-    """A region that looks like pooling but is not (its window-count divisor altered) is never replaced."""
-    _, model = exports["module_static"]
+def _with_a_window_count_off(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of a decomposed export whose first window-count divisor is one more than it should be."""
     tampered = onnx.ModelProto()
     tampered.CopyFrom(model)
     div = next(n for n in tampered.graph.node if n.op_type == "Div")
@@ -238,6 +237,13 @@ def test_a_region_that_does_not_prove_out_is_left_with_why(exports):
     values = onnx.numpy_helper.to_array(counts).copy()
     values.flat[0] += 1
     counts.CopyFrom(onnx.numpy_helper.from_array(values, counts.name))
+    return tampered
+
+
+def test_a_region_that_does_not_prove_out_is_left_with_why(exports):
+    """A region that looks like pooling but is not (its window-count divisor altered) is never replaced."""
+    _, model = exports["module_static"]
+    tampered = _with_a_window_count_off(model)
     result = patch(tampered)
     assert result.report.nodes == []
     assert "left the suspected region" in result.report.check_note
@@ -378,13 +384,7 @@ def test_report_and_inspect_json_carry_evidence_and_suspects(exports):
     report = patch(model).report.to_dict()
     assert [n["evidence"] for n in report["nodes"]] == ["metadata: torch.nn.modules.pooling.AdaptiveAvgPool2d"]
     assert report["suspects"] == []
-    tampered = onnx.ModelProto()
-    tampered.CopyFrom(model)
-    div = next(n for n in tampered.graph.node if n.op_type == "Div")
-    counts = next(t for t in tampered.graph.initializer if t.name == div.input[1])
-    values = onnx.numpy_helper.to_array(counts).copy()
-    values.flat[0] += 1
-    counts.CopyFrom(onnx.numpy_helper.from_array(values, counts.name))
+    tampered = _with_a_window_count_off(model)
     seen = inspect_model(tampered).to_dict()
     assert seen["nodes"] == []
     assert [(s["evidence"], s["frozen"]) for s in seen["suspects"]] == [

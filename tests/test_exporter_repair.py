@@ -12,21 +12,11 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_avg_close, assert_bits_equal
+from conftest import assert_avg_close, assert_bits_equal, ort_session
 from onnx import TensorProto, helper
 
 import onnxpoolfix
 from onnxpoolfix.frontends.exporter_repair import REPAIRED
-
-
-def _session(model):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
-    so.intra_op_num_threads = 1
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
 def _export(torch, module, x, dynamic=False):
@@ -41,7 +31,7 @@ def _export(torch, module, x, dynamic=False):
 
 def _fails_as_exported(model, x) -> str:
     try:
-        _session(model).run(None, {"x": x})
+        ort_session(model, log_level=4).run(None, {"x": x})
     except Exception as e:  # noqa: BLE001 - onnxruntime's refusal is the point
         return str(e)
     raise AssertionError("the export runs as written: this test no longer shows the exporter's bug")
@@ -80,7 +70,7 @@ def test_broken_exporter_pool_is_repaired_and_matches_torch(name, torch_mod):
     assert node.op == op and node.encoding == "standard"
     assert node.why.startswith(REPAIRED), node.why
     assert op not in [n.op_type for n in result.model.graph.node]
-    sess = _session(result.model)
+    sess = ort_session(result.model, log_level=4)
     rng = np.random.default_rng(0)
     shapes = [shape] + ([tuple(d + 2 for d in shape)] if dynamic else [])
     for s in shapes:
@@ -145,7 +135,7 @@ def test_kernel_rank_above_the_inputs_spatial_rank_pools_the_last_axes(kind, tor
     result = onnxpoolfix.patch(model)
     [node] = result.report.nodes
     assert node.why.startswith(REPAIRED) and "rank-2 kernel on a rank-3" in node.why
-    got = _session(result.model).run(None, {"x": x})[0]
+    got = ort_session(result.model, log_level=4).run(None, {"x": x})[0]
     fn = torch.nn.functional.adaptive_avg_pool2d if kind == "AveragePool" else torch.nn.functional.adaptive_max_pool2d
     want = fn(torch.from_numpy(x), (2, 3))
     want = (want[0] if isinstance(want, tuple) else want).numpy()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import make_leftover
+from conftest import make_leftover, pyramid_leftovers
 from onnx import TensorProto, helper
 
 import onnxpoolfix
@@ -193,26 +193,12 @@ def test_half_average_sums_in_float32(case, dtype):
     assert all(t == {TensorProto.FLOAT} for t in found.values()), found
 
 
-def _pyramid_model(dtype, shape, sizes) -> onnx.ModelProto:
-    """One tensor pooled to several sizes (PSPNet's pyramid), as leftovers."""
-    nodes, outs = [], []
-    for i, size in enumerate(sizes):
-        nodes.append(helper.make_node("Constant", [], [f"size{i}"],
-                                      value=onnx.numpy_helper.from_array(np.array(size, dtype=np.int64))))
-        nodes.append(helper.make_node("adaptive_avg_pool2d", ["x", f"size{i}"], [f"y{i}"], name=f"pool{i}",
-                                      domain="org.pytorch.aten"))
-        outs.append(helper.make_tensor_value_info(f"y{i}", dtype, list(shape[:2]) + list(size)))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", dtype, list(shape))], outs)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                   helper.make_opsetid("org.pytorch.aten", 1)])
-
-
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["f16", "bf16"])
 def test_half_pyramid_is_not_grouped_and_within_one_ulp(dtype):
     """A pyramid of half-precision averages: the group (a mean of means would round twice) is not used, and
     each level is within one ulp of torch."""
     shape, sizes = (1, 4, 60, 60), [(1, 1), (2, 2), (3, 3), (6, 6)]
-    result = onnxpoolfix.patch(_pyramid_model(dtype, shape, sizes), check=False)
+    result = onnxpoolfix.patch(pyramid_leftovers(dtype, shape, sizes), check=False)
     assert "pyramid" not in {n.lowering for n in result.report.nodes}
     for label, x in half_inputs(shape, dtype).items():
         for size, got in zip(sizes, run_half(result.model, x)):

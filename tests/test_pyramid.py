@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_avg_close, assert_bits_equal, ort_run
+from conftest import assert_avg_close, assert_bits_equal, ort_run, pyramid_leftovers
 
 import onnxpoolfix
 from onnxpoolfix import windows as W
@@ -184,18 +184,7 @@ def test_forced_strategy_plans_each_node_alone():
 
 
 def _two_leftovers(dtype, sizes=((6, 6), (3, 3)), shape=(1, 128, 64, 64)) -> onnx.ModelProto:
-    from onnx import helper
-
-    nodes, outs = [], []
-    for i, size in enumerate(sizes):
-        nodes.append(helper.make_node("Constant", [], [f"size{i}"],
-                                      value=onnx.numpy_helper.from_array(np.array(size, dtype=np.int64))))
-        nodes.append(helper.make_node("adaptive_avg_pool2d", ["x", f"size{i}"], [f"y{i}"], name=f"pool{i}",
-                                      domain="org.pytorch.aten"))
-        outs.append(helper.make_tensor_value_info(f"y{i}", dtype, list(shape[:2]) + list(size)))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", dtype, list(shape))], outs)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                   helper.make_opsetid("org.pytorch.aten", 1)])
+    return pyramid_leftovers(dtype, shape, sizes)
 
 
 def test_half_precision_averages_are_not_grouped():

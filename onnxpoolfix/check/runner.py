@@ -30,10 +30,15 @@ from .feeds import graph_inputs, random_feed
 
 logger = logging.getLogger(__name__)
 
-def ort_session(model: onnx.ModelProto, model_dir: str | None):
+def ort_session(model: onnx.ModelProto | str, model_dir: str | None = None, *, optimize: bool = True):
+    """A CPU session on ``model`` (a proto, or a file's path: onnxruntime reads it, nothing is serialized),
+    quiet and not spinning. ``optimize=False``: onnxruntime's graph optimizations off (a graph run as written,
+    where a fusion could hide what it computes)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     # fatal only: stale declared output shapes of dynamic exports (warnings) are not our news, and a probe at
     # a size the network cannot take logs an error that is expected; a failure that matters is raised with
     # onnxruntime's message in it
@@ -43,7 +48,8 @@ def ort_session(model: onnx.ModelProto, model_dir: str | None):
         # external data resolves against this folder: the graph is passed as bytes (weights stay on disk),
         # so nothing is written next to IN, which may be read-only
         so.add_session_config_entry("session.model_external_initializers_file_folder_path", str(model_dir))
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    source = model if isinstance(model, str) else model.SerializeToString()
+    return ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
 
 
 def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,

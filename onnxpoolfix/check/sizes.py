@@ -10,7 +10,7 @@ import onnx
 
 from .. import windows as W
 from ..errors import ShapeError
-from ..shapes import PoolSpec, light_copy
+from ..shapes import PoolSpec, light_copy, onnx_inferred
 from .feeds import graph_inputs, random_feed, symbolic_inputs
 from .runner import ort_session, ort_value
 
@@ -242,10 +242,8 @@ class _Prober:
                 dims.ClearField("dim")
                 for d in shapes[vi.name]:
                     dims.dim.add().dim_value = int(d)
-        try:
-            inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
-        except Exception as e:  # noqa: BLE001
-            logger.debug("shape inference at %s failed: %s", shapes, e)
+        inferred = onnx_inferred(light, f" at {shapes}")
+        if inferred is None:
             return None
         return {vi.name for vi in inferred.graph.value_info
                 if any(d.HasField("dim_value") and d.dim_value <= 0 for d in vi.type.tensor_type.shape.dim)}

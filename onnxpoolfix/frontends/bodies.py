@@ -26,9 +26,9 @@ from typing import Iterator, Sequence
 import onnx
 from onnx import TensorProto
 
-from ..errors import ShapeError, UnsupportedNodeError
-from ..shapes import light_copy, make_value_info, output_shape, type_dims
-from ..spec import SUPPORTED_DTYPES, Dim, PoolNode, PoolSpec, dtype_name
+from ..errors import ShapeError
+from ..shapes import light_copy, make_value_info, onnx_inferred, seed_types, type_dims, typed_spec
+from ..spec import Dim, PoolNode, PoolSpec
 from .leftovers import find_pool_nodes, is_pool_leftover
 
 logger = logging.getLogger(__name__)
@@ -130,26 +130,14 @@ def _infer(model: onnx.ModelProto, seeds: dict[BodyPath, dict[str, tuple[int, tu
     for _, body, _ in walk(light.graph):
         _clear_empty_types(body)
     for path, named in seeds.items():
-        g = graph_at(light, path)
-        keep = [vi for vi in g.value_info if vi.name not in named]
-        del g.value_info[:]
-        g.value_info.extend(keep)
-        g.value_info.extend(make_value_info(name, elem, dims) for name, (elem, dims) in named.items())
-        for o in g.output:
-            if o.name in named:
-                o.CopyFrom(make_value_info(o.name, *named[o.name]))
-    try:
-        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
-    except Exception as e:  # noqa: BLE001 - what onnx cannot infer stays unknown (ShapeError below)
-        logger.debug("shape inference of the bodies failed: %s", e)
-        return light
+        seed_types(graph_at(light, path), named)
+    inferred = onnx_inferred(light, " of the bodies")
+    if inferred is None:
+        return light  # what onnx cannot infer stays unknown (ShapeError below)
     if not _seed_untyped_loop_state(light, inferred):
         return inferred
-    try:
-        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
-    except Exception as e:  # noqa: BLE001 - the seeds are a guess: without them, what the first pass found
-        logger.debug("shape inference with the loop states' ranks failed: %s", e)
-        return inferred
+    # the seeds are a guess: without them, what the first pass found
+    return onnx_inferred(light, " with the loop states' ranks") or inferred
 
 
 def _seed_untyped_loop_state(light: onnx.ModelProto, inferred: onnx.ModelProto) -> bool:
@@ -214,15 +202,7 @@ def resolve_nested(model: onnx.ModelProto, found: Sequence[NestedLeftover], *, o
             elem, dims = info.get(n.input, (0, None))
             if dims is None or not elem:
                 continue
-            if elem not in SUPPORTED_DTYPES:
-                raise UnsupportedNodeError(f"{n.label}: input dtype {dtype_name(elem)} is not supported",
-                                           "adaptive pooling takes float32, float16, bfloat16 or float64")
-            out = output_shape(n, dims)
-            specs[i] = PoolSpec(n, tuple(dims), out, elem, opset, target)
-            named = seeds.setdefault(f.path, {})
-            named[n.output] = (elem, out)
-            if n.indices_output:
-                named[n.indices_output] = (TensorProto.INT64, out)
+            specs[i] = typed_spec(n, elem, dims, opset=opset, target=target, seeds=seeds.setdefault(f.path, {}))
             progressed = True
         if len(specs) == len(found) or not progressed:
             break

@@ -123,7 +123,7 @@ def _find(model, *, opset, target, input_shapes, taken, seed) -> FrontEndResult:
     candidates.reverse()
     if not candidates:
         return findings
-    prove_all(model, g, candidates, input_shapes, seed)
+    prove_all(model, g, candidates, input_shapes, seed, info.inferred())
     for c in candidates:
         if c.why:
             frozen = any(not isinstance(d, int) for d in c.x_shape)

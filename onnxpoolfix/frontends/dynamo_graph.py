@@ -206,10 +206,14 @@ class LazyInfo:
             dims = vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else []
             self.declared[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
 
-    def get(self, name: str, default=None):
+    def inferred(self) -> dict:
+        """onnx's own answer (no declared ints standing in), inferred once for all who ask."""
         if self.info is None:
             self.info = infer(self.model)
-        got = self.info.get(name, default)
+        return self.info
+
+    def get(self, name: str, default=None):
+        got = self.inferred().get(name, default)
         declared = self.declared.get(name)
         if got and got[1] is not None and declared and len(declared) == len(got[1]):
             dims = tuple(dd if isinstance(d, str) and d.startswith("unk__") and dd else d

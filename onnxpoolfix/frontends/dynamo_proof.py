@@ -20,6 +20,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..check.compare import NodeCheck, compare
+from ..check.runner import ort_session
 from ..errors import PoolFixError
 from ..shapes import apply_input_shapes, infer, light_copy, make_value_info
 from ..spec import PoolNode, PoolSpec
@@ -116,20 +117,16 @@ def prove(session, c: Candidate, source_dtypes: Mapping[str, int], shapes: Mappi
     return None
 
 
-def prove_all(model, g: DataflowGraph, candidates: list[Candidate], input_shapes, seed: int) -> None:
-    """Prove every candidate (module doc): ``c.proven_at`` where it proved out, else ``c.why``."""
-    import onnxruntime as ort
-
+def prove_all(model, g: DataflowGraph, candidates: list[Candidate], input_shapes, seed: int,
+              info0: Mapping[str, tuple[int, tuple | None]]) -> None:
+    """Prove every candidate (module doc): ``c.proven_at`` where it proved out, else ``c.why``. ``info0``:
+    :func:`~onnxpoolfix.shapes.infer` of ``model`` as the front end already has it (not inferred again)."""
     rng = np.random.default_rng(seed)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 4  # the exporter's graph failing at a size is expected
-    info0 = infer(model)
     dtypes = {k: v[0] for k, v in info0.items()}
     for c in candidates:
         iso, c.sources = isolated(model, g, c, dtypes)
         try:
-            c.session = ort.InferenceSession(iso.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            c.session = ort_session(iso, optimize=False)  # quiet: the exporter's graph failing at a size is expected
         except Exception as e:  # noqa: BLE001
             c.why = f"onnxruntime cannot run it alone ({' '.join(str(e).split())[:100]})"
     pending = [c for c in candidates if not c.why]

@@ -23,7 +23,8 @@ with the flag finds nothing to do.
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+import logging
+from typing import Iterator, Mapping, Sequence
 
 import onnx
 
@@ -33,6 +34,8 @@ from ..graph import read_names
 from ..shapes import SUPPORTED_DTYPES, Dim, PoolSpec, infer, model_opset
 from .base import FrontEndResult, PlanOptions
 from .leftovers import PoolNode
+
+logger = logging.getLogger(__name__)
 
 STANDARD = "standard"  # the encoding reported for these nodes
 # Averages only. The exporter's MaxPool/GlobalMaxPool are not torch's max on NaN/-inf (onnxruntime's kernels
@@ -75,27 +78,43 @@ def find_exporter_pools(model: onnx.ModelProto, info: Mapping[str, tuple[int, tu
     output reads (a MaxPool whose indices are read does not qualify).
     """
     found = []
+    for index, node, kind, elem, dims in standard_pools(model, info, _OPS, read):
+        if len(dims) < 3:
+            continue
+        sizes = adaptive_output_sizes(node, dims[2:])
+        if sizes is None:
+            continue
+        found.append(exporter_pool_spec(node, index, kind, dims, sizes, elem, opset, target))
+    return found
+
+
+def standard_pools(model: onnx.ModelProto, info: Mapping[str, tuple[int, tuple[Dim, ...] | None]],
+                   ops: Mapping[str, str], read: set[str]
+                   ) -> Iterator[tuple[int, onnx.NodeProto, str, int, tuple[Dim, ...]]]:
+    """(index, node, kind, input dtype, input shape) of each top-level standard node of ``ops`` (op -> kind)
+    that is not ours, whose indices nothing ``read``s, with a supported input dtype and a known shape."""
     for index, node in enumerate(model.graph.node):
-        kind = _OPS.get(node.op_type)
+        kind = ops.get(node.op_type)
         if kind is None or node.domain not in ("", "ai.onnx") or not node.input or not node.output[0]:
             continue
         if node.doc_string.startswith(EMITTED_BY):  # ours already: planned when it was written
             continue
         if len(node.output) > 1 and node.output[1] and node.output[1] in read:
+            logger.debug("%s: its indices are read (ONNX's, not torch's): left as written", node.name)
             continue
         elem, dims = info.get(node.input[0], (0, None))
-        if elem not in SUPPORTED_DTYPES or dims is None or len(dims) < 3:
+        if elem not in SUPPORTED_DTYPES or dims is None:
             continue
-        spatial = dims[2:]
-        if any(isinstance(d, int) and d < 1 for d in spatial):
-            continue
-        if not all(isinstance(d, int) for d in spatial) and not node.op_type.startswith("Global"):
-            continue  # a pooling op's windows on a symbolic axis are not adaptive ones in general
-        sizes = adaptive_sizes(node, spatial)
-        if sizes is None:
-            continue
-        found.append(exporter_pool_spec(node, index, kind, tuple(dims), sizes, elem, opset, target))
-    return found
+        yield index, node, kind, elem, tuple(dims)
+
+
+def adaptive_output_sizes(node: onnx.NodeProto, spatial: Sequence[Dim]) -> tuple[int, ...] | None:
+    """:func:`adaptive_sizes` where the pooled axes allow it: none empty, and symbolic only for a Global pool."""
+    if any(isinstance(d, int) and d < 1 for d in spatial):
+        return None
+    if not all(isinstance(d, int) for d in spatial) and not node.op_type.startswith("Global"):
+        return None  # a pooling op's windows on a symbolic axis are not adaptive ones in general
+    return adaptive_sizes(node, tuple(spatial))
 
 
 def exporter_pool_spec(node: onnx.NodeProto, index: int, kind: str, dims: tuple[Dim, ...], sizes: tuple[int, ...],

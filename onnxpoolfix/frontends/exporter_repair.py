@@ -38,12 +38,11 @@ from collections.abc import Mapping, Sequence
 import onnx
 from onnx import TensorProto
 
-from ..emit import EMITTED_BY
 from ..graph import read_names
 from ..lowering.base import NO_FLOAT64_KERNEL
-from ..shapes import SUPPORTED_DTYPES, Dim, PoolSpec, infer, model_opset
+from ..shapes import Dim, PoolSpec, infer, model_opset
 from .base import REPAIRED, FrontEndResult, PlanOptions
-from .exporter_pools import adaptive_sizes, exporter_pool_spec
+from .exporter_pools import adaptive_output_sizes, exporter_pool_spec, standard_pools
 
 logger = logging.getLogger(__name__)
 
@@ -58,18 +57,7 @@ def find_broken_exporter_pools(model: onnx.ModelProto,
     """(spec, what is wrong with the node) for every top-level pooling node that cannot run as written and
     stands for an adaptive pool the graph fully describes (see the module doc)."""
     found = []
-    for index, node in enumerate(model.graph.node):
-        kind = _KIND.get(node.op_type)
-        if kind is None or node.domain not in ("", "ai.onnx") or not node.input or not node.output[0]:
-            continue
-        if node.doc_string.startswith(EMITTED_BY):
-            continue
-        if len(node.output) > 1 and node.output[1] and node.output[1] in read:
-            logger.debug("%s: its indices are read (ONNX's, not torch's): left as written", node.name)
-            continue
-        elem, dims = info.get(node.input[0], (0, None))
-        if elem not in SUPPORTED_DTYPES or dims is None:
-            continue
+    for index, node, kind, elem, dims in standard_pools(model, info, _KIND, read):
         k, wrong = _pooled_rank(node, len(dims))
         if k is None:
             continue
@@ -78,16 +66,11 @@ def find_broken_exporter_pools(model: onnx.ModelProto,
             wrong = f"onnxruntime has no float64 kernel for {node.op_type}"
         if wrong is None:
             continue  # valid and runnable: only optimize_exporter_pools touches it
-        spatial = tuple(dims[len(dims) - k:])
-        if any(isinstance(d, int) and d < 1 for d in spatial):
-            continue
-        if not all(isinstance(d, int) for d in spatial) and not node.op_type.startswith("Global"):
-            continue  # a pooling op's windows on a symbolic axis are not adaptive ones in general
-        sizes = adaptive_sizes(node, spatial)
+        sizes = adaptive_output_sizes(node, dims[len(dims) - k:])
         if sizes is None:
             logger.debug("%s: %s, but its windows are not adaptive ones: left as written", node.name, wrong)
             continue
-        found.append((exporter_pool_spec(node, index, kind, tuple(dims), sizes, elem, opset, target), wrong))
+        found.append((exporter_pool_spec(node, index, kind, dims, sizes, elem, opset, target), wrong))
     return found
 
 

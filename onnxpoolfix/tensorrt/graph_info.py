@@ -3,7 +3,6 @@ shape inference on the model's light copy, weights' bytes left out), constants a
 the names something reads, and the model's local functions. Outer scopes are visible in If/Loop bodies."""
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,9 +10,8 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from ..graph import STANDARD_DOMAINS, nodes_deep
-from ..shapes import light_copy
+from ..shapes import light_copy, onnx_inferred
 
-logger = logging.getLogger(__name__)
 
 @dataclass
 class GraphInfo:
@@ -85,11 +83,8 @@ class GraphInfo:
 def inferred_model(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with onnx's inferred value_info, inferred on its light copy (the weights' bytes are never
     copied or serialised for it, as in :func:`onnxpoolfix.shapes.infer`)."""
-    try:
-        return onnx.shape_inference.infer_shapes(light_copy(model), check_type=False, strict_mode=False)
-    except Exception as err:  # partial info is still useful; the lint must not fail on odd models
-        logger.debug("shape inference failed, linting with declared types only: %s", err)
-        return model
+    inferred = onnx_inferred(light_copy(model), " for the lint", data_prop=False)
+    return model if inferred is None else inferred  # the lint must not fail on odd models: declared types then
 
 
 def remember_value(info: GraphInfo, name: str, tensor: onnx.TensorProto) -> None:

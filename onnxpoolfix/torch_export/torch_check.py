@@ -112,31 +112,26 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
 
 def _verify(path, module, args, kwargs, *, ranges, seed) -> TorchCheck:
     import onnx
-    import onnxruntime as ort
     import torch
 
-    from ..check.runner import ort_value
+    from ..check.runner import ort_session, ort_value
 
     model = onnx.load(str(path), load_external_data=False)
     init = {t.name for t in model.graph.initializer}
     model_inputs = [vi for vi in model.graph.input if vi.name not in init]
     out_names = [o.name for o in model.graph.output]
     bf16 = [o.name for o in model.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16]
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if bf16:  # fetched through an exact Cast to float32: numpy (and so onnxruntime's numpy()) has no bfloat16
-        so.add_session_config_entry("session.model_external_initializers_file_folder_path", str(Path(path).parent))
         for o in model.graph.output:
             if o.name in bf16:
                 model.graph.node.append(onnx.helper.make_node("Cast", [o.name], [o.name + "__as_float"],
                                                               to=onnx.TensorProto.FLOAT))
                 o.name += "__as_float"
                 o.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
-        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess = ort_session(model, str(Path(path).parent))
         fetch = [o.name for o in model.graph.output]
     else:
-        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        sess = ort_session(str(path))
         fetch = out_names
     del model
     runner = TorchRunner(torch, module, tuple(args), dict(kwargs or {}), model_inputs, seed)
