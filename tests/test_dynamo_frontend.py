@@ -392,3 +392,20 @@ def test_report_and_inspect_json_carry_evidence_and_suspects(exports):
     assert seen["suspects"][0]["why"].startswith("not proven: it differs from adaptive average pooling")
     text = inspect_model(model).format_text()
     assert "  evidence: metadata: torch.nn.modules.pooling.AdaptiveAvgPool2d" in text
+
+
+class AreaByScale(nn.Module):
+    def forward(self, x):
+        return F.interpolate(x, scale_factor=0.5, mode="area")
+
+
+def test_area_interpolation_by_scale_factor_is_not_frozen_to_the_traced_output_size():
+    """Traced at 12x12 the exporter writes AveragePool k2 s2 (right at every even size); its output size is
+    floor(n / 2), so replacing it by an adaptive pool to the traced 6x6 would be wrong at every other size."""
+    module, model = _export(AreaByScale(), (12, 12), True)
+    assert _ops(model) == ["AveragePool"]
+    bound = patch(model, input_shapes={"x": [1, 3, 12, 12]})
+    assert bound.report.nodes == []
+    assert ["scale_factor" in s["why"] for s in bound.report.to_dict()["suspects"]] == [True]
+    x = np.random.default_rng(7).standard_normal((1, 3, 20, 20)).astype(np.float32)
+    assert _matches(_run(bound.model, x), _torch(module, x))

@@ -44,6 +44,7 @@ from .dynamo_graph import (
     find_candidate,
     is_end,
     node_evidence,
+    scales_with_input,
 )
 from .dynamo_proof import prove_all
 from .exporter_pools import adaptive_sizes
@@ -167,6 +168,11 @@ def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Fron
         if ev[1] is not None and ev[1] != k or all(isinstance(d, int) for d in dims[2:]):
             continue  # static: the exporter's node is right (--optimize-exporter-pools plans it)
         result = node.output[0]
+        if scales_with_input(node):  # binding the traced size would fix an output size torch does not have
+            findings.suspects.append(Suspect(result, ev[0], "an AveragePool frozen at the traced size of an "
+                                             "F.interpolate by scale_factor: its output size follows the input "
+                                             "size, which no adaptive pool of one output size computes"))
+            continue
         if not input_shapes:
             findings.suspects.append(Suspect(result, ev[0], "an AveragePool frozen at the traced size under symbolic "
                                              "sizes; its adaptive output size is known only at that size", True))

@@ -44,6 +44,7 @@ _MAX_REGION = 20000
 _CLASS_RE = re.compile(r"torch\.nn\.modules\.pooling\.Adaptive(Avg|Max)Pool([123])d")
 _CALL_RE = re.compile(r"adaptive_(avg|max)_pool([123])d\s*\(")
 _AREA_RE = re.compile(r"interpolate\s*\(.*['\"]area['\"]")
+_SCALE_RE = re.compile(r"\bscale_factor\b")
 
 # --- metadata --------------------------------------------------------------------------------------------
 
@@ -66,6 +67,14 @@ def node_evidence(node: onnx.NodeProto) -> tuple[str, int | None] | None:
     if _AREA_RE.search(line):
         return f"stack trace: {line[:100]}", None
     return None
+
+
+def scales_with_input(node: onnx.NodeProto) -> bool:
+    """Whether the node's source line is an area interpolation by ``scale_factor``: its output size is then
+    a function of the input size (floor(n * scale)), not one adaptive output size."""
+    trace = _metadata(node).get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
+    line = trace[-1] if trace else ""
+    return bool(_AREA_RE.search(line) and _SCALE_RE.search(line))
 
 
 def _region_evidence(nodes: Sequence[onnx.NodeProto]) -> tuple[str, int | None]:
