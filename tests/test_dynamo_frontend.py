@@ -409,3 +409,13 @@ def test_area_interpolation_by_scale_factor_is_not_frozen_to_the_traced_output_s
     assert ["scale_factor" in s["why"] for s in bound.report.to_dict()["suspects"]] == [True]
     x = np.random.default_rng(7).standard_normal((1, 3, 20, 20)).astype(np.float32)
     assert _matches(_run(bound.model, x), _torch(module, x))
+
+
+def test_a_left_region_says_why_of_its_pooled_tensor_not_of_a_smaller_region_inside():
+    """AdaptiveAvgPool2d((None, 4)) under symbolic H/W: the region from the input is refused because its H
+    output follows the input; the smaller region from the decomposition's own Transpose (H, W, N, C) must not
+    overwrite that with "its leading dims change"."""
+    _, model = _export(ModulePool((None, 4)), (11, 13), True)
+    result = patch(model)
+    assert result.report.nodes == []
+    assert [s["why"] for s in result.report.to_dict()["suspects"]] == ["its output size is not static"]

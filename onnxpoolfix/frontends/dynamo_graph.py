@@ -239,7 +239,7 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
             if t not in entering:
                 entering.append(t)
     entering.sort(key=lambda t: g.producer.get(t, -1))
-    why = "no single pooled tensor dominates it"
+    why = None  # the largest region's: a smaller one inside it (from its own Transpose) says less
     first_evidence = None
     for t in entering:
         region = _region_from(g, end, t, closure)
@@ -249,7 +249,7 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
         first_evidence = first_evidence or evidence
         fit = _fit(t, result, evidence, meta_rank, info)
         if isinstance(fit, str):
-            why = fit
+            why = why or fit
             continue
         k, x_shape, y_shape, elem = fit
         return Candidate(end, result, t, region, evidence, k, tuple(y_shape[len(y_shape) - k:]), x_shape,
@@ -257,7 +257,7 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
     ev = first_evidence if first_evidence not in (None, "structure") else (node_evidence(g.nodes[end]) or ("",))[0]
     # a lone ReduceMean (a global average) is exact as it is; a Div of a model is no concern without evidence
     if ev and not (g.nodes[end].op_type == "ReduceMean" and first_evidence is None):
-        return Suspect(result, ev, why)
+        return Suspect(result, ev, why or "no single pooled tensor dominates it")
     return None
 
 
