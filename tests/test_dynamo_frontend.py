@@ -419,3 +419,30 @@ def test_a_left_region_says_why_of_its_pooled_tensor_not_of_a_smaller_region_ins
     result = patch(model)
     assert result.report.nodes == []
     assert [s["why"] for s in result.report.to_dict()["suspects"]] == ["its output size is not static"]
+
+
+class PoolOfComputed(nn.Module):
+    """The pooled tensor is computed on the pool's own source line: the region reaches back to x."""
+
+    def __init__(self, crop: bool):
+        super().__init__()
+        self.crop = crop
+
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x[:, :, :, 1:] if self.crop else torch.relu(x) * 2, (5, 3))
+
+
+@pytest.mark.parametrize("crop,symbolic", [(False, False), (True, True)])
+def test_a_pool_of_a_computed_tensor_is_replaced_from_that_tensor(crop, symbolic):
+    """The largest region (from x, with the Slice or Relu and Mul) is no adaptive pool of x; the smaller one
+    from the pooled tensor is, and is replaced; the ops computing that tensor stay."""
+    module, model = _export(PoolOfComputed(crop), (11, 13), symbolic)
+    result = patch(model)
+    assert [n.encoding for n in result.report.nodes] == ["dynamo"]
+    ops = _ops(result.model)
+    assert "GatherND" not in ops
+    assert ("Slice" in ops) if crop else ("Relu" in ops and "Mul" in ops)
+    rng = np.random.default_rng(8)
+    for hw in [(11, 13)] + ([(20, 20), (9, 13), (4, 30)] if symbolic else []):
+        x = rng.standard_normal((1, 3, *hw)).astype(np.float32)
+        assert _matches(_run(result.model, x), _torch(module, x)), hw

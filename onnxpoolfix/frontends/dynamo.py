@@ -125,6 +125,14 @@ def _find(model, *, opset, target, input_shapes, taken, seed) -> FrontEndResult:
     if not candidates:
         return findings
     prove_all(model, g, candidates, input_shapes, seed)
+    pending = [c for c in candidates if c.why and c.smaller]
+    while pending:  # an unproven region: the next smaller one of its end, until one proves or none is left
+        tries = [(c, c.smaller.pop(0)) for c in pending]
+        prove_all(model, g, [t for _, t in tries], input_shapes, seed)
+        for c, t in tries:
+            if not t.why:
+                candidates[candidates.index(c)] = t
+        pending = [c for c, t in tries if t.why and c.smaller]
     for c in candidates:
         if c.why:
             frozen = any(not isinstance(d, int) for d in c.x_shape)
