@@ -446,3 +446,13 @@ def test_a_pool_of_a_computed_tensor_is_replaced_from_that_tensor(crop, symbolic
     for hw in [(11, 13)] + ([(20, 20), (9, 13), (4, 30)] if symbolic else []):
         x = rng.standard_normal((1, 3, *hw)).astype(np.float32)
         assert _matches(_run(result.model, x), _torch(module, x)), hw
+
+
+def test_the_frozen_note_does_not_ask_to_bind_sizes_already_bound():
+    from onnxpoolfix.frontends.base import Suspect
+    from onnxpoolfix.frontends.dynamo import region_notes
+
+    left = [Suspect("y", "structure", "under symbolic sizes, no input size found", True)]
+    assert "bind that size with --input-shape" in region_notes([], left)[-1]
+    bound = region_notes([], left, bound=True)[-1]
+    assert "bind that size with --input-shape" not in bound and "not proven at the bound input shapes" in bound

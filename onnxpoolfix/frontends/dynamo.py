@@ -59,17 +59,22 @@ def dynamo_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence[P
     evidence per region and each suspect left."""
     result = find_decomposed_pools(model, opset=model_opset(model), target=options.target,
                                    input_shapes=options.input_shapes, taken=found, seed=options.seed)
-    result.notes += region_notes(result.regions, result.suspects)
+    result.notes += region_notes(result.regions, result.suspects, bound=bool(options.input_shapes))
     return result
 
 
-def region_notes(regions: Sequence[Region], suspects: Sequence[Suspect]) -> list[str]:
+def region_notes(regions: Sequence[Region], suspects: Sequence[Suspect], *, bound: bool = False) -> list[str]:
     out = [f"dynamo region '{r.result}' ({r.nodes} nodes, pooling '{r.pooled}' to "
            f"{'x'.join(map(str, r.output_size))}): {r.evidence}; proven at {'x'.join(map(str, r.proven_at))}"
            for r in regions]
     out += [f"left the suspected region '{s.result}' ({s.evidence}): {s.why}" for s in suspects]
     frozen = sum(s.frozen for s in suspects)
-    if frozen:
+    if frozen and bound:  # the sizes were bound and still did not prove it: binding them again is no advice
+        out.append(f"{frozen} adaptive pooling region{'s' if frozen != 1 else ''} under symbolic sizes "
+                   f"stay{'s' if frozen == 1 else ''} frozen at the export's traced size (wrong or crashing at "
+                   "other sizes), not proven at the bound input shapes either: bind the size the model was "
+                   "traced at, or see why above")
+    elif frozen:
         out.append(f"{frozen} adaptive pooling region{'s' if frozen != 1 else ''} under symbolic sizes "
                    f"stay{'s' if frozen == 1 else ''} frozen at the export's traced size (wrong or crashing at "
                    "other sizes): bind that size with --input-shape NAME:D0,D1,... so onnxpoolfix can prove "
