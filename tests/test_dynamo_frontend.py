@@ -392,3 +392,67 @@ def test_report_and_inspect_json_carry_evidence_and_suspects(exports):
     assert seen["suspects"][0]["why"].startswith("not proven: it differs from adaptive average pooling")
     text = inspect_model(model).format_text()
     assert "  evidence: metadata: torch.nn.modules.pooling.AdaptiveAvgPool2d" in text
+
+
+class AreaByScale(nn.Module):
+    def forward(self, x):
+        return F.interpolate(x, scale_factor=0.5, mode="area")
+
+
+def test_area_interpolation_by_scale_factor_is_not_frozen_to_the_traced_output_size():
+    """Traced at 12x12 the exporter writes AveragePool k2 s2 (right at every even size); its output size is
+    floor(n / 2), so replacing it by an adaptive pool to the traced 6x6 would be wrong at every other size."""
+    module, model = _export(AreaByScale(), (12, 12), True)
+    assert _ops(model) == ["AveragePool"]
+    bound = patch(model, input_shapes={"x": [1, 3, 12, 12]})
+    assert bound.report.nodes == []
+    assert ["scale_factor" in s["why"] for s in bound.report.to_dict()["suspects"]] == [True]
+    x = np.random.default_rng(7).standard_normal((1, 3, 20, 20)).astype(np.float32)
+    assert _matches(_run(bound.model, x), _torch(module, x))
+
+
+def test_a_left_region_says_why_of_its_pooled_tensor_not_of_a_smaller_region_inside():
+    """AdaptiveAvgPool2d((None, 4)) under symbolic H/W: the region from the input is refused because its H
+    output follows the input; the smaller region from the decomposition's own Transpose (H, W, N, C) must not
+    overwrite that with "its leading dims change"."""
+    _, model = _export(ModulePool((None, 4)), (11, 13), True)
+    result = patch(model)
+    assert result.report.nodes == []
+    assert [s["why"] for s in result.report.to_dict()["suspects"]] == ["its output size is not static"]
+
+
+class PoolOfComputed(nn.Module):
+    """The pooled tensor is computed on the pool's own source line: the region reaches back to x."""
+
+    def __init__(self, crop: bool):
+        super().__init__()
+        self.crop = crop
+
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x[:, :, :, 1:] if self.crop else torch.relu(x) * 2, (5, 3))
+
+
+@pytest.mark.parametrize("crop,symbolic", [(False, False), (True, True)])
+def test_a_pool_of_a_computed_tensor_is_replaced_from_that_tensor(crop, symbolic):
+    """The largest region (from x, with the Slice or Relu and Mul) is no adaptive pool of x; the smaller one
+    from the pooled tensor is, and is replaced; the ops computing that tensor stay."""
+    module, model = _export(PoolOfComputed(crop), (11, 13), symbolic)
+    result = patch(model)
+    assert [n.encoding for n in result.report.nodes] == ["dynamo"]
+    ops = _ops(result.model)
+    assert "GatherND" not in ops
+    assert ("Slice" in ops) if crop else ("Relu" in ops and "Mul" in ops)
+    rng = np.random.default_rng(8)
+    for hw in [(11, 13)] + ([(20, 20), (9, 13), (4, 30)] if symbolic else []):
+        x = rng.standard_normal((1, 3, *hw)).astype(np.float32)
+        assert _matches(_run(result.model, x), _torch(module, x)), hw
+
+
+def test_the_frozen_note_does_not_ask_to_bind_sizes_already_bound():
+    from onnxpoolfix.frontends.base import Suspect
+    from onnxpoolfix.frontends.dynamo import region_notes
+
+    left = [Suspect("y", "structure", "under symbolic sizes, no input size found", True)]
+    assert "bind that size with --input-shape" in region_notes([], left)[-1]
+    bound = region_notes([], left, bound=True)[-1]
+    assert "bind that size with --input-shape" not in bound and "not proven at the bound input shapes" in bound

@@ -44,6 +44,7 @@ from .dynamo_graph import (
     find_candidate,
     is_end,
     node_evidence,
+    scales_with_input,
 )
 from .dynamo_proof import prove_all
 from .exporter_pools import adaptive_sizes
@@ -58,17 +59,22 @@ def dynamo_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence[P
     evidence per region and each suspect left."""
     result = find_decomposed_pools(model, opset=model_opset(model), target=options.target,
                                    input_shapes=options.input_shapes, taken=found, seed=options.seed)
-    result.notes += region_notes(result.regions, result.suspects)
+    result.notes += region_notes(result.regions, result.suspects, bound=bool(options.input_shapes))
     return result
 
 
-def region_notes(regions: Sequence[Region], suspects: Sequence[Suspect]) -> list[str]:
+def region_notes(regions: Sequence[Region], suspects: Sequence[Suspect], *, bound: bool = False) -> list[str]:
     out = [f"dynamo region '{r.result}' ({r.nodes} nodes, pooling '{r.pooled}' to "
            f"{'x'.join(map(str, r.output_size))}): {r.evidence}; proven at {'x'.join(map(str, r.proven_at))}"
            for r in regions]
     out += [f"left the suspected region '{s.result}' ({s.evidence}): {s.why}" for s in suspects]
     frozen = sum(s.frozen for s in suspects)
-    if frozen:
+    if frozen and bound:  # the sizes were bound and still did not prove it: binding them again is no advice
+        out.append(f"{frozen} adaptive pooling region{'s' if frozen != 1 else ''} under symbolic sizes "
+                   f"stay{'s' if frozen == 1 else ''} frozen at the export's traced size (wrong or crashing at "
+                   "other sizes), not proven at the bound input shapes either: bind the size the model was "
+                   "traced at, or see why above")
+    elif frozen:
         out.append(f"{frozen} adaptive pooling region{'s' if frozen != 1 else ''} under symbolic sizes "
                    f"stay{'s' if frozen == 1 else ''} frozen at the export's traced size (wrong or crashing at "
                    "other sizes): bind that size with --input-shape NAME:D0,D1,... so onnxpoolfix can prove "
@@ -124,6 +130,14 @@ def _find(model, *, opset, target, input_shapes, taken, seed) -> FrontEndResult:
     if not candidates:
         return findings
     prove_all(model, g, candidates, input_shapes, seed, info.inferred())
+    pending = [c for c in candidates if c.why and c.smaller]
+    while pending:  # an unproven region: the next smaller one of its end, until one proves or none is left
+        tries = [(c, c.smaller.pop(0)) for c in pending]
+        prove_all(model, g, [t for _, t in tries], input_shapes, seed, info.inferred())
+        for c, t in tries:
+            if not t.why:
+                candidates[candidates.index(c)] = t
+        pending = [c for c, t in tries if t.why and c.smaller]
     for c in candidates:
         if c.why:
             frozen = any(not isinstance(d, int) for d in c.x_shape)
@@ -167,6 +181,11 @@ def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Fron
         if ev[1] is not None and ev[1] != k or all(isinstance(d, int) for d in dims[2:]):
             continue  # static: the exporter's node is right (--optimize-exporter-pools plans it)
         result = node.output[0]
+        if scales_with_input(node):  # binding the traced size would fix an output size torch does not have
+            findings.suspects.append(Suspect(result, ev[0], "an AveragePool frozen at the traced size of an "
+                                             "F.interpolate by scale_factor: its output size follows the input "
+                                             "size, which no adaptive pool of one output size computes"))
+            continue
         if not input_shapes:
             findings.suspects.append(Suspect(result, ev[0], "an AveragePool frozen at the traced size under symbolic "
                                              "sizes; its adaptive output size is known only at that size", True))

@@ -29,6 +29,7 @@ ENCODING = "dynamo"  # the encoding reported for these regions
 
 #: ops a decomposition's data path goes through (torch 2.13 + onnxscript 0.7 wrote these; the proof is
 #: what makes a region safe, this list only bounds the search)
+_MAX_SMALLER = 3  # smaller regions of one end tried after the largest (each proof under symbolic sizes is a search)
 _DATA_OPS = frozenset({
     "Transpose", "GatherND", "Gather", "GatherElements", "Where", "Add", "Sum", "Sub", "Mul", "Div",
     "ReduceMean", "ReduceSum", "Slice", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Cast",
@@ -44,6 +45,7 @@ _MAX_REGION = 20000
 _CLASS_RE = re.compile(r"torch\.nn\.modules\.pooling\.Adaptive(Avg|Max)Pool([123])d")
 _CALL_RE = re.compile(r"adaptive_(avg|max)_pool([123])d\s*\(")
 _AREA_RE = re.compile(r"interpolate\s*\(.*['\"]area['\"]")
+_SCALE_RE = re.compile(r"\bscale_factor\b")
 
 # --- metadata --------------------------------------------------------------------------------------------
 
@@ -66,6 +68,14 @@ def node_evidence(node: onnx.NodeProto) -> tuple[str, int | None] | None:
     if _AREA_RE.search(line):
         return f"stack trace: {line[:100]}", None
     return None
+
+
+def scales_with_input(node: onnx.NodeProto) -> bool:
+    """Whether the node's source line is an area interpolation by ``scale_factor``: its output size is then
+    a function of the input size (floor(n * scale)), not one adaptive output size."""
+    trace = _metadata(node).get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
+    line = trace[-1] if trace else ""
+    return bool(_AREA_RE.search(line) and _SCALE_RE.search(line))
 
 
 def _region_evidence(nodes: Sequence[onnx.NodeProto]) -> tuple[str, int | None]:
@@ -189,6 +199,9 @@ class Candidate:
     session: object = None
     sources: list[str] = field(default_factory=list)
     why: str = ""
+    # the smaller regions of the same end (from a tensor further in, largest first): tried when this one
+    # does not prove out, as where the pooled tensor is a Slice, Relu or Mul of x that the region took along
+    smaller: list[Candidate] = field(default_factory=list)
     proven_at: tuple[int, ...] | None = None
     tried: set = field(default_factory=set)
     proofs: list = field(default_factory=list)  # sizes of the pooled tensor where it equalled the reference
@@ -234,8 +247,9 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
             if t not in entering:
                 entering.append(t)
     entering.sort(key=lambda t: g.producer.get(t, -1))
-    why = "no single pooled tensor dominates it"
+    why = None  # the largest region's: a smaller one inside it (from its own Transpose) says less
     first_evidence = None
+    fits: list[Candidate] = []
     for t in entering:
         region = _region_from(g, end, t, closure)
         if region is None or not any(g.nodes[i].op_type in SELECT_OPS for i in region):
@@ -244,15 +258,18 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
         first_evidence = first_evidence or evidence
         fit = _fit(t, result, evidence, meta_rank, info)
         if isinstance(fit, str):
-            why = fit
+            why = why or fit
             continue
         k, x_shape, y_shape, elem = fit
-        return Candidate(end, result, t, region, evidence, k, tuple(y_shape[len(y_shape) - k:]), x_shape,
-                          y_shape, elem)
+        fits.append(Candidate(end, result, t, region, evidence, k, tuple(y_shape[len(y_shape) - k:]), x_shape,
+                              y_shape, elem))
+    if fits:
+        fits[0].smaller = fits[1:_MAX_SMALLER + 1]
+        return fits[0]
     ev = first_evidence if first_evidence not in (None, "structure") else (node_evidence(g.nodes[end]) or ("",))[0]
     # a lone ReduceMean (a global average) is exact as it is; a Div of a model is no concern without evidence
     if ev and not (g.nodes[end].op_type == "ReduceMean" and first_evidence is None):
-        return Suspect(result, ev, why)
+        return Suspect(result, ev, why or "no single pooled tensor dominates it")
     return None
 
 
