@@ -64,12 +64,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     replaced by the exact lowering of the adaptive pool they stand for
     (:mod:`onnxpoolfix.frontends.exporter_repair`; their ``why`` says "repaired: ...").
     """
-    if not isinstance(model, onnx.ModelProto):
-        raise TypeError(f"patch() takes an onnx.ModelProto, not {type(model).__name__}")
-    if target not in TARGETS:
-        raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
+    check_arguments("patch", model, target, strategy)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, not {seed!r}")
     input_shapes = shape_map(input_shapes, "input_shapes")
@@ -170,6 +165,17 @@ def shape_map(value, what: str) -> dict[str, list[int]] | None:
             parsed.append(int(d))
         out[name] = parsed
     return out
+
+
+def check_arguments(caller: str, model, target: str, strategy: str) -> None:
+    """The arguments ``patch`` and ``inspect_model`` share, checked before any work (a TypeError or
+    ValueError naming the argument: a programming error, not a model problem)."""
+    if not isinstance(model, onnx.ModelProto):
+        raise TypeError(f"{caller}() takes an onnx.ModelProto, not {type(model).__name__}")
+    if target not in TARGETS:
+        raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
 
 
 def patch_model(model: onnx.ModelProto, **kwargs) -> onnx.ModelProto:

@@ -61,18 +61,12 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     unsupported dtype, bad ``input_shapes``): that becomes :attr:`Inspection.blocker`. ``model`` is not
     modified. The onnxruntime check is not run.
     """
-    from .api import TARGETS, shape_map
+    from .api import check_arguments, shape_map
     from .errors import InvalidModelError
-    from .planner import STRATEGIES
     from .planning import PlanOptions, plan_model
     from .shapes import model_opset
 
-    if not isinstance(model, onnx.ModelProto):
-        raise TypeError(f"inspect_model() takes an onnx.ModelProto, not {type(model).__name__}")
-    if target not in TARGETS:
-        raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
+    check_arguments("inspect_model", model, target, strategy)
     input_shapes = shape_map(input_shapes, "input_shapes")
     result = Inspection(target=target, strategy=strategy, model=name, opset=model_opset(model))
     if not model.HasField("graph"):  # as patch() says it
