@@ -54,8 +54,8 @@ from onnx import TensorProto, helper
 
 import onnxpoolfix
 from onnxpoolfix.frontends.leftovers import find_pool_nodes
-from onnxpoolfix.planner import STRATEGIES, candidates
-from onnxpoolfix.shapes import model_opset, resolve_specs
+from onnxpoolfix.graph.shapes import model_opset, resolve_specs
+from onnxpoolfix.plan.planner import STRATEGIES, candidates
 
 ROOT = Path(__file__).resolve().parent.parent
 THREADS = 2

@@ -16,10 +16,10 @@ import onnx
 from .check import run_check
 from .check.bodies import body_rows, check_in_bodies
 from .errors import InvalidModelError
-from .planner import AUTO, STRATEGIES
-from .planning import PlanOptions, apply_model_plan, no_lowering_hint, plan_model
+from .graph.shapes import model_opset, validate_input_shape
+from .plan.model import PlanOptions, apply_model_plan, no_lowering_hint, plan_model
+from .plan.planner import AUTO, STRATEGIES
 from .report import NodeReport, PatchReport
-from .shapes import model_opset, validate_input_shape
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +56,9 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             :mod:`onnxpoolfix.frontends.exporter_pools`): each is replaced when an exact lowering is estimated faster
             (GlobalAveragePool -> ReduceMean) or when it joins a pyramid read once with its siblings.
 
-    Nodes that pool the same tensor are planned together (:mod:`onnxpoolfix.pyramid`) unless ``strategy``
+    Nodes that pool the same tensor are planned together (:mod:`onnxpoolfix.plan.pyramid`) unless ``strategy``
     forces a lowering. Leftovers inside If/Loop/Scan bodies are patched too, planned one by one
-    (:mod:`onnxpoolfix.frontends.bodies`, :mod:`onnxpoolfix.rewrite_bodies`; each replaced subgraph is
+    (:mod:`onnxpoolfix.frontends.bodies`, :mod:`onnxpoolfix.rewrite.bodies`; each replaced subgraph is
     checked alone by :mod:`onnxpoolfix.check.bodies`). The exporter's own pooling nodes that cannot run as
     written (an unbatched input's kernel rank, float64 pools onnxruntime has no kernel for) are always
     replaced by the exact lowering of the adaptive pool they stand for

@@ -71,7 +71,7 @@ def test_numpy_integers_are_shapes_too(dynamic):
 
 
 def test_inspect_model_refuses_what_patch_refuses():
-    from onnxpoolfix.inspection import inspect_model
+    from onnxpoolfix.inspection.model import inspect_model
 
     with pytest.raises(TypeError, match="onnx.ModelProto"):
         inspect_model(str(FIXTURES / "avg2d_8x9_to_5x7.onnx"))
@@ -81,9 +81,9 @@ def test_inspect_model_refuses_what_patch_refuses():
 
 
 def test_inplace_means_the_callers_object_even_when_functions_are_inlined():
-    from test_functions import _model_with_function
+    from helpers import model_with_function
 
-    m = _model_with_function()
+    m = model_with_function()
     result = onnxpoolfix.patch(m, inplace=True)
     assert result.model is m
     assert not m.functions or not any(n.domain == "org.pytorch.aten" for f in m.functions for n in f.node)

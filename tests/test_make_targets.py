@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import slow_named
+from helpers import slow_named
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,7 +45,7 @@ def test_test_all_runs_the_large_and_slow_tests():
     markexpr = args[args.index("-m") + 1]
     assert slow_named(_Config(markexpr)), f"-m {markexpr!r}: the > 2 GB tests would skip"
     listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", markexpr,
-                             "tests/test_io.py", "tests/test_large_models.py"],
+                             "tests/io/test_io.py", "tests/io/test_large_models.py"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert listed.returncode == 0, listed.stdout + listed.stderr
     ids = set(re.findall(r"::(\w+)", listed.stdout))

@@ -1,4 +1,4 @@
-"""PyTorch's own OpInfo samples for adaptive pooling (tests/opinfo_adaptive.py), exported with FALLTHROUGH at
+"""PyTorch's own OpInfo samples for adaptive pooling (tests/support/opinfo_adaptive.py), exported with FALLTHROUGH at
 their shape and with every dim dynamic, patched, run in onnxruntime and compared with torch.
 
 Nothing may be refused, come out wrong or be left unrunnable, except where torch's exporter lowered an

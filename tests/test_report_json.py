@@ -165,7 +165,7 @@ def test_report_ops_include_the_if_branches() -> None:
     too, in graph order, not only the guard's outer nodes."""
     import onnx
 
-    from onnxpoolfix.emit import op_types
+    from onnxpoolfix.graph.emit import op_types
 
     model = onnx.load(FIXTURES / "dynamic_max2d.onnx")
     result = onnxpoolfix.patch(model, check=False)

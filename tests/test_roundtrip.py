@@ -23,7 +23,7 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-from conftest import (
+from helpers import (
     ATEN,
     ROUNDTRIP_COUNTS,
     assert_avg_close,
@@ -36,9 +36,9 @@ from conftest import (
 from onnxpoolfix import patch
 from onnxpoolfix import windows as W
 from onnxpoolfix.frontends.leftovers import find_pool_nodes
+from onnxpoolfix.graph.shapes import apply_input_shapes, model_opset, resolve_specs
 from onnxpoolfix.lowering import BY_NAME
-from onnxpoolfix.planner import candidates, plan
-from onnxpoolfix.shapes import apply_input_shapes, model_opset, resolve_specs
+from onnxpoolfix.plan.planner import candidates, plan
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch

@@ -21,7 +21,7 @@ from pathlib import Path
 import onnx
 import pytest
 from click.testing import CliRunner
-from conftest import leftover_nodes
+from helpers import leftover_nodes
 
 from onnxpoolfix.cli import main
 from onnxpoolfix.errors import OutputError

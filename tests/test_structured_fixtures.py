@@ -1,4 +1,4 @@
-"""The max-pooling fixtures, patched for each target, on the structured inputs of tests/structured_inputs.py
+"""The max-pooling fixtures, patched for each target, on the structured inputs of tests/support/structured_inputs.py
 (ramps, ties, NaN, all -inf windows) in onnxruntime, bit for bit against onnxpoolfix.reference: the CPU half
 of tests/test_tensorrt_engine.py (which runs the same inputs through TensorRT), in the fast suite."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_bits_equal, ort_run
+from helpers import assert_bits_equal, ort_run
 from structured_inputs import structured_inputs
 
 import onnxpoolfix

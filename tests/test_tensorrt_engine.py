@@ -3,7 +3,7 @@
 For every ``fixtures/*.onnx`` TensorRT takes (not bfloat16, opset 9+): patch it with ``--target tensorrt``
 (and with the default onnxruntime target where that emits another graph: max pooling's lazy NaN/-inf If,
 ArgMax), check it with ``lint_tensorrt``, build a TensorRT engine from it (FP32, TF32 off), run engine and
-onnxruntime on the same inputs and compare: random, and structured (``tests/structured_inputs.py``: ramps,
+onnxruntime on the same inputs and compare: random, and structured (``tests/support/structured_inputs.py``: ramps,
 ties of all-equal, ReLU-zero and small-integer data, and for max pooling NaN and all -inf windows). Averages
 within atol = rtol = 1e-4 for FP32 (1e-2 for FP16); max pooling bit for bit (values with NaN where
 onnxruntime has NaN, and indices), and its values also against ``onnxpoolfix.reference``. Symbolic input

@@ -12,8 +12,8 @@
 from __future__ import annotations
 
 from ..errors import CheckFailedError, CheckTooLargeError, PoolFixError
+from ..graph.shapes import validate_input_shape
 from ..report import PatchReport
-from ..shapes import validate_input_shape
 from .compare import NodeCheck, compare
 from .runner import check_patched
 from .sizes import default_check_shapes

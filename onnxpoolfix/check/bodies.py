@@ -1,8 +1,8 @@
-"""The check of leftovers replaced inside If/Loop/Scan bodies (:mod:`onnxpoolfix.rewrite_bodies`): a random
+"""The check of leftovers replaced inside If/Loop/Scan bodies (:mod:`onnxpoolfix.rewrite.bodies`): a random
 input picks one branch only, so each replaced subgraph is run ALONE, isolated from its body, on random and
 structured inputs at its own shape (for symbolic pooled axes: sizes aimed at uniform, non-uniform and
 upsampling windows) and compared with the reference. ``patched`` arguments are
-:class:`onnxpoolfix.rewrite_bodies.NestedPatch` records (path, spec, lowering, why, ops, alone)."""
+:class:`onnxpoolfix.rewrite.bodies.NestedPatch` records (path, spec, lowering, why, ops, alone)."""
 from __future__ import annotations
 
 from math import prod

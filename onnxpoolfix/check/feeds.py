@@ -8,7 +8,7 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import CheckTooLargeError, ShapeError
-from ..shapes import type_dims
+from ..graph.shapes import type_dims
 
 
 def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:

@@ -21,10 +21,10 @@ import onnx
 from onnx import TensorProto
 
 from .. import reference
-from ..emit import Emitter
 from ..errors import CheckFailedError
 from ..graph import subgraphs
-from ..shapes import PoolSpec, make_value_info
+from ..graph.emit import Emitter
+from ..graph.shapes import PoolSpec, make_value_info
 from .compare import NodeCheck, compare, out_sizes, torch_size
 from .feeds import graph_inputs, random_feed
 

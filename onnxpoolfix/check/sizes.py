@@ -10,7 +10,7 @@ import onnx
 
 from .. import windows as W
 from ..errors import ShapeError
-from ..shapes import PoolSpec, light_copy, onnx_inferred
+from ..graph.shapes import PoolSpec, light_copy, onnx_inferred
 from .feeds import graph_inputs, random_feed, symbolic_inputs
 from .runner import ort_session, ort_value
 

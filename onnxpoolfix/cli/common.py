@@ -10,7 +10,7 @@ import click
 
 from ..api import MAX_DIM
 from ..errors import PoolFixError
-from ..planner import STRATEGIES
+from ..plan.planner import STRATEGIES
 
 EXIT_INTERNAL = 1
 

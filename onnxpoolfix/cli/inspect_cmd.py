@@ -1,5 +1,5 @@
 """``onnxpoolfix inspect IN``: what a patch would do, and what blocks it; writes nothing
-(the library side is :mod:`onnxpoolfix.inspection`)."""
+(the library side is :mod:`onnxpoolfix.inspection.model`)."""
 from __future__ import annotations
 
 import logging
@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from ..inspection import inspect_model
+from ..inspection.model import inspect_model
 from .app import main
 from .common import Interrupted, fail, interrupted, parse_shapes, with_common
 
@@ -49,7 +49,7 @@ def inspect_cmd(src, target, strategy, input_shape, verbose, as_json, optimize_e
         fail(err, verbose)
         return
     if show_windows:
-        from ..inspection_windows import render_inspection
+        from ..inspection.windows import render_inspection
 
         click.echo(render_inspection(result, as_json=as_json))
     else:

@@ -1,5 +1,5 @@
 """``onnxpoolfix windows N M [N2 M2 ...]``: the windows of each axis, and the recipes
-(the drawing and its JSON are :mod:`onnxpoolfix.window_view`'s)."""
+(the drawing and its JSON are :mod:`onnxpoolfix.inspection.window_view`'s)."""
 from __future__ import annotations
 
 import re
@@ -11,7 +11,7 @@ from .app import main
 
 def parse_size_pairs(values: tuple[str, ...]) -> list[tuple[int, int]]:
     """``N M [N2 M2 ...]`` as (input size, output size) pairs; a click usage error for anything else."""
-    from ..window_view import MAX_SIZE
+    from ..inspection.window_view import MAX_SIZE
 
     if not values:
         raise click.UsageError("give an input size and an output size per axis, e.g. `onnxpoolfix windows 11 4`")
@@ -42,7 +42,7 @@ def windows_cmd(sizes, as_json):
       onnxpoolfix windows 11 4          one axis, 11 -> 4
       onnxpoolfix windows 8 6 9 7       two axes (H 8 -> 6, W 9 -> 7)
     """
-    from .. import window_view
+    from ..inspection import window_view
 
     pairs = parse_size_pairs(sizes)
     found = window_view.views(pairs)

@@ -1,12 +1,12 @@
 """Front ends: each turns a graph into the same spec records (:class:`~onnxpoolfix.spec.PoolSpec`) at one
-seam, :data:`FRONTENDS`, which the planner (:func:`onnxpoolfix.planning.plan_model`) runs in order.
+seam, :data:`FRONTENDS`, which the planner (:func:`onnxpoolfix.plan.model.plan_model`) runs in order.
 
 - :mod:`.aten`: PyTorch's leftover ``org.pytorch.aten`` adaptive pooling nodes (found by :mod:`.leftovers`);
 - :mod:`.exporter_repair`: the exporter's own pooling nodes that cannot run as written (an unbatched
   input's kernel rank, float64 pools onnxruntime has no kernel for), always; repaired, never kept;
 - :mod:`.dynamo`: the decompositions the dynamo exporter wrote instead (regions cut by :mod:`.dynamo_graph`,
   each proven numerically by :mod:`.dynamo_proof`); their other nodes go in the apply step
-  (``FrontEndResult.regions`` -> ``ModelPlan.regions`` -> :mod:`onnxpoolfix.rewrite_regions`), and what
+  (``FrontEndResult.regions`` -> ``ModelPlan.regions`` -> :mod:`onnxpoolfix.rewrite.regions`), and what
   was suspected and left is ``FrontEndResult.suspects`` (the report and ``inspect`` list them);
 - :mod:`.exporter_pools`: the exporter's own GlobalAveragePool/AveragePool nodes with adaptive windows
   (only with ``optimize_exporter_pools``; not the ones repaired).

@@ -1,12 +1,12 @@
 """The ATen front end: PyTorch's leftover ``adaptive_*_pool*d`` nodes (:mod:`.leftovers` finds them),
-with their shapes resolved (:mod:`onnxpoolfix.shapes`), under the caller's ``--input-shape`` binding."""
+with their shapes resolved (:mod:`onnxpoolfix.graph.shapes`), under the caller's ``--input-shape`` binding."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import onnx
 
-from ..shapes import apply_input_shapes, model_opset, resolve_specs
+from ..graph.shapes import apply_input_shapes, model_opset, resolve_specs
 from ..spec import PoolSpec
 from .base import FrontEndResult, PlanOptions
 from .bodies import has_nested_leftovers, type_bodies

@@ -30,7 +30,7 @@ class PlanOptions:
     keep_input_shapes: bool = False
     optimize_exporter_pools: bool = False
     # leftovers inside If/Loop/Scan bodies are planned too (plan_model -> ModelPlan.body_nodes, written by
-    # onnxpoolfix.rewrite_bodies); False: the ATen front end refuses a model holding any (inspect's listing)
+    # onnxpoolfix.rewrite.bodies); False: the ATen front end refuses a model holding any (inspect's listing)
     patch_bodies: bool = False
     seed: int = 0  # of the random inputs a front end proves a region on (the dynamo front end)
 
@@ -39,7 +39,7 @@ class PlanOptions:
 class Region:
     """The nodes a spec stands for beyond the one that writes its output (a decomposition the dynamo
     exporter wrote): once the output is rewritten, those of them nothing reads any more go
-    (:func:`onnxpoolfix.rewrite_regions.drop_dead_region_nodes`). ``result`` is the spec's output."""
+    (:func:`onnxpoolfix.rewrite.regions.drop_dead_region_nodes`). ``result`` is the spec's output."""
 
     result: str
     pooled: str

@@ -10,7 +10,7 @@ bodies of If/Loop nodes. The per-graph machinery does the work, given each body'
   torch writes body outputs without any type (``type {}``): such empty types are cleared for inference
   and filled with the inferred ones in the patched model (:func:`fill_untyped`, :func:`type_bodies`).
 
-The rest of the pipeline for bodies: :mod:`onnxpoolfix.rewrite_bodies` (plan node by node, no pyramid
+The rest of the pipeline for bodies: :mod:`onnxpoolfix.rewrite.bodies` (plan node by node, no pyramid
 grouping; rewrite deepest bodies first) and :mod:`onnxpoolfix.check.bodies` (each replaced subgraph run
 alone: a random input picks one branch only).
 
@@ -27,7 +27,7 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import ShapeError
-from ..shapes import light_copy, make_value_info, onnx_inferred, seed_types, type_dims, typed_spec
+from ..graph.shapes import light_copy, make_value_info, onnx_inferred, seed_types, type_dims, typed_spec
 from ..spec import Dim, PoolNode, PoolSpec
 from .leftovers import find_pool_nodes, is_pool_leftover
 
@@ -184,7 +184,7 @@ def body_specs(model: onnx.ModelProto, *, opset: int, target: str, outer_specs: 
 
 def resolve_nested(model: onnx.ModelProto, found: Sequence[NestedLeftover], *, opset: int, target: str,
                    outer: dict[str, tuple[int, tuple[Dim, ...]]] | None = None) -> list[PoolSpec]:
-    """:func:`~onnxpoolfix.shapes.resolve_specs` for leftovers in bodies. ``outer``: types to seed into
+    """:func:`~onnxpoolfix.graph.shapes.resolve_specs` for leftovers in bodies. ``outer``: types to seed into
     the top-level graph (the outputs of top-level leftovers not replaced yet)."""
     seeds: dict[BodyPath, dict[str, tuple[int, tuple[Dim, ...]]]] = {(): dict(outer)} if outer else {}
     specs: dict[int, PoolSpec] = {}
@@ -285,7 +285,7 @@ def type_bodies(model: onnx.ModelProto) -> bool:
     a top-level leftover pooling an If's result). False (nothing changed) when their shapes cannot be
     found yet, e.g. a body pooling a top-level leftover's output."""
     from ..errors import PoolFixError
-    from ..shapes import model_opset
+    from ..graph.shapes import model_opset
 
     opset = model_opset(model)
     try:
@@ -314,7 +314,7 @@ def _type_top_level_leftovers(model: onnx.ModelProto) -> bool:
     torch moves a loop-invariant pool out of a Loop: the leftover is then the Loop's initial value (and read
     in the body), and the Loop's result is left untyped as for leftovers in bodies."""
     from ..errors import PoolFixError
-    from ..shapes import model_opset, resolve_specs
+    from ..graph.shapes import model_opset, resolve_specs
 
     opset = model_opset(model)
     try:

@@ -9,7 +9,7 @@ summed) is frozen at the traced size: the export is wrong, or crashes, at most o
 becomes a :class:`~onnxpoolfix.spec.PoolSpec` (encoding ``dynamo``, its evidence on the node) and a
 :class:`~.base.Region` (the nodes it stands for), so it gets the same exact lowerings as a leftover
 (``dynamic`` where the size is symbolic, which makes the export exact at every size); the apply step
-removes the region's nodes nothing reads any more (:mod:`onnxpoolfix.rewrite_regions`).
+removes the region's nodes nothing reads any more (:mod:`onnxpoolfix.rewrite.regions`).
 
 Where the regions are (:mod:`.dynamo_graph`; metadata only names the evidence), and the proof that each is
 adaptive pooling (:mod:`.dynamo_proof`; the numbers decide). A region that does not prove out, or an
@@ -30,9 +30,9 @@ from collections.abc import Mapping, Sequence
 
 import onnx
 
-from ..emit import EMITTED_BY
 from ..errors import PoolFixError
-from ..shapes import SUPPORTED_DTYPES, apply_input_shapes, infer, light_copy, model_opset
+from ..graph.emit import EMITTED_BY
+from ..graph.shapes import SUPPORTED_DTYPES, apply_input_shapes, infer, light_copy, model_opset
 from ..spec import PoolNode, PoolSpec
 from .base import FrontEndResult, PlanOptions, Region, Suspect
 from .dynamo_graph import (

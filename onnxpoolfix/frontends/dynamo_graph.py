@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from ..emit import EMITTED_BY
 from ..graph import subgraphs
-from ..shapes import SUPPORTED_DTYPES, Dim, infer
+from ..graph.emit import EMITTED_BY
+from ..graph.shapes import SUPPORTED_DTYPES, Dim, infer
 from .base import Suspect
 
 ENCODING = "dynamo"  # the encoding reported for these regions

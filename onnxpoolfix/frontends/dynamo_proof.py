@@ -22,7 +22,7 @@ from onnx import TensorProto, helper
 from ..check.compare import NodeCheck, compare
 from ..check.runner import ort_session
 from ..errors import PoolFixError
-from ..shapes import apply_input_shapes, infer, light_copy, make_value_info
+from ..graph.shapes import apply_input_shapes, infer, light_copy, make_value_info
 from ..spec import PoolNode, PoolSpec
 from .dynamo_graph import Candidate, DataflowGraph
 
@@ -120,7 +120,7 @@ def prove(session, c: Candidate, source_dtypes: Mapping[str, int], shapes: Mappi
 def prove_all(model, g: DataflowGraph, candidates: list[Candidate], input_shapes, seed: int,
               info0: Mapping[str, tuple[int, tuple | None]]) -> None:
     """Prove every candidate (module doc): ``c.proven_at`` where it proved out, else ``c.why``. ``info0``:
-    :func:`~onnxpoolfix.shapes.infer` of ``model`` as the front end already has it (not inferred again)."""
+    :func:`~onnxpoolfix.graph.shapes.infer` of ``model`` as the front end already has it (not inferred again)."""
     rng = np.random.default_rng(seed)
     dtypes = {k: v[0] for k, v in info0.items()}
     for c in candidates:

@@ -29,9 +29,9 @@ from typing import Iterator, Mapping, Sequence
 import onnx
 
 from .. import windows as W
-from ..emit import EMITTED_BY
 from ..graph import read_names
-from ..shapes import SUPPORTED_DTYPES, Dim, PoolSpec, infer, model_opset
+from ..graph.emit import EMITTED_BY
+from ..graph.shapes import SUPPORTED_DTYPES, Dim, PoolSpec, infer, model_opset
 from .base import FrontEndResult, PlanOptions
 from .leftovers import PoolNode
 

@@ -39,8 +39,8 @@ import onnx
 from onnx import TensorProto
 
 from ..graph import read_names
+from ..graph.shapes import Dim, PoolSpec, infer, model_opset
 from ..lowering.base import NO_FLOAT64_KERNEL
-from ..shapes import Dim, PoolSpec, infer, model_opset
 from .base import REPAIRED, FrontEndResult, PlanOptions
 from .exporter_pools import adaptive_output_sizes, exporter_pool_spec, standard_pools
 

@@ -120,7 +120,7 @@ def _check_input_model(model: ModelProto, path: PathLike) -> None:
     if has_external_data(model):  # (load_model refuses files over 2 GiB, so the rest fit in memory)
         check_model(model, path)
         return
-    from ..shapes import is_small_tensor, light_copy
+    from ..graph.shapes import is_small_tensor, light_copy
 
     # the light copy below hides the bytes of every initializer over 1 KiB from the checker; those under
     # GUESS_MIN are measured here (cheap), the larger ones when save_model writes them (it predicts their

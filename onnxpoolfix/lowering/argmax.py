@@ -25,7 +25,7 @@ import numpy as np
 from onnx import TensorProto
 
 from .. import windows as W
-from ..emit import np_dtype
+from ..graph.emit import np_dtype
 from . import cost as C
 from .base import Lowering, axis_windows, compute_dtype
 from .steps import Step, numel

@@ -11,9 +11,9 @@ from typing import ClassVar, Sequence
 from onnx import TensorProto
 
 from .. import windows as W
-from ..emit import COMPUTE_IN_FLOAT32
+from ..graph.emit import COMPUTE_IN_FLOAT32
+from ..graph.shapes import PoolSpec
 from ..reason import needs_opset
-from ..shapes import PoolSpec
 from .max_steps import NON_FINITE_UNSAFE_MAX, NonFiniteMaxStep
 from .steps import CastStep, Step, run_cost
 
@@ -145,8 +145,8 @@ def tensorrt_rejection(lowering: Lowering, spec: PoolSpec) -> str | None:
     """
     from onnx import helper
 
-    from ..emit import Emitter
-    from ..shapes import make_value_info
+    from ..graph.emit import Emitter
+    from ..graph.shapes import make_value_info
     from ..tensorrt import GraphInfo, tensorrt_rejects
 
     indices = "indices" if spec.node.indices_output and lowering.computes_indices else None

@@ -37,7 +37,7 @@ from math import prod
 import numpy as np
 
 from .. import windows as W
-from ..emit import Emitter, np_dtype
+from ..graph.emit import Emitter, np_dtype
 from ..reason import needs_opset
 from . import cost as C
 from .base import Lowering, axis_windows

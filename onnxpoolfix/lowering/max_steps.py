@@ -9,7 +9,7 @@ import numpy as np
 from onnx import GraphProto, TensorProto
 
 from .. import windows as W
-from ..emit import Emitter, np_dtype
+from ..graph.emit import Emitter, np_dtype
 from . import cost as C
 from .steps import OneAxisStep, Step, gather_cost, numel, run_cost
 

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..emit import Emitter
+from ..graph.emit import Emitter
 
 # a guess for a symbolic length in cost estimates (the planner has no other candidate for these nodes)
 GUESS = 32

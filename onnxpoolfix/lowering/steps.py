@@ -16,7 +16,7 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from .. import windows as W
-from ..emit import Emitter, np_dtype
+from ..graph.emit import Emitter, np_dtype
 from . import cost as C
 
 Shape = tuple

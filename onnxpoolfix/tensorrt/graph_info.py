@@ -10,7 +10,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from ..graph import STANDARD_DOMAINS, nodes_deep
-from ..shapes import light_copy, onnx_inferred
+from ..graph.shapes import light_copy, onnx_inferred
 
 
 @dataclass
@@ -82,7 +82,7 @@ class GraphInfo:
 
 def inferred_model(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with onnx's inferred value_info, inferred on its light copy (the weights' bytes are never
-    copied or serialised for it, as in :func:`onnxpoolfix.shapes.infer`)."""
+    copied or serialised for it, as in :func:`onnxpoolfix.graph.shapes.infer`)."""
     inferred = onnx_inferred(light_copy(model), " for the lint", data_prop=False)
     return model if inferred is None else inferred  # the lint must not fail on odd models: declared types then
 

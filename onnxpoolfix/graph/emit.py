@@ -1,0 +1,121 @@
+"""Emitting replacement nodes: unique names, constants, and opset-dependent op forms in one place.
+
+Every node and tensor an :class:`Emitter` creates is named ``<replaced node>/<what>``, so a reader of the
+patched graph sees which leftover each piece came from. The last node of a lowering writes into the
+original output tensor, so downstream names and graph outputs stay intact.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+class Emitter:
+    def __init__(self, prefix: str, taken: set[str], opset: int, *, constant_nodes: bool = False):
+        self.prefix = prefix
+        # IR version < 4 requires every initializer to be a graph input too: use Constant nodes there
+        self.constant_nodes = constant_nodes
+        self.taken = taken  # shared across emitters: every name in the graph, plus what we add
+        self.opset = opset
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+
+    def fresh(self, hint: str) -> str:
+        base = f"{self.prefix}/{hint}"
+        name, i = base, 1
+        while name in self.taken:
+            i += 1
+            name = f"{base}_{i}"
+        self.taken.add(name)
+        return name
+
+    def const(self, hint: str, value: np.ndarray) -> str:
+        name = self.fresh(hint)
+        value = np.asarray(value)  # (np.ascontiguousarray would turn a 0-d scalar into shape [1])
+        tensor = numpy_helper.from_array(value if value.ndim == 0 else np.ascontiguousarray(value), name)
+        if self.constant_nodes:
+            self.nodes.append(helper.make_node("Constant", [], [name], name=self.fresh(f"{hint}_constant"),
+                                               value=tensor))
+        else:
+            self.initializers.append(tensor)
+        return name
+
+    def ints(self, hint: str, values: Sequence[int]) -> str:
+        return self.const(hint, np.asarray(list(values), dtype=np.int64))
+
+    def op(self, op_type: str, inputs: Sequence[str], *, out: str | Sequence[str] | None = None,
+           n_out: int = 1, hint: str | None = None, **attrs) -> str:
+        """Add one node; returns its (first) output name. ``out`` names the output(s) explicitly."""
+        label = hint or op_type
+        if out is None:
+            outputs = [self.fresh(f"{label}_output" if n_out == 1 else f"{label}_output_{i}") for i in range(n_out)]
+        else:
+            outputs = [out] if isinstance(out, str) else list(out)
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        node = helper.make_node(op_type, list(inputs), outputs, name=self.fresh(label), **attrs)
+        self.nodes.append(node)
+        return outputs[0]
+
+    # ---- opset-dependent forms -------------------------------------------------------------------
+
+    def reduce(self, op_type: str, x: str, axes: Sequence[int], *, keepdims: int, out: str | None = None) -> str:
+        """ReduceMean/ReduceMax/ReduceSum: axes are an attribute before opset 18, an input from 18 on.
+
+        (ReduceSum moved to an input at opset 13.) TensorRT needs the axes input to be a constant,
+        which an initializer is.
+        """
+        as_input = self.opset >= (13 if op_type == "ReduceSum" else 18)
+        if as_input:
+            return self.op(op_type, [x, self.ints("axes", axes)], out=out, keepdims=keepdims)
+        return self.op(op_type, [x], out=out, axes=list(axes), keepdims=keepdims)
+
+    def unsqueeze(self, x: str, axes: Sequence[int], out: str | None = None) -> str:
+        if self.opset >= 13:
+            return self.op("Unsqueeze", [x, self.ints("axes", axes)], out=out)
+        return self.op("Unsqueeze", [x], out=out, axes=list(axes))
+
+    def squeeze(self, x: str, axes: Sequence[int], out: str | None = None) -> str:
+        if self.opset >= 13:
+            return self.op("Squeeze", [x, self.ints("axes", axes)], out=out)
+        return self.op("Squeeze", [x], out=out, axes=list(axes))
+
+    def resize_nearest(self, x: str, scales: Sequence[float], out: str | None = None) -> str:
+        """Nearest-neighbour Resize with x_in = floor(x_out / scale): exact integer upsampling.
+
+        Needs opset 11 (coordinate_transformation_mode); roi is a required input before opset 13.
+        """
+        scales_name = self.const("scales", np.asarray(scales, dtype=np.float32))
+        roi = self.const("roi", np.zeros((0,), dtype=np.float32)) if self.opset < 13 else ""
+        return self.op("Resize", [x, roi, scales_name], out=out, mode="nearest",
+                       coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+
+    def cast(self, x: str, to: int, out: str | None = None) -> str:
+        return self.op("Cast", [x], out=out, to=to)
+
+
+def np_dtype(elem: int) -> np.dtype:
+    return helper.tensor_dtype_to_np_dtype(elem)
+
+
+# dtypes onnxruntime's CPU kernels for the ops we emit do not all cover: compute in float32 and cast
+# back (exact for max, and torch itself accumulates these in float32)
+COMPUTE_IN_FLOAT32 = {TensorProto.FLOAT16, TensorProto.BFLOAT16}
+
+
+def op_types(nodes: Sequence[onnx.NodeProto]) -> list[str]:
+    """The op types of ``nodes`` in order, each followed by those inside its subgraphs (If branches)."""
+    from . import nodes_deep
+
+    return [n.op_type for n in nodes_deep(nodes)]
+
+
+#: doc_string prefix of every node onnxpoolfix writes (provenance; its own pools are never adopted again)
+EMITTED_BY = "onnxpoolfix: "
+
+
+def mark_emitted(nodes: Sequence[onnx.NodeProto], what: str) -> None:
+    for n in nodes:
+        n.doc_string = EMITTED_BY + what

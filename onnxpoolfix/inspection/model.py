@@ -1,0 +1,218 @@
+"""``onnxpoolfix inspect``: what a patch would do, and what blocks it, without writing anything.
+
+For every leftover adaptive pooling node: its shapes, every lowering with its estimated cost or the reason
+it does not apply, the one the planner would choose and why, and any blocker (a symbolic pooled axis no
+lowering handles, a non-constant output size, an unsupported dtype, ...). With ``target="tensorrt"`` it
+is also a TensorRT-readiness lint of the WHOLE graph (:func:`onnxpoolfix.tensorrt.lint_tensorrt`): when
+every node can be lowered, the patched model is built in memory and linted (so the replacements are
+linted too); otherwise the original graph is linted, minus the leftover nodes the patch would replace.
+
+Leftovers inside If/Loop/Scan bodies are planned as the patch plans them (``PlanOptions.patch_bodies``: one
+by one, no pyramids) and listed after the top-level ones, each with its body's path
+(:attr:`NodeInspection.body`); a blocked one blocks the patch like a top-level one.
+
+Exit codes of the command (see :attr:`Inspection.exit_code`): 0 a patch would succeed (and, for
+``--target tensorrt``, the patched model would be TensorRT-clean), 3 IN is not a valid model, 4 some node
+is blocked, 7 (``--target tensorrt`` only) every node can be lowered but the patched graph would still
+hold nodes TensorRT's parser rejects.
+
+The records, their text and the ``--json`` schema are in :mod:`onnxpoolfix.inspection.report`.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from typing import Mapping, Sequence
+
+import onnx
+from onnx import TensorProto
+
+from ..errors import PoolFixError, UnsupportedNodeError
+from ..frontends.bodies import describe_path, has_nested_leftovers, nested_leftover_nodes
+from ..frontends.exporter_pools import keeps_its_op
+from ..frontends.leftovers import aten_operator, is_pool_leftover
+from ..graph import nodes_deep
+from .report import (  # noqa: F401  (EXIT_*, SCHEMA_VERSION: re-exported)
+    EXIT_BLOCKED,
+    EXIT_INVALID,
+    EXIT_OK,
+    EXIT_TENSORRT,
+    SCHEMA_VERSION,
+    CandidateInfo,
+    Inspection,
+    NodeInspection,
+    TensorRTLint,
+    format_shape,
+)
+
+logger = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The library entry point
+# ---------------------------------------------------------------------------------------------------------
+
+def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strategy: str = "auto",
+                  input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
+                  optimize_exporter_pools: bool = False) -> Inspection:
+    """What :func:`onnxpoolfix.patch` would do to ``model`` with these arguments, without doing it.
+
+    Never raises for a model-level problem it can describe (non-constant output size, uninferable shape,
+    unsupported dtype, bad ``input_shapes``): that becomes :attr:`Inspection.blocker`. ``model`` is not
+    modified. The onnxruntime check is not run.
+    """
+    from ..api import check_arguments, shape_map
+    from ..errors import InvalidModelError
+    from ..graph.shapes import model_opset
+    from ..plan.model import PlanOptions, plan_model
+
+    check_arguments("inspect_model", model, target, strategy)
+    input_shapes = shape_map(input_shapes, "input_shapes")
+    result = Inspection(target=target, strategy=strategy, model=name, opset=model_opset(model))
+    if not model.HasField("graph"):  # as patch() says it
+        err = InvalidModelError("the model has no graph", "the file is not a complete ONNX model; re-export it")
+        result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
+        return result
+    # the planner binds the inputs, and types what torch left untyped around leftovers in bodies, in
+    # place: not in the caller's model
+    if input_shapes or has_nested_leftovers(model):
+        work = onnx.ModelProto()
+        work.CopyFrom(model)
+        model = work
+    mp = plan_model(model, PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
+                                       optimize_exporter_pools=optimize_exporter_pools, patch_bodies=True))
+    if mp.inlined:
+        result.notes.append(f"the local function(s) {', '.join(mp.inlined)} hold leftovers: the patch inlines them")
+    result.notes.extend(mp.notes)
+    result.suspects = [asdict(s) for s in mp.suspects]
+    if mp.blocker is not None:
+        err = mp.blocker
+        result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
+        result.nodes = [_bare(n, i) for i, n in enumerate(mp.model.graph.node) if is_pool_leftover(n)]
+        for path, i, n in nested_leftover_nodes(mp.model):
+            result.nodes.append(_bare(n, i))
+            result.nodes[-1].body = describe_path(mp.model, path)
+    for node_plan in mp.nodes if mp.blocker is None else ():
+        info = _inspect_node(node_plan, strategy)
+        if node_plan.optional and not node_plan.repair and info.chosen and keeps_its_op(node_plan.spec, info.chosen):
+            info.why = f"kept as it is unless it joins a pyramid ({info.why})"
+        result.nodes.append(info)
+    _inspect_groups(mp, result)
+    for b in mp.body_nodes:  # after the top level, as the patch writes and reports them
+        info = _inspect_node(b.node, strategy)
+        info.body = describe_path(mp.model, b.path)
+        result.nodes.append(info)
+    if mp.body_nodes:
+        result.notes.append(f"{len(mp.body_nodes)} leftover(s) inside If/Loop/Scan bodies: each planned alone "
+                            "(no pyramids); the patch checks each replaced subgraph alone (an input takes one "
+                            "branch only)")
+    if target == "tensorrt":
+        result.tensorrt = _lint(mp, result)
+    return result
+
+
+def _inspect_groups(mp, result: Inspection) -> None:
+    """Nodes that pool the same tensor and would be planned together (onnxpoolfix/pyramid.py)."""
+    from ..plan.pyramid import NAME
+
+    by_node = {n.spec.node.index: info for n, info in zip(mp.nodes, result.nodes)}  # (names may repeat)
+    for g in mp.groups:
+        for lv in g.levels:
+            info = by_node[lv.spec.node.index]
+            info.chosen, info.why = NAME, g.why(lv)
+        result.notes.append(f"{len(g.levels)} nodes pool '{g.levels[0].spec.node.input}': planned together, "
+                            f"the input read once (est. {g.cost * 1e6:.0f} us vs {g.separate_cost * 1e6:.0f} us)")
+
+
+def _bare(node: onnx.NodeProto, index: int) -> NodeInspection:
+    op = aten_operator(node) or node.op_type
+    return NodeInspection(name=node.name or f"{op}_{index}", op=op, kind="max" if "_max_" in op else "avg",
+                          encoding="ATen-attr" if node.op_type == "ATen" else "aten-op")
+
+
+def _inspect_node(node_plan, strategy: str) -> NodeInspection:
+    """One planned node as the inspection shows it."""
+    from ..lowering.base import axis_windows
+
+    s = node_plan.spec
+    info = NodeInspection(name=s.node.name, op=s.node.op, kind=s.kind, encoding=s.node.encoding, dtype=s.dtype_name,
+                          input_shape=list(s.input_shape), output_shape=list(s.output_shape), evidence=s.node.evidence)
+    if s.static:
+        info.axes = [a.describe() for a in axis_windows(s)]
+    else:
+        info.axes = [f"{'?' if n is None else n}->{'?' if m is None else m}"
+                     + (" symbolic" if not isinstance(n, int) else "") for n, m in zip(s.in_sizes, s.out_sizes)]
+    info.candidates = [CandidateInfo(c.name, c.cost, c.reason) for c in node_plan.candidates]
+    if s.dtype == TensorProto.DOUBLE and s.target == "tensorrt":
+        info.warnings.append("float64: TensorRT computes it in float32 (clamped to +-FLT_MAX), so the result "
+                             "is exact to float32, not float64")
+    p = node_plan.plan
+    if p is None and node_plan.optional:  # may stay as it is (the patch leaves it): not a blocker
+        info.why = "left as it is: no exact lowering applies (reasons above)"
+        return info
+    if p is None:
+        info.blocker, info.hint = _node_blocker(node_plan, "auto" if node_plan.optional else strategy)
+        return info
+    info.chosen, info.why = p.lowering.name, p.why
+    info.ops = [op for step in p.lowering.steps(s) for op in step.ops]
+    return info
+
+
+def _node_blocker(node_plan, strategy: str) -> tuple[str, str | None]:
+    from ..plan.model import no_lowering_hint
+
+    spec, err = node_plan.spec, node_plan.error
+    if strategy != "auto":
+        return str(err), err.hint
+    if not spec.static:
+        dims = format_shape(spec.input_shape)
+        return (f"a pooled axis is symbolic (input {dims}) and no lowering handles symbolic sizes",
+                "bind the input's shape with --input-shape NAME:D0,D1,... (the patched model then keeps that "
+                "shape), or re-export with static spatial dims")
+    if spec.target == "tensorrt":
+        from dataclasses import replace
+
+        from ..plan.planner import plan
+
+        try:
+            other = plan(replace(spec, target="onnxruntime"))
+        except UnsupportedNodeError:
+            other = None
+        if other is not None:
+            return ("no exact lowering uses only ops TensorRT's ONNX parser accepts",
+                    f"--target onnxruntime would use '{other.lowering.name}'")
+    # the hint the patch gives (api.patch fills a missing one the same way)
+    return "no exact lowering applies (reasons above)", err.hint or no_lowering_hint(spec, node_plan.candidates)
+
+
+def _lint(mp, result: Inspection) -> TensorRTLint:
+    """The TensorRT lint of the model the plan would write (its replacements applied to a copy), or of the
+    original where the patch is blocked."""
+    from ..plan.model import apply_model_plan
+    from ..tensorrt import lint_tensorrt
+
+    model = mp.model
+    leftovers = mp.leftovers + [n for _, _, n in nested_leftover_nodes(model)]
+    leftover_labels = {n.name or (f"-> {n.output[0]}" if n.output else "") for n in leftovers}
+    original_labels = {n.name or (f"-> {n.output[0]}" if n.output else "") for n in nodes_deep(model.graph.node)}
+    linted, target_model = "original", model
+    if result.would_patch and (leftovers or mp.rest or mp.groups or mp.regions):  # exporter pools repaired or
+        # optimized; regions: the dynamo front end's decompositions
+        try:
+            target_model = onnx.ModelProto()
+            target_model.CopyFrom(model)
+            apply_model_plan(target_model, mp)
+            linted = "patched"
+        except PoolFixError as err:  # should not happen once every node was planned; say so, lint the original
+            logger.debug("in-memory patch failed: %s", err)
+            result.notes.append(f"the in-memory patch failed ({err}); linted the original graph")
+            target_model = model
+    findings = []
+    for f in lint_tensorrt(target_model):
+        if linted == "original" and f.node in leftover_labels and f.domain in ("org.pytorch.aten", "", "ai.onnx") \
+                and f.op_type in {n.op_type for n in leftovers}:
+            continue
+        findings.append({"node": f.node, "op_type": f.op_type, "domain": f.domain, "severity": f.severity,
+                         "reason": f.reason, "emitted": linted == "patched" and f.node not in original_labels
+                         and f.node != "<model>"})
+    return TensorRTLint(linted, findings, sorted(leftover_labels))

@@ -1,0 +1,245 @@
+"""What ``onnxpoolfix inspect`` found, as records, as text and as JSON (the library side is
+:mod:`onnxpoolfix.inspection.model`).
+
+JSON (``--json``, ``schema_version`` 1)::
+
+    {
+      "schema_version": 1, "tool": "onnxpoolfix", "version": str,
+      "model": str | null, "opset": int, "target": str, "strategy": str,
+      "would_patch": bool,            # every node has an exact lowering (the onnxruntime check is not run)
+      "blocker": str | null, "hint": str | null,   # model-level (e.g. a non-constant output size)
+      "notes": [str],
+      "nodes": [{
+        "name": str, "op": str, "kind": "avg" | "max", "encoding": str, "dtype": str,
+        "input_shape": [int | str | null], "output_shape": [int | str | null],
+        "axes": [str],                                   # e.g. "8->5 non-uniform"
+        "candidates": [{"name": str, "cost_s": float | null, "reason": str | null}],
+        "chosen": str | null, "why": str | null, "ops": [str],
+        "blocker": str | null, "hint": str | null, "warnings": [str],
+        "evidence": str,                                 # dynamo: why it is adaptive pooling; "" otherwise
+        "body": str | null                               # in an If/Loop/Scan body: its path, outermost
+                                                         # first ("Loop '/Loop' body > If '/If' then_branch");
+                                                         # null: the top-level graph
+      }],                                                # the top-level graph's nodes first, then the bodies'
+      "suspects": [{"result": str, "evidence": str, "why": str, "frozen": bool}],  # suspected and left
+      "tensorrt": null | {
+        "linted": "patched" | "original",
+        "clean": bool,                                   # no error-severity finding
+        "ignored_leftovers": [str],                      # leftover nodes not linted as such
+        "findings": [{"node": str, "op_type": str, "domain": str, "severity": str, "reason": str,
+                      "emitted": bool}]                  # emitted: a node onnxpoolfix would add
+      },
+      "exit_code": int
+    }
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from ..version import __version__
+
+SCHEMA_VERSION = 1
+EXIT_OK, EXIT_INVALID, EXIT_BLOCKED, EXIT_TENSORRT = 0, 3, 4, 7
+
+
+@dataclass
+class CandidateInfo:
+    name: str
+    cost_s: float | None  # estimated seconds (lowering/cost.py); None when it does not apply
+    reason: str | None  # why it does not apply
+
+
+@dataclass
+class NodeInspection:
+    name: str
+    op: str
+    kind: str
+    encoding: str
+    dtype: str = ""
+    input_shape: list = field(default_factory=list)
+    output_shape: list = field(default_factory=list)
+    axes: list[str] = field(default_factory=list)
+    candidates: list[CandidateInfo] = field(default_factory=list)
+    chosen: str | None = None
+    why: str | None = None
+    ops: list[str] = field(default_factory=list)
+    blocker: str | None = None
+    hint: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    evidence: str = ""  # the dynamo front end's: metadata / stack trace / structure
+    body: str | None = None  # the If/Loop/Scan body it is in (frontends.bodies.describe_path); None: top level
+
+
+@dataclass
+class TensorRTLint:
+    linted: str  # "patched" | "original"
+    findings: list[dict]
+    ignored_leftovers: list[str]
+
+    @property
+    def clean(self) -> bool:
+        return not any(f["severity"] == "error" for f in self.findings)
+
+
+@dataclass
+class Inspection:
+    target: str
+    strategy: str
+    opset: int = 0
+    model: str | None = None
+    nodes: list[NodeInspection] = field(default_factory=list)
+    blocker: str | None = None
+    hint: str | None = None
+    blocker_exit_code: int = EXIT_BLOCKED
+    notes: list[str] = field(default_factory=list)
+    tensorrt: TensorRTLint | None = None
+    suspects: list[dict] = field(default_factory=list)  # onnxpoolfix.frontends.base.Suspect, as dicts
+
+    @property
+    def would_patch(self) -> bool:
+        return self.blocker is None and not any(n.blocker for n in self.nodes)
+
+    @property
+    def exit_code(self) -> int:
+        if self.blocker is not None:
+            return self.blocker_exit_code
+        if not self.would_patch:
+            return EXIT_BLOCKED
+        if self.tensorrt is not None and not self.tensorrt.clean:
+            return EXIT_TENSORRT
+        return EXIT_OK
+
+    def to_dict(self) -> dict:
+        trt = None
+        if self.tensorrt is not None:
+            trt = {"linted": self.tensorrt.linted, "clean": self.tensorrt.clean,
+                   "ignored_leftovers": self.tensorrt.ignored_leftovers, "findings": self.tensorrt.findings}
+        return {
+            "schema_version": SCHEMA_VERSION, "tool": "onnxpoolfix", "version": __version__,
+            "model": self.model, "opset": self.opset, "target": self.target, "strategy": self.strategy,
+            "would_patch": self.would_patch, "blocker": self.blocker, "hint": self.hint, "notes": self.notes,
+            "nodes": [asdict(n) for n in self.nodes], "suspects": self.suspects, "tensorrt": trt,
+            "exit_code": self.exit_code,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def format_text(self) -> str:
+        lines = []
+        head = f"{self.model}: " if self.model else ""
+        lines.append(f"{head}opset {self.opset}, target {self.target}"
+                     + (f", strategy {self.strategy}" if self.strategy != "auto" else ""))
+        exporter = sum(node.encoding == "standard" for node in self.nodes)
+        dynamo = sum(node.encoding == "dynamo" for node in self.nodes)
+        n = len(self.nodes) - exporter - dynamo
+        if dynamo:  # regions the dynamo exporter decomposed (onnxpoolfix/frontends/dynamo.py)
+            lines.append(f"{dynamo} adaptive pooling region{'s' if dynamo != 1 else ''} decomposed by the dynamo "
+                         "exporter, proven and replaceable")
+        if dynamo and not n and not exporter:
+            pass
+        elif self.blocker is None and not self.nodes:
+            lines.append("no leftover adaptive pooling nodes: nothing to patch")
+        elif n or not exporter:
+            inside = sum(node.body is not None for node in self.nodes)
+            lines.append(f"{n} leftover adaptive pooling node{'s' if n != 1 else ''}"
+                         + (f" ({inside} inside If/Loop/Scan bodies)" if inside else "")
+                         + (f", {exporter} exporter pool{'s' if exporter != 1 else ''} with adaptive windows"
+                            if exporter else ""))
+        else:
+            lines.append(f"no leftover adaptive pooling nodes; {exporter} exporter pool{'s' if exporter != 1 else ''} "
+                         "with adaptive windows")
+        for node in self.nodes:
+            lines.append("")
+            lines.extend(_format_node(node))
+        if self.blocker is not None:
+            lines.append("")
+            lines.append(f"BLOCKED: {self.blocker}")
+            if self.hint:
+                lines.append(f"  hint: {self.hint}")
+        for note in self.notes:
+            lines.append(f"note: {note}")
+        if self.tensorrt is not None:
+            lines.append("")
+            lines.extend(_format_tensorrt(self.tensorrt))
+        lines.append("")
+        lines.append(self.verdict())
+        return "\n".join(lines)
+
+    def verdict(self) -> str:
+        if self.blocker is not None:
+            return "verdict: a patch would fail (nothing was written)"
+        blocked = [n for n in self.nodes if n.blocker]
+        if blocked:
+            return (f"verdict: {len(blocked)} of {len(self.nodes)} node{'s' if len(self.nodes) != 1 else ''} "
+                    f"blocked: a patch would fail (nothing was written)")
+        what = "nothing to patch" if not self.nodes else "a patch would succeed"
+        if self.tensorrt is not None:
+            errors = sum(f["severity"] == "error" for f in self.tensorrt.findings)
+            what += ("; the patched model would be TensorRT-clean" if self.tensorrt.clean else
+                     f"; the patched model would NOT be TensorRT-clean ({errors} node error"
+                     f"{'s' if errors != 1 else ''})")
+        return f"verdict: {what} (nothing was written)"
+
+
+def format_shape(dims) -> str:
+    return "x".join("?" if d is None else str(d) for d in dims)
+
+
+def _cost(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e6:.0f} us" if seconds < 1e-2 else f"{seconds * 1e3:.1f} ms"
+
+
+def _format_node(node: NodeInspection) -> list[str]:
+    head = f"{node.name}  {node.op}"
+    if node.dtype:
+        head += f"  {node.dtype}"
+    if node.input_shape:
+        head += f"  {format_shape(node.input_shape)} -> {format_shape(node.output_shape)}"
+    if node.axes:
+        head += f"  ({', '.join(node.axes)})"
+    lines = [head]
+    if node.body:
+        lines.append(f"  inside: {node.body}")
+    if node.evidence:
+        lines.append(f"  evidence: {node.evidence}")
+    if node.candidates:
+        width = max(len(c.name) for c in node.candidates)
+        for c in node.candidates:
+            mark = "*" if c.name == node.chosen else " "
+            if c.reason is None:
+                detail = f"chosen: {node.why}" if c.name == node.chosen else "applies"
+            else:
+                detail = c.reason
+            lines.append(f"  {mark} {c.name.ljust(width)}  {_cost(c.cost_s).rjust(8)}  {detail}")
+    if node.chosen:
+        lines.append(f"  -> {node.chosen}: {', '.join(node.ops)}")
+    for w in node.warnings:
+        lines.append(f"  warning: {w}")
+    if node.blocker:
+        lines.append(f"  BLOCKED: {node.blocker}")
+        if node.hint:
+            lines.append(f"    hint: {node.hint}")
+    return lines
+
+
+def _format_tensorrt(lint: TensorRTLint) -> list[str]:
+    errors = [f for f in lint.findings if f["severity"] == "error"]
+    warnings = [f for f in lint.findings if f["severity"] != "error"]
+    what = "the patched model (built in memory)" if lint.linted == "patched" else \
+        "the original model (the patch is blocked, so its replacements could not be built)"
+    lines = [f"TensorRT lint of {what}, whole graph: {len(errors)} error{'s' if len(errors) != 1 else ''}, "
+             f"{len(warnings)} warning{'s' if len(warnings) != 1 else ''}"]
+    for f in errors + warnings:
+        where = f"{f['domain']}::{f['op_type']}" if f["domain"] else f["op_type"] or "model"
+        tag = " [emitted by onnxpoolfix]" if f["emitted"] else ""
+        lines.append(f"  {f['severity']}: {where} {f['node']!r}: {f['reason']}{tag}")
+    if lint.ignored_leftovers:
+        k = len(lint.ignored_leftovers)
+        lines.append(f"  ({k} leftover adaptive pooling node{'s' if k != 1 else ''} not linted as such: "
+                     f"the patch replaces {'them' if k != 1 else 'it'}"
+                     + ("; the replacements were linted)" if lint.linted == "patched" else ")"))
+    return lines

@@ -1,0 +1,98 @@
+"""Choosing the lowering for each node: every exact candidate, its estimated cost, the cheapest wins.
+
+The estimates come from lowering/cost.py (one place, fitted to measurements). ``strategy`` forces one
+lowering by name (for comparisons and benchmarks); it must still be exact for the node, or the planner
+refuses with the lowering's own reason.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import UnsupportedNodeError
+from ..graph.shapes import PoolSpec
+from ..lowering import BY_NAME, LOWERINGS, Lowering
+
+AUTO = "auto"
+STRATEGIES = (AUTO,) + tuple(BY_NAME)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    cost: float | None  # estimated seconds; None when not applicable
+    reason: str | None  # why it does not apply (None when it does)
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: PoolSpec
+    lowering: Lowering
+    candidates: tuple[Candidate, ...]
+    why: str
+
+
+def candidates(spec: PoolSpec) -> tuple[Candidate, ...]:
+    out = []
+    for lw in LOWERINGS:
+        reason = lw.check(spec)
+        out.append(Candidate(lw.name, None if reason else lw.cost(spec), reason))
+    return tuple(out)
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.0f} us" if seconds < 1e-2 else f"{seconds * 1e3:.1f} ms"
+
+
+def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
+    cands = candidates(spec)
+    if strategy != AUTO:
+        if strategy not in BY_NAME:
+            raise UnsupportedNodeError(f"unknown strategy '{strategy}'", f"choose one of: {', '.join(STRATEGIES)}")
+        chosen = next(c for c in cands if c.name == strategy)
+        if chosen.reason:
+            raise UnsupportedNodeError(f"strategy '{strategy}' is not exact for {spec.node.label}: {chosen.reason}",
+                                       "drop --strategy to let the planner choose")
+        return Plan(spec, BY_NAME[strategy], cands, "forced by --strategy")
+    ok = sorted((c for c in cands if c.reason is None), key=lambda c: c.cost)
+    if not ok:
+        if not spec.static:
+            # every static lowering says the same thing; only the dynamic ones' reasons are news
+            symbolic = [f"{'?' if n is None else n}->{m}" for n, m in zip(spec.in_sizes, spec.out_sizes)
+                        if not isinstance(n, int) and n != m]
+            dyn = "; ".join(f"{c.name}: {c.reason}" for c in cands if BY_NAME[c.name].dynamic)
+            raise UnsupportedNodeError(
+                f"no exact lowering applies to {spec.node.label}: pooled axes {', '.join(symbolic) or '?'} are "
+                f"symbolic" + (f" ({dyn})" if dyn else ""),
+                "bind the input sizes with --input-shape NAME:D0,D1,... (API: input_shapes=...); "
+                "a static lowering then applies at that size")
+        reasons = "; ".join(f"{c.name}: {c.reason}" for c in cands)
+        raise UnsupportedNodeError(f"no exact lowering applies to {spec.node.label} ({reasons})")
+    best = ok[0]
+    if len(ok) == 1:
+        why = "the only exact lowering"
+    else:
+        runner = ok[1]
+        why = f"est. {_us(best.cost)} vs {runner.name} {_us(runner.cost)}"
+    return Plan(spec, BY_NAME[best.name], cands, f"{describe_axes(spec)}; {why}")
+
+
+def plan_or_none(spec: PoolSpec) -> Plan | None:
+    """The planner's choice, or None where no exact lowering applies (for nodes that may stay as they are)."""
+    try:
+        return plan(spec)
+    except UnsupportedNodeError:
+        return None
+
+
+def describe_axes(spec: PoolSpec) -> str:
+    """Per pooled axis: ``15->7 uniform k3 s2``, ``9->7 non-uniform``, ``H->7 symbolic``."""
+    from ..lowering.base import AxisWindows
+    from ..report import dim_label
+
+    parts = []
+    for a, n, m in zip(spec.axes, spec.in_sizes, spec.out_sizes):
+        if isinstance(n, int) and isinstance(m, int):
+            parts.append(AxisWindows(a, n, m).describe())
+        else:
+            parts.append(f"{dim_label(n)}->{dim_label(m)} symbolic")
+    return ", ".join(parts)

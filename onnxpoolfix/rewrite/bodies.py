@@ -1,0 +1,66 @@
+"""Leftovers inside If/Loop/Scan bodies, replaced. :func:`onnxpoolfix.plan.model.plan_model` finds them
+(:mod:`onnxpoolfix.frontends.bodies`) and plans them node by node (no pyramid grouping across or within
+bodies); :func:`~onnxpoolfix.plan.model.apply_model_plan` writes them here with
+:func:`~onnxpoolfix.rewrite.nodes.apply_plans` into their bodies before the top-level graph, deepest bodies first
+(a body rewritten later copies the already patched bodies inside it), and finishes after it."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+import onnx
+
+from ..check.runner import isolate
+from ..frontends.bodies import BodyPath, fill_untyped, graph_at, walk
+from ..plan.planner import Plan
+from ..spec import PoolSpec
+from .nodes import apply_plans, drop_dead_size_constants
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class NestedPatch:
+    """One replaced leftover in a body: where, what, how."""
+
+    path: BodyPath  # where the body was found (node indices shift as outer graphs are rewritten)
+    spec: PoolSpec
+    lowering: str
+    why: str
+    ops: list[str]
+    alone: onnx.ModelProto | None  # the replacement as a model of its own (None: it reads other tensors)
+
+
+def apply_body_plans(model: onnx.ModelProto, planned: Sequence[tuple[BodyPath, Plan]]) -> list[NestedPatch]:
+    """Write each body leftover's plan into its body (in place), deepest bodies first: see the module
+    docstring. Runs before the top-level graph is rewritten (the paths index its nodes as planned);
+    :func:`finish_bodies` runs after it."""
+    by_path: dict[BodyPath, list[int]] = {}
+    for i, (path, _) in enumerate(planned):
+        by_path.setdefault(path, []).append(i)
+    done: dict[int, NestedPatch] = {}
+    for path in sorted(by_path, key=len, reverse=True):
+        members = by_path[path]
+        body = graph_at(model, path)
+        emitted, _ = apply_plans(model, [planned[i][1] for i in members], graph=body)
+        view = onnx.ModelProto()  # the body as a model, to cut each replacement out of for the check
+        view.ir_version = model.ir_version
+        view.opset_import.extend(model.opset_import)
+        view.graph.CopyFrom(body)
+        for i, ops in zip(members, emitted):
+            p = planned[i][1]
+            done[i] = NestedPatch(path, p.spec, p.lowering.name, p.why, ops, isolate(view, p.spec))
+    return [done[i] for i in range(len(planned))]
+
+
+def finish_bodies(model: onnx.ModelProto, specs: Sequence[PoolSpec]) -> None:
+    """Once every graph is rewritten: the size constants torch wrote in an outer graph for the body
+    leftovers ``specs`` go once nothing reads them, and the types torch left out are filled in."""
+    # the paths are stale now (a replacement is several nodes), so the graphs are walked afresh, deepest
+    # first: a removal copies a graph's nodes, which only invalidates references to bodies inside it, done
+    sizes = [s.node.size_input for s in specs if s.node.size_input]
+    graphs = [(len(p), b) for p, b, _ in walk(model.graph)] + [(0, model.graph)]
+    for _, g in sorted(graphs, key=lambda d: -d[0]):
+        drop_dead_size_constants(g, sizes)
+    fill_untyped(model)

@@ -1,0 +1,218 @@
+"""Graph surgery: put each plan's nodes where the leftover was, then tidy up.
+
+- The replacement nodes take the leftover's place in graph.node, so topological order holds.
+- The last replacement node writes into the ORIGINAL output tensor: downstream names, graph outputs and
+  anything that refers to the tensor by name keep working.
+- The output gets value_info (and a graph output its corrected shape), so shape inference flows past it.
+- Constants that only fed output sizes, and the ``org.pytorch.aten`` opset import, go once unused.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import onnx
+
+from ..frontends.leftovers import ATEN_DOMAIN
+from ..graph import nodes_deep, read_names, subgraphs
+from ..graph.emit import Emitter, mark_emitted, op_types
+from ..graph.shapes import PoolSpec, make_value_info
+from ..plan.planner import Plan
+from ..plan.pyramid import GroupPlan, build_group
+
+logger = logging.getLogger(__name__)
+
+
+def _all_names(graph: onnx.GraphProto) -> set[str]:
+    """Every node and tensor name of the graph and of its subgraphs (If/Loop bodies): a fresh name must not
+    shadow or duplicate one defined in a body either."""
+    names = {n.name for n in graph.node if n.name}
+    names.update(o for n in graph.node for o in n.output)
+    names.update(i for n in graph.node for i in n.input)
+    names.update(t.name for t in graph.initializer)
+    names.update(v.name for v in list(graph.input) + list(graph.output) + list(graph.value_info))
+    for n in graph.node:
+        for sub in subgraphs(n):
+            names |= _all_names(sub)
+    return names
+
+
+def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[GroupPlan] = (), *,
+                graph: onnx.GraphProto | None = None) -> tuple[list[list[str]], list[list[str]]]:
+    """Rewrite ``model`` in place. Returns the op types emitted per plan, and per group level.
+
+    A group's nodes all go where its earliest member was (its members' input exists there, and each
+    member's output is read only after the member's own position); its other members' places go empty.
+    ``graph``: the graph holding the plans' nodes, when it is a body (If branch, Loop body) of ``model``.
+    """
+    taken = _all_names(model.graph)  # fresh names unique in the whole model: a body must not shadow any
+    graph = model.graph if graph is None else graph
+    replacement: dict[int, list[onnx.NodeProto]] = {}
+    emitted_ops: list[list[str]] = []
+    constant_nodes = model.ir_version < 4
+    for p in plans:
+        node = p.spec.node
+        em = Emitter(node.name, taken, p.spec.opset, constant_nodes=constant_nodes)
+        p.lowering.build(em, p.spec, node.input, node.output, node.indices_output)
+        mark_emitted(em.nodes, f"'{p.lowering.name}' lowering of {node.label}")
+        replacement[node.index] = em.nodes
+        graph.initializer.extend(em.initializers)
+        emitted_ops.append(op_types(em.nodes))
+    group_ops: list[list[str]] = []
+    for g in groups:
+        new, inits, ops = build_group(g, taken, g.levels[0].spec.opset, constant_nodes)
+        mark_emitted(new, "'pyramid' lowering of " + ", ".join(lv.spec.node.label for lv in g.levels))
+        for lv in g.levels:
+            replacement[lv.spec.node.index] = []
+        replacement[g.index] = new
+        graph.initializer.extend(inits)
+        group_ops.extend(ops)
+    specs = [p.spec for p in plans] + [lv.spec for g in groups for lv in g.levels]
+
+    nodes = list(graph.node)
+    new_nodes: list[onnx.NodeProto] = []
+    for i, n in enumerate(nodes):
+        new_nodes.extend(replacement.get(i, [n]))
+    del graph.node[:]
+    graph.node.extend(new_nodes)
+
+    _set_output_types(graph, specs)
+    if graph is model.graph:
+        _relax_stale_downstream_outputs(model, [s.node.output for s in specs])
+    drop_dead_size_constants(graph, [s.node.size_input for s in specs if s.node.size_input])
+    _drop_unused_aten_import(model)
+    return emitted_ops, group_ops
+
+
+def _set_output_types(graph: onnx.GraphProto, specs: Sequence[PoolSpec]) -> None:
+    typed: dict[str, onnx.ValueInfoProto] = {}
+    dropped: set[str] = set()
+    for s in specs:
+        typed[s.node.output] = make_value_info(s.node.output, s.dtype, s.output_shape)
+        if s.node.indices_output:
+            typed[s.node.indices_output] = make_value_info(s.node.indices_output, onnx.TensorProto.INT64,
+                                                           s.output_shape)
+        dropped.update(s.node.unused_outputs)
+    # Below a node with symbolic pooled axes, value_info the exporter wrote holds the traced sizes: stale
+    # at any other size, so it goes (it is optional; onnx shape inference recomputes it).
+    stale = _downstream(graph, [s.node.output for s in specs if not s.static])
+    keep = [v for v in graph.value_info if v.name not in typed and v.name not in dropped and v.name not in stale]
+    del graph.value_info[:]
+    graph.value_info.extend(keep)
+    outputs = {o.name for o in graph.output}
+    for name, vi in typed.items():
+        if name in outputs:
+            for o in graph.output:
+                if o.name == name:
+                    _merge_declared_dims(vi, o)
+                    o.type.CopyFrom(vi.type)
+        else:
+            graph.value_info.append(vi)
+
+
+def _relax_stale_downstream_outputs(model: onnx.ModelProto, sources: Sequence[str]) -> None:
+    """Graph outputs computed from a replaced node's output keep the shape the exporter declared, with the
+    traced size where a dim is symbolic (batch 1 for a batch-dynamic export: onnxruntime then warns at
+    every other batch). Where shape inference of the patched graph gives such a dim as a symbol or
+    unknown, the declared int goes (a symbol inference found replaces it). Static models are left alone."""
+    from ..graph.shapes import infer, type_dims
+
+    graph = model.graph
+    if all(isinstance(d, int) for vi in graph.input for d in (type_dims(vi.type)[1] or ())):
+        return
+    down = _downstream(graph, sources)
+    outputs = [o for o in graph.output if o.name in down and o.type.tensor_type.HasField("shape")]
+    if not outputs:
+        return
+    inferred = infer(model)
+    for o in outputs:
+        _, dims = inferred.get(o.name, (0, None))
+        declared = o.type.tensor_type.shape.dim
+        if dims is None or len(dims) != len(declared):
+            continue
+        for dim, d in zip(declared, dims):
+            if dim.HasField("dim_value") and not isinstance(d, int):
+                dim.Clear()
+                if isinstance(d, str):
+                    dim.dim_param = d
+
+
+def _merge_declared_dims(computed: onnx.ValueInfoProto, declared: onnx.ValueInfoProto) -> None:
+    """Where the computed shape has an unknown dim, keep the declared dim if it is a name (``N``); a
+    declared int there is the exporter's traced size (stale), so the dim stays unknown."""
+    ours = computed.type.tensor_type.shape.dim
+    theirs = declared.type.tensor_type.shape.dim if declared.type.tensor_type.HasField("shape") else []
+    if len(ours) != len(theirs):
+        return
+    for o, t in zip(ours, theirs):
+        if not o.HasField("dim_value") and not o.dim_param and t.dim_param:
+            o.dim_param = t.dim_param
+
+
+def _downstream(graph: onnx.GraphProto, sources: Sequence[str]) -> set[str]:
+    """Every tensor computed (transitively) from ``sources``, not counting the sources themselves."""
+    reached = set(sources)
+    out: set[str] = set()
+    if not reached:
+        return out
+    for n in graph.node:  # graph.node is topologically sorted
+        if any(i in reached for i in n.input):
+            for o in n.output:
+                if o:
+                    reached.add(o)
+                    out.add(o)
+    return out
+
+
+def drop_dead_size_constants(graph: onnx.GraphProto, names: Sequence[str]) -> None:
+    """Remove the nodes/initializers that computed output sizes, now that nothing reads them (an initializer
+    also listed as a graph input, as IR 3 and keep_initializers_as_inputs write them, loses that entry too:
+    it would otherwise become an input the caller must feed)."""
+    outputs = {o.name for o in graph.output}
+    readers: dict[str, int] = {}
+    for n in graph.node:
+        for i in n.input:
+            readers[i] = readers.get(i, 0) + 1
+    in_subgraphs = {i for n in graph.node for sub in subgraphs(n) for i in read_names(sub)}
+    producer = {o: n for n in graph.node for o in n.output if o}
+    initializers = {t.name for t in graph.initializer}
+    dead_nodes: set[int] = set()
+    dead_inits: set[str] = set()
+    pending = list(names)
+    while pending:
+        name = pending.pop()
+        if name in outputs or readers.get(name, 0) > 0 or name in in_subgraphs:
+            continue
+        n = producer.get(name)
+        if n is not None:
+            if id(n) not in dead_nodes and all(o == name or not o for o in n.output):
+                dead_nodes.add(id(n))
+                for x in n.input:
+                    if x:
+                        readers[x] -= 1
+                        pending.append(x)
+        elif name in initializers:
+            dead_inits.add(name)
+    if dead_nodes:
+        keep = [n for n in graph.node if id(n) not in dead_nodes]
+        del graph.node[:]
+        graph.node.extend(keep)
+    if dead_inits:
+        for field in (graph.initializer, graph.input):
+            keep = [t for t in field if t.name not in dead_inits]
+            del field[:]
+            field.extend(keep)
+
+
+def _uses_domain(graph: onnx.GraphProto, domain: str) -> bool:
+    return any(n.domain == domain for n in nodes_deep(graph.node))
+
+
+def _drop_unused_aten_import(model: onnx.ModelProto) -> None:
+    if _uses_domain(model.graph, ATEN_DOMAIN) or any(
+            n.domain == ATEN_DOMAIN for f in model.functions for n in f.node):
+        return
+    keep = [o for o in model.opset_import if o.domain != ATEN_DOMAIN]
+    if len(keep) != len(model.opset_import):
+        del model.opset_import[:]
+        model.opset_import.extend(keep)

@@ -1,0 +1,58 @@
+"""After the rewrite: the nodes of a replaced region (a decomposition the dynamo exporter wrote, see
+:mod:`onnxpoolfix.frontends.dynamo`) that nothing reads any more go, with the initializers only they read.
+
+The rewrite (:mod:`onnxpoolfix.rewrite.nodes`) replaces the node that writes each region's result; the rest of
+the region (the gathers, the window tables, the size arithmetic on ``Shape``) is then dead unless another
+region or layer still reads it (a pyramid's shared Transpose, the size tensors at the top of the graph),
+and those stay. Nodes onnxpoolfix wrote are never removed here.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import onnx
+
+from ..frontends.base import Region
+from ..graph import read_names, subgraphs
+from ..graph.emit import EMITTED_BY
+
+
+def drop_dead_region_nodes(model: onnx.ModelProto, regions: Sequence[Region]) -> int:
+    """After the rewrite: remove the regions' nodes nothing reads any more (and initializers only they read).
+    Returns how many nodes went."""
+    mine: set[str] = set().union(*(r.outputs for r in regions)) if regions else set()
+    if not mine:
+        return 0
+    graph = model.graph
+    outputs = {o.name for o in graph.output}
+    removed = 0
+    freed: set[str] = set().union(*(r.reads for r in regions))
+    while True:
+        read = {i for n in graph.node for i in n.input if i} | outputs
+        read |= {i for n in graph.node for sub in subgraphs(n) for i in read_names(sub)}
+        dead = [k for k, n in enumerate(graph.node)
+                if not n.doc_string.startswith(EMITTED_BY) and n.output and all(o in mine or not o for o in n.output)
+                and not any(o in read for o in n.output if o)]
+        if not dead:
+            break
+        gone = set(dead)
+        freed.update(i for k in gone for i in graph.node[k].input if i)
+        keep = [n for k, n in enumerate(graph.node) if k not in gone]
+        removed += len(dead)
+        del graph.node[:]
+        graph.node.extend(keep)
+    read = {i for n in graph.node for i in n.input if i} | outputs
+    read |= {i for n in graph.node for sub in subgraphs(n) for i in read_names(sub)}
+    unused = [t for t in graph.initializer if t.name in freed and t.name not in read]
+    if unused:
+        names = {t.name for t in unused}
+        for fld in (graph.initializer, graph.input):
+            keep = [t for t in fld if t.name not in names]
+            del fld[:]
+            fld.extend(keep)
+    stale = ({v.name for v in graph.value_info} & mine) - {o for n in graph.node for o in n.output}
+    if stale:
+        keep = [v for v in graph.value_info if v.name not in stale]
+        del graph.value_info[:]
+        graph.value_info.extend(keep)
+    return removed

@@ -1,0 +1,177 @@
+"""The check must notice a wrong lowering: each test corrupts a correctly patched model the way a lowering bug
+would (a window one element off, the blog recipe's windows, a broken NaN path) and asserts that
+``check_patched`` fails, where before the per-element tolerance and the structured inputs it passed."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from helpers import make_leftover, ort_run
+from onnx import TensorProto, numpy_helper
+
+import onnxpoolfix
+from onnxpoolfix import windows as W
+from onnxpoolfix.check import check_patched
+from onnxpoolfix.frontends.leftovers import find_pool_nodes
+from onnxpoolfix.graph.shapes import model_opset, resolve_specs
+
+
+def _patched(kind, shape, size, strategy, dtype=TensorProto.FLOAT, target="onnxruntime"):
+    m = make_leftover(kind, list(shape), size, dtype=dtype)
+    specs = resolve_specs(m, find_pool_nodes(m.graph), opset=model_opset(m), target=target)
+    patched = onnxpoolfix.patch(m, strategy=strategy, target=target)  # correct: its check passed
+    assert patched.report.check_passed
+    return patched.model, specs
+
+
+def _replace(model, pick):
+    """A copy of ``model`` whose initializers ``pick(name, array)`` returns a new value for."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    hit = 0
+    for t in out.graph.initializer:
+        a = numpy_helper.to_array(t)
+        new = pick(t.name, a)
+        if new is not None:
+            t.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(new, dtype=a.dtype), t.name))
+            hit += 1
+    assert hit, "nothing corrupted: the lowering's constants were not found"
+    return out
+
+
+def _matrix(n, m, windows):
+    p = np.zeros((m, n))
+    for i, (a, b) in enumerate(windows):
+        p[i, a:b] = 1.0 / (b - a)
+    return p
+
+
+def _wrong_windows(n, m, how):
+    w = list(W.windows(n, m))
+    if how == "blog recipe":
+        s = n // m
+        return [(i * s, i * s + n - (m - 1) * s) for i in range(m)]
+    i = m // 2
+    return w[:i] + [(w[i][0], min(n, w[i][1] + 1))] + w[i + 1:]  # "one longer"
+
+
+def _corrupt_avg(model, n, m, how):
+    def pick(name, a):
+        if "pool_matrix" not in name or sorted(a.shape) != sorted((n, m)):
+            return None
+        p = _matrix(n, m, _wrong_windows(n, m, how))
+        return p.T if a.shape == (n, m) else p
+    return _replace(model, pick)
+
+
+def _passes(model, specs):
+    (result,) = check_patched(model, specs).values()
+    return result.passed
+
+
+@pytest.mark.parametrize("how", ["one longer", "blog recipe"])
+@pytest.mark.parametrize("dtype, shape", [(TensorProto.FLOAT, (1, 4, 301, 299)),
+                                          (TensorProto.FLOAT16, (1, 4, 97, 89)),
+                                          (TensorProto.BFLOAT16, (1, 4, 97, 89))])
+def test_a_wrong_average_window_fails_the_check(dtype, shape, how):
+    n, m = shape[-1], 5
+    model, specs = _patched("avg", shape, (3, m), "matmul", dtype)
+    assert _passes(model, specs)
+    assert not _passes(_corrupt_avg(model, n, m, how), specs)
+
+
+def test_a_max_window_one_element_short_fails_the_check():
+    """Random data rarely puts a window's maximum on its last element; the ramps always do."""
+    model, specs = _patched("max", (1, 2, 998), (3,), "window_gather")
+
+    def pick(name, a):
+        if "window_table" not in name:
+            return None
+        t = a.copy()
+        t[0][t[0] == t[0].max()] = t[0].max() - 1  # window 0 loses its last element
+        return t
+    assert not _passes(_replace(model, pick), specs)
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
+def test_a_broken_nan_path_fails_the_check(target):
+    """The exact NaN/-inf path runs only on non-finite input, which the random inputs never are."""
+    model, specs = _patched("max", (1, 2, 11, 13), (3, 5), "window_gather", target=target)
+
+    def pick(name, a):
+        return np.zeros_like(a) if name.split("/")[-1].startswith("nan") and a.ndim == 0 else None
+    assert not _passes(_replace(model, pick), specs)
+
+
+@pytest.mark.parametrize("opset", [7, 8])
+def test_max_below_opset_9_passes_its_check_without_the_nan_inputs(opset):
+    """Below opset 9 there is no IsNaN/Where, hence no NaN/-inf guard (README says so): the structured runs
+    skip the NaN/-inf input there instead of failing the patch with a 'bug' hint (exit 5)."""
+    m = make_leftover("max", [1, 3, 11, 13], (4, 5), opset=opset)
+    result = onnxpoolfix.patch(m)
+    assert result.report.check_passed and "also run alone" in result.report.check_note
+
+
+# ---- the indices output ----------------------------------------------------------------------------------
+
+def _patched_with_indices(shape, size, target):
+    m = make_leftover("max", list(shape), size, indices="output")
+    specs = resolve_specs(m, find_pool_nodes(m.graph), opset=model_opset(m), target=target)
+    patched = onnxpoolfix.patch(m, strategy="argmax", target=target)  # correct: its check passed
+    assert patched.report.check_passed
+    return patched.model, specs
+
+
+def _short(name):
+    return name.split("/")[-1]
+
+
+def _indices_one_window_off(model):
+    """The flat-index table of window i replaced by window i+1's: every index points into the next window
+    (the values, gathered from the windows themselves, stay right)."""
+    (base,) = [numpy_helper.to_array(t).reshape(-1) for t in model.graph.initializer
+               if _short(t.name).startswith("window_base")]
+    kall = int(base[1] - base[0])  # elements per window
+
+    def shift(name, a):
+        return np.roll(a.reshape(-1, kall), -1, axis=0).reshape(a.shape) if _short(name).startswith("flat_index") \
+            else None
+    return _replace(model, shift)
+
+
+def _last_instead_of_first_maximum(model):
+    """The lowering picks the last of equal maxima instead of torch's first (only ties tell)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    producer = {o: n for n in out.graph.node for o in n.output}
+    # the windows with NaN filled by -inf: Where(IsNaN, minus_inf, windows)
+    (filled,) = [n.output[0] for n in out.graph.node
+                 if n.op_type == "Where" and any(_short(i).startswith("minus_inf") for i in n.input)]
+    firsts = [n for n in out.graph.node if n.op_type == "ArgMax" and filled in n.input]  # onnxruntime target
+    for n in firsts:
+        n.attribute.append(onnx.helper.make_attribute("select_last_index", 1))
+    # tensorrt target: ReduceMin(Where(max here, position, past_end)); last = ReduceMax with past_end = -1
+    mins = [n for n in out.graph.node if n.op_type == "ReduceMin" and producer[n.input[0]].op_type == "Where"]
+    for n in mins:
+        n.op_type = "ReduceMax"
+    assert len(firsts) + len(mins) == 1, "the first-maximum node was not found"
+    if mins:
+        out = _replace(out, lambda name, a: np.full_like(a, -1) if _short(name).startswith("past_end") else None)
+    return out
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
+@pytest.mark.parametrize("how", ["one window off", "last maximum"])
+@pytest.mark.parametrize("shape, size", [((1, 2, 11, 13), (4, 5)), ((1, 3, 37), (5,))])
+def test_wrong_max_indices_fail_the_check(shape, size, how, target):
+    """Indices a window off, or the last of equal maxima instead of the first: the values stay right (shown
+    below on data with ties), only the indices comparison can catch it."""
+    model, specs = _patched_with_indices(shape, size, target)
+    assert _passes(model, specs)
+    bad = (_indices_one_window_off if how == "one window off" else _last_instead_of_first_maximum)(model)
+    onnx.checker.check_model(bad)
+    ties = np.random.default_rng(0).integers(0, 3, shape).astype(np.float32)  # equal maxima in most windows
+    (good_v, good_i), (bad_v, bad_i) = ort_run(model, {"x": ties}), ort_run(bad, {"x": ties})
+    assert np.array_equal(good_v, bad_v), "the corruption changed the values: not an indices-only bug"
+    assert not np.array_equal(good_i, bad_i), "the corruption did not change the indices"
+    assert not _passes(bad, specs)

@@ -1,0 +1,161 @@
+"""Test helpers shared by the suite (``from helpers import ...``: tests/ is on pytest's pythonpath):
+building leftover models in code, running onnxruntime, exact/rounded comparisons, and the round-trip case
+counter that conftest.py prints at the end of the session."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+ATEN = "org.pytorch.aten"
+
+# filled by tests/test_roundtrip.py; printed by pytest_terminal_summary
+ROUNDTRIP_COUNTS: Counter = Counter()
+
+
+def make_leftover(kind: str, in_shape, out_size, *, dtype=TensorProto.FLOAT, opset: int = 17,
+                  encoding: str = "aten-op", indices: str = "none", node_name: str = "pool",
+                  size_as: str = "constant") -> onnx.ModelProto:
+    """x -> one leftover ``adaptive_{kind}_pool{k}d`` -> y (as torch's FALLTHROUGH export writes it).
+
+    ``out_size`` is the size constant (ints; -1 is not allowed by torch, so None is not expressible here).
+    ``encoding``: "aten-op", "ATen-attr" (domain org.pytorch.aten) or "ATen-attr-default" (domain "").
+    ``indices`` (max only): "none" (one output), "unused" (second output nobody reads), "output" (graph output).
+    """
+    k = len(out_size)
+    op = f"adaptive_{kind}_pool{k}d"
+    outs = ["y"] + (["y_indices"] if kind == "max" and indices != "none" else [])
+    nodes, inits = [], []
+    size = np.asarray(out_size, dtype=np.int64)
+    if size_as == "constant":
+        nodes.append(helper.make_node("Constant", [], ["size"], name="size_const",
+                                      value=onnx.numpy_helper.from_array(size, "size_value")))
+    else:
+        inits.append(onnx.numpy_helper.from_array(size, "size"))
+    if encoding == "aten-op":
+        nodes.append(helper.make_node(op, ["x", "size"], outs, name=node_name, domain=ATEN))
+    else:
+        dom = ATEN if encoding == "ATen-attr" else ""
+        nodes.append(helper.make_node("ATen", ["x", "size"], outs, name=node_name, domain=dom,
+                                      operator=op, overload_name=""))
+    r = len(in_shape)
+    out_shape = list(in_shape[: r - k]) + list(out_size)
+    graph_outs = [helper.make_tensor_value_info("y", dtype, out_shape)]
+    if indices == "output":
+        graph_outs.append(helper.make_tensor_value_info("y_indices", TensorProto.INT64, out_shape))
+    graph = helper.make_graph(nodes, "leftover", [helper.make_tensor_value_info("x", dtype, list(in_shape))],
+                              graph_outs, initializer=inits)
+    imports = [helper.make_opsetid("", opset)]
+    if encoding != "ATen-attr-default":
+        imports.append(helper.make_opsetid(ATEN, 1))
+    return helper.make_model(graph, opset_imports=imports, ir_version=min(onnx.IR_VERSION, 10 if opset >= 21 else 8))
+
+
+def pyramid_leftovers(dtype: int, shape, sizes) -> onnx.ModelProto:
+    """One tensor ``x`` of ``shape`` pooled to each of ``sizes`` (PSPNet's pyramid), as ATen leftovers."""
+    nodes, outs = [], []
+    for i, size in enumerate(sizes):
+        nodes.append(helper.make_node("Constant", [], [f"size{i}"],
+                                      value=onnx.numpy_helper.from_array(np.array(size, dtype=np.int64))))
+        nodes.append(helper.make_node("adaptive_avg_pool2d", ["x", f"size{i}"], [f"y{i}"], name=f"pool{i}",
+                                      domain="org.pytorch.aten"))
+        outs.append(helper.make_tensor_value_info(f"y{i}", dtype, list(shape[:2]) + list(size)))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", dtype, list(shape))], outs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("org.pytorch.aten", 1)])
+
+
+def to_aten_attr(model: onnx.ModelProto, domain: str) -> onnx.ModelProto:
+    """Rewrite aten-op leftovers into the older ``ATen`` + ``operator`` attribute encoding (in place),
+    as fixtures/make_fixtures.py does; drops the org.pytorch.aten import when the domain is ""."""
+    for n in model.graph.node:
+        if n.domain == ATEN and n.op_type.startswith("adaptive_"):
+            op = n.op_type
+            n.op_type, n.domain = "ATen", domain
+            n.attribute.extend([helper.make_attribute("operator", op), helper.make_attribute("overload_name", "")])
+    if domain != ATEN:
+        keep = [o for o in model.opset_import if o.domain != ATEN]
+        del model.opset_import[:]
+        model.opset_import.extend(keep)
+    return model
+
+
+def ort_session(model: onnx.ModelProto, log_level: int = 3):
+    """A CPU session on one core, not spinning; ``log_level`` 4 where onnxruntime's errors are expected."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = log_level
+    so.intra_op_num_threads = 1  # the CI machines are shared: stay on one core
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def ort_run(model: onnx.ModelProto, feed: dict, outputs=None) -> list[np.ndarray]:
+    return ort_session(model).run(outputs, feed)
+
+
+def leftover_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    from onnxpoolfix.frontends.leftovers import is_pool_leftover
+
+    return [n for n in model.graph.node if is_pool_leftover(n)]
+
+
+def assert_bits_equal(got: np.ndarray, want: np.ndarray, what: str = "values") -> None:
+    """Bit-for-bit equality (so -0.0 != 0.0), with any NaN matching any NaN."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    if np.issubdtype(got.dtype, np.floating):
+        gn, wn = np.isnan(got), np.isnan(want)
+        assert np.array_equal(gn, wn), f"{what}: NaN positions differ at {int((gn != wn).sum())} places"
+        u = {2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
+        g, w = np.where(gn, 0, got).view(u), np.where(wn, 0, want).view(u)
+    else:
+        g, w = got, want
+    bad = g != w
+    assert not bad.any(), (f"{what}: {int(bad.sum())} of {bad.size} differ; first at "
+                           f"{np.argwhere(bad)[0].tolist()}: got {got[bad][0]!r} want {want[bad][0]!r}")
+
+
+# float32 rounding of an average: relative 1e-6 of max|x|; one output rounding for the 16-bit types
+AVG_REL_TOL = {np.dtype(np.float32): 1e-6, np.dtype(np.float64): 1e-13,
+               np.dtype(np.float16): 2.0 ** -10}
+
+
+def assert_avg_close(got: np.ndarray, want: np.ndarray, x: np.ndarray, rel: float | None = None) -> None:
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
+    assert got.dtype == want.dtype, f"dtype {got.dtype} != {want.dtype}"
+    rel = AVG_REL_TOL[np.dtype(x.dtype)] if rel is None else rel
+    xf = np.asarray(x, dtype=np.float64)
+    finite = np.abs(xf[np.isfinite(xf)])
+    tol = rel * (float(finite.max()) if finite.size and finite.max() > 0 else 1.0)
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    gn, wn = np.isnan(g), np.isnan(w)
+    assert np.array_equal(gn, wn), f"NaN positions differ at {int((gn != wn).sum())} places"
+    inf_same = np.isinf(w) & (g == w)
+    err = np.where(gn | inf_same, 0.0, np.abs(g - w))
+    e = float(err.max()) if err.size else 0.0
+    assert e <= tol, f"max error {e:.3g} > tolerance {tol:.3g} (rel {rel:g} of max|x|) at {np.unravel_index(err.argmax(), err.shape)}"
+
+
+def slow_named(config) -> bool:
+    """Whether ``-m`` names the slow marker (``make test-all``'s ``-m "slow or not slow"`` does): the tests that
+    write gigabytes run only then, not under a bare ``pytest tests/io/test_io.py``."""
+    return "slow" in (config.getoption("markexpr", "") or "")
+
+
+def model_with_function() -> onnx.ModelProto:
+    size = helper.make_node("Constant", [], ["size"], value=numpy_helper.from_array(np.array([5, 7], np.int64)))
+    pool = helper.make_node("adaptive_avg_pool2d", ["fx", "size"], ["fy"], domain=ATEN)
+    relu = helper.make_node("Relu", ["fy"], ["fz"])
+    fn = helper.make_function("local", "Block", ["fx"], ["fz"], [size, pool, relu],
+                              [helper.make_opsetid("", 17), helper.make_opsetid(ATEN, 1)])
+    call = helper.make_node("Block", ["x"], ["y"], domain="local", name="block0")
+    graph = helper.make_graph([call], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8, 9])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 5, 7])])
+    return helper.make_model(graph, functions=[fn], opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid(ATEN, 1), helper.make_opsetid("local", 1)])
