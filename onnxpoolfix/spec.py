@@ -31,6 +31,20 @@ class InputDim:
 
 
 @dataclass(frozen=True)
+class RuntimeDim:
+    """An output-size entry the graph computes at run time from the input's size: entry ``index`` of the
+    node's size tensor ``tensor`` (``F.interpolate(x, scale_factor=0.6, mode="area")`` with dynamic H/W is
+    ``Floor(Shape(x)[2] * 0.6)``; ``F.adaptive_avg_pool2d(x, (x.shape[2] // 2, 5))`` a Div). The lowering
+    reads that tensor (cast to int64) instead of a constant; its output dim is the symbolic ``str(self)``."""
+
+    tensor: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.tensor}[{self.index}]"
+
+
+@dataclass(frozen=True)
 class PoolNode:
     """One leftover adaptive pooling node, as found in the graph (before any shape is known)."""
 
@@ -44,7 +58,8 @@ class PoolNode:
     output: str
     indices_output: str | None  # max pooling's int64 indices output, only when something reads it
     unused_outputs: tuple[str, ...]  # outputs nothing reads (dropped by the rewrite)
-    output_size: tuple[int | InputDim, ...]  # InputDim: follows the input's length on that axis
+    # InputDim: follows the input's length on that axis; RuntimeDim: computed by the graph at run time
+    output_size: tuple[int | InputDim | RuntimeDim, ...]
     size_input: str | None  # the tensor that carried the output size (None for the attribute form)
     # why a front end took it for adaptive pooling where it is no such node (the dynamo front end: "metadata:
     # ...AdaptiveAvgPool2d", "stack trace: <line>", "structure"); "" for a leftover, which says so itself
@@ -108,6 +123,11 @@ class PoolSpec:
         return tuple(isinstance(s, InputDim) for s in self.node.output_size)
 
     @property
+    def runtime_sizes(self) -> bool:
+        """Some output size is computed by the graph at run time (:class:`RuntimeDim`)."""
+        return any(isinstance(s, RuntimeDim) for s in self.node.output_size)
+
+    @property
     def planes(self) -> int:
         """Product of the leading dims, counting a symbolic one as 1 (for cost estimates only)."""
         p = 1
@@ -121,6 +141,21 @@ class PoolSpec:
 
     def describe_shape(self, shape: Sequence[Dim]) -> str:
         return "x".join("?" if d is None else str(d) for d in shape)
+
+
+def bind_runtime_sizes(spec: PoolSpec, values: dict[str, Sequence[int]]) -> PoolSpec:
+    """``spec`` with each :class:`RuntimeDim` entry replaced by its value in one run (``values``: the size
+    tensors as fetched, by name): what the reference compares that run's output with."""
+    if not spec.runtime_sizes:
+        return spec
+    from dataclasses import replace
+
+    sizes = tuple(int(values[s.tensor][s.index]) if isinstance(s, RuntimeDim) else s for s in spec.node.output_size)
+    lead = len(spec.input_shape) - spec.k
+    out = tuple(spec.output_shape[:lead]) + tuple(
+        d if not isinstance(s, RuntimeDim) else sizes[j]
+        for j, (s, d) in enumerate(zip(spec.node.output_size, spec.output_shape[lead:])))
+    return replace(spec, node=replace(spec.node, output_size=sizes), output_shape=out)
 
 
 def dtype_name(elem: int) -> str:

@@ -26,6 +26,7 @@ class NodeCheck:
     shapes: list[tuple[int, ...]] = field(default_factory=list)
     detail: str = ""
     structured: int = 0  # structured inputs the subgraph also ran on alone
+    size_kinds: set = field(default_factory=set)  # runtime output sizes: "downsampling" / "upsampling" / "equal"
 
 
 _EPS = {TensorProto.FLOAT: 2.0 ** -23, TensorProto.DOUBLE: 2.0 ** -52,

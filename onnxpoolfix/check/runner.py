@@ -13,6 +13,7 @@ rounding of a float32 result); see :func:`onnxpoolfix.check.compare.tolerance`.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from math import prod
 from typing import Mapping, Sequence
 
@@ -25,6 +26,7 @@ from ..errors import CheckFailedError
 from ..graph import subgraphs
 from ..graph.emit import Emitter
 from ..graph.shapes import PoolSpec, make_value_info
+from ..spec import bind_runtime_sizes
 from .compare import NodeCheck, compare, out_sizes, torch_size
 from .feeds import graph_inputs, random_feed
 
@@ -79,12 +81,17 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
             added_nodes.append(onnx.helper.make_node("Cast", [name], [fetch[name]], to=TensorProto.FLOAT))
         else:
             fetch[name] = name
+    for name in runtime_size_tensors(specs):  # output sizes the graph computes: read as int64 at each run
+        if name not in fetch:
+            fetch[name] = Emitter(name, taken, 0).fresh("onnxpoolfix_check_size")
+            added_nodes.append(onnx.helper.make_node("Cast", [name], [fetch[name]], to=TensorProto.INT64))
+            types[name] = TensorProto.INT64
     existing = {o.name for o in model.graph.output}
     n_out, n_nodes = len(model.graph.output), len(model.graph.node)
     model.graph.node.extend(added_nodes)
     for name, out in fetch.items():
         if out not in existing:
-            elem = TensorProto.FLOAT if out != name else types[name]
+            elem = types[name] if out == name or types[name] == TensorProto.INT64 else TensorProto.FLOAT
             model.graph.output.append(onnx.helper.make_tensor_value_info(out, elem, None))
     try:
         sess = ort_session(model, model_dir)
@@ -126,12 +133,27 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
                     "choose larger sizes with --check-shape NAME:D0,D1,..., or skip the check with --no-check")
         for s in specs:
             idx = values.get(s.node.indices_output) if s.node.indices_output else None
-            compare(s, values[s.node.input], values[s.node.output], idx, checks[s.node.index])
+            bound = bind_runtime_sizes(s, values)
+            if bound is not s:
+                note_runtime_sizes(bound, values[s.node.input], checks[s.node.index])
+            compare(bound, values[s.node.input], values[s.node.output], idx, checks[s.node.index])
     for s in specs:  # each replaced subgraph alone, on inputs made to expose what random data rarely does
         check = checks[s.node.index]
         if check.passed and check.shapes:
             _check_isolated(model, s, check.shapes[0], check, rng)
     return checks
+
+
+def runtime_size_tensors(specs: Sequence[PoolSpec]) -> list[str]:
+    """The size tensors the graph computes at run time that some replaced node reads."""
+    return list(dict.fromkeys(s.node.size_input for s in specs if s.runtime_sizes and s.node.size_input))
+
+
+def note_runtime_sizes(bound: PoolSpec, x: np.ndarray, check: NodeCheck) -> None:
+    """Records, per pooled axis, which kind the runtime output length took at this run (down, up, equal)."""
+    for n, m in zip(x.shape[x.ndim - bound.k:], bound.node.output_size):
+        if isinstance(m, int):
+            check.size_kinds.add("downsampling" if m < n else "upsampling" if m > n else "equal")
 
 
 #: pooled inputs up to this many elements also get the structured inputs (each a run and a reference)
@@ -175,7 +197,16 @@ def isolate(model: onnx.ModelProto, spec: PoolSpec) -> onnx.ModelProto | None:
             picked[id(node)] = node
             pending.extend(node.input)
             pending.extend(_outer_reads(node))
+    sizes = runtime_size_tensors([spec])
+    for name in sizes:  # the runtime output size: fetched as int64 (it is computed inside, from the input)
+        if name not in seen:
+            return None
     nodes = [n for n in g.node if id(n) in picked]  # graph order is topological
+    size_outs = []
+    for name in sizes:
+        nodes.append(onnx.helper.make_node("Cast", [name], [f"onnxpoolfix_isolated_size_{len(size_outs)}"],
+                                           to=TensorProto.INT64))
+        size_outs.append(make_value_info(nodes[-1].output[0], TensorProto.INT64, None))
     y, y_type = spec.node.output, spec.dtype
     if y_type == TensorProto.BFLOAT16:  # fetched through an exact Cast (numpy has no bfloat16)
         y, y_type = "onnxpoolfix_isolated_float32", TensorProto.FLOAT
@@ -183,8 +214,8 @@ def isolate(model: onnx.ModelProto, spec: PoolSpec) -> onnx.ModelProto | None:
     graph = onnx.helper.make_graph(
         nodes, "isolated", [make_value_info(spec.node.input, spec.dtype, None)],
         [make_value_info(y, y_type, None)]
-        + ([make_value_info(spec.node.indices_output, TensorProto.INT64, None)] if spec.node.indices_output else []),
-        initializer=[inits[n] for n in sorted(used)])
+        + ([make_value_info(spec.node.indices_output, TensorProto.INT64, None)] if spec.node.indices_output else [])
+        + size_outs, initializer=[inits[n] for n in sorted(used)])
     isolated = onnx.helper.make_model(graph, opset_imports=list(model.opset_import))
     isolated.ir_version = model.ir_version
     return isolated
@@ -241,8 +272,20 @@ def _check_isolated(model, spec: PoolSpec, shape: tuple[int, ...], check: NodeCh
         check.passed, check.detail = False, f"its subgraph alone does not load: {' '.join(str(e).split())[:200]}"
         return
     names = [o.name for o in isolated.graph.output]
-    inputs = structured_inputs(spec, shape, rng)
-    if spec.node.indices_output and prod(reference.resolve_output_size(shape, torch_size(spec))) > 4096:
+    sizes = runtime_size_tensors([spec])
+    if sizes:  # the runtime output size at this shape (it depends on the size only), for the -inf windows
+        probe = structured_inputs(replace(spec, node=replace(spec.node, kind="avg")), shape, rng)[0]
+        if spec.dtype == TensorProto.BFLOAT16:
+            import ml_dtypes
+
+            probe = probe.astype(ml_dtypes.bfloat16)
+        got = [r.numpy() for r in sess.run_with_ort_values(names, {spec.node.input: ort_value(probe)})]
+        inputs = structured_inputs(bind_runtime_sizes(spec, dict(zip(sizes, got[len(got) - len(sizes):]))),
+                                   shape, rng)
+    else:
+        inputs = structured_inputs(spec, shape, rng)
+    if spec.node.indices_output and not spec.runtime_sizes and \
+            prod(reference.resolve_output_size(shape, torch_size(spec))) > 4096:
         inputs = inputs[-1:]  # the reference's indices loop over windows in Python: the NaN/-inf input only
     for x in inputs:
         if spec.dtype == TensorProto.BFLOAT16:
@@ -252,7 +295,9 @@ def _check_isolated(model, spec: PoolSpec, shape: tuple[int, ...], check: NodeCh
         got = [r.numpy() for r in sess.run_with_ort_values(names, {spec.node.input: ort_value(x)})]
         if spec.dtype == TensorProto.BFLOAT16:
             x = x.astype(np.float32)
-        compare(spec, x, got[0], got[1] if len(got) > 1 else None, check)
+        bound = bind_runtime_sizes(spec, dict(zip(sizes, got[len(got) - len(sizes):])))
+        got = got[:len(got) - len(sizes)]
+        compare(bound, x, got[0], got[1] if len(got) > 1 else None, check)
         check.structured += 1
         if not check.passed:
             check.detail += " (structured input, the subgraph alone)"

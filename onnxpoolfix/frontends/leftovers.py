@@ -22,7 +22,7 @@ from onnx import numpy_helper
 
 from ..errors import InvalidModelError, UnsupportedNodeError
 from ..graph import named_subgraphs, nodes_deep, read_names
-from ..spec import InputDim, PoolNode
+from ..spec import InputDim, PoolNode, RuntimeDim
 
 ATEN_DOMAIN = "org.pytorch.aten"
 # an output size beyond this is a corrupt constant (no real axis is 2**31 long), not something to lower
@@ -155,6 +155,66 @@ class _SizeEvaluator:
             return _fold(node, args, name, self.opset)
         raise _NotConstant(f"'{name}' is computed at runtime by a {op} node")
 
+    def from_shapes(self, name: str) -> bool:
+        """``name`` is computed from tensor sizes (``Shape``) and constants only: what an exporter writes for
+        a size computed from the input's size, never a data-dependent one (a graph input's values)."""
+        seen: set[str] = set()
+        pending = [name]
+        while pending:
+            t = pending.pop()
+            if not t or t in seen:
+                continue
+            seen.add(t)
+            if t in self.initializers:
+                if self.initializers[t].data_location == onnx.TensorProto.EXTERNAL:
+                    return False
+                continue
+            node = self.producers.get(t)
+            if node is None or node.op_type.startswith(_NONDETERMINISTIC) or node.domain not in ("", "ai.onnx"):
+                return False
+            if node.op_type in ("Shape", "Size", "Constant"):
+                continue
+            if len(seen) > 256:
+                return False
+            pending.extend(node.input)
+        return True
+
+    def entries(self, name: str, rank: int) -> np.ndarray:
+        """The ``rank`` entries of a size tensor the graph computes at run time: each one that can be read
+        (a constant, or the input's own length) as :meth:`value` reads it, the others :class:`RuntimeDim`
+        (read from ``name`` at run time). Entries are told apart through a Concat (of Unsqueezed scalars, as
+        torch writes ``(x.shape[2] // 3 + 1, 5)``); any other computation makes every entry runtime."""
+        top = name
+        while top in self.producers and self.producers[top].op_type in ("Identity", "Cast"):
+            top = self.producers[top].input[0]
+        node = self.producers.get(top)
+        runtime = np.array([RuntimeDim(name, j) for j in range(rank)], dtype=object)
+        if node is None or node.op_type != "Concat":
+            return runtime
+        parts: list[np.ndarray | None] = []
+        for i in node.input:
+            try:
+                parts.append(self.value(i).reshape(-1))
+            except _NotConstant:
+                parts.append(None)
+        known = sum(len(p) for p in parts if p is not None)
+        unknown = sum(p is None for p in parts)
+        if unknown == 1:
+            width = rank - known
+        elif known + unknown == rank:
+            width = 1
+        else:
+            return runtime
+        if width < 1:
+            return runtime
+        out: list = []
+        for p in parts:
+            if p is None:
+                out.extend(RuntimeDim(name, len(out) + j) for j in range(width))
+            else:
+                out.extend(p.tolist())
+        return np.array(out, dtype=object) if len(out) == rank else runtime
+
 
 _NONDETERMINISTIC = ("Random", "Bernoulli", "Multinomial")
 
@@ -230,11 +290,13 @@ def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None, *, nested:
                     f"{label}: its output size cannot be evaluated ({' '.join(str(e).split())[:120]})",
                     _HINT_MALFORMED) from None
             except _NotConstant as e:
-                raise UnsupportedNodeError(
-                    f"{label}: its output size is not a constant ({e.what})",
-                    "export with a fixed output size (ints, or None for 'same as input'); "
-                    "adaptive pooling to a data-dependent size has no static lowering",
-                ) from None
+                if not _computed_at_runtime(e.what) or not sizes.from_shapes(size_input):
+                    raise UnsupportedNodeError(
+                        f"{label}: its output size is not a constant ({e.what})",
+                        "export with a fixed output size (ints, or None for 'same as input')",
+                    ) from None
+                # computed by the graph (from the input's size): the lowering reads it at run time
+                value = sizes.entries(size_input, rank)
         elif size_attr is not None:
             value = np.array(list(size_attr.ints), dtype=np.int64)
         else:
@@ -258,7 +320,13 @@ def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None, *, nested:
     return found
 
 
-def _parse_size(value: np.ndarray, rank: int, label: str) -> tuple[int | InputDim, ...]:
+def _computed_at_runtime(what: str) -> bool:
+    """A size the graph itself computes (by some node), as opposed to one that cannot be read at all (external
+    data, a corrupt chain)."""
+    return "computed at runtime" in what or "depends on the input's shape" in what
+
+
+def _parse_size(value: np.ndarray, rank: int, label: str) -> tuple[int | InputDim | RuntimeDim, ...]:
     flat = np.asarray(value).reshape(-1).tolist()
     if len(flat) != rank:
         raise UnsupportedNodeError(
@@ -266,7 +334,7 @@ def _parse_size(value: np.ndarray, rank: int, label: str) -> tuple[int | InputDi
             _HINT_MALFORMED)
     out: list[int | InputDim] = []
     for v in flat:
-        if isinstance(v, InputDim):
+        if isinstance(v, (InputDim, RuntimeDim)):
             out.append(v)
             continue
         if isinstance(v, float) and not (np.isfinite(v) and v == round(v)):

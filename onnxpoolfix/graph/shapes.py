@@ -14,7 +14,7 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import ShapeError, UnsupportedNodeError
-from ..spec import SUPPORTED_DTYPES, Dim, InputDim, PoolNode, PoolSpec, dtype_name  # noqa: F401  (re-exported)
+from ..spec import SUPPORTED_DTYPES, Dim, InputDim, PoolNode, PoolSpec, RuntimeDim, dtype_name  # noqa: F401  (re-exported)
 from . import default_opset, is_repeated
 
 logger = logging.getLogger(__name__)
@@ -253,6 +253,8 @@ def output_shape(node: PoolNode, input_shape: Sequence[Dim]) -> tuple[Dim, ...]:
                     "only 'same as the input' (None in torch) along the pooled axis itself is supported; "
                     "re-export with a fixed output size")
             out.append(input_shape[axis])
+        elif isinstance(size, RuntimeDim):  # computed by the graph at run time: a symbolic dim of its own
+            out.append(str(size))
         else:
             out.append(size)
     return tuple(out)

@@ -42,7 +42,8 @@ from ..reason import needs_opset
 from . import cost as C
 from .base import Lowering, axis_windows
 from .dynamic_max import DynamicArgMaxStep, DynamicWindowMaxStep
-from .runtime_windows import RuntimeLengths, guess_len, int64_scalar
+from ..spec import RuntimeDim
+from .runtime_windows import RuntimeLengths, guess_len, guess_out, int64_scalar, out_dim, runtime_size
 from .steps import IdentityStep, ReduceStep, Step
 
 Shape = tuple
@@ -68,6 +69,22 @@ def runtime_pooling_matrices_t(em: Emitter, lengths: str, g: int, m: int, elem: 
     member = em.cast(inside, elem)
     count = em.reduce("ReduceSum", member, [0], keepdims=1)
     return em.op("Div", [member, count], hint="pool_matrices_t" if g > 1 else "pool_matrix_t")
+
+
+def runtime_size_matrix_t(em: Emitter, n: str, m: str, elem: int) -> str:
+    """``P^T`` (``[n, m]``) of ``n -> m`` where the output length ``m`` is a runtime 0-d int64 tensor too (the
+    graph computed it from the input's size) and ``n`` a 0-d int64 tensor: the membership test of
+    :func:`runtime_pooling_matrices_t` with ``2i+1`` from ``Range(m)`` instead of a constant."""
+    zero, one, two = int64_scalar(em, "zero", 0), int64_scalar(em, "one", 1), int64_scalar(em, "two", 2)
+    # m*(2j+1), the Range's step not m (m = 0 is an empty output, as torch gives for floor(n * scale) = 0)
+    odd_j = em.op("Range", [one, em.op("Mul", [n, two]), two], hint="odd_j")
+    odd_j = em.unsqueeze(em.op("Mul", [odd_j, m]), [1])
+    odd_i = em.op("Add", [em.op("Mul", [em.op("Range", [zero, m, one]), two]), one], hint="odd_i")  # 2i+1
+    diff = em.op("Abs", [em.op("Sub", [em.op("Mul", [n, odd_i]), odd_j])])
+    inside = em.op("Less", [diff, em.op("Add", [n, m])], hint="inside")
+    member = em.cast(inside, elem)
+    count = em.reduce("ReduceSum", member, [0], keepdims=1)
+    return em.op("Div", [member, count], hint="pool_matrix_t")
 
 
 def axis_rows(em: Emitter, stacked: str, q: int, n: str) -> str:
@@ -107,7 +124,7 @@ class DynamicMatMulStep(Step):
     def out_shape(self, shape):
         out = list(shape)
         for a, _, m in self.axes:
-            out[a] = m
+            out[a] = out_dim(m)
         return tuple(out)
 
     def _forms(self, shape) -> list[str]:
@@ -116,21 +133,23 @@ class DynamicMatMulStep(Step):
         forms = []
         for a, _, m in self.axes:
             later = dims[a + 1:]
+            runtime_m = isinstance(m, RuntimeDim)  # no Reshape can spell its length: no kron, no flat planes
             if not later:
                 forms.append("last")
-            elif all(isinstance(d, int) for d in later) and prod(later) <= KRON_IDENTITY_MAX:
+            elif all(isinstance(d, int) for d in later) and prod(later) <= KRON_IDENTITY_MAX and not runtime_m:
                 forms.append("kron")
-            elif sum(not isinstance(d, int) for d in later) <= 1:
+            elif sum(not isinstance(d, int) for d in later) <= 1 and (not runtime_m or a == len(dims) - 2):
                 forms.append("planes")
             else:
                 forms.append("transpose")
-            dims[a] = m
+            dims[a] = out_dim(m)
         return forms
 
     def cost(self, shape, itemsize):
         c = 0.0
         cur = [guess_len(d) for d in shape]
         for (a, n, m), form in zip(self.axes, self._forms(shape)):
+            m = guess_out(m)
             t = prod(cur[a + 1:])
             lead = prod(cur[:a])
             nn = cur[a]
@@ -145,7 +164,7 @@ class DynamicMatMulStep(Step):
             c += lead * (nn + m) * t * itemsize / C.BANDWIDTH
             cur[a] = m
         # building the runtime matrices: 12 small nodes per output size m, 3 more per axis sharing them
-        groups = Counter(m for _, n, m in self.axes if n is None)
+        groups = Counter(m for _, n, m in self.axes if n is None or isinstance(m, RuntimeDim))
         c += sum(12 + (3 * g if g > 1 else 1) for g in groups.values()) * C.NODE
         return c
 
@@ -156,11 +175,15 @@ class DynamicMatMulStep(Step):
         # symbolic axes pooled to the same m share one runtime construction (see runtime_pooling_matrices_t)
         groups: dict[int, list[int]] = {}
         for a, n, m in self.axes:
-            if n is None:
+            if n is None and isinstance(m, int):
                 groups.setdefault(m, []).append(a)
         stacked: dict[int, str] = {}
 
-        def runtime_matrix_t(a: int, m: int) -> str:
+        def runtime_matrix_t(a: int, n: int | None, m: int | RuntimeDim) -> str:
+            if isinstance(m, RuntimeDim):  # one axis, its own construction
+                length = (int64_scalar(em, "n", n) if isinstance(n, int) else
+                          em.reduce("ReduceMax", lengths([a]), [0], keepdims=0))
+                return runtime_size_matrix_t(em, length, runtime_size(em, m), elem)
             axes = sorted(groups[m])
             if m not in stacked:
                 stacked[m] = runtime_pooling_matrices_t(em, lengths(axes), len(axes), m, elem)
@@ -172,8 +195,8 @@ class DynamicMatMulStep(Step):
             t = prod(later) if form == "kron" else 1
 
             def matrix_t(t=t, a=a, n=n, m=m):
-                if n is None:
-                    pt = runtime_matrix_t(a, m)
+                if n is None or isinstance(m, RuntimeDim):
+                    pt = runtime_matrix_t(a, n, m)
                     return pt if t == 1 else kron_identity(em, pt, m, t, elem)
                 pt = W.pooling_matrix(n, m, dtype=np.float64).T
                 return em.const("pool_matrix_t" if t == 1 else "kron_matrix_t",
@@ -186,7 +209,8 @@ class DynamicMatMulStep(Step):
                 cur = em.op("MatMul", [flat, matrix_t()])
                 cur = em.op("Reshape", [cur, em.ints("shape", [0] * a + [m] + later)])
             elif form == "planes":
-                p = (em.op("Transpose", [matrix_t()], perm=[1, 0], hint="pool_matrix") if n is None else
+                p = (em.op("Transpose", [matrix_t()], perm=[1, 0], hint="pool_matrix")
+                     if n is None or isinstance(m, RuntimeDim) else
                      em.const("pool_matrix", W.pooling_matrix(n, m, dtype=np.float64).astype(np_dtype(elem))))
                 if a == rank - 2:
                     cur = em.op("MatMul", [p, cur])
@@ -200,16 +224,16 @@ class DynamicMatMulStep(Step):
                 cur = em.op("Transpose", [cur], perm=perm)
                 cur = em.op("MatMul", [cur, matrix_t()])
                 cur = em.op("Transpose", [cur], perm=[perm.index(b) for b in range(rank)])
-            dims[a] = m
+            dims[a] = out_dim(m)
         return cur
 
     @property
     def ops(self):
         # every form a shape could take (the symbolic leading dims are not known here)
         out = {"MatMul", "Reshape", "Transpose"}
-        if any(n is None for _, n, _ in self.axes):
+        if any(n is None or isinstance(m, RuntimeDim) for _, n, m in self.axes):
             out |= {"Shape", "Gather", "Slice", "ReduceMax", "Range", "Mul", "Add", "Sub", "Abs", "Less", "Cast",
-                    "ReduceSum", "Div"}
+                    "ReduceSum", "Div", "Unsqueeze"}
         return tuple(sorted(out))
 
 
@@ -230,10 +254,17 @@ class DynamicLowering(Lowering):
         return super().check(spec)
 
     def _steps(self, spec):
+        def m_of(a):  # the output length: an int, or the graph's runtime size entry
+            size = spec.node.output_size[a.axis - (spec.ndim - spec.k)]
+            return size if isinstance(size, RuntimeDim) else a.m
+
+        def n_of(a):
+            return a.n if isinstance(a.n, int) else None
+
         if spec.node.indices_output:  # a max whose indices are read
             axes = axis_windows(spec)
-            return [DynamicArgMaxStep(spec.ndim - spec.k, tuple(a.n if isinstance(a.n, int) else None for a in axes),
-                                      tuple(None if a.keep else a.m for a in axes), tie_safe=spec.target == "tensorrt")]
+            return [DynamicArgMaxStep(spec.ndim - spec.k, tuple(n_of(a) for a in axes),
+                                      tuple(None if a.keep else m_of(a) for a in axes), tie_safe=spec.target == "tensorrt")]
         changed = [a for a in axis_windows(spec) if not a.keep]
         if not changed:
             return [IdentityStep()]
@@ -245,12 +276,10 @@ class DynamicLowering(Lowering):
         if not rest:
             return steps
         if spec.kind == "avg":
-            steps.append(DynamicMatMulStep(tuple((a.axis, a.n if isinstance(a.n, int) else None, a.m)
-                                                 for a in rest), spec.ndim))
+            steps.append(DynamicMatMulStep(tuple((a.axis, n_of(a), m_of(a)) for a in rest), spec.ndim))
             return steps
         # max: all changed axes in one step, earlier axes first (see DynamicWindowMaxStep)
-        steps.append(DynamicWindowMaxStep(tuple((a.axis, a.n if isinstance(a.n, int) else None, a.m)
-                                                for a in sorted(rest, key=lambda a: a.axis))))
+        steps.append(DynamicWindowMaxStep(tuple((a.axis, n_of(a), m_of(a)) for a in sorted(rest, key=lambda a: a.axis))))
         return steps
 
     def build(self, em, spec, x, y, indices=None):

@@ -16,7 +16,9 @@ import numpy as np
 from .. import windows as W
 from . import cost as C
 from .argmax import ARGMAX_OPS, argmax_seconds, emit_argmax
-from .runtime_windows import RuntimeLengths, guess_len, int64_scalar, runtime_window_table, runtime_window_tables
+from ..spec import RuntimeDim
+from .runtime_windows import (RuntimeLengths, guess_len, guess_out, int64_scalar, out_dim, runtime_size,
+                              runtime_window_table, runtime_window_tables)
 from .steps import Step
 
 
@@ -32,12 +34,12 @@ class DynamicWindowMaxStep(Step):
     axis moved to the front for its own Gather.
     """
 
-    axes: tuple[tuple[int, int | None, int], ...]
+    axes: tuple[tuple[int, int | None, int | RuntimeDim], ...]
 
     def out_shape(self, shape):
         out = list(shape)
         for a, _, m in self.axes:
-            out[a] = m
+            out[a] = out_dim(m)
         return tuple(out)
 
     def cost(self, shape, itemsize):
@@ -45,6 +47,7 @@ class DynamicWindowMaxStep(Step):
         total = prod(dims)
         c = 2 * C.NODE + (total + prod(guess_len(d) for d in self.out_shape(shape))) * 2 * itemsize / C.BANDWIDTH
         for a, n, m in self.axes:
+            m = guess_out(m)
             kmax = ceil(dims[a] / m) + 1
             gathered = total // dims[a] * m * kmax
             c += ((2 + (12 if n is None else 0)) * C.NODE + gathered / C.GATHER_RATE
@@ -61,14 +64,18 @@ class DynamicWindowMaxStep(Step):
         # symbolic axes pooled to the same m share one table construction (AdaptiveMaxPool2d(8): H and W)
         groups: dict[int, list[int]] = {}
         for a, n, m in self.axes:
-            if n is None:
+            if n is None and isinstance(m, int):
                 groups.setdefault(m, []).append(a)
         lengths = RuntimeLengths(em, x)
         shared: dict[int, str] = {}
         g = front
         for a, n, m in self.axes:
             pos = a - first
-            if n is None and len(groups[m]) > 1:
+            if isinstance(m, RuntimeDim):  # the graph's own runtime output length
+                length = (int64_scalar(em, "n", n) if isinstance(n, int) else
+                          em.op("Gather", [em.op("Shape", [x]), int64_scalar(em, "axis", a)], axis=0))
+                table, _ = runtime_window_table(em, length, runtime_size(em, m))
+            elif n is None and len(groups[m]) > 1:
                 if m not in shared:
                     shared[m] = runtime_window_tables(em, lengths(groups[m]), m)
                 table = em.op("Gather", [shared[m], int64_scalar(em, "axis_index", groups[m].index(a))], axis=2,
@@ -84,7 +91,7 @@ class DynamicWindowMaxStep(Step):
         return em.op("Transpose", [g], perm=list(range(k, rank)) + list(range(k)))
 
     ops = ("Shape", "Gather", "Mul", "Add", "Div", "Sub", "ReduceMax", "Range", "Min", "Less", "Where", "Transpose",
-           "Unsqueeze")
+           "Unsqueeze", "Cast")
 
 
 @dataclass(frozen=True)
@@ -102,19 +109,19 @@ class DynamicArgMaxStep(Step):
 
     first_axis: int
     n: tuple[int | None, ...]
-    m: tuple[int | None, ...]
+    m: tuple[int | RuntimeDim | None, ...]  # RuntimeDim: computed by the graph at run time
     tie_safe: bool = False
     exact_non_finite = True  # NaN and all -inf windows as torch, without the NonFiniteMaxStep wrapper
 
     def out_shape(self, shape):
         f = self.first_axis
-        return tuple(shape[:f]) + tuple(shape[f + j] if m is None else m for j, m in enumerate(self.m))
+        return tuple(shape[:f]) + tuple(shape[f + j] if m is None else out_dim(m) for j, m in enumerate(self.m))
 
     def cost(self, shape, isz):
         f = self.first_axis
         lead = prod(guess_len(d) for d in shape[:f])
         outs = [guess_len(d) for d in self.out_shape(shape)[f:]]
-        kmax = [1 if m is None else ceil(guess_len(shape[f + j]) / m) + 1 for j, m in enumerate(self.m)]
+        kmax = [1 if m is None else ceil(guess_len(shape[f + j]) / guess_out(m)) + 1 for j, m in enumerate(self.m)]
         gathered = lead * prod(outs) * prod(kmax)
         # argmax's (see argmax_seconds) + ~12 small nodes per symbolic table and the flat index
         return (argmax_seconds(lead, gathered, sum(m is not None for m in self.m), isz)
@@ -122,7 +129,7 @@ class DynamicArgMaxStep(Step):
 
     @property
     def ops(self):
-        tables = ("Div", "Sub", "Min", "Less")  # runtime_window_table (Where/Less before opset 12)
+        tables = ("Div", "Sub", "Min", "Less", "Cast")  # runtime_window_table (Where/Less before opset 12)
         return tuple(dict.fromkeys(ARGMAX_OPS + tables + (("Equal", "ReduceMin") if self.tie_safe else ("ArgMax",))))
 
     def emit_both(self, em, x, shape, elem, y, indices):
@@ -155,14 +162,16 @@ class DynamicArgMaxStep(Step):
         changed = [j for j in range(k) if self.m[j] is not None]
         tables: dict[int, str | np.ndarray] = {}
         kmax: dict[int, int | str] = {}
+        # each output length as an int, or a 0-d int64 tensor (read from the graph's size tensor)
+        ms = {j: runtime_size(em, self.m[j]) if isinstance(self.m[j], RuntimeDim) else self.m[j] for j in changed}
         for j in changed:
-            if isinstance(self.n[j], int):
-                tables[j] = W.window_table(self.n[j], self.m[j])
+            if isinstance(self.n[j], int) and isinstance(ms[j], int):
+                tables[j] = W.window_table(self.n[j], ms[j])
                 kmax[j] = int(tables[j].shape[1])
             else:
-                tables[j], kmax[j] = runtime_window_table(em, length(j), self.m[j])
+                tables[j], kmax[j] = runtime_window_table(em, length(j), ms[j])
         kall = product([kmax[j] for j in changed])
-        n_out = product([self.m[j] if j in tables else
+        n_out = product([ms[j] if j in tables else
                          (self.n[j] if isinstance(self.n[j], int) else length(j)) for j in range(k)])
 
         flat = None
@@ -175,6 +184,14 @@ class DynamicArgMaxStep(Step):
             stride: int | str = 1
             for j in reversed(range(k)):
                 dims = [1] * rank
+                if j in tables and not isinstance(ms[j], int):  # [m, kmax], both runtime: placed by Unsqueeze
+                    coord = em.unsqueeze(tables[j], [b for b in range(rank) if b not in (j, k + changed.index(j))])
+                    terms.append(coord if stride == 1 else
+                                 em.op("Mul", [coord, stride if isinstance(stride, str) else
+                                               int64_scalar(em, "stride", stride)]))
+                    if j > 0:
+                        stride = product([stride, self.n[j] if isinstance(self.n[j], int) else length(j)])
+                    continue
                 if j in tables:
                     t = tables[j]
                     coord = em.const(f"window_table_{j}", t) if isinstance(t, np.ndarray) else t
