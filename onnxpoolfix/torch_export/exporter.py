@@ -213,11 +213,13 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         exported = Path(tmp) / "exported.onnx"
         ranges: dict = {}
         if dynamo:
+            from .symbolic_sizes import symbolic_pool_sizes, symbolic_translations
             from .translation import translation_table
 
-            table = {**translation_table(), **user_table}
+            table = {**translation_table(), **symbolic_translations(), **user_table}
             captured = io.StringIO()
-            with contextlib.redirect_stdout(captured):  # the exporter prints its progress; the library never does
+            # the exporter prints its progress (the library never does); sizes computed from symbolic ones kept
+            with contextlib.redirect_stdout(captured), symbolic_pool_sizes():
                 # weights beside the temporary file, unless f is to hold them (external_data=False, a file object)
                 program = torch.onnx.export(module, args, str(exported), dynamo=True,
                                             external_data=external and not hasattr(f, "write"),

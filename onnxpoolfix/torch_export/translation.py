@@ -152,6 +152,11 @@ def _translation(op_type: str, outputs: int) -> Callable:
     return translate
 
 
+def aten_translation(op_type: str, outputs: int) -> Callable:
+    """The translation writing one ``org.pytorch.aten`` adaptive pooling node (``outputs``: 1, or 2 for max)."""
+    return _translation(op_type, outputs)
+
+
 def translation_table() -> dict:
     """``{torch.ops.aten.<adaptive pool>.default: translation}`` for ``torch.onnx.export(...,
     dynamo=True, custom_translation_table=...)``. Registers nothing globally (see :func:`op_schema`).

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from helpers import ort_session
 
 import onnxpoolfix
 from onnxpoolfix.frontends.leftovers import find_pool_nodes
@@ -312,17 +313,20 @@ def test_file_object_and_external_data(tmp_path: Path) -> None:
     assert not (tmp_path / "one.onnx.data").exists()
 
 
-def test_a_size_computed_from_the_input_is_refused_cleanly(tmp_path: Path) -> None:
-    """A symbolic size that is not the input's own dim (H // 2) has no lowering: one clean error, no file."""
+def test_a_size_computed_from_the_input_is_computed_at_run_time(tmp_path: Path) -> None:
+    """A symbolic size that is not the input's own dim (H // 2): the graph computes it, the lowering reads it."""
     class Half(nn.Module):
         def forward(self, x):
             return F.adaptive_avg_pool2d(x, (x.shape[2] // 2, 7))
 
     out = tmp_path / "half.onnx"
-    with pytest.raises(onnxpoolfix.UnsupportedNodeError, match="not a constant"):
-        onnxpoolfix.export(Half(), (torch.randn(1, 3, 10, 11),), out,
-                           dynamic_shapes={"x": {2: torch.export.Dim("H", min=4, max=64)}})
-    assert not out.exists()
+    report = onnxpoolfix.export(Half(), (torch.randn(1, 3, 10, 11),), out,
+                                dynamic_shapes={"x": {2: torch.export.Dim("H", min=4, max=64)}})
+    assert [n.lowering for n in report.nodes] == ["dynamic"]
+    sess = ort_session(onnx.load(out))
+    for h in (4, 13, 64):
+        x = torch.randn(1, 3, h, 11)
+        np.testing.assert_allclose(sess.run(None, {"x": x.numpy()})[0], Half()(x).numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_training_mode_mismatch_says_eval(tmp_path: Path) -> None:

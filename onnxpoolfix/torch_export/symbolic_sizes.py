@@ -1,0 +1,95 @@
+"""Adaptive pools whose output size torch.export would freeze: a computed size kept symbolic.
+
+Under ``torch.export`` an output size computed from a symbolic input size (``F.interpolate(x,
+scale_factor=1.7, mode="area")`` of a 3-D input, ``F.adaptive_max_pool2d(x, (H // 3 + 1, 5))``) is a
+``SymInt``. torch 2.13's ``adaptive_avg_pool2d``/``adaptive_avg_pool3d`` take ``SymInt[]`` and keep it, but
+``adaptive_avg_pool1d`` and every ``adaptive_max_pool*d`` take ``int[]``: the size is guarded to its traced
+value (``trunc(1.7 * L) == 34``) and the export is frozen to it, or refused where a ``Dim`` range says
+otherwise. While :func:`symbolic_pool_sizes` is active, those ops given a ``SymInt`` size are routed to
+``onnxpoolfix::`` custom ops of the same meaning that take ``SymInt[]`` (fake kernels give the output shape;
+the eager kernels call torch's own ops), and :func:`symbolic_translations` writes them as the
+``org.pytorch.aten`` node the patch replaces, the size computed in the graph. A static size takes torch's
+own op, as before. Used by :func:`onnxpoolfix.export` only, around its ``torch.onnx.export`` call.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Callable, Iterator
+
+# (onnxpoolfix op, aten op it stands for, outputs, where torch looks it up: (module path, attribute))
+_OPS = {
+    "adaptive_avg_pool1d": (1, ("torch.nn.functional", "adaptive_avg_pool1d")),
+    "adaptive_max_pool1d": (2, ("torch", "adaptive_max_pool1d")),
+    "adaptive_max_pool2d": (2, ("torch._C._nn", "adaptive_max_pool2d")),
+    "adaptive_max_pool3d": (2, ("torch._C._nn", "adaptive_max_pool3d")),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _custom_ops() -> dict[str, Callable]:
+    """The ``onnxpoolfix::<op>`` custom ops (registered once per process)."""
+    import torch
+
+    ops = {}
+    for name, (outputs, _) in _OPS.items():
+        aten = getattr(torch.ops.aten, name).default
+
+        def eager(x, output_size, aten=aten):
+            out = aten(x, list(output_size))
+            return out.clone() if isinstance(out, torch.Tensor) else tuple(o.clone() for o in out)
+
+        def fake(x, output_size, outputs=outputs, k=int(name[-2])):
+            shape = list(x.shape[: x.dim() - k]) + list(output_size)
+            y = x.new_empty(shape)
+            return y if outputs == 1 else (y, x.new_empty(shape, dtype=torch.int64))
+
+        schema = "(Tensor x, SymInt[] output_size) -> " + ("Tensor" if outputs == 1 else "(Tensor, Tensor)")
+        op = torch.library.custom_op(f"onnxpoolfix::{name}", eager, mutates_args=(), schema=schema)
+        op.register_fake(fake)
+        ops[name] = op
+    return ops
+
+
+def _symbolic(output_size) -> bool:
+    import torch
+
+    sizes = output_size if isinstance(output_size, (list, tuple)) else [output_size]
+    return any(isinstance(s, torch.SymInt) for s in sizes)
+
+
+@contextlib.contextmanager
+def symbolic_pool_sizes() -> Iterator[None]:
+    """While active, the ``int[]``-sized adaptive pools given a ``SymInt`` output size call the custom ops."""
+    import importlib
+
+    ops = _custom_ops()
+    saved = []
+    try:
+        for name, (outputs, (module_name, attr)) in _OPS.items():
+            module = importlib.import_module(module_name)
+            original = getattr(module, attr)
+
+            def routed(x, output_size, *rest, original=original, op=ops[name], **kw):
+                if rest or kw or not _symbolic(output_size):
+                    return original(x, output_size, *rest, **kw)
+                sizes = list(output_size) if isinstance(output_size, (list, tuple)) else [output_size]
+                return op(x, sizes)
+
+            saved.append((module, attr, original))
+            setattr(module, attr, routed)
+        yield
+    finally:
+        for module, attr, original in reversed(saved):
+            setattr(module, attr, original)
+
+
+def symbolic_translations() -> dict:
+    """``{torch.ops.onnxpoolfix.<op>.default: translation}``, each written as the aten op it stands for."""
+    import torch
+
+    from .translation import aten_translation
+
+    _custom_ops()
+    return {getattr(torch.ops.onnxpoolfix, name).default: aten_translation(name, outputs)
+            for name, (outputs, _) in _OPS.items()}

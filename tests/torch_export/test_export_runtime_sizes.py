@@ -1,0 +1,70 @@
+"""onnxpoolfix.export with dynamic shapes of adaptive pools whose output size is computed from the input's
+size (issue 23): the size stays symbolic in the exported graph (torch.export would freeze an ``int[]`` size,
+``adaptive_avg_pool1d`` and every max pool, to its traced value) and the patched file matches torch at sizes
+the test chooses, the output smaller than, larger than and equal to the input."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from helpers import ort_session
+
+import onnxpoolfix
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxscript")
+F = torch.nn.functional
+Dim = torch.export.Dim
+pytestmark = pytest.mark.torch
+
+
+class Area(torch.nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return F.interpolate(x, scale_factor=self.scale, mode="area")
+
+
+class HalfThird(torch.nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, (x.shape[2] // 2, x.shape[3] // 3))
+
+
+class MaxThirdPlusOne(torch.nn.Module):
+    def forward(self, x):
+        return F.adaptive_max_pool2d(x, (x.shape[2] // 3 + 1, 5), return_indices=True)
+
+
+HW = {"x": {2: Dim("H", min=2, max=64), 3: Dim("W", min=3, max=64)}}
+CASES = {  # module, example, dynamic shapes, sizes checked here
+    "area2d_0.6": (Area(0.6), (1, 3, 20, 17), HW, [(1, 3, 7, 9), (1, 3, 33, 5), (1, 3, 64, 64)]),
+    "avg2d_h2_w3": (HalfThird(), (1, 3, 20, 17), HW, [(1, 3, 7, 9), (1, 3, 33, 5), (1, 3, 2, 3)]),
+    "max2d_h3p1_5": (MaxThirdPlusOne(), (1, 3, 20, 17), HW, [(1, 3, 7, 3), (1, 3, 33, 5), (1, 3, 2, 4)]),
+    "area1d_1.7": (Area(1.7), (1, 3, 20), {"x": {2: Dim("L", min=2, max=600)}}, [(1, 3, 21), (1, 3, 566), (1, 3, 3)]),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_export_keeps_a_computed_size_and_matches_torch(name, tmp_path: Path):
+    module, example, dynamic, sizes = CASES[name]
+    out = tmp_path / f"{name}.onnx"
+    report = onnxpoolfix.export(module, (torch.randn(*example),), out, dynamic_shapes=dynamic)
+    assert [n.lowering for n in report.nodes] == ["dynamic"]
+    sess = ort_session(onnx.load(out))
+    kinds = set()
+    for shape in sizes:
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            want = module(x)
+        want = want if isinstance(want, tuple) else (want,)
+        got = sess.run(None, {"x": x.numpy()})
+        assert [g.shape for g in got] == [tuple(w.shape) for w in want], shape
+        np.testing.assert_allclose(got[0], want[0].numpy(), rtol=1e-5, atol=1e-6)
+        if len(want) > 1:
+            assert np.array_equal(got[1], want[1].numpy())
+        kinds |= {"down" if m < n else "up" if m > n else "equal" for n, m in zip(shape[2:], want[0].shape[2:])}
+    assert "up" in kinds or name in ("area2d_0.6", "avg2d_h2_w3")
