@@ -80,6 +80,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         model = copy
     if not model.HasField("graph"):
         raise InvalidModelError("the model has no graph", "the file is not a complete ONNX model; re-export it")
+    check_input(model)
     # before any work: a typo in a bound or a check size is not worth a patch
     for name, dims in (input_shapes or {}).items():
         validate_input_shape(model, name, dims, "--input-shape")
@@ -176,6 +177,17 @@ def check_arguments(caller: str, model, target: str, strategy: str) -> None:
         raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
+
+
+def check_input(model: onnx.ModelProto) -> None:
+    """The input check the CLI runs on IN (exit 3), for a model in memory: the same ``InvalidModelError``
+    (message and hint; the model is named "model") from ``patch``, ``patch_model`` and ``inspect_model``, so
+    that none of them returns a file onnxruntime cannot run (an unbatched export's own pools) as "nothing to
+    patch". A model without a graph is left to the caller's own message."""
+    if model.HasField("graph"):
+        from .io import check_input_model
+
+        check_input_model(model)
 
 
 def patch_model(model: onnx.ModelProto, **kwargs) -> onnx.ModelProto:

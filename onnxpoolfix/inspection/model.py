@@ -58,10 +58,11 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     """What :func:`onnxpoolfix.patch` would do to ``model`` with these arguments, without doing it.
 
     Never raises for a model-level problem it can describe (non-constant output size, uninferable shape,
-    unsupported dtype, bad ``input_shapes``): that becomes :attr:`Inspection.blocker`. ``model`` is not
+    unsupported dtype, bad ``input_shapes``): that becomes :attr:`Inspection.blocker`; a model the ONNX
+    checker rejects raises the ``InvalidModelError`` the CLI exits 3 with (:func:`onnxpoolfix.api.check_input`). ``model`` is not
     modified. The onnxruntime check is not run.
     """
-    from ..api import check_arguments, shape_map
+    from ..api import check_arguments, check_input, shape_map
     from ..errors import InvalidModelError
     from ..graph.shapes import model_opset
     from ..plan.model import PlanOptions, plan_model
@@ -73,6 +74,7 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
         err = InvalidModelError("the model has no graph", "the file is not a complete ONNX model; re-export it")
         result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
         return result
+    check_input(model)  # raises the InvalidModelError the CLI exits 3 with
     # the planner binds the inputs, and types what torch left untyped around leftovers in bodies, in
     # place: not in the caller's model
     if input_shapes or has_nested_leftovers(model):

@@ -82,8 +82,11 @@ def check_model(model: ModelProto, path: PathLike | None = None) -> None:
 _LIGHT_STUB_FILE = "onnxpoolfix-checker-stub.data"
 
 
-def check_input_model(model: ModelProto, path: PathLike) -> None:
+def check_input_model(model: ModelProto, path: PathLike | None = None) -> None:
     """``check_model`` for a model just loaded from ``path``, without copying or serialising its weights.
+    The one input check of every entry point: the CLI (``path``: the file, named in the message), and
+    :func:`onnxpoolfix.patch` / ``patch_model`` / ``inspect_model`` on a model in memory (``path`` None: named
+    "model"; external weights are not read, their references stand in for them).
 
     Leftovers inside model-local functions (``export_modules_as_functions``) make the checker's inference of
     the function bodies fail (the aten node's output has no type, so the next op's input has none): when
@@ -115,9 +118,9 @@ def check_input_model(model: ModelProto, path: PathLike) -> None:
         _check_input_model(inlined, path)
 
 
-def _check_input_model(model: ModelProto, path: PathLike) -> None:
-    name = str(path)
-    if has_external_data(model):  # (load_model refuses files over 2 GiB, so the rest fit in memory)
+def _check_input_model(model: ModelProto, path: PathLike | None) -> None:
+    name = str(path) if path is not None else "model"
+    if has_external_data(model) and path is not None:  # (load_model refuses files over 2 GiB, so the rest fit)
         check_model(model, path)
         return
     from ..graph.shapes import is_small_tensor, light_copy
@@ -131,6 +134,11 @@ def _check_input_model(model: ModelProto, path: PathLike) -> None:
             if why:
                 raise InvalidModelError(f"{name}: {why}", "the model is malformed (truncated weights?); re-export it")
     light = light_copy(model, stub_location=_LIGHT_STUB_FILE)
+    for t in light.graph.initializer:  # a model in memory: its external weights' files are not ours to read
+        if t.data_location == TensorProto.EXTERNAL:
+            del t.external_data[:]
+            entry = t.external_data.add()
+            entry.key, entry.value = "location", _LIGHT_STUB_FILE
     with tempfile.TemporaryDirectory(prefix=".onnxpoolfix-checker-") as tmp:
         (Path(tmp) / _LIGHT_STUB_FILE).touch()
         light_path = Path(tmp) / Path(name).name
