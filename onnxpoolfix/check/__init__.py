@@ -40,6 +40,27 @@ def refuse_huge_check(specs) -> None:
                     "check at smaller sizes with --check-shape NAME:D0,D1,..., or skip the check with --no-check")
 
 
+def _prove_dynamic_windows(model, specs, report: PatchReport, failed: list[str]) -> str:
+    """Every window of each ``dynamic`` lowering proven up to a bound (:mod:`.windows_proof`); the note."""
+    from .windows_proof import prove_windows
+
+    cache: dict = {}
+    bounds, lines = [], []
+    for n, s in zip(report.nodes, specs):
+        if n.lowering != "dynamic":
+            continue
+        proof = prove_windows(model, s, cache)
+        if proof.failure:
+            failed.append(f"{s.node.label}: {proof.failure}")
+        elif proof.bound is not None:
+            bounds.append(proof.bound)
+            lines.extend(proof.lines)
+    if not bounds:
+        return ""
+    return (f"every window of the dynamic lowering proven up to n = {min(bounds)} "
+            f"({'; '.join(dict.fromkeys(lines))})")
+
+
 def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, model_dir, seed) -> None:
     if not check_shapes:  # sizes the user chose are the user's call
         refuse_huge_check(specs)
@@ -71,10 +92,13 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
         n.checked_shapes = [list(x) for x in r.shapes]
         if not r.passed:
             failed.append(f"{s.node.label}: {r.detail}")
+    proven = _prove_dynamic_windows(model, specs, report, failed)
     report.check_passed = not failed
     alone = sum(1 for r in results.values() if r.structured)
     if alone:
         note += f"; {alone} of {len(results)} replaced subgraph(s) also run alone on structured inputs"
+    if proven:
+        note += f"; {proven}"
     report.check_note = "; ".join(x for x in (report.check_note, note) if x)
     if failed:
         raise CheckFailedError(

@@ -1,0 +1,90 @@
+"""Every window of the dynamic lowering proven (issue 23): the subgraph that builds the windows from the
+runtime lengths runs alone for every n up to a bound (and every m the graph computes there), compared with
+windows.py; the report states the bound. A construction wrong at one size the sampled check sizes never
+reach (n = 300) fails the check."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from helpers import make_leftover
+from onnx import helper
+
+import onnxpoolfix
+from onnxpoolfix.check import windows_proof
+from onnxpoolfix.errors import CheckFailedError
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def _runtime_size_model(kind: str, scale: float) -> onnx.ModelProto:
+    """x (N, C, L) pooled to floor(L * scale), the size computed in the graph as torch writes it."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "two"], ["L"], axis=0),
+        helper.make_node("Cast", ["L"], ["Lf"], to=onnx.TensorProto.FLOAT),
+        helper.make_node("Mul", ["Lf", "scale"], ["scaled"]),
+        helper.make_node("Floor", ["scaled"], ["floor"]),
+        helper.make_node("Unsqueeze", ["floor", "zero"], ["size"]),
+        helper.make_node(f"adaptive_{kind}_pool1d", ["x", "size"], ["y"], domain="org.pytorch.aten", name="pool"),
+    ]
+    inits = [onnx.numpy_helper.from_array(np.array(2, np.int64), "two"),
+             onnx.numpy_helper.from_array(np.array([0], np.int64), "zero"),
+             onnx.numpy_helper.from_array(np.array(scale, np.float32), "scale")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 3, "L"])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 3, "M"])],
+                              initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("org.pytorch.aten", 1)])
+
+
+@pytest.mark.parametrize("name,needle", [
+    ("dynamic_classifier.onnx", "avg -> 6 (shared by 2 axes): n <= 512"),
+    ("dynamic_max2d.onnx", "axis 2 max -> 5: n <= 512"),
+])
+def test_the_report_states_the_bound_of_a_constant_output_size(name, needle):
+    note = onnxpoolfix.patch(onnx.load(FIXTURES / name)).report.check_note
+    assert "every window of the dynamic lowering proven up to n = 512" in note and needle in note
+
+
+@pytest.mark.parametrize("kind,scale,kinds", [("avg", 1.7, "(equal, up)"), ("max", 0.6, "(down)")])
+def test_a_computed_output_size_is_proven_at_every_size_the_graph_computes(kind, scale, kinds):
+    note = onnxpoolfix.patch(_runtime_size_model(kind, scale)).report.check_note
+    assert "every window of the dynamic lowering proven up to n = " in note
+    assert "output sizes the graph computes " + kinds in note
+
+
+def _broken_at(n_bad: int):
+    real = windows_proof.runtime_window_table
+
+    def broken(em, n, m):
+        table, kmax = real(em, n, m)
+        bad = em.op("Equal", [n, em.const("bad", np.array(n_bad, np.int64))])
+        shifted = em.op("Sub", [table, em.const("one", np.array(1, np.int64))])
+        return em.op("Where", [bad, shifted, table]), kmax
+    return broken
+
+
+def test_a_window_table_wrong_at_one_large_size_fails_the_check(monkeypatch):
+    """The sampled check sizes are small (< 20): only the proof reaches n = 300."""
+    monkeypatch.setattr(windows_proof, "runtime_window_table", _broken_at(300))
+    with pytest.raises(CheckFailedError, match="differs from windows.py at 300 -> 5"):
+        onnxpoolfix.patch(onnx.load(FIXTURES / "dynamic_max2d.onnx"))
+
+
+def test_a_pooling_matrix_wrong_at_one_computed_size_fails_the_check(monkeypatch):
+    real = windows_proof.runtime_size_matrix_t
+
+    def broken(em, n, m, elem):
+        pt = real(em, n, m, elem)
+        bad = em.op("Equal", [n, em.const("bad", np.array(401, np.int64))])
+        return em.op("Where", [bad, em.op("Mul", [pt, em.const("two", np.array(2, np.float32))]), pt])
+    monkeypatch.setattr(windows_proof, "runtime_size_matrix_t", broken)
+    with pytest.raises(CheckFailedError, match="differs from windows.py at 401 -> 240"):
+        onnxpoolfix.patch(_runtime_size_model("avg", 0.6))
+
+
+def test_no_proof_line_without_a_dynamic_lowering():
+    note = onnxpoolfix.patch(make_leftover("avg", (1, 3, 8, 9), (5, 7))).report.check_note
+    assert "proven up to" not in note
