@@ -26,7 +26,7 @@ from ..errors import CheckFailedError
 from ..graph import subgraphs
 from ..graph.emit import Emitter
 from ..graph.shapes import PoolSpec, make_value_info
-from ..spec import bind_runtime_sizes
+from ..spec import RuntimeDim, bind_runtime_sizes
 from .compare import NodeCheck, compare, out_sizes, torch_size
 from .feeds import graph_inputs, random_feed
 
@@ -135,7 +135,7 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
             idx = values.get(s.node.indices_output) if s.node.indices_output else None
             bound = bind_runtime_sizes(s, values)
             if bound is not s:
-                note_runtime_sizes(bound, values[s.node.input], checks[s.node.index])
+                note_runtime_sizes(s, bound, values[s.node.input], checks[s.node.index])
             compare(bound, values[s.node.input], values[s.node.output], idx, checks[s.node.index])
     for s in specs:  # each replaced subgraph alone, on inputs made to expose what random data rarely does
         check = checks[s.node.index]
@@ -149,10 +149,10 @@ def runtime_size_tensors(specs: Sequence[PoolSpec]) -> list[str]:
     return list(dict.fromkeys(s.node.size_input for s in specs if s.runtime_sizes and s.node.size_input))
 
 
-def note_runtime_sizes(bound: PoolSpec, x: np.ndarray, check: NodeCheck) -> None:
-    """Records, per pooled axis, which kind the runtime output length took at this run (down, up, equal)."""
-    for n, m in zip(x.shape[x.ndim - bound.k:], bound.node.output_size):
-        if isinstance(m, int):
+def note_runtime_sizes(spec: PoolSpec, bound: PoolSpec, x: np.ndarray, check: NodeCheck) -> None:
+    """Records, per pooled axis whose output length the graph computes, which kind it took at this run."""
+    for n, size, m in zip(x.shape[x.ndim - bound.k:], spec.node.output_size, bound.node.output_size):
+        if isinstance(size, RuntimeDim):
             check.size_kinds.add("downsampling" if m < n else "upsampling" if m > n else "equal")
 
 

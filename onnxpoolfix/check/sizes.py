@@ -70,6 +70,30 @@ _MIN_DYNAMIC_CHECKS = 3
 
 
 WINDOW_KINDS = ("uniform", "non-uniform", "upsampling")
+# where the output size is computed by the graph (RuntimeDim), the kinds aimed at instead, in the same rotation
+RUNTIME_KINDS = ("downsampling", "equal", "upsampling")
+
+
+def runtime_kinds(model, dyn, fits, k: int) -> list[dict[int, str] | None]:
+    """Per pooled position (as the probe counts them, from the last), for the first dynamic spec whose output
+    size there is computed by the graph: the kind its output length takes at each input length n <= 512
+    (its size subgraph run alone); None elsewhere or where that subgraph cannot run alone."""
+    from ..spec import RuntimeDim
+    from .windows_proof import BOUND, yielded_sizes
+
+    out: list[dict[int, str] | None] = []
+    for j in range(k):
+        from_end = k - j
+        found = None
+        for s in dyn:
+            if s.k >= from_end and isinstance(s.node.output_size[s.k - from_end], RuntimeDim):
+                pairs = yielded_sizes(model, s, s.k - from_end, BOUND)
+                if pairs is not None:
+                    found = {n: RUNTIME_KINDS[0] if m < n else RUNTIME_KINDS[2] if m > n else RUNTIME_KINDS[1]
+                             for n, m in pairs}
+                break
+        out.append(found)
+    return out
 
 
 def window_targets(m: int) -> dict[str, int | None]:
@@ -160,16 +184,27 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
                     break
             fits.append(fit)
 
+        computed = runtime_kinds(model, dyn, fits, k)  # per position: {n: kind of m(n)} where the graph computes m
+
         def size_for(j: int, kind: str, fallback: int) -> int:
             """The input size (a multiple of ``step``) nearest the one aimed at ``kind`` on pooled axis j."""
             n0, rate, m = fits[j]
-            target = window_targets(m)[kind] if isinstance(m, int) else None
+            if computed[j] is not None:  # an output size the graph computes: aim at n where m(n) is of that kind
+                kind = RUNTIME_KINDS[WINDOW_KINDS.index(kind)]
+                kind_of = computed[j]
+                target = min((n for n, kd in kind_of.items() if kd == kind), key=lambda n: abs(n - n0), default=None)
+            else:
+                target = window_targets(m)[kind] if isinstance(m, int) else None
+
+                def kind_of_n(n, m=m):
+                    return window_kind(n, m)
+                kind_of = None
             if target is None or rate is None:
                 return fallback
             aim = base + (target - n0) * rate
             sizes = sorted(range(step, max(8 * base, 2 * round(abs(aim))) + step, step), key=lambda S: abs(S - aim))
             return next((S for S in sizes if (n := n0 + (S - base) / rate) >= 1 and n == int(n)
-                         and window_kind(int(n), m) == kind), sizes[0])
+                         and (kind_of.get(int(n)) if kind_of is not None else kind_of_n(int(n))) == kind), sizes[0])
 
         candidates = []
         for r in range(len(WINDOW_KINDS)):
@@ -204,7 +239,7 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
     desc = ", ".join(f"{' '.join(f'{n}:' + 'x'.join(map(str, v)) for n, v in c.items())} (pooled "
                      + "/".join("x".join(str(got[s.node.input][a]) for a in s.axes) for s in dyn) + ")"
                      for c, got in zip(chosen, pooled))
-    covered = ", ".join(kd for kd in (*WINDOW_KINDS, "kept") if kd in kinds)
+    covered = ", ".join(kd for kd in (*WINDOW_KINDS, "kept") if kd in kinds) or "output sizes computed at run time"
     return chosen, (f"symbolic pooled axes checked at {len(chosen)} sizes (-> {outs}; windows: {covered}"
                     + (f"; batch {' and '.join(map(str, batches))}" if batches else "") + f"): {desc}")
 

@@ -239,7 +239,7 @@ def prove_windows(model: onnx.ModelProto, spec: PoolSpec, cache: dict) -> Proof:
                         kept += row
                     pairs = kept
                 kinds = {"down" if mm < n else "up" if mm > n else "equal" for n, mm in pairs}
-                what = f"n <= {n_max} at the {len(pairs)} output sizes the graph computes ({', '.join(sorted(kinds))})"
+                what = f"n <= {n_max}, each with the m the graph computes ({', '.join(sorted(kinds))})"
             key = ("runtime", spec.kind, tuple(pairs), elem, spec.opset)
             if key not in cache:
                 cache[key] = prover.single(spec.kind, pairs, True)

@@ -52,7 +52,7 @@ def test_the_report_states_the_bound_of_a_constant_output_size(name, needle):
 def test_a_computed_output_size_is_proven_at_every_size_the_graph_computes(kind, scale, kinds):
     note = onnxpoolfix.patch(_runtime_size_model(kind, scale)).report.check_note
     assert "every window of the dynamic lowering proven up to n = " in note
-    assert "output sizes the graph computes " + kinds in note
+    assert "each with the m the graph computes " + kinds in note
 
 
 def _broken_at(n_bad: int):

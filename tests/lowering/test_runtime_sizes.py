@@ -153,3 +153,16 @@ def test_a_static_entry_beside_a_runtime_one_stays_a_constant(exported):
     """(H // 3 + 1, 5): W's 5 is read as a constant, H's entry at run time."""
     spec = inspect_model(exported["max2d_h3p1_5_indices"]).nodes[0]
     assert spec.output_shape[-1] == 5 and isinstance(spec.output_shape[-2], str)
+
+
+# the kinds a computed output size can take at all (n // 2 never equals n; H + 1 always exceeds H): the check
+# must reach each of them, and say so
+REACHABLE = {"area2d_0.6": "downsampling", "avg2d_h2_w3": "downsampling", "max2d_h3p1_5_indices": "downsampling, equal",
+             "max2d_h3p1_5": "downsampling, equal", "area1d_1.7": "equal, upsampling",
+             "max3d": "downsampling, upsampling", "avg3d": "downsampling, upsampling"}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_check_reaches_every_kind_of_computed_size_and_says_so(name, exported):
+    note = onnxpoolfix.patch(exported[name]).report.check_note
+    assert f"the output sizes the graph computes reached: {REACHABLE[name]};" in note
