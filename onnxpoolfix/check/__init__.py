@@ -97,7 +97,8 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
     alone = sum(1 for r in results.values() if r.structured)
     if alone:
         note += f"; {alone} of {len(results)} replaced subgraph(s) also run alone on structured inputs"
-    reached = [kd for kd in ("downsampling", "equal", "upsampling") if any(kd in r.size_kinds for r in results.values())]
+    reached = [kd for kd in ("downsampling", "equal", "upsampling")
+               if any(kd in r.size_kinds for r in results.values())]
     if reached:
         note += f"; the output sizes the graph computes reached: {', '.join(reached)}"
     if proven:

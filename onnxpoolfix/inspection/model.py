@@ -59,8 +59,8 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
 
     Never raises for a model-level problem it can describe (non-constant output size, uninferable shape,
     unsupported dtype, bad ``input_shapes``): that becomes :attr:`Inspection.blocker`; a model the ONNX
-    checker rejects raises the ``InvalidModelError`` the CLI exits 3 with (:func:`onnxpoolfix.api.check_input`). ``model`` is not
-    modified. The onnxruntime check is not run.
+    checker rejects raises the ``InvalidModelError`` the CLI exits 3 with (:func:`onnxpoolfix.api.check_input`).
+    ``model`` is not modified. The onnxruntime check is not run.
     """
     from ..api import check_arguments, check_input, shape_map
     from ..errors import InvalidModelError

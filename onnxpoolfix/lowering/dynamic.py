@@ -39,10 +39,10 @@ import numpy as np
 from .. import windows as W
 from ..graph.emit import Emitter, np_dtype
 from ..reason import needs_opset
+from ..spec import RuntimeDim
 from . import cost as C
 from .base import Lowering, axis_windows
 from .dynamic_max import DynamicArgMaxStep, DynamicWindowMaxStep
-from ..spec import RuntimeDim
 from .runtime_windows import RuntimeLengths, guess_len, guess_out, int64_scalar, out_dim, runtime_size
 from .steps import IdentityStep, ReduceStep, Step
 
@@ -264,7 +264,8 @@ class DynamicLowering(Lowering):
         if spec.node.indices_output:  # a max whose indices are read
             axes = axis_windows(spec)
             return [DynamicArgMaxStep(spec.ndim - spec.k, tuple(n_of(a) for a in axes),
-                                      tuple(None if a.keep else m_of(a) for a in axes), tie_safe=spec.target == "tensorrt")]
+                                      tuple(None if a.keep else m_of(a) for a in axes),
+                                      tie_safe=spec.target == "tensorrt")]
         changed = [a for a in axis_windows(spec) if not a.keep]
         if not changed:
             return [IdentityStep()]
@@ -279,7 +280,8 @@ class DynamicLowering(Lowering):
             steps.append(DynamicMatMulStep(tuple((a.axis, n_of(a), m_of(a)) for a in rest), spec.ndim))
             return steps
         # max: all changed axes in one step, earlier axes first (see DynamicWindowMaxStep)
-        steps.append(DynamicWindowMaxStep(tuple((a.axis, n_of(a), m_of(a)) for a in sorted(rest, key=lambda a: a.axis))))
+        steps.append(DynamicWindowMaxStep(tuple((a.axis, n_of(a), m_of(a))
+                                                for a in sorted(rest, key=lambda a: a.axis))))
         return steps
 
     def build(self, em, spec, x, y, indices=None):

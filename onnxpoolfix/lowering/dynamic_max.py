@@ -14,11 +14,19 @@ from math import ceil, prod
 import numpy as np
 
 from .. import windows as W
+from ..spec import RuntimeDim
 from . import cost as C
 from .argmax import ARGMAX_OPS, argmax_seconds, emit_argmax
-from ..spec import RuntimeDim
-from .runtime_windows import (RuntimeLengths, guess_len, guess_out, int64_scalar, out_dim, runtime_size,
-                              runtime_window_table, runtime_window_tables)
+from .runtime_windows import (
+    RuntimeLengths,
+    guess_len,
+    guess_out,
+    int64_scalar,
+    out_dim,
+    runtime_size,
+    runtime_window_table,
+    runtime_window_tables,
+)
 from .steps import Step
 
 

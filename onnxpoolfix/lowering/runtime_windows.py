@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-
 from onnx import TensorProto
 
 from ..graph.emit import Emitter
