@@ -1,11 +1,15 @@
-"""PyTorch's own OpInfo samples for adaptive pooling (tests/support/opinfo_adaptive.py), exported with FALLTHROUGH at
-their shape and with every dim dynamic, patched, run in onnxruntime and compared with torch.
+"""PyTorch's own OpInfo samples for adaptive pooling and area interpolation (tests/support/opinfo_adaptive.py),
+exported with FALLTHROUGH at their shape and with every dim dynamic, patched, run in onnxruntime and compared
+with torch.
 
-Nothing may be refused, come out wrong or be left unrunnable, except where torch's exporter lowered an
-unbatched pool itself without recording what it should have pooled (README, "The exporter's own pools"),
-and the dynamic exports torch itself refuses (global max pooling with indices and symbolic sizes).
-The fast test runs the float64 samples (the dtype with the most exporter repairs); the slow one all of
-float32/float64/float16.
+Nothing may be refused, come out wrong, or be returned by the API unrunnable: where torch's exporter lowered
+an unbatched pool itself into pools onnxruntime cannot run, the API raises the InvalidModelError the CLI
+exits 3 with ("invalid"); only the runnable ones over the wrong axes are excused, since the graph does not
+record what they should have pooled (README, "The exporter's own pools"), and the dynamic exports torch
+itself refuses (global max pooling with indices and symbolic sizes). Area interpolation by ``scale_factor``
+under dynamic dims: an output size the graph computes at run time. The fast tests run the float64 samples of
+the six pools (the dtype with the most exporter repairs) and the float32 samples of area interpolation; the
+slow one all of float32/float64/float16.
 """
 from __future__ import annotations
 
@@ -18,8 +22,10 @@ pytest.importorskip("expecttest")  # torch.testing._internal imports it
 from opinfo_adaptive import run_sample, samples  # noqa: E402
 
 
-def _sweep(torch, dtypes):
+def _sweep(torch, dtypes, area: bool | None = None):
+    """``area``: only area interpolation (True), only the six pools (False), or both (None)."""
     outcomes = [run_sample(torch, op, dt, s, mode) for op, dt, s in samples(torch, dtypes)
+                if area is None or (op.name == "nn.functional.interpolate") == area
                 for mode in ("static", "dynamic")]
     counts = Counter((o.mode, o.status) for o in outcomes)
     bad = [str(o) for o in outcomes if o.status in ("refused", "wrong", "unrunnable")]
@@ -28,21 +34,31 @@ def _sweep(torch, dtypes):
     for o in outcomes:
         if o.status == "export_fails":
             assert o.mode == "dynamic" and "returned None for the output 1" in o.detail, str(o)
-    # the excused ones are unbatched pools the exporter wrote itself, never a leftover onnxpoolfix lowered
+    # the excused ones are unbatched pools the exporter wrote itself, never a leftover onnxpoolfix lowered:
+    # runnable ones over the wrong axes, or ones the API refuses with the CLI's error and hint
     for o in outcomes:
         if o.status == "no_intent":
             assert len(o.shape) == int(o.op[-2]) + 1 and "exporter wrote" in o.detail, str(o)
+        if o.status == "invalid":
+            assert len(o.shape) == int(o.op[-2]) + 1 and "unbatched input" in o.detail, str(o)
     return counts
 
 
 def test_opinfo_samples_float64(torch_mod):
-    counts = _sweep(torch_mod, ("float64",))
+    counts = _sweep(torch_mod, ("float64",), area=False)
     # (torch 2.13: 57 static and 68 dynamic exact; before the exporter-pool repair, the batched float64
     # AveragePool/GlobalAveragePool/GlobalMaxPool and the (C, L) global pools stopped in onnxruntime)
     assert counts[("static", "ok")] >= 55 and counts[("dynamic", "ok")] >= 65, counts
 
 
+def test_opinfo_area_interpolation_float32(torch_mod):
+    """Every sample exact, static and dynamic: 12 of the 22 by scale_factor, their size computed at run time."""
+    counts = _sweep(torch_mod, ("float32",), area=True)
+    assert counts == {("static", "ok"): 22, ("dynamic", "ok"): 22}, counts
+
+
 @pytest.mark.slow
 def test_opinfo_samples_every_dtype(torch_mod):
     counts = _sweep(torch_mod, ("float32", "float64", "float16"))
-    assert counts[("static", "ok")] >= 165 and counts[("dynamic", "ok")] >= 200, counts
+    # (the six pools: >= 165 static and 200 dynamic exact; area interpolation: all 66 of each)
+    assert counts[("static", "ok")] >= 165 + 66 and counts[("dynamic", "ok")] >= 200 + 66, counts

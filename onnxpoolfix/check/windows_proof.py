@@ -26,6 +26,7 @@ from onnx import TensorProto, helper
 
 from .. import windows as W
 from ..graph.emit import Emitter, np_dtype
+from ..graph.size_subgraph import size_subgraph
 from ..lowering.base import compute_dtype
 from ..lowering.dynamic import runtime_pooling_matrices_t, runtime_size_matrix_t
 from ..lowering.runtime_windows import runtime_window_table, runtime_window_tables
@@ -141,30 +142,10 @@ def yielded_sizes(model: onnx.ModelProto, spec: PoolSpec, j: int, n_max: int) ->
     every n <= n_max (the other pooled axes at two sizes); None where that subgraph reads anything but the
     shape of the pooled tensor (then the pairs are not known)."""
     size = spec.node.output_size[j]
-    producer = {o: nd for nd in model.graph.node for o in nd.output if o}
-    inits = {t.name for t in model.graph.initializer}
     x = spec.node.input
-    picked, pending, seen = {}, [size.tensor], set()
-    while pending:
-        t = pending.pop()
-        if not t or t in seen:
-            continue
-        seen.add(t)
-        if t in inits:
-            continue
-        nd = producer.get(t)
-        if nd is None:
-            return None
-        if nd.op_type == "Shape" and nd.input[0] != x:
-            return None
-        picked[id(nd)] = nd
-        if nd.op_type != "Shape":
-            pending.extend(nd.input)
-    nodes = [nd for nd in model.graph.node if id(nd) in picked]
-    graph = helper.make_graph(nodes, "size", [helper.make_tensor_value_info(x, spec.dtype, None)],
-                              [helper.make_empty_tensor_value_info(size.tensor)],
-                              initializer=[t for t in model.graph.initializer if t.name in seen])
-    sub = helper.make_model(graph, opset_imports=list(model.opset_import))
+    sub = size_subgraph(model, size.tensor, x, spec.dtype)
+    if sub is None:
+        return None
     try:
         sess = ort_session(sub)
     except Exception as e:  # noqa: BLE001 - not a subgraph onnxruntime takes alone: the pairs stay unknown

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import onnx
 
 from ..graph.shapes import apply_input_shapes, model_opset, resolve_specs
+from ..graph.size_subgraph import fold_static_sizes
 from ..spec import PoolSpec
 from .base import FrontEndResult, PlanOptions
 from .bodies import has_nested_leftovers, type_bodies
@@ -23,7 +24,7 @@ def leftover_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence
         type_bodies(model)  # a top-level leftover may pool an If's result: torch leaves it untyped
     specs, notes = bind_and_resolve(model, nodes, opset=opset, target=options.target,
                                     input_shapes=options.input_shapes, keep_input_shapes=options.keep_input_shapes)
-    return FrontEndResult(specs, notes)
+    return FrontEndResult(fold_static_sizes(model, specs), notes)
 
 
 def bind_and_resolve(model, nodes, *, opset, target, input_shapes, keep_input_shapes

@@ -166,3 +166,14 @@ REACHABLE = {"area2d_0.6": "downsampling", "avg2d_h2_w3": "downsampling", "max2d
 def test_the_check_reaches_every_kind_of_computed_size_and_says_so(name, exported):
     note = onnxpoolfix.patch(exported[name]).report.check_note
     assert f"the output sizes the graph computes reached: {REACHABLE[name]};" in note
+
+
+@pytest.mark.parametrize("name,shape", [("area2d_0.6", (1, 3, 20, 17)), ("max2d_h3p1_5_indices", (2, 3, 11, 4))])
+def test_a_bound_input_folds_the_computed_size_to_a_constant(name, shape, exported):
+    """--input-shape makes the pooled size static: the computed size is folded, a static lowering applies."""
+    module = CASES[name][0]
+    result = onnxpoolfix.patch(exported[name], input_shapes={"x": list(shape)})
+    assert [n.lowering for n in result.report.nodes] != ["dynamic"] and result.report.check_passed
+    assert all(isinstance(d, int) for d in result.report.nodes[0].output_shape)
+    assert not [n for n in result.model.graph.node if n.op_type == "Floor"]  # the size computation is gone
+    assert_matches_torch(result.model, module, [shape])

@@ -8,7 +8,8 @@ options, run in onnxruntime at the sample's shape (and, dynamic, at a second sha
 :func:`run_sample` returns an outcome: "ok", "refused" (UnsupportedNodeError), "unrunnable" (onnxruntime
 cannot load or run the patched model), "wrong", "no_intent" (torch's exporter lowered the pool of an unbatched
 input itself and the graph does not say what it should have pooled; see README), "export_fails" (torch's
-exporter refuses: no model to patch), or "skipped" (empty input: no window).
+exporter refuses: no model to patch), "invalid" (the API raised the InvalidModelError the CLI exits 3 with:
+torch's own pools of an unbatched input that onnxruntime cannot run), or "skipped" (empty input: no window).
 Used by tests/test_opinfo.py; run this file directly for the counts.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ import onnx
 from helpers import ort_session
 
 OPS = [f"nn.functional.adaptive_{kind}_pool{k}d" for kind in ("avg", "max") for k in (1, 2, 3)]
+AREA = ("nn.functional.interpolate", "area")  # F.interpolate(mode="area"): adaptive average pooling
 
 
 @dataclass
@@ -42,7 +44,7 @@ def samples(torch, dtypes=("float32", "float64", "float16")):
     """(op name, dtype name, SampleInput) for every OpInfo sample of the adaptive pooling ops."""
     from torch.testing._internal.common_methods_invocations import op_db
 
-    for op in (o for o in op_db if o.name in OPS):
+    for op in (o for o in op_db if o.name in OPS or (o.name, o.variant_test_name) == AREA):
         for dt in dtypes:
             for s in op.sample_inputs("cpu", getattr(torch, dt), requires_grad=False):
                 yield op, dt, s
@@ -103,17 +105,20 @@ def _other_shape(shape: tuple) -> tuple:
 
 def run_sample(torch, op, dtype: str, sample, mode: str) -> Outcome:
     out, intentless = _run(torch, op, dtype, sample, mode)
-    if out.status in ("wrong", "unrunnable") and intentless:
+    if out.status == "wrong" and intentless:  # a file that runs: valid ONNX over the wrong axes
         out.status, out.detail = "no_intent", f"{intentless}: {out.detail}"
     return out
 
 
 def _run(torch, op, dtype: str, sample, mode: str) -> tuple[Outcome, str | None]:
     import onnxpoolfix
-    from onnxpoolfix.errors import UnsupportedNodeError
+    from onnxpoolfix.errors import InvalidModelError, UnsupportedNodeError
 
     x = sample.input
-    out = Outcome(op.name.split(".")[-1], dtype, mode, tuple(x.shape), repr(sample.args), "ok")
+    name = op.name.split(".")[-1] + (f"_{op.variant_test_name}" if op.variant_test_name else "")
+    args = repr(sample.args) + (repr({k: v for k, v in sample.kwargs.items() if v is not None})
+                                if sample.kwargs else "")
+    out = Outcome(name, dtype, mode, tuple(x.shape), args, "ok")
     if x.numel() == 0:
         out.status, out.detail = "skipped", "empty input"
         return out, None
@@ -128,6 +133,9 @@ def _run(torch, op, dtype: str, sample, mode: str) -> tuple[Outcome, str | None]
         result = onnxpoolfix.patch(exported)
     except UnsupportedNodeError as e:
         out.status, out.detail = "refused", str(e)[:200]
+        return out, intentless
+    except InvalidModelError as e:  # what the CLI exits 3 with: an error raised, not a file returned
+        out.status, out.detail = "invalid", f"{e} (hint: {e.hint})"[:300]
         return out, intentless
     out.detail = ",".join(n.lowering for n in result.report.nodes) or result.report.check_note
     try:
@@ -159,6 +167,8 @@ def _intent_not_in_graph(model: onnx.ModelProto, ndim: int, op_name: str) -> str
     an AveragePool with an empty kernel (the output size is in no attribute). The one form whose intent IS
     in the graph, a global pool of a (C, L) input, is not excused: onnxpoolfix repairs it.
     """
+    if not op_name.startswith("nn.functional.adaptive_"):
+        return None
     k = int(op_name[-2])
     if ndim != k + 1:
         return None
