@@ -73,14 +73,14 @@ CASES = {
 KINDS = {"area2d_0.6": {"down"}, "avg2d_h2_w3": {"down"}, "area1d_1.7": {"up", "equal"}}
 
 
-def export(module, shape) -> onnx.ModelProto:
+def export(module, shape, opset: int = 17) -> onnx.ModelProto:
     x = torch.randn(*shape)
     axes = {0: "N"} | {a: f"d{a}" for a in range(2, len(shape))}
     outs = ["y", "i"] if getattr(module, "indices", False) else ["y"]
     f = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, (x,), f, dynamo=False, opset_version=17, input_names=["x"], output_names=outs,
+        torch.onnx.export(module, (x,), f, dynamo=False, opset_version=opset, input_names=["x"], output_names=outs,
                           operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH,
                           dynamic_axes={"x": axes})
     return onnx.load_from_string(f.getvalue())
@@ -177,3 +177,13 @@ def test_a_bound_input_folds_the_computed_size_to_a_constant(name, shape, export
     assert all(isinstance(d, int) for d in result.report.nodes[0].output_shape)
     assert not [n for n in result.model.graph.node if n.op_type == "Floor"]  # the size computation is gone
     assert_matches_torch(result.model, module, [shape])
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+@pytest.mark.parametrize("name", ["area2d_0.6", "max2d_h3p1_5_indices", "max2d_h3p1_5"])
+def test_runtime_output_size_older_opsets(name, opset):
+    """Opset 11 (Range's first; no int64 Min/Max: Where) and 13 (no Shape slices: Gather)."""
+    module, traced, shapes = CASES[name]
+    result = onnxpoolfix.patch(export(module, traced, opset))
+    assert [n.lowering for n in result.report.nodes] == ["dynamic"] and result.report.check_passed
+    assert_matches_torch(result.model, module, shapes)
