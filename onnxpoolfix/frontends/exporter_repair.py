@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 _KIND = {"AveragePool": "avg", "GlobalAveragePool": "avg", "MaxPool": "max", "GlobalMaxPool": "max"}
 
-__all__ = ["REPAIRED", "find_broken_exporter_pools", "broken_exporter_pool_specs"]
+__all__ = ["REPAIRED", "find_broken_exporter_pools", "broken_exporter_pool_specs", "as_repaired"]
 
 
 def find_broken_exporter_pools(model: onnx.ModelProto,
@@ -101,3 +101,29 @@ def broken_exporter_pool_specs(model: onnx.ModelProto, options: PlanOptions, fou
     read = read_names(model.graph) | {o.name for o in model.graph.output}
     broken = find_broken_exporter_pools(model, info, opset=model_opset(model), target=options.target, read=read)
     return FrontEndResult([s for s, _ in broken], repairs={s.node.index: wrong for s, wrong in broken})
+
+
+def as_repaired(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """A light copy of ``model`` (no weights' bytes) with each pool this front end repairs swapped for an opaque
+    node typed as its repair will be: what the input check judges where the ONNX checker rejects such a pool
+    (a kernel of the pooling rank on an unbatched input). None where there is none to repair."""
+    from ..graph.shapes import light_copy, make_value_info
+
+    try:
+        info = infer(model)
+    except Exception:  # noqa: BLE001 - no inference, no repair to judge by
+        return None
+    read = read_names(model.graph) | {o.name for o in model.graph.output}
+    broken = find_broken_exporter_pools(model, info, opset=model_opset(model), target="onnxruntime", read=read)
+    broken = [s for s, wrong in broken if "rejects" in wrong]  # the invalid ones (not only unrunnable)
+    if not broken:
+        return None
+    view = light_copy(model)
+    for s in broken:
+        node = view.graph.node[s.node.index]
+        opaque = onnx.helper.make_node(node.op_type, list(node.input), list(node.output), name=node.name,
+                                       domain="onnxpoolfix.repaired")
+        node.CopyFrom(opaque)
+        view.graph.value_info.append(make_value_info(s.node.output, s.dtype, s.output_shape))
+    view.opset_import.append(onnx.helper.make_opsetid("onnxpoolfix.repaired", 1))
+    return view

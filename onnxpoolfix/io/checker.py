@@ -102,7 +102,16 @@ def check_input_model(model: ModelProto, path: PathLike | None = None) -> None:
     """
     try:
         _check_input_model(model, path)
-    except InvalidModelError:
+    except InvalidModelError as e:
+        if _POOL_SHAPE_ERROR.search(str(e)):
+            from ..frontends.exporter_repair import as_repaired
+
+            # the exporter's pools the patch repairs (a kernel of the pooling rank on an unbatched input):
+            # judged as repaired; the unrepairable ones (no size in the graph) stay refused
+            view = as_repaired(model)
+            if view is not None:
+                _check_input_model(view, None, str(path) if path is not None else None)
+                return
         from ..frontends.bodies import typed_copy
         from ..frontends.functions import inline_functions_holding_leftovers
 
@@ -118,8 +127,8 @@ def check_input_model(model: ModelProto, path: PathLike | None = None) -> None:
         _check_input_model(inlined, path)
 
 
-def _check_input_model(model: ModelProto, path: PathLike | None) -> None:
-    name = str(path) if path is not None else "model"
+def _check_input_model(model: ModelProto, path: PathLike | None, name: str | None = None) -> None:
+    name = name or (str(path) if path is not None else "model")
     if has_external_data(model) and path is not None:  # (load_model refuses files over 2 GiB, so the rest fit)
         check_model(model, path)
         return

@@ -16,6 +16,7 @@ from helpers import assert_avg_close, assert_bits_equal, ort_session
 from onnx import TensorProto, helper
 
 import onnxpoolfix
+from onnxpoolfix.errors import InvalidModelError
 from onnxpoolfix.frontends.exporter_repair import REPAIRED
 
 
@@ -107,13 +108,17 @@ def test_float64_pools_are_not_repaired_for_tensorrt(torch_mod):
 def test_intent_not_in_the_graph_is_left_as_written(torch_mod):
     """Unbatched (C, H, W): the exporter pooled only W (kernel [4], as if H were the channels) and wrote
     a valid node; nothing in the graph says H was meant too. (C, L) with an output size > 1: AveragePool with
-    an empty kernel, the size is nowhere. Both stay as the exporter wrote them (README)."""
+    an empty kernel, the size is nowhere. The first stays as the exporter wrote it (README); the second is not
+    valid ONNX: patch() raises the InvalidModelError the CLI exits 3 with (issue 23), not "nothing to patch"."""
     torch = torch_mod
-    for module, shape in [(torch.nn.AdaptiveAvgPool2d((2, 2)), (3, 8, 8)), (torch.nn.AdaptiveAvgPool1d(5), (8, 8))]:
-        exported = _export(torch, module.eval(), torch.randn(*shape))
-        result = onnxpoolfix.patch(exported)
-        assert result.report.nodes == [], shape
-        assert [n.op_type for n in result.model.graph.node] == [n.op_type for n in exported.graph.node]
+    exported = _export(torch, torch.nn.AdaptiveAvgPool2d((2, 2)).eval(), torch.randn(3, 8, 8))
+    result = onnxpoolfix.patch(exported)
+    assert result.report.nodes == []
+    assert [n.op_type for n in result.model.graph.node] == [n.op_type for n in exported.graph.node]
+    exported = _export(torch, torch.nn.AdaptiveAvgPool1d(5).eval(), torch.randn(8, 8))
+    with pytest.raises(InvalidModelError, match="at least 3 dimensions") as info:
+        onnxpoolfix.patch(exported)
+    assert "unbatched" in info.value.hint
 
 
 def _hand_built_unbatched(kernel, shape, op="AveragePool", dtype=TensorProto.FLOAT):
@@ -122,7 +127,7 @@ def _hand_built_unbatched(kernel, shape, op="AveragePool", dtype=TensorProto.FLO
     attrs = {} if op.startswith("Global") else {"kernel_shape": list(kernel), "strides": list(kernel)}
     node = helper.make_node(op, ["x"], ["y"], name="pool", **attrs)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", dtype, list(shape))],
-                              [helper.make_tensor_value_info("y", dtype, None)])
+                              [helper.make_tensor_value_info("y", dtype, [None] * len(shape))])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
@@ -144,10 +149,10 @@ def test_kernel_rank_above_the_inputs_spatial_rank_pools_the_last_axes(kind, tor
 
 def test_a_pool_with_a_partial_window_is_not_repaired():
     """kernel 3 stride 3 over 8 (a partial last window) is no adaptive pool: not repaired (no exact lowering)."""
-    model = _hand_built_unbatched((3,), (8,), "AveragePool")  # rank-1 input: kernel rank 1 >= input rank
-    assert onnxpoolfix.patch(model).report.nodes == []
-    model = _hand_built_unbatched((3, 3), (3, 8, 8), "AveragePool")
-    assert onnxpoolfix.patch(model).report.nodes == []
+    # not valid ONNX either way, and nothing to repair it into: the InvalidModelError the CLI exits 3 with
+    for kernel, shape in [((3,), (8,)), ((3, 3), (3, 8, 8))]:  # rank-1 input: kernel rank 1 >= input rank
+        with pytest.raises(InvalidModelError, match="fails the ONNX checker"):
+            onnxpoolfix.patch(_hand_built_unbatched(kernel, shape, "AveragePool"))
 
 
 # --- through plan_model: inspect sees what patch repairs, and the other exporter front end does not plan it twice

@@ -70,3 +70,22 @@ def test_a_valid_model_still_patches_through_the_api(models):
     """The check passes what the checker accepts: a batched export of the same pool patches as before."""
     result = onnxpoolfix.patch(_export(torch.nn.AdaptiveAvgPool1d(3).eval(), (1, 4, 12)))
     assert result.report.check_passed or result.report.nodes == []
+
+
+def test_a_pool_the_patch_repairs_is_judged_repaired_by_every_entry_point(tmp_path):
+    """A kernel of the pooling rank on an unbatched input fails the ONNX checker ("Attribute strides has
+    incorrect size"), but its sizes are all in the graph: the check judges the model as repaired (as it
+    judges leftovers in bodies typed), so the CLI and the API both patch it."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("AveragePool", ["x"], ["y"], name="pool", kernel_shape=[4, 2], strides=[4, 2])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    with pytest.raises(Exception, match="Attribute strides has incorrect size"):
+        onnx.checker.check_model(model, full_check=True)
+    assert onnxpoolfix.patch(model).report.nodes[0].why.startswith("repaired: ")
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, src)
+    result = CliRunner().invoke(main, [str(src), str(out), "-q"], catch_exceptions=False)
+    assert result.exit_code == 0 and out.exists(), result.output

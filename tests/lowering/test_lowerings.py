@@ -206,7 +206,7 @@ def _two_node_model():
         helper.make_node("adaptive_max_pool2d", ["h", "s2"], ["y", "unused_idx"], name="b", domain=ATEN),
     ]
     g = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", F32, [2, 3, 10, 11])],
-                          [helper.make_tensor_value_info("y", F32, None)])
+                          [helper.make_tensor_value_info("y", F32, [2, 3, 3, 3])])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ATEN, 1)])
 
 

@@ -29,7 +29,7 @@ def make_leftover(kind: str, in_shape, out_size, *, dtype=TensorProto.FLOAT, ops
     outs = ["y"] + (["y_indices"] if kind == "max" and indices != "none" else [])
     nodes, inits = [], []
     size = np.asarray(out_size, dtype=np.int64)
-    if size_as == "constant":
+    if size_as == "constant" and opset >= 9:  # (an int64 Constant is not valid ONNX before opset 9)
         nodes.append(helper.make_node("Constant", [], ["size"], name="size_const",
                                       value=onnx.numpy_helper.from_array(size, "size_value")))
     else:
