@@ -89,3 +89,17 @@ def test_a_pool_the_patch_repairs_is_judged_repaired_by_every_entry_point(tmp_pa
     onnx.save(model, src)
     result = CliRunner().invoke(main, [str(src), str(out), "-q"], catch_exceptions=False)
     assert result.exit_code == 0 and out.exists(), result.output
+
+
+def test_a_scripted_export_whose_if_reads_a_leftover_patches_from_the_cli_too(tmp_path):
+    """torch leaves the If's outputs untyped where a branch reads a top-level leftover's result: the API
+    patched it, the CLI refused it (exit 3). One check: both patch it."""
+    from control_flow_models import chained_modules, export_scripted
+
+    module = chained_modules(torch)["if_after_pool"]
+    exported = export_scripted(torch, module, (torch.randn(1, 2, 9, 10), True), ["x", "flag"])
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(exported, src)
+    result = CliRunner().invoke(main, [str(src), str(out), "-q"], catch_exceptions=False)
+    assert result.exit_code == 0 and out.exists(), result.output
+    assert onnxpoolfix.patch(exported).report.check_passed
