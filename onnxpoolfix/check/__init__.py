@@ -94,16 +94,16 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
             failed.append(f"{s.node.label}: {r.detail}")
     proven = _prove_dynamic_windows(model, specs, report, failed)
     report.check_passed = not failed
+    report.notes.append(note)  # the sizes checked
     alone = sum(1 for r in results.values() if r.structured)
     if alone:
-        note += f"; {alone} of {len(results)} replaced subgraph(s) also run alone on structured inputs"
+        report.notes.append(f"{alone} of {len(results)} replaced subgraph(s) also run alone on structured inputs")
     reached = [kd for kd in ("downsampling", "equal", "upsampling")
                if any(kd in r.size_kinds for r in results.values())]
     if reached:
-        note += f"; the output sizes the graph computes reached: {', '.join(reached)}"
+        report.notes.append(f"the output sizes the graph computes reached: {', '.join(reached)}")
     if proven:
-        note += f"; {proven}"
-    report.check_note = "; ".join(x for x in (report.check_note, note) if x)
+        report.notes.append(proven)
     if failed:
         raise CheckFailedError(
             f"onnxruntime check failed for {len(failed)} node(s): {failed[0]}",
