@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Union
 
 from ..report import PatchReport
+from .declared import declared_dims
 
 logger = logging.getLogger(__name__)
 
@@ -92,35 +93,6 @@ def _refuse_dynamo_conflicts(torch, kwargs: dict) -> None:
     if kwargs.get("fallback"):
         raise ValueError("fallback=True would retry with the TorchScript exporter without ONNX_FALLTHROUGH; "
                          "drop it, or pass dynamo=False to use the TorchScript path on purpose")
-
-
-def _dynamo_ranges(torch, program) -> dict[tuple[int, int], tuple[int, int | None]]:
-    """(flat tensor input index, axis) -> (min, max or None) of every symbolic input dim, from torch.export."""
-    ep = getattr(program, "exported_program", None)
-    if ep is None:
-        return {}
-    user = set(ep.graph_signature.user_inputs)
-    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name in user
-                    and isinstance(n.meta.get("val"), torch.Tensor)]
-    out = {}
-    for i, node in enumerate(placeholders):
-        for axis, d in enumerate(node.meta["val"].shape):
-            if isinstance(d, int) or not hasattr(d, "node"):
-                continue
-            vr = ep.range_constraints.get(d.node.expr)
-            if vr is None:
-                continue
-            out[(i, axis)] = (max(_finite_int(vr.lower) or 1, 1), _finite_int(vr.upper))
-    return out
-
-
-def _finite_int(bound) -> int | None:
-    """A range bound as an int, None when it is infinite (torch's int_oo, sympy's oo)."""
-    try:
-        value = int(bound)
-    except (TypeError, ValueError, OverflowError, AttributeError):
-        return None
-    return value if abs(value) < 2**62 else None
 
 
 def _example_args(torch, args: Any, kwargs: dict, dynamo: bool) -> tuple[tuple, dict]:
@@ -211,7 +183,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
 
     with tempfile.TemporaryDirectory(prefix="onnxpoolfix-export-") as tmp:
         exported = Path(tmp) / "exported.onnx"
-        ranges: dict = {}
+        declared = None
         if dynamo:
             from .translation import translation_table
 
@@ -223,7 +195,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                                             external_data=external and not hasattr(f, "write"),
                                             custom_translation_table=table, **kwargs)
             logger.debug("torch.onnx.export: %s", captured.getvalue().strip())
-            ranges = _dynamo_ranges(torch, program)
+            declared = declared_dims(torch, program)
             del program
         else:
             with warnings.catch_warnings():
@@ -233,8 +205,15 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                 torch.onnx.export(module, args, str(exported), dynamo=False, **kwargs)
         model = load_model(exported)
         has_data = has_external_data(model)
+        runnable = module.module() if isinstance(module, exported_program) else module
+        check_shapes = None
+        if check and declared is not None and declared.related:  # W = 2*h, 32*h: the graph alone cannot tell
+            from .torch_check import torch_sizes
+
+            check_shapes = torch_sizes(model, runnable, call_args, call_kwargs, declared) or None
         result = patch(model, check=check, strategy=strategy, target=target, inplace=True,
-                       model_dir=tmp if has_data else None, optimize_exporter_pools=optimize_exporter_pools)
+                       model_dir=tmp if has_data else None, optimize_exporter_pools=optimize_exporter_pools,
+                       check_shapes=check_shapes)
         logger.info("%s", result.report.summary())
 
         def against_torch(path: Path) -> None:
@@ -242,8 +221,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                 return
             from .torch_check import verify_against_torch
 
-            runnable = module.module() if isinstance(module, exported_program) else module
-            checked = verify_against_torch(path, runnable, call_args, call_kwargs, ranges=ranges)
+            checked = verify_against_torch(path, runnable, call_args, call_kwargs, declared=declared)
             logger.info("%s", checked.note())
             result.report.check_note = "; ".join(p for p in (result.report.check_note, checked.note()) if p)
 
