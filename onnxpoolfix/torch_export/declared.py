@@ -5,8 +5,8 @@
   a symbol shared between inputs), the symbols' example values, and every range constraint. The sizes the
   comparison with torch runs at (:mod:`.sizes`) are chosen over these symbols, so they keep to ``W = 2H``
   or to multiples of 32 instead of treating each dim as free with step 1.
-* :func:`specialised_dims`: the dims the caller declared dynamic (a ``Dim``, ``Dim.DYNAMIC``, a name in
-  ``dynamic_shapes`` or ``dynamic_axes``) that came out static: torch.onnx.export retries a refused spec
+* :func:`specialised_dims`: the dims the caller declared dynamic in ``dynamic_shapes`` (a ``Dim``,
+  ``Dim.DYNAMIC``, a name) that came out static: torch.onnx.export retries a refused spec
   with torch's suggested fix (the dim pinned to the example's size) without a word.
 
 torch is imported by the caller; nothing here imports it at import time.
@@ -14,6 +14,7 @@ torch is imported by the caller; nothing here imports it at import time.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -109,3 +110,112 @@ def declared_dims(torch, program) -> DeclaredDims | None:
     except Exception:  # noqa: BLE001 - another torch's internals: compare with each dim free, as before
         logger.debug("cannot read the declared dims from the export", exc_info=True)
         return None
+
+
+@dataclass
+class Specialised:
+    """A dim the caller declared dynamic that the export made static."""
+
+    input: str  # the file's input name
+    axis: int
+    declared: str  # how it was declared: the Dim's name, Dim.DYNAMIC, a name string
+    value: int  # the size torch pinned it to
+    reason: str = ""  # torch's own words, where it gives them
+
+    def describe(self) -> str:
+        return (f"dim {self.axis} of input '{self.input}' was declared dynamic ({self.declared}) but torch "
+                f"specialised it to {self.value}: the exported file accepts only {self.value} there"
+                + (f" (torch: {self.reason})" if self.reason else ""))
+
+
+SPECIALISED_HINT = ("make the module keep that dim symbolic (torch's reason says where it pins it), or declare "
+                    "it static (leave it out of dynamic_shapes, or Dim.AUTO to let torch decide); "
+                    "allow_specialized_dims=True exports it static anyway, with a warning")
+
+
+def _label(torch, d) -> str | None:
+    """How a dynamic_shapes entry declares a dim dynamic (None: it does not)."""
+    Dim = torch.export.Dim
+    if isinstance(d, str):
+        return repr(d)
+    if isinstance(d, Dim):  # a named Dim or a derived one (2*h); Dim.STATIC is no Dim instance
+        return getattr(d, "__name__", "a Dim")
+    if d is getattr(Dim, "DYNAMIC", object()):
+        return "Dim.DYNAMIC"
+    return None
+
+
+def _declared_positions(torch, module, args: tuple, kwargs: dict, dynamic_shapes) -> dict[tuple[int, int], str]:
+    """(flat tensor input index, axis) -> label of every dim ``dynamic_shapes`` declares dynamic."""
+    from torch.export.dynamic_shapes import _combine_args, _tree_map_with_path
+
+    combined = _combine_args(module, args, kwargs)
+    if isinstance(dynamic_shapes, (tuple, list)):
+        combined = type(dynamic_shapes)(combined.values())
+    out: dict[tuple[int, int], str] = {}
+    count = [0]
+
+    def visit(_path, t, spec):
+        if not isinstance(t, torch.Tensor):
+            return None
+        i = count[0]
+        count[0] += 1
+        axes = spec.items() if isinstance(spec, dict) else enumerate(spec) if isinstance(spec, (tuple, list)) else ()
+        for axis, d in axes:
+            label = _label(torch, d)
+            if label is not None:
+                out[(i, int(axis))] = label
+        return None
+
+    _tree_map_with_path(visit, combined, dynamic_shapes, tree_name="inputs")
+    return out
+
+
+def _torch_refusal(torch, module, args: tuple, kwargs: dict, dynamic_shapes) -> list[str]:
+    """torch.export's own words refusing the spec (torch.onnx.export retries with its suggested fix and
+    swallows them): the lines that say what was specialised."""
+    try:
+        torch.export.export(module, args, kwargs=kwargs or None, dynamic_shapes=dynamic_shapes, strict=False)
+    except Exception as e:  # noqa: BLE001 - the refusal is what we are after
+        lines = [" ".join(line.split()).lstrip("- ") for line in str(e).splitlines()]
+        return [line for line in lines if "specializ" in line]
+    return []
+
+
+def _reason(lines: list[str], label: str) -> str:
+    name = label.strip("'")
+    hit = [line for line in lines if re.search(rf"\b{re.escape(name)}\b", line)]
+    return (hit or [""])[0].split(". ")[0][:300]  # its first sentence: what was pinned, to what
+
+
+def specialised_dims(torch, module, args: tuple, kwargs: dict, program, model, export_kwargs: Mapping
+                     ) -> list[Specialised]:
+    """The dims ``dynamic_shapes`` (of ``export_kwargs``) declares dynamic that the export ``program`` (the
+    dynamo exporter's ONNXProgram), and so the file ``model``, has static. (``dynamic_axes``, which torch
+    turns into Dim.DYNAMIC, is refused by torch itself where it specialises: not silent.)"""
+    init = {t.name for t in model.graph.initializer}
+    inputs = [vi for vi in model.graph.input if vi.name not in init]
+    found: list[Specialised] = []
+    spec = export_kwargs.get("dynamic_shapes")
+    ep = getattr(program, "exported_program", None)
+    if spec is None or ep is None:
+        return found
+    try:
+        declared = _declared_positions(torch, module, args, kwargs, spec)
+        placeholders = user_placeholders(torch, ep)
+    except Exception:  # noqa: BLE001 - a structure torch's own helpers do not map: nothing to say
+        logger.debug("cannot map dynamic_shapes to the inputs", exc_info=True)
+        return found
+    if len(placeholders) != len(inputs):
+        return found
+    for (i, axis), label in sorted(declared.items()):
+        if i >= len(placeholders):
+            continue
+        d = placeholders[i].meta["val"].shape[axis] if axis < placeholders[i].meta["val"].dim() else None
+        if isinstance(d, int):
+            found.append(Specialised(inputs[i].name, axis, label, d))
+    if found:
+        lines = _torch_refusal(torch, module, args, kwargs, spec)
+        for s in found:
+            s.reason = _reason(lines, s.declared)
+    return found

@@ -32,8 +32,9 @@ import warnings
 from pathlib import Path
 from typing import Any, BinaryIO, Union
 
+from ..errors import ShapeError
 from ..report import PatchReport
-from .declared import declared_dims
+from .declared import SPECIALISED_HINT, declared_dims, specialised_dims
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +111,8 @@ def _example_args(torch, args: Any, kwargs: dict, dynamo: bool) -> tuple[tuple, 
 
 def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], *, dynamo: bool = True,
            check: bool = True, verify: bool = True, strategy: str = "auto", target: str = "onnxruntime",
-           optimize_exporter_pools: bool = False, **kwargs: Any) -> PatchReport:
+           optimize_exporter_pools: bool = False, allow_specialized_dims: bool = False,
+           **kwargs: Any) -> PatchReport:
     """Export ``module`` with torch.onnx.export, replace the leftover adaptive pooling nodes, save to ``f``.
 
     Args:
@@ -131,6 +133,11 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         target: ``"onnxruntime"`` or ``"tensorrt"``.
         optimize_exporter_pools: also plan the pools the exporter lowered itself (see
             :func:`onnxpoolfix.patch`).
+        allow_specialized_dims: with ``dynamo=True``, a dim ``dynamic_shapes`` declares dynamic (a ``Dim``,
+            ``Dim.DYNAMIC``, a name) that torch specialised to the example's size
+            (torch.onnx.export retries a refused spec with torch's suggested fix, silently) raises
+            :class:`ShapeError` naming the dim and torch's reason; True exports it static anyway, with a
+            logged warning and a line in the report's ``check_note``.
         **kwargs: passed on to ``torch.onnx.export`` (input_names, output_names, dynamic_shapes,
             dynamic_axes, opset_version, kwargs, external_data, optimize, ...). With ``dynamo=True``,
             ``operator_export_type`` and ``fallback=True`` raise ``ValueError``; ``external_data`` (default
@@ -145,6 +152,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         ImportError: torch is not installed (``pip install '.[torch]'`` in a checkout).
         TypeError: ``module`` is not a torch module, or ``f`` neither a path nor a file object.
         ValueError: conflicting ``kwargs``, or ``f`` a file object not open for writing.
+        ShapeError: a dim declared dynamic came out static (see ``allow_specialized_dims``); nothing written.
         TorchMismatchError: (a :class:`CheckFailedError`) ``verify`` found the file differing from torch.
         PoolFixError: from the patch (e.g. :class:`UnsupportedNodeError` for a node with no exact lowering,
             :class:`CheckFailedError`), or :class:`OutputError` when ``f`` cannot be written. ``f`` is left
@@ -183,7 +191,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
 
     with tempfile.TemporaryDirectory(prefix="onnxpoolfix-export-") as tmp:
         exported = Path(tmp) / "exported.onnx"
-        declared = None
+        declared, specialised = None, []
         if dynamo:
             from .translation import translation_table
 
@@ -196,7 +204,14 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                                             custom_translation_table=table, **kwargs)
             logger.debug("torch.onnx.export: %s", captured.getvalue().strip())
             declared = declared_dims(torch, program)
+            specialised = [] if isinstance(module, exported_program) else specialised_dims(
+                torch, module, call_args, call_kwargs, program, load_model(exported), kwargs)
             del program
+            if specialised and not allow_specialized_dims:
+                more = f" (and {len(specialised) - 1} more)" if len(specialised) > 1 else ""
+                raise ShapeError(specialised[0].describe() + more, SPECIALISED_HINT)
+            for sp in specialised:
+                logger.warning("%s", sp.describe())
         else:
             with warnings.catch_warnings():
                 # we chose the TorchScript exporter on purpose: its deprecation notice is not the caller's concern
@@ -214,6 +229,10 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         result = patch(model, check=check, strategy=strategy, target=target, inplace=True,
                        model_dir=tmp if has_data else None, optimize_exporter_pools=optimize_exporter_pools,
                        check_shapes=check_shapes)
+        if specialised:  # allowed: the report says so too
+            result.report.check_note = "; ".join(
+                ([result.report.check_note] if result.report.check_note else [])
+                + [f"allowed: {sp.describe()}" for sp in specialised])
         logger.info("%s", result.report.summary())
 
         def against_torch(path: Path) -> None:

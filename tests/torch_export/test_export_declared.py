@@ -10,6 +10,7 @@ Each export is compared with torch here too, at sizes the test picks, in onnxrun
 """
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -141,3 +142,47 @@ def test_a_mismatch_hint_says_what_to_change(tmp_path: Path, monkeypatch: pytest
     hint = info.value.hint
     assert "onnxpoolfix.export" not in hint and "dynamo=True" not in hint, hint
     assert "dynamic_shapes" in hint and re.search(r"2\*h|32\*h", hint) and "min/max" in hint, hint
+
+
+def _none_h_pool() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveMaxPool2d((None, 3))).eval()
+
+
+def test_a_dim_declared_dynamic_that_torch_specialised_is_an_error(tmp_path: Path) -> None:
+    """AdaptiveMaxPool2d((None, 3)): torch pins H to the example's 22 (torch.export refuses the spec;
+    torch.onnx.export retries with the fix, silently). Named, with torch's reason; nothing written."""
+    torch.manual_seed(0)
+    out = tmp_path / "m.onnx"
+    H, W = torch.export.Dim("H", min=4, max=64), torch.export.Dim("W", min=4, max=64)
+    with pytest.raises(onnxpoolfix.ShapeError) as info:
+        onnxpoolfix.export(_none_h_pool(), (torch.randn(1, 3, 22, 20),), out, dynamic_shapes={"input": {2: H, 3: W}})
+    message = str(info.value)
+    assert "dim 2 of input 'input'" in message and "(H)" in message and "specialised it to 22" in message, message
+    assert "torch: You marked H as dynamic" in message, message
+    assert "allow_specialized_dims=True" in info.value.hint
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_allowed_specialisation_is_a_warning_and_exact_at_the_pinned_size(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    torch.manual_seed(0)
+    m = _none_h_pool()
+    H, W = torch.export.Dim("H", min=4, max=64), torch.export.Dim("W", min=4, max=64)
+    out = tmp_path / "m.onnx"
+    with caplog.at_level(logging.WARNING, logger="onnxpoolfix"):
+        report = onnxpoolfix.export(m, (torch.randn(1, 3, 22, 20),), out, dynamic_shapes={"input": {2: H, 3: W}},
+                                    allow_specialized_dims=True)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("dim 2 of input 'input'" in w and "specialised it to 22" in w for w in warned), warned
+    assert "specialised it to 22" in report.check_note
+    dims = [d.dim_param or d.dim_value for d in onnx.load(str(out)).graph.input[0].type.tensor_type.shape.dim]
+    assert dims[:3] == [1, 3, 22] and isinstance(dims[3], str), dims
+    _assert_matches(out, m, [(1, 3, 22, 20), (1, 3, 22, 7), (1, 3, 22, 41)])
+
+
+def test_dims_that_stay_dynamic_are_not_flagged(tmp_path: Path) -> None:
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d((5, 7))).eval()
+    H, W = torch.export.Dim("H", min=4, max=64), torch.export.Dim("W", min=4, max=64)
+    report = onnxpoolfix.export(m, (torch.randn(1, 3, 12, 11),), tmp_path / "m.onnx",
+                                dynamic_shapes={"input": {0: torch.export.Dim.DYNAMIC, 2: H, 3: W}})
+    assert "specialised" not in report.check_note and report.nodes[0].lowering == "dynamic"
