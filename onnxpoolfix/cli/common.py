@@ -9,7 +9,7 @@ import traceback
 import click
 
 from ..api import MAX_DIM
-from ..errors import PoolFixError
+from ..errors import PoolFixError, cli_words
 from ..plan.planner import STRATEGIES
 
 EXIT_INTERNAL = 1
@@ -46,6 +46,9 @@ def parse_shapes(values: tuple[str, ...], flag: str) -> dict[str, list[int]]:
                 raise click.BadParameter(f"'{item}': dims must be >= 1", param_hint=flag)
             if any(d > MAX_DIM for d in parsed):
                 raise click.BadParameter(f"'{item}': dims must be <= {MAX_DIM}", param_hint=flag)
+            if name in shapes:  # silently keeping the last would bind (or check) a size the user did not mean
+                raise click.BadParameter(f"'{name}' is given twice ({name}:{','.join(map(str, shapes[name]))} and "
+                                         f"{item}): give each input once", param_hint=flag)
             shapes[name] = parsed
     return shapes
 
@@ -72,10 +75,10 @@ def interrupted(signum: int) -> None:
 def fail(err: Exception, verbose: bool) -> None:
     if verbose:
         traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
-    if isinstance(err, PoolFixError):
-        click.echo(f"onnxpoolfix: error: {err}", err=True)
+    if isinstance(err, PoolFixError):  # raised in the API's words: printed with the CLI's flags
+        click.echo(f"onnxpoolfix: error: {cli_words(str(err))}", err=True)
         if err.hint:
-            click.echo(f"  hint: {err.hint}", err=True)
+            click.echo(f"  hint: {cli_words(err.hint)}", err=True)
         sys.exit(err.exit_code)
     click.echo(f"onnxpoolfix: internal error: {type(err).__name__}: {' '.join(str(err).split())}", err=True)
     click.echo("  hint: this is a bug; rerun with -v and report the traceback", err=True)

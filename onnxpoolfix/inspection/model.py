@@ -27,7 +27,7 @@ from typing import Mapping, Sequence
 import onnx
 from onnx import TensorProto
 
-from ..errors import PoolFixError, UnsupportedNodeError
+from ..errors import PoolFixError, UnsupportedNodeError, api_words
 from ..frontends.bodies import describe_path, has_nested_leftovers, nested_leftover_nodes
 from ..frontends.exporter_pools import keeps_its_op
 from ..frontends.leftovers import aten_operator, is_pool_leftover
@@ -151,7 +151,8 @@ def _inspect_node(node_plan, strategy: str) -> NodeInspection:
         info.why = "left as it is: no exact lowering applies (reasons above)"
         return info
     if p is None:
-        info.blocker, info.hint = _node_blocker(node_plan, "auto" if node_plan.optional else strategy)
+        blocker, hint = _node_blocker(node_plan, "auto" if node_plan.optional else strategy)
+        info.blocker, info.hint = api_words(blocker), api_words(hint)  # as the patch's error would say it
         return info
     info.chosen, info.why = p.lowering.name, p.why
     info.ops = [op for step in p.lowering.steps(s) for op in step.ops]

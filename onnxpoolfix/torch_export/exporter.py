@@ -26,13 +26,14 @@ import contextlib
 import io
 import logging
 import os
+import re
 import shutil
 import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, BinaryIO, Union
 
-from ..errors import ShapeError
+from ..errors import PoolFixError, ShapeError
 from ..report import PatchReport
 from .declared import SPECIALISED_HINT, declared_dims, specialised_dims
 
@@ -94,6 +95,31 @@ def _refuse_dynamo_conflicts(torch, kwargs: dict) -> None:
     if kwargs.get("fallback"):
         raise ValueError("fallback=True would retry with the TorchScript exporter without ONNX_FALLTHROUGH; "
                          "drop it, or pass dynamo=False to use the TorchScript path on purpose")
+
+
+_EXPORT_WORDS = (
+    (re.compile(r"bind the (?:input sizes|symbolic input dims) with input_shapes=\{'NAME': \[D0, D1, \.\.\.\]\}"),
+     "export those dims static (leave them out of dynamic_shapes / dynamic_axes)"),
+    (re.compile(r"input_shapes=\{'NAME': \[D0, D1, \.\.\.\]\}"),
+     "static sizes (leave those dims out of dynamic_shapes / dynamic_axes)"),
+    (re.compile(r"check_shapes=\[\{'NAME': \[D0, D1, \.\.\.\]\}(, \.\.\.)?\]( \([^)]*\))?"),
+     "Dim ranges (min/max in dynamic_shapes) that keep to sizes the model takes"),
+    (re.compile(r"convert the model to opset (\d+) or newer first \(onnx\.version_converter\.convert_version\(model, "
+                r"\d+\)\)"), r"export with opset_version=\1 or later"),
+)
+
+
+def export_words(hint: str | None, message: str = "") -> str | None:
+    """A hint of :func:`onnxpoolfix.patch` in the words of ``export``'s own arguments (export takes no
+    input_shapes= or check_shapes=: it declares dims through dynamic_shapes, and picks the opset itself)."""
+    if not hint:
+        return hint
+    for pattern, words in _EXPORT_WORDS:
+        hint = pattern.sub(words, hint)
+    needed = re.search(r"needs opset (\d+)", message)
+    if needed and "opset_version" not in hint:
+        hint += f"; or export with opset_version={needed.group(1)} or later"
+    return hint
 
 
 def _example_args(torch, args: Any, kwargs: dict, dynamo: bool) -> tuple[tuple, dict]:
@@ -226,9 +252,13 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             from .torch_check import torch_sizes
 
             check_shapes = torch_sizes(model, runnable, call_args, call_kwargs, declared) or None
-        result = patch(model, check=check, strategy=strategy, target=target, inplace=True,
-                       model_dir=tmp if has_data else None, optimize_exporter_pools=optimize_exporter_pools,
-                       check_shapes=check_shapes)
+        try:
+            result = patch(model, check=check, strategy=strategy, target=target, inplace=True,
+                           model_dir=tmp if has_data else None, optimize_exporter_pools=optimize_exporter_pools,
+                           check_shapes=check_shapes)
+        except PoolFixError as e:  # patch's hints name patch's arguments; export takes other ones
+            e.hint = export_words(e.hint, str(e))
+            raise
         if specialised:  # allowed: the report says so too
             result.report.check_note = "; ".join(
                 ([result.report.check_note] if result.report.check_note else [])
