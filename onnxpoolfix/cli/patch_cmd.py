@@ -35,6 +35,12 @@ def patch_cmd(src, dst, target, strategy, input_shape, verbose, no_check, check_
     """Patch IN and write OUT (only after the check passed)."""
     if verbose:
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
+    for path, what in ((dst, "OUT"), (report_path, "--report")):
+        if path is not None and str(path) == "-":  # would be a file named '-', where stdout was meant
+            raise click.BadParameter(
+                "'-' is not standard output here (it would write a file named '-'): for standard output give "
+                "/dev/stdout (with -q, so that the summary does not mix in), for a file named '-' its absolute path",
+                param_hint=what)
     try:
         from ..api import patch
         from ..io import check_input_model, has_external_data, load_model, preflight_output, save_model

@@ -186,3 +186,15 @@ def test_dims_that_stay_dynamic_are_not_flagged(tmp_path: Path) -> None:
     report = onnxpoolfix.export(m, (torch.randn(1, 3, 12, 11),), tmp_path / "m.onnx",
                                 dynamic_shapes={"input": {0: torch.export.Dim.DYNAMIC, 2: H, 3: W}})
     assert "specialised" not in report.check_note and report.nodes[0].lowering == "dynamic"
+
+
+def test_an_export_hint_names_what_export_takes(tmp_path: Path) -> None:
+    """Symbolic pooled axes at opset 9 (the TorchScript path keeps it): export takes no input_shapes=;
+    the hint says to export those dims static, or at a newer opset."""
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d((5, 7))).eval()
+    with pytest.raises(onnxpoolfix.UnsupportedNodeError) as info:
+        onnxpoolfix.export(m, (torch.randn(1, 3, 8, 9),), tmp_path / "m.onnx", dynamo=False, opset_version=9,
+                           input_names=["x"], dynamic_axes={"x": {2: "H", 3: "W"}})
+    hint = info.value.hint
+    assert "input_shapes" not in hint and "--input-shape" not in hint, hint
+    assert "dynamic_axes" in hint and "opset_version=11" in hint, hint
