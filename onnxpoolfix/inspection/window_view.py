@@ -28,7 +28,8 @@ The text diagram has one row per output and one column per input element. Where 
 ``#`` when all of them are in the window and ``+`` when only some are; where there are more than
 :data:`MAX_ROWS` outputs, the first and last :data:`EDGE_ROWS` rows are drawn with ``...`` between them (the
 one-line lists of ranges, lengths and starts keep the first and last :data:`LIST_EDGE`). The JSON always
-has every window.
+has every window, each list on one line (``onnxpoolfix windows --json`` refuses axes past
+:data:`MAX_JSON_SIZE`, with a hint).
 
 JSON (``schema_version`` 1; ``onnxpoolfix windows --json``)::
 
