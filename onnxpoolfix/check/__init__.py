@@ -11,7 +11,7 @@
 """
 from __future__ import annotations
 
-from ..errors import CheckFailedError, CheckTooLargeError, PoolFixError, ShapeError
+from ..errors import ArgumentError, CheckFailedError, CheckTooLargeError, PoolFixError
 from ..graph.shapes import validate_input_shape
 from ..report import PatchReport
 from .compare import NodeCheck, compare
@@ -52,7 +52,7 @@ def _refuse_against_binding(model, name: str, dims, bound) -> None:
     for axis, (b, d) in enumerate(zip(bound, dims)):
         if b != d and axis < len(fixed) and fixed[axis] == b:
             text = ",".join(map(str, bound))
-            raise ShapeError(
+            raise ArgumentError(
                 f"--check-shape {name}:{','.join(map(str, dims))}: dim {axis} is bound to {b} by your --input-shape "
                 f"{name}:{text}, and the patched model keeps that binding (the static lowering holds at that size)",
                 f"check at the bound size ({name}:{text}), or bind the size you want to check")
@@ -92,15 +92,15 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
             failed.append(f"{s.node.label}: {r.detail}")
             upstream.append(r.upstream)
     report.check_passed = not failed
+    report.notes.append(note)  # the sizes checked
     rounded = sum(1 for r in results.values() if r.input_rounding)
     if rounded:
-        note += (f"; {rounded} half-precision subgraph(s) fed unrounded float32 values by onnxruntime (the ops "
-                 "before them run in float32): exact alone on the fetched input, and in the model within its "
-                 "rounding")
+        report.notes.append(f"{rounded} half-precision subgraph(s) fed unrounded float32 values by onnxruntime "
+                            "(the ops before them run in float32): exact alone on the fetched input, and in the "
+                            "model within its rounding")
     alone = sum(1 for r in results.values() if r.structured)
     if alone:
-        note += f"; {alone} of {len(results)} replaced subgraph(s) also run alone on structured inputs"
-    report.check_note = "; ".join(x for x in (report.check_note, note) if x)
+        report.notes.append(f"{alone} of {len(results)} replaced subgraph(s) also run alone on structured inputs")
     if failed and all(upstream):  # the replacement alone is exact on the very input it failed on in the model
         raise CheckFailedError(
             f"onnxruntime check failed for {len(failed)} node(s): {failed[0]}",

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Union
 
 from ..errors import PoolFixError, ShapeError
-from ..report import PatchReport
+from ..report import PatchReport, WarningNote
 from .declared import SPECIALISED_HINT, declared_dims, specialised_dims
 
 logger = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             ``Dim.DYNAMIC``, a name) that torch specialised to the example's size
             (torch.onnx.export retries a refused spec with torch's suggested fix, silently) raises
             :class:`ShapeError` naming the dim and torch's reason; True exports it static anyway, with a
-            logged warning and a line in the report's ``check_note``.
+            logged warning and a warning note in the report (``check_note``).
         **kwargs: passed on to ``torch.onnx.export`` (input_names, output_names, dynamic_shapes,
             dynamic_axes, opset_version, kwargs, external_data, optimize, ...). With ``dynamo=True``,
             ``operator_export_type`` and ``fallback=True`` raise ``ValueError``; ``external_data`` (default
@@ -259,10 +259,8 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         except PoolFixError as e:  # patch's hints name patch's arguments; export takes other ones
             e.hint = export_words(e.hint, str(e))
             raise
-        if specialised:  # allowed: the report says so too
-            result.report.check_note = "; ".join(
-                ([result.report.check_note] if result.report.check_note else [])
-                + [f"allowed: {sp.describe()}" for sp in specialised])
+        # allowed (allow_specialized_dims): the report says so too, as a warning
+        result.report.notes[:0] = [WarningNote(f"allowed: {sp.describe()}") for sp in specialised]
         logger.info("%s", result.report.summary())
 
         def against_torch(path: Path) -> None:
@@ -272,7 +270,8 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
 
             checked = verify_against_torch(path, runnable, call_args, call_kwargs, declared=declared)
             logger.info("%s", checked.note())
-            result.report.check_note = "; ".join(p for p in (result.report.check_note, checked.note()) if p)
+            if checked.note():
+                result.report.notes.append(checked.note())
 
         if hasattr(f, "write"):
             patched = Path(tmp) / "patched.onnx"
