@@ -230,14 +230,6 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                                             custom_translation_table=table, **kwargs)
             logger.debug("torch.onnx.export: %s", captured.getvalue().strip())
             declared = declared_dims(torch, program)
-            specialised = [] if isinstance(module, exported_program) else specialised_dims(
-                torch, module, call_args, call_kwargs, program, load_model(exported), kwargs)
-            del program
-            if specialised and not allow_specialized_dims:
-                more = f" (and {len(specialised) - 1} more)" if len(specialised) > 1 else ""
-                raise ShapeError(specialised[0].describe() + more, SPECIALISED_HINT)
-            for sp in specialised:
-                logger.warning("%s", sp.describe())
         else:
             with warnings.catch_warnings():
                 # we chose the TorchScript exporter on purpose: its deprecation notice is not the caller's concern
@@ -245,6 +237,15 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                                         category=DeprecationWarning)
                 torch.onnx.export(module, args, str(exported), dynamo=False, **kwargs)
         model = load_model(exported)
+        if dynamo:
+            if not isinstance(module, exported_program):
+                specialised = specialised_dims(torch, module, call_args, call_kwargs, program, model, kwargs)
+            del program
+            if specialised and not allow_specialized_dims:
+                more = f" (and {len(specialised) - 1} more)" if len(specialised) > 1 else ""
+                raise ShapeError(specialised[0].describe() + more, SPECIALISED_HINT)
+            for sp in specialised:
+                logger.warning("%s", sp.describe())
         has_data = has_external_data(model)
         runnable = module.module() if isinstance(module, exported_program) else module
         check_shapes = None
