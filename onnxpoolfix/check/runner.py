@@ -150,8 +150,12 @@ def _half_input(model, spec: PoolSpec, x, y, idx, check: NodeCheck, before: tupl
     ``upstream`` (not the replacement's doing)."""
     if spec.node.index not in sessions:
         isolated = isolate(model, spec)
-        sessions[spec.node.index] = None if isolated is None else (ort_session(isolated, None),
-                                                                   [o.name for o in isolated.graph.output])
+        try:
+            sessions[spec.node.index] = None if isolated is None else (ort_session(isolated, None),
+                                                                       [o.name for o in isolated.graph.output])
+        except Exception:  # noqa: BLE001 - alone it does not load: the in-model failure stands as it is
+            logger.debug("%s: its subgraph alone does not load", spec.node.label, exc_info=True)
+            sessions[spec.node.index] = None
     if sessions[spec.node.index] is None:
         return  # it reads other tensors: only the in-model comparison says anything
     sess, names = sessions[spec.node.index]
