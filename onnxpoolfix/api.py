@@ -91,28 +91,29 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
                           keep_input_shapes=keep_input_shapes, optimize_exporter_pools=optimize_exporter_pools,
                           patch_bodies=True)
     mp = plan_model(model, options)
-    if mp.inlined and inplace:  # the inliner builds a new model: inplace means the caller's object
-        caller.CopyFrom(mp.model)
-        mp.model = caller
-    model = mp.model
-    if mp.blocker is not None:
-        raise mp.blocker
+    found = mp.found
+    if found.inlined and inplace:  # the inliner builds a new model: inplace means the caller's object
+        caller.CopyFrom(found.model)
+        found.model = caller
+    model = found.model
+    if found.blocker is not None:
+        raise found.blocker
     notes = report.notes
-    notes += mp.notes
-    report.suspects = [asdict(s) for s in mp.suspects]  # what a front end suspected and left, with why
+    notes += found.notes + mp.notes
+    report.suspects = [asdict(s) for s in found.suspects]  # what a front end suspected and left, with why
     nested = bool(mp.body_nodes)  # leftovers inside If/Loop/Scan bodies, planned with the rest
     if not mp.nodes and not nested:
         notes.append(NOTHING_TO_PATCH)  # after the front ends' notes: e.g. a frozen dynamo export
         return PatchResult(model, report)
-    if mp.inlined:
-        notes.insert(0, f"inlined the local function(s) {', '.join(mp.inlined)} that held leftovers")
+    if found.inlined:
+        notes.insert(0, f"inlined the local function(s) {', '.join(found.inlined)} that held leftovers")
     for n in mp.blocked:  # the first node no lowering applies to stops the patch
         if n.error.hint is None:
             n.error.hint = no_lowering_hint(n.spec, n.candidates)
         raise n.error
     if mp.kept:
         notes.append(f"kept {len(mp.kept)} exporter pool(s) as they are (already the fastest exact form)")
-    if not mp.rest and not mp.groups and not nested:
+    if not mp.separate and not mp.groups and not nested:
         notes.append(NOTHING_TO_PATCH)
         return PatchResult(model, report)
     applied = apply_model_plan(model, mp)

@@ -27,7 +27,6 @@ from onnx import TensorProto
 
 from ..errors import ArgumentError, PoolFixError, UnsupportedNodeError
 from ..frontends.bodies import describe_path, has_nested_leftovers, nested_leftover_nodes
-from ..frontends.exporter_pools import keeps_its_op
 from ..frontends.leftovers import aten_operator, is_pool_leftover
 from ..graph import nodes_deep
 from .report import (  # noqa: F401  (EXIT_*, SCHEMA_VERSION: re-exported)
@@ -85,20 +84,22 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
         model = work
     mp = plan_model(model, PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
                                        optimize_exporter_pools=optimize_exporter_pools, patch_bodies=True))
-    if mp.inlined:
-        result.notes.append(f"the local function(s) {', '.join(mp.inlined)} hold leftovers: the patch inlines them")
-    result.notes.extend(mp.notes)
-    result.suspects = [asdict(s) for s in mp.suspects]
-    if mp.blocker is not None:
-        err = mp.blocker
+    found = mp.found
+    if found.inlined:
+        result.notes.append(f"the local function(s) {', '.join(found.inlined)} hold leftovers: the patch inlines "
+                            "them")
+    result.notes.extend(found.notes + mp.notes)
+    result.suspects = [asdict(s) for s in found.suspects]
+    if found.blocker is not None:
+        err = found.blocker
         result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
         result.nodes = [_bare(n, i) for i, n in enumerate(mp.model.graph.node) if is_pool_leftover(n)]
         for path, i, n in nested_leftover_nodes(mp.model):
             result.nodes.append(_bare(n, i))
             result.nodes[-1].body = describe_path(mp.model, path)
-    for node_plan in mp.nodes if mp.blocker is None else ():
+    for node_plan in mp.nodes if found.blocker is None else ():
         info = _inspect_node(node_plan, strategy)
-        if node_plan.optional and not node_plan.repair and info.chosen and keeps_its_op(node_plan.spec, info.chosen):
+        if node_plan.keepable:
             info.why = f"kept as it is unless it joins a pyramid ({info.why})"
         result.nodes.append(info)
     _inspect_groups(mp, result)
@@ -196,11 +197,11 @@ def _lint(mp, result: Inspection) -> TensorRTLint:
     from ..tensorrt import lint_tensorrt
 
     model = mp.model
-    leftovers = mp.leftovers + [n for _, _, n in nested_leftover_nodes(model)]
+    leftovers = mp.found.leftovers + [n for _, _, n in nested_leftover_nodes(model)]
     leftover_labels = {n.name or (f"-> {n.output[0]}" if n.output else "") for n in leftovers}
     original_labels = {n.name or (f"-> {n.output[0]}" if n.output else "") for n in nodes_deep(model.graph.node)}
     linted, target_model = "original", model
-    if result.would_patch and (leftovers or mp.rest or mp.groups or mp.regions):  # exporter pools repaired or
+    if result.would_patch and (leftovers or mp.separate or mp.groups or mp.found.regions):  # exporter pools repaired or
         # optimized; regions: the dynamo front end's decompositions
         try:
             target_model = onnx.ModelProto()
