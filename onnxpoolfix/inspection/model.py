@@ -19,16 +19,23 @@ The records, their text and the ``--json`` schema are in :mod:`onnxpoolfix.inspe
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Mapping, Sequence
 
 import onnx
 from onnx import TensorProto
 
-from ..errors import ArgumentError, PoolFixError, UnsupportedNodeError
+from ..api import check_arguments, check_seed, shape_map
+from ..errors import ArgumentError, InvalidModelError, PoolFixError, UnsupportedNodeError
 from ..frontends.bodies import describe_path, has_nested_leftovers, nested_leftover_nodes
 from ..frontends.leftovers import aten_operator, is_pool_leftover
 from ..graph import nodes_deep
+from ..graph.shapes import model_opset, validate_input_shape
+from ..lowering.base import axis_windows
+from ..plan.model import PlanOptions, apply_model_plan, no_lowering_hint, plan_model
+from ..plan.planner import plan
+from ..plan.pyramid import NAME as PYRAMID
+from ..tensorrt import lint_tensorrt
 from .report import (  # noqa: F401  (EXIT_*, SCHEMA_VERSION: re-exported)
     EXIT_BLOCKED,
     EXIT_INVALID,
@@ -51,19 +58,15 @@ logger = logging.getLogger(__name__)
 
 def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strategy: str = "auto",
                   input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
-                  optimize_exporter_pools: bool = False) -> Inspection:
+                  optimize_exporter_pools: bool = False, seed: int = 0) -> Inspection:
     """What :func:`onnxpoolfix.patch` would do to ``model`` with these arguments, without doing it.
 
     Never raises for a model-level problem it can describe (non-constant output size, uninferable shape,
     unsupported dtype, bad ``input_shapes``): that becomes :attr:`Inspection.blocker`. ``model`` is not
-    modified. The onnxruntime check is not run.
+    modified. The onnxruntime check is not run; ``seed`` is that of the dynamo front end's proof (as patch's).
     """
-    from ..api import check_arguments, shape_map
-    from ..errors import InvalidModelError
-    from ..graph.shapes import model_opset, validate_input_shape
-    from ..plan.model import PlanOptions, plan_model
-
     check_arguments("inspect_model", model, target, strategy)
+    check_seed(seed)
     input_shapes = shape_map(input_shapes, "input_shapes")
     result = Inspection(target=target, strategy=strategy, model=name, opset=model_opset(model))
     if not model.HasField("graph"):  # as patch() says it
@@ -83,7 +86,8 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
         work.CopyFrom(model)
         model = work
     mp = plan_model(model, PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
-                                       optimize_exporter_pools=optimize_exporter_pools, patch_bodies=True))
+                                       optimize_exporter_pools=optimize_exporter_pools, patch_bodies=True,
+                                       seed=int(seed)))
     found = mp.found
     if found.inlined:
         result.notes.append(f"the local function(s) {', '.join(found.inlined)} hold leftovers: the patch inlines "
@@ -118,13 +122,11 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
 
 def _inspect_groups(mp, result: Inspection) -> None:
     """Nodes that pool the same tensor and would be planned together (onnxpoolfix/pyramid.py)."""
-    from ..plan.pyramid import NAME
-
     by_node = {n.spec.node.index: info for n, info in zip(mp.nodes, result.nodes)}  # (names may repeat)
     for g in mp.groups:
         for lv in g.levels:
             info = by_node[lv.spec.node.index]
-            info.chosen, info.why = NAME, g.why(lv)
+            info.chosen, info.why = PYRAMID, g.why(lv)
         result.notes.append(f"{len(g.levels)} nodes pool '{g.levels[0].spec.node.input}': planned together, "
                             f"the input read once (est. {g.cost * 1e6:.0f} us vs {g.separate_cost * 1e6:.0f} us)")
 
@@ -137,8 +139,6 @@ def _bare(node: onnx.NodeProto, index: int) -> NodeInspection:
 
 def _inspect_node(node_plan, strategy: str) -> NodeInspection:
     """One planned node as the inspection shows it."""
-    from ..lowering.base import axis_windows
-
     s = node_plan.spec
     info = NodeInspection(name=s.node.name, op=s.node.op, kind=s.kind, encoding=s.node.encoding, dtype=s.dtype_name,
                           input_shape=list(s.input_shape), output_shape=list(s.output_shape), evidence=s.node.evidence)
@@ -164,8 +164,6 @@ def _inspect_node(node_plan, strategy: str) -> NodeInspection:
 
 
 def _node_blocker(node_plan, strategy: str) -> tuple[str, str | None]:
-    from ..plan.model import no_lowering_hint
-
     spec, err = node_plan.spec, node_plan.error
     if strategy != "auto":
         return str(err), err.hint
@@ -175,10 +173,6 @@ def _node_blocker(node_plan, strategy: str) -> tuple[str, str | None]:
                 "bind the input's shape with --input-shape NAME:D0,D1,... (the patched model then keeps that "
                 "shape), or re-export with static spatial dims")
     if spec.target == "tensorrt":
-        from dataclasses import replace
-
-        from ..plan.planner import plan
-
         try:
             other = plan(replace(spec, target="onnxruntime"))
         except UnsupportedNodeError:
@@ -193,9 +187,6 @@ def _node_blocker(node_plan, strategy: str) -> tuple[str, str | None]:
 def _lint(mp, result: Inspection) -> TensorRTLint:
     """The TensorRT lint of the model the plan would write (its replacements applied to a copy), or of the
     original where the patch is blocked."""
-    from ..plan.model import apply_model_plan
-    from ..tensorrt import lint_tensorrt
-
     model = mp.model
     leftovers = mp.found.leftovers + [n for _, _, n in nested_leftover_nodes(model)]
     leftover_labels = {n.name or (f"-> {n.output[0]}" if n.output else "") for n in leftovers}

@@ -32,7 +32,11 @@ import warnings
 from pathlib import Path
 from typing import Any, BinaryIO, Union
 
+from ..api import patch
+from ..io import has_external_data, load_model, preflight_output, save_model
 from ..report import PatchReport
+from .torch_check import verify_against_torch
+from .translation import translation_table
 
 logger = logging.getLogger(__name__)
 
@@ -191,8 +195,6 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
     elif not isinstance(f, (str, os.PathLike)):
         raise TypeError(f"f takes a path or a binary file object opened for writing, not {type(f).__name__}")
     else:
-        from ..io import preflight_output
-
         preflight_output(f)  # as the CLI does: a bad path fails now, not after a long export, patch and check
     if not isinstance(dynamo, bool):
         raise TypeError(f"dynamo takes True or False, not {dynamo!r}")
@@ -206,15 +208,10 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         external = False
     call_args, call_kwargs = _example_args(torch, args, kwargs, dynamo)
 
-    from ..api import patch
-    from ..io import has_external_data, load_model, save_model
-
     with tempfile.TemporaryDirectory(prefix="onnxpoolfix-export-") as tmp:
         exported = Path(tmp) / "exported.onnx"
         ranges: dict = {}
         if dynamo:
-            from .translation import translation_table
-
             table = {**translation_table(), **user_table}
             captured = io.StringIO()
             with contextlib.redirect_stdout(captured):  # the exporter prints its progress; the library never does
@@ -240,8 +237,6 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         def against_torch(path: Path) -> None:
             if not verify:
                 return
-            from .torch_check import verify_against_torch
-
             runnable = module.module() if isinstance(module, exported_program) else module
             checked = verify_against_torch(path, runnable, call_args, call_kwargs, ranges=ranges)
             logger.info("%s", checked.note())
