@@ -6,7 +6,7 @@ seam, :data:`FRONTENDS`, which the planner (:func:`onnxpoolfix.plan.model.plan_m
   input's kernel rank, float64 pools onnxruntime has no kernel for), always; repaired, never kept;
 - :mod:`.dynamo`: the decompositions the dynamo exporter wrote instead (regions cut by :mod:`.dynamo_graph`,
   each proven numerically by :mod:`.dynamo_proof`); their other nodes go in the apply step
-  (``FrontEndResult.regions`` -> ``ModelPlan.regions`` -> :mod:`onnxpoolfix.rewrite.regions`), and what
+  (``FrontEndResult.regions`` -> ``Found.regions`` -> :mod:`onnxpoolfix.rewrite.regions`), and what
   was suspected and left is ``FrontEndResult.suspects`` (the report and ``inspect`` list them);
 - :mod:`.exporter_pools`: the exporter's own GlobalAveragePool/AveragePool nodes with adaptive windows
   (only with ``optimize_exporter_pools``; not the ones repaired).

@@ -56,7 +56,7 @@ JSON (``schema_version`` 1; ``onnxpoolfix windows --json``)::
       }]
     }
 
-``onnxpoolfix inspect IN --windows --json`` is the inspection's JSON (onnxpoolfix/inspection_report.py) with a
+``onnxpoolfix inspect IN --windows --json`` is the inspection's JSON (onnxpoolfix/inspection/report.py) with a
 ``"windows"`` list added to every node: per pooled axis, the axis object above, or
 ``{"axis", "in_size", "out_size", "note"}`` where the axis is symbolic (the note says so).
 In the text, the windows come after the nodes and before the verdict, which stays the last line.
