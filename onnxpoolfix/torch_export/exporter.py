@@ -32,7 +32,7 @@ import warnings
 from pathlib import Path
 from typing import Any, BinaryIO, Union
 
-from ..api import patch
+from ..api import check_seed, patch
 from ..io import has_external_data, load_model, preflight_output, save_model
 from ..report import PatchReport
 from .torch_check import verify_against_torch
@@ -142,7 +142,7 @@ def _example_args(torch, args: Any, kwargs: dict, dynamo: bool) -> tuple[tuple, 
 
 def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], *, dynamo: bool = True,
            check: bool = True, verify: bool = True, strategy: str = "auto", target: str = "onnxruntime",
-           optimize_exporter_pools: bool = False, **kwargs: Any) -> PatchReport:
+           optimize_exporter_pools: bool = False, seed: int = 0, **kwargs: Any) -> PatchReport:
     """Export ``module`` with torch.onnx.export, replace the leftover adaptive pooling nodes, save to ``f``.
 
     Args:
@@ -163,6 +163,8 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         target: ``"onnxruntime"`` or ``"tensorrt"``.
         optimize_exporter_pools: also plan the pools the exporter lowered itself (see
             :func:`onnxpoolfix.patch`).
+        seed: seed of every random input drawn: the patch's (its check, the dynamo proof) and the
+            comparison with torch's.
         **kwargs: passed on to ``torch.onnx.export`` (input_names, output_names, dynamic_shapes,
             dynamic_axes, opset_version, kwargs, external_data, optimize, ...). With ``dynamo=True``,
             ``operator_export_type`` and ``fallback=True`` raise ``ValueError``; ``external_data`` (default
@@ -182,6 +184,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             :class:`CheckFailedError`), or :class:`OutputError` when ``f`` cannot be written. ``f`` is left
             untouched (a path is written atomically).
     """
+    check_seed(seed)
     torch = _import_torch()
     exported_program = getattr(getattr(torch, "export", None), "ExportedProgram", ())
     if not isinstance(module, (torch.nn.Module, torch.jit.ScriptFunction, exported_program)):
@@ -231,14 +234,15 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         model = load_model(exported)
         has_data = has_external_data(model)
         result = patch(model, check=check, strategy=strategy, target=target, inplace=True,
-                       model_dir=tmp if has_data else None, optimize_exporter_pools=optimize_exporter_pools)
+                       model_dir=tmp if has_data else None, optimize_exporter_pools=optimize_exporter_pools,
+                       seed=seed)
         logger.info("%s", result.report.summary())
 
         def against_torch(path: Path) -> None:
             if not verify:
                 return
             runnable = module.module() if isinstance(module, exported_program) else module
-            checked = verify_against_torch(path, runnable, call_args, call_kwargs, ranges=ranges)
+            checked = verify_against_torch(path, runnable, call_args, call_kwargs, ranges=ranges, seed=seed)
             logger.info("%s", checked.note())
             if checked.note():
                 result.report.notes.append(checked.note())
