@@ -25,6 +25,7 @@ from ..errors import CheckFailedError
 from ..graph import subgraphs
 from ..graph.emit import Emitter
 from ..graph.shapes import PoolSpec, make_value_info
+from ..io import has_external_data
 from .compare import NodeCheck, compare, out_sizes, torch_size
 from .feeds import graph_inputs, random_feed
 
@@ -89,8 +90,6 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
     try:
         sess = ort_session(model, model_dir)
     except Exception as e:  # onnxruntime's own words, on one line
-        from ..io import has_external_data
-
         hint = ("the model's weights are in external data that onnxruntime looked for beside the current "
                 "folder: pass model_dir= (the folder of the .onnx file)" if model_dir is None and
                 has_external_data(model) else

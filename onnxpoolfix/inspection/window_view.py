@@ -57,7 +57,7 @@ JSON (``schema_version`` 1; ``onnxpoolfix windows --json``)::
       }]
     }
 
-``onnxpoolfix inspect IN --windows --json`` is the inspection's JSON (onnxpoolfix/inspection_report.py) with a
+``onnxpoolfix inspect IN --windows --json`` is the inspection's JSON (onnxpoolfix/inspection/report.py) with a
 ``"windows"`` list added to every node: per pooled axis, the axis object above, or
 ``{"axis", "in_size", "out_size", "note"}`` where the axis is symbolic (the note says so).
 In the text, the windows come after the nodes and before the verdict, which stays the last line.
@@ -70,6 +70,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .. import windows as W
+from ..lowering.base import AxisWindows
+from ..plan.planner import plan
+from ..spec import PoolNode, PoolSpec
 
 SCHEMA_VERSION = 1
 MAX_SIZE = 1_000_000  # per axis; beyond it the planner's cost estimate alone takes seconds
@@ -201,8 +204,6 @@ def recipe(name: str, n: int, m: int) -> Recipe:
 
 def _classify(n: int, m: int) -> tuple[str, str, int | None, int | None, int | None]:
     """(kind, label, kernel, stride, upsample factor), from the same predicates the lowerings use."""
-    from ..lowering.base import AxisWindows
-
     a = AxisWindows(0, n, m)
     if a.keep:
         return "identity", "identity", None, None, None
@@ -221,9 +222,6 @@ def _classify(n: int, m: int) -> tuple[str, str, int | None, int | None, int | N
 def axis_lowering(n: int, m: int) -> dict:
     """What the planner picks for a one-plane, one-axis float32 pool ``n -> m``, average and max."""
     from onnx import TensorProto
-
-    from ..plan.planner import plan
-    from ..spec import PoolNode, PoolSpec
 
     picks = {}
     for kind in ("avg", "max"):

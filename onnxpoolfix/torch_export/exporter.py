@@ -33,9 +33,13 @@ import warnings
 from pathlib import Path
 from typing import Any, BinaryIO, Union
 
+from ..api import check_seed, patch
 from ..errors import PoolFixError, ShapeError
+from ..io import has_external_data, load_model, preflight_output, save_model
 from ..report import PatchReport, WarningNote
 from .declared import SPECIALISED_HINT, declared_dims, specialised_dims
+from .torch_check import torch_sizes, verify_against_torch
+from .translation import translation_table
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +141,7 @@ def _example_args(torch, args: Any, kwargs: dict, dynamo: bool) -> tuple[tuple, 
 
 def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], *, dynamo: bool = True,
            check: bool = True, verify: bool = True, strategy: str = "auto", target: str = "onnxruntime",
-           optimize_exporter_pools: bool = False, allow_specialized_dims: bool = False,
+           optimize_exporter_pools: bool = False, allow_specialized_dims: bool = False, seed: int = 0,
            **kwargs: Any) -> PatchReport:
     """Export ``module`` with torch.onnx.export, replace the leftover adaptive pooling nodes, save to ``f``.
 
@@ -164,6 +168,8 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             (torch.onnx.export retries a refused spec with torch's suggested fix, silently) raises
             :class:`ShapeError` naming the dim and torch's reason; True exports it static anyway, with a
             logged warning and a warning note in the report (``check_note``).
+        seed: seed of every random input drawn: the patch's (its check, the dynamo proof) and the
+            comparison with torch's.
         **kwargs: passed on to ``torch.onnx.export`` (input_names, output_names, dynamic_shapes,
             dynamic_axes, opset_version, kwargs, external_data, optimize, ...). With ``dynamo=True``,
             ``operator_export_type`` and ``fallback=True`` raise ``ValueError``; ``external_data`` (default
@@ -184,6 +190,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             :class:`CheckFailedError`), or :class:`OutputError` when ``f`` cannot be written. ``f`` is left
             untouched (a path is written atomically).
     """
+    check_seed(seed)
     torch = _import_torch()
     exported_program = getattr(getattr(torch, "export", None), "ExportedProgram", ())
     if not isinstance(module, (torch.nn.Module, torch.jit.ScriptFunction, exported_program)):
@@ -197,8 +204,6 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
     elif not isinstance(f, (str, os.PathLike)):
         raise TypeError(f"f takes a path or a binary file object opened for writing, not {type(f).__name__}")
     else:
-        from ..io import preflight_output
-
         preflight_output(f)  # as the CLI does: a bad path fails now, not after a long export, patch and check
     if not isinstance(dynamo, bool):
         raise TypeError(f"dynamo takes True or False, not {dynamo!r}")
@@ -212,15 +217,10 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         external = False
     call_args, call_kwargs = _example_args(torch, args, kwargs, dynamo)
 
-    from ..api import patch
-    from ..io import has_external_data, load_model, save_model
-
     with tempfile.TemporaryDirectory(prefix="onnxpoolfix-export-") as tmp:
         exported = Path(tmp) / "exported.onnx"
         declared, specialised = None, []
         if dynamo:
-            from .translation import translation_table
-
             table = {**translation_table(), **user_table}
             captured = io.StringIO()
             with contextlib.redirect_stdout(captured):  # the exporter prints its progress; the library never does
@@ -250,13 +250,11 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         runnable = module.module() if isinstance(module, exported_program) else module
         check_shapes = None
         if check and declared is not None and declared.related:  # W = 2*h, 32*h: the graph alone cannot tell
-            from .torch_check import torch_sizes
-
-            check_shapes = torch_sizes(model, runnable, call_args, call_kwargs, declared) or None
+            check_shapes = torch_sizes(model, runnable, call_args, call_kwargs, declared, seed=seed) or None
         try:
             result = patch(model, check=check, strategy=strategy, target=target, inplace=True,
                            model_dir=tmp if has_data else None, optimize_exporter_pools=optimize_exporter_pools,
-                           check_shapes=check_shapes)
+                           check_shapes=check_shapes, seed=seed)
         except PoolFixError as e:  # patch's hints name patch's arguments; export takes other ones
             e.hint = export_words(e.hint, str(e))
             raise
@@ -267,9 +265,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         def against_torch(path: Path) -> None:
             if not verify:
                 return
-            from .torch_check import verify_against_torch
-
-            checked = verify_against_torch(path, runnable, call_args, call_kwargs, declared=declared)
+            checked = verify_against_torch(path, runnable, call_args, call_kwargs, declared=declared, seed=seed)
             logger.info("%s", checked.note())
             if checked.note():
                 result.report.notes.append(checked.note())

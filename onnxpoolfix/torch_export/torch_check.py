@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..check.runner import ort_session, ort_value
 from ..check.sizes import WINDOW_KINDS, window_kind
 from ..errors import TorchMismatchError
 from .declared import DeclaredDims
@@ -121,8 +122,6 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
 def _verify(path, module, args, kwargs, *, ranges, declared, seed) -> TorchCheck:
     import onnx
     import torch
-
-    from ..check.runner import ort_session, ort_value
 
     model = onnx.load(str(path), load_external_data=False)
     init = {t.name for t in model.graph.initializer}
