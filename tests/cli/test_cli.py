@@ -267,8 +267,9 @@ def test_a_run_prints_a_result_line_then_one_line_per_note(tmp_path: Path) -> No
     assert re.fullmatch(rf"replaced 2 nodes; onnxruntime check passed \(max error [0-9.e+-]+\); wrote {re.escape(str(out))}",
                         lines[at]), lines[at]
     notes = lines[at + 1:]
-    assert len(notes) == 5 and all(n.startswith("note: ") for n in notes), notes
-    assert "dynamo region 'mean_1'" in notes[0] and "also run alone" in notes[-1]
+    assert len(notes) == 6 and all(n.startswith("note: ") for n in notes), notes
+    assert "dynamo region 'mean_1'" in notes[0] and "also run alone" in notes[-2]
+    assert "every window of the dynamic lowering proven up to n = 512" in notes[-1]
     (warning,) = r.stderr.splitlines()
     assert warning.startswith("warning: 1 adaptive pooling region under symbolic sizes stays frozen")
     check_note = json.loads(rep.read_text())["check_note"]
