@@ -43,8 +43,9 @@ def test_dynamic_max_with_indices_leaves_nothing_unread(target: str) -> None:
     size = helper.make_node("Constant", [], ["size"], value=onnx.numpy_helper.from_array(
         __import__("numpy").array([5, 7], dtype="int64"), "size"))
     pool = helper.make_node("adaptive_max_pool2d", ["x", "size"], ["y", "i"], domain="org.pytorch.aten")
-    graph = helper.make_graph([size, pool], "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
-                                                        helper.make_tensor_value_info("i", TensorProto.INT64, None)])
+    graph = helper.make_graph([size, pool], "g", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 5, 7]),
+                               helper.make_tensor_value_info("i", TensorProto.INT64, [1, 2, 5, 7])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                      helper.make_opsetid("org.pytorch.aten", 1)])
     patched = onnxpoolfix.patch_model(model, target=target)

@@ -144,12 +144,25 @@ def test_a_mismatch_hint_says_what_to_change(tmp_path: Path, monkeypatch: pytest
     assert "dynamic_shapes" in hint and re.search(r"2\*h|32\*h", hint) and "min/max" in hint, hint
 
 
+class _PinnedH(nn.Module):
+    """AdaptiveMaxPool2d((None, 3)) plus a bias of the traced H: the broadcast pins H to the example's 22.
+    (The pool alone no longer does: onnxpoolfix.export keeps its SymInt size, issue 23.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.pool = nn.Conv2d(3, 4, 3), nn.AdaptiveMaxPool2d((None, 3))
+        self.bias = nn.Parameter(torch.randn(1, 4, 20, 1))
+
+    def forward(self, input):  # (named as nn.Sequential names it: the tests' dynamic_shapes say "input")
+        return self.pool(self.conv(input)) + self.bias
+
+
 def _none_h_pool() -> nn.Module:
-    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveMaxPool2d((None, 3))).eval()
+    return _PinnedH().eval()
 
 
 def test_a_dim_declared_dynamic_that_torch_specialised_is_an_error(tmp_path: Path) -> None:
-    """AdaptiveMaxPool2d((None, 3)): torch pins H to the example's 22 (torch.export refuses the spec;
+    """A bias of the traced H: torch pins H to the example's 22 (torch.export refuses the spec;
     torch.onnx.export retries with the fix, silently). Named, with torch's reason; nothing written."""
     torch.manual_seed(0)
     out = tmp_path / "m.onnx"

@@ -68,3 +68,17 @@ def test_export_keeps_a_computed_size_and_matches_torch(name, tmp_path: Path):
             assert np.array_equal(got[1], want[1].numpy())
         kinds |= {"down" if m < n else "up" if m > n else "equal" for n, m in zip(shape[2:], want[0].shape[2:])}
     assert "up" in kinds or name in ("area2d_0.6", "avg2d_h2_w3")
+
+
+def test_a_none_entry_of_a_max_pool_stays_dynamic(tmp_path: Path):
+    """AdaptiveMaxPool2d((None, 3)): torch.export pinned H to the example (int[] sizes); kept symbolic now."""
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveMaxPool2d((None, 3))).eval()
+    out = tmp_path / "m.onnx"
+    report = onnxpoolfix.export(module, (torch.randn(1, 3, 22, 20),), out, dynamic_shapes={"input": HW["x"]})
+    assert "specialised" not in report.check_note and [n.lowering for n in report.nodes] == ["dynamic"]
+    sess = ort_session(onnx.load(out))
+    for shape in [(1, 3, 22, 20), (1, 3, 5, 9), (1, 3, 40, 4)]:
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            got = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+            np.testing.assert_allclose(got, module(x).numpy(), rtol=1e-5, atol=1e-6)  # (the Conv rounds)
