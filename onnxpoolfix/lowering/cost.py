@@ -46,4 +46,5 @@ CACHE_BYTES = 16 << 20  # where pooling ops fall off (measured between 7 MB and 
 GATHER_RATE = 1.5e9  # elements per second copied by Gather
 GATHER_BLOCK = 8e-9  # seconds per contiguous block a Gather copies (block = the dims after the axis)
 ARGMAX_PASSES = 14  # passes over the gathered windows in the argmax construction (IsNaN, Where, ReduceMax, ...)
+ARGMAX_PASSES_LAZY = 5  # the same on the finite path of its If-guarded form (ReduceSum, ArgMax, GatherElements)
 NODE = 2e-6  # fixed per-node overhead
