@@ -13,7 +13,7 @@ patched graph, 8 too large to check (nothing was checked: --check-shape smaller 
 """
 from __future__ import annotations
 
-from . import inspect_cmd, patch_cmd, windows_cmd  # noqa: F401  (each registers its command on main)
+from . import calibrate_cmd, inspect_cmd, patch_cmd, windows_cmd  # noqa: F401  (each registers its command)
 from .app import main
 from .common import EXIT_CODES_EPILOG, Interrupted, parse_shapes
 from .windows_cmd import parse_size_pairs

@@ -1,6 +1,8 @@
 """Choosing the lowering for each node: every exact candidate, its estimated cost, the cheapest wins.
 
-The estimates come from lowering/cost.py (one place, fitted to measurements). ``strategy`` forces one
+The estimates come from lowering/cost.py (one place, fitted to measurements; ``$ONNXPOOLFIX_COSTS`` may
+name constants measured on this machine by ``onnxpoolfix calibrate``: lowering/calibration.py, and each
+plan's ``why`` then says so). ``strategy`` forces one
 lowering by name (for comparisons and benchmarks); it must still be exact for the node, or the planner
 refuses with the lowering's own reason.
 """
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from ..errors import UnsupportedNodeError
 from ..graph.shapes import PoolSpec
 from ..lowering import BY_NAME, LOWERINGS, Lowering
+from ..lowering.calibration import in_use as costs_in_use
 
 AUTO = "auto"
 STRATEGIES = (AUTO,) + tuple(BY_NAME)
@@ -32,6 +35,7 @@ class Plan:
 
 
 def candidates(spec: PoolSpec) -> tuple[Candidate, ...]:
+    costs_in_use()  # the constants of $ONNXPOOLFIX_COSTS, or the built-in ones
     out = []
     for lw in LOWERINGS:
         reason = lw.check(spec)
@@ -73,7 +77,8 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
     else:
         runner = ok[1]
         why = f"est. {_us(best.cost)} vs {runner.name} {_us(runner.cost)}"
-    return Plan(spec, BY_NAME[best.name], cands, f"{describe_axes(spec)}; {why}")
+    source = costs_in_use()
+    return Plan(spec, BY_NAME[best.name], cands, f"{describe_axes(spec)}; {why}" + (f" ({source})" if source else ""))
 
 
 def plan_or_none(spec: PoolSpec) -> Plan | None:
