@@ -81,6 +81,8 @@ def argmax_seconds(lead: int, gathered: int, gathers: int, itemsize: int, lazy: 
     cost.py: the fit)."""
     blocks = gathered / max(lead, 1) * gathers  # each Gather copies whole blocks of the leading dims
     passes = C.ARGMAX_PASSES_LAZY if lazy else C.ARGMAX_PASSES
+    if gathered * itemsize > C.CACHE_BYTES:  # 8x256x64x64 -> 5x7 (40 MB of windows): ~4x the in-cache estimate
+        passes *= C.ARGMAX_OUT_OF_CACHE
     return (14 * C.NODE + gathered / C.GATHER_RATE * gathers + blocks * C.GATHER_BLOCK
             + passes * gathered * itemsize / C.BANDWIDTH)
 
