@@ -2,7 +2,8 @@
 
 The estimates come from lowering/cost.py (one place, fitted to measurements; ``$ONNXPOOLFIX_COSTS`` may
 name constants measured on this machine by ``onnxpoolfix calibrate``: lowering/calibration.py, and each
-plan's ``why`` then says so). ``strategy`` forces one
+plan's ``why`` then says so; ``$ONNXPOOLFIX_TUNE=1`` times the exact candidates instead: plan/tuning.py).
+``strategy`` forces one
 lowering by name (for comparisons and benchmarks); it must still be exact for the node, or the planner
 refuses with the lowering's own reason.
 """
@@ -14,6 +15,7 @@ from ..errors import UnsupportedNodeError
 from ..graph.shapes import PoolSpec
 from ..lowering import BY_NAME, LOWERINGS, Lowering
 from ..lowering.calibration import in_use as costs_in_use
+from . import tuning
 
 AUTO = "auto"
 STRATEGIES = (AUTO,) + tuple(BY_NAME)
@@ -74,6 +76,11 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
     best = ok[0]
     if len(ok) == 1:
         why = "the only exact lowering"
+    elif tuning.enabled() and tuning.tunable(spec):
+        measured = tuning.measure(spec, [BY_NAME[c.name] for c in ok])
+        ranked = sorted(ok, key=lambda c: measured[c.name])
+        best, runner = ranked[0], ranked[1]
+        why = f"tuned: measured {_us(measured[best.name])} vs {runner.name} {_us(measured[runner.name])}"
     else:
         runner = ok[1]
         why = f"est. {_us(best.cost)} vs {runner.name} {_us(runner.cost)}"
