@@ -24,6 +24,8 @@ def rx(r, fmt="{:.2f}x"):
 
 #: the dynamic lowering's target: at most max(2x static, static + 50 us) at the same size (indices included)
 DYNAMIC_SLACK_S = 50e-6
+#: issue 24: averages and max from 4 MB up within 2.5x of reading the input once (it was 4x)
+FLOOR_TARGET = 2.5
 
 
 def dynamic_limit(row) -> float | None:
@@ -63,7 +65,7 @@ def targets(row) -> dict[str, str]:
     if row["input_mb"] * 2**20 < 4e6 or f is None:
         out["vs floor"] = "n/a"
     else:
-        out["vs floor"] = "met" if f <= 4.0 else "MISSED"
+        out["vs floor"] = "met" if f <= FLOOR_TARGET else "MISSED"
     return out
 
 
@@ -148,7 +150,7 @@ def markdown(rows, fixture, args) -> str:
     L.append("## Targets\n")
     L.append("The static cases (the dynamic ones have their own targets, in the next section).\n")
     L.append("| case | ours <= torch | vs dynamo (>= 3x decomposition; within 10% plain op) | "
-             "<= 4x floor (inputs >= 4 MB) | dynamo graph |")
+             "<= 2.5x floor (inputs >= 4 MB) | dynamo graph |")
     L.append("|---|---|---|---|---|")
     for r in rows:
         if r.get("static_chosen"):

@@ -1,6 +1,8 @@
 """Tuning: the planner's choice by timing the exact candidates in onnxruntime, as TensorRT times its tactics.
 
-Off by default (the cost model's choice is deterministic); ``ONNXPOOLFIX_TUNE=1`` turns it on. Each exact
+Off by default (the cost model's choice is deterministic); ``ONNXPOOLFIX_TUNE=1`` turns it on, with
+onnxruntime's default thread count unless ``ONNXPOOLFIX_TUNE_THREADS=N`` says how many intra-op threads the
+model will run with (the ranking can depend on it: MatMul scales with threads better than pooling). Each exact
 lowering of a node with static sizes is built alone into a one-node model, run on a random input of the
 node's shape (symbolic leading dims as 1), interleaved with the others for a few rounds; the fastest call
 of each round counts, the median over rounds decides. Nodes whose input exceeds ``MAX_BYTES``, dtypes
@@ -20,8 +22,9 @@ from ..graph.emit import Emitter, np_dtype
 from ..graph.shapes import PoolSpec, make_value_info
 
 ENV = "ONNXPOOLFIX_TUNE"
+THREADS_ENV = "ONNXPOOLFIX_TUNE_THREADS"
 MAX_BYTES = 256 << 20
-ROUNDS = 5
+ROUNDS = 7
 CALLS = 3
 TUNABLE = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
 
@@ -50,6 +53,9 @@ def _session(lowering, spec: PoolSpec, shape: list[int]):
                               initializer=em.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", spec.opset)])
     so = ort.SessionOptions()
+    threads = os.environ.get(THREADS_ENV, "")
+    if threads.isdigit() and int(threads) > 0:
+        so.intra_op_num_threads = int(threads)
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.log_severity_level = 3
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
