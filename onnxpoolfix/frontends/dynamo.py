@@ -33,6 +33,7 @@ import onnx
 from ..errors import PoolFixError
 from ..graph.emit import EMITTED_BY
 from ..graph.shapes import SUPPORTED_DTYPES, apply_input_shapes, infer, light_copy, model_opset
+from ..report import WarningNote
 from ..spec import PoolNode, PoolSpec
 from .base import FrontEndResult, PlanOptions, Region, Suspect
 from .dynamo_graph import (
@@ -70,15 +71,15 @@ def region_notes(regions: Sequence[Region], suspects: Sequence[Suspect], *, boun
     out += [f"left the suspected region '{s.result}' ({s.evidence}): {s.why}" for s in suspects]
     frozen = sum(s.frozen for s in suspects)
     if frozen and bound:  # the sizes were bound and still did not prove it: binding them again is no advice
-        out.append(f"{frozen} adaptive pooling region{'s' if frozen != 1 else ''} under symbolic sizes "
+        out.append(WarningNote(f"{frozen} adaptive pooling region{'s' if frozen != 1 else ''} under symbolic sizes "
                    f"stay{'s' if frozen == 1 else ''} frozen at the export's traced size (wrong or crashing at "
                    "other sizes), not proven at the bound input shapes either: bind the size the model was "
-                   "traced at, or see why above")
+                   "traced at, or see why above"))
     elif frozen:
-        out.append(f"{frozen} adaptive pooling region{'s' if frozen != 1 else ''} under symbolic sizes "
+        out.append(WarningNote(f"{frozen} adaptive pooling region{'s' if frozen != 1 else ''} under symbolic sizes "
                    f"stay{'s' if frozen == 1 else ''} frozen at the export's traced size (wrong or crashing at "
                    "other sizes): bind that size with --input-shape NAME:D0,D1,... so onnxpoolfix can prove "
-                   f"and replace {'them' if frozen != 1 else 'it'}")
+                   f"and replace {'them' if frozen != 1 else 'it'}"))
     return out
 
 
