@@ -7,7 +7,9 @@ from pathlib import Path
 
 import click
 
+from ..errors import OutputError
 from .app import main
+from .guard import reported
 
 
 def default_path() -> Path:
@@ -29,8 +31,12 @@ def calibrate_cmd(out, threads):
     from ..lowering import calibration
 
     path = Path(out) if out else default_path()
-    found = calibration.measure(threads)
-    calibration.save(found, path, threads)
+    with reported(False):
+        found = calibration.measure(threads)
+        try:
+            calibration.save(found, path, threads)
+        except OSError as e:
+            raise OutputError(f"cannot write {path}: {e.strerror or e}", "choose another file with --out") from e
     for name in calibration.MEASURED:
         built = calibration.BUILT_IN[name]
         click.echo(f"{name:13s} {found[name]:10.3g}  (built-in {built:.3g}, {found[name] / built:.2f}x)")

@@ -65,3 +65,10 @@ def test_calibrate_command_writes_a_file_the_planner_reads(monkeypatch, tmp_path
     assert "costs calibrated" in _node(make_leftover("max", [1, 8, 10, 10], (7, 7))).why
     monkeypatch.delenv(calibration.ENV)
     calibration.in_use()
+
+
+def test_calibrate_to_an_unwritable_file_is_an_output_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = CliRunner().invoke(main, ["calibrate", "--out", str(blocker / "costs.json"), "--threads", "1"])
+    assert result.exit_code == 6 and "hint:" in result.output
