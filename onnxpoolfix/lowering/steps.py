@@ -251,7 +251,7 @@ class MatMulStep(OneAxisStep):
         """``x @ P^T`` with P^T zero-padded to 8 columns, then a Slice (``pad``): MLAS computes a GEMM of 5 or
         7 output columns slowly on a large input (8x256x64x64 @ [64, 7]: 0.81x the time padded, [64, 5]:
         0.72x, Slice included); on small inputs the Slice costs more than it saves (1x2048x9x9: 3x slower)."""
-        pad = (len(shape) - 1 - self.axis == 0 and self.m < 8 and itemsize == 4 and opset >= 10
+        pad = (len(shape) - 1 - self.axis == 0 and 5 <= self.m < 8 and itemsize == 4 and opset >= 10
                and gcd(self.n, self.m) == 1 and numel(shape) * itemsize > C.CACHE_BYTES)
         return replace(self, pad=True) if pad and self.period(shape) == 1 else self
 
