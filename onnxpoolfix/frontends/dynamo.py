@@ -3,7 +3,7 @@ proven and handed to the planner like a leftover node.
 
 The dynamo exporter does not keep ``adaptive_avg_pool{1,2,3}d`` (nor ``F.interpolate(mode="area")``, which
 is the same op): it writes torch's decomposition, e.g. for 8x9 -> 5x7 Transpose + GatherND + Transpose +
-Where + Where + a chain of Gather/Add + Div (../shared/DESIGN.md, "What the dynamo exporter writes"). With
+Where + Where + a chain of Gather/Add + Div (README, "Files the dynamo exporter already wrote"). With
 symbolic H/W the window arithmetic reads the input's sizes, but the unroll (how many window elements are
 summed) is frozen at the traced size: the export is wrong, or crashes, at most other sizes. Each region
 becomes a :class:`~onnxpoolfix.spec.PoolSpec` (encoding ``dynamo``, its evidence on the node) and a
