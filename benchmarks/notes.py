@@ -19,7 +19,8 @@ NOTES = """## Notes (analysis of the run that produced this file; numbers move o
   it (1x256x33x33 k5 s4: 908 vs 91 us; 8x256x64x64 k1x9 s1: 286 vs 42 ms); (b) one pass per axis carrying
   value and position (Gather of each window column, Greater, two Where): 1.3-8x slower, onnxruntime's Where
   runs ~5 ns per element on one thread; (c) first maximum as ReduceMax + Equal + Cast + Mul by descending
-  weights + ReduceMax instead of ArgMax: 0.86-0.94x on the small cases, 1.33x on the 32 MB one.
+  weights + ReduceMax instead of ArgMax: 0.86-0.94x on the small cases, 1.33x on the 32 MB one; (d) TopK
+  (k 1, ties to the lower index by the spec, same indices on tie data): 3.5-6x slower than ArgMax.
 - **Averages**: a large last-axis MatMul of 5 or 7 columns now runs with its matrix padded to 8 and a
   Slice (MLAS is slow on ragged narrow GEMMs): [8,256,64,64] @ [64,7] alone 0.81x, @ [64,5] 0.72x; the whole
   avg_64to5x7 0.93x (A/B, 15 rounds), 1.77x the floor in that A/B. Inputs under 16 MB are left alone (the
