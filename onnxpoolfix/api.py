@@ -15,7 +15,7 @@ import onnx
 
 from .check import run_check
 from .check.bodies import body_rows, check_in_bodies
-from .errors import InvalidModelError
+from .errors import ArgumentError, InvalidModelError
 from .graph.shapes import model_opset, validate_input_shape
 from .plan.model import PlanOptions, apply_model_plan, no_lowering_hint, plan_model
 from .plan.planner import AUTO, check_strategy
@@ -172,8 +172,15 @@ def check_arguments(caller: str, model, target: str, strategy: str) -> None:
     ValueError naming the argument: a programming error, not a model problem)."""
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"{caller}() takes an onnx.ModelProto, not {type(model).__name__}")
-    if target not in TARGETS:
-        raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
+    check_choices(target, strategy)
+
+
+def check_choices(target: str, strategy: str) -> None:
+    """``target`` and ``strategy`` as ``patch``, ``inspect_model`` and ``export`` take them: an
+    :class:`~onnxpoolfix.errors.ArgumentError` (a ValueError) for a name that is none of them, as the
+    strategy's own check (:func:`~onnxpoolfix.plan.planner.check_strategy`) says it."""
+    if not isinstance(target, str) or target not in TARGETS:
+        raise ArgumentError(f"target must be one of {TARGETS}, not {target!r}", f"choose one of: {', '.join(TARGETS)}")
     check_strategy(strategy)
 
 

@@ -27,8 +27,9 @@ def _rank(model) -> int:
 
 
 @pytest.mark.parametrize("kwargs, error, words", [
-    ({"strategy": "nonsense"}, ValueError, "strategy must be one of"),
-    ({"target": "TensorRT"}, ValueError, "target must be one of"),
+    ({"strategy": "nonsense"}, ArgumentError, "strategy must be one of"),
+    ({"target": "TensorRT"}, ArgumentError, "target must be one of"),  # as a bad strategy: exit 2, a ValueError
+    ({"target": None}, ArgumentError, "target must be one of"),
     ({"seed": -1}, ValueError, "seed must be a non-negative integer"),
     ({"seed": "a"}, ValueError, "seed must be a non-negative integer"),
     ({"input_shapes": [[1, 2, 8, 9]]}, TypeError, "input_shapes takes a mapping"),
