@@ -35,6 +35,7 @@ from ..lowering.base import axis_windows
 from ..plan.model import PlanOptions, apply_model_plan, no_lowering_hint, plan_model
 from ..plan.planner import plan
 from ..plan.pyramid import NAME as PYRAMID
+from ..report import dim_label
 from ..tensorrt import lint_tensorrt
 from .report import (  # noqa: F401  (EXIT_*, SCHEMA_VERSION: re-exported)
     EXIT_BLOCKED,
@@ -145,8 +146,8 @@ def _inspect_node(node_plan, strategy: str) -> NodeInspection:
     if s.static:
         info.axes = [a.describe() for a in axis_windows(s)]
     else:
-        info.axes = [f"{'?' if n is None else n}->{'?' if m is None else m}"
-                     + (" symbolic" if not isinstance(n, int) else "") for n, m in zip(s.in_sizes, s.out_sizes)]
+        info.axes = [f"{dim_label(n)}->{dim_label(m)}" + (" symbolic" if not isinstance(n, int) else "")
+                     for n, m in zip(s.in_sizes, s.out_sizes)]
     info.candidates = [CandidateInfo(c.name, c.cost, c.reason) for c in node_plan.candidates]
     if s.dtype == TensorProto.DOUBLE and s.target == "tensorrt":
         info.warnings.append("float64: TensorRT computes it in float32 (clamped to +-FLT_MAX), so the result "

@@ -38,7 +38,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from .. import errors
-from ..report import note_lines
+from ..report import dim_label, note_lines
 from ..version import __version__
 
 SCHEMA_VERSION = 1
@@ -190,7 +190,8 @@ class Inspection:
 
 
 def format_shape(dims) -> str:
-    return "x".join("?" if d is None else str(d) for d in dims)
+    """Dims as the patch's table writes them (:func:`onnxpoolfix.report.dim_label`: onnx's ``unk__N`` is '?')."""
+    return "x".join(dim_label(d) for d in dims)
 
 
 def _cost(seconds: float | None) -> str:
