@@ -205,6 +205,13 @@ class Candidate:
     proven_at: tuple[int, ...] | None = None
     tried: set = field(default_factory=set)
     proofs: list = field(default_factory=list)  # sizes of the pooled tensor where it equalled the reference
+    last: str = ""  # why the last size tried did not prove it
+    searched: str = ""  # how the sizes were searched (the notes say it)
+    # with a binding (the traced size given): the pooled shape there, and why it did not prove there ("" where
+    # it did; None: nothing bound); contradicts: a size it proved at instead (the binding is then wrong)
+    bound_at: tuple[int, ...] | None = None
+    bound_why: str | None = None
+    contradicts: tuple[int, ...] | None = None
 
 
 class LazyInfo:
