@@ -16,6 +16,7 @@ import onnx
 from .check import run_check
 from .check.bodies import body_rows, check_in_bodies
 from .errors import InvalidModelError
+from .frontends.dynamo import frozen_error, partial_lines
 from .graph.shapes import model_opset, validate_input_shape
 from .plan.model import PlanOptions, apply_model_plan, no_lowering_hint, plan_model
 from .plan.planner import AUTO, STRATEGIES
@@ -35,7 +36,8 @@ class PatchResult:
 def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, target: str = "onnxruntime",
           input_shapes: Mapping[str, Sequence[int]] | None = None, keep_input_shapes: bool = False,
           check_shapes: Sequence[Mapping[str, Sequence[int]]] | None = None, inplace: bool = False,
-          model_dir: str | None = None, seed: int = 0, optimize_exporter_pools: bool = False) -> PatchResult:
+          model_dir: str | None = None, seed: int = 0, optimize_exporter_pools: bool = False,
+          traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False) -> PatchResult:
     """Replace every leftover adaptive pooling node of ``model`` with an exact standard-ONNX subgraph.
 
     Args:
@@ -55,6 +57,13 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             windows are adaptive ones (GlobalAveragePool, AveragePool k = s = n/m, ...; see
             :mod:`onnxpoolfix.frontends.exporter_pools`): each is replaced when an exact lowering is estimated faster
             (GlobalAveragePool -> ReduceMean) or when it joins a pyramid read once with its siblings.
+        traced_shapes: the input shapes a dynamo export was traced at (the export call's example input), e.g.
+            ``{"x": [1, 3, 320, 416]}``: every decomposed region is proven there and frozen AveragePools get
+            their adaptive output size from it; binds nothing (OUT keeps its symbolic dims). A size the graph
+            contradicts raises :class:`ShapeError`.
+        allow_partial: write the fix even where some dynamo region stays frozen at the traced size (by default
+            that raises :class:`UnsupportedNodeError`: OUT would be wrong at other sizes); the report's
+            ``partial`` then says, per region, where OUT is right.
 
     Nodes that pool the same tensor are planned together (:mod:`onnxpoolfix.plan.pyramid`) unless ``strategy``
     forces a lowering. Leftovers inside If/Loop/Scan bodies are patched too, planned one by one
@@ -68,6 +77,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, not {seed!r}")
     input_shapes = shape_map(input_shapes, "input_shapes")
+    traced_shapes = shape_map(traced_shapes, "traced_shapes")
     if check_shapes is not None:
         if isinstance(check_shapes, Mapping) or not isinstance(check_shapes, Sequence):
             raise TypeError("check_shapes takes a list of {input name: shape} mappings, one per check run, "
@@ -83,13 +93,15 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     # before any work: a typo in a bound or a check size is not worth a patch
     for name, dims in (input_shapes or {}).items():
         validate_input_shape(model, name, dims, "--input-shape")
+    for name, dims in (traced_shapes or {}).items():
+        validate_input_shape(model, name, dims, "--traced-shape")
     for shapes in check_shapes or ():
         for name, dims in shapes.items():
             validate_input_shape(model, name, dims, "--check-shape")
     report = PatchReport(opset=model_opset(model), target=target)
     options = PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
                           keep_input_shapes=keep_input_shapes, optimize_exporter_pools=optimize_exporter_pools,
-                          patch_bodies=True)
+                          patch_bodies=True, traced_shapes=traced_shapes)
     mp = plan_model(model, options)
     if mp.inlined and inplace:  # the inliner builds a new model: inplace means the caller's object
         caller.CopyFrom(mp.model)
@@ -97,8 +109,12 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     model = mp.model
     if mp.blocker is not None:
         raise mp.blocker
+    frozen = frozen_error(mp.suspects, traced=bool(traced_shapes or input_shapes))
+    if frozen is not None and not allow_partial:  # never a file silently wrong at other sizes
+        raise frozen
     notes = list(mp.notes)
     report.suspects = [asdict(s) for s in mp.suspects]  # what a front end suspected and left, with why
+    report.partial = partial_lines(mp.suspects)
     nested = bool(mp.body_nodes)  # leftovers inside If/Loop/Scan bodies, planned with the rest
     if not mp.nodes and not nested:
         report.check_note = "; ".join(notes + ["nothing to patch"])  # notes: e.g. a frozen dynamo export
@@ -129,7 +145,9 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         report.check_note = "; ".join(notes)
     if check:
         if specs:
-            run_check(model, specs, report, check_shapes=check_shapes, input_shapes=input_shapes,
+            run_check(model, specs, report, check_shapes=check_shapes,
+                      # a partial fix runs where its frozen regions do: at the traced size
+                      input_shapes=input_shapes or (traced_shapes if report.partial else None),
                       model_dir=model_dir, seed=seed)
         if in_bodies:
             check_in_bodies(model, in_bodies, report, model_dir=model_dir, seed=seed)

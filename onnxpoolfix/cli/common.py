@@ -89,6 +89,12 @@ COMMON_OPTIONS = [
                  help="Force one lowering for every node (for comparisons); 'auto' picks the cheapest exact one."),
     click.option("--input-shape", "input_shape", multiple=True, metavar="NAME:D0,D1,...",
                  help="Bind an input's shape (repeatable; or several, space-separated, in one value)."),
+    click.option("--traced-shape", "traced_shape", multiple=True, metavar="NAME:D0,D1,...",
+                 help="The input shape a dynamo export was traced at (the export call's example input): proves its "
+                      "decomposed pools there; binds nothing (OUT keeps its symbolic dims)."),
+    click.option("--allow-partial", is_flag=True,
+                 help="Write the fix even where a dynamo region stays frozen at the traced size (OUT then right "
+                      "only where the report's 'partial' says); refused by default."),
     click.option("-v", "--verbose", is_flag=True, help="Log what happens and show tracebacks."),
 ]
 

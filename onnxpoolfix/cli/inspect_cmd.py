@@ -23,7 +23,8 @@ from .common import Interrupted, fail, interrupted, parse_shapes, with_common
 @click.option("--windows", "show_windows", is_flag=True,
               help="Also draw PyTorch's windows of every pooled axis, beside the popular recipes' "
                    "(as `onnxpoolfix windows N M`).")
-def inspect_cmd(src, target, strategy, input_shape, verbose, as_json, optimize_exporter_pools, show_windows):
+def inspect_cmd(src, target, strategy, input_shape, traced_shape, allow_partial, verbose, as_json,
+                optimize_exporter_pools, show_windows):
     """Show what a patch of IN would do, and what blocks it; write nothing.
 
     \b
@@ -36,11 +37,13 @@ def inspect_cmd(src, target, strategy, input_shape, verbose, as_json, optimize_e
     if verbose:
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
     shapes = parse_shapes(input_shape, "--input-shape")
+    traced = parse_shapes(traced_shape, "--traced-shape")
     try:
         model = load_model(src)
         check_input_model(model, src)  # the same exit 3 as patch for a model the ONNX checker rejects
         result = inspect_model(model, target=target, strategy=strategy, input_shapes=shapes or None, name=src,
-                               optimize_exporter_pools=optimize_exporter_pools)
+                               optimize_exporter_pools=optimize_exporter_pools, traced_shapes=traced or None,
+                               allow_partial=allow_partial)
     except click.ClickException:
         raise
     except (KeyboardInterrupt, Interrupted) as err:

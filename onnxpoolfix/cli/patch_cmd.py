@@ -30,8 +30,8 @@ from .common import EXIT_CODES_EPILOG, Interrupted, fail, interrupted, parse_sha
               help="Also rewrite the pools the exporter lowered itself (GlobalAveragePool, AveragePool with "
                    "adaptive windows) where an exact form is faster or a pyramid can read its input once.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
-def patch_cmd(src, dst, target, strategy, input_shape, verbose, no_check, check_shape, keep_input_shapes,
-              save_as_external_data, in_place, report_path, seed, optimize_exporter_pools, quiet):
+def patch_cmd(src, dst, target, strategy, input_shape, traced_shape, allow_partial, verbose, no_check, check_shape,
+              keep_input_shapes, save_as_external_data, in_place, report_path, seed, optimize_exporter_pools, quiet):
     """Patch IN and write OUT (only after the check passed)."""
     if verbose:
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
@@ -40,6 +40,7 @@ def patch_cmd(src, dst, target, strategy, input_shape, verbose, no_check, check_
         from ..io import check_input_model, has_external_data, load_model, preflight_output, save_model
 
         shapes = parse_shapes(input_shape, "--input-shape")
+        traced = parse_shapes(traced_shape, "--traced-shape")
         checks = [parse_shapes((c,), "--check-shape") for c in check_shape]
         model = load_model(src)  # external weights stay on disk: nothing below reads them but onnxruntime
         check_input_model(model, src)
@@ -50,7 +51,8 @@ def patch_cmd(src, dst, target, strategy, input_shape, verbose, no_check, check_
         result = patch(model, check=not no_check, strategy=strategy, target=target, input_shapes=shapes or None,
                        keep_input_shapes=keep_input_shapes, check_shapes=checks or None, inplace=True,
                        model_dir=str(Path(src).resolve().parent) if external else None, seed=seed,
-                       optimize_exporter_pools=optimize_exporter_pools)
+                       optimize_exporter_pools=optimize_exporter_pools, traced_shapes=traced or None,
+                       allow_partial=allow_partial)
         # the report is written once OUT is complete but before it is renamed into place: a report that
         # cannot be written leaves no OUT, and a failed commit takes the report away again
         written: list[Path] = []

@@ -14,6 +14,7 @@ decomposed adaptive average pool begins and ends (:mod:`.dynamo` has the whole s
 """
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from ..graph.shapes import SUPPORTED_DTYPES, Dim, infer
 from .base import Suspect
 
 ENCODING = "dynamo"  # the encoding reported for these regions
+FOLLOWS_INPUT = "its output size is not static"  # (None, m): an output axis that follows the input
 
 #: ops a decomposition's data path goes through (torch 2.13 + onnxscript 0.7 wrote these; the proof is
 #: what makes a region safe, this list only bounds the search)
@@ -76,6 +78,61 @@ def scales_with_input(node: onnx.NodeProto) -> bool:
     trace = _metadata(node).get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
     line = trace[-1] if trace else ""
     return bool(_AREA_RE.search(line) and _SCALE_RE.search(line))
+
+
+#: an output-size entry that the source line computes from something (``x.shape[2] // 2``, a variable)
+COMPUTED = "computed"
+_POOL_CALLS = re.compile(r"adaptive_avg_pool[123]d|interpolate")
+
+
+def literal_output_size(node: onnx.NodeProto, k: int) -> tuple[int | None | str, ...] | None:
+    """The output size the node's source line writes out, per pooled axis: an int, None (torch's None: the
+    axis follows the input) or :data:`COMPUTED` where it mentions the input's shape (``y.shape[-2:]``,
+    ``x.size(2) // 2``); None where the line gives no readable size (a variable, a module call, two calls)."""
+    trace = _metadata(node).get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
+    line = trace[-1].strip() if trace else ""
+    if not _POOL_CALLS.search(line):
+        return None
+    try:
+        tree = ast.parse(line.removeprefix("return ").strip(), mode="eval")
+    except SyntaxError:
+        return None
+    sizes = []
+    for call in ast.walk(tree):
+        if not isinstance(call, ast.Call):
+            continue
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+        kw = {a.arg: a.value for a in call.keywords}
+        if re.fullmatch(r"adaptive_avg_pool[123]d", name):
+            arg = call.args[1] if len(call.args) > 1 else kw.get("output_size")
+        elif name == "interpolate" and isinstance(kw.get("mode"), ast.Constant) and kw["mode"].value == "area":
+            arg = call.args[1] if len(call.args) > 1 else kw.get("size")
+        else:
+            continue
+        sizes.append(arg)
+    if len(sizes) != 1 or sizes[0] is None:
+        return None
+    arg = sizes[0]
+    items = arg.elts if isinstance(arg, (ast.Tuple, ast.List)) else [arg] * k
+    if len(items) != k:
+        return _computed(arg, k)
+    out = []
+    for e in items:
+        if isinstance(e, ast.Constant) and (e.value is None or type(e.value) is int):
+            out.append(e.value)
+        elif _reads_a_shape(e):
+            out.append(COMPUTED)
+        else:
+            return None
+    return tuple(out)
+
+
+def _computed(arg, k):
+    return (COMPUTED,) * k if _reads_a_shape(arg) else None
+
+
+def _reads_a_shape(e) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr in ("shape", "size") for n in ast.walk(e))
 
 
 def _region_evidence(nodes: Sequence[onnx.NodeProto]) -> tuple[str, int | None]:
@@ -212,6 +269,7 @@ class Candidate:
     bound_at: tuple[int, ...] | None = None
     bound_why: str | None = None
     contradicts: tuple[int, ...] | None = None
+    proof_envs: dict = field(default_factory=dict)  # pooled shape proven -> the input symbols' values there
 
 
 class LazyInfo:
@@ -302,7 +360,7 @@ def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info):
     if any(x_shape[a] != y_shape[a] or x_shape[a] is None for a in range(r - k)):
         return "its leading (not pooled) dims change"
     if not all(isinstance(d, int) and d >= 1 for d in y_shape[r - k:]):
-        return "its output size is not static"
+        return FOLLOWS_INPUT
     if any(isinstance(d, int) and d < 1 for d in x_shape):
         return "its input has an empty axis"
     return k, tuple(x_shape), tuple(y_shape), x_elem

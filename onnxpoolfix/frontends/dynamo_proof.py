@@ -190,7 +190,8 @@ def _search_alone(c: Candidate, space: SizeSpace, env0: Mapping[str, int], dtype
         if got is None or got[0][-c.rank:] in c.tried:
             continue
         budget -= 1
-        _try(c, dtypes, got[1], got[0], rng)
+        if _try(c, dtypes, got[1], got[0], rng) is None:
+            c.proof_envs[got[0]] = dict(env)
     c.searched = "per axis, on the region alone"
 
 

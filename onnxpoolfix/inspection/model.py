@@ -54,7 +54,8 @@ logger = logging.getLogger(__name__)
 
 def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strategy: str = "auto",
                   input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
-                  optimize_exporter_pools: bool = False) -> Inspection:
+                  optimize_exporter_pools: bool = False, traced_shapes: Mapping[str, Sequence[int]] | None = None,
+                  allow_partial: bool = False) -> Inspection:
     """What :func:`onnxpoolfix.patch` would do to ``model`` with these arguments, without doing it.
 
     Never raises for a model-level problem it can describe (non-constant output size, uninferable shape,
@@ -68,6 +69,7 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
 
     check_arguments("inspect_model", model, target, strategy)
     input_shapes = shape_map(input_shapes, "input_shapes")
+    traced_shapes = shape_map(traced_shapes, "traced_shapes")
     result = Inspection(target=target, strategy=strategy, model=name, opset=model_opset(model))
     if not model.HasField("graph"):  # as patch() says it
         err = InvalidModelError("the model has no graph", "the file is not a complete ONNX model; re-export it")
@@ -80,11 +82,18 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
         work.CopyFrom(model)
         model = work
     mp = plan_model(model, PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
-                                       optimize_exporter_pools=optimize_exporter_pools, patch_bodies=True))
+                                       optimize_exporter_pools=optimize_exporter_pools, patch_bodies=True,
+                                       traced_shapes=traced_shapes))
     if mp.inlined:
         result.notes.append(f"the local function(s) {', '.join(mp.inlined)} hold leftovers: the patch inlines them")
     result.notes.extend(mp.notes)
     result.suspects = [asdict(s) for s in mp.suspects]
+    if mp.blocker is None and not allow_partial:  # the refusal patch() gives (exit 4), with the same line
+        from ..frontends.dynamo import frozen_error
+
+        err = frozen_error(mp.suspects, traced=bool(traced_shapes or input_shapes))
+        if err is not None:
+            result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
     if mp.blocker is not None:
         err = mp.blocker
         result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
