@@ -141,7 +141,6 @@ def _find(model, *, opset, target, input_shapes, taken, seed) -> FrontEndResult:
     info = LazyInfo(model)  # shape inference only once some region is in sight (it is the costly part)
     busy = {s.node.output for s in taken}  # results already planned (aten leftovers)
     resting: list = []
-    _frozen_pool_ops(model, g, info, input_shapes, findings, opset=opset, target=target, busy=busy, resting=resting)
     claimed: set[int] = set()
     candidates: list[Candidate] = []
     for end in reversed(range(len(g.nodes))):
@@ -158,6 +157,11 @@ def _find(model, *, opset, target, input_shapes, taken, seed) -> FrontEndResult:
         claimed.update(c.region)
         candidates.append(c)
     candidates.reverse()
+    # pooled by a decomposition too (a pyramid's other levels): an AveragePool there is one more level, even
+    # where the metadata is gone
+    siblings = {t.pooled for c in candidates for t in [c, *c.smaller]}
+    _frozen_pool_ops(model, g, info, input_shapes, findings, opset=opset, target=target, busy=busy, resting=resting,
+                     siblings=siblings)
     if not candidates:
         _rests(findings, resting, [])
         return findings
@@ -228,7 +232,7 @@ def _rests(findings: FrontEndResult, resting: list, candidates: list[Candidate])
 
 
 def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: FrontEndResult, *, opset, target, busy,
-                     resting: list) -> None:
+                     resting: list, siblings: set[str]) -> None:
     """AveragePool nodes the exporter wrote for an adaptive pool whose windows were uniform at the traced size
     (6 -> 6 in an AlexNet traced at 224 is an AveragePool k1 s1): under symbolic sizes they are frozen there.
     Only the metadata says such a node is adaptive pooling. The output size is read from the source line
@@ -243,6 +247,8 @@ def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Fron
         if node.doc_string.startswith(EMITTED_BY) or node.output[0] in busy:
             continue
         ev = node_evidence(node)
+        if ev is None and node.input[0] in siblings and _kernel_is_stride(node):
+            ev = (SIBLING, None)
         if ev is None:
             continue
         elem, dims = info.get(node.input[0], (0, None))
@@ -300,6 +306,16 @@ def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Fron
         if literal is None:
             resting.append((result, node.input[0], output_size))
         busy.add(result)
+
+
+#: the evidence of a frozen AveragePool without metadata that pools what a decomposed adaptive pool pools
+SIBLING = "structure: pools the tensor a decomposed adaptive pool pools (a pyramid's level)"
+
+
+def _kernel_is_stride(node) -> bool:
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    return (list(attrs.get("kernel_shape", [])) == list(attrs.get("strides", [])) and not any(attrs.get("pads", []))
+            and not attrs.get("ceil_mode", 0))
 
 
 def _frozen_sizes(node, k: int, literal, bx) -> tuple[int | None, ...] | str:
