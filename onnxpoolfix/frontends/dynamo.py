@@ -33,7 +33,7 @@ import onnx
 
 from ..errors import PoolFixError, ShapeError, UnsupportedNodeError
 from ..graph.emit import EMITTED_BY
-from ..graph.shapes import SUPPORTED_DTYPES, apply_input_shapes, infer, light_copy, model_opset
+from ..graph.shapes import SUPPORTED_DTYPES, apply_input_shapes, infer, light_copy, model_opset, output_shape
 from ..spec import InputDim, PoolNode, PoolSpec
 from .base import FrontEndResult, PlanOptions, Region, Suspect
 from .dynamo_graph import (
@@ -200,7 +200,7 @@ def _find(model, *, opset, target, input_shapes, taken, seed) -> FrontEndResult:
                       kind="avg", rank=k, encoding=ENCODING, input=c.pooled, output=c.result,
                       indices_output=None, unused_outputs=(), output_size=c.output_size, size_input=None,
                       evidence=c.evidence)
-        findings.specs.append(PoolSpec(pn, c.x_shape, c.y_shape, c.elem, opset, target))
+        findings.specs.append(PoolSpec(pn, c.x_shape, output_shape(pn, c.x_shape), c.elem, opset, target))
         findings.regions.append(Region(c.result, c.pooled, outs, reads, c.evidence, c.output_size,
                                        tuple(c.proven_at), len(c.region)))
     return findings

@@ -24,6 +24,7 @@ import onnx
 from ..graph import subgraphs
 from ..graph.emit import EMITTED_BY
 from ..graph.shapes import SUPPORTED_DTYPES, Dim, infer
+from ..spec import InputDim
 from .base import Suspect
 
 ENCODING = "dynamo"  # the encoding reported for these regions
@@ -249,7 +250,7 @@ class Candidate:
     region: list[int]
     evidence: str
     rank: int
-    output_size: tuple[int, ...]
+    output_size: tuple  # int, or InputDim: the axis follows the input
     x_shape: tuple[Dim, ...]
     y_shape: tuple[Dim, ...]
     elem: int
@@ -279,10 +280,19 @@ class LazyInfo:
 
     def __init__(self, model: onnx.ModelProto):
         self.model, self.info = model, None
-        self.declared = {}
-        for vi in list(model.graph.value_info) + list(model.graph.output):
+        self.declared, self.params = {}, {}
+        for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
             dims = vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else []
             self.declared[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+            self.params[vi.name] = [d.dim_param for d in dims]
+
+    def same_dim(self, x: str, y: str, a: int, x_shape, y_shape) -> bool:
+        """Whether axis ``a`` of ``y`` is by declaration the same size as that of ``x`` (one symbol or one
+        expression of the input's symbols, as the exporter writes them)."""
+        if isinstance(x_shape[a], str) and x_shape[a] == y_shape[a] and not x_shape[a].startswith("unk__"):
+            return True
+        px, py = self.params.get(x), self.params.get(y)
+        return bool(px and py and len(px) == len(py) > a and px[a] and px[a] == py[a])
 
     def inferred(self) -> dict:
         """onnx's own answer (no declared ints standing in), inferred once for all who ask."""
@@ -325,9 +335,8 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
         if isinstance(fit, str):
             why = why or fit
             continue
-        k, x_shape, y_shape, elem = fit
-        fits.append(Candidate(end, result, t, region, evidence, k, tuple(y_shape[len(y_shape) - k:]), x_shape,
-                              y_shape, elem))
+        k, x_shape, y_shape, elem, sizes = fit
+        fits.append(Candidate(end, result, t, region, evidence, k, sizes, x_shape, y_shape, elem))
     if fits:
         fits[0].smaller = fits[1:_MAX_SMALLER + 1]
         return fits[0]
@@ -359,9 +368,17 @@ def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info):
         return f"a {k}D pool of a rank {r} tensor"
     if any(x_shape[a] != y_shape[a] or x_shape[a] is None for a in range(r - k)):
         return "its leading (not pooled) dims change"
-    if not all(isinstance(d, int) and d >= 1 for d in y_shape[r - k:]):
-        return FOLLOWS_INPUT
+    sizes = []
+    for a in range(r - k, r):
+        if isinstance(y_shape[a], int) and y_shape[a] >= 1:
+            sizes.append(y_shape[a])
+        elif info.same_dim(pooled, result, a, x_shape, y_shape):  # torch's None: the axis follows the input
+            sizes.append(InputDim(a))
+        else:
+            return FOLLOWS_INPUT
+    if all(isinstance(m, InputDim) for m in sizes):
+        return "it pools no axis"
     if any(isinstance(d, int) and d < 1 for d in x_shape):
         return "its input has an empty axis"
-    return k, tuple(x_shape), tuple(y_shape), x_elem
+    return k, tuple(x_shape), tuple(y_shape), x_elem, tuple(sizes)
 

@@ -23,7 +23,7 @@ from ..check.compare import NodeCheck, compare
 from ..check.runner import ort_session
 from ..errors import PoolFixError
 from ..graph.shapes import apply_input_shapes, infer, light_copy, make_value_info
-from ..spec import PoolNode, PoolSpec
+from ..spec import InputDim, PoolNode, PoolSpec
 from .dynamo_graph import Candidate, DataflowGraph
 from .dynamo_search import MAX_SYMBOL, SizeSpace, declared_dims, evaluate, symbols
 
@@ -89,7 +89,9 @@ def _spec(c: Candidate, x_shape: tuple[int, ...]) -> PoolSpec:
     pn = PoolNode(index=c.end, name=c.result, op=f"adaptive_avg_pool{c.rank}d", kind="avg", rank=c.rank,
                   encoding="dynamo", input=c.pooled, output=c.result, indices_output=None, unused_outputs=(),
                   output_size=c.output_size, size_input=None)
-    return PoolSpec(pn, x_shape, tuple(x_shape[:len(x_shape) - c.rank]) + c.output_size, c.elem, 0)
+    lead = len(x_shape) - c.rank
+    out = tuple(x_shape[lead + i] if isinstance(m, InputDim) else m for i, m in enumerate(c.output_size))
+    return PoolSpec(pn, x_shape, tuple(x_shape[:lead]) + out, c.elem, 0)
 
 
 def prove(session, c: Candidate, source_dtypes: Mapping[str, int], shapes: Mapping[str, tuple],

@@ -160,6 +160,13 @@ class SizeSpace:
             seen, down, up = set(), [], []
             for v in range(1, MAX_SYMBOL + 1):
                 n = evaluate(d, {**{o: 1 for o in self.others}, s: v}) if s else None
+                if not isinstance(m, int):  # follows the input: a few sizes, none of one element
+                    if n is not None and n >= 2 and n not in seen:
+                        seen.add(n)
+                        down.append(v)
+                    if len(seen) >= 3:
+                        break
+                    continue
                 if n is None or n < 1 or n == m:  # identity windows prove nothing
                     continue
                 key = branch_class(n, m)

@@ -421,16 +421,22 @@ def test_area_interpolation_by_scale_factor_is_not_frozen_to_the_traced_output_s
     assert _matches(_run(bound.model, x), _torch(module, x))
 
 
-def test_a_left_region_says_why_of_its_pooled_tensor_not_of_a_smaller_region_inside():
-    """AdaptiveAvgPool2d((None, 4)) under symbolic H/W: the region from the input is refused because its H
-    output follows the input; the smaller region from the decomposition's own Transpose (H, W, N, C) must not
-    overwrite that with "its leading dims change"."""
-    _, model = _export(ModulePool((None, 4)), (11, 13), True)
-    with pytest.raises(UnsupportedNodeError, match="frozen"):  # its W axis is frozen at the traced 13
-        patch(model)
-    result = patch(model, allow_partial=True)
-    assert result.report.nodes == []
-    assert [s["why"] for s in result.report.to_dict()["suspects"]] == ["its output size is not static"]
+def test_a_none_output_size_follows_the_input_and_is_exact_at_every_size():
+    """AdaptiveAvgPool2d((None, 4)) under symbolic H/W: the region's H output is by declaration the input's H
+    (torch's None), so it is lowered with that axis following the input, not bound to any size; the export
+    as written is frozen on W (wrong where W takes other branches, e.g. 3 -> 4)."""
+    module, model = _export(ModulePool((None, 4)), (11, 13), True)
+    result = patch(model)
+    assert [(n.encoding, n.lowering) for n in result.report.nodes] == [("dynamo", "dynamic")]
+    assert "to =x4" in result.report.summary()
+    rng = np.random.default_rng(9)
+    broken = 0
+    for hw in [(11, 13), (9, 21), (20, 6), (5, 3), (30, 5)]:
+        x = rng.standard_normal((1, 3, *hw)).astype(np.float32)
+        want = _torch(module, x)
+        broken += not _matches(_run(model, x), want)
+        assert _matches(_run(result.model, x), want), hw
+    assert broken >= 1
 
 
 class PoolOfComputed(nn.Module):
