@@ -123,6 +123,12 @@ class SizeSpace:
         space = cls(dims, src, output_size)
         if not any(space.axis_symbols):
             return None
+        # a source sized by symbols the pooled axes do not use (the exporter renamed a size: 's39' for a
+        # stride-32 map of '32*h') cannot be bound consistently from the pooled size alone
+        for v in src.values():
+            for d in v[1:]:
+                if isinstance(d, str) and not (symbols(d) or set()) <= set(space.axis_symbols):
+                    return None
         return space
 
     def at(self, env: Mapping[str, int]) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]] | None:
