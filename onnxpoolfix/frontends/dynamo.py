@@ -224,11 +224,12 @@ def _rests(findings: FrontEndResult, resting: list, candidates: list[Candidate])
     """A note per frozen AveragePool whose output size rests on the given traced size alone: none of the
     decomposed regions of the same pooled tensor proved at that size (which would confirm it)."""
     confirmed = {c.pooled for c in candidates if c.bound_why == "" and not c.why}
-    for result, pooled, output_size in resting:
+    for result, pooled, output_size, ones in resting:
         if pooled not in confirmed:
             findings.notes.append(f"the output size of the frozen AveragePool '{result}' ({size_text(output_size)}) "
                                   "rests on the given traced size alone: the graph cannot tell whether the file "
-                                  "was exported at it")
+                                  "was exported at it" + (", nor whether its kernel-1 axis is torch's None (then "
+                                                          "it follows the input)" if ones else ""))
 
 
 def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: FrontEndResult, *, opset, target, busy,
@@ -239,7 +240,7 @@ def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Fron
     where it is written out (``F.adaptive_avg_pool2d(x, (4, 7))``; ``None``: the axis follows the input),
     else at the traced size (``input_shapes``: m = n / kernel there; the node's windows must be exactly the
     adaptive ones); a size the line computes from the input's shape is no fixed size. Otherwise reported.
-    ``resting``: (result, pooled tensor, output size) of each whose output size rests on the binding alone."""
+    ``resting``: (result, pooled tensor, output size, a kernel of 1?) of each whose size rests on the binding."""
     bound_info = None
     for index, node in enumerate(g.nodes):
         if node.op_type != "AveragePool" or node.domain not in ("", "ai.onnx") or not node.input:
@@ -304,7 +305,8 @@ def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Fron
                                        frozenset(x for x in node.input if x), ev[0], output_size,
                                        bx or (), 1))
         if literal is None:
-            resting.append((result, node.input[0], output_size))
+            kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), [])
+            resting.append((result, node.input[0], output_size, 1 in kernel))
         busy.add(result)
 
 

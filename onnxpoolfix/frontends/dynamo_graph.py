@@ -95,7 +95,7 @@ def literal_output_size(node: onnx.NodeProto, k: int) -> tuple[int | None | str,
     if not _POOL_CALLS.search(line):
         return None
     try:
-        tree = ast.parse(line.removeprefix("return ").strip(), mode="eval")
+        tree = ast.parse(line)  # a statement: `return ...`, `y = ...`
     except SyntaxError:
         return None
     sizes = []

@@ -257,7 +257,7 @@ def _conclude(c: Candidate, bound: bool) -> None:
                  "without metadata one size is not enough")
     else:
         c.why = (f"under symbolic sizes, no input size found where it equals adaptive average pooling "
-                 f"({len(c.tried)} tried {c.searched}; last: {c.last or 'none run'})")
+                 f"({len(c.tried)} sizes tried, {c.searched}; last: {c.last or 'none run'})")
 
 
 def _x(shape) -> str:

@@ -250,3 +250,48 @@ def test_literal_output_size_needs_no_traced_shape_and_refuses_a_contradicting_o
     _assert_exact(module, patch(model).model, "literal")
     with pytest.raises(ShapeError, match="source line says"):
         patch(model, traced_shapes={"x": [1, 3, 24, 28]})  # k3x2 at 24x28 pools to 8x14, the line says (4, 7)
+
+
+class Stride32(nn.Module):
+    """A stride-32 encoder whose output is added back at full size (it runs only at multiples of 32), and an
+    AdaptiveAvgPool2d(3) of its map; exported with Dim expressions 32*h, 32*w (torch names the map's size
+    anew: no expression ties it to h, w)."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Sequential(*[nn.Conv2d(3 if i == 0 else 4, 4, 3, stride=2, padding=1) for i in range(5)])
+        self.pool = nn.AdaptiveAvgPool2d(3)
+
+    def forward(self, x):
+        y = self.down(x)
+        return x[:, :1] + F.interpolate(y, scale_factor=32.0, mode="nearest")[:, :1], self.pool(y)
+
+
+@pytest.mark.slow
+def test_stride_32_export_with_dim_expressions_is_exact_and_checked_at_multiples():
+    torch.manual_seed(0)
+    module = Stride32().eval()
+    h, w = torch.export.Dim("h", min=1, max=32), torch.export.Dim("w", min=1, max=32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            program = torch.onnx.export(module, (torch.randn(1, 3, 160, 224),), dynamo=True, input_names=["x"],
+                                        dynamic_shapes={"x": {2: 32 * h, 3: 32 * w}}, verbose=False)
+        finally:
+            logging.disable(logging.NOTSET)
+    model = onnx.load_from_string(program.model_proto.SerializeToString())
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    rng = np.random.default_rng(4)
+    # no option: the map's size is no expression of h, w, so the search binds the whole model (7x7 proves it);
+    # the traced size proves it at 5x7
+    for kwargs in ({}, {"traced_shapes": {"x": [1, 3, 160, 224]}}):
+        result = patch(model, **kwargs)
+        assert "sizes multiples of 32" in result.report.check_note
+        sess = ort.InferenceSession(result.model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        for hw in [(160, 224), (96, 320), (224, 160), (288, 352)]:
+            x = rng.standard_normal((1, 3, *hw)).astype(np.float32)
+            with torch.no_grad():
+                want = module(torch.from_numpy(x))[1].numpy()
+            np.testing.assert_allclose(sess.run(None, {"x": x})[1], want, rtol=1e-5, atol=1e-5, err_msg=str(hw))
