@@ -4,24 +4,26 @@
     patched = onnxpoolfix.patch_model(onnx.load("in.onnx"))      # the argument is not modified
     result = onnxpoolfix.patch(onnx.load("in.onnx"))             # .model and .report
 """
-from .api import PatchResult, patch, patch_model  # noqa: E402
-from .errors import (  # noqa: E402
+from .api import PatchResult, patch, patch_model
+from .errors import (
+    ArgumentError,
     CheckFailedError,
     CheckTooLargeError,
     InvalidModelError,
     OutputError,
     PoolFixError,
     ShapeError,
+    TensorRTRejectionError,
     TorchMismatchError,
     UnsupportedNodeError,
 )
-from .report import NodeReport, PatchReport  # noqa: E402
-from .torch_export import export, translation_table  # noqa: E402  (torch is imported only when called)
+from .report import NodeReport, PatchReport
+from .torch_export import export, translation_table  # torch is imported only when they are called
 from .version import __version__
 
 __all__ = [
     "patch", "patch_model", "export", "translation_table", "PatchResult", "PatchReport", "NodeReport",
-    "PoolFixError", "InvalidModelError", "UnsupportedNodeError", "ShapeError", "CheckFailedError", "CheckTooLargeError",
-    "OutputError", "TorchMismatchError",
+    "PoolFixError", "ArgumentError", "InvalidModelError", "UnsupportedNodeError", "ShapeError", "CheckFailedError",
+    "CheckTooLargeError", "OutputError", "TensorRTRejectionError", "TorchMismatchError",
     "__version__",
 ]

@@ -20,7 +20,7 @@ from .frontends.dynamo import frozen_error, partial_lines
 from .graph.shapes import model_opset, validate_input_shape
 from .plan.model import PlanOptions, apply_model_plan, no_lowering_hint, plan_model
 from .plan.planner import AUTO, STRATEGIES
-from .report import NodeReport, PatchReport
+from .report import NOT_CHECKED, NOTHING_TO_PATCH, NodeReport, PatchReport, WarningNote
 
 logger = logging.getLogger(__name__)
 
@@ -112,12 +112,14 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     frozen = frozen_error(mp.suspects, traced=bool(traced_shapes or input_shapes))
     if frozen is not None and not allow_partial:  # never a file silently wrong at other sizes
         raise frozen
-    notes = list(mp.notes)
+    notes = report.notes
+    notes += mp.notes
     report.suspects = [asdict(s) for s in mp.suspects]  # what a front end suspected and left, with why
     report.partial = partial_lines(mp.suspects)
+    notes += [WarningNote(p) for p in report.partial]  # printed first: OUT is right only where these say
     nested = bool(mp.body_nodes)  # leftovers inside If/Loop/Scan bodies, planned with the rest
     if not mp.nodes and not nested:
-        report.check_note = "; ".join(notes + ["nothing to patch"])  # notes: e.g. a frozen dynamo export
+        notes.append(NOTHING_TO_PATCH)  # after the front ends' notes: e.g. a frozen dynamo export
         return PatchResult(model, report)
     if mp.inlined:
         notes.insert(0, f"inlined the local function(s) {', '.join(mp.inlined)} that held leftovers")
@@ -128,7 +130,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     if mp.kept:
         notes.append(f"kept {len(mp.kept)} exporter pool(s) as they are (already the fastest exact form)")
     if not mp.rest and not mp.groups and not nested:
-        report.check_note = "; ".join(notes + ["nothing to patch"])
+        notes.append(NOTHING_TO_PATCH)
         return PatchResult(model, report)
     applied = apply_model_plan(model, mp)
     done = [d for d in applied if d.body is None]
@@ -141,8 +143,6 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             input_shape=list(s.input_shape), output_shape=list(s.output_shape),
             lowering=d.lowering, why=d.why, ops=d.ops, evidence=s.node.evidence,
             indices="computed" if s.node.indices_output else "dropped" if s.node.unused_outputs else "none"))
-    if notes:
-        report.check_note = "; ".join(notes)
     if check:
         if specs:
             run_check(model, specs, report, check_shapes=check_shapes,
@@ -153,7 +153,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             check_in_bodies(model, in_bodies, report, model_dir=model_dir, seed=seed)
     else:
         report.nodes.extend(body_rows(in_bodies))
-        report.check_note = "; ".join(notes + ["--no-check"])
+        notes.append(NOT_CHECKED)
     return PatchResult(model, report)
 
 

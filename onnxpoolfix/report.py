@@ -43,6 +43,26 @@ from .version import __version__
 
 SCHEMA_VERSION = 1
 
+#: what the notes end with where the check did not run; the result line says it (not repeated as a note)
+NOTHING_TO_PATCH = "nothing to patch"
+NOT_CHECKED = "--no-check"
+
+
+class WarningNote(str):
+    """A note the reader must not miss (a region left frozen, wrong at other sizes; a node left that cannot
+    run; the input shapes kept bound in OUT): printed before the other notes, marked ``warning:``, on stderr.
+    It is still a ``str``, so a front end's or the report's notes (``check_note`` in the JSON, ``notes`` in
+    ``inspect --json``) hold its text as before."""
+
+    __slots__ = ()
+
+
+def note_lines(notes) -> tuple[list[str], list[str]]:
+    """(warnings, notes) as a run prints them, one a line: ``warning: ...`` first, then ``note: ...``."""
+    warnings = [f"warning: {n}" for n in notes if isinstance(n, WarningNote)]
+    plain = [f"note: {n}" for n in notes if not isinstance(n, WarningNote) and n not in (NOTHING_TO_PATCH, NOT_CHECKED)]
+    return warnings, plain
+
 
 @dataclass
 class NodeReport:
@@ -67,11 +87,23 @@ class PatchReport:
     nodes: list[NodeReport] = field(default_factory=list)
     checked: bool = False
     check_passed: bool | None = None
-    check_note: str = ""
+    # what the run has to say, in the order said (the front ends', the planner's, the check's, the comparison
+    # with torch's); WarningNote marks the warnings. The JSON's check_note is all of them joined
+    notes: list[str] = field(default_factory=list)
     opset: int = 0
     target: str = "onnxruntime"
     suspects: list[dict] = field(default_factory=list)  # onnxpoolfix.frontends.base.Suspect, as dicts
     partial: list[str] = field(default_factory=list)  # per region a partial fix left frozen: where OUT is right
+
+    @property
+    def check_note(self) -> str:
+        """Every note in one string (the JSON's ``check_note``): which input sizes were checked, why the
+        check was skipped, what a front end left, ..."""
+        return "; ".join(self.notes)
+
+    def note_lines(self) -> tuple[list[str], list[str]]:
+        """(warnings, notes) as the command line prints them after :meth:`summary`, one a line."""
+        return note_lines(self.notes)
 
     @property
     def status(self) -> str:
@@ -122,21 +154,20 @@ class PatchReport:
         return "\n".join(lines)
 
     def summary(self) -> str:
-        if self.partial:
-            return f"PARTIAL fix ({'; '.join(self.partial)}); {self._summary()}"
-        return self._summary()
+        """The result line: what was replaced and the check's verdict (the notes are :meth:`note_lines`); a
+        partial fix (``allow_partial``) says so first."""
+        return ("PARTIAL fix, OUT is not right at every size: " if self.partial else "") + self._summary()
 
     def _summary(self) -> str:
-        if not self.nodes:  # the note says why where there is more to say (a frozen dynamo export)
-            return self.check_note or "nothing to patch"
+        if not self.nodes:
+            return NOTHING_TO_PATCH
         n = len(self.nodes)
         what = f"replaced {n} node{'s' if n != 1 else ''}"
         if not self.checked:
-            return f"{what}; not checked ({self.check_note or '--no-check'})"
+            return f"{what}; not checked ({NOT_CHECKED})"
         verdict = "passed" if self.check_passed else "FAILED"
         err = self.max_error
-        return f"{what}; onnxruntime check {verdict} (max error {err:.1e}; {self.check_note})" if err is not None \
-            else f"{what}; onnxruntime check {verdict} ({self.check_note})"
+        return f"{what}; onnxruntime check {verdict}" + (f" (max error {err:.1e})" if err is not None else "")
 
 
 def _shape(dims) -> str:

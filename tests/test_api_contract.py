@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 import onnxpoolfix
-from onnxpoolfix.errors import InvalidModelError, PoolFixError, ShapeError
+from onnxpoolfix.errors import ArgumentError, InvalidModelError, PoolFixError
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -39,7 +39,9 @@ def _rank(model) -> int:
     ({"check_shapes": {"x": [1, 2, 8, 9]}}, TypeError, "list of {input name: shape} mappings"),
     ({"check_shapes": [[1, 2, 8, 9]]}, TypeError, "check_shapes entry takes a mapping"),
     ({"check_shapes": [{"x": [1, 2, 8.5, 9]}]}, TypeError, "dims are integers, not float"),
-    ({"input_shapes": {"nope": [1, 2, 8, 9]}}, ShapeError, "not a graph input"),
+    ({"input_shapes": {"nope": [1, 2, 8, 9]}}, ArgumentError, "not a graph input"),
+    ({"input_shapes": {"x": [1, 2, 8]}}, ArgumentError, "has rank 3"),
+    ({"check_shapes": [{"nope": [1, 2, 8, 9]}]}, ArgumentError, "not a graph input"),
 ])
 def test_bad_arguments_are_refused_up_front(dynamic, kwargs, error, words):
     with pytest.raises(error) as info:
@@ -56,7 +58,7 @@ def test_bad_arguments_are_refused_even_with_nothing_to_patch():
     plain = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(ValueError):
         onnxpoolfix.patch(plain, strategy="nonsense")
-    with pytest.raises(ShapeError):
+    with pytest.raises(ArgumentError):
         onnxpoolfix.patch(plain, input_shapes={"nope": [1]})
     assert onnxpoolfix.patch(plain).report.status == "nothing-to-patch"
 

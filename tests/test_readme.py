@@ -54,3 +54,26 @@ def test_readme_python_block_runs(block, scratch, monkeypatch):
     monkeypatch.chdir(scratch)
     exec(compile(block, "README.md", "exec"), {"__name__": "readme"})
     assert any(scratch.joinpath("out").iterdir())
+
+
+def test_readme_exit_code_table_is_the_one_in_errors():
+    """The README's exit-code table is errors.EXIT_CODES, row for row (--help prints the same table)."""
+    from onnxpoolfix import errors
+
+    block = README.split("<!-- exit codes -->\n", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    got = [[cell.strip() for cell in row.strip("|").split(" | ")] for row in block]
+    want = [[f"`{e.label}`", f"`{e.error.__name__}`" if e.error else "-", e.patch or "-", e.inspect or "-"]
+            for e in errors.EXIT_CODES]
+    assert got == want
+
+
+def test_every_error_class_exits_with_a_code_of_the_table():
+    """One class per exit code; a subclass keeps its base's code."""
+    from onnxpoolfix import errors
+
+    classes = {e.error for e in errors.EXIT_CODES if e.error is not None}
+    assert len(classes) == len({c.exit_code for c in classes})
+    for cls in vars(errors).values():
+        if isinstance(cls, type) and issubclass(cls, errors.PoolFixError) and cls is not errors.PoolFixError:
+            row = next(c for c in classes if issubclass(cls, c))
+            assert cls.exit_code == row.exit_code, cls

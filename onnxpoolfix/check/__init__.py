@@ -72,10 +72,10 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
         if not r.passed:
             failed.append(f"{s.node.label}: {r.detail}")
     report.check_passed = not failed
+    report.notes.append(note)  # the sizes checked
     alone = sum(1 for r in results.values() if r.structured)
     if alone:
-        note += f"; {alone} of {len(results)} replaced subgraph(s) also run alone on structured inputs"
-    report.check_note = "; ".join(x for x in (report.check_note, note) if x)
+        report.notes.append(f"{alone} of {len(results)} replaced subgraph(s) also run alone on structured inputs")
     if failed:
         raise CheckFailedError(
             f"onnxruntime check failed for {len(failed)} node(s): {failed[0]}",

@@ -41,7 +41,7 @@ def check_in_bodies(model: onnx.ModelProto, patched: Sequence, report: PatchRepo
     shapes = sum(len(r.checked_shapes) for r in rows)
     note = (f"{len(rows)} leftover(s) inside If/Loop/Scan bodies replaced and each replaced subgraph run alone "
             f"(random and structured inputs, {shapes} shape(s) in all)")
-    report.check_note = "; ".join(x for x in (report.check_note, note) if x)
+    report.notes.append(note)
 
 
 def check_shapes(spec: PoolSpec) -> list[tuple[int, ...]]:

@@ -8,8 +8,9 @@ import signal
 
 import click
 
+from ..errors import exit_codes_epilog
 from ..version import __version__
-from .common import EXIT_CODES_EPILOG, raise_interrupted
+from .guard import raise_interrupted
 
 
 class _PatchByDefault(click.Group):
@@ -28,7 +29,8 @@ class _PatchByDefault(click.Group):
         return super().parse_args(ctx, args)
 
 
-@click.group(cls=_PatchByDefault, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_EPILOG)
+@click.group(cls=_PatchByDefault, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=exit_codes_epilog("patch"))
 @click.version_option(__version__, prog_name="onnxpoolfix")
 def main():
     """Replace PyTorch's leftover adaptive pooling nodes (org.pytorch.aten) with exact standard ONNX.

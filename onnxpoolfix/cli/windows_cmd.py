@@ -6,13 +6,13 @@ import re
 
 import click
 
+from ..inspection import window_view
+from ..inspection.window_view import MAX_SIZE
 from .app import main
 
 
 def parse_size_pairs(values: tuple[str, ...]) -> list[tuple[int, int]]:
     """``N M [N2 M2 ...]`` as (input size, output size) pairs; a click usage error for anything else."""
-    from ..inspection.window_view import MAX_SIZE
-
     if not values:
         raise click.UsageError("give an input size and an output size per axis, e.g. `onnxpoolfix windows 11 4`")
     sizes = []
@@ -34,7 +34,7 @@ def parse_size_pairs(values: tuple[str, ...]) -> list[tuple[int, int]]:
 @main.command("windows", context_settings={"ignore_unknown_options": True})  # so that `11 -4` says why
 @click.argument("sizes", nargs=-1, metavar="N M [N2 M2 ...]")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print the windows as JSON (schema in onnxpoolfix/window_view.py).")
+              help="Print the windows as JSON (schema in onnxpoolfix/inspection/window_view.py).")
 def windows_cmd(sizes, as_json):
     """Show PyTorch's adaptive pooling windows for N -> M on each axis, and the popular recipes beside them.
 
@@ -42,8 +42,6 @@ def windows_cmd(sizes, as_json):
       onnxpoolfix windows 11 4          one axis, 11 -> 4
       onnxpoolfix windows 8 6 9 7       two axes (H 8 -> 6, W 9 -> 7)
     """
-    from ..inspection import window_view
-
     pairs = parse_size_pairs(sizes)
     found = window_view.views(pairs)
     click.echo(window_view.to_json(found) if as_json else window_view.format_text(found))

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import onnx
 
 from ..graph.shapes import apply_input_shapes, model_opset, resolve_specs
+from ..report import WarningNote
 from ..spec import PoolSpec
 from .base import FrontEndResult, PlanOptions
 from .bodies import has_nested_leftovers, type_bodies
@@ -48,6 +49,6 @@ def bind_and_resolve(model, nodes, *, opset, target, input_shapes, keep_input_sh
     specs = [f if f is not None and f.static else b for f, b in zip(free, bound)]
     if any(f is None or not f.static for f in free):
         apply_input_shapes(model, input_shapes)
-        notes.append("input shapes kept as bound: a pooled axis was symbolic and the static lowering holds "
-                     "only at the bound size")
+        notes.append(WarningNote("input shapes kept as bound: a pooled axis was symbolic and the static lowering "
+                                 "holds only at the bound size"))
     return specs, notes

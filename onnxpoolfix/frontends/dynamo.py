@@ -34,6 +34,7 @@ import onnx
 from ..errors import PoolFixError, ShapeError, UnsupportedNodeError
 from ..graph.emit import EMITTED_BY
 from ..graph.shapes import SUPPORTED_DTYPES, apply_input_shapes, infer, light_copy, model_opset, output_shape
+from ..report import WarningNote
 from ..spec import InputDim, PoolNode, PoolSpec
 from .base import FrontEndResult, PlanOptions, Region, Suspect
 from .dynamo_graph import (
@@ -78,11 +79,12 @@ def region_notes(regions: Sequence[Region], suspects: Sequence[Suspect], *, boun
     out += [f"left the suspected region '{s.result}' ({s.evidence}): {s.why}" for s in suspects]
     frozen = sum(s.frozen for s in suspects)
     if frozen:  # the sizes were bound and still did not prove it: binding them again is no advice
-        out.append(f"{frozen} adaptive pooling region{'s' if frozen != 1 else ''} under symbolic sizes "
-                   f"stay{'s' if frozen == 1 else ''} frozen at the export's traced size (wrong or crashing at "
-                   "other sizes)" + (", not proven at the given traced size either" if bound else
-                                     ": give that size with --traced-shape NAME:D0,D1,... so onnxpoolfix can "
-                                     f"prove and replace {'them' if frozen != 1 else 'it'}"))
+        out.append(WarningNote(
+            f"{frozen} adaptive pooling region{'s' if frozen != 1 else ''} under symbolic sizes "
+            f"stay{'s' if frozen == 1 else ''} frozen at the export's traced size (wrong or crashing at "
+            "other sizes)" + (", not proven at the given traced size either" if bound else
+                              ": give that size with --traced-shape NAME:D0,D1,... so onnxpoolfix can "
+                              f"prove and replace {'them' if frozen != 1 else 'it'}")))
     return out
 
 

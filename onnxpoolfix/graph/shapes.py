@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 import onnx
 from onnx import TensorProto
 
-from ..errors import ShapeError, UnsupportedNodeError
+from ..errors import ArgumentError, ShapeError, UnsupportedNodeError
 from ..spec import SUPPORTED_DTYPES, Dim, InputDim, PoolNode, PoolSpec, dtype_name  # noqa: F401  (re-exported)
 from . import default_opset, is_repeated
 
@@ -100,26 +100,27 @@ def light_copy(model: onnx.ModelProto, stub_location: str = "onnxpoolfix-dropped
 
 def validate_input_shape(model: onnx.ModelProto, name: str, dims: Sequence[int], flag: str) -> onnx.ValueInfoProto:
     """``dims`` for graph input ``name`` as ``flag`` (``--input-shape``/``--check-shape``) gave them: the name
-    is a graph input, the rank matches, sizes are >= 1 and fixed dims are kept. Returns the input."""
+    is a graph input, the rank matches, sizes are >= 1 and fixed dims are kept (else an ArgumentError: a
+    usage error, exit 2). Returns the input."""
     inputs = {i.name: i for i in model.graph.input}
     init_names = {t.name for t in model.graph.initializer}
     text = f"{flag} {name}:{','.join(map(str, dims))}"
     if name not in inputs or name in init_names:
         real = [n for n in inputs if n not in init_names]
-        raise ShapeError(f"{flag} names '{name}', which is not a graph input (inputs: {', '.join(real)})",
-                         "use the name of a graph input (onnxpoolfix inspect IN lists them)")
+        raise ArgumentError(f"{flag} names '{name}', which is not a graph input (inputs: {', '.join(real)})",
+                            "use the name of a graph input (onnxpoolfix inspect IN lists them)")
     vi = inputs[name]
     _, old = type_dims(vi.type)
     if old is not None and len(old) != len(dims):
-        raise ShapeError(f"{text} has rank {len(dims)}; the model's input '{name}' has rank {len(old)}",
-                         f"give all {len(old)} dims of '{name}'")
+        raise ArgumentError(f"{text} has rank {len(dims)}; the model's input '{name}' has rank {len(old)}",
+                            f"give all {len(old)} dims of '{name}'")
     for axis, n in enumerate(dims):
         if n < 1:
-            raise ShapeError(f"{flag} {name}: dim {axis} is {n}; sizes must be >= 1", "give positive sizes")
+            raise ArgumentError(f"{flag} {name}: dim {axis} is {n}; sizes must be >= 1", "give positive sizes")
     for axis, (o, n) in enumerate(zip(old or (), dims)):
         if isinstance(o, int) and o != n:
-            raise ShapeError(f"{flag} {name}: dim {axis} is fixed to {o} in the model, not {n}",
-                             f"give {o} for dim {axis}: only symbolic dims can be bound")
+            raise ArgumentError(f"{flag} {name}: dim {axis} is fixed to {o} in the model, not {n}",
+                                f"give {o} for dim {axis}: only symbolic dims can be bound")
     return vi
 
 

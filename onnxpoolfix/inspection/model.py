@@ -11,10 +11,8 @@ Leftovers inside If/Loop/Scan bodies are planned as the patch plans them (``Plan
 by one, no pyramids) and listed after the top-level ones, each with its body's path
 (:attr:`NodeInspection.body`); a blocked one blocks the patch like a top-level one.
 
-Exit codes of the command (see :attr:`Inspection.exit_code`): 0 a patch would succeed (and, for
-``--target tensorrt``, the patched model would be TensorRT-clean), 3 IN is not a valid model, 4 some node
-is blocked, 7 (``--target tensorrt`` only) every node can be lowered but the patched graph would still
-hold nodes TensorRT's parser rejects.
+The verdict is :attr:`Inspection.exit_code`, a code of :data:`onnxpoolfix.errors.EXIT_CODES` (its
+``inspect`` column: a blocker's own class's code, 4 for a blocked node, 7 for a TensorRT finding).
 
 The records, their text and the ``--json`` schema are in :mod:`onnxpoolfix.inspection.report`.
 """
@@ -27,7 +25,7 @@ from typing import Mapping, Sequence
 import onnx
 from onnx import TensorProto
 
-from ..errors import PoolFixError, UnsupportedNodeError
+from ..errors import ArgumentError, PoolFixError, UnsupportedNodeError
 from ..frontends.bodies import describe_path, has_nested_leftovers, nested_leftover_nodes
 from ..frontends.exporter_pools import keeps_its_op
 from ..frontends.leftovers import aten_operator, is_pool_leftover
@@ -64,7 +62,7 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     """
     from ..api import check_arguments, shape_map
     from ..errors import InvalidModelError
-    from ..graph.shapes import model_opset
+    from ..graph.shapes import model_opset, validate_input_shape
     from ..plan.model import PlanOptions, plan_model
 
     check_arguments("inspect_model", model, target, strategy)
@@ -73,6 +71,12 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     result = Inspection(target=target, strategy=strategy, model=name, opset=model_opset(model))
     if not model.HasField("graph"):  # as patch() says it
         err = InvalidModelError("the model has no graph", "the file is not a complete ONNX model; re-export it")
+        result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
+        return result
+    try:  # as patch() does, before any work (an ArgumentError: exit 2)
+        for name, dims in (input_shapes or {}).items():
+            validate_input_shape(model, name, dims, "--input-shape")
+    except ArgumentError as err:
         result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
         return result
     # the planner binds the inputs, and types what torch left untyped around leftovers in bodies, in

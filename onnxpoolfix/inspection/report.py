@@ -38,10 +38,16 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from .. import errors
+from ..report import note_lines
 from ..version import __version__
 
 SCHEMA_VERSION = 1
-EXIT_OK, EXIT_INVALID, EXIT_BLOCKED, EXIT_TENSORRT = 0, 3, 4, 7
+# the verdict's exit codes, from the one table (onnxpoolfix.errors.EXIT_CODES)
+EXIT_OK = errors.EXIT_OK
+EXIT_INVALID = errors.InvalidModelError.exit_code
+EXIT_BLOCKED = errors.UnsupportedNodeError.exit_code
+EXIT_TENSORRT = errors.TensorRTRejectionError.exit_code
 
 
 @dataclass
@@ -159,8 +165,8 @@ class Inspection:
             lines.append(f"BLOCKED: {self.blocker}")
             if self.hint:
                 lines.append(f"  hint: {self.hint}")
-        for note in self.notes:
-            lines.append(f"note: {note}")
+        warnings, notes = note_lines(self.notes)  # warnings first, marked
+        lines.extend(warnings + notes)
         if self.tensorrt is not None:
             lines.append("")
             lines.extend(_format_tensorrt(self.tensorrt))

@@ -18,13 +18,15 @@ The tool sits in deployment pipelines, so this package is deliberately defensive
 from __future__ import annotations
 
 from .checker import check_input_model, check_model
-from .commit import preflight_output, same_file
+from .commit import preflight_output
 from .load import SMALL_EXTERNAL_INLINE, load_model
+from .outfile import preflight_report, same_file, write_report
 from .save import EXTERNAL_DATA_THRESHOLD, save_model
 from .tensors import PROTOBUF_LIMIT, PathLike, external_data_files, has_external_data
 
 __all__ = [
-    "load_model", "save_model", "check_model", "check_input_model", "preflight_output", "same_file",
+    "load_model", "save_model", "check_model", "check_input_model", "preflight_output", "preflight_report",
+    "write_report", "same_file",
     "has_external_data", "external_data_files", "PROTOBUF_LIMIT", "EXTERNAL_DATA_THRESHOLD",
     "SMALL_EXTERNAL_INLINE", "PathLike",
 ]

@@ -9,17 +9,10 @@ import os
 from pathlib import Path
 
 from ..errors import OutputError
-from .outfile import OutputTarget, commit, resolve_output
+from .outfile import OutputTarget, commit, resolve_output, same_file
 from .tensors import PathLike
 
 logger = logging.getLogger(__name__)
-
-
-def same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.abspath(a) == os.path.abspath(b)
 
 
 def fsync_dir(folder: Path) -> None:

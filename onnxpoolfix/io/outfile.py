@@ -9,6 +9,9 @@
   ``/proc/self/fd`` resolve in the kernel.
 * Anything else that exists and is neither a file nor a folder (a block device, a socket) is refused
   (:class:`~onnxpoolfix.errors.OutputError`, exit 6): writing a model over a disk is never what was meant.
+
+``--report`` also names a file of its own (:func:`preflight_report`: not IN, IN's external data, OUT or
+OUT's data file) and is written by :func:`write_report`; OUT's own checks are :mod:`.commit`'s.
 """
 from __future__ import annotations
 
@@ -21,11 +24,19 @@ from pathlib import Path
 from typing import Union
 
 from ..errors import OutputError
+from .tensors import external_data_files
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 #: the suffix of every temporary folder an output is prepared in (so leftovers of a killed run are findable)
 TMP_SUFFIX = ".onnxpoolfix-tmp"
+
+
+def same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
 
 
 @dataclass(frozen=True)
@@ -92,3 +103,36 @@ def write_text(out_path: PathLike, text: str, what: str = "the report") -> Outpu
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
     return target
+
+
+_OWN_FILE = "give the report a file of its own, e.g. report.json"
+
+
+def preflight_report(report: Path, src: Path, dst: Path, model) -> None:
+    """``--report`` must name a file of its own: not IN or IN's external data (they would be overwritten with
+    JSON), not OUT or OUT's data file (the model would be renamed over it), not a folder. A device or FIFO
+    is written into and replaces nothing."""
+    if resolve_output(report, "the report").special:  # written into (/dev/null, /dev/stdout): replaces nothing
+        return
+    for data in external_data_files(model, Path(src).resolve().parent):
+        if same_file(report, data):
+            raise OutputError(f"--report {report}: is the input model's external data; refusing to overwrite it",
+                              _OWN_FILE)
+    out_data = dst.with_name(dst.name + ".data")
+    if report.absolute() == out_data.absolute() or same_file(report, out_data):
+        raise OutputError(f"--report {report}: is where OUT's external data may go", _OWN_FILE)
+    if report.name in ("", ".", "..") or report.is_dir():
+        raise OutputError(f"--report {report}: is not a file name", "give the report a file name, e.g. report.json")
+    if same_file(report, src):
+        raise OutputError(f"--report {report}: is the input model itself; refusing to overwrite it", _OWN_FILE)
+    if report.absolute() == dst.absolute() or same_file(report, dst):
+        raise OutputError(f"--report {report}: is OUT as well; the model would replace the report", _OWN_FILE)
+
+
+def write_report(path: Path, text: str) -> OutputTarget:
+    """The report goes where OUT would (:func:`write_text`: through a link, into a device or FIFO)."""
+    try:
+        return write_text(path, text + "\n")
+    except OSError as e:
+        raise OutputError(f"cannot write the report {path}: {e.strerror or e}",
+                          "check that the report's folder exists and is writable; nothing was written") from None

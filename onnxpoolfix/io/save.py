@@ -15,8 +15,8 @@ import onnx
 from onnx import ModelProto, TensorProto
 
 from ..errors import InvalidModelError, OutputError
-from .commit import check_out_path, commit_files, refuse_input_as_output, same_file
-from .outfile import resolve_output, temp_folder
+from .commit import check_out_path, commit_files, refuse_input_as_output
+from .outfile import resolve_output, same_file, temp_folder
 from .tensors import (
     COPY_CHUNK,
     PROTOBUF_LIMIT,

@@ -24,6 +24,7 @@ from ..frontends.functions import inline_functions_holding_leftovers
 from ..frontends.leftovers import is_pool_leftover
 from ..graph.shapes import PoolSpec, model_opset
 from ..reason import opset_needed
+from ..report import WarningNote
 from ..rewrite.bodies import apply_body_plans, finish_bodies
 from ..rewrite.nodes import apply_plans
 from ..rewrite.regions import drop_dead_region_nodes
@@ -126,8 +127,8 @@ def plan_model(model: onnx.ModelProto, options: PlanOptions) -> ModelPlan:
         strategy = AUTO if frontend.optional else options.strategy
         mp.nodes += [_plan_node(s, strategy, frontend.optional, result.repairs.get(s.node.index))
                      for s in result.specs]
-    mp.notes += [f"{n.spec.node.label} cannot run as written ({n.repair}), and no exact lowering applies: "
-                 "left as it is" for n in mp.nodes if n.repair and n.plan is None]
+    mp.notes += [WarningNote(f"{n.spec.node.label} cannot run as written ({n.repair}), and no exact lowering "
+                             "applies: left as it is") for n in mp.nodes if n.repair and n.plan is None]
     if mp.bodies and mp.blocker is None:  # even where a top-level node is blocked: inspect lists them all
         _plan_bodies(mp)
     if mp.would_patch:

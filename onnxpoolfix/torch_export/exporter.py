@@ -245,7 +245,8 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             runnable = module.module() if isinstance(module, exported_program) else module
             checked = verify_against_torch(path, runnable, call_args, call_kwargs, ranges=ranges)
             logger.info("%s", checked.note())
-            result.report.check_note = "; ".join(p for p in (result.report.check_note, checked.note()) if p)
+            if checked.note():
+                result.report.notes.append(checked.note())
 
         if hasattr(f, "write"):
             patched = Path(tmp) / "patched.onnx"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from helpers import make_leftover, ort_run
 from onnx import TensorProto, helper
 
 from onnxpoolfix.cli import main, parse_shapes
+from onnxpoolfix.errors import EXIT_CODES
 from onnxpoolfix.frontends.leftovers import find_pool_nodes
 from onnxpoolfix.lowering import BY_NAME
 from onnxpoolfix.tensorrt import lint_tensorrt
@@ -201,10 +203,15 @@ def test_input_shape_binds_a_dynamic_model(tmp_path: Path, form: list[str]) -> N
     assert_runs_like_torch(out, "dynamic_avg2d")
 
 
-def test_input_shape_naming_no_input(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flag, value, needle", [
+    ("--input-shape", "nope:1,2,8,9", "not a graph input"),
+    ("--input-shape", "x:1,2,8", "has rank 3"),
+    ("--check-shape", "nope:1,2,8,9", "not a graph input"),
+    ("--check-shape", "x:1,2,8,9,1", "has rank 5"),
+])
+def test_shape_options_that_do_not_fit_the_model_are_usage_errors(tmp_path: Path, flag, value, needle) -> None:
     out = tmp_path / "out.onnx"
-    assert_one_line_error(cli(FIXTURES / "dynamic_avg2d.onnx", out, "--input-shape", "nope:1,2,8,9"), 4, out,
-                          "not a graph input")
+    assert_one_line_error(cli(FIXTURES / "dynamic_avg2d.onnx", out, flag, value), 2, out, needle)
 
 
 # ------------------------------------------------------------------------------------------ entry points
@@ -241,6 +248,31 @@ def test_help_lists_commands_and_exit_codes() -> None:
     r = cli("inspect", "--help")
     for opt in ("--target", "--input-shape", "--json", "Exit codes"):
         assert opt in r.stdout
+    for command in ("patch", "inspect"):  # the table of onnxpoolfix.errors, as it is
+        r = cli(command, "--help")
+        shown = [" ".join(line.split()) for line in r.stdout.splitlines()]
+        for row in EXIT_CODES:
+            meaning = getattr(row, command)
+            assert (f"{row.label} {meaning}" in shown) == (meaning is not None), (command, row)
+
+
+def test_a_run_prints_a_result_line_then_one_line_per_note(tmp_path: Path) -> None:
+    """The dynamo pyramid: a short result line, the warning first (marked, on stderr), then a note a line;
+    the report's check_note is the same notes, joined."""
+    out, rep = tmp_path / "out.onnx", tmp_path / "r.json"
+    r = cli(FIXTURES / "dynamo" / "psp_area_symbolic.onnx", out, "--report", rep)
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("replaced "))
+    assert re.fullmatch(rf"replaced 2 nodes; onnxruntime check passed \(max error [0-9.e+-]+\); wrote {re.escape(str(out))}",
+                        lines[at]), lines[at]
+    notes = lines[at + 1:]
+    assert len(notes) == 5 and all(n.startswith("note: ") for n in notes), notes
+    assert "dynamo region 'mean_1'" in notes[0] and "also run alone" in notes[-1]
+    (warning,) = r.stderr.splitlines()
+    assert warning.startswith("warning: 1 adaptive pooling region under symbolic sizes stays frozen")
+    check_note = json.loads(rep.read_text())["check_note"]
+    assert all(line.split(": ", 1)[1] in check_note for line in notes + [warning])
 
 
 def test_options_before_the_command_go_to_the_command(tmp_path: Path, monkeypatch) -> None:

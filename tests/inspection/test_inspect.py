@@ -304,8 +304,12 @@ def test_cli_inspect_exit_codes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_cli_inspect_bad_input_shape_is_a_usage_error() -> None:
     r = CliRunner().invoke(main, ["inspect", str(FIXTURES / "dynamic_avg2d.onnx"), "--input-shape", "x:1,a"])
     assert r.exit_code == 2 and "--input-shape" in r.stderr
-    r = CliRunner().invoke(main, ["inspect", str(FIXTURES / "dynamic_avg2d.onnx"), "--input-shape", "y:1,2,8,9"])
-    assert r.exit_code == 4 and "not a graph input" in r.stdout
+    for bad in ("y:1,2,8,9", "x:1,2,8"):  # no such input, the wrong rank: usage errors too, as for patch
+        r = CliRunner().invoke(main, ["inspect", str(FIXTURES / "dynamic_avg2d.onnx"), "--input-shape", bad])
+        assert r.exit_code == 2 and r.stdout == "" and r.stderr.startswith("onnxpoolfix: error: --input-shape ")
+    # the library: the inspection's blocker, with the same exit code
+    bad = inspect_model(fixture("dynamic_avg2d"), input_shapes={"y": [1, 2, 8, 9]})
+    assert bad.exit_code == 2 and "not a graph input" in bad.blocker
 
 
 def test_cli_inspect_rejects_what_patch_rejects_as_invalid(tmp_path: Path) -> None:

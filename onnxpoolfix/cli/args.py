@@ -1,0 +1,238 @@
+"""The option groups the commands share (as Polygraphy's argument groups): a group declares its flags,
+parses them and builds the one object a command reads, so no flag is declared twice and ``patch`` and
+``inspect`` cannot drift apart.
+
+    command         groups (in --help order)
+    patch IN OUT    Plan, Check, Save, Logging(quiet=True)
+    inspect IN      Plan, InspectView, Logging
+
+How to add a flag:
+
+- to a group: add its ``click.option`` to the group's ``options``, read it in the group's ``parse`` (pop it
+  from ``values``) into a new field of the record the group builds, and use that field in the command;
+  every command with the group gets the flag, with one help text;
+- for one command only: the same in that command's own group (``Save`` is ``patch``'s, ``InspectView``
+  ``inspect``'s), or a new :class:`ArgGroup` subclass added to the command's ``@command(...)`` line.
+
+``parse`` raises ``click.BadParameter`` for a value that is wrong on its own (exit 2, click's usage message);
+a value wrong only for the model (an ``--input-shape`` naming no input) is checked once the model is loaded
+(:meth:`PlanChoice.check_against`: :class:`~onnxpoolfix.errors.ArgumentError`, also exit 2).
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from ..api import MAX_DIM, TARGETS
+from ..graph.shapes import validate_input_shape
+from ..plan.planner import AUTO, STRATEGIES
+
+
+class ArgGroup:
+    """A set of flags: ``options`` declares them, ``parse`` takes their values out of the command's
+    keyword arguments and returns what the command uses."""
+
+    name: str  # the keyword the command receives the built record as
+    options: tuple[Callable, ...] = ()
+
+    def parse(self, values: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+
+def command(group: click.Group, name: str, *arg_groups: ArgGroup, arguments: tuple[Callable, ...] = (),
+            **settings) -> Callable:
+    """Register ``run`` as ``group``'s command ``name``: its ``arguments`` (click.argument), then each group's
+    options. ``run`` is called with the positional arguments' values as keywords, plus one keyword per
+    group, named by the group's ``name`` (``plan=PlanChoice(...)``)."""
+    def register(run: Callable) -> click.Command:
+        @functools.wraps(run)
+        def callback(**values):
+            built = {g.name: g.parse(values) for g in arg_groups}
+            return run(**values, **built)
+
+        f = callback
+        options = [opt for g in arg_groups for opt in g.options]
+        for decorate in reversed(list(arguments) + options):
+            f = decorate(f)
+        return group.command(name, **settings)(f)
+    return register
+
+
+def parse_shapes(values: tuple[str, ...], flag: str) -> dict[str, list[int]]:
+    """``NAME:D0,D1,...`` entries (repeatable, or several in one value separated by spaces)."""
+    shapes: dict[str, list[int]] = {}
+    for value in values:
+        for item in value.split():
+            name, sep, dims = item.rpartition(":")
+            if not sep or not name or not dims:
+                raise click.BadParameter(f"'{item}' is not NAME:D0,D1,... (e.g. x:1,3,224,224)", param_hint=flag)
+            try:
+                parsed = [int(d) for d in dims.split(",")]
+            except ValueError:
+                raise click.BadParameter(f"'{item}': dims must be integers", param_hint=flag) from None
+            if any(d < 1 for d in parsed):
+                raise click.BadParameter(f"'{item}': dims must be >= 1", param_hint=flag)
+            if any(d > MAX_DIM for d in parsed):
+                raise click.BadParameter(f"'{item}': dims must be <= {MAX_DIM}", param_hint=flag)
+            shapes[name] = parsed
+    return shapes
+
+
+# ----------------------------------------------------------------------------------------- Plan
+
+
+@dataclass(frozen=True)
+class PlanChoice:
+    """What to plan, as ``patch``/``inspect_model`` take it."""
+
+    target: str
+    strategy: str
+    input_shapes: dict[str, list[int]] | None
+    optimize_exporter_pools: bool
+    traced_shapes: dict[str, list[int]] | None = None  # a dynamo export's traced size (binds nothing)
+    allow_partial: bool = False  # write the fix even where a dynamo region stays frozen
+
+    def check_against(self, model) -> None:
+        """``--input-shape`` / ``--traced-shape`` against the loaded model (a name that is no input, a wrong
+        rank, a fixed dim changed): :class:`~onnxpoolfix.errors.ArgumentError`, exit 2, before any work."""
+        for name, dims in (self.input_shapes or {}).items():
+            validate_input_shape(model, name, dims, "--input-shape")
+        for name, dims in (self.traced_shapes or {}).items():
+            validate_input_shape(model, name, dims, "--traced-shape")
+
+
+class Plan(ArgGroup):
+    name = "plan"
+    options = (
+        click.option("--target", type=click.Choice(TARGETS), default="onnxruntime", show_default=True,
+                     help="Restrict the emitted ops to what this runtime accepts."),
+        click.option("--strategy", type=click.Choice(STRATEGIES), default=AUTO, show_default=True,
+                     help="Force one lowering for every node (for comparisons); 'auto' picks the cheapest exact "
+                          "one."),
+        click.option("--input-shape", "input_shape", multiple=True, metavar="NAME:D0,D1,...",
+                     help="Bind an input's shape (repeatable; or several, space-separated, in one value)."),
+        click.option("--optimize-exporter-pools", is_flag=True,
+                     help="Also plan the pools the exporter lowered itself (GlobalAveragePool, AveragePool with "
+                          "adaptive windows): each is replaced where an exact form is faster or a pyramid can "
+                          "read its input once, kept otherwise."),
+        click.option("--traced-shape", "traced_shape", multiple=True, metavar="NAME:D0,D1,...",
+                     help="The input shape a dynamo export was traced at (the export call's example input): its "
+                          "decomposed pools are proven and frozen ones sized there; binds nothing (OUT keeps its "
+                          "symbolic dims)."),
+        click.option("--allow-partial", is_flag=True,
+                     help="Write the fix even where a dynamo region stays frozen at the traced size (OUT then "
+                          "right only where the report's 'partial' says); refused by default."),
+    )
+
+    def parse(self, values):
+        shapes = parse_shapes(values.pop("input_shape"), "--input-shape")
+        traced = parse_shapes(values.pop("traced_shape"), "--traced-shape")
+        return PlanChoice(values.pop("target"), values.pop("strategy"), shapes or None,
+                          values.pop("optimize_exporter_pools"), traced or None, values.pop("allow_partial"))
+
+
+# ----------------------------------------------------------------------------------------- Check (patch)
+
+
+@dataclass(frozen=True)
+class CheckChoice:
+    check: bool
+    check_shapes: list[dict[str, list[int]]] | None
+    seed: int
+
+
+class Check(ArgGroup):
+    name = "check"
+    options = (
+        click.option("--no-check", is_flag=True, help="Skip the onnxruntime check against the numpy reference."),
+        click.option("--check-shape", "check_shape", multiple=True, metavar="NAME:D0,D1,...",
+                     help="Run the check at these input shapes (repeat the flag for several runs)."),
+        click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="Seed of the check's random inputs."),
+    )
+
+    def parse(self, values):
+        checks = [parse_shapes((c,), "--check-shape") for c in values.pop("check_shape")]
+        return CheckChoice(not values.pop("no_check"), checks or None, values.pop("seed"))
+
+
+# ----------------------------------------------------------------------------------------- Save (patch)
+
+
+@dataclass(frozen=True)
+class SaveChoice:
+    keep_input_shapes: bool
+    save_as_external_data: bool
+    in_place: bool
+    report_path: Path | None
+
+
+class Save(ArgGroup):
+    name = "save"
+    options = (
+        click.option("--keep-input-shapes", is_flag=True, help="Save the --input-shape binding in OUT."),
+        click.option("--save-as-external-data", is_flag=True,
+                     help="Write OUT's tensors of 1 KiB or more to OUT.data beside it (smaller ones stay inline)."),
+        click.option("--in-place", is_flag=True, help="Allow OUT to be IN (replaced atomically)."),
+        click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
+                     help="Also write the report as JSON (schema in onnxpoolfix/report.py)."),
+    )
+
+    def parse(self, values):
+        return SaveChoice(values.pop("keep_input_shapes"), values.pop("save_as_external_data"),
+                          values.pop("in_place"), values.pop("report_path"))
+
+
+# ----------------------------------------------------------------------------------------- InspectView
+
+
+@dataclass(frozen=True)
+class ViewChoice:
+    as_json: bool
+    windows: bool
+
+
+class InspectView(ArgGroup):
+    name = "view"
+    options = (
+        click.option("--json", "as_json", is_flag=True,
+                     help="Print the inspection as JSON (schema in onnxpoolfix/inspection/report.py)."),
+        click.option("--windows", "show_windows", is_flag=True,
+                     help="Also draw PyTorch's windows of every pooled axis, beside the popular recipes' "
+                          "(as `onnxpoolfix windows N M`)."),
+    )
+
+    def parse(self, values):
+        return ViewChoice(values.pop("as_json"), values.pop("show_windows"))
+
+
+# ----------------------------------------------------------------------------------------- Logging
+
+
+@dataclass(frozen=True)
+class Verbosity:
+    verbose: bool  # debug logs, and tracebacks with errors
+    quiet: bool  # nothing printed on success
+
+
+class Logging(ArgGroup):
+    """``-v`` (every command) and ``-q`` (where ``quiet``): the one logging setup."""
+
+    name = "verbosity"
+
+    def __init__(self, quiet: bool = False):
+        opts = [click.option("-v", "--verbose", is_flag=True, help="Log what happens and show tracebacks.")]
+        if quiet:
+            opts.append(click.option("-q", "--quiet", is_flag=True, help="Print nothing on success."))
+        self.options = tuple(opts)
+
+    def parse(self, values):
+        verbose = values.pop("verbose")
+        if verbose:
+            logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
+        return Verbosity(verbose, values.pop("quiet", False))
