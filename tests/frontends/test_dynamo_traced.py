@@ -213,6 +213,8 @@ def test_a_wrong_traced_shape_is_contradicted_by_the_graph(exports):
     assert "contradicts the graph" in str(err.value) and "sizes such as x:1,3," in err.value.hint
     with pytest.raises(ShapeError, match="contradicts"):  # --input-shape, the old hint's way, too
         patch(model, input_shapes={"x": [1, 3, 16, 16]})
+    seen = inspect_model(model, traced_shapes={"x": [1, 3, 16, 16]})
+    assert seen.exit_code == 4 and seen.blocker == str(err.value)
 
 
 @pytest.mark.parametrize("name", ["ppm", "attention"])
