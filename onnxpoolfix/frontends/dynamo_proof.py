@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 #: input sizes tried (beyond the bound one) to find where a symbolic export is right: common sizes first
 _COMMON_SIZES = (224, 256, 512, 384, 320, 299, 128, 64, 32, 16)
 _SEARCH_MAX = 256
+_NEAR = 6  # sizes within this many of the bound one on each of the last two symbolic dims
 _SEARCH_BUDGET = 600  # proof runs at most, over all regions of a model
 #: the proof runs the reference in float64 on three inputs: a pooled tensor beyond this many elements is left
 _PROOF_MAX_ELEMENTS = 1 << 25
@@ -295,15 +296,29 @@ def _proofs_needed(c: Candidate) -> int:
 
 
 def _bindings(model: onnx.ModelProto, input_shapes):
-    """Input shapes to try: the caller's binding, then every symbolic dim but the first set to one size."""
-    if input_shapes:
-        yield dict(input_shapes)
+    """Input shapes to try: the caller's binding and sizes near it (a region known from structure alone needs
+    a second size, and one near the traced size takes the same branches), then every symbolic dim but the
+    first set to one size."""
     inits = {t.name for t in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in inits and i.type.HasField("tensor_type")]
     dims = {}
     for i in inputs:
         d = [x.dim_value if x.HasField("dim_value") else None for x in i.type.tensor_type.shape.dim]
         dims[i.name] = d
+    if input_shapes:
+        yield dict(input_shapes)
+        steps = sorted(((a, b) for a in range(-_NEAR, _NEAR + 1) for b in range(-_NEAR, _NEAR + 1) if a or b),
+                       key=lambda ab: (abs(ab[0]) + abs(ab[1]), ab))
+        for da, db in steps:
+            near = {}
+            for name, shape in input_shapes.items():
+                free = [a for a, v in enumerate(dims.get(name, [])) if v is None and a > 0]
+                moved = list(shape)
+                for a, delta in zip(free[-2:], (da, db)):
+                    moved[a] += delta
+                near[name] = moved
+            if all(v >= 1 for shape in near.values() for v in shape):
+                yield near
     if not any(v is None for d in dims.values() for v in d):
         return
     sizes = list(_COMMON_SIZES) + [s for s in range(2, _SEARCH_MAX + 1) if s not in _COMMON_SIZES]
