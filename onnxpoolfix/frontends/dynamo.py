@@ -228,10 +228,10 @@ def _rests(findings: FrontEndResult, resting: list, candidates: list[Candidate])
     confirmed = {c.pooled for c in candidates if c.bound_why == "" and not c.why}
     for result, pooled, output_size, ones in resting:
         if pooled not in confirmed:
-            findings.notes.append(f"the output size of the frozen AveragePool '{result}' ({size_text(output_size)}) "
-                                  "rests on the given traced size alone: the graph cannot tell whether the file "
-                                  "was exported at it" + (", nor whether its kernel-1 axis is torch's None (then "
-                                                          "it follows the input)" if ones else ""))
+            findings.notes.append(WarningNote(
+                f"the output size of the frozen AveragePool '{result}' ({size_text(output_size)}) rests on the given "
+                "traced size alone: the graph cannot tell whether the file was exported at it"
+                + (", nor whether its kernel-1 axis is torch's None (then it follows the input)" if ones else "")))
 
 
 def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: FrontEndResult, *, opset, target, busy,

@@ -245,7 +245,8 @@ def _conclude(c: Candidate, bound: bool) -> None:
             c.proven_at = c.bound_at
             return
         if c.bound_why:
-            elsewhere = next((p for p in c.proofs if p != c.bound_at), None)
+            # too large to prove there says nothing against the binding
+            elsewhere = next((p for p in c.proofs if p != c.bound_at), None) if "too large" not in c.bound_why else None
             c.why = f"not proven at the bound size {_x(c.bound_at) if c.bound_at else ''}: {c.bound_why}"
             if elsewhere:
                 c.contradicts = elsewhere
