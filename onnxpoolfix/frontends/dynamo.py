@@ -250,8 +250,8 @@ def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Fron
         if node.doc_string.startswith(EMITTED_BY) or node.output[0] in busy:
             continue
         ev = node_evidence(node)
-        if ev is None and node.input[0] in siblings and _kernel_is_stride(node):
-            ev = (SIBLING, None)
+        if ev is None and node.input[0] in siblings and _kernel_is_stride(node) and not _has_metadata(node):
+            ev = (SIBLING, None)  # (with its metadata, a node that does not name adaptive pooling is no level)
         if ev is None:
             continue
         elem, dims = info.get(node.input[0], (0, None))
@@ -314,6 +314,10 @@ def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Fron
 
 #: the evidence of a frozen AveragePool without metadata that pools what a decomposed adaptive pool pools
 SIBLING = "structure: pools the tensor a decomposed adaptive pool pools (a pyramid's level)"
+
+
+def _has_metadata(node) -> bool:
+    return any(p.key.startswith("pkg.torch.onnx.") for p in node.metadata_props)
 
 
 def _kernel_is_stride(node) -> bool:

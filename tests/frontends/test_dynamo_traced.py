@@ -70,6 +70,19 @@ class Attention(nn.Module):
         return (a @ v).transpose(1, 2).reshape(b, c, h, w)
 
 
+class AvgPoolBeside(nn.Module):
+    """A genuine nn.AvgPool2d(2) of the tensor an AdaptiveAvgPool2d(3) pools: right at every size as written."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.avg, self.adaptive = nn.AvgPool2d(2), nn.AdaptiveAvgPool2d(3)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.avg(y).sum((2, 3)) + self.adaptive(y).sum((2, 3))
+
+
 class NoneOne(nn.Module):
     def forward(self, x):
         return F.adaptive_avg_pool2d(x, (None, 1))
@@ -80,11 +93,12 @@ class Literal(nn.Module):
         return F.adaptive_avg_pool2d(x, (4, 7))
 
 
-TRACED = {"pyramid": (12, 14), "ppm": (20, 26), "attention": (80, 64), "none_one": (16, 12), "literal": (12, 14)}
+TRACED = {"pyramid": (12, 14), "ppm": (20, 26), "attention": (80, 64), "none_one": (16, 12), "literal": (12, 14),
+          "avg_beside": (12, 14)}
 #: sizes beside the traced one, odd and non-square (the attention's 56x72 makes a 14x18 map: 7 divides 14)
 SIZES = {"pyramid": [(16, 16), (24, 20), (13, 17), (36, 28)], "ppm": [(16, 16), (24, 20), (26, 34), (37, 29)],
          "attention": [(64, 64), (96, 72), (56, 72), (112, 84)], "none_one": [(9, 13), (20, 7), (5, 5)],
-         "literal": [(9, 13), (20, 7), (30, 31)]}
+         "literal": [(9, 13), (20, 7), (30, 31)], "avg_beside": [(9, 13), (20, 7), (31, 30)]}
 
 
 def _export(module, hw) -> tuple[nn.Module, onnx.ModelProto]:
@@ -105,7 +119,7 @@ def _export(module, hw) -> tuple[nn.Module, onnx.ModelProto]:
 @pytest.fixture(scope="module")
 def exports():
     made = {"pyramid": AreaPyramid(), "ppm": PPM(), "attention": Attention(), "none_one": NoneOne(),
-            "literal": Literal()}
+            "literal": Literal(), "avg_beside": AvgPoolBeside()}
     return {name: _export(m, TRACED[name]) for name, m in made.items()}
 
 
@@ -306,3 +320,14 @@ def test_stride_32_export_with_dim_expressions_is_exact_and_checked_at_multiples
             with torch.no_grad():
                 want = module(torch.from_numpy(x))[1].numpy()
             np.testing.assert_allclose(sess.run(None, {"x": x})[1], want, rtol=1e-5, atol=1e-5, err_msg=str(hw))
+
+
+def test_a_genuine_avg_pool_beside_an_adaptive_one_stays_as_it_is(exports):
+    """nn.AvgPool2d(2) is no frozen adaptive pool (its metadata says so), though it pools what a decomposed
+    AdaptiveAvgPool2d(3) pools: it stays an AveragePool, with or without the traced size."""
+    module, model = exports["avg_beside"]
+    for kwargs in ({}, {"traced_shapes": _traced("avg_beside")}):
+        result = patch(model, **kwargs)
+        assert [n.lowering for n in result.report.nodes] == ["dynamic"]
+        assert [n.op_type for n in result.model.graph.node].count("AveragePool") == 1
+        _assert_exact(module, result.model, "avg_beside")
