@@ -10,7 +10,8 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,dynamo]'
+	@# -qq: errors only; setuptools' editable install otherwise prints its informational "Editable installation" notice
+	$(PY) -m pip install --quiet --quiet -e '.[test,dynamo]'
 	touch $(STAMP)
 
 ## demo: patch a shipped fixture (a small conv net with AdaptiveAvgPool2d 7x7 at a non-divisible size) and show the report

@@ -19,7 +19,7 @@ from .errors import InvalidModelError
 from .frontends.dynamo import frozen_error, partial_lines
 from .graph.shapes import model_opset, validate_input_shape
 from .plan.model import PlanOptions, apply_model_plan, no_lowering_hint, plan_model
-from .plan.planner import AUTO, STRATEGIES
+from .plan.planner import AUTO, check_strategy
 from .report import NOT_CHECKED, NOTHING_TO_PATCH, NodeReport, PatchReport, WarningNote
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,8 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         keep_input_shapes: always save the bound input shapes.
         check_shapes: concrete input shapes to run the check at (default: derived from the model).
         model_dir: the folder holding the model's external data, when its weights are not loaded.
-        seed: seed of the check's random inputs.
+        seed: seed of every random input the patch draws: the check's, and the dynamo front end's proof of
+            each region it replaces.
         optimize_exporter_pools: also plan the pooling nodes the exporter lowered itself where their
             windows are adaptive ones (GlobalAveragePool, AveragePool k = s = n/m, ...; see
             :mod:`onnxpoolfix.frontends.exporter_pools`): each is replaced when an exact lowering is estimated faster
@@ -74,8 +75,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     (:mod:`onnxpoolfix.frontends.exporter_repair`; their ``why`` says "repaired: ...").
     """
     check_arguments("patch", model, target, strategy)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, not {seed!r}")
+    check_seed(seed)
     input_shapes = shape_map(input_shapes, "input_shapes")
     traced_shapes = shape_map(traced_shapes, "traced_shapes")
     if check_shapes is not None:
@@ -101,35 +101,36 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     report = PatchReport(opset=model_opset(model), target=target)
     options = PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
                           keep_input_shapes=keep_input_shapes, optimize_exporter_pools=optimize_exporter_pools,
-                          patch_bodies=True, traced_shapes=traced_shapes)
+                          patch_bodies=True, seed=int(seed), traced_shapes=traced_shapes)
     mp = plan_model(model, options)
-    if mp.inlined and inplace:  # the inliner builds a new model: inplace means the caller's object
-        caller.CopyFrom(mp.model)
-        mp.model = caller
-    model = mp.model
-    if mp.blocker is not None:
-        raise mp.blocker
-    frozen = frozen_error(mp.suspects, traced=bool(traced_shapes or input_shapes))
+    found = mp.found
+    if found.inlined and inplace:  # the inliner builds a new model: inplace means the caller's object
+        caller.CopyFrom(found.model)
+        found.model = caller
+    model = found.model
+    if found.blocker is not None:
+        raise found.blocker
+    frozen = frozen_error(found.suspects, traced=bool(traced_shapes or input_shapes))
     if frozen is not None and not allow_partial:  # never a file silently wrong at other sizes
         raise frozen
     notes = report.notes
-    notes += mp.notes
-    report.suspects = [asdict(s) for s in mp.suspects]  # what a front end suspected and left, with why
-    report.partial = partial_lines(mp.suspects)
+    notes += found.notes + mp.notes
+    report.suspects = [asdict(s) for s in found.suspects]  # what a front end suspected and left, with why
+    report.partial = partial_lines(found.suspects)
     notes += [WarningNote(p) for p in report.partial]  # printed first: OUT is right only where these say
     nested = bool(mp.body_nodes)  # leftovers inside If/Loop/Scan bodies, planned with the rest
     if not mp.nodes and not nested:
         notes.append(NOTHING_TO_PATCH)  # after the front ends' notes: e.g. a frozen dynamo export
         return PatchResult(model, report)
-    if mp.inlined:
-        notes.insert(0, f"inlined the local function(s) {', '.join(mp.inlined)} that held leftovers")
+    if found.inlined:
+        notes.insert(0, f"inlined the local function(s) {', '.join(found.inlined)} that held leftovers")
     for n in mp.blocked:  # the first node no lowering applies to stops the patch
         if n.error.hint is None:
             n.error.hint = no_lowering_hint(n.spec, n.candidates)
         raise n.error
     if mp.kept:
         notes.append(f"kept {len(mp.kept)} exporter pool(s) as they are (already the fastest exact form)")
-    if not mp.rest and not mp.groups and not nested:
+    if not mp.separate and not mp.groups and not nested:
         notes.append(NOTHING_TO_PATCH)
         return PatchResult(model, report)
     applied = apply_model_plan(model, mp)
@@ -192,8 +193,13 @@ def check_arguments(caller: str, model, target: str, strategy: str) -> None:
         raise TypeError(f"{caller}() takes an onnx.ModelProto, not {type(model).__name__}")
     if target not in TARGETS:
         raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
+    check_strategy(strategy)
+
+
+def check_seed(seed) -> None:
+    """``seed`` as ``patch`` and ``inspect_model`` take it: a non-negative integer (numpy's welcome)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, not {seed!r}")
 
 
 def patch_model(model: onnx.ModelProto, **kwargs) -> onnx.ModelProto:

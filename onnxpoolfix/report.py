@@ -1,4 +1,6 @@
-"""What a patch did, per node: the printed table, and the same content as JSON (``--report``).
+"""What a patch did: the printed table (a row per node), the result line (:meth:`PatchReport.summary`) and
+the notes, one a line, warnings first (:meth:`PatchReport.note_lines`), and the same content as JSON
+(``--report``; ``check_note`` is the notes joined).
 
 JSON schema (``schema_version`` 1)::
 

@@ -57,24 +57,27 @@ class Uniform:
     stride: int
 
 
+@lru_cache(maxsize=4096)
 def uniform_windows(n: int, m: int) -> Uniform | None:
     """The (kernel, stride) that reproduces every window exactly, or None.
 
     Divisibility is not the test: ``7 -> 3`` is kernel 3 stride 2; ``5 -> 4`` is kernel 2 stride 1;
     ``10 -> 4`` has equal lengths but starts 0,2,5,7, so it returns None. With ``m == 1`` the single
-    window is the whole axis (kernel ``n``; the stride is irrelevant and reported as ``n``).
+    window is the whole axis (kernel ``n``; the stride is irrelevant and reported as ``n``). Cached, and
+    vectorized: the planner asks it of every lowering, and an axis may have a million windows.
     """
-    w = windows(n, m)
-    k = w[0][1] - w[0][0]
+    _check(n, m)
+    k = window_end(0, n, m) - window_start(0, n, m)
     if m == 1:
         return Uniform(k, n)
-    s = w[1][0] - w[0][0]
+    s = window_start(1, n, m)
     if s < 1:
         return None
-    for i, (a, b) in enumerate(w):
-        if b - a != k or a != i * s:
-            return None
-    return Uniform(k, s)
+    i = np.arange(m, dtype=np.int64)  # i * n < 2**63 for any size onnxpoolfix lowers
+    starts, ends = (i * n) // m, ((i + 1) * n + m - 1) // m
+    if np.any(ends - starts != k) or np.any(starts != i * s):
+        return None
+    return Uniform(int(k), int(s))
 
 
 def integer_upsample_factor(n: int, m: int) -> int | None:

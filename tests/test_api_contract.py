@@ -147,3 +147,25 @@ def test_export_refuses_a_text_file_before_exporting(tmp_path):
         with pytest.raises(TypeError, match="text file"):
             onnxpoolfix.export(torch.nn.AdaptiveAvgPool2d(3), (torch.randn(1, 2, 7, 7),), f)
         f.close()
+
+
+def test_seed_reaches_every_random_input_drawn(monkeypatch):
+    """patch(seed=...) and inspect_model(seed=...) seed the dynamo front end's proof as well as the check."""
+    from onnxpoolfix.frontends import dynamo
+    from onnxpoolfix.inspection.model import inspect_model
+
+    seen = []
+
+    def recording(model, g, candidates, input_shapes, seed, *rest):
+        seen.append(seed)
+        return proven(model, g, candidates, input_shapes, seed, *rest)
+
+    proven = dynamo.prove_all
+    monkeypatch.setattr(dynamo, "prove_all", recording)
+    model = onnx.load(FIXTURES / "dynamo" / "psp_area_symbolic.onnx")
+    result = onnxpoolfix.patch(model, seed=7, check=False)
+    assert seen and set(seen) == {7} and [n.encoding for n in result.report.nodes] == ["dynamo", "dynamo"]
+    seen.clear()
+    assert inspect_model(model, seed=np.int64(11)).would_patch and set(seen) == {11}
+    with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+        inspect_model(model, seed=-1)

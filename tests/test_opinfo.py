@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("expecttest")  # torch.testing._internal imports it
 
-from opinfo_adaptive import run_sample, samples  # noqa: E402
+from opinfo_adaptive import run_sample, samples
 
 
 def _sweep(torch, dtypes):

@@ -11,7 +11,7 @@
 """
 from __future__ import annotations
 
-from ..errors import CheckFailedError, CheckTooLargeError, PoolFixError
+from ..errors import ArgumentError, CheckFailedError, CheckTooLargeError, PoolFixError
 from ..graph.shapes import validate_input_shape
 from ..report import PatchReport
 from .compare import NodeCheck, compare
@@ -40,11 +40,30 @@ def refuse_huge_check(specs) -> None:
                     "check at smaller sizes with --check-shape NAME:D0,D1,..., or skip the check with --no-check")
 
 
+def _refuse_against_binding(model, name: str, dims, bound) -> None:
+    """A check size that contradicts the caller's own binding, which OUT keeps (the dim is fixed in the
+    patched model now): say it is the binding, not the model, that fixes the dim."""
+    if bound is None or len(bound) != len(dims):
+        return
+    vi = next((i for i in model.graph.input if i.name == name), None)
+    if vi is None:
+        return
+    fixed = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+    for axis, (b, d) in enumerate(zip(bound, dims)):
+        if b != d and axis < len(fixed) and fixed[axis] == b:
+            text = ",".join(map(str, bound))
+            raise ArgumentError(
+                f"--check-shape {name}:{','.join(map(str, dims))}: dim {axis} is bound to {b} by your --input-shape "
+                f"{name}:{text}, and the patched model keeps that binding (the static lowering holds at that size)",
+                f"check at the bound size ({name}:{text}), or bind the size you want to check")
+
+
 def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, model_dir, seed) -> None:
     if not check_shapes:  # sizes the user chose are the user's call
         refuse_huge_check(specs)
     for shapes in check_shapes or ():  # again on the patched signature (an --input-shape may have stayed bound)
         for name, dims in shapes.items():
+            _refuse_against_binding(model, name, dims, (input_shapes or {}).get(name))
             validate_input_shape(model, name, dims, "--check-shape")
     try:
         shapes_list, note = default_check_shapes(model, specs, check_shapes=check_shapes, input_shapes=input_shapes,
@@ -64,18 +83,30 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
             "the rest of the model may be invalid for onnxruntime (it would refuse the original too); "
             "skip the check with --no-check to write OUT anyway") from None
     report.checked = True
-    failed = []
+    failed, upstream = [], []
     for n, s in zip(report.nodes, specs):
         r = results[s.node.index]
         n.max_error, n.tolerance = r.max_error, r.tolerance
         n.checked_shapes = [list(x) for x in r.shapes]
         if not r.passed:
             failed.append(f"{s.node.label}: {r.detail}")
+            upstream.append(r.upstream)
     report.check_passed = not failed
     report.notes.append(note)  # the sizes checked
+    rounded = sum(1 for r in results.values() if r.input_rounding)
+    if rounded:
+        report.notes.append(f"{rounded} half-precision subgraph(s) fed unrounded float32 values by onnxruntime "
+                            "(the ops before them run in float32): exact alone on the fetched input, and in the "
+                            "model within its rounding")
     alone = sum(1 for r in results.values() if r.structured)
     if alone:
         report.notes.append(f"{alone} of {len(results)} replaced subgraph(s) also run alone on structured inputs")
+    if failed and all(upstream):  # the replacement alone is exact on the very input it failed on in the model
+        raise CheckFailedError(
+            f"onnxruntime check failed for {len(failed)} node(s): {failed[0]}",
+            "the replaced subgraph alone is exact on that input: in the model onnxruntime computes what it "
+            "consumes differently from the fetched tensor (float16 ops run in float32); compare the whole model "
+            "with torch (onnxpoolfix.export does), or skip the check with --no-check", report=report)
     if failed:
         raise CheckFailedError(
             f"onnxruntime check failed for {len(failed)} node(s): {failed[0]}",

@@ -3,8 +3,8 @@ parses them and builds the one object a command reads, so no flag is declared tw
 ``inspect`` cannot drift apart.
 
     command         groups (in --help order)
-    patch IN OUT    Plan, Check, Save, Logging(quiet=True)
-    inspect IN      Plan, InspectView, Logging
+    patch IN OUT    Plan, Check, Save, Seed, Logging(quiet=True)
+    inspect IN      Plan, InspectView, Seed, Logging
 
 How to add a flag:
 
@@ -79,6 +79,9 @@ def parse_shapes(values: tuple[str, ...], flag: str) -> dict[str, list[int]]:
                 raise click.BadParameter(f"'{item}': dims must be >= 1", param_hint=flag)
             if any(d > MAX_DIM for d in parsed):
                 raise click.BadParameter(f"'{item}': dims must be <= {MAX_DIM}", param_hint=flag)
+            if name in shapes:  # silently keeping the last would bind (or check) a size the user did not mean
+                raise click.BadParameter(f"'{name}' is given twice ({name}:{','.join(map(str, shapes[name]))} and "
+                                         f"{item}): give each input once", param_hint=flag)
             shapes[name] = parsed
     return shapes
 
@@ -143,7 +146,6 @@ class Plan(ArgGroup):
 class CheckChoice:
     check: bool
     check_shapes: list[dict[str, list[int]]] | None
-    seed: int
 
 
 class Check(ArgGroup):
@@ -152,13 +154,25 @@ class Check(ArgGroup):
         click.option("--no-check", is_flag=True, help="Skip the onnxruntime check against the numpy reference."),
         click.option("--check-shape", "check_shape", multiple=True, metavar="NAME:D0,D1,...",
                      help="Run the check at these input shapes (repeat the flag for several runs)."),
-        click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
-                     help="Seed of the check's random inputs."),
     )
 
     def parse(self, values):
         checks = [parse_shapes((c,), "--check-shape") for c in values.pop("check_shape")]
-        return CheckChoice(not values.pop("no_check"), checks or None, values.pop("seed"))
+        return CheckChoice(not values.pop("no_check"), checks or None)
+
+
+class Seed(ArgGroup):
+    """``--seed``: every random input the tool draws (the check's, the dynamo front end's proof). Builds the
+    seed itself."""
+
+    name = "seed"
+    options = (
+        click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="Seed of every random input drawn (the check's, and the proof of each dynamo region)."),
+    )
+
+    def parse(self, values):
+        return values.pop("seed")
 
 
 # ----------------------------------------------------------------------------------------- Save (patch)

@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 
 import click
 
-from ..errors import EXIT_INTERNAL, PoolFixError
+from ..errors import EXIT_INTERNAL, PoolFixError, cli_words
 
 
 class Interrupted(BaseException):
@@ -35,10 +35,10 @@ def interrupted(signum: int) -> None:
 def fail(err: Exception, verbose: bool) -> None:
     if verbose:
         traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
-    if isinstance(err, PoolFixError):
-        click.echo(f"onnxpoolfix: error: {err}", err=True)
+    if isinstance(err, PoolFixError):  # raised in the API's words: printed with the CLI's flags
+        click.echo(f"onnxpoolfix: error: {cli_words(str(err))}", err=True)
         if err.hint:
-            click.echo(f"  hint: {err.hint}", err=True)
+            click.echo(f"  hint: {cli_words(err.hint)}", err=True)
         sys.exit(err.exit_code)
     click.echo(f"onnxpoolfix: internal error: {type(err).__name__}: {' '.join(str(err).split())}", err=True)
     click.echo("  hint: this is a bug; rerun with -v and report the traceback", err=True)

@@ -6,28 +6,29 @@ import sys
 
 import click
 
-from ..errors import exit_codes_epilog
+from ..errors import cli_words, exit_codes_epilog
 from ..inspection.model import inspect_model
 from ..inspection.windows import render_inspection
 from ..io import check_input_model, load_model
 from .app import main
-from .args import InspectView, Logging, Plan, PlanChoice, Verbosity, ViewChoice, command
+from .args import InspectView, Logging, Plan, PlanChoice, Seed, Verbosity, ViewChoice, command
 from .guard import reported
 
 
-@command(main, "inspect", Plan(), InspectView(), Logging(), epilog=exit_codes_epilog("inspect"),
+@command(main, "inspect", Plan(), InspectView(), Seed(), Logging(), epilog=exit_codes_epilog("inspect"),
          arguments=(click.argument("src", metavar="IN", type=click.Path(dir_okay=True)),))
-def inspect_cmd(src: str, plan: PlanChoice, view: ViewChoice, verbosity: Verbosity) -> None:
+def inspect_cmd(src: str, plan: PlanChoice, view: ViewChoice, seed: int, verbosity: Verbosity) -> None:
     """Show what a patch of IN would do, and what blocks it; write nothing."""
     with reported(verbosity.verbose):
         model = load_model(src)
         check_input_model(model, src)  # the same exit 3 as patch for a model the ONNX checker rejects
         plan.check_against(model)  # the same exit 2 as patch for an --input-shape that does not fit
         result = inspect_model(model, target=plan.target, strategy=plan.strategy, input_shapes=plan.input_shapes,
-                               name=src, optimize_exporter_pools=plan.optimize_exporter_pools,
+                               name=src, optimize_exporter_pools=plan.optimize_exporter_pools, seed=seed,
                                traced_shapes=plan.traced_shapes, allow_partial=plan.allow_partial)
+    # a blocker's hint names the API's arguments (inspect_model's words): here, the flags
     if view.windows:
-        click.echo(render_inspection(result, as_json=view.as_json))
+        click.echo(cli_words(render_inspection(result, as_json=view.as_json)))
     else:
-        click.echo(result.to_json() if view.as_json else result.format_text())
+        click.echo(cli_words(result.to_json() if view.as_json else result.format_text()))
     sys.exit(result.exit_code)

@@ -15,16 +15,23 @@ from ..io import check_input_model, has_external_data, load_model, preflight_out
 from ..io import write_report as write_report_file
 from ..report import PatchReport
 from .app import main
-from .args import Check, CheckChoice, Logging, Plan, PlanChoice, Save, SaveChoice, Verbosity, command
+from .args import Check, CheckChoice, Logging, Plan, PlanChoice, Save, SaveChoice, Seed, Verbosity, command
 from .guard import reported
 
 
-@command(main, "patch", Plan(), Check(), Save(), Logging(quiet=True), epilog=exit_codes_epilog("patch"),
+@command(main, "patch", Plan(), Check(), Save(), Seed(), Logging(quiet=True), epilog=exit_codes_epilog("patch"),
          arguments=(click.argument("src", metavar="IN", type=click.Path(dir_okay=True, path_type=Path)),
                     click.argument("dst", metavar="OUT", type=click.Path(dir_okay=True, path_type=Path))))
-def patch_cmd(src: Path, dst: Path, plan: PlanChoice, check: CheckChoice, save: SaveChoice,
+def patch_cmd(src: Path, dst: Path, plan: PlanChoice, check: CheckChoice, save: SaveChoice, seed: int,
               verbosity: Verbosity) -> None:
     """Patch IN and write OUT (only after the check passed)."""
+    for path, what in ((dst, "OUT"), (save.report_path, "--report")):
+        if path is not None and str(path) == "-":  # would be a file named '-', where stdout was meant
+            raise click.BadParameter(
+                "'-' is not standard output here (it would write a file named '-'): for standard output give "
+                "/dev/stdout (with -q, so that the summary does not mix in), for a file named '-' its absolute path",
+                param_hint=what)
+
     def show_failed_check(err: Exception) -> None:
         report = getattr(err, "report", None)
         if report is not None and not verbosity.quiet:
@@ -41,7 +48,7 @@ def patch_cmd(src: Path, dst: Path, plan: PlanChoice, check: CheckChoice, save: 
         result = patch(model, check=check.check, strategy=plan.strategy, target=plan.target,
                        input_shapes=plan.input_shapes, keep_input_shapes=save.keep_input_shapes,
                        check_shapes=check.check_shapes, inplace=True,
-                       model_dir=str(Path(src).resolve().parent) if external else None, seed=check.seed,
+                       model_dir=str(Path(src).resolve().parent) if external else None, seed=seed,
                        optimize_exporter_pools=plan.optimize_exporter_pools, traced_shapes=plan.traced_shapes,
                        allow_partial=plan.allow_partial)
         # the report is written once OUT is complete but before it is renamed into place: a report that

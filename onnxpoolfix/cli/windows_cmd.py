@@ -43,5 +43,11 @@ def windows_cmd(sizes, as_json):
       onnxpoolfix windows 8 6 9 7       two axes (H 8 -> 6, W 9 -> 7)
     """
     pairs = parse_size_pairs(sizes)
+    big = [(n, m) for n, m in pairs if max(n, m) > window_view.MAX_JSON_SIZE]
+    if as_json and big:  # every window listed: beyond this, megabytes no one reads
+        n, m = big[0]
+        raise click.UsageError(
+            f"--json lists every window, up to {window_view.MAX_JSON_SIZE} per axis; {n} -> {m} has more. "
+            f"Drop --json for the summary (any size), or in Python: onnxpoolfix.windows.windows({n}, {m})")
     found = window_view.views(pairs)
     click.echo(window_view.to_json(found) if as_json else window_view.format_text(found))

@@ -1,11 +1,24 @@
-"""What every front end takes and returns: the seam between "find pooling in a graph" and "plan it".
+"""What every front end takes and returns, and what the planner may do with what it finds: the seam
+between "find pooling in a graph" and "plan it".
 
-A front end is a function ``(model, options, found) -> FrontEndResult``: it reads the model (``found`` is
-what the front ends before it produced) and returns spec records (:class:`~onnxpoolfix.spec.PoolSpec`)
-plus notes for the report. ``FrontEnd.optional`` says whether its nodes may stay as they are when no exact
-lowering applies (the exporter's own pools) or must be lowered (the ATen leftovers: a patch fails without).
+A front end is a :class:`FrontEnd`: a function ``(model, options, found) -> FrontEndResult`` that reads the
+model (``found`` is what the front ends before it produced) and returns spec records
+(:class:`~onnxpoolfix.spec.PoolSpec`) plus notes for the report, and what the planner may do with each
+node it found (the planner names no front end; it reads only these):
+
+- **lower it**: always tried; where no exact lowering applies the patch fails, unless ``FrontEnd.optional``
+  (the exporter's own pools), whose nodes then stay as they are;
+- **keep it as it is**: an optional node whose planned lowering ``FrontEnd.keeps`` calls the node itself
+  (nothing to gain) stays, unless it joins a pyramid;
+- **repair it**: ``FrontEndResult.repairs`` names the nodes that cannot run as written, and why: replaced by
+  the exact lowering (its why starts with :data:`REPAIRED`), never kept nor grouped; left, with a warning,
+  where no lowering applies;
+- **leave a suspect**: ``FrontEndResult.suspects``, what looked like pooling and is left, with why (the
+  report and ``inspect`` list them); ``FrontEndResult.regions``, the nodes a spec stands for beyond its own.
+
 A front end raises :class:`~onnxpoolfix.errors.PoolFixError` for a model it cannot read; the planner records
-that as the model's blocker.
+that as the model's blocker. A new front end is its own module and one entry in ``FRONTENDS``
+(:mod:`onnxpoolfix.frontends`).
 """
 from __future__ import annotations
 
@@ -68,7 +81,7 @@ class Suspect:
 @dataclass
 class FrontEndResult:
     specs: list[PoolSpec] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # onnxpoolfix.report.WarningNote for a warning
     # node index -> what is wrong with it: nodes that cannot run as written (.exporter_repair). Planned like
     # the front end's others, but never kept as they are nor grouped; their why starts with REPAIRED + this
     repairs: dict[int, str] = field(default_factory=dict)
@@ -76,8 +89,17 @@ class FrontEndResult:
     suspects: list[Suspect] = field(default_factory=list)
 
 
+def never_kept(spec: PoolSpec, lowering: str) -> bool:
+    """The default of :attr:`FrontEnd.keeps`: every planned node is replaced."""
+    return False
+
+
 @dataclass(frozen=True)
 class FrontEnd:
+    """One way of finding pooling (``find``), and what the planner may do with what it finds (module doc)."""
+
     name: str
     find: Callable[[onnx.ModelProto, PlanOptions, Sequence[PoolSpec]], FrontEndResult]
-    optional: bool  # True: a node with no exact lowering stays as it is; False: the patch fails
+    optional: bool = False  # True: a node with no exact lowering stays as it is; False: the patch fails
+    # (spec, the planned lowering's name) -> True where that lowering is the node itself: kept as it is
+    keeps: Callable[[PoolSpec, str], bool] = never_kept

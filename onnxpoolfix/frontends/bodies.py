@@ -26,8 +26,17 @@ from typing import Iterator, Sequence
 import onnx
 from onnx import TensorProto
 
-from ..errors import ShapeError
-from ..graph.shapes import light_copy, make_value_info, onnx_inferred, seed_types, type_dims, typed_spec
+from ..errors import PoolFixError, ShapeError
+from ..graph.shapes import (
+    light_copy,
+    make_value_info,
+    model_opset,
+    onnx_inferred,
+    resolve_specs,
+    seed_types,
+    type_dims,
+    typed_spec,
+)
 from ..spec import Dim, PoolNode, PoolSpec
 from .leftovers import find_pool_nodes, is_pool_leftover
 
@@ -284,9 +293,6 @@ def type_bodies(model: onnx.ModelProto) -> bool:
     the untyped body outputs and If/Loop results, so that inference flows past them (the ONNX checker;
     a top-level leftover pooling an If's result). False (nothing changed) when their shapes cannot be
     found yet, e.g. a body pooling a top-level leftover's output."""
-    from ..errors import PoolFixError
-    from ..graph.shapes import model_opset
-
     opset = model_opset(model)
     try:
         found = find_nested(model, opset)
@@ -313,9 +319,6 @@ def _type_top_level_leftovers(model: onnx.ModelProto) -> bool:
     """Declare, in place, the top-level leftovers' outputs and fill the types torch left out around them.
     torch moves a loop-invariant pool out of a Loop: the leftover is then the Loop's initial value (and read
     in the body), and the Loop's result is left untyped as for leftovers in bodies."""
-    from ..errors import PoolFixError
-    from ..graph.shapes import model_opset, resolve_specs
-
     opset = model_opset(model)
     try:
         nodes = find_pool_nodes(model.graph, opset, nested=True)

@@ -3,7 +3,7 @@ proven and handed to the planner like a leftover node.
 
 The dynamo exporter does not keep ``adaptive_avg_pool{1,2,3}d`` (nor ``F.interpolate(mode="area")``, which
 is the same op): it writes torch's decomposition, e.g. for 8x9 -> 5x7 Transpose + GatherND + Transpose +
-Where + Where + a chain of Gather/Add + Div (../shared/DESIGN.md, "What the dynamo exporter writes"). With
+Where + Where + a chain of Gather/Add + Div (README, "Files the dynamo exporter already wrote"). With
 symbolic H/W the window arithmetic reads the input's sizes, but the unroll (how many window elements are
 summed) is frozen at the traced size: the export is wrong, or crashes, at most other sizes. Each region
 becomes a :class:`~onnxpoolfix.spec.PoolSpec` (encoding ``dynamo``, its evidence on the node) and a
@@ -100,8 +100,8 @@ def frozen_error(suspects: Sequence[Suspect], *, traced: bool) -> UnsupportedNod
     return UnsupportedNodeError(
         f"{len(frozen)} pooling region(s) of this dynamo export would stay frozen at its traced size, so OUT "
         f"would be wrong or crash at other input sizes: {names}",
-        what + ("" if not traced else "give it with ") + "--traced-shape NAME:D0,D1,... (API: traced_shapes=), "
-        "or export through onnxpoolfix.export; --allow-partial (allow_partial=True) writes the partial fix anyway")
+        what + ("" if not traced else "give it with ") + "--traced-shape NAME:D0,D1,..., "
+        "or export through onnxpoolfix.export; --allow-partial writes the partial fix anyway")
 
 
 def partial_lines(suspects: Sequence[Suspect]) -> list[str]:
@@ -365,4 +365,4 @@ def contradiction_hint(pointed: str | None) -> str:
     return ((f"the graph is right at {pointed} (the traced size's branches), not at the given one; " if pointed
              else "")
             + "give the size the model was exported at (the export call's example input) with --traced-shape "
-            "NAME:D0,D1,... (API: traced_shapes=), or export through onnxpoolfix.export")
+            "NAME:D0,D1,..., or export through onnxpoolfix.export")

@@ -238,7 +238,10 @@ def is_end(g: DataflowGraph, i: int) -> bool:
         return False
     if n.op_type == "Div":
         return len(n.input) == 2 and n.input[0] not in g.size_only and n.input[1] in g.size_only
-    return n.op_type == "ReduceMean" and n.input[0] not in g.size_only
+    # a ReduceMean without axes averages the whole tensor (`emb(ids).mean()`), batch and channels too: never
+    # an adaptive pool, whatever source line it shares with one
+    return n.op_type == "ReduceMean" and n.input[0] not in g.size_only and (
+        any(a.name == "axes" for a in n.attribute) or (len(n.input) > 1 and bool(n.input[1])))
 
 
 

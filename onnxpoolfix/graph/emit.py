@@ -12,6 +12,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from . import nodes_deep
+
 
 class Emitter:
     def __init__(self, prefix: str, taken: set[str], opset: int, *, constant_nodes: bool = False):
@@ -107,8 +109,6 @@ COMPUTE_IN_FLOAT32 = {TensorProto.FLOAT16, TensorProto.BFLOAT16}
 
 def op_types(nodes: Sequence[onnx.NodeProto]) -> list[str]:
     """The op types of ``nodes`` in order, each followed by those inside its subgraphs (If branches)."""
-    from . import nodes_deep
-
     return [n.op_type for n in nodes_deep(nodes)]
 
 

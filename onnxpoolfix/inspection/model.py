@@ -19,17 +19,24 @@ The records, their text and the ``--json`` schema are in :mod:`onnxpoolfix.inspe
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Mapping, Sequence
 
 import onnx
 from onnx import TensorProto
 
-from ..errors import ArgumentError, PoolFixError, UnsupportedNodeError
+from ..api import check_arguments, check_seed, shape_map
+from ..errors import ArgumentError, InvalidModelError, PoolFixError, UnsupportedNodeError, api_words
 from ..frontends.bodies import describe_path, has_nested_leftovers, nested_leftover_nodes
-from ..frontends.exporter_pools import keeps_its_op
+from ..frontends.dynamo import frozen_error
 from ..frontends.leftovers import aten_operator, is_pool_leftover
 from ..graph import nodes_deep
+from ..graph.shapes import model_opset, validate_input_shape
+from ..lowering.base import axis_windows
+from ..plan.model import PlanOptions, apply_model_plan, no_lowering_hint, plan_model
+from ..plan.planner import plan
+from ..plan.pyramid import NAME as PYRAMID
+from ..tensorrt import lint_tensorrt
 from .report import (  # noqa: F401  (EXIT_*, SCHEMA_VERSION: re-exported)
     EXIT_BLOCKED,
     EXIT_INVALID,
@@ -52,20 +59,16 @@ logger = logging.getLogger(__name__)
 
 def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strategy: str = "auto",
                   input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
-                  optimize_exporter_pools: bool = False, traced_shapes: Mapping[str, Sequence[int]] | None = None,
-                  allow_partial: bool = False) -> Inspection:
+                  optimize_exporter_pools: bool = False, seed: int = 0,
+                  traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False) -> Inspection:
     """What :func:`onnxpoolfix.patch` would do to ``model`` with these arguments, without doing it.
 
     Never raises for a model-level problem it can describe (non-constant output size, uninferable shape,
     unsupported dtype, bad ``input_shapes``): that becomes :attr:`Inspection.blocker`. ``model`` is not
-    modified. The onnxruntime check is not run.
+    modified. The onnxruntime check is not run; ``seed`` is that of the dynamo front end's proof (as patch's).
     """
-    from ..api import check_arguments, shape_map
-    from ..errors import InvalidModelError
-    from ..graph.shapes import model_opset, validate_input_shape
-    from ..plan.model import PlanOptions, plan_model
-
     check_arguments("inspect_model", model, target, strategy)
+    check_seed(seed)
     input_shapes = shape_map(input_shapes, "input_shapes")
     traced_shapes = shape_map(traced_shapes, "traced_shapes")
     result = Inspection(target=target, strategy=strategy, model=name, opset=model_opset(model))
@@ -76,6 +79,8 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     try:  # as patch() does, before any work (an ArgumentError: exit 2)
         for name, dims in (input_shapes or {}).items():
             validate_input_shape(model, name, dims, "--input-shape")
+        for name, dims in (traced_shapes or {}).items():
+            validate_input_shape(model, name, dims, "--traced-shape")
     except ArgumentError as err:
         result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
         return result
@@ -87,27 +92,27 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
         model = work
     mp = plan_model(model, PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
                                        optimize_exporter_pools=optimize_exporter_pools, patch_bodies=True,
-                                       traced_shapes=traced_shapes))
-    if mp.inlined:
-        result.notes.append(f"the local function(s) {', '.join(mp.inlined)} hold leftovers: the patch inlines them")
-    result.notes.extend(mp.notes)
-    result.suspects = [asdict(s) for s in mp.suspects]
-    if mp.blocker is None and not allow_partial:  # the refusal patch() gives (exit 4), with the same line
-        from ..frontends.dynamo import frozen_error
-
-        err = frozen_error(mp.suspects, traced=bool(traced_shapes or input_shapes))
+                                       seed=int(seed), traced_shapes=traced_shapes))
+    found = mp.found
+    if found.inlined:
+        result.notes.append(f"the local function(s) {', '.join(found.inlined)} hold leftovers: the patch inlines "
+                            "them")
+    result.notes.extend(found.notes + mp.notes)
+    result.suspects = [asdict(s) for s in found.suspects]
+    if found.blocker is None and not allow_partial:  # the refusal patch() gives (exit 4), with the same line
+        err = frozen_error(found.suspects, traced=bool(traced_shapes or input_shapes))
         if err is not None:
             result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
-    if mp.blocker is not None:
-        err = mp.blocker
+    if found.blocker is not None:
+        err = found.blocker
         result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
         result.nodes = [_bare(n, i) for i, n in enumerate(mp.model.graph.node) if is_pool_leftover(n)]
         for path, i, n in nested_leftover_nodes(mp.model):
             result.nodes.append(_bare(n, i))
             result.nodes[-1].body = describe_path(mp.model, path)
-    for node_plan in mp.nodes if mp.blocker is None else ():
+    for node_plan in mp.nodes if found.blocker is None else ():
         info = _inspect_node(node_plan, strategy)
-        if node_plan.optional and not node_plan.repair and info.chosen and keeps_its_op(node_plan.spec, info.chosen):
+        if node_plan.keepable:
             info.why = f"kept as it is unless it joins a pyramid ({info.why})"
         result.nodes.append(info)
     _inspect_groups(mp, result)
@@ -126,13 +131,11 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
 
 def _inspect_groups(mp, result: Inspection) -> None:
     """Nodes that pool the same tensor and would be planned together (onnxpoolfix/pyramid.py)."""
-    from ..plan.pyramid import NAME
-
     by_node = {n.spec.node.index: info for n, info in zip(mp.nodes, result.nodes)}  # (names may repeat)
     for g in mp.groups:
         for lv in g.levels:
             info = by_node[lv.spec.node.index]
-            info.chosen, info.why = NAME, g.why(lv)
+            info.chosen, info.why = PYRAMID, g.why(lv)
         result.notes.append(f"{len(g.levels)} nodes pool '{g.levels[0].spec.node.input}': planned together, "
                             f"the input read once (est. {g.cost * 1e6:.0f} us vs {g.separate_cost * 1e6:.0f} us)")
 
@@ -145,8 +148,6 @@ def _bare(node: onnx.NodeProto, index: int) -> NodeInspection:
 
 def _inspect_node(node_plan, strategy: str) -> NodeInspection:
     """One planned node as the inspection shows it."""
-    from ..lowering.base import axis_windows
-
     s = node_plan.spec
     info = NodeInspection(name=s.node.name, op=s.node.op, kind=s.kind, encoding=s.node.encoding, dtype=s.dtype_name,
                           input_shape=list(s.input_shape), output_shape=list(s.output_shape), evidence=s.node.evidence)
@@ -164,7 +165,8 @@ def _inspect_node(node_plan, strategy: str) -> NodeInspection:
         info.why = "left as it is: no exact lowering applies (reasons above)"
         return info
     if p is None:
-        info.blocker, info.hint = _node_blocker(node_plan, "auto" if node_plan.optional else strategy)
+        blocker, hint = _node_blocker(node_plan, "auto" if node_plan.optional else strategy)
+        info.blocker, info.hint = api_words(blocker), api_words(hint)  # as the patch's error would say it
         return info
     info.chosen, info.why = p.lowering.name, p.why
     info.ops = [op for step in p.lowering.steps(s) for op in step.ops]
@@ -172,8 +174,6 @@ def _inspect_node(node_plan, strategy: str) -> NodeInspection:
 
 
 def _node_blocker(node_plan, strategy: str) -> tuple[str, str | None]:
-    from ..plan.model import no_lowering_hint
-
     spec, err = node_plan.spec, node_plan.error
     if strategy != "auto":
         return str(err), err.hint
@@ -183,10 +183,6 @@ def _node_blocker(node_plan, strategy: str) -> tuple[str, str | None]:
                 "bind the input's shape with --input-shape NAME:D0,D1,... (the patched model then keeps that "
                 "shape), or re-export with static spatial dims")
     if spec.target == "tensorrt":
-        from dataclasses import replace
-
-        from ..plan.planner import plan
-
         try:
             other = plan(replace(spec, target="onnxruntime"))
         except UnsupportedNodeError:
@@ -201,15 +197,12 @@ def _node_blocker(node_plan, strategy: str) -> tuple[str, str | None]:
 def _lint(mp, result: Inspection) -> TensorRTLint:
     """The TensorRT lint of the model the plan would write (its replacements applied to a copy), or of the
     original where the patch is blocked."""
-    from ..plan.model import apply_model_plan
-    from ..tensorrt import lint_tensorrt
-
     model = mp.model
-    leftovers = mp.leftovers + [n for _, _, n in nested_leftover_nodes(model)]
+    leftovers = mp.found.leftovers + [n for _, _, n in nested_leftover_nodes(model)]
     leftover_labels = {n.name or (f"-> {n.output[0]}" if n.output else "") for n in leftovers}
     original_labels = {n.name or (f"-> {n.output[0]}" if n.output else "") for n in nodes_deep(model.graph.node)}
     linted, target_model = "original", model
-    if result.would_patch and (leftovers or mp.rest or mp.groups or mp.regions):  # exporter pools repaired or
+    if result.would_patch and (leftovers or mp.separate or mp.groups or mp.found.regions):  # exporter pools repaired or
         # optimized; regions: the dynamo front end's decompositions
         try:
             target_model = onnx.ModelProto()

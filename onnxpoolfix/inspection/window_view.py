@@ -28,7 +28,8 @@ The text diagram has one row per output and one column per input element. Where 
 ``#`` when all of them are in the window and ``+`` when only some are; where there are more than
 :data:`MAX_ROWS` outputs, the first and last :data:`EDGE_ROWS` rows are drawn with ``...`` between them (the
 one-line lists of ranges, lengths and starts keep the first and last :data:`LIST_EDGE`). The JSON always
-has every window.
+has every window, each list on one line (``onnxpoolfix windows --json`` refuses axes past
+:data:`MAX_JSON_SIZE`, with a hint).
 
 JSON (``schema_version`` 1; ``onnxpoolfix windows --json``)::
 
@@ -56,7 +57,7 @@ JSON (``schema_version`` 1; ``onnxpoolfix windows --json``)::
       }]
     }
 
-``onnxpoolfix inspect IN --windows --json`` is the inspection's JSON (onnxpoolfix/inspection_report.py) with a
+``onnxpoolfix inspect IN --windows --json`` is the inspection's JSON (onnxpoolfix/inspection/report.py) with a
 ``"windows"`` list added to every node: per pooled axis, the axis object above, or
 ``{"axis", "in_size", "out_size", "note"}`` where the axis is symbolic (the note says so).
 In the text, the windows come after the nodes and before the verdict, which stays the last line.
@@ -64,10 +65,14 @@ In the text, the windows come after the nodes and before the verdict, which stay
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from .. import windows as W
+from ..lowering.base import AxisWindows
+from ..plan.planner import plan
+from ..spec import PoolNode, PoolSpec
 
 SCHEMA_VERSION = 1
 MAX_SIZE = 1_000_000  # per axis; beyond it the planner's cost estimate alone takes seconds
@@ -123,13 +128,18 @@ class AxisView:
         return tuple(s for s, _ in self.windows)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = {f: getattr(self, f) for f in ("axis", "in_size", "out_size", "kind", "label", "kernel", "stride",
+                                           "upsample_factor")}
         d["windows"] = [list(w) for w in self.windows]
         d["lengths"], d["starts"] = list(self.lengths), list(self.starts)
-        for r in d["recipes"]:
-            r["windows"] = [list(w) for w in r["windows"]]
-            r["unread"] = [list(w) for w in r["unread"]]
-            r["differs_at"] = list(r["differs_at"])
+        d["lowering"] = dict(self.lowering) if self.lowering is not None else None
+        d["recipes"] = []
+        for r in self.recipes:
+            rd = {f: getattr(r, f) for f in ("name", "formula", "applicable", "kernel", "stride")}
+            rd["windows"] = [list(w) for w in r.windows]
+            rd.update(outputs=r.outputs, exact=r.exact, differs_at=list(r.differs_at),
+                      unread=[list(w) for w in r.unread], verdict=r.verdict)
+            d["recipes"].append(rd)
         return d
 
 
@@ -194,8 +204,6 @@ def recipe(name: str, n: int, m: int) -> Recipe:
 
 def _classify(n: int, m: int) -> tuple[str, str, int | None, int | None, int | None]:
     """(kind, label, kernel, stride, upsample factor), from the same predicates the lowerings use."""
-    from ..lowering.base import AxisWindows
-
     a = AxisWindows(0, n, m)
     if a.keep:
         return "identity", "identity", None, None, None
@@ -214,9 +222,6 @@ def _classify(n: int, m: int) -> tuple[str, str, int | None, int | None, int | N
 def axis_lowering(n: int, m: int) -> dict:
     """What the planner picks for a one-plane, one-axis float32 pool ``n -> m``, average and max."""
     from onnx import TensorProto
-
-    from ..plan.planner import plan
-    from ..spec import PoolNode, PoolSpec
 
     picks = {}
     for kind in ("avg", "max"):
@@ -239,8 +244,38 @@ def views(pairs: Iterable[tuple[int, int]]) -> list[AxisView]:
     return [axis_view(n, m, axis=i) for i, (n, m) in enumerate(pairs)]
 
 
+#: ``windows --json`` lists every window: up to this many per axis (input and output size), about 15 MB
+MAX_JSON_SIZE = 65536
+
+
 def to_json(axis_views: Sequence[AxisView]) -> str:
-    return json.dumps({"schema_version": SCHEMA_VERSION, "axes": [v.to_dict() for v in axis_views]}, indent=2)
+    return dumps({"schema_version": SCHEMA_VERSION, "axes": [v.to_dict() for v in axis_views]})
+
+
+_LISTS = ("windows", "lengths", "starts", "differs_at", "unread")
+
+
+def dumps(doc: dict) -> str:
+    """``doc`` as indented JSON with each list of windows or ints on one line (one number per line made a
+    million windows a 2 GB, 19 s affair)."""
+    raw: dict[str, str] = {}
+
+    def compact(node):
+        if isinstance(node, dict):
+            return {k: (_token(raw, v) if k in _LISTS and isinstance(v, list) else compact(v)) for k, v in node.items()}
+        if isinstance(node, list):
+            return [compact(v) for v in node]
+        return node
+
+    text = json.dumps(compact(doc), indent=2)
+    # (json writes the NUL that marks a token as \u0000; no real string holds one)
+    return re.sub(r'"\\u0000(\d+)\\u0000"', lambda mt: raw[mt.group(1)], text) if raw else text
+
+
+def _token(raw: dict[str, str], values: list) -> str:
+    key = str(len(raw))
+    raw[key] = json.dumps(values, separators=(", ", ": "))
+    return f"\x00{key}\x00"
 
 
 # ------------------------------------------------------------------------------------------------ text

@@ -12,6 +12,7 @@ import onnx
 from onnx import ModelProto, TensorProto
 
 from ..errors import InvalidModelError
+from ..graph.shapes import is_small_tensor, light_copy
 from .tensors import PROTOBUF_LIMIT, PathLike, has_external_data, inline_nbytes
 from .wire import GUESS_MIN, WireEmitter, raw_data_mismatch
 
@@ -100,6 +101,8 @@ def check_input_model(model: ModelProto, path: PathLike) -> None:
     try:
         _check_input_model(model, path)
     except InvalidModelError:
+        # not at the top: frontends/ imports check/ (the dynamo proof), which imports io/ (this package), and
+        # a module-level import here would close that loop through the packages' __init__ modules
         from ..frontends.bodies import typed_copy
         from ..frontends.functions import inline_functions_holding_leftovers
 
@@ -120,8 +123,6 @@ def _check_input_model(model: ModelProto, path: PathLike) -> None:
     if has_external_data(model):  # (load_model refuses files over 2 GiB, so the rest fit in memory)
         check_model(model, path)
         return
-    from ..graph.shapes import is_small_tensor, light_copy
-
     # the light copy below hides the bytes of every initializer over 1 KiB from the checker; those under
     # GUESS_MIN are measured here (cheap), the larger ones when save_model writes them (it predicts their
     # size from dims x dtype and stops with this same error when the data disagrees)

@@ -148,13 +148,14 @@ def window_choice(em, w: str, kall: int | str, elem: int, tie_safe: bool) -> str
         pos = em.cast(em.op("Range", [em.const("zero", np.array(0, np.int64)), kall,
                                       em.const("one", np.array(1, np.int64))]), TensorProto.FLOAT)
         pos = em.unsqueeze(pos, [1])
-        past_end = em.cast(kall, TensorProto.FLOAT)
     else:
         pos = em.const("position", np.arange(kall, dtype=np.float32).reshape(kall, 1))
-        past_end = em.const("past_end", np.array(kall, dtype=np.float32))
     if tie_safe:
         # TensorRT imports ArgMax as TopK(k=1), whose choice among equal values is not documented: the
-        # first maximum by position instead (float positions: exact below 2**24)
+        # first maximum by position instead (float positions: exact below 2**24); past_end only here, where
+        # it is read (an unread initializer makes onnxruntime warn at every load)
+        past_end = (em.cast(kall, TensorProto.FLOAT) if isinstance(kall, str)
+                    else em.const("past_end", np.array(kall, dtype=np.float32)))
         is_max = em.op("Equal", [filled, em.reduce("ReduceMax", filled, [axis], keepdims=1)])
         first_max = em.cast(em.reduce("ReduceMin", em.op("Where", [is_max, pos, past_end]), [axis], keepdims=1),
                             TensorProto.INT64)

@@ -11,11 +11,12 @@ from typing import ClassVar, Sequence
 from onnx import TensorProto
 
 from .. import windows as W
-from ..graph.emit import COMPUTE_IN_FLOAT32
-from ..graph.shapes import PoolSpec
+from ..graph.emit import COMPUTE_IN_FLOAT32, Emitter
+from ..graph.shapes import PoolSpec, make_value_info
 from ..reason import needs_opset
+from ..tensorrt import SUPPORTED_OPS, GraphInfo, tensorrt_rejects
 from .max_steps import NON_FINITE_UNSAFE_MAX, NonFiniteMaxStep
-from .steps import CastStep, Step, run_cost
+from .steps import CastStep, Step, emit_steps, run_cost
 
 # ops onnxruntime's CPU provider has no float64 kernel for (measured: onnxruntime 1.16-1.32)
 NO_FLOAT64_KERNEL = frozenset({"AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize"})
@@ -100,8 +101,6 @@ class Lowering:
         if compute_dtype(spec) == TensorProto.DOUBLE and ops & NO_FLOAT64_KERNEL:
             return f"onnxruntime has no float64 kernel for {', '.join(sorted(ops & NO_FLOAT64_KERNEL))}"
         if spec.target == "tensorrt":
-            from ..tensorrt import SUPPORTED_OPS
-
             missing = ops - SUPPORTED_OPS
             if missing:
                 return f"TensorRT's ONNX parser does not support {', '.join(sorted(missing))}"
@@ -130,8 +129,6 @@ class Lowering:
 
     def build(self, em, spec: PoolSpec, x: str, y: str, indices: str | None = None) -> None:
         """Emit the nodes computing ``y`` (and ``indices`` for lowerings that compute them) from ``x``."""
-        from .steps import emit_steps
-
         emit_steps(em, self.steps(spec), x, y, spec.input_shape, spec.dtype)
 
 
@@ -144,10 +141,6 @@ def tensorrt_rejection(lowering: Lowering, spec: PoolSpec) -> str | None:
     ``onnxpoolfix inspect --target tensorrt`` runs, so the planner never picks a lowering the lint flags.
     """
     from onnx import helper
-
-    from ..graph.emit import Emitter
-    from ..graph.shapes import make_value_info
-    from ..tensorrt import GraphInfo, tensorrt_rejects
 
     indices = "indices" if spec.node.indices_output and lowering.computes_indices else None
     em = Emitter("lowering", {"x", "y", "indices"}, spec.opset)

@@ -40,6 +40,7 @@ from .. import windows as W
 from ..graph.emit import Emitter, np_dtype
 from ..reason import needs_opset
 from . import cost as C
+from .argmax import build_with_indices
 from .base import Lowering, axis_windows
 from .dynamic_max import DynamicArgMaxStep, DynamicWindowMaxStep
 from .runtime_windows import RuntimeLengths, guess_len, int64_scalar
@@ -255,8 +256,6 @@ class DynamicLowering(Lowering):
 
     def build(self, em, spec, x, y, indices=None):
         if spec.node.indices_output:
-            from .argmax import build_with_indices
-
             return build_with_indices(em, spec, self._steps(spec)[0], x, y, indices)
         return super().build(em, spec, x, y, indices)
 

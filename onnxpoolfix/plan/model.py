@@ -1,6 +1,8 @@
-"""The planning phase that ``patch`` and ``inspect`` share: :func:`plan_model` turns a model into a
-:class:`ModelPlan` (every node found by the front ends, each lowering's cost or the reason it does not
-apply, the chosen one, the pyramid groups, the blockers), and :func:`apply_model_plan` writes it.
+"""The planning phase that ``patch`` and ``inspect`` share, in two records: :func:`find` runs the front
+ends into :class:`Found` (what they found: the nodes, regions, suspects, notes, a blocker), :func:`decide`
+turns that into :class:`ModelPlan` (what the planner decided: each node's candidates with their costs or
+the reasons they do not apply, the chosen one or the refusal, the pyramid groups, the nodes kept);
+:func:`plan_model` is the two, and :func:`apply_model_plan` writes the plan.
 
     patch   = plan_model -> apply_model_plan -> check (onnxpoolfix.check) -> report
     inspect = plan_model -> format (and, for --target tensorrt, apply_model_plan on a copy -> lint)
@@ -16,10 +18,9 @@ from dataclasses import dataclass, field, replace
 import onnx
 
 from ..errors import PoolFixError, UnsupportedNodeError
-from ..frontends import FRONTENDS, PlanOptions
+from ..frontends import FRONTENDS, FrontEnd, PlanOptions
 from ..frontends.base import REPAIRED, Region, Suspect
 from ..frontends.bodies import BodyPath, body_specs, fill_untyped, has_nested_leftovers, walk
-from ..frontends.exporter_pools import keeps_its_op
 from ..frontends.functions import inline_functions_holding_leftovers
 from ..frontends.leftovers import is_pool_leftover
 from ..graph.shapes import PoolSpec, model_opset
@@ -34,20 +35,72 @@ from .pyramid import GroupPlan, plan_groups
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PlanOptions", "NodePlan", "ModelPlan", "AppliedNode", "plan_model", "apply_model_plan",
-           "no_lowering_hint", "BodyNodePlan"]
+__all__ = ["PlanOptions", "Found", "FoundNode", "NodePlan", "ModelPlan", "AppliedNode", "plan_model", "find",
+           "decide", "apply_model_plan", "no_lowering_hint", "BodyNodePlan"]
+
+
+@dataclass(frozen=True)
+class FoundNode:
+    """One node a front end found: its spec, the front end (what the planner may do with it: lower, keep,
+    repair; :mod:`onnxpoolfix.frontends.base`), and what is wrong with it as written, where it is repaired."""
+
+    spec: PoolSpec
+    frontend: FrontEnd | None  # None: a leftover inside a body (must be lowered, like the ATen front end's)
+    repair: str | None = None  # FrontEndResult.repairs: replaced, never kept nor grouped
+
+    @property
+    def optional(self) -> bool:
+        """It may stay as it is where no exact lowering applies (FrontEnd.optional)."""
+        return self.frontend is not None and self.frontend.optional
+
+
+@dataclass
+class Found:
+    """What the front ends found in a model: the first half of :func:`plan_model`, before any choice.
+
+    ``model`` is the model they read (a new one where local functions holding leftovers were ``inlined``):
+    the found nodes index its graph. ``nodes`` are in front-end order, then graph order; ``bodies`` are the
+    leftovers inside If/Loop/Scan bodies (with ``PlanOptions.patch_bodies``), each with its body's path.
+    ``regions`` are the nodes some specs stand for beyond their own (a dynamo decomposition: the rest goes
+    once the spec is rewritten); ``suspects`` what looked like pooling and is left, with why; ``notes`` the
+    front ends' (WarningNote: a warning). ``blocker``: a front end could not read the model, and nothing is
+    planned. ``leftovers``: the top-level ATen leftover nodes as they stand, which ``inspect`` lists (and
+    leaves out of its TensorRT lint of the original) even where the plan is blocked.
+    """
+
+    model: onnx.ModelProto
+    opset: int
+    inlined: list[str] = field(default_factory=list)
+    leftovers: list[onnx.NodeProto] = field(default_factory=list)
+    nodes: list[FoundNode] = field(default_factory=list)
+    bodies: list[tuple[BodyPath, PoolSpec]] = field(default_factory=list)
+    regions: list[Region] = field(default_factory=list)
+    suspects: list[Suspect] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    blocker: PoolFixError | None = None
 
 
 @dataclass
 class NodePlan:
-    """One node a front end found: its candidates, and the chosen plan or the planner's refusal."""
+    """What the planner decided for one found node: its candidates, and the chosen plan or the refusal."""
 
-    spec: PoolSpec
-    optional: bool  # from a front end whose nodes may stay as they are (the exporter's own pools)
+    found: FoundNode
     candidates: tuple[Candidate, ...]
     plan: Plan | None = None
     error: UnsupportedNodeError | None = None  # why no lowering was chosen (plan is None)
-    repair: str | None = None  # what is wrong with it (FrontEndResult.repairs): replaced, never kept nor grouped
+    keepable: bool = False  # its front end calls the plan the node itself (FrontEnd.keeps): kept unless grouped
+
+    @property
+    def spec(self) -> PoolSpec:
+        return self.found.spec
+
+    @property
+    def optional(self) -> bool:
+        return self.found.optional
+
+    @property
+    def repair(self) -> str | None:
+        return self.found.repair
 
 
 @dataclass
@@ -60,25 +113,28 @@ class BodyNodePlan:
 
 @dataclass
 class ModelPlan:
-    model: onnx.ModelProto  # the model planned (a new one when functions were inlined); plans index its nodes
+    """What the planner decided for what the front ends ``found``: the second half of :func:`plan_model`.
+
+    ``nodes`` has a :class:`NodePlan` per found top-level node (same order), ``body_nodes`` one per leftover
+    in a body (planned one by one, no pyramids; written before the top level by
+    :mod:`onnxpoolfix.rewrite.bodies`). Where the patch would go ahead, ``groups`` are the nodes planned
+    together (pyramids), ``separate`` the plans written one by one and ``kept`` the plans of optional nodes
+    whose best form is the node itself (left as they are). ``notes``: the planner's (a node that cannot run
+    as written and that no lowering fixes, left), after the front ends' (``found.notes``).
+    """
+
+    found: Found
     options: PlanOptions
-    opset: int
-    inlined: list[str] = field(default_factory=list)  # local functions inlined because they held leftovers
-    leftovers: list[onnx.NodeProto] = field(default_factory=list)  # top-level leftover nodes, as found
-    notes: list[str] = field(default_factory=list)  # from the front ends (e.g. input shapes kept as bound)
-    blocker: PoolFixError | None = None  # a model-level problem: a front end could not read the model
-    nodes: list[NodePlan] = field(default_factory=list)  # in front-end order, then graph order
-    groups: list[GroupPlan] = field(default_factory=list)  # nodes planned together (pyramids)
-    rest: list[Plan] = field(default_factory=list)  # plans replaced one by one
-    kept: list[Plan] = field(default_factory=list)  # optional nodes whose best form is the node itself
-    # leftovers inside If/Loop/Scan bodies (found only with options.patch_bodies; else the ATen front end
-    # refuses them): planned one by one, written before the top level (onnxpoolfix.rewrite.bodies)
-    bodies: bool = False
+    nodes: list[NodePlan] = field(default_factory=list)
     body_nodes: list[BodyNodePlan] = field(default_factory=list)
-    # the dynamo front end: the decompositions its specs stand for (their other nodes go once rewritten),
-    # and what it suspected and left as it is, with why
-    regions: list[Region] = field(default_factory=list)
-    suspects: list[Suspect] = field(default_factory=list)
+    groups: list[GroupPlan] = field(default_factory=list)
+    separate: list[Plan] = field(default_factory=list)
+    kept: list[Plan] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def model(self) -> onnx.ModelProto:
+        return self.found.model
 
     @property
     def blocked(self) -> list[NodePlan]:
@@ -87,7 +143,7 @@ class ModelPlan:
 
     @property
     def would_patch(self) -> bool:
-        return self.blocker is None and not self.blocked
+        return self.found.blocker is None and not self.blocked
 
 
 @dataclass(frozen=True)
@@ -101,61 +157,69 @@ class AppliedNode:
 
 
 def plan_model(model: onnx.ModelProto, options: PlanOptions) -> ModelPlan:
-    """Plan every node the front ends find in ``model``; never raises for what it can describe.
+    """Plan every node the front ends find in ``model`` (:func:`find`, then :func:`decide`); never raises
+    for what it can describe.
 
     ``model`` is modified only where ``options.input_shapes`` stays bound and, with
     ``options.patch_bodies``, where torch left the types around leftovers in bodies out (see the ATen front
-    end); local functions holding leftovers are inlined into a new model (:attr:`ModelPlan.model`).
+    end); local functions holding leftovers are inlined into a new model (:attr:`Found.model`).
     """
+    return decide(find(model, options), options)
+
+
+def find(model: onnx.ModelProto, options: PlanOptions) -> Found:
+    """Run the front ends (:data:`~onnxpoolfix.frontends.FRONTENDS`, in order), then find the leftovers in
+    bodies, with the top-level required nodes' output types seeded (a body may pool one)."""
     opset = model_opset(model)
     model, inlined = inline_functions_holding_leftovers(model)
-    mp = ModelPlan(model=model, options=options, opset=opset, inlined=inlined,
-                   leftovers=[n for n in model.graph.node if is_pool_leftover(n)],
-                   bodies=options.patch_bodies and has_nested_leftovers(model))
-    found: list[PoolSpec] = []
+    found = Found(model, opset, inlined, leftovers=[n for n in model.graph.node if is_pool_leftover(n)])
+    specs: list[PoolSpec] = []
     for frontend in FRONTENDS:
         try:
-            result = frontend.find(model, options, found)
+            result = frontend.find(model, options, specs)
         except PoolFixError as err:
-            mp.blocker = err
-            break
-        found += result.specs
-        mp.notes += result.notes
-        mp.regions += result.regions
-        mp.suspects += result.suspects
-        # an optional node is planned as auto: a forced lowering is a comparison of the required nodes
-        strategy = AUTO if frontend.optional else options.strategy
-        mp.nodes += [_plan_node(s, strategy, frontend.optional, result.repairs.get(s.node.index))
-                     for s in result.specs]
-    mp.notes += [WarningNote(f"{n.spec.node.label} cannot run as written ({n.repair}), and no exact lowering "
-                             "applies: left as it is") for n in mp.nodes if n.repair and n.plan is None]
-    if mp.bodies and mp.blocker is None:  # even where a top-level node is blocked: inspect lists them all
-        _plan_bodies(mp)
+            found.blocker = err
+            return found
+        specs += result.specs
+        found.nodes += [FoundNode(s, frontend, result.repairs.get(s.node.index)) for s in result.specs]
+        found.notes += result.notes
+        found.regions += result.regions
+        found.suspects += result.suspects
+    if options.patch_bodies and has_nested_leftovers(model):
+        tops = [n.spec for n in found.nodes if not n.optional]
+        try:
+            found.bodies = body_specs(model, opset=opset, target=options.target, outer_specs=tops)
+        except PoolFixError as err:
+            found.blocker = err
+    return found
+
+
+def decide(found: Found, options: PlanOptions) -> ModelPlan:
+    """Plan every found node (the cheapest exact lowering, or the refusal), then, where the patch would go
+    ahead, group the nodes that pool one tensor and keep the optional ones whose best form they are."""
+    mp = ModelPlan(found, options)
+    # an optional node is planned as auto: a forced lowering is a comparison of the required nodes
+    mp.nodes = [_plan_node(n, AUTO if n.optional else options.strategy) for n in found.nodes]
+    mp.notes = [WarningNote(f"{n.spec.node.label} cannot run as written ({n.repair}), and no exact lowering "
+                            "applies: left as it is") for n in mp.nodes if n.repair and n.plan is None]
+    if found.blocker is None:  # even where a top-level node is blocked: inspect lists them all
+        mp.body_nodes = [BodyNodePlan(path, _plan_node(FoundNode(s, None), options.strategy))
+                         for path, s in found.bodies]
     if mp.would_patch:
         _group(mp)
     return mp
 
 
-def _plan_bodies(mp: ModelPlan) -> None:
-    """The leftovers in bodies, one by one (no pyramids), their shapes resolved with the top-level
-    leftovers' outputs known (a body may pool one)."""
-    tops = [n.spec for n in mp.nodes if not n.optional]
-    try:
-        found = body_specs(mp.model, opset=mp.opset, target=mp.options.target, outer_specs=tops)
-    except PoolFixError as err:
-        mp.blocker = err
-        return
-    mp.body_nodes = [BodyNodePlan(path, _plan_node(s, mp.options.strategy, False)) for path, s in found]
-
-
-def _plan_node(spec: PoolSpec, strategy: str, optional: bool, repair: str | None = None) -> NodePlan:
+def _plan_node(node: FoundNode, strategy: str) -> NodePlan:
+    spec, repair = node.spec, node.repair
     try:
         p = plan(spec, strategy)
     except UnsupportedNodeError as err:
-        return NodePlan(spec, optional, candidates(spec), error=err, repair=repair)
+        return NodePlan(node, candidates(spec), error=err)
     if repair:
         p = replace(p, why=f"{REPAIRED}{repair}; {p.why}")
-    return NodePlan(spec, optional, p.candidates, plan=p, repair=repair)
+    keepable = node.optional and not repair and node.frontend.keeps(spec, p.lowering.name)
+    return NodePlan(node, p.candidates, plan=p, keepable=keepable)
 
 
 def _group(mp: ModelPlan) -> None:
@@ -164,12 +228,12 @@ def _group(mp: ModelPlan) -> None:
         mp.groups, rest = plan_groups(plans)
     else:  # a forced lowering is a comparison of that lowering: no grouping
         mp.groups, rest = [], plans
-    optional = {id(n.plan) for n in mp.nodes if n.optional and n.plan is not None}
-    mp.kept = [p for p in rest if id(p) in optional and keeps_its_op(p.spec, p.lowering.name)]
+    keepable = {id(n.plan) for n in mp.nodes if n.keepable}
+    mp.kept = [p for p in rest if id(p) in keepable]
     kept = {id(p) for p in mp.kept}
     # a repaired node: neither kept (it cannot run as written) nor grouped (its why says what was repaired)
     repaired = [n.plan for n in mp.nodes if n.plan is not None and n.repair]
-    mp.rest = [p for p in rest if id(p) not in kept] + repaired
+    mp.separate = [p for p in rest if id(p) not in kept] + repaired
 
 
 def apply_model_plan(model: onnx.ModelProto, mp: ModelPlan) -> list[AppliedNode]:
@@ -177,13 +241,13 @@ def apply_model_plan(model: onnx.ModelProto, mp: ModelPlan) -> list[AppliedNode]
     replaced each node: the top-level graph's in graph order, then the bodies'."""
     # bodies first: their paths index the top-level nodes as planned
     in_bodies = apply_body_plans(model, [(b.path, b.node.plan) for b in mp.body_nodes]) if mp.body_nodes else []
-    emitted, group_ops = apply_plans(model, mp.rest, mp.groups)
-    done = [AppliedNode(p.spec, p.lowering.name, p.why, ops) for p, ops in zip(mp.rest, emitted)]
+    emitted, group_ops = apply_plans(model, mp.separate, mp.groups)
+    done = [AppliedNode(p.spec, p.lowering.name, p.why, ops) for p, ops in zip(mp.separate, emitted)]
     levels = [(g, lv) for g in mp.groups for lv in g.levels]
     done += [AppliedNode(lv.spec, PYRAMID, g.why(lv), ops) for (g, lv), ops in zip(levels, group_ops)]
     done.sort(key=lambda d: d.spec.node.index)
-    if mp.regions:  # the rest of each replaced decomposition, where nothing reads it any more
-        drop_dead_region_nodes(model, mp.regions)
+    if mp.found.regions:  # the rest of each replaced decomposition, where nothing reads it any more
+        drop_dead_region_nodes(model, mp.found.regions)
     if mp.body_nodes:
         finish_bodies(model, [b.node.spec for b in mp.body_nodes])
     elif next(walk(model.graph), None) is not None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import UnsupportedNodeError
+from ..errors import ArgumentError, UnsupportedNodeError
 from ..graph.shapes import PoolSpec
 from ..lowering import BY_NAME, LOWERINGS, Lowering
+from ..lowering.base import AxisWindows
+from ..report import dim_label
 
 AUTO = "auto"
 STRATEGIES = (AUTO,) + tuple(BY_NAME)
@@ -43,11 +45,18 @@ def _us(seconds: float) -> str:
     return f"{seconds * 1e6:.0f} us" if seconds < 1e-2 else f"{seconds * 1e3:.1f} ms"
 
 
+def check_strategy(strategy) -> None:
+    """The one check of a strategy name (``patch``, ``inspect_model`` and :func:`plan` call it): an
+    :class:`~onnxpoolfix.errors.ArgumentError` (a ValueError; exit 2) for a name that is no strategy."""
+    if not isinstance(strategy, str) or strategy not in STRATEGIES:
+        raise ArgumentError(f"strategy must be one of {STRATEGIES}, not {strategy!r}",
+                            f"choose one of: {', '.join(STRATEGIES)}")
+
+
 def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
+    check_strategy(strategy)
     cands = candidates(spec)
     if strategy != AUTO:
-        if strategy not in BY_NAME:
-            raise UnsupportedNodeError(f"unknown strategy '{strategy}'", f"choose one of: {', '.join(STRATEGIES)}")
         chosen = next(c for c in cands if c.name == strategy)
         if chosen.reason:
             raise UnsupportedNodeError(f"strategy '{strategy}' is not exact for {spec.node.label}: {chosen.reason}",
@@ -86,9 +95,6 @@ def plan_or_none(spec: PoolSpec) -> Plan | None:
 
 def describe_axes(spec: PoolSpec) -> str:
     """Per pooled axis: ``15->7 uniform k3 s2``, ``9->7 non-uniform``, ``H->7 symbolic``."""
-    from ..lowering.base import AxisWindows
-    from ..report import dim_label
-
     parts = []
     for a, n, m in zip(spec.axes, spec.in_sizes, spec.out_sizes):
         if isinstance(n, int) and isinstance(m, int):

@@ -16,7 +16,7 @@ import onnx
 from ..frontends.leftovers import ATEN_DOMAIN
 from ..graph import nodes_deep, read_names, subgraphs
 from ..graph.emit import Emitter, mark_emitted, op_types
-from ..graph.shapes import PoolSpec, make_value_info
+from ..graph.shapes import PoolSpec, infer, make_value_info, type_dims
 from ..plan.planner import Plan
 from ..plan.pyramid import GroupPlan, build_group
 
@@ -115,8 +115,6 @@ def _relax_stale_downstream_outputs(model: onnx.ModelProto, sources: Sequence[st
     traced size where a dim is symbolic (batch 1 for a batch-dynamic export: onnxruntime then warns at
     every other batch). Where shape inference of the patched graph gives such a dim as a symbol or
     unknown, the declared int goes (a symbol inference found replaces it). Static models are left alone."""
-    from ..graph.shapes import infer, type_dims
-
     graph = model.graph
     if all(isinstance(d, int) for vi in graph.input for d in (type_dims(vi.type)[1] or ())):
         return

@@ -26,13 +26,20 @@ import contextlib
 import io
 import logging
 import os
+import re
 import shutil
 import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, BinaryIO, Union
 
-from ..report import PatchReport
+from ..api import check_seed, patch
+from ..errors import PoolFixError, ShapeError
+from ..io import has_external_data, load_model, preflight_output, save_model
+from ..report import PatchReport, WarningNote
+from .declared import SPECIALISED_HINT, declared_dims, specialised_dims
+from .torch_check import torch_sizes, verify_against_torch
+from .translation import translation_table
 
 logger = logging.getLogger(__name__)
 
@@ -94,33 +101,29 @@ def _refuse_dynamo_conflicts(torch, kwargs: dict) -> None:
                          "drop it, or pass dynamo=False to use the TorchScript path on purpose")
 
 
-def _dynamo_ranges(torch, program) -> dict[tuple[int, int], tuple[int, int | None]]:
-    """(flat tensor input index, axis) -> (min, max or None) of every symbolic input dim, from torch.export."""
-    ep = getattr(program, "exported_program", None)
-    if ep is None:
-        return {}
-    user = set(ep.graph_signature.user_inputs)
-    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name in user
-                    and isinstance(n.meta.get("val"), torch.Tensor)]
-    out = {}
-    for i, node in enumerate(placeholders):
-        for axis, d in enumerate(node.meta["val"].shape):
-            if isinstance(d, int) or not hasattr(d, "node"):
-                continue
-            vr = ep.range_constraints.get(d.node.expr)
-            if vr is None:
-                continue
-            out[(i, axis)] = (max(_finite_int(vr.lower) or 1, 1), _finite_int(vr.upper))
-    return out
+_EXPORT_WORDS = (
+    (re.compile(r"bind the (?:input sizes|symbolic input dims) with input_shapes=\{'NAME': \[D0, D1, \.\.\.\]\}"),
+     "export those dims static (leave them out of dynamic_shapes / dynamic_axes)"),
+    (re.compile(r"input_shapes=\{'NAME': \[D0, D1, \.\.\.\]\}"),
+     "static sizes (leave those dims out of dynamic_shapes / dynamic_axes)"),
+    (re.compile(r"check_shapes=\[\{'NAME': \[D0, D1, \.\.\.\]\}(, \.\.\.)?\]( \([^)]*\))?"),
+     "Dim ranges (min/max in dynamic_shapes) that keep to sizes the model takes"),
+    (re.compile(r"convert the model to opset (\d+) or newer first \(onnx\.version_converter\.convert_version\(model, "
+                r"\d+\)\)"), r"export with opset_version=\1 or later"),
+)
 
 
-def _finite_int(bound) -> int | None:
-    """A range bound as an int, None when it is infinite (torch's int_oo, sympy's oo)."""
-    try:
-        value = int(bound)
-    except (TypeError, ValueError, OverflowError, AttributeError):
-        return None
-    return value if abs(value) < 2**62 else None
+def export_words(hint: str | None, message: str = "") -> str | None:
+    """A hint of :func:`onnxpoolfix.patch` in the words of ``export``'s own arguments (export takes no
+    input_shapes= or check_shapes=: it declares dims through dynamic_shapes, and picks the opset itself)."""
+    if not hint:
+        return hint
+    for pattern, words in _EXPORT_WORDS:
+        hint = pattern.sub(words, hint)
+    needed = re.search(r"needs opset (\d+)", message)
+    if needed and "opset_version" not in hint:
+        hint += f"; or export with opset_version={needed.group(1)} or later"
+    return hint
 
 
 def _example_args(torch, args: Any, kwargs: dict, dynamo: bool) -> tuple[tuple, dict]:
@@ -138,7 +141,8 @@ def _example_args(torch, args: Any, kwargs: dict, dynamo: bool) -> tuple[tuple, 
 
 def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], *, dynamo: bool = True,
            check: bool = True, verify: bool = True, strategy: str = "auto", target: str = "onnxruntime",
-           optimize_exporter_pools: bool = False, **kwargs: Any) -> PatchReport:
+           optimize_exporter_pools: bool = False, allow_specialized_dims: bool = False, seed: int = 0,
+           **kwargs: Any) -> PatchReport:
     """Export ``module`` with torch.onnx.export, replace the leftover adaptive pooling nodes, save to ``f``.
 
     Args:
@@ -159,6 +163,13 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         target: ``"onnxruntime"`` or ``"tensorrt"``.
         optimize_exporter_pools: also plan the pools the exporter lowered itself (see
             :func:`onnxpoolfix.patch`).
+        allow_specialized_dims: with ``dynamo=True``, a dim ``dynamic_shapes`` declares dynamic (a ``Dim``,
+            ``Dim.DYNAMIC``, a name) that torch specialised to the example's size
+            (torch.onnx.export retries a refused spec with torch's suggested fix, silently) raises
+            :class:`ShapeError` naming the dim and torch's reason; True exports it static anyway, with a
+            logged warning and a warning note in the report (``check_note``).
+        seed: seed of every random input drawn: the patch's (its check, the dynamo proof) and the
+            comparison with torch's.
         **kwargs: passed on to ``torch.onnx.export`` (input_names, output_names, dynamic_shapes,
             dynamic_axes, opset_version, kwargs, external_data, optimize, ...). With ``dynamo=True``,
             ``operator_export_type`` and ``fallback=True`` raise ``ValueError``; ``external_data`` (default
@@ -173,11 +184,13 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         ImportError: torch is not installed (``pip install '.[torch]'`` in a checkout).
         TypeError: ``module`` is not a torch module, or ``f`` neither a path nor a file object.
         ValueError: conflicting ``kwargs``, or ``f`` a file object not open for writing.
+        ShapeError: a dim declared dynamic came out static (see ``allow_specialized_dims``); nothing written.
         TorchMismatchError: (a :class:`CheckFailedError`) ``verify`` found the file differing from torch.
         PoolFixError: from the patch (e.g. :class:`UnsupportedNodeError` for a node with no exact lowering,
             :class:`CheckFailedError`), or :class:`OutputError` when ``f`` cannot be written. ``f`` is left
             untouched (a path is written atomically).
     """
+    check_seed(seed)
     torch = _import_torch()
     exported_program = getattr(getattr(torch, "export", None), "ExportedProgram", ())
     if not isinstance(module, (torch.nn.Module, torch.jit.ScriptFunction, exported_program)):
@@ -191,8 +204,6 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
     elif not isinstance(f, (str, os.PathLike)):
         raise TypeError(f"f takes a path or a binary file object opened for writing, not {type(f).__name__}")
     else:
-        from ..io import preflight_output
-
         preflight_output(f)  # as the CLI does: a bad path fails now, not after a long export, patch and check
     if not isinstance(dynamo, bool):
         raise TypeError(f"dynamo takes True or False, not {dynamo!r}")
@@ -206,15 +217,10 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         external = False
     call_args, call_kwargs = _example_args(torch, args, kwargs, dynamo)
 
-    from ..api import patch
-    from ..io import has_external_data, load_model, save_model
-
     with tempfile.TemporaryDirectory(prefix="onnxpoolfix-export-") as tmp:
         exported = Path(tmp) / "exported.onnx"
-        ranges: dict = {}
+        declared, specialised = None, []
         if dynamo:
-            from .translation import translation_table
-
             table = {**translation_table(), **user_table}
             captured = io.StringIO()
             with contextlib.redirect_stdout(captured):  # the exporter prints its progress; the library never does
@@ -223,8 +229,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                                             external_data=external and not hasattr(f, "write"),
                                             custom_translation_table=table, **kwargs)
             logger.debug("torch.onnx.export: %s", captured.getvalue().strip())
-            ranges = _dynamo_ranges(torch, program)
-            del program
+            declared = declared_dims(torch, program)
         else:
             with warnings.catch_warnings():
                 # we chose the TorchScript exporter on purpose: its deprecation notice is not the caller's concern
@@ -232,18 +237,35 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                                         category=DeprecationWarning)
                 torch.onnx.export(module, args, str(exported), dynamo=False, **kwargs)
         model = load_model(exported)
+        if dynamo:
+            if not isinstance(module, exported_program):
+                specialised = specialised_dims(torch, module, call_args, call_kwargs, program, model, kwargs)
+            del program
+            if specialised and not allow_specialized_dims:
+                more = f" (and {len(specialised) - 1} more)" if len(specialised) > 1 else ""
+                raise ShapeError(specialised[0].describe() + more, SPECIALISED_HINT)
+            for sp in specialised:
+                logger.warning("%s", sp.describe())
         has_data = has_external_data(model)
-        result = patch(model, check=check, strategy=strategy, target=target, inplace=True,
-                       model_dir=tmp if has_data else None, optimize_exporter_pools=optimize_exporter_pools)
+        runnable = module.module() if isinstance(module, exported_program) else module
+        check_shapes = None
+        if check and declared is not None and declared.related:  # W = 2*h, 32*h: the graph alone cannot tell
+            check_shapes = torch_sizes(model, runnable, call_args, call_kwargs, declared, seed=seed) or None
+        try:
+            result = patch(model, check=check, strategy=strategy, target=target, inplace=True,
+                           model_dir=tmp if has_data else None, optimize_exporter_pools=optimize_exporter_pools,
+                           check_shapes=check_shapes, seed=seed)
+        except PoolFixError as e:  # patch's hints name patch's arguments; export takes other ones
+            e.hint = export_words(e.hint, str(e))
+            raise
+        # allowed (allow_specialized_dims): the report says so too, as a warning
+        result.report.notes[:0] = [WarningNote(f"allowed: {sp.describe()}") for sp in specialised]
         logger.info("%s", result.report.summary())
 
         def against_torch(path: Path) -> None:
             if not verify:
                 return
-            from .torch_check import verify_against_torch
-
-            runnable = module.module() if isinstance(module, exported_program) else module
-            checked = verify_against_torch(path, runnable, call_args, call_kwargs, ranges=ranges)
+            checked = verify_against_torch(path, runnable, call_args, call_kwargs, declared=declared, seed=seed)
             logger.info("%s", checked.note())
             if checked.note():
                 result.report.notes.append(checked.note())

@@ -7,6 +7,10 @@ symbolic dim, the pooled lengths are recorded (a dispatch mode that sees every a
 the input size that gives each kind of window is aimed at from that linear fit, keeping to multiples of the
 smallest step the network accepts (a stride-32 skip connection runs only at multiples of 32). The same aim
 as :mod:`onnxpoolfix.check.sizes`, which probes the ONNX graph instead of the torch module.
+
+With a dynamo export the sizes are chosen over torch's free symbols (:class:`.declared.DeclaredDims`), each
+input dim evaluated from its declared expression: ``W = 2*h`` stays twice H, ``32*h`` a multiple of 32,
+and every declared range holds. Without (the TorchScript path) each symbolic dim of the file is free.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from typing import Mapping, Sequence
 
 from ..check.sizes import WINDOW_KINDS, window_targets
 from ..errors import TorchMismatchError
+from .declared import DeclaredDims
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +60,8 @@ def _tensor_leaves(torch, tree) -> list:
 class TorchRunner:
     """Runs the torch module on example-shaped inputs with chosen sizes for the symbolic dims."""
 
-    def __init__(self, torch, module, args: tuple, kwargs: dict, model_inputs: Sequence, seed: int):
+    def __init__(self, torch, module, args: tuple, kwargs: dict, model_inputs: Sequence, seed: int,
+                 declared: DeclaredDims | None = None):
         from torch.utils._pytree import tree_flatten
 
         self.torch, self.module = torch, module
@@ -76,20 +82,54 @@ class TorchRunner:
                 "pass verify=False to skip the comparison with torch, or export every input tensor")
         self.names = [vi.name for vi in model_inputs]
         self.symbolic = _symbolic_dims(model_inputs)
+        self.declared = declared
         self.gen = torch.Generator().manual_seed(seed)
         self.last_error = ""  # why the module last failed to run (run() returned None)
 
+    def key(self, i: int, axis: int) -> tuple[int, int] | None:
+        """The declared dim of flat input ``i``, axis ``axis`` (None: the file's dim name stands for itself)."""
+        d = self.declared
+        return (i, axis) if d is not None and (i, axis) in d.exprs else None
+
+    def symbols(self, ranges: Mapping[tuple[int, int], tuple[int, int | None]] | None = None
+                ) -> tuple[dict[str, int], dict[str, tuple[int, int | None]]]:
+        """The symbols the sizes are chosen over, with their example values and ranges: torch's free symbols
+        of the declared dims, and the file's own dim names for the symbolic dims torch does not declare
+        (``ranges``: (flat input, axis) -> (min, max) for those)."""
+        example: dict[str, int] = {}
+        sym_ranges: dict[str, tuple[int, int | None]] = {}
+        for i, (dims, pos) in enumerate(zip(self.symbolic, self.tensor_positions)):
+            for a, name in enumerate(dims):
+                if name is None:
+                    continue
+                if self.key(i, a) is not None:
+                    for s in self.declared.exprs[(i, a)].free_symbols:
+                        example.setdefault(str(s), self.declared.example[str(s)])
+                        sym_ranges.setdefault(str(s), self.declared.ranges.get(str(s), (1, None)))
+                    continue
+                example.setdefault(name, int(self.leaves[pos].shape[a]))
+                lo, hi = (ranges or {}).get((i, a), (1, None))
+                old = sym_ranges.get(name, (1, None))
+                sym_ranges[name] = (max(lo, old[0]),
+                                    hi if old[1] is None else old[1] if hi is None else min(hi, old[1]))
+        return example, sym_ranges
+
+    def allows(self, dims: Mapping[str, int]) -> bool:
+        """Every declared constraint holds at these symbol values (always, without declared dims)."""
+        return self.declared is None or self.declared.allows(dims)
+
     def inputs(self, dims: Mapping[str, int], batch: int | None = None) -> list:
-        """The example tensors resized: symbolic dim ``d`` of an input takes ``dims[d]``."""
+        """The example tensors resized: symbolic dim ``d`` of an input takes ``dims[d]``, a declared one
+        its expression at the symbols' values in ``dims``."""
         torch = self.torch
         out = []
-        for pos, symbolic in zip(self.tensor_positions, self.symbolic):
+        for i, (pos, symbolic) in enumerate(zip(self.tensor_positions, self.symbolic)):
             example = self.leaves[pos]
             if not symbolic:
                 out.append(example)
                 continue
-            shape = [dims.get(name, size) if name is not None else size
-                     for name, size in zip(symbolic, example.shape)]
+            shape = [size if name is None else self.declared.size((i, a), dims) if self.key(i, a) is not None
+                     else dims.get(name, size) for a, (name, size) in enumerate(zip(symbolic, example.shape))]
             if list(shape) == list(example.shape):
                 out.append(example)
             elif example.is_floating_point():
@@ -148,12 +188,14 @@ def choose_dims(runner: TorchRunner, example_calls, ranges: Mapping[str, tuple[i
             lo, hi = ranges.get(name, (1, None))
             if v < max(lo, 1) or (hi is not None and v > hi):
                 return None
+        if not runner.allows(dims):
+            return None
         got = runner.run(runner.inputs(dims))
         return got
 
     def in_range(name: str, v: int) -> bool:
         lo, hi = ranges.get(name, (1, None))
-        return v >= max(lo, 1) and (hi is None or v <= hi)
+        return v >= max(lo, 1) and (hi is None or v <= hi) and runner.allows({**example, name: v})
 
     # per symbol: the smallest step that runs, then the smallest multiple of it that moves a pooled length
     # (a stride-32 network moves it only every 32): the slope of pooled length against input size

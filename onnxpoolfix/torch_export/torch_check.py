@@ -18,8 +18,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..check.runner import ort_session, ort_value
 from ..check.sizes import WINDOW_KINDS, window_kind
 from ..errors import TorchMismatchError
+from .declared import DeclaredDims
 from .sizes import TorchRunner, choose_dims
 
 logger = logging.getLogger(__name__)
@@ -27,6 +29,12 @@ logger = logging.getLogger(__name__)
 # allowed |onnxruntime - torch| per output, relative to the output's largest magnitude (at least 1): float
 # noise of the whole network (different summation orders in convolutions and matmuls), far below what a
 # window one element off does to an average (tenths of the value range)
+# what to change when the file and torch part at a size the comparison chose inside the declared dims
+MISMATCH_HINT = ("if the module is not meant to run at this size, declare that in dynamic_shapes (a Dim's "
+                 "min/max, or an expression such as 2*h for a dim tied to another or 32*h for multiples of 32; "
+                 "with dynamic_axes every size counts) and the comparison keeps to it; otherwise the export is "
+                 "wrong at this size: report it (verify=False skips the comparison)")
+
 _RTOL = {"float32": 1e-4, "float64": 1e-9, "float16": 1e-2, "bfloat16": 6e-2}
 
 
@@ -86,23 +94,24 @@ def _compare(torch, names, outputs_onnx, outputs_torch, where: str) -> float:
             raise TorchMismatchError(
                 f"the exported file differs from torch at output '{name}' {where}: max error {err:.3g} "
                 f"(allowed {allowed:.1g})",
-                "the ONNX graph is not what the module computes at this size; with symbolic dims, re-export "
-                "through onnxpoolfix.export (dynamo=True) so every adaptive pool is lowered exactly, or report it")
+                MISMATCH_HINT)
         worst = max(worst, err)
     return worst
 
 
 def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Mapping | None = None, *,
                          ranges: Mapping[tuple[int, int], tuple[int, int | None]] | None = None,
-                         seed: int = 0) -> TorchCheck:
+                         declared: DeclaredDims | None = None, seed: int = 0) -> TorchCheck:
     """Run the ONNX file at ``path`` in onnxruntime and ``module`` in torch on the same inputs; raise
     :class:`TorchMismatchError` (with the max error) where they differ beyond float noise.
 
     ``ranges``: (flat input index, axis) -> (min, max or None) of the symbolic dims, as declared to
-    torch.export. The inputs are the example's tensor leaves, in order, matched to the file's inputs.
+    torch.export. ``declared``: the dims as torch.export declared them (:func:`.declared.declared_dims`):
+    the sizes then keep to their expressions and ranges. The inputs are the example's tensor leaves, in
+    order, matched to the file's inputs.
     """
     try:
-        return _verify(path, module, args, kwargs, ranges=ranges, seed=seed)
+        return _verify(path, module, args, kwargs, ranges=ranges, declared=declared, seed=seed)
     except TorchMismatchError as e:
         if getattr(module, "training", False):  # dropout/batch-norm statistics differ run to run
             raise TorchMismatchError(e.message, "the module is in training mode: call module.eval() before "
@@ -110,11 +119,9 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
         raise
 
 
-def _verify(path, module, args, kwargs, *, ranges, seed) -> TorchCheck:
+def _verify(path, module, args, kwargs, *, ranges, declared, seed) -> TorchCheck:
     import onnx
     import torch
-
-    from ..check.runner import ort_session, ort_value
 
     model = onnx.load(str(path), load_external_data=False)
     init = {t.name for t in model.graph.initializer}
@@ -134,18 +141,8 @@ def _verify(path, module, args, kwargs, *, ranges, seed) -> TorchCheck:
         sess = ort_session(str(path))
         fetch = out_names
     del model
-    runner = TorchRunner(torch, module, tuple(args), dict(kwargs or {}), model_inputs, seed)
-    # the symbols, their example values and declared ranges
-    example: dict[str, int] = {}
-    sym_ranges: dict[str, tuple[int, int | None]] = {}
-    for i, (dims, pos) in enumerate(zip(runner.symbolic, runner.tensor_positions)):
-        for a, name in enumerate(dims):
-            if name is None:
-                continue
-            example.setdefault(name, int(runner.leaves[pos].shape[a]))
-            lo, hi = (ranges or {}).get((i, a), (1, None))
-            old = sym_ranges.get(name, (1, None))
-            sym_ranges[name] = (max(lo, old[0]), hi if old[1] is None else old[1] if hi is None else min(hi, old[1]))
+    runner = TorchRunner(torch, module, tuple(args), dict(kwargs or {}), model_inputs, seed, declared)
+    example, sym_ranges = runner.symbols(ranges)  # the symbols, their example values and declared ranges
 
     check = TorchCheck()
     base = runner.run(runner.inputs(example))
@@ -164,9 +161,27 @@ def _verify(path, module, args, kwargs, *, ranges, seed) -> TorchCheck:
         except Exception as e:  # noqa: BLE001 - onnxruntime failing where torch runs is the finding itself
             raise TorchMismatchError(f"onnxruntime fails {where}, where the torch module runs: "
                                      f"{' '.join(str(e).split())[:200]}",
-                                     "the export does not hold at this size; with symbolic dims, export through "
-                                     "onnxpoolfix.export (dynamo=True), or report it") from None
+                                     MISMATCH_HINT) from None
         check.max_error = max(check.max_error, _compare(torch, out_names, got, want, where))
         check.shapes.append(shapes)
         check.kinds |= {window_kind(n, m) for ns, ms in calls for n, m in zip(ns, ms)}
     return check
+
+
+def torch_sizes(model, module: Any, args: tuple, kwargs: Mapping | None, declared: DeclaredDims,
+                seed: int = 0) -> list[dict[str, tuple[int, ...]]]:
+    """The input shapes the comparison with torch would run at (the example's first), as ``check_shapes``
+    for the patch's own check: where the declared dims are expressions (``2*h``, ``32*h``), sizes probed
+    on the ONNX graph alone would break them. ``model``: the exported file's ModelProto (its inputs only
+    are read). Empty when torch fails on the example (the comparison then says why)."""
+    import torch
+
+    init = {t.name for t in model.graph.initializer}
+    model_inputs = [vi for vi in model.graph.input if vi.name not in init]
+    runner = TorchRunner(torch, module, tuple(args), dict(kwargs or {}), model_inputs, seed, declared)
+    example, sym_ranges = runner.symbols()
+    base = runner.run(runner.inputs(example))
+    if base is None:
+        return []
+    runs = [base] + [got for _, got in choose_dims(runner, base[2], sym_ranges, example)]
+    return [{n: tuple(int(d) for d in t.shape) for n, t in zip(runner.names, tensors)} for tensors, _, _ in runs]

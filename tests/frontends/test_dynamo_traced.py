@@ -176,7 +176,7 @@ def test_pyramid_with_a_frozen_level_is_refused_naming_the_traced_shape(exports)
     with pytest.raises(UnsupportedNodeError) as err:
         patch(model)
     assert err.value.exit_code == 4 and "'avg_pool2d'" in str(err.value) and "frozen" in str(err.value)
-    assert "--traced-shape" in err.value.hint and "onnxpoolfix.export" in err.value.hint
+    assert "traced_shapes=" in err.value.hint and "onnxpoolfix.export" in err.value.hint  # the API's words
     seen = inspect_model(model)  # the same verdict, the same line
     assert seen.exit_code == 4 and seen.blocker == str(err.value)
 

@@ -347,7 +347,7 @@ def test_planner_error_for_symbolic_axes_is_short_with_a_hint():
     msg = str(e.value)
     assert "pooled axes H->5, W->7 are symbolic" in msg
     assert "matmul:" not in msg and "pool:" not in msg  # not every static lowering's identical reason
-    assert "--input-shape" in e.value.hint
+    assert "input_shapes=" in e.value.hint and "--input-shape" not in e.value.hint  # the API's words
     # bound, the argmax lowering computes the indices; unbound, the dynamic lowering does
     result = onnxpoolfix.patch(make_leftover("max", ("N", 2, "H", "W"), (5, 7), indices="output"),
                                input_shapes={"x": [2, 2, 11, 13]})

@@ -1,0 +1,221 @@
+"""What the caller declared about the input dims, and what torch.export made of it.
+
+* :class:`DeclaredDims` (from the ``ExportedProgram`` behind a dynamo export): every symbolic input dim as
+  torch's expression in its free symbols (``s0``, ``2*s0``, ``32*s1``, ``s0 + 3``: ``Dim`` expressions,
+  a symbol shared between inputs), the symbols' example values, and every range constraint. The sizes the
+  comparison with torch runs at (:mod:`.sizes`) are chosen over these symbols, so they keep to ``W = 2H``
+  or to multiples of 32 instead of treating each dim as free with step 1.
+* :func:`specialised_dims`: the dims the caller declared dynamic in ``dynamic_shapes`` (a ``Dim``,
+  ``Dim.DYNAMIC``, a name) that came out static: torch.onnx.export retries a refused spec
+  with torch's suggested fix (the dim pinned to the example's size) without a word.
+
+torch is imported by the caller; nothing here imports it at import time.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DeclaredDims:
+    """The symbolic input dims of an export, over torch's free symbols.
+
+    ``exprs``: (flat tensor input index, axis) -> sympy expression; ``example``: free symbol -> its value
+    at the example inputs; ``ranges``: free symbol -> (min, max or None); ``constraints``: every
+    (expression, min, max or None) torch.export holds (derived dims' own ranges among them).
+    """
+
+    exprs: dict[tuple[int, int], Any] = field(default_factory=dict)
+    example: dict[str, int] = field(default_factory=dict)
+    ranges: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+    constraints: list[tuple[Any, int, int | None]] = field(default_factory=list)
+
+    @property
+    def related(self) -> bool:
+        """Some dim is an expression (``2*h``, ``32*h``, ``h + 1``), not a free symbol of its own."""
+        return any(not getattr(e, "is_Symbol", False) for e in self.exprs.values())
+
+    def size(self, key: tuple[int, int], values: Mapping[str, int]) -> int:
+        expr = self.exprs[key]
+        return int(expr.xreplace({s: values.get(str(s), self.example[str(s)]) for s in expr.free_symbols}))
+
+    def allows(self, values: Mapping[str, int]) -> bool:
+        """Every declared range holds at these symbol values (a derived dim's range included)."""
+        for name, v in values.items():
+            lo, hi = self.ranges.get(name, (1, None))
+            if v < max(lo, 1) or (hi is not None and v > hi):
+                return False
+        for expr, lo, hi in self.constraints:
+            try:
+                v = int(expr.xreplace({s: values.get(str(s), self.example.get(str(s), 1))
+                                       for s in expr.free_symbols}))
+            except (TypeError, ValueError):
+                continue
+            if v < lo or (hi is not None and v > hi):
+                return False
+        return True
+
+
+def _finite_int(bound) -> int | None:
+    """A range bound as an int, None when it is infinite (torch's int_oo, sympy's oo)."""
+    try:
+        value = int(bound)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None
+    return value if abs(value) < 2**62 else None
+
+
+def user_placeholders(torch, ep) -> list:
+    """The ExportedProgram's user-input tensor placeholders, in the flat order of the inputs."""
+    user = set(ep.graph_signature.user_inputs)
+    return [n for n in ep.graph.nodes if n.op == "placeholder" and n.name in user
+            and isinstance(n.meta.get("val"), torch.Tensor)]
+
+
+def declared_dims(torch, program) -> DeclaredDims | None:
+    """:class:`DeclaredDims` of a dynamo export (``torch.onnx.export``'s ONNXProgram, or an ExportedProgram);
+    None when torch does not say (the TorchScript path, an unknown torch version)."""
+    ep = getattr(program, "exported_program", program)
+    if ep is None or not hasattr(ep, "range_constraints"):
+        return None
+    try:
+        out = DeclaredDims()
+        for expr, vr in ep.range_constraints.items():
+            lo, hi = max(_finite_int(vr.lower) or 1, 1), _finite_int(vr.upper)
+            if getattr(expr, "is_Symbol", False):
+                out.ranges[str(expr)] = (lo, hi)
+            else:
+                out.constraints.append((expr, lo, hi))
+        for i, node in enumerate(user_placeholders(torch, ep)):
+            for axis, d in enumerate(node.meta["val"].shape):
+                if isinstance(d, int) or not hasattr(d, "node"):
+                    continue
+                expr = d.node.expr
+                out.exprs[(i, axis)] = expr
+                env = getattr(d.node, "shape_env", None)
+                known = getattr(env, "backed_var_to_val", None) or getattr(env, "var_to_val", None) or {}
+                for s in expr.free_symbols:
+                    if s in known:
+                        out.example.setdefault(str(s), int(known[s]))
+                    elif getattr(expr, "is_Symbol", False):
+                        out.example.setdefault(str(s), int(d.node.hint))
+        if any(str(s) not in out.example for e in out.exprs.values() for s in e.free_symbols):
+            return None  # a symbol whose example value torch did not record: the dims stay free
+        return out
+    except Exception:  # noqa: BLE001 - another torch's internals: compare with each dim free, as before
+        logger.debug("cannot read the declared dims from the export", exc_info=True)
+        return None
+
+
+@dataclass
+class Specialised:
+    """A dim the caller declared dynamic that the export made static."""
+
+    input: str  # the file's input name
+    axis: int
+    declared: str  # how it was declared: the Dim's name, Dim.DYNAMIC, a name string
+    value: int  # the size torch pinned it to
+    reason: str = ""  # torch's own words, where it gives them
+
+    def describe(self) -> str:
+        return (f"dim {self.axis} of input '{self.input}' was declared dynamic ({self.declared}) but torch "
+                f"specialised it to {self.value}: the exported file accepts only {self.value} there"
+                + (f" (torch: {self.reason})" if self.reason else ""))
+
+
+SPECIALISED_HINT = ("make the module keep that dim symbolic (torch's reason says where it pins it), or declare "
+                    "it static (leave it out of dynamic_shapes, or Dim.AUTO to let torch decide); "
+                    "allow_specialized_dims=True exports it static anyway, with a warning")
+
+
+def _label(torch, d) -> str | None:
+    """How a dynamic_shapes entry declares a dim dynamic (None: it does not)."""
+    Dim = torch.export.Dim
+    if isinstance(d, str):
+        return repr(d)
+    if isinstance(d, Dim):  # a named Dim or a derived one (2*h); Dim.STATIC is no Dim instance
+        return getattr(d, "__name__", "a Dim")
+    if d is getattr(Dim, "DYNAMIC", object()):
+        return "Dim.DYNAMIC"
+    return None
+
+
+def _declared_positions(torch, module, args: tuple, kwargs: dict, dynamic_shapes) -> dict[tuple[int, int], str]:
+    """(flat tensor input index, axis) -> label of every dim ``dynamic_shapes`` declares dynamic."""
+    from torch.export.dynamic_shapes import _combine_args, _tree_map_with_path
+
+    combined = _combine_args(module, args, kwargs)
+    if isinstance(dynamic_shapes, (tuple, list)):
+        combined = type(dynamic_shapes)(combined.values())
+    out: dict[tuple[int, int], str] = {}
+    count = [0]
+
+    def visit(_path, t, spec):
+        if not isinstance(t, torch.Tensor):
+            return None
+        i = count[0]
+        count[0] += 1
+        axes = spec.items() if isinstance(spec, dict) else enumerate(spec) if isinstance(spec, (tuple, list)) else ()
+        for axis, d in axes:
+            label = _label(torch, d)
+            if label is not None:
+                out[(i, int(axis))] = label
+        return None
+
+    _tree_map_with_path(visit, combined, dynamic_shapes, tree_name="inputs")
+    return out
+
+
+def _torch_refusal(torch, module, args: tuple, kwargs: dict, dynamic_shapes) -> list[str]:
+    """torch.export's own words refusing the spec (torch.onnx.export retries with its suggested fix and
+    swallows them): the lines that say what was specialised."""
+    try:
+        torch.export.export(module, args, kwargs=kwargs or None, dynamic_shapes=dynamic_shapes, strict=False)
+    except Exception as e:  # noqa: BLE001 - the refusal is what we are after
+        lines = [" ".join(line.split()).lstrip("- ") for line in str(e).splitlines()]
+        return [line for line in lines if "specializ" in line]
+    return []
+
+
+def _reason(lines: list[str], label: str) -> str:
+    name = label.strip("'")
+    hit = [line for line in lines if re.search(rf"\b{re.escape(name)}\b", line)]
+    return (hit or [""])[0].split(". ")[0][:300]  # its first sentence: what was pinned, to what
+
+
+def specialised_dims(torch, module, args: tuple, kwargs: dict, program, model, export_kwargs: Mapping
+                     ) -> list[Specialised]:
+    """The dims ``dynamic_shapes`` (of ``export_kwargs``) declares dynamic that the export ``program`` (the
+    dynamo exporter's ONNXProgram), and so the file ``model``, has static. (``dynamic_axes``, which torch
+    turns into Dim.DYNAMIC, is refused by torch itself where it specialises: not silent.)"""
+    init = {t.name for t in model.graph.initializer}
+    inputs = [vi for vi in model.graph.input if vi.name not in init]
+    found: list[Specialised] = []
+    spec = export_kwargs.get("dynamic_shapes")
+    ep = getattr(program, "exported_program", None)
+    if spec is None or ep is None:
+        return found
+    try:
+        declared = _declared_positions(torch, module, args, kwargs, spec)
+        placeholders = user_placeholders(torch, ep)
+    except Exception:  # noqa: BLE001 - a structure torch's own helpers do not map: nothing to say
+        logger.debug("cannot map dynamic_shapes to the inputs", exc_info=True)
+        return found
+    if len(placeholders) != len(inputs):
+        return found
+    for (i, axis), label in sorted(declared.items()):
+        if i >= len(placeholders):
+            continue
+        d = placeholders[i].meta["val"].shape[axis] if axis < placeholders[i].meta["val"].dim() else None
+        if isinstance(d, int):
+            found.append(Specialised(inputs[i].name, axis, label, d))
+    if found:
+        lines = _torch_refusal(torch, module, args, kwargs, spec)
+        for s in found:
+            s.reason = _reason(lines, s.declared)
+    return found

@@ -1,0 +1,200 @@
+"""onnxpoolfix.export keeps to the dims as the caller declared them (issue 22, items 2 and 3).
+
+* Dim expressions (``2*h`` tying W to H, ``32*h`` for a stride-32 network, sums, a symbol shared between
+  inputs): the check and the comparison with torch run only at sizes the declaration allows, and a
+  mismatch's hint says what to change, never "export through onnxpoolfix.export" to a caller who did.
+* A dim declared dynamic that torch specialised is an error naming it (a warning with
+  ``allow_specialized_dims=True``).
+
+Each export is compared with torch here too, at sizes the test picks, in onnxruntime.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import onnxpoolfix
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxscript")
+nn = torch.nn
+F = torch.nn.functional
+pytestmark = pytest.mark.torch
+
+
+def _ort(path: Path, feed: dict) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)
+
+
+def _assert_matches(path: Path, module, shapes) -> None:
+    names = [i.name for i in onnx.load(str(path), load_external_data=False).graph.input]
+    for shape in shapes:
+        xs = [torch.randn(*s) for s in (shape if isinstance(shape[0], tuple) else (shape,))]
+        got = _ort(path, {n: x.numpy() for n, x in zip(names, xs)})
+        with torch.no_grad():
+            want = module(*xs)
+        np.testing.assert_allclose(got[0], want.numpy(), rtol=1e-5, atol=1e-5, err_msg=f"at {shape}")
+
+
+def _compared(report) -> list[dict[str, tuple[int, ...]]]:
+    """The input sizes the comparison with torch ran at, from the report's note."""
+    text = report.check_note.split("matched torch at")[1].split("): ", 1)[1]
+    return [{name: tuple(map(int, dims.split("x"))) for name, dims in (p.split(":") for p in run.split())}
+            for run in text.split("; ")]
+
+
+class HalvesAdded(nn.Module):
+    """Needs W = 2H: the two halves of W are added; the exporter, told W = 2*h, slices at H."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.pool = nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d((5, 7))
+
+    def forward(self, x):
+        y = self.conv(x)
+        half = y.shape[3] // 2
+        return self.pool(y[..., :half] + y[..., half:])
+
+
+class CropTo32(nn.Module):
+    """A stride-32 network's crop to multiples of 32: with 32*h declared, the exporter drops the crop."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.pool = nn.Conv2d(3, 4, 3, stride=2, padding=1), nn.AdaptiveAvgPool2d((5, 7))
+
+    def forward(self, x):
+        x = x[:, :, : x.shape[2] // 32 * 32, : x.shape[3] // 32 * 32]
+        return self.pool(self.conv(x))
+
+
+class TwoInputs(nn.Module):
+    """y's H is x's H + 1 (a sum), and both share the symbol."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d((5, 7))
+
+    def forward(self, x, y):
+        return self.pool(x) + self.pool(y[:, :, 1:])
+
+
+def test_w_tied_to_h_keeps_w_twice_h(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    m = HalvesAdded().eval()
+    h = torch.export.Dim("h", min=4, max=64)
+    out = tmp_path / "tied.onnx"
+    report = onnxpoolfix.export(m, (torch.randn(1, 3, 10, 20),), out, dynamic_shapes={"x": {2: h, 3: 2 * h}})
+    runs = _compared(report)
+    assert len(runs) >= 4 and all(s["x"][3] == 2 * s["x"][2] for s in runs), runs
+    assert len({s["x"] for s in runs}) == len(runs)
+    _assert_matches(out, m, [(1, 3, 10, 20), (1, 3, 13, 26), (1, 3, 33, 66), (1, 3, 4, 8)])
+
+
+def test_stride_32_keeps_multiples_of_32(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    m = CropTo32().eval()
+    h, w = torch.export.Dim("h", min=1, max=16), torch.export.Dim("w", min=1, max=16)
+    out = tmp_path / "s32.onnx"
+    report = onnxpoolfix.export(m, (torch.randn(1, 3, 64, 96),), out, dynamic_shapes={"x": {2: 32 * h, 3: 32 * w}})
+    runs = _compared(report)
+    assert len(runs) >= 4 and all(d % 32 == 0 for s in runs for d in s["x"][2:]), runs
+    _assert_matches(out, m, [(1, 3, 64, 96), (1, 3, 32, 32), (1, 3, 288, 160), (1, 3, 512, 64)])
+
+
+def test_a_sum_and_a_symbol_shared_between_inputs(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    m = TwoInputs().eval()
+    h, w = torch.export.Dim("h", min=4, max=64), torch.export.Dim("w", min=4, max=64)
+    out = tmp_path / "two.onnx"
+    report = onnxpoolfix.export(m, (torch.randn(1, 3, 10, 9), torch.randn(1, 3, 11, 9)), out,
+                                dynamic_shapes={"x": {2: h, 3: w}, "y": {2: h + 1, 3: w}})
+    runs = _compared(report)
+    assert len(runs) >= 4 and all(s["y"][2] == s["x"][2] + 1 and s["y"][3] == s["x"][3] for s in runs), runs
+    _assert_matches(out, m, [((1, 3, 10, 9), (1, 3, 11, 9)), ((1, 3, 21, 5), (1, 3, 22, 5))])
+
+
+def test_a_mismatch_hint_says_what_to_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hint of a mismatch with torch points at the declaration (what the caller can change), never
+    at onnxpoolfix.export, which is what the caller just ran."""
+    from onnxpoolfix.torch_export.sizes import TorchRunner
+
+    real_run = TorchRunner.run
+
+    def off_away_from_the_example(self, tensors, recorder=None):
+        got = real_run(self, tensors, recorder)
+        if got is None or tuple(tensors[0].shape) == (1, 3, 8, 9):
+            return got
+        return got[0], [t + 0.01 for t in got[1]], got[2]
+
+    monkeypatch.setattr(TorchRunner, "run", off_away_from_the_example)
+    m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d((5, 7))).eval()
+    H = torch.export.Dim("H", min=4, max=64)
+    with pytest.raises(onnxpoolfix.TorchMismatchError) as info:
+        onnxpoolfix.export(m, (torch.randn(1, 3, 8, 9),), tmp_path / "m.onnx", dynamic_shapes={"input": {2: H}})
+    hint = info.value.hint
+    assert "onnxpoolfix.export" not in hint and "dynamo=True" not in hint, hint
+    assert "dynamic_shapes" in hint and re.search(r"2\*h|32\*h", hint) and "min/max" in hint, hint
+
+
+def _none_h_pool() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveMaxPool2d((None, 3))).eval()
+
+
+def test_a_dim_declared_dynamic_that_torch_specialised_is_an_error(tmp_path: Path) -> None:
+    """AdaptiveMaxPool2d((None, 3)): torch pins H to the example's 22 (torch.export refuses the spec;
+    torch.onnx.export retries with the fix, silently). Named, with torch's reason; nothing written."""
+    torch.manual_seed(0)
+    out = tmp_path / "m.onnx"
+    H, W = torch.export.Dim("H", min=4, max=64), torch.export.Dim("W", min=4, max=64)
+    with pytest.raises(onnxpoolfix.ShapeError) as info:
+        onnxpoolfix.export(_none_h_pool(), (torch.randn(1, 3, 22, 20),), out, dynamic_shapes={"input": {2: H, 3: W}})
+    message = str(info.value)
+    assert "dim 2 of input 'input'" in message and "(H)" in message and "specialised it to 22" in message, message
+    assert "torch: You marked H as dynamic" in message, message
+    assert "allow_specialized_dims=True" in info.value.hint
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_allowed_specialisation_is_a_warning_and_exact_at_the_pinned_size(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    torch.manual_seed(0)
+    m = _none_h_pool()
+    H, W = torch.export.Dim("H", min=4, max=64), torch.export.Dim("W", min=4, max=64)
+    out = tmp_path / "m.onnx"
+    with caplog.at_level(logging.WARNING, logger="onnxpoolfix"):
+        report = onnxpoolfix.export(m, (torch.randn(1, 3, 22, 20),), out, dynamic_shapes={"input": {2: H, 3: W}},
+                                    allow_specialized_dims=True)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("dim 2 of input 'input'" in w and "specialised it to 22" in w for w in warned), warned
+    assert "specialised it to 22" in report.check_note
+    dims = [d.dim_param or d.dim_value for d in onnx.load(str(out)).graph.input[0].type.tensor_type.shape.dim]
+    assert dims[:3] == [1, 3, 22] and isinstance(dims[3], str), dims
+    _assert_matches(out, m, [(1, 3, 22, 20), (1, 3, 22, 7), (1, 3, 22, 41)])
+
+
+def test_dims_that_stay_dynamic_are_not_flagged(tmp_path: Path) -> None:
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d((5, 7))).eval()
+    H, W = torch.export.Dim("H", min=4, max=64), torch.export.Dim("W", min=4, max=64)
+    report = onnxpoolfix.export(m, (torch.randn(1, 3, 12, 11),), tmp_path / "m.onnx",
+                                dynamic_shapes={"input": {0: torch.export.Dim.DYNAMIC, 2: H, 3: W}})
+    assert "specialised" not in report.check_note and report.nodes[0].lowering == "dynamic"
+
+
+def test_an_export_hint_names_what_export_takes(tmp_path: Path) -> None:
+    """Symbolic pooled axes at opset 9 (the TorchScript path keeps it): export takes no input_shapes=;
+    the hint says to export those dims static, or at a newer opset."""
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d((5, 7))).eval()
+    with pytest.raises(onnxpoolfix.UnsupportedNodeError) as info:
+        onnxpoolfix.export(m, (torch.randn(1, 3, 8, 9),), tmp_path / "m.onnx", dynamo=False, opset_version=9,
+                           input_names=["x"], dynamic_axes={"x": {2: "H", 3: "W"}})
+    hint = info.value.hint
+    assert "input_shapes" not in hint and "--input-shape" not in hint, hint
+    assert "dynamic_axes" in hint and "opset_version=11" in hint, hint
