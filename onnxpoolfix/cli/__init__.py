@@ -10,7 +10,7 @@ every failure goes through one wrapper (:func:`.guard.reported`); the exit codes
 """
 from __future__ import annotations
 
-from . import inspect_cmd, patch_cmd, windows_cmd  # noqa: F401  (each registers its command on main)
+from . import calibrate_cmd, inspect_cmd, patch_cmd, windows_cmd  # noqa: F401  (each registers its command)
 from .app import main
 from .args import parse_shapes
 from .guard import Interrupted

@@ -28,6 +28,7 @@ from onnx import TensorProto
 from ..api import check_arguments, check_seed, shape_map
 from ..errors import ArgumentError, InvalidModelError, PoolFixError, UnsupportedNodeError, api_words
 from ..frontends.bodies import describe_path, has_nested_leftovers, nested_leftover_nodes
+from ..frontends.dynamo import frozen_error
 from ..frontends.leftovers import aten_operator, is_pool_leftover
 from ..graph import nodes_deep
 from ..graph.shapes import model_opset, validate_input_shape
@@ -59,7 +60,8 @@ logger = logging.getLogger(__name__)
 
 def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strategy: str = "auto",
                   input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
-                  optimize_exporter_pools: bool = False, seed: int = 0) -> Inspection:
+                  optimize_exporter_pools: bool = False, seed: int = 0,
+                  traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False) -> Inspection:
     """What :func:`onnxpoolfix.patch` would do to ``model`` with these arguments, without doing it.
 
     Never raises for a model-level problem it can describe (non-constant output size, uninferable shape,
@@ -69,6 +71,7 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     check_arguments("inspect_model", model, target, strategy)
     check_seed(seed)
     input_shapes = shape_map(input_shapes, "input_shapes")
+    traced_shapes = shape_map(traced_shapes, "traced_shapes")
     result = Inspection(target=target, strategy=strategy, model=name, opset=model_opset(model))
     if not model.HasField("graph"):  # as patch() says it
         err = InvalidModelError("the model has no graph", "the file is not a complete ONNX model; re-export it")
@@ -77,6 +80,8 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     try:  # as patch() does, before any work (an ArgumentError: exit 2)
         for name, dims in (input_shapes or {}).items():
             validate_input_shape(model, name, dims, "--input-shape")
+        for name, dims in (traced_shapes or {}).items():
+            validate_input_shape(model, name, dims, "--traced-shape")
     except ArgumentError as err:
         result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
         return result
@@ -88,13 +93,17 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
         model = work
     mp = plan_model(model, PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
                                        optimize_exporter_pools=optimize_exporter_pools, patch_bodies=True,
-                                       seed=int(seed)))
+                                       seed=int(seed), traced_shapes=traced_shapes))
     found = mp.found
     if found.inlined:
         result.notes.append(f"the local function(s) {', '.join(found.inlined)} hold leftovers: the patch inlines "
                             "them")
     result.notes.extend(found.notes + mp.notes)
     result.suspects = [asdict(s) for s in found.suspects]
+    if found.blocker is None and not allow_partial:  # the refusal patch() gives (exit 4), with the same line
+        err = frozen_error(found.suspects, traced=bool(traced_shapes or input_shapes))
+        if err is not None:
+            result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
     if found.blocker is not None:
         err = found.blocker
         result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code

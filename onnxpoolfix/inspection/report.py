@@ -21,7 +21,8 @@ JSON (``--json``, ``schema_version`` 1)::
                                                          # first ("Loop '/Loop' body > If '/If' then_branch");
                                                          # null: the top-level graph
       }],                                                # the top-level graph's nodes first, then the bodies'
-      "suspects": [{"result": str, "evidence": str, "why": str, "frozen": bool}],  # suspected and left
+      "suspects": [{"result": str, "evidence": str, "why": str, "frozen": bool,  # suspected and left; frozen:
+                    "right_at": str}],             # right only at some sizes, "right_at" which
       "tensorrt": null | {
         "linted": "patched" | "original",
         "clean": bool,                                   # no error-severity finding

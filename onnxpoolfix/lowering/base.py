@@ -115,7 +115,7 @@ class Lowering:
 
     def steps(self, spec: PoolSpec) -> list[Step]:
         """The steps, with Casts around them when the dtype is computed in float32."""
-        inner = list(self._steps(spec))
+        inner = specialized(self._steps(spec), spec.input_shape, itemsize(compute_dtype(spec)), spec.opset)
         if (spec.kind == "max" and not any(s.exact_non_finite for s in inner) and spec.opset >= 9
                 and any(op in NON_FINITE_UNSAFE_MAX for s in inner for op in s.ops)):
             inner = [NonFiniteMaxStep(tuple(inner), lazy=spec.target != "tensorrt")]  # NaN/-inf as torch
@@ -130,6 +130,16 @@ class Lowering:
     def build(self, em, spec: PoolSpec, x: str, y: str, indices: str | None = None) -> None:
         """Emit the nodes computing ``y`` (and ``indices`` for lowerings that compute them) from ``x``."""
         emit_steps(em, self.steps(spec), x, y, spec.input_shape, spec.dtype)
+
+
+def specialized(steps: Sequence[Step], shape, size: int, opset: int) -> list[Step]:
+    """Each step as it runs on the shape it receives (:meth:`Step.at`)."""
+    out = []
+    for s in steps:
+        s = s.at(shape, size, opset)
+        out.append(s)
+        shape = s.out_shape(shape)
+    return out
 
 
 def tensorrt_rejection(lowering: Lowering, spec: PoolSpec) -> str | None:

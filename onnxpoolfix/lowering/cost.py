@@ -36,6 +36,7 @@ from __future__ import annotations
 
 MAC_RATE = 20e9  # multiply-adds per second (fp32 GEMM, 2 threads, output >= NARROW_N columns)
 NARROW_N = 16  # GEMMs with fewer output columns run at MAC_RATE * N / NARROW_N
+PAD_GAIN = 0.8  # ... and a large one of 5 or 7 columns padded to 8 in this fraction of the time (steps.py)
 GEMM_CALL = 0.3e-6  # seconds per GEMM issued in a batched MatMul
 PACK_ELEM = 1.0e-9  # seconds per element of a non-constant right-hand MatMul operand (packing)
 BANDWIDTH = 10e9  # bytes per second for streaming ops (read + write)
@@ -46,4 +47,6 @@ CACHE_BYTES = 16 << 20  # where pooling ops fall off (measured between 7 MB and 
 GATHER_RATE = 1.5e9  # elements per second copied by Gather
 GATHER_BLOCK = 8e-9  # seconds per contiguous block a Gather copies (block = the dims after the axis)
 ARGMAX_PASSES = 14  # passes over the gathered windows in the argmax construction (IsNaN, Where, ReduceMax, ...)
+ARGMAX_PASSES_LAZY = 5  # the same on the finite path of its If-guarded form (ReduceSum, ArgMax, GatherElements)
+ARGMAX_OUT_OF_CACHE = 4  # their slowdown when the windows exceed CACHE_BYTES (8x256x64x64 -> 5x7: 34-131 ms)
 NODE = 2e-6  # fixed per-node overhead

@@ -25,8 +25,9 @@ Axes whose output size is 1 become one ReduceMean/ReduceMax (exact for any ``n``
 input (torch's ``None``) are untouched; static axes of a partly symbolic node use constant matrices or
 window tables. No Loop/If/Einsum: every op is in TensorRT's ONNX parser table. Range needs opset 11.
 Max whose indices output is read: :class:`~.dynamic_max.DynamicArgMaxStep`, the ``argmax`` lowering's
-construction over runtime window tables (NaN and -inf handled there, no If on either target). The max steps
-live in :mod:`.dynamic_max`, the runtime lengths and window tables both share in :mod:`.runtime_windows`.
+construction over runtime window tables (NaN and -inf handled there; an If only with the onnxruntime
+target). The max steps live in :mod:`.dynamic_max`, the runtime lengths and window tables both share in
+:mod:`.runtime_windows`.
 """
 from __future__ import annotations
 

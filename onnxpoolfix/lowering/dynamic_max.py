@@ -4,7 +4,8 @@ tables are built at run time (:mod:`.runtime_windows`), then
 - values only: :class:`DynamicWindowMaxStep`, per axis a Gather of its table and a ReduceMax over the window
   dim, the pooled axes moved in front once (NaN/-inf handling: the base class' wrapper);
 - indices read too: :class:`DynamicArgMaxStep`, the ``argmax`` lowering's construction
-  (:func:`~.argmax.emit_argmax`) over the runtime tables, NaN and -inf handled there, no If on either target.
+  (:func:`~.argmax.emit_argmax`) over the runtime tables, NaN and -inf handled there (its NaN-aware choice
+  behind an If on finite windows with the onnxruntime target, as the static one; no If for TensorRT).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from .. import windows as W
 from . import cost as C
-from .argmax import ARGMAX_OPS, argmax_seconds, emit_argmax
+from .argmax import ARGMAX_OPS, LAZY_OPS, argmax_seconds, emit_argmax
 from .runtime_windows import RuntimeLengths, guess_len, int64_scalar, runtime_window_table, runtime_window_tables
 from .steps import Step
 
@@ -117,13 +118,14 @@ class DynamicArgMaxStep(Step):
         kmax = [1 if m is None else ceil(guess_len(shape[f + j]) / m) + 1 for j, m in enumerate(self.m)]
         gathered = lead * prod(outs) * prod(kmax)
         # argmax's (see argmax_seconds) + ~12 small nodes per symbolic table and the flat index
-        return (argmax_seconds(lead, gathered, sum(m is not None for m in self.m), isz)
+        return (argmax_seconds(lead, gathered, sum(m is not None for m in self.m), isz, not self.tie_safe)
                 + (12 * sum(n is None for n in self.n) + 10) * C.NODE)
 
     @property
     def ops(self):
         tables = ("Div", "Sub", "Min", "Less")  # runtime_window_table (Where/Less before opset 12)
-        return tuple(dict.fromkeys(ARGMAX_OPS + tables + (("Equal", "ReduceMin") if self.tie_safe else ("ArgMax",))))
+        choice = ("Equal", "ReduceMin") if self.tie_safe else ("ArgMax",) + LAZY_OPS  # lazy: onnxruntime target
+        return tuple(dict.fromkeys(ARGMAX_OPS + tables + choice))
 
     def emit_both(self, em, x, shape, elem, y, indices):
         lead, k = self.first_axis, len(self.m)
@@ -199,4 +201,5 @@ class DynamicArgMaxStep(Step):
         table_names = [None if j not in tables else
                        (em.const(f"window_table_{j}", tables[j]) if isinstance(tables[j], np.ndarray) else tables[j])
                        for j in range(k)]
-        emit_argmax(em, x, len(shape), table_names, kall, n_out, elem, self.tie_safe, y, indices, flat)
+        emit_argmax(em, x, len(shape), table_names, kall, n_out, elem, self.tie_safe, y, indices, flat,
+                    lazy=not self.tie_safe)

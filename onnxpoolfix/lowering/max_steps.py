@@ -178,12 +178,12 @@ class NonFiniteMaxStep(Step):
         xs = em.cast(x, TensorProto.FLOAT) if elem == TensorProto.FLOAT16 else x
         total = em.op("ReduceSum", [xs], keepdims=0)
         finite = em.op("Not", [em.op("IsNaN", [em.op("Sub", [total, total])])])
-        then_branch = _branch(em, "finite_inputs", elem, lambda sub: self._plain(sub, x, shape, elem))
-        else_branch = _branch(em, "non_finite_inputs", elem, lambda sub: self._exact(sub, x, shape, elem))
+        then_branch = if_branch(em, "finite_inputs", elem, lambda sub: self._plain(sub, x, shape, elem))
+        else_branch = if_branch(em, "non_finite_inputs", elem, lambda sub: self._exact(sub, x, shape, elem))
         return em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)
 
 
-def _branch(em: Emitter, hint: str, elem: int, build) -> GraphProto:
+def if_branch(em: Emitter, hint: str, elem: int, build) -> GraphProto:
     """A subgraph for If, built by ``build(sub_emitter) -> output``; its constants live in the outer graph."""
     from onnx import helper
 

@@ -1,6 +1,9 @@
 """Choosing the lowering for each node: every exact candidate, its estimated cost, the cheapest wins.
 
-The estimates come from lowering/cost.py (one place, fitted to measurements). ``strategy`` forces one
+The estimates come from lowering/cost.py (one place, fitted to measurements; ``$ONNXPOOLFIX_COSTS`` may
+name constants measured on this machine by ``onnxpoolfix calibrate``: lowering/calibration.py, and each
+plan's ``why`` then says so; ``$ONNXPOOLFIX_TUNE=1`` times the exact candidates instead: plan/tuning.py).
+``strategy`` forces one
 lowering by name (for comparisons and benchmarks); it must still be exact for the node, or the planner
 refuses with the lowering's own reason.
 """
@@ -12,7 +15,9 @@ from ..errors import ArgumentError, UnsupportedNodeError
 from ..graph.shapes import PoolSpec
 from ..lowering import BY_NAME, LOWERINGS, Lowering
 from ..lowering.base import AxisWindows
+from ..lowering.calibration import in_use as costs_in_use
 from ..report import dim_label
+from . import tuning
 
 AUTO = "auto"
 STRATEGIES = (AUTO,) + tuple(BY_NAME)
@@ -34,6 +39,7 @@ class Plan:
 
 
 def candidates(spec: PoolSpec) -> tuple[Candidate, ...]:
+    costs_in_use()  # the constants of $ONNXPOOLFIX_COSTS, or the built-in ones
     out = []
     for lw in LOWERINGS:
         reason = lw.check(spec)
@@ -79,10 +85,16 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
     best = ok[0]
     if len(ok) == 1:
         why = "the only exact lowering"
+    elif tuning.enabled() and tuning.tunable(spec):
+        measured = tuning.measure(spec, [BY_NAME[c.name] for c in ok])
+        ranked = sorted(ok, key=lambda c: measured[c.name])
+        best, runner = ranked[0], ranked[1]
+        why = f"tuned: measured {_us(measured[best.name])} vs {runner.name} {_us(measured[runner.name])}"
     else:
         runner = ok[1]
         why = f"est. {_us(best.cost)} vs {runner.name} {_us(runner.cost)}"
-    return Plan(spec, BY_NAME[best.name], cands, f"{describe_axes(spec)}; {why}")
+    source = costs_in_use()
+    return Plan(spec, BY_NAME[best.name], cands, f"{describe_axes(spec)}; {why}" + (f" ({source})" if source else ""))
 
 
 def plan_or_none(spec: PoolSpec) -> Plan | None:

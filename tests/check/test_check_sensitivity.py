@@ -13,6 +13,7 @@ import onnxpoolfix
 from onnxpoolfix import windows as W
 from onnxpoolfix.check import check_patched
 from onnxpoolfix.frontends.leftovers import find_pool_nodes
+from onnxpoolfix.graph import nodes_deep
 from onnxpoolfix.graph.shapes import model_opset, resolve_specs
 
 
@@ -143,18 +144,19 @@ def _last_instead_of_first_maximum(model):
     """The lowering picks the last of equal maxima instead of torch's first (only ties tell)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    producer = {o: n for n in out.graph.node for o in n.output}
-    # the windows with NaN filled by -inf: Where(IsNaN, minus_inf, windows)
-    (filled,) = [n.output[0] for n in out.graph.node
-                 if n.op_type == "Where" and any(_short(i).startswith("minus_inf") for i in n.input)]
-    firsts = [n for n in out.graph.node if n.op_type == "ArgMax" and filled in n.input]  # onnxruntime target
+    nodes = list(nodes_deep(out.graph.node))  # the onnxruntime target's choice sits in an If's branches
+    producer = {o: n for n in nodes for o in n.output}
+    # onnxruntime target: the ArgMax of the finite windows (the If's then-branch) and the one of the windows
+    # with NaN filled by -inf (its else-branch: Where(IsNaN, minus_inf, windows)); both are corrupted, so
+    # whichever branch runs picks the last maximum
+    firsts = [n for n in nodes if n.op_type == "ArgMax"]
     for n in firsts:
         n.attribute.append(onnx.helper.make_attribute("select_last_index", 1))
     # tensorrt target: ReduceMin(Where(max here, position, past_end)); last = ReduceMax with past_end = -1
-    mins = [n for n in out.graph.node if n.op_type == "ReduceMin" and producer[n.input[0]].op_type == "Where"]
+    mins = [n for n in nodes if n.op_type == "ReduceMin" and producer[n.input[0]].op_type == "Where"]
     for n in mins:
         n.op_type = "ReduceMax"
-    assert len(firsts) + len(mins) == 1, "the first-maximum node was not found"
+    assert (len(firsts), len(mins)) in ((2, 0), (0, 1)), "the first-maximum nodes were not found"
     if mins:
         out = _replace(out, lambda name, a: np.full_like(a, -1) if _short(name).startswith("past_end") else None)
     return out

@@ -1,0 +1,43 @@
+"""``onnxpoolfix calibrate``: measure the planner's cost constants on this machine and write them to a file
+that ``$ONNXPOOLFIX_COSTS`` then names (the measuring is :mod:`onnxpoolfix.lowering.calibration`'s)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from ..errors import OutputError
+from .app import main
+from .guard import reported
+
+
+def default_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "onnxpoolfix" / "costs.json"
+
+
+@main.command("calibrate")
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
+              help="File to write (default: ~/.cache/onnxpoolfix/costs.json).")
+@click.option("--threads", type=click.IntRange(0), default=0, show_default=True,
+              help="onnxruntime intra-op threads to measure with (0: onnxruntime's default).")
+def calibrate_cmd(out, threads):
+    """Time a few onnxruntime probes and write the planner's cost constants measured here.
+
+    The planner uses them only where ONNXPOOLFIX_COSTS names the file (the default stays the built-in,
+    deterministic constants); each node's `why` then names the file.
+    """
+    from ..lowering import calibration
+
+    path = Path(out) if out else default_path()
+    with reported(False):
+        found = calibration.measure(threads)
+        try:
+            calibration.save(found, path, threads)
+        except OSError as e:
+            raise OutputError(f"cannot write {path}: {e.strerror or e}", "choose another file with --out") from e
+    for name in calibration.MEASURED:
+        built = calibration.BUILT_IN[name]
+        click.echo(f"{name:13s} {found[name]:10.3g}  (built-in {built:.3g}, {found[name] / built:.2f}x)")
+    click.echo(f"wrote {path}; use it with: ONNXPOOLFIX_COSTS={path} onnxpoolfix IN OUT")

@@ -1,0 +1,174 @@
+"""Cost constants measured on the machine where the planner runs (``onnxpoolfix calibrate``).
+
+The built-in constants of :mod:`.cost` were fitted on one 2-core machine; another machine's onnxruntime
+kernels have other speeds (wider vectors, more cores, other caches). :func:`measure` times a few probes in
+onnxruntime, each dominated by the cost term of one constant, and derives that constant from the time:
+
+=================  ===========================================================================
+``NODE``           40 chained Neg on 16 floats: the fixed cost per node
+``BANDWIDTH``      ReduceSum over 32 MB (out of cache, as the large cases): bytes streamed per second
+``MAC_RATE``       MatMul [4096, 81] @ [81, 49] (a constant; 9x9 -> 7x7's Kronecker form): multiply-adds
+                   per second
+``POOL_RATE``      MaxPool k5 s4 on 1x256x33x33: window elements read per second
+``GATHER_RATE``    Gather of 4096 rows of 256 floats (axis 0): elements copied per second
+``GATHER_BLOCK``   Gather along the last axis of [4096, 64]: seconds per one-element block
+=================  ===========================================================================
+
+The others (the 3D pool rate, the out-of-cache pool cost, the argmax passes, GEMM call and packing costs)
+stay as fitted. :func:`save` writes them as a small JSON file; the planner uses such a file only when
+the environment variable ``ONNXPOOLFIX_COSTS`` names it (:func:`in_use`), so the default stays
+deterministic, and every node's ``why`` in the report then says which file's costs chose its lowering.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import cost as C
+
+ENV = "ONNXPOOLFIX_COSTS"
+SCHEMA = 1
+MEASURED = ("NODE", "BANDWIDTH", "MAC_RATE", "POOL_RATE", "GATHER_RATE", "GATHER_BLOCK")
+BUILT_IN = {name: getattr(C, name) for name in dir(C) if name.isupper()}
+log = logging.getLogger(__name__)
+
+
+def _session(model, threads: int):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _model(nodes, x_shape, inits=()):
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(nodes, "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _seconds(model, x: np.ndarray, threads: int, runs: int) -> float:
+    """The fastest of ``runs`` batches of 5 calls: the machine's own speed (on a shared machine other tenants
+    only ever slow a call down, and every probe is slowed alike only by luck)."""
+    sess = _session(model, threads)
+    feed = {"x": x}
+    for _ in range(3):
+        sess.run(None, feed)
+    best = []
+    for _ in range(runs):
+        calls = []
+        for _ in range(5):
+            t = time.perf_counter()
+            sess.run(None, feed)
+            calls.append(time.perf_counter() - t)
+        best.append(min(calls))
+    return min(best)
+
+
+def measure(threads: int = 0, runs: int = 9) -> dict[str, float]:
+    """The constants of :data:`MEASURED`, timed in onnxruntime with ``threads`` intra-op threads (0: its
+    default). Takes a few seconds."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    out: dict[str, float] = {}
+
+    chain = [helper.make_node("Neg", ["x" if i == 0 else f"t{i}"], [f"t{i + 1}" if i < 39 else "y"])
+             for i in range(40)]
+    x = rng.standard_normal(16).astype(np.float32)
+    out["NODE"] = _seconds(_model(chain, [16]), x, threads, runs) / 40
+    node = out["NODE"]
+
+    x = rng.standard_normal(8 << 20).astype(np.float32)
+    t = _seconds(_model([helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)], [x.size]), x, threads, runs)
+    out["BANDWIDTH"] = x.nbytes / max(t - node, 1e-9)
+    bw = out["BANDWIDTH"]
+
+    x = rng.standard_normal((4096, 81)).astype(np.float32)
+    w = numpy_helper.from_array(rng.standard_normal((81, 49)).astype(np.float32), "w")
+    t = _seconds(_model([helper.make_node("MatMul", ["x", "w"], ["y"])], list(x.shape), [w]), x, threads, runs)
+    out["MAC_RATE"] = 4096 * 81 * 49 / max(t - node - 2 * x.nbytes / bw, 1e-9)
+
+    x = rng.standard_normal((1, 256, 33, 33)).astype(np.float32)
+    pool = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[5, 5], strides=[4, 4])
+    t = _seconds(_model([pool], list(x.shape)), x, threads, runs)
+    out["POOL_RATE"] = 256 * 8 * 8 * 25 / max(t - node - x.nbytes / bw, 1e-9)
+
+    x = rng.standard_normal((4096, 256)).astype(np.float32)
+    rows = numpy_helper.from_array(rng.integers(0, 4096, 4096).astype(np.int64), "rows")
+    t = _seconds(_model([helper.make_node("Gather", ["x", "rows"], ["y"], axis=0)], list(x.shape), [rows]), x,
+                 threads, runs)
+    out["GATHER_RATE"] = x.size / max(t - node - 4096 * C.GATHER_BLOCK, 1e-9)
+
+    x = rng.standard_normal((4096, 64)).astype(np.float32)
+    cols = numpy_helper.from_array(rng.integers(0, 64, 64).astype(np.int64), "cols")
+    t = _seconds(_model([helper.make_node("Gather", ["x", "cols"], ["y"], axis=1)], list(x.shape), [cols]), x,
+                 threads, runs)
+    out["GATHER_BLOCK"] = max(t - node - x.size / out["GATHER_RATE"], 0.0) / x.size
+    return out
+
+
+def save(constants: dict[str, float], path: str | os.PathLike, threads: int = 0) -> None:
+    import onnxruntime as ort
+
+    data = {"schema": SCHEMA, "measured": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": platform.machine(),
+            "cpus": os.cpu_count(), "onnxruntime": ort.__version__, "threads": threads,
+            "constants": {k: constants[k] for k in MEASURED if k in constants}}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def load(path: str | os.PathLike) -> dict[str, float]:
+    """The constants in a file :func:`save` wrote; ValueError if it is not one."""
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("constants"), dict):
+        raise ValueError("not an onnxpoolfix costs file (schema 1)")
+    found = data["constants"]
+    bad = [k for k, v in found.items() if k not in MEASURED or not isinstance(v, (int, float)) or not v >= 0]
+    if bad:
+        raise ValueError(f"unknown or invalid constants: {', '.join(sorted(bad))}")
+    return {k: float(v) for k, v in found.items()}
+
+
+_loaded: dict = {"key": None, "label": None}
+
+
+def in_use() -> str | None:
+    """Install the constants of the file ``$ONNXPOOLFIX_COSTS`` names into :mod:`.cost` (the built-in ones
+    where the variable is unset) and say which: None for the built-in constants, else a label for the
+    report. A file that cannot be read leaves the built-in constants, and the label says why."""
+    path = os.environ.get(ENV)
+    try:
+        key = (path, os.stat(path).st_mtime_ns) if path else None
+    except OSError:
+        key = (path, None)
+    if key == _loaded["key"]:
+        return _loaded["label"]
+    for name, value in BUILT_IN.items():
+        setattr(C, name, value)
+    label = None
+    if path:
+        try:
+            for name, value in load(path).items():
+                setattr(C, name, value)
+            label = f"costs calibrated in {path}"
+        except (OSError, ValueError) as e:
+            log.warning("%s=%s not used: %s", ENV, path, e)
+            label = f"built-in costs ({ENV} not used: {e})"
+    _loaded.update(key=key, label=label)
+    return label

@@ -1,0 +1,83 @@
+"""Tuning: the planner's choice by timing the exact candidates in onnxruntime, as TensorRT times its tactics.
+
+Off by default (the cost model's choice is deterministic); ``ONNXPOOLFIX_TUNE=1`` turns it on, with
+onnxruntime's default thread count unless ``ONNXPOOLFIX_TUNE_THREADS=N`` says how many intra-op threads the
+model will run with (the ranking can depend on it: MatMul scales with threads better than pooling). Each exact
+lowering of a node with static sizes is built alone into a one-node model, run on a random input of the
+node's shape (symbolic leading dims as 1), interleaved with the others for a few rounds; the fastest call
+of each round counts, the median over rounds decides. Nodes whose input exceeds ``MAX_BYTES``, dtypes
+numpy cannot draw (bfloat16) and symbolic pooled axes keep the estimate's choice.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from typing import Sequence
+
+import numpy as np
+from onnx import TensorProto, helper
+
+from ..graph.emit import Emitter, np_dtype
+from ..graph.shapes import PoolSpec, make_value_info
+
+ENV = "ONNXPOOLFIX_TUNE"
+THREADS_ENV = "ONNXPOOLFIX_TUNE_THREADS"
+MAX_BYTES = 256 << 20
+ROUNDS = 7
+CALLS = 3
+TUNABLE = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "") not in ("", "0")
+
+
+def tunable(spec: PoolSpec) -> bool:
+    if not spec.static or spec.dtype not in TUNABLE:
+        return False
+    shape = [d if isinstance(d, int) else 1 for d in spec.input_shape]
+    return int(np.prod(shape)) * np.dtype(np_dtype(spec.dtype)).itemsize <= MAX_BYTES
+
+
+def _session(lowering, spec: PoolSpec, shape: list[int]):
+    import onnxruntime as ort
+
+    indices = "indices" if spec.node.indices_output and lowering.computes_indices else None
+    em = Emitter("tune", {"x", "y", "indices"}, spec.opset)
+    lowering.build(em, spec, "x", "y", indices)
+    outputs = [make_value_info("y", spec.dtype, None)]
+    if indices:
+        outputs.append(make_value_info("indices", TensorProto.INT64, None))
+    graph = helper.make_graph(em.nodes, "tune", [make_value_info("x", spec.dtype, shape)], outputs,
+                              initializer=em.initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", spec.opset)])
+    so = ort.SessionOptions()
+    threads = os.environ.get(THREADS_ENV, "")
+    if threads.isdigit() and int(threads) > 0:
+        so.intra_op_num_threads = int(threads)
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def measure(spec: PoolSpec, lowerings: Sequence) -> dict[str, float]:
+    """Median over rounds of the fastest of ``CALLS`` calls, per lowering name (seconds)."""
+    shape = [d if isinstance(d, int) else 1 for d in spec.input_shape]
+    x = np.random.default_rng(0).standard_normal(shape).astype(np_dtype(spec.dtype))
+    runs = {}
+    for lw in lowerings:
+        sess = _session(lw, spec, shape)
+        sess.run(None, {"x": x})  # warm-up
+        runs[lw.name] = sess
+    per: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for r in range(ROUNDS):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            best = float("inf")
+            for _ in range(CALLS):
+                t = time.perf_counter()
+                runs[name].run(None, {"x": x})
+                best = min(best, time.perf_counter() - t)
+            per[name].append(best)
+    return {name: statistics.median(v) for name, v in per.items()}

@@ -1,0 +1,74 @@
+"""Cost constants measured on the machine (lowering/calibration.py, `onnxpoolfix calibrate`): used only
+where $ONNXPOOLFIX_COSTS names the file (the default stays the built-in constants, deterministic), and the
+report's `why` then says so. No timing is asserted, only that the measured constants are sane numbers."""
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+from helpers import make_leftover
+
+import onnxpoolfix
+from onnxpoolfix.cli import main
+from onnxpoolfix.lowering import calibration
+from onnxpoolfix.lowering import cost as C
+
+
+def _node(model):
+    (node,) = onnxpoolfix.patch(model, check=False).report.nodes
+    return node
+
+
+def test_default_is_the_built_in_constants(monkeypatch):
+    monkeypatch.delenv(calibration.ENV, raising=False)
+    node = _node(make_leftover("avg", [1, 256, 33, 33], (8, 8)))
+    assert node.lowering == "pool" and "costs" not in node.why
+    assert all(getattr(C, k) == v for k, v in calibration.BUILT_IN.items())
+
+
+def test_a_costs_file_is_used_and_named_then_dropped(monkeypatch, tmp_path):
+    path = tmp_path / "costs.json"
+    # a machine whose pooling ops were 1000x slower: the planner must leave AveragePool for the MatMul
+    calibration.save(dict(calibration.BUILT_IN, POOL_RATE=C.POOL_RATE / 1000), path)
+    monkeypatch.setenv(calibration.ENV, str(path))
+    node = _node(make_leftover("avg", [1, 256, 33, 33], (8, 8)))
+    assert node.lowering != "pool" and f"costs calibrated in {path}" in node.why
+    monkeypatch.delenv(calibration.ENV)
+    node = _node(make_leftover("avg", [1, 256, 33, 33], (8, 8)))
+    assert node.lowering == "pool" and "costs" not in node.why
+    assert C.POOL_RATE == calibration.BUILT_IN["POOL_RATE"]
+
+
+def test_an_unreadable_costs_file_leaves_the_built_in_constants_and_says_so(monkeypatch, tmp_path):
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps({"schema": 1, "constants": {"POOL_RATE": "fast"}}))
+    monkeypatch.setenv(calibration.ENV, str(path))
+    node = _node(make_leftover("avg", [1, 256, 33, 33], (8, 8)))
+    assert node.lowering == "pool" and "not used" in node.why
+    assert C.POOL_RATE == calibration.BUILT_IN["POOL_RATE"]
+    monkeypatch.setenv(calibration.ENV, str(tmp_path / "missing.json"))
+    assert "not used" in _node(make_leftover("avg", [1, 256, 33, 33], (8, 8))).why
+    monkeypatch.delenv(calibration.ENV)
+    calibration.in_use()
+
+
+def test_calibrate_command_writes_a_file_the_planner_reads(monkeypatch, tmp_path):
+    monkeypatch.delenv(calibration.ENV, raising=False)
+    path = tmp_path / "sub" / "costs.json"
+    result = CliRunner().invoke(main, ["calibrate", "--out", str(path), "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    found = calibration.load(path)
+    assert set(found) == set(calibration.MEASURED)
+    assert all(0 < v < float("inf") for k, v in found.items() if k != "GATHER_BLOCK")
+    assert f"ONNXPOOLFIX_COSTS={path}" in result.output
+    monkeypatch.setenv(calibration.ENV, str(path))
+    assert "costs calibrated" in _node(make_leftover("max", [1, 8, 10, 10], (7, 7))).why
+    monkeypatch.delenv(calibration.ENV)
+    calibration.in_use()
+
+
+def test_calibrate_to_an_unwritable_file_is_an_output_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = CliRunner().invoke(main, ["calibrate", "--out", str(blocker / "costs.json"), "--threads", "1"])
+    assert result.exit_code == 6 and "hint:" in result.output
