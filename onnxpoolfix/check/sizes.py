@@ -13,6 +13,7 @@ import onnx
 from .. import windows as W
 from ..errors import ShapeError
 from ..graph.shapes import PoolSpec, light_copy, onnx_inferred
+from ..report import dim_label
 from .feeds import graph_inputs, random_feed, symbolic_inputs
 from .runner import ort_session, ort_value
 
@@ -203,7 +204,7 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
              for a, m in zip(s.axes, s.out_sizes) if isinstance(m, int)}
     batches = sorted({v[0] for c in chosen for name, v in c.items()
                       if name in free and not isinstance(free[name][0], int)})
-    outs = "x".join(str(m) for m in dyn[0].out_sizes)
+    outs = "x".join(dim_label(m) for m in dyn[0].out_sizes)
     desc = ", ".join(f"{' '.join(f'{n}:' + 'x'.join(map(str, v)) for n, v in c.items())} (pooled "
                      + "/".join("x".join(str(got[s.node.input][a]) for a in s.axes) for s in dyn) + ")"
                      for c, got in zip(chosen, pooled))
