@@ -15,11 +15,12 @@ import onnx
 
 from .check import run_check
 from .check.bodies import body_rows, check_in_bodies
-from .errors import InvalidModelError
+from .errors import ArgumentError, InvalidModelError
+from .frontends.dynamo import frozen_error, partial_lines
 from .graph.shapes import model_opset, validate_input_shape
 from .plan.model import PlanOptions, apply_model_plan, no_lowering_hint, plan_model
 from .plan.planner import AUTO, check_strategy
-from .report import NOT_CHECKED, NOTHING_TO_PATCH, NodeReport, PatchReport
+from .report import NOT_CHECKED, NOTHING_TO_PATCH, NodeReport, PatchReport, WarningNote
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,8 @@ class PatchResult:
 def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, target: str = "onnxruntime",
           input_shapes: Mapping[str, Sequence[int]] | None = None, keep_input_shapes: bool = False,
           check_shapes: Sequence[Mapping[str, Sequence[int]]] | None = None, inplace: bool = False,
-          model_dir: str | None = None, seed: int = 0, optimize_exporter_pools: bool = False) -> PatchResult:
+          model_dir: str | None = None, seed: int = 0, optimize_exporter_pools: bool = False,
+          traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False) -> PatchResult:
     """Replace every leftover adaptive pooling node of ``model`` with an exact standard-ONNX subgraph.
 
     Args:
@@ -56,6 +58,13 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             windows are adaptive ones (GlobalAveragePool, AveragePool k = s = n/m, ...; see
             :mod:`onnxpoolfix.frontends.exporter_pools`): each is replaced when an exact lowering is estimated faster
             (GlobalAveragePool -> ReduceMean) or when it joins a pyramid read once with its siblings.
+        traced_shapes: the input shapes a dynamo export was traced at (the export call's example input), e.g.
+            ``{"x": [1, 3, 320, 416]}``: every decomposed region is proven there and frozen AveragePools get
+            their adaptive output size from it; binds nothing (OUT keeps its symbolic dims). A size the graph
+            contradicts raises :class:`ShapeError`.
+        allow_partial: write the fix even where some dynamo region stays frozen at the traced size (by default
+            that raises :class:`UnsupportedNodeError`: OUT would be wrong at other sizes); the report's
+            ``partial`` then says, per region, where OUT is right.
 
     Nodes that pool the same tensor are planned together (:mod:`onnxpoolfix.plan.pyramid`) unless ``strategy``
     forces a lowering. Leftovers inside If/Loop/Scan bodies are patched too, planned one by one
@@ -68,6 +77,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     check_arguments("patch", model, target, strategy)
     check_seed(seed)
     input_shapes = shape_map(input_shapes, "input_shapes")
+    traced_shapes = shape_map(traced_shapes, "traced_shapes")
     if check_shapes is not None:
         if isinstance(check_shapes, Mapping) or not isinstance(check_shapes, Sequence):
             raise TypeError("check_shapes takes a list of {input name: shape} mappings, one per check run, "
@@ -84,13 +94,15 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     # before any work: a typo in a bound or a check size is not worth a patch
     for name, dims in (input_shapes or {}).items():
         validate_input_shape(model, name, dims, "--input-shape")
+    for name, dims in (traced_shapes or {}).items():
+        validate_input_shape(model, name, dims, "--traced-shape")
     for shapes in check_shapes or ():
         for name, dims in shapes.items():
             validate_input_shape(model, name, dims, "--check-shape")
     report = PatchReport(opset=model_opset(model), target=target)
     options = PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
                           keep_input_shapes=keep_input_shapes, optimize_exporter_pools=optimize_exporter_pools,
-                          patch_bodies=True, seed=int(seed))
+                          patch_bodies=True, seed=int(seed), traced_shapes=traced_shapes)
     mp = plan_model(model, options)
     found = mp.found
     if found.inlined and inplace:  # the inliner builds a new model: inplace means the caller's object
@@ -99,9 +111,14 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     model = found.model
     if found.blocker is not None:
         raise found.blocker
+    frozen = frozen_error(found.suspects, traced=bool(traced_shapes or input_shapes))
+    if frozen is not None and not allow_partial:  # never a file silently wrong at other sizes
+        raise frozen
     notes = report.notes
     notes += found.notes + mp.notes
     report.suspects = [asdict(s) for s in found.suspects]  # what a front end suspected and left, with why
+    report.partial = partial_lines(found.suspects)
+    notes += [WarningNote(p) for p in report.partial]  # printed first: OUT is right only where these say
     nested = bool(mp.body_nodes)  # leftovers inside If/Loop/Scan bodies, planned with the rest
     if not mp.nodes and not nested:
         notes.append(NOTHING_TO_PATCH)  # after the front ends' notes: e.g. a frozen dynamo export
@@ -130,7 +147,9 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             indices="computed" if s.node.indices_output else "dropped" if s.node.unused_outputs else "none"))
     if check:
         if specs:
-            run_check(model, specs, report, check_shapes=check_shapes, input_shapes=input_shapes,
+            run_check(model, specs, report, check_shapes=check_shapes,
+                      # a partial fix runs where its frozen regions do: at the traced size
+                      input_shapes=input_shapes or (traced_shapes if report.partial else None),
                       model_dir=model_dir, seed=seed)
         if in_bodies:
             check_in_bodies(model, in_bodies, report, model_dir=model_dir, seed=seed)
@@ -173,8 +192,15 @@ def check_arguments(caller: str, model, target: str, strategy: str) -> None:
     ValueError naming the argument: a programming error, not a model problem)."""
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"{caller}() takes an onnx.ModelProto, not {type(model).__name__}")
-    if target not in TARGETS:
-        raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
+    check_choices(target, strategy)
+
+
+def check_choices(target: str, strategy: str) -> None:
+    """``target`` and ``strategy`` as ``patch``, ``inspect_model`` and ``export`` take them: an
+    :class:`~onnxpoolfix.errors.ArgumentError` (a ValueError) for a name that is none of them, as the
+    strategy's own check (:func:`~onnxpoolfix.plan.planner.check_strategy`) says it."""
+    if not isinstance(target, str) or target not in TARGETS:
+        raise ArgumentError(f"target must be one of {TARGETS}, not {target!r}", f"choose one of: {', '.join(TARGETS)}")
     check_strategy(strategy)
 
 

@@ -29,7 +29,10 @@ JSON schema (``schema_version`` 1)::
       }],
       "totals": {"nodes": int, "max_error": float | null, "by_lowering": {str: int}},
       "suspects": [{"result": str, "evidence": str, "why": str,   # suspected adaptive pooling, left as it
-                    "frozen": bool}]   # is; frozen: a dynamo decomposition stuck at the traced size
+                    "frozen": bool,    # is; frozen: a dynamo decomposition stuck at the traced size
+                    "right_at": str}], # where it is right as it is ("" unless frozen)
+      "partial": [str]   # allow_partial / --allow-partial: per region left frozen, where OUT is right;
+                         # empty: OUT is exact at every size it accepts (check_passed covers the replaced nodes)
     }
 """
 from __future__ import annotations
@@ -92,6 +95,7 @@ class PatchReport:
     opset: int = 0
     target: str = "onnxruntime"
     suspects: list[dict] = field(default_factory=list)  # onnxpoolfix.frontends.base.Suspect, as dicts
+    partial: list[str] = field(default_factory=list)  # per region a partial fix left frozen: where OUT is right
 
     @property
     def check_note(self) -> str:
@@ -129,6 +133,7 @@ class PatchReport:
             "nodes": [asdict(n) for n in self.nodes],
             "totals": {"nodes": len(self.nodes), "max_error": self.max_error, "by_lowering": by},
             "suspects": self.suspects,
+            "partial": self.partial,
         }
 
     def to_json(self) -> str:
@@ -151,7 +156,11 @@ class PatchReport:
         return "\n".join(lines)
 
     def summary(self) -> str:
-        """The result line: what was replaced and the check's verdict (the notes are :meth:`note_lines`)."""
+        """The result line: what was replaced and the check's verdict (the notes are :meth:`note_lines`); a
+        partial fix (``allow_partial``) says so first."""
+        return ("PARTIAL fix, OUT is not right at every size: " if self.partial else "") + self._summary()
+
+    def _summary(self) -> str:
         if not self.nodes:
             return NOTHING_TO_PATCH
         n = len(self.nodes)

@@ -22,14 +22,14 @@ OPT_NUM = (int, float, type(None))
 TOP = {
     "schema_version": int, "tool": str, "version": str, "status": str, "checked": bool,
     "check_passed": (bool, type(None)), "check_note": str, "opset": int, "target": str, "nodes": list,
-    "totals": dict, "suspects": list,
+    "totals": dict, "suspects": list, "partial": list,
 }
 NODE = {
     "name": str, "op": str, "kind": str, "encoding": str, "input_shape": list, "output_shape": list,
     "lowering": str, "why": str, "ops": list, "indices": str, "max_error": OPT_NUM, "tolerance": OPT_NUM,
     "checked_shapes": list, "evidence": str,
 }
-SUSPECT = {"result": str, "evidence": str, "why": str, "frozen": bool}
+SUSPECT = {"result": str, "evidence": str, "why": str, "frozen": bool, "right_at": str}
 TOTALS = {"nodes": int, "max_error": OPT_NUM, "by_lowering": dict}
 
 
@@ -107,13 +107,17 @@ def test_report_matches_schema(tmp_path: Path, fixture: str, args: list[str]) ->
 
 
 def test_report_lists_what_it_suspected_and_left(tmp_path: Path) -> None:
-    """Unbound, the dynamo fixture's 2x2 bin (an AveragePool frozen at the traced size) is left, with why."""
+    """Unbound, the dynamo fixture's 2x2 bin (an AveragePool frozen at the traced size) is refused; with
+    --allow-partial it is left, with why, and the report says where OUT is right."""
     rep = tmp_path / "r.json"
-    result = CliRunner().invoke(main, [str(FIXTURES / "dynamo" / "psp_area_symbolic.onnx"), str(tmp_path / "o.onnx"),
-                                       "--report", str(rep)])
+    args = [str(FIXTURES / "dynamo" / "psp_area_symbolic.onnx"), str(tmp_path / "o.onnx"), "--report", str(rep)]
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 4 and not rep.exists() and "--traced-shape" in refused.stderr
+    result = CliRunner().invoke(main, args + ["--allow-partial"])
     assert result.exit_code == 0, result.stderr
     doc = json.loads(rep.read_text())
     validate(doc)
+    assert doc["partial"] == ["'avg_pool2d' left frozen: OUT is right only at the size the model was exported at"]
     assert [n["encoding"] for n in doc["nodes"]] == ["dynamo", "dynamo"]
     assert [(s["result"], s["frozen"]) for s in doc["suspects"]] == [("avg_pool2d", True)]
     assert "known only at that size" in doc["suspects"][0]["why"]

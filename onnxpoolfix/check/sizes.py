@@ -3,6 +3,8 @@ symbolic pooled axis probed for sizes that give uniform, non-uniform and upsampl
 from __future__ import annotations
 
 import logging
+import math
+import re
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -11,6 +13,7 @@ import onnx
 from .. import windows as W
 from ..errors import ShapeError
 from ..graph.shapes import PoolSpec, light_copy, onnx_inferred
+from ..report import dim_label
 from .feeds import graph_inputs, random_feed, symbolic_inputs
 from .runner import ort_session, ort_value
 
@@ -147,10 +150,11 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
             out[name] = tuple(shape)
         return out
 
+    declared = declared_step(free, spatial)  # dims declared as multiples ('32*h'): only those sizes are valid
     probe = _Prober(model, {s.node.input: s.dtype for s in dyn}, model_dir, seed)
     try:
         base = None
-        for b in _PROBE_BASES:
+        for b in sorted({-(-b // declared) * declared for b in _PROBE_BASES}):
             got0 = probe.pooled(shapes_for([b] * k, 1))
             if got0 is not None:
                 got1 = probe.pooled(shapes_for([2 * b] * k, 1))
@@ -162,7 +166,7 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
                 "cannot choose sizes for the check: the model ran at none of the input sizes tried "
                 f"({', '.join(map(str, _PROBE_BASES))} on the symbolic dims)",
                 "give them with --check-shape NAME:D0,D1,... (repeatable), or skip the check with --no-check")
-        step = 1  # base and 2*base run, so some power of two up to base does
+        step = declared  # base and 2*base run, so some power of two (times the declared step) up to base does
         while step < base and probe.pooled(shapes_for([base + step] * k, 1)) is None:
             step *= 2
         # per pooled axis position j (counted from the last, as shapes_for does): n = n0 + (S - S0) / r, fitted
@@ -235,13 +239,29 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
              for a, m in zip(s.axes, s.out_sizes) if isinstance(m, int)}
     batches = sorted({v[0] for c in chosen for name, v in c.items()
                       if name in free and not isinstance(free[name][0], int)})
-    outs = "x".join(str(m) for m in dyn[0].out_sizes)
+    outs = "x".join(dim_label(m) for m in dyn[0].out_sizes)
     desc = ", ".join(f"{' '.join(f'{n}:' + 'x'.join(map(str, v)) for n, v in c.items())} (pooled "
                      + "/".join("x".join(str(got[s.node.input][a]) for a in s.axes) for s in dyn) + ")"
                      for c, got in zip(chosen, pooled))
     covered = ", ".join(kd for kd in (*WINDOW_KINDS, "kept") if kd in kinds) or "output sizes computed at run time"
+    if declared > 1:
+        covered += f"; sizes multiples of {declared}, as the input's dims declare"
+
     return chosen, (f"symbolic pooled axes checked at {len(chosen)} sizes (-> {outs}; windows: {covered}"
                     + (f"; batch {' and '.join(map(str, batches))}" if batches else "") + f"): {desc}")
+
+
+def declared_step(free: Mapping[str, Sequence], spatial: Mapping[str, Sequence[int]]) -> int:
+    """The multiple every symbolic spatial input dim is declared as (``32*h``: 32; the lcm over dims; 1 where
+    a dim is a plain symbol): sizes that are not multiples of it are outside what the export accepts."""
+    step = 1
+    for name, axes in spatial.items():
+        for a in axes:
+            d = free[name][a]
+            m = re.fullmatch(r"\s*(\d+)\s*\*\s*[A-Za-z_]\w*\s*|\s*[A-Za-z_]\w*\s*\*\s*(\d+)\s*", str(d))
+            if m:
+                step = math.lcm(step, int(m.group(1) or m.group(2)))
+    return step
 
 
 class _Prober:

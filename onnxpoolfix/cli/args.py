@@ -97,12 +97,16 @@ class PlanChoice:
     strategy: str
     input_shapes: dict[str, list[int]] | None
     optimize_exporter_pools: bool
+    traced_shapes: dict[str, list[int]] | None = None  # a dynamo export's traced size (binds nothing)
+    allow_partial: bool = False  # write the fix even where a dynamo region stays frozen
 
     def check_against(self, model) -> None:
-        """``--input-shape`` against the loaded model (a name that is no input, a wrong rank, a fixed dim
-        changed): :class:`~onnxpoolfix.errors.ArgumentError`, exit 2, before any work."""
+        """``--input-shape`` / ``--traced-shape`` against the loaded model (a name that is no input, a wrong
+        rank, a fixed dim changed): :class:`~onnxpoolfix.errors.ArgumentError`, exit 2, before any work."""
         for name, dims in (self.input_shapes or {}).items():
             validate_input_shape(model, name, dims, "--input-shape")
+        for name, dims in (self.traced_shapes or {}).items():
+            validate_input_shape(model, name, dims, "--traced-shape")
 
 
 class Plan(ArgGroup):
@@ -119,12 +123,20 @@ class Plan(ArgGroup):
                      help="Also plan the pools the exporter lowered itself (GlobalAveragePool, AveragePool with "
                           "adaptive windows): each is replaced where an exact form is faster or a pyramid can "
                           "read its input once, kept otherwise."),
+        click.option("--traced-shape", "traced_shape", multiple=True, metavar="NAME:D0,D1,...",
+                     help="The input shape a dynamo export was traced at (the export call's example input): its "
+                          "decomposed pools are proven and frozen ones sized there; binds nothing (OUT keeps its "
+                          "symbolic dims)."),
+        click.option("--allow-partial", is_flag=True,
+                     help="Write the fix even where a dynamo region stays frozen at the traced size (OUT then "
+                          "right only where the report's 'partial' says); refused by default."),
     )
 
     def parse(self, values):
         shapes = parse_shapes(values.pop("input_shape"), "--input-shape")
+        traced = parse_shapes(values.pop("traced_shape"), "--traced-shape")
         return PlanChoice(values.pop("target"), values.pop("strategy"), shapes or None,
-                          values.pop("optimize_exporter_pools"))
+                          values.pop("optimize_exporter_pools"), traced or None, values.pop("allow_partial"))
 
 
 # ----------------------------------------------------------------------------------------- Check (patch)

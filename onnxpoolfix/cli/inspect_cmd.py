@@ -24,7 +24,8 @@ def inspect_cmd(src: str, plan: PlanChoice, view: ViewChoice, seed: int, verbosi
         check_input_model(model, src)  # the same exit 3 as patch for a model the ONNX checker rejects
         plan.check_against(model)  # the same exit 2 as patch for an --input-shape that does not fit
         result = inspect_model(model, target=plan.target, strategy=plan.strategy, input_shapes=plan.input_shapes,
-                               name=src, optimize_exporter_pools=plan.optimize_exporter_pools, seed=seed)
+                               name=src, optimize_exporter_pools=plan.optimize_exporter_pools, seed=seed,
+                               traced_shapes=plan.traced_shapes, allow_partial=plan.allow_partial)
     # a blocker's hint names the API's arguments (inspect_model's words): here, the flags
     if view.windows:
         click.echo(cli_words(render_inspection(result, as_json=view.as_json)))

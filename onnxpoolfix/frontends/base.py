@@ -40,6 +40,9 @@ class PlanOptions:
     strategy: str = "auto"
     target: str = "onnxruntime"
     input_shapes: Mapping[str, Sequence[int]] | None = None
+    # the size the file was exported at (``--traced-shape``): only for the dynamo front end's proofs and frozen
+    # AveragePools; binds nothing in OUT
+    traced_shapes: Mapping[str, Sequence[int]] | None = None
     keep_input_shapes: bool = False
     optimize_exporter_pools: bool = False
     # leftovers inside If/Loop/Scan bodies are planned too (plan_model -> ModelPlan.body_nodes, written by
@@ -71,7 +74,8 @@ class Suspect:
     result: str  # the tensor it writes
     evidence: str
     why: str
-    frozen: bool = False  # a decomposition under symbolic sizes (its unroll frozen at the traced size)
+    frozen: bool = False  # under symbolic sizes, right only at some sizes (frozen at the traced size): OUT would be too
+    right_at: str = ""  # where it is right as it is (what a partial fix's report says)
 
 
 @dataclass

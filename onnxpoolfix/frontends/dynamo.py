@@ -27,60 +27,87 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import onnx
 
-from ..errors import PoolFixError
+from ..errors import PoolFixError, ShapeError, UnsupportedNodeError
 from ..graph.emit import EMITTED_BY
-from ..graph.shapes import SUPPORTED_DTYPES, apply_input_shapes, infer, light_copy, model_opset
+from ..graph.shapes import SUPPORTED_DTYPES, apply_input_shapes, infer, light_copy, model_opset, output_shape
 from ..report import WarningNote
-from ..spec import PoolNode, PoolSpec
+from ..spec import InputDim, PoolNode, PoolSpec
 from .base import FrontEndResult, PlanOptions, Region, Suspect
 from .dynamo_graph import (
+    COMPUTED,
     ENCODING,
+    FOLLOWS_INPUT,
     SELECT_OPS,
     Candidate,
     DataflowGraph,
     LazyInfo,
     find_candidate,
     is_end,
+    literal_output_size,
     node_evidence,
     scales_with_input,
 )
 from .dynamo_proof import prove_all
+from .dynamo_search import declared_dims, evaluate
 from .exporter_pools import adaptive_sizes
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ENCODING", "dynamo_specs", "find_decomposed_pools"]
+__all__ = ["ENCODING", "dynamo_specs", "find_decomposed_pools", "frozen_error", "partial_lines"]
 
 
 def dynamo_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence[PoolSpec] = ()) -> FrontEndResult:
     """The front end at the seam: every proven region of the top-level graph, with notes naming the
-    evidence per region and each suspect left."""
+    evidence per region and each suspect left. The size the regions are proven at: ``traced_shapes``, else
+    ``input_shapes`` (the aten front end binds those in OUT; here they are the traced size too)."""
+    binding = options.traced_shapes or options.input_shapes
     result = find_decomposed_pools(model, opset=model_opset(model), target=options.target,
-                                   input_shapes=options.input_shapes, taken=found, seed=options.seed)
-    result.notes += region_notes(result.regions, result.suspects, bound=bool(options.input_shapes))
+                                   input_shapes=binding, taken=found, seed=options.seed)
+    result.notes += region_notes(result.regions, result.suspects, bound=bool(binding))
     return result
 
 
 def region_notes(regions: Sequence[Region], suspects: Sequence[Suspect], *, bound: bool = False) -> list[str]:
-    out = [f"dynamo region '{r.result}' ({r.nodes} nodes, pooling '{r.pooled}' to "
-           f"{'x'.join(map(str, r.output_size))}): {r.evidence}; proven at {'x'.join(map(str, r.proven_at))}"
+    out = [f"dynamo region '{r.result}' ({r.nodes} nodes, pooling '{r.pooled}' to {size_text(r.output_size)}): "
+           f"{r.evidence}; " + (f"proven at {'x'.join(map(str, r.proven_at))}" if r.proven_at
+                                else "output size from its source line")
            for r in regions]
     out += [f"left the suspected region '{s.result}' ({s.evidence}): {s.why}" for s in suspects]
     frozen = sum(s.frozen for s in suspects)
-    if frozen and bound:  # the sizes were bound and still did not prove it: binding them again is no advice
-        out.append(WarningNote(f"{frozen} adaptive pooling region{'s' if frozen != 1 else ''} under symbolic sizes "
-                   f"stay{'s' if frozen == 1 else ''} frozen at the export's traced size (wrong or crashing at "
-                   "other sizes), not proven at the bound input shapes either: bind the size the model was "
-                   "traced at, or see why above"))
-    elif frozen:
-        out.append(WarningNote(f"{frozen} adaptive pooling region{'s' if frozen != 1 else ''} under symbolic sizes "
-                   f"stay{'s' if frozen == 1 else ''} frozen at the export's traced size (wrong or crashing at "
-                   "other sizes): bind that size with --input-shape NAME:D0,D1,... so onnxpoolfix can prove "
-                   f"and replace {'them' if frozen != 1 else 'it'}"))
+    if frozen:  # the sizes were bound and still did not prove it: binding them again is no advice
+        out.append(WarningNote(
+            f"{frozen} adaptive pooling region{'s' if frozen != 1 else ''} under symbolic sizes "
+            f"stay{'s' if frozen == 1 else ''} frozen at the export's traced size (wrong or crashing at "
+            "other sizes)" + (", not proven at the given traced size either" if bound else
+                              ": give that size with --traced-shape NAME:D0,D1,... so onnxpoolfix can "
+                              f"prove and replace {'them' if frozen != 1 else 'it'}")))
     return out
+
+
+def frozen_error(suspects: Sequence[Suspect], *, traced: bool) -> UnsupportedNodeError | None:
+    """The refusal of a patch that would leave regions frozen at the traced size (OUT silently wrong or
+    crashing at other sizes), or None where no suspect is frozen. ``traced``: a traced size was given."""
+    frozen = [s for s in suspects if s.frozen]
+    if not frozen:
+        return None
+    names = ", ".join(f"'{s.result}' (right {s.right_at or 'only at the traced size'})" for s in frozen)
+    what = ("the given traced size did not prove them (is it the export call's example input?); "
+            if traced else "give the size the model was exported at (the export call's example input) with ")
+    return UnsupportedNodeError(
+        f"{len(frozen)} pooling region(s) of this dynamo export would stay frozen at its traced size, so OUT "
+        f"would be wrong or crash at other input sizes: {names}",
+        what + ("" if not traced else "give it with ") + "--traced-shape NAME:D0,D1,..., "
+        "or export through onnxpoolfix.export; --allow-partial writes the partial fix anyway")
+
+
+def partial_lines(suspects: Sequence[Suspect]) -> list[str]:
+    """Per frozen region a partial fix leaves: where OUT is right (the report's ``partial``)."""
+    return [f"'{s.result}' left frozen: OUT is right {s.right_at or 'only at the traced size'}"
+            for s in suspects if s.frozen]
 
 
 def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
@@ -111,9 +138,11 @@ def _find(model, *, opset, target, input_shapes, taken, seed) -> FrontEndResult:
                if not n.doc_string.startswith(EMITTED_BY)):
         return findings
     g = DataflowGraph(graph)
+    symbolic = any(not d.HasField("dim_value") for i in graph.input if i.type.HasField("tensor_type")
+                   for d in i.type.tensor_type.shape.dim)
     info = LazyInfo(model)  # shape inference only once some region is in sight (it is the costly part)
     busy = {s.node.output for s in taken}  # results already planned (aten leftovers)
-    _frozen_pool_ops(model, g, info, input_shapes, findings, opset=opset, target=target, busy=busy)
+    resting: list = []
     claimed: set[int] = set()
     candidates: list[Candidate] = []
     for end in reversed(range(len(g.nodes))):
@@ -121,6 +150,8 @@ def _find(model, *, opset, target, input_shapes, taken, seed) -> FrontEndResult:
             continue
         c = find_candidate(g, end, info)
         if isinstance(c, Suspect):
+            if c.why == FOLLOWS_INPUT and symbolic:  # (None, m) decomposed: its other axes are frozen
+                c = replace(c, frozen=True, right_at="only at sizes that take the traced branches")
             findings.suspects.append(c)
             continue
         if c is None or c.result in busy:
@@ -128,7 +159,13 @@ def _find(model, *, opset, target, input_shapes, taken, seed) -> FrontEndResult:
         claimed.update(c.region)
         candidates.append(c)
     candidates.reverse()
+    # pooled by a decomposition too (a pyramid's other levels): an AveragePool there is one more level, even
+    # where the metadata is gone
+    siblings = {t.pooled for c in candidates for t in [c, *c.smaller]}
+    _frozen_pool_ops(model, g, info, input_shapes, findings, opset=opset, target=target, busy=busy, resting=resting,
+                     siblings=siblings)
     if not candidates:
+        _rests(findings, resting, [])
         return findings
     prove_all(model, g, candidates, input_shapes, seed, info.inferred())
     pending = [c for c in candidates if c.why and c.smaller]
@@ -139,10 +176,22 @@ def _find(model, *, opset, target, input_shapes, taken, seed) -> FrontEndResult:
             if not t.why:
                 candidates[candidates.index(c)] = t
         pending = [c for c, t in tries if t.why and c.smaller]
+    against = [c for c in candidates if c.contradicts]
+    if against:  # regions right only elsewhere: the binding is not the traced size
+        c = against[0]
+        raise ShapeError(
+            f"the given traced size contradicts the graph: {len(against)} dynamo region(s) "
+            f"({', '.join(repr(c.result) for c in against)}) differ from adaptive pooling there, though "
+            f"'{c.result}' equals it at {'x'.join(map(str, c.contradicts))}",
+            contradiction_hint(_input_text(model, c.proof_envs.get(c.contradicts))
+                               or f"a pooled size like {'x'.join(map(str, c.contradicts))} for '{c.pooled}'"))
+    _rests(findings, resting, candidates)
     for c in candidates:
         if c.why:
             frozen = any(not isinstance(d, int) for d in c.x_shape)
-            findings.suspects.append(Suspect(c.result, c.evidence, c.why, frozen))
+            right_at = (f"only at sizes that take the traced branches (right at {'x'.join(map(str, c.proofs[0]))})"
+                        if c.proofs else "only at the size the model was exported at (none found)")
+            findings.suspects.append(Suspect(c.result, c.evidence, c.why, frozen, right_at if frozen else ""))
             continue
         size_nodes, _ = g.size_ancestors(c.region)
         outs = frozenset(o for i in set(c.region) | size_nodes for o in g.nodes[i].output if o)
@@ -153,19 +202,47 @@ def _find(model, *, opset, target, input_shapes, taken, seed) -> FrontEndResult:
                       kind="avg", rank=k, encoding=ENCODING, input=c.pooled, output=c.result,
                       indices_output=None, unused_outputs=(), output_size=c.output_size, size_input=None,
                       evidence=c.evidence)
-        findings.specs.append(PoolSpec(pn, c.x_shape, c.y_shape, c.elem, opset, target))
+        findings.specs.append(PoolSpec(pn, c.x_shape, output_shape(pn, c.x_shape), c.elem, opset, target))
         findings.regions.append(Region(c.result, c.pooled, outs, reads, c.evidence, c.output_size,
                                        tuple(c.proven_at), len(c.region)))
     return findings
 
 
-def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: FrontEndResult, *, opset, target, busy
-                     ) -> None:
+def _input_text(model, env) -> str | None:
+    """The graph inputs' shapes at a binding of their symbols (``x:1,3,12,14``), as the hint names them."""
+    if not env:
+        return None
+    parts = []
+    for name, dims in declared_dims(model).items():
+        if name in {i.name for i in model.graph.input} and any(isinstance(d, str) for d in dims):
+            got = [evaluate(d, env) for d in dims]
+            if any(v is None for v in got):
+                return None
+            parts.append(f"{name}:{','.join(map(str, got))}")
+    return "sizes such as " + " ".join(parts) if parts else None
+
+
+def _rests(findings: FrontEndResult, resting: list, candidates: list[Candidate]) -> None:
+    """A note per frozen AveragePool whose output size rests on the given traced size alone: none of the
+    decomposed regions of the same pooled tensor proved at that size (which would confirm it)."""
+    confirmed = {c.pooled for c in candidates if c.bound_why == "" and not c.why}
+    for result, pooled, output_size, ones in resting:
+        if pooled not in confirmed:
+            findings.notes.append(WarningNote(
+                f"the output size of the frozen AveragePool '{result}' ({size_text(output_size)}) rests on the given "
+                "traced size alone: the graph cannot tell whether the file was exported at it"
+                + (", nor whether its kernel-1 axis is torch's None (then it follows the input)" if ones else "")))
+
+
+def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: FrontEndResult, *, opset, target, busy,
+                     resting: list, siblings: set[str]) -> None:
     """AveragePool nodes the exporter wrote for an adaptive pool whose windows were uniform at the traced size
     (6 -> 6 in an AlexNet traced at 224 is an AveragePool k1 s1): under symbolic sizes they are frozen there.
-    Only the metadata says such a node is adaptive pooling, and only the traced size gives its output size:
-    it is replaced when the caller bound the inputs (``input_shapes``) and the node's windows at that size are
-    exactly the adaptive ones; otherwise it is reported."""
+    Only the metadata says such a node is adaptive pooling. The output size is read from the source line
+    where it is written out (``F.adaptive_avg_pool2d(x, (4, 7))``; ``None``: the axis follows the input),
+    else at the traced size (``input_shapes``: m = n / kernel there; the node's windows must be exactly the
+    adaptive ones); a size the line computes from the input's shape is no fixed size. Otherwise reported.
+    ``resting``: (result, pooled tensor, output size, a kernel of 1?) of each whose size rests on the binding."""
     bound_info = None
     for index, node in enumerate(g.nodes):
         if node.op_type != "AveragePool" or node.domain not in ("", "ai.onnx") or not node.input:
@@ -173,6 +250,8 @@ def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Fron
         if node.doc_string.startswith(EMITTED_BY) or node.output[0] in busy:
             continue
         ev = node_evidence(node)
+        if ev is None and node.input[0] in siblings and _kernel_is_stride(node) and not _has_metadata(node):
+            ev = (SIBLING, None)  # (with its metadata, a node that does not name adaptive pooling is no level)
         if ev is None:
             continue
         elem, dims = info.get(node.input[0], (0, None))
@@ -182,34 +261,108 @@ def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Fron
         if ev[1] is not None and ev[1] != k or all(isinstance(d, int) for d in dims[2:]):
             continue  # static: the exporter's node is right (--optimize-exporter-pools plans it)
         result = node.output[0]
+
+        def left(why: str, right_at: str = "only at the size the model was exported at") -> None:
+            findings.suspects.append(Suspect(result, ev[0], why, True, right_at))
+
         if scales_with_input(node):  # binding the traced size would fix an output size torch does not have
-            findings.suspects.append(Suspect(result, ev[0], "an AveragePool frozen at the traced size of an "
-                                             "F.interpolate by scale_factor: its output size follows the input "
-                                             "size, which no adaptive pool of one output size computes"))
+            left("an AveragePool frozen at the traced size of an F.interpolate by scale_factor: its output size "
+                 "follows the input size, which no adaptive pool of one output size computes",
+                 "where its kernel divides the pooled size")
             continue
-        if not input_shapes:
-            findings.suspects.append(Suspect(result, ev[0], "an AveragePool frozen at the traced size under symbolic "
-                                             "sizes; its adaptive output size is known only at that size", True))
+        literal = literal_output_size(node, k)
+        if literal is not None and COMPUTED in literal:
+            left("an AveragePool frozen at the traced size whose source line computes its output size from the "
+                 "input's shape: no fixed output size to bind, and none is bound")
             continue
-        if bound_info is None:
-            bound = light_copy(model)
-            apply_input_shapes(bound, input_shapes)
-            bound_info = infer(bound)
-        _, bx = bound_info.get(node.input[0], (0, None))
-        if bx is None or not all(isinstance(d, int) for d in bx):
-            findings.suspects.append(Suspect(result, ev[0], "its input size at the bound input shapes is unknown",
-                                             True))
+        bx = None
+        if input_shapes:
+            if bound_info is None:
+                bound = light_copy(model)
+                apply_input_shapes(bound, input_shapes)
+                bound_info = infer(bound)
+            _, bx = bound_info.get(node.input[0], (0, None))
+            if bx is None or not all(isinstance(d, int) for d in bx):
+                left("its input size at the bound input shapes is unknown")
+                continue
+            bx = tuple(bx)
+        if literal is None and bx is None:
+            left("an AveragePool frozen at the traced size under symbolic sizes; its adaptive output size is known "
+                 "only at that size")
             continue
-        sizes = adaptive_sizes(node, tuple(bx[2:]))
-        if sizes is None:
-            findings.suspects.append(Suspect(result, ev[0], f"at the bound size its windows ({'x'.join(map(str, bx))}) "
-                                             "are not adaptive pooling windows", True))
+        sizes = _frozen_sizes(node, k, literal, bx)
+        if isinstance(sizes, str):
+            if bx is not None and literal is not None:  # the line's own size disagrees with the binding
+                raise ShapeError(f"the given traced size contradicts the graph: {sizes}", contradiction_hint(None))
+            left(sizes)
             continue
+        output_size = tuple(InputDim(2 + a) if m is None else m for a, m in enumerate(sizes))
+        out_shape = tuple(dims[:2]) + tuple(dims[2 + a] if m is None else m for a, m in enumerate(sizes))
         pn = PoolNode(index=index, name=node.name or f"AveragePool_{index}", op=f"adaptive_avg_pool{k}d", kind="avg",
                       rank=k, encoding=ENCODING, input=node.input[0], output=result, indices_output=None,
-                      unused_outputs=tuple(o for o in node.output[1:] if o), output_size=sizes, size_input=None,
+                      unused_outputs=tuple(o for o in node.output[1:] if o), output_size=output_size, size_input=None,
                       evidence=ev[0])
-        findings.specs.append(PoolSpec(pn, tuple(dims), tuple(dims[:2]) + sizes, elem, opset, target))
+        findings.specs.append(PoolSpec(pn, tuple(dims), out_shape, elem, opset, target))
         findings.regions.append(Region(result, node.input[0], frozenset(o for o in node.output if o),
-                                       frozenset(x for x in node.input if x), ev[0], sizes, tuple(bx), 1))
+                                       frozenset(x for x in node.input if x), ev[0], output_size,
+                                       bx or (), 1))
+        if literal is None:
+            kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), [])
+            resting.append((result, node.input[0], output_size, 1 in kernel))
         busy.add(result)
+
+
+#: the evidence of a frozen AveragePool without metadata that pools what a decomposed adaptive pool pools
+SIBLING = "structure: pools the tensor a decomposed adaptive pool pools (a pyramid's level)"
+
+
+def _has_metadata(node) -> bool:
+    return any(p.key.startswith("pkg.torch.onnx.") for p in node.metadata_props)
+
+
+def _kernel_is_stride(node) -> bool:
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    return (list(attrs.get("kernel_shape", [])) == list(attrs.get("strides", [])) and not any(attrs.get("pads", []))
+            and not attrs.get("ceil_mode", 0))
+
+
+def _frozen_sizes(node, k: int, literal, bx) -> tuple[int | None, ...] | str:
+    """Per pooled axis the adaptive output size (None: follows the input) of a frozen AveragePool, from its
+    source line's size and/or the bound pooled size ``bx``; else why not."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    kernel, strides = list(attrs.get("kernel_shape", [])), list(attrs.get("strides", [1] * k))
+    if len(kernel) != k or len(strides) != k:
+        return "its kernel is not of the pooled rank"
+    traced = []  # the pooled size it stands for an adaptive pool at
+    for a in range(k):
+        lit = literal[a] if literal is not None else -1
+        if lit is None:  # follows the input: its windows must be of one element
+            if (kernel[a], strides[a]) != (1, 1):
+                return f"its source line's None on pooled axis {a} does not match its kernel {kernel[a]}"
+            traced.append(bx[2 + a] if bx is not None else 1)
+        elif bx is not None:
+            traced.append(bx[2 + a])
+        else:
+            traced.append(lit * strides[a] + kernel[a] - strides[a])
+    sizes = adaptive_sizes(node, tuple(traced))
+    if sizes is None:
+        return f"at the bound size its windows ({'x'.join(map(str, bx or traced))}) are not adaptive pooling windows"
+    if literal is not None:
+        for a in range(k):
+            if literal[a] is not None and literal[a] != sizes[a]:
+                return (f"the AveragePool '{node.output[0]}' pools {'x'.join(map(str, traced))} to "
+                        f"{'x'.join(map(str, sizes))} there, but its source line says {literal}")
+    return tuple(None if literal is not None and literal[a] is None else sizes[a] for a in range(k))
+
+
+def size_text(sizes) -> str:
+    """An output size as the notes write it (an axis that follows the input: ``=``)."""
+    return "x".join("=" if isinstance(m, InputDim) or m is None else str(m) for m in sizes)
+
+
+def contradiction_hint(pointed: str | None) -> str:
+    """What to do when the graph contradicts a bound or traced size (``pointed``: a size it is right at)."""
+    return ((f"the graph is right at {pointed} (the traced size's branches), not at the given one; " if pointed
+             else "")
+            + "give the size the model was exported at (the export call's example input) with --traced-shape "
+            "NAME:D0,D1,..., or export through onnxpoolfix.export")

@@ -14,6 +14,7 @@ decomposed adaptive average pool begins and ends (:mod:`.dynamo` has the whole s
 """
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,9 +24,11 @@ import onnx
 from ..graph import subgraphs
 from ..graph.emit import EMITTED_BY
 from ..graph.shapes import SUPPORTED_DTYPES, Dim, infer
+from ..spec import InputDim
 from .base import Suspect
 
 ENCODING = "dynamo"  # the encoding reported for these regions
+FOLLOWS_INPUT = "its output size is not static"  # (None, m): an output axis that follows the input
 
 #: ops a decomposition's data path goes through (torch 2.13 + onnxscript 0.7 wrote these; the proof is
 #: what makes a region safe, this list only bounds the search)
@@ -76,6 +79,61 @@ def scales_with_input(node: onnx.NodeProto) -> bool:
     trace = _metadata(node).get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
     line = trace[-1] if trace else ""
     return bool(_AREA_RE.search(line) and _SCALE_RE.search(line))
+
+
+#: an output-size entry that the source line computes from something (``x.shape[2] // 2``, a variable)
+COMPUTED = "computed"
+_POOL_CALLS = re.compile(r"adaptive_avg_pool[123]d|interpolate")
+
+
+def literal_output_size(node: onnx.NodeProto, k: int) -> tuple[int | None | str, ...] | None:
+    """The output size the node's source line writes out, per pooled axis: an int, None (torch's None: the
+    axis follows the input) or :data:`COMPUTED` where it mentions the input's shape (``y.shape[-2:]``,
+    ``x.size(2) // 2``); None where the line gives no readable size (a variable, a module call, two calls)."""
+    trace = _metadata(node).get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
+    line = trace[-1].strip() if trace else ""
+    if not _POOL_CALLS.search(line):
+        return None
+    try:
+        tree = ast.parse(line)  # a statement: `return ...`, `y = ...`
+    except SyntaxError:
+        return None
+    sizes = []
+    for call in ast.walk(tree):
+        if not isinstance(call, ast.Call):
+            continue
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+        kw = {a.arg: a.value for a in call.keywords}
+        if re.fullmatch(r"adaptive_avg_pool[123]d", name):
+            arg = call.args[1] if len(call.args) > 1 else kw.get("output_size")
+        elif name == "interpolate" and isinstance(kw.get("mode"), ast.Constant) and kw["mode"].value == "area":
+            arg = call.args[1] if len(call.args) > 1 else kw.get("size")
+        else:
+            continue
+        sizes.append(arg)
+    if len(sizes) != 1 or sizes[0] is None:
+        return None
+    arg = sizes[0]
+    items = arg.elts if isinstance(arg, (ast.Tuple, ast.List)) else [arg] * k
+    if len(items) != k:
+        return _computed(arg, k)
+    out = []
+    for e in items:
+        if isinstance(e, ast.Constant) and (e.value is None or type(e.value) is int):
+            out.append(e.value)
+        elif _reads_a_shape(e):
+            out.append(COMPUTED)
+        else:
+            return None
+    return tuple(out)
+
+
+def _computed(arg, k):
+    return (COMPUTED,) * k if _reads_a_shape(arg) else None
+
+
+def _reads_a_shape(e) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr in ("shape", "size") for n in ast.walk(e))
 
 
 def _region_evidence(nodes: Sequence[onnx.NodeProto]) -> tuple[str, int | None]:
@@ -195,7 +253,7 @@ class Candidate:
     region: list[int]
     evidence: str
     rank: int
-    output_size: tuple[int, ...]
+    output_size: tuple  # int, or InputDim: the axis follows the input
     x_shape: tuple[Dim, ...]
     y_shape: tuple[Dim, ...]
     elem: int
@@ -208,6 +266,14 @@ class Candidate:
     proven_at: tuple[int, ...] | None = None
     tried: set = field(default_factory=set)
     proofs: list = field(default_factory=list)  # sizes of the pooled tensor where it equalled the reference
+    last: str = ""  # why the last size tried did not prove it
+    searched: str = ""  # how the sizes were searched (the notes say it)
+    # with a binding (the traced size given): the pooled shape there, and why it did not prove there ("" where
+    # it did; None: nothing bound); contradicts: a size it proved at instead (the binding is then wrong)
+    bound_at: tuple[int, ...] | None = None
+    bound_why: str | None = None
+    contradicts: tuple[int, ...] | None = None
+    proof_envs: dict = field(default_factory=dict)  # pooled shape proven -> the input symbols' values there
 
 
 class LazyInfo:
@@ -217,10 +283,19 @@ class LazyInfo:
 
     def __init__(self, model: onnx.ModelProto):
         self.model, self.info = model, None
-        self.declared = {}
-        for vi in list(model.graph.value_info) + list(model.graph.output):
+        self.declared, self.params = {}, {}
+        for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
             dims = vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else []
             self.declared[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+            self.params[vi.name] = [d.dim_param for d in dims]
+
+    def same_dim(self, x: str, y: str, a: int, x_shape, y_shape) -> bool:
+        """Whether axis ``a`` of ``y`` is by declaration the same size as that of ``x`` (one symbol or one
+        expression of the input's symbols, as the exporter writes them)."""
+        if isinstance(x_shape[a], str) and x_shape[a] == y_shape[a] and not x_shape[a].startswith("unk__"):
+            return True
+        px, py = self.params.get(x), self.params.get(y)
+        return bool(px and py and len(px) == len(py) > a and px[a] and px[a] == py[a])
 
     def inferred(self) -> dict:
         """onnx's own answer (no declared ints standing in), inferred once for all who ask."""
@@ -263,9 +338,8 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
         if isinstance(fit, str):
             why = why or fit
             continue
-        k, x_shape, y_shape, elem = fit
-        fits.append(Candidate(end, result, t, region, evidence, k, tuple(y_shape[len(y_shape) - k:]), x_shape,
-                              y_shape, elem))
+        k, x_shape, y_shape, elem, sizes = fit
+        fits.append(Candidate(end, result, t, region, evidence, k, sizes, x_shape, y_shape, elem))
     if fits:
         fits[0].smaller = fits[1:_MAX_SMALLER + 1]
         return fits[0]
@@ -297,9 +371,17 @@ def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info):
         return f"a {k}D pool of a rank {r} tensor"
     if any(x_shape[a] != y_shape[a] or x_shape[a] is None for a in range(r - k)):
         return "its leading (not pooled) dims change"
-    if not all(isinstance(d, int) and d >= 1 for d in y_shape[r - k:]):
-        return "its output size is not static"
+    sizes = []
+    for a in range(r - k, r):
+        if isinstance(y_shape[a], int) and y_shape[a] >= 1:
+            sizes.append(y_shape[a])
+        elif info.same_dim(pooled, result, a, x_shape, y_shape):  # torch's None: the axis follows the input
+            sizes.append(InputDim(a))
+        else:
+            return FOLLOWS_INPUT
+    if all(isinstance(m, InputDim) for m in sizes):
+        return "it pools no axis"
     if any(isinstance(d, int) and d < 1 for d in x_shape):
         return "its input has an empty axis"
-    return k, tuple(x_shape), tuple(y_shape), x_elem
+    return k, tuple(x_shape), tuple(y_shape), x_elem, tuple(sizes)
 

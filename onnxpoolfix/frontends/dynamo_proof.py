@@ -23,14 +23,16 @@ from ..check.compare import NodeCheck, compare
 from ..check.runner import ort_session
 from ..errors import PoolFixError
 from ..graph.shapes import apply_input_shapes, infer, light_copy, make_value_info
-from ..spec import PoolNode, PoolSpec
+from ..spec import InputDim, PoolNode, PoolSpec
 from .dynamo_graph import Candidate, DataflowGraph
+from .dynamo_search import MAX_SYMBOL, SizeSpace, declared_dims, evaluate, symbols
 
 logger = logging.getLogger(__name__)
 
 #: input sizes tried (beyond the bound one) to find where a symbolic export is right: common sizes first
 _COMMON_SIZES = (224, 256, 512, 384, 320, 299, 128, 64, 32, 16)
 _SEARCH_MAX = 256
+_NEAR = 6  # sizes within this many of the bound one on each of the last two symbolic dims
 _SEARCH_BUDGET = 600  # proof runs at most, over all regions of a model
 #: the proof runs the reference in float64 on three inputs: a pooled tensor beyond this many elements is left
 _PROOF_MAX_ELEMENTS = 1 << 25
@@ -88,7 +90,9 @@ def _spec(c: Candidate, x_shape: tuple[int, ...]) -> PoolSpec:
     pn = PoolNode(index=c.end, name=c.result, op=f"adaptive_avg_pool{c.rank}d", kind="avg", rank=c.rank,
                   encoding="dynamo", input=c.pooled, output=c.result, indices_output=None, unused_outputs=(),
                   output_size=c.output_size, size_input=None)
-    return PoolSpec(pn, x_shape, tuple(x_shape[:len(x_shape) - c.rank]) + c.output_size, c.elem, 0)
+    lead = len(x_shape) - c.rank
+    out = tuple(x_shape[lead + i] if isinstance(m, InputDim) else m for i, m in enumerate(c.output_size))
+    return PoolSpec(pn, x_shape, tuple(x_shape[:lead]) + out, c.elem, 0)
 
 
 def prove(session, c: Candidate, source_dtypes: Mapping[str, int], shapes: Mapping[str, tuple],
@@ -142,12 +146,65 @@ def prove_all(model, g: DataflowGraph, candidates: list[Candidate], input_shapes
     symbolic = [c for c in pending if c not in static]
     if not symbolic:
         return
-    last: dict[int, str] = {}
-    budget = _SEARCH_BUDGET
     deadline = time.monotonic() + _SEARCH_SECONDS
+    declared = declared_dims(model)
+    env0 = symbol_binding(model, declared, input_shapes) if input_shapes else {}
+    whole = []  # regions whose sizes are not declared as expressions: the whole-model search
+    for c in symbolic:
+        space = SizeSpace.of(declared, c.pooled, c.sources, c.output_size) if env0 is not None else None
+        if space is None:
+            whole.append(c)
+        else:
+            _search_alone(c, space, env0, dtypes, rng, deadline)
+    if whole:
+        _search_whole_model(model, whole, input_shapes, dtypes, rng, deadline)
+    for c in symbolic:
+        _conclude(c, bool(input_shapes))
+    for c in candidates:
+        c.session = None
+
+
+def _try(c: Candidate, dtypes, shapes, xs: tuple[int, ...], rng) -> str | None:
+    c.tried.add(xs[-c.rank:])
+    why = prove(c.session, c, dtypes, shapes, xs, rng)
+    if why is None:
+        c.proofs.append(xs)
+    else:
+        c.last = why
+    return why
+
+
+def _search_alone(c: Candidate, space: SizeSpace, env0: Mapping[str, int], dtypes, rng, deadline: float) -> None:
+    """The region alone at the bound size (``env0``: the symbols' values there, empty when nothing is bound),
+    then at each pair of branch classes (:mod:`.dynamo_search`) until it proved, within the budget."""
+    if env0:
+        got = space.at(env0)
+        if got is None:
+            c.bound_why = "its input size at the bound input shapes is not positive"
+        else:
+            c.bound_at = got[0]
+            c.bound_why = _try(c, dtypes, got[1], got[0], rng) or ""
+    need = _proofs_needed(c)
+    budget = _SEARCH_BUDGET
+    for env in space.bindings():
+        if len(c.proofs) >= need or budget <= 0 or time.monotonic() > deadline:
+            break
+        got = space.at(env)
+        if got is None or got[0][-c.rank:] in c.tried:
+            continue
+        budget -= 1
+        if _try(c, dtypes, got[1], got[0], rng) is None:
+            c.proof_envs[got[0]] = dict(env)
+    c.searched = "per axis, on the region alone"
+
+
+def _search_whole_model(model, todo_all: list[Candidate], input_shapes, dtypes, rng, deadline: float) -> None:
+    """Sizes bound on the whole model and inferred (a graph that does not declare its sizes as expressions)."""
+    budget = _SEARCH_BUDGET
     light = light_copy(model)  # each size is bound on a copy: without the weights' bytes
+    first = bool(input_shapes)
     for binding in _bindings(model, input_shapes):
-        todo = [c for c in symbolic if c.proven_at is None]
+        todo = [c for c in todo_all if len(c.proofs) < _proofs_needed(c) or first]
         if not todo or budget <= 0 or time.monotonic() > deadline:
             break
         bound = onnx.ModelProto()
@@ -156,36 +213,79 @@ def prove_all(model, g: DataflowGraph, candidates: list[Candidate], input_shapes
             apply_input_shapes(bound, binding)
         except PoolFixError as e:  # a size the model's fixed dims refuse
             logger.debug("not trying %s: %s", binding, e)
+            first = False
             continue
         info = infer(bound)
         for c in todo:
             _, xs = info.get(c.pooled, (0, None))
             if xs is None or not all(isinstance(d, int) and d >= 1 for d in xs):
+                if first:
+                    c.bound_why = "its input size at the bound input shapes is unknown"
                 continue
             xs = tuple(xs)
-            if any(n == m for n, m in zip(xs[-c.rank:], c.output_size)) or xs[-c.rank:] in c.tried:
+            if not first and (any(n == m for n, m in zip(xs[-c.rank:], c.output_size)) or xs[-c.rank:] in c.tried):
                 continue  # an axis of identity windows proves nothing; each size is tried once
-            c.tried.add(xs[-c.rank:])
             budget -= 1
             shapes = {s: tuple(info[s][1]) for s in c.sources if s in info and info[s][1] is not None
                       and all(isinstance(d, int) for d in info[s][1])}
-            why = prove(c.session, c, dtypes, shapes, xs, rng)
-            if why is None:
-                c.proofs.append(xs)
-                if len(c.proofs) >= _proofs_needed(c):
-                    c.proven_at = c.proofs[0]
-            else:
-                last[id(c)] = why
-    for c in symbolic:
-        if c.proven_at is None and c.proofs:
-            c.why = (f"under symbolic sizes it equals adaptive average pooling at "
-                     f"{'x'.join(map(str, c.proofs[0]))} only, and without metadata one size is not enough")
-        elif c.proven_at is None:
-            tried = len(c.tried)
-            c.why = (f"under symbolic sizes, no input size found where it equals adaptive average pooling "
-                     f"({tried} tried; last: {last.get(id(c), 'none run')})")
-    for c in candidates:
-        c.session = None
+            why = _try(c, dtypes, shapes, xs, rng)
+            if first:
+                c.bound_at, c.bound_why = xs, why or ""
+        first = False
+    for c in todo_all:
+        c.searched = f"on the whole model, {len(c.tried)} sizes"
+
+
+def _conclude(c: Candidate, bound: bool) -> None:
+    """``c.proven_at`` or ``c.why`` from the sizes it equalled the reference at. With a binding, the region
+    must be right there (it is the traced size): one right only elsewhere contradicts the binding."""
+    need = _proofs_needed(c)
+    if bound and c.bound_why is not None:
+        if c.bound_why == "" and len(c.proofs) >= need:
+            c.proven_at = c.bound_at
+            return
+        if c.bound_why:
+            # too large to prove there says nothing against the binding
+            elsewhere = next((p for p in c.proofs if p != c.bound_at), None) if "too large" not in c.bound_why else None
+            c.why = f"not proven at the bound size {_x(c.bound_at) if c.bound_at else ''}: {c.bound_why}"
+            if elsewhere:
+                c.contradicts = elsewhere
+                c.why += f", though it equals adaptive average pooling at {_x(elsewhere)}"
+            return
+    if len(c.proofs) >= need:
+        c.proven_at = c.proofs[0]
+    elif c.proofs:
+        c.why = (f"under symbolic sizes it equals adaptive average pooling at {_x(c.proofs[0])} only, and "
+                 "without metadata one size is not enough")
+    else:
+        c.why = (f"under symbolic sizes, no input size found where it equals adaptive average pooling "
+                 f"({len(c.tried)} sizes tried, {c.searched}; last: {c.last or 'none run'})")
+
+
+def _x(shape) -> str:
+    return "x".join(map(str, shape))
+
+
+def symbol_binding(model: onnx.ModelProto, declared, input_shapes) -> dict[str, int] | None:
+    """The input symbols' values at the bound input shapes (a dim declared ``H`` bound to 24: H = 24; one
+    declared ``2*h``: h solved for), or None where some bound dim cannot be solved for one symbol."""
+    env: dict[str, int] = {}
+    for name, dims in input_shapes.items():
+        decl = declared.get(name)
+        if decl is None or len(decl) != len(dims):
+            return None
+        for d, v in zip(decl, dims):
+            if not isinstance(d, str):
+                continue
+            names = symbols(d)
+            if not names or len(names) != 1:
+                return None
+            (s,) = names
+            got = next((u for u in range(1, MAX_SYMBOL + 1) if evaluate(d, {s: u}) == v), None)
+            if got is None or env.get(s, got) != got:
+                return None
+            env[s] = got
+    return env
 
 
 def _proofs_needed(c: Candidate) -> int:
@@ -197,15 +297,29 @@ def _proofs_needed(c: Candidate) -> int:
 
 
 def _bindings(model: onnx.ModelProto, input_shapes):
-    """Input shapes to try: the caller's binding, then every symbolic dim but the first set to one size."""
-    if input_shapes:
-        yield dict(input_shapes)
+    """Input shapes to try: the caller's binding and sizes near it (a region known from structure alone needs
+    a second size, and one near the traced size takes the same branches), then every symbolic dim but the
+    first set to one size."""
     inits = {t.name for t in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in inits and i.type.HasField("tensor_type")]
     dims = {}
     for i in inputs:
         d = [x.dim_value if x.HasField("dim_value") else None for x in i.type.tensor_type.shape.dim]
         dims[i.name] = d
+    if input_shapes:
+        yield dict(input_shapes)
+        steps = sorted(((a, b) for a in range(-_NEAR, _NEAR + 1) for b in range(-_NEAR, _NEAR + 1) if a or b),
+                       key=lambda ab: (abs(ab[0]) + abs(ab[1]), ab))
+        for da, db in steps:
+            near = {}
+            for name, shape in input_shapes.items():
+                free = [a for a, v in enumerate(dims.get(name, [])) if v is None and a > 0]
+                moved = list(shape)
+                for a, delta in zip(free[-2:], (da, db)):
+                    moved[a] += delta
+                near[name] = moved
+            if all(v >= 1 for shape in near.values() for v in shape):
+                yield near
     if not any(v is None for d in dims.values() for v in d):
         return
     sizes = list(_COMMON_SIZES) + [s for s in range(2, _SEARCH_MAX + 1) if s not in _COMMON_SIZES]

@@ -120,7 +120,8 @@ def validate_input_shape(model: onnx.ModelProto, name: str, dims: Sequence[int],
     for axis, (o, n) in enumerate(zip(old or (), dims)):
         if isinstance(o, int) and o != n:
             raise ArgumentError(f"{flag} {name}: dim {axis} is fixed to {o} in the model, not {n}",
-                                f"give {o} for dim {axis}: only symbolic dims can be bound")
+                                f"give {o} for dim {axis}: only symbolic dims take other sizes"
+                                + (" (--check-shape checks at sizes the model accepts)" if "check" in flag else ""))
     return vi
 
 

@@ -28,6 +28,7 @@ from onnx import TensorProto
 from ..api import check_arguments, check_input, check_seed, shape_map
 from ..errors import ArgumentError, InvalidModelError, PoolFixError, UnsupportedNodeError, api_words
 from ..frontends.bodies import describe_path, has_nested_leftovers, nested_leftover_nodes
+from ..frontends.dynamo import frozen_error
 from ..frontends.leftovers import aten_operator, is_pool_leftover
 from ..graph import nodes_deep
 from ..graph.shapes import model_opset, validate_input_shape
@@ -35,6 +36,7 @@ from ..lowering.base import axis_windows
 from ..plan.model import PlanOptions, apply_model_plan, no_lowering_hint, plan_model
 from ..plan.planner import plan
 from ..plan.pyramid import NAME as PYRAMID
+from ..report import dim_label
 from ..tensorrt import lint_tensorrt
 from .report import (  # noqa: F401  (EXIT_*, SCHEMA_VERSION: re-exported)
     EXIT_BLOCKED,
@@ -58,7 +60,8 @@ logger = logging.getLogger(__name__)
 
 def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strategy: str = "auto",
                   input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
-                  optimize_exporter_pools: bool = False, seed: int = 0) -> Inspection:
+                  optimize_exporter_pools: bool = False, seed: int = 0,
+                  traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False) -> Inspection:
     """What :func:`onnxpoolfix.patch` would do to ``model`` with these arguments, without doing it.
 
     Never raises for a model-level problem it can describe (non-constant output size, uninferable shape,
@@ -70,6 +73,7 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     check_arguments("inspect_model", model, target, strategy)
     check_seed(seed)
     input_shapes = shape_map(input_shapes, "input_shapes")
+    traced_shapes = shape_map(traced_shapes, "traced_shapes")
     result = Inspection(target=target, strategy=strategy, model=name, opset=model_opset(model))
     if not model.HasField("graph"):  # as patch() says it
         err = InvalidModelError("the model has no graph", "the file is not a complete ONNX model; re-export it")
@@ -79,6 +83,8 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     try:  # as patch() does, before any work (an ArgumentError: exit 2)
         for name, dims in (input_shapes or {}).items():
             validate_input_shape(model, name, dims, "--input-shape")
+        for name, dims in (traced_shapes or {}).items():
+            validate_input_shape(model, name, dims, "--traced-shape")
     except ArgumentError as err:
         result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
         return result
@@ -90,13 +96,17 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
         model = work
     mp = plan_model(model, PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
                                        optimize_exporter_pools=optimize_exporter_pools, patch_bodies=True,
-                                       seed=int(seed)))
+                                       seed=int(seed), traced_shapes=traced_shapes))
     found = mp.found
     if found.inlined:
         result.notes.append(f"the local function(s) {', '.join(found.inlined)} hold leftovers: the patch inlines "
                             "them")
     result.notes.extend(found.notes + mp.notes)
     result.suspects = [asdict(s) for s in found.suspects]
+    if found.blocker is None and not allow_partial:  # the refusal patch() gives (exit 4), with the same line
+        err = frozen_error(found.suspects, traced=bool(traced_shapes or input_shapes))
+        if err is not None:
+            result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
     if found.blocker is not None:
         err = found.blocker
         result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
@@ -148,8 +158,8 @@ def _inspect_node(node_plan, strategy: str) -> NodeInspection:
     if s.static:
         info.axes = [a.describe() for a in axis_windows(s)]
     else:
-        info.axes = [f"{'?' if n is None else n}->{'?' if m is None else m}"
-                     + (" symbolic" if not isinstance(n, int) else "") for n, m in zip(s.in_sizes, s.out_sizes)]
+        info.axes = [f"{dim_label(n)}->{dim_label(m)}" + (" symbolic" if not isinstance(n, int) else "")
+                     for n, m in zip(s.in_sizes, s.out_sizes)]
     info.candidates = [CandidateInfo(c.name, c.cost, c.reason) for c in node_plan.candidates]
     if s.dtype == TensorProto.DOUBLE and s.target == "tensorrt":
         info.warnings.append("float64: TensorRT computes it in float32 (clamped to +-FLT_MAX), so the result "

@@ -21,7 +21,8 @@ JSON (``--json``, ``schema_version`` 1)::
                                                          # first ("Loop '/Loop' body > If '/If' then_branch");
                                                          # null: the top-level graph
       }],                                                # the top-level graph's nodes first, then the bodies'
-      "suspects": [{"result": str, "evidence": str, "why": str, "frozen": bool}],  # suspected and left
+      "suspects": [{"result": str, "evidence": str, "why": str, "frozen": bool,  # suspected and left; frozen:
+                    "right_at": str}],             # right only at some sizes, "right_at" which
       "tensorrt": null | {
         "linted": "patched" | "original",
         "clean": bool,                                   # no error-severity finding
@@ -38,7 +39,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from .. import errors
-from ..report import note_lines
+from ..report import dim_label, note_lines
 from ..version import __version__
 
 SCHEMA_VERSION = 1
@@ -190,7 +191,8 @@ class Inspection:
 
 
 def format_shape(dims) -> str:
-    return "x".join("?" if d is None else str(d) for d in dims)
+    """Dims as the patch's table writes them (:func:`onnxpoolfix.report.dim_label`: onnx's ``unk__N`` is '?')."""
+    return "x".join(dim_label(d) for d in dims)
 
 
 def _cost(seconds: float | None) -> str:

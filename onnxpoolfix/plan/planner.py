@@ -72,7 +72,7 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
     if not ok:
         if not spec.static:
             # every static lowering says the same thing; only the dynamic ones' reasons are news
-            symbolic = [f"{'?' if n is None else n}->{m}" for n, m in zip(spec.in_sizes, spec.out_sizes)
+            symbolic = [f"{dim_label(n)}->{m}" for n, m in zip(spec.in_sizes, spec.out_sizes)
                         if not isinstance(n, int) and n != m]
             dyn = "; ".join(f"{c.name}: {c.reason}" for c in cands if BY_NAME[c.name].dynamic)
             raise UnsupportedNodeError(

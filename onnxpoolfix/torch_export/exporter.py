@@ -33,7 +33,7 @@ import warnings
 from pathlib import Path
 from typing import Any, BinaryIO, Union
 
-from ..api import check_seed, patch
+from ..api import check_choices, check_seed, patch
 from ..errors import PoolFixError, ShapeError
 from ..io import has_external_data, load_model, preflight_output, save_model
 from ..report import PatchReport, WarningNote
@@ -183,7 +183,8 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
     Raises:
         ImportError: torch is not installed (``pip install '.[torch]'`` in a checkout).
         TypeError: ``module`` is not a torch module, or ``f`` neither a path nor a file object.
-        ValueError: conflicting ``kwargs``, or ``f`` a file object not open for writing.
+        ValueError: conflicting ``kwargs``, or ``f`` a file object not open for writing; an unknown ``target``
+            or ``strategy`` is an :class:`ArgumentError` (a ValueError), raised before the export.
         ShapeError: a dim declared dynamic came out static (see ``allow_specialized_dims``); nothing written.
         TorchMismatchError: (a :class:`CheckFailedError`) ``verify`` found the file differing from torch.
         PoolFixError: from the patch (e.g. :class:`UnsupportedNodeError` for a node with no exact lowering,
@@ -191,6 +192,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             untouched (a path is written atomically).
     """
     check_seed(seed)
+    check_choices(target, strategy)  # before the export, not after it (patch would say it only then)
     torch = _import_torch()
     exported_program = getattr(getattr(torch, "export", None), "ExportedProgram", ())
     if not isinstance(module, (torch.nn.Module, torch.jit.ScriptFunction, exported_program)):

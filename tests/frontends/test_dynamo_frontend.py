@@ -16,6 +16,7 @@ ort = pytest.importorskip("onnxruntime")
 nn, F = torch.nn, torch.nn.functional
 
 from onnxpoolfix import patch
+from onnxpoolfix.errors import UnsupportedNodeError
 from onnxpoolfix.frontends.dynamo import find_decomposed_pools
 from onnxpoolfix.graph.emit import EMITTED_BY
 from onnxpoolfix.inspection.model import inspect_model
@@ -284,13 +285,19 @@ def test_alexnet_traced_at_256_is_exact_at_every_size():
 def test_alexnet_traced_at_224_is_frozen_until_the_traced_size_is_bound():
     """At 224 the pool is 6 -> 6: the exporter wrote an AveragePool k1 s1, right only at the traced size."""
     module, model = _export(SmallAlexNet(), (224, 224), True)
-    result = patch(model)
-    assert result.report.nodes == []
-    assert result.report.summary() == "nothing to patch"
-    (warning,) = result.report.note_lines()[0]  # printed first, marked, on stderr
-    assert warning.startswith("warning: ") and "frozen at the export's traced size" in warning
+    with pytest.raises(UnsupportedNodeError, match="frozen at its traced size") as err:
+        patch(model)  # never a file that is wrong at other sizes
+    assert "traced_shapes=" in err.value.hint  # the API's words; the CLI prints --traced-shape
+    partial = patch(model, allow_partial=True)
+    assert partial.report.nodes == [] and partial.report.summary().endswith("nothing to patch")
+    assert partial.report.partial and "PARTIAL" in partial.report.summary()
+    warnings = partial.report.note_lines()[0]  # printed first, marked, on stderr
+    assert any(w.startswith("warning: ") and "frozen at the export's traced size" in w for w in warnings)
+    traced = patch(model, traced_shapes={"x": [1, 3, 224, 224]})
     bound = patch(model, input_shapes={"x": [1, 3, 224, 224]})
-    assert [(n.encoding, n.lowering) for n in bound.report.nodes] == [("dynamo", "dynamic")]
+    for result in (traced, bound):
+        assert [(n.encoding, n.lowering) for n in result.report.nodes] == [("dynamo", "dynamic")]
+        assert "rests on the given traced size alone" in result.report.check_note  # nothing else can confirm it
     rng = np.random.default_rng(6)
     for hw in [(224, 224), (256, 256), (512, 384), (300, 200), (160, 160)]:
         x = rng.standard_normal((1, 3, *hw)).astype(np.float32)
@@ -298,6 +305,7 @@ def test_alexnet_traced_at_224_is_frozen_until_the_traced_size_is_bound():
         if hw != (224, 224):
             assert not _matches(_run(model, x), want), hw
         assert _matches(_run(bound.model, x), want), hw
+        assert _matches(_run(traced.model, x), want), hw
 
 
 def _all_float16_region():
@@ -408,21 +416,31 @@ def test_area_interpolation_by_scale_factor_is_not_frozen_to_the_traced_output_s
     floor(n / 2), so replacing it by an adaptive pool to the traced 6x6 would be wrong at every other size."""
     module, model = _export(AreaByScale(), (12, 12), True)
     assert _ops(model) == ["AveragePool"]
-    bound = patch(model, input_shapes={"x": [1, 3, 12, 12]})
+    with pytest.raises(UnsupportedNodeError, match="where its kernel divides the pooled size"):
+        patch(model, input_shapes={"x": [1, 3, 12, 12]})  # right only at even sizes: refused
+    bound = patch(model, input_shapes={"x": [1, 3, 12, 12]}, allow_partial=True)
     assert bound.report.nodes == []
     assert ["scale_factor" in s["why"] for s in bound.report.to_dict()["suspects"]] == [True]
     x = np.random.default_rng(7).standard_normal((1, 3, 20, 20)).astype(np.float32)
     assert _matches(_run(bound.model, x), _torch(module, x))
 
 
-def test_a_left_region_says_why_of_its_pooled_tensor_not_of_a_smaller_region_inside():
-    """AdaptiveAvgPool2d((None, 4)) under symbolic H/W: the region from the input is refused because its H
-    output follows the input; the smaller region from the decomposition's own Transpose (H, W, N, C) must not
-    overwrite that with "its leading dims change"."""
-    _, model = _export(ModulePool((None, 4)), (11, 13), True)
+def test_a_none_output_size_follows_the_input_and_is_exact_at_every_size():
+    """AdaptiveAvgPool2d((None, 4)) under symbolic H/W: the region's H output is by declaration the input's H
+    (torch's None), so it is lowered with that axis following the input, not bound to any size; the export
+    as written is frozen on W (wrong where W takes other branches, e.g. 3 -> 4)."""
+    module, model = _export(ModulePool((None, 4)), (11, 13), True)
     result = patch(model)
-    assert result.report.nodes == []
-    assert [s["why"] for s in result.report.to_dict()["suspects"]] == ["its output size is not static"]
+    assert [(n.encoding, n.lowering) for n in result.report.nodes] == [("dynamo", "dynamic")]
+    assert "to =x4" in result.report.check_note
+    rng = np.random.default_rng(9)
+    broken = 0
+    for hw in [(11, 13), (9, 21), (20, 6), (5, 3), (30, 5)]:
+        x = rng.standard_normal((1, 3, *hw)).astype(np.float32)
+        want = _torch(module, x)
+        broken += not _matches(_run(model, x), want)
+        assert _matches(_run(result.model, x), want), hw
+    assert broken >= 1
 
 
 class PoolOfComputed(nn.Module):
@@ -457,6 +475,6 @@ def test_the_frozen_note_does_not_ask_to_bind_sizes_already_bound():
     from onnxpoolfix.frontends.dynamo import region_notes
 
     left = [Suspect("y", "structure", "under symbolic sizes, no input size found", True)]
-    assert "bind that size with --input-shape" in region_notes([], left)[-1]
+    assert "give that size with --traced-shape" in region_notes([], left)[-1]
     bound = region_notes([], left, bound=True)[-1]
-    assert "bind that size with --input-shape" not in bound and "not proven at the bound input shapes" in bound
+    assert "--traced-shape" not in bound and "not proven at the given traced size" in bound

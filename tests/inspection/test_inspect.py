@@ -320,3 +320,14 @@ def test_cli_inspect_rejects_what_patch_rejects_as_invalid(tmp_path: Path) -> No
     r = CliRunner().invoke(main, ["inspect", str(src)])
     assert r.exit_code == 3 and r.stderr.startswith("onnxpoolfix: error: "), r.output
     assert CliRunner().invoke(main, [str(src), str(tmp_path / "out.onnx")]).exit_code == 3
+
+
+def test_unnamed_symbolic_dims_read_as_in_the_patch_table() -> None:
+    # onnx's shape inference names an unnamed dim unk__N (a dynamo file's value_info holds them); the patch's
+    # table writes '?', and so does inspect (it wrote 1x4xunk__0xunk__1, unk__0->3)
+    model = onnx.load(FIXTURES / "dynamic_avg2d.onnx")
+    for i, d in enumerate(model.graph.input[0].type.tensor_type.shape.dim[2:]):
+        d.dim_param = f"unk__{i}"
+    text = inspect_model(model).format_text()
+    assert "unk__" not in text
+    assert "x?x? ->" in text and "?->" in text

@@ -142,6 +142,16 @@ def test_export_passes_strategy_and_target(torch_mod, tmp_path: Path) -> None:
 
 
 @pytest.mark.torch
+@pytest.mark.parametrize("kwargs", [{"target": "trt"}, {"strategy": "fast"}])
+def test_a_bad_target_or_strategy_is_refused_before_the_export(torch_mod, tmp_path: Path, monkeypatch, kwargs) -> None:
+    # the patch checks them too, but only after a (possibly long) torch export: export checks them first
+    monkeypatch.setattr(torch_mod.onnx, "export", lambda *a, **k: pytest.fail("exported before the check"))
+    with pytest.raises(onnxpoolfix.ArgumentError, match=f"{next(iter(kwargs))} must be one of"):
+        onnxpoolfix.export(_module(torch_mod), (torch_mod.randn(1, 3, 8, 9),), tmp_path / "m.onnx", **kwargs)
+    assert not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.torch
 def test_export_seeds_the_patch_and_the_comparison_with_torch(torch_mod, tmp_path: Path, monkeypatch) -> None:
     from onnxpoolfix.torch_export import exporter
 

@@ -1,0 +1,201 @@
+"""Where a dynamo region under symbolic sizes is right: a search over the pooled tensor's size, per axis,
+on the region alone (:mod:`.dynamo_proof` runs each try; ../shared/DESIGN.md, "Dynamic dynamo exports").
+
+torch's decomposition branches in Python per pooled axis, at the traced size: whether ``m`` divides ``n``,
+whether windows of two lengths occur (``adaptive = not (n % m == 0 or m % (n % m) == 0)``), and the
+longest window (``n // m + 1``, one more where adaptive, one less where divisible), whose unroll is frozen.
+A region is right exactly at the sizes that take the traced branches on every axis, so on each axis one
+size per branch class is enough to try (:func:`branch_class`), and the classes of two axes are tried in
+pairs, the smallest first. Which class the export took is found by running, not by this formula: a torch
+version that branches otherwise costs only more tries, never a wrong proof.
+
+No whole-model shape inference per try: the exporter declares the pooled tensor's dims as expressions of
+the input's symbols (``(((H - 1)//2)) + 1``, ``(W//4)``; the ``value_info`` it writes), and the tensors a
+region reads only the shape of (the graph input, for its window arithmetic) likewise; both are evaluated
+at each binding of the symbols (:func:`evaluate`). A graph without those declarations (stripped by a
+simplifier) falls back on the whole-model search in :mod:`.dynamo_proof`.
+"""
+from __future__ import annotations
+
+import ast
+import itertools
+import operator
+from collections.abc import Iterator, Mapping, Sequence
+
+import onnx
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+        ast.Mod: operator.mod}
+#: per pooled axis, the branch classes tried (one size each) and the largest symbol value considered
+MAX_CLASSES = 48
+MAX_SYMBOL = 4096
+
+
+def symbols(expr: str) -> set[str] | None:
+    """The symbol names of a declared dim expression, or None where it is not one this module evaluates."""
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError:
+        return None
+    names = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name):
+            names.add(n.id)
+        elif not isinstance(n, (ast.Expression, ast.BinOp, ast.UnaryOp, ast.USub, ast.Constant, ast.Load,
+                                *_OPS)):
+            return None
+        elif isinstance(n, ast.Constant) and not isinstance(n.value, int):
+            return None
+    return names
+
+
+def evaluate(dim, env: Mapping[str, int]) -> int | None:
+    """A declared dim (int, or an expression of symbols) at the binding ``env``; None where it cannot be."""
+    if isinstance(dim, int):
+        return dim
+    if not isinstance(dim, str):
+        return None
+    try:
+        return _eval(ast.parse(dim, mode="eval").body, env)
+    except (SyntaxError, KeyError, ZeroDivisionError, TypeError, ValueError):
+        return None
+
+
+def _eval(n, env):
+    if isinstance(n, ast.Constant) and isinstance(n.value, int):
+        return n.value
+    if isinstance(n, ast.Name):
+        return env[n.id]
+    if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+        return -_eval(n.operand, env)
+    if isinstance(n, ast.BinOp) and type(n.op) in _OPS:
+        return _OPS[type(n.op)](_eval(n.left, env), _eval(n.right, env))
+    raise ValueError(ast.dump(n))
+
+
+def branch_class(n: int, m: int) -> tuple:
+    """The branches torch's decomposition takes on one axis of length ``n`` pooled to ``m`` (module doc)."""
+    mod = n % m
+    adaptive = not (mod == 0 or m % mod == 0)
+    return mod == 0, adaptive, n // m + 1 + (1 if adaptive else 0) - (1 if mod == 0 else 0)
+
+
+def declared_dims(model: onnx.ModelProto) -> dict[str, list]:
+    """Every declared tensor's dims: int, the expression string, or None (no dim given)."""
+    out = {}
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            out[vi.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                            for d in vi.type.tensor_type.shape.dim]
+    return out
+
+
+class SizeSpace:
+    """The sizes a region can be tried at: bindings of the input symbols its pooled tensor's declared dims
+    use, with the pooled shape and the shape sources' shapes at each (no shape inference)."""
+
+    def __init__(self, pooled: Sequence, sources: Mapping[str, Sequence], output_size: Sequence[int]):
+        self.pooled, self.sources, self.output_size = list(pooled), dict(sources), tuple(output_size)
+        k = len(output_size)
+        self.axis_symbols: list[str] = []
+        for d in self.pooled[len(self.pooled) - k:]:
+            names = symbols(d) if isinstance(d, str) else set()
+            self.axis_symbols.append(next(iter(names)) if names and len(names) == 1 else "")
+        every = [d for d in self.pooled + [x for s in self.sources.values() for x in s]]
+        self.others = set()
+        for d in every:
+            if isinstance(d, str):
+                self.others |= symbols(d) or set()
+        self.others -= set(self.axis_symbols)
+
+    @classmethod
+    def of(cls, declared: Mapping[str, list], pooled: str, sources: Sequence[str], output_size) -> SizeSpace | None:
+        """None where some dim is undeclared or not an expression this module evaluates."""
+        dims = declared.get(pooled)
+        if dims is None or len(dims) < len(output_size):
+            return None
+        src = {s: declared.get(s) for s in sources}
+        for d in [*dims, *(x for v in src.values() if v is not None for x in v)]:
+            if d is None or isinstance(d, str) and symbols(d) is None:
+                return None
+        if any(v is None for v in src.values()):
+            return None
+        space = cls(dims, src, output_size)
+        if not any(space.axis_symbols):
+            return None
+        # a source sized by symbols the pooled axes do not use (the exporter renamed a size: 's39' for a
+        # stride-32 map of '32*h') cannot be bound consistently from the pooled size alone
+        for v in src.values():
+            for d in v[1:]:
+                if isinstance(d, str) and not (symbols(d) or set()) <= set(space.axis_symbols):
+                    return None
+        return space
+
+    def at(self, env: Mapping[str, int]) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]] | None:
+        """(pooled shape, source shapes) at ``env``; None where some dim comes out below 1."""
+        full = {**{s: 1 for s in self.others}, **env}
+        xs = tuple(evaluate(d, full) for d in self.pooled)
+        shapes = {s: tuple(evaluate(d, full) for d in dims) for s, dims in self.sources.items()}
+        if any(d is None or d < 1 for d in xs) or any(d is None or d < 1 for v in shapes.values() for d in v):
+            return None
+        return xs, shapes
+
+    def symbol_values_for(self, pooled_shape: Sequence[int]) -> dict[str, int] | None:
+        """A binding of the symbols that gives this pooled shape (the smallest values), or None."""
+        k = len(self.output_size)
+        env = {}
+        for a, s in enumerate(self.axis_symbols):
+            if not s:
+                return None
+            want = pooled_shape[len(pooled_shape) - k + a]
+            d = self.pooled[len(self.pooled) - k + a]
+            v = next((v for v in range(1, MAX_SYMBOL + 1) if evaluate(d, {**{o: 1 for o in self.others}, s: v})
+                      == want), None)
+            if v is None or env.get(s, v) != v:
+                return None
+            env[s] = v
+        return env
+
+    def bindings(self) -> Iterator[dict[str, int]]:
+        """Symbol bindings covering each axis's branch classes, pairs of the smallest classes first."""
+        k = len(self.output_size)
+        per_axis: list[list[int]] = []
+        for a, s in enumerate(self.axis_symbols):
+            d = self.pooled[len(self.pooled) - k + a]
+            m = self.output_size[a]
+            seen, down, up = set(), [], []
+            for v in range(1, MAX_SYMBOL + 1):
+                n = evaluate(d, {**{o: 1 for o in self.others}, s: v}) if s else None
+                if not isinstance(m, int):  # follows the input: a few sizes, none of one element
+                    if n is not None and n >= 2 and n not in seen:
+                        seen.add(n)
+                        down.append(v)
+                    if len(seen) >= 3:
+                        break
+                    continue
+                if n is None or n < 1 or n == m:  # identity windows prove nothing
+                    continue
+                key = branch_class(n, m)
+                if key not in seen:
+                    seen.add(key)
+                    (down if n > m else up).append(v)
+                    if len(down) >= MAX_CLASSES:
+                        break
+            # pooling sizes first: where every window holds one element (n < m) many a function looks the same
+            per_axis.append(down + up)
+        if not all(per_axis):
+            return
+        order = sorted(itertools.product(*(range(len(v)) for v in per_axis)), key=lambda ix: (sum(ix), max(ix)))
+        tried = set()
+        for ix in order:
+            env: dict[str, int] = {}
+            for a, i in enumerate(ix):
+                s, v = self.axis_symbols[a], per_axis[a][i]
+                if s in env and env[s] != v:
+                    break
+                env[s] = v
+            else:
+                key = tuple(sorted(env.items()))
+                if key not in tried:
+                    tried.add(key)
+                    yield env

@@ -1,0 +1,81 @@
+"""The per-axis size search of the dynamo front end (onnxpoolfix/frontends/dynamo_search.py), a source
+line's output size (dynamo_graph.literal_output_size) and the check's declared step, without torch."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from onnx import helper
+
+from onnxpoolfix.check.sizes import declared_step
+from onnxpoolfix.frontends.dynamo_graph import COMPUTED, literal_output_size
+from onnxpoolfix.frontends.dynamo_search import SizeSpace, branch_class, evaluate, symbols
+
+
+def test_declared_dim_expressions_evaluate_as_python_integers():
+    assert evaluate("(((H - 1)//2)) + 1", {"H": 20}) == 10
+    assert evaluate("(W//4)", {"W": 63}) == 15
+    assert evaluate("32*h", {"h": 3}) == 96 and evaluate(7, {}) == 7
+    assert evaluate("H", {}) is None and evaluate("H**2", {"H": 2}) is None and evaluate(None, {}) is None
+    assert symbols("(((H - 1)//2)) + 1") == {"H"} and symbols("__import__('os')") is None
+
+
+@pytest.mark.parametrize("n,m,adaptive", [(10, 4, False), (11, 4, True), (12, 4, False), (13, 6, False),
+                                          (10, 6, True), (3, 4, True), (2, 4, False)])
+def test_branch_class_is_torchs_adaptive_flag(n, m, adaptive):
+    """torch's decomposition: adaptive = not (n % m == 0 or m % (n % m) == 0)."""
+    divisible, got, longest = branch_class(n, m)
+    assert (divisible, got) == (n % m == 0, adaptive)
+    starts = [i * n // m for i in range(m)]
+    ends = [-(-(i + 1) * n // m) for i in range(m)]
+    assert longest >= max(e - s for s, e in zip(starts, ends))  # the gather is never shorter than a window
+
+
+def test_the_search_reaches_every_pair_of_branch_classes_of_a_non_square_map():
+    """A 10x13 map (UPerNet's PPM traced at 20x26) pooled to 6x6: the traced classes are reached in pairs,
+    although no square size shares them, and every size tried is consistent with the input's."""
+    space = SizeSpace.of({"p": [1, 4, "(((H - 1)//2)) + 1", "(((W - 1)//2)) + 1"], "x": [1, 3, "H", "W"]},
+                         "p", ["x"], (6, 6))
+    assert space is not None
+    want = (branch_class(10, 6), branch_class(13, 6))
+    assert not any((branch_class(n, 6), branch_class(n, 6)) == want for n in range(1, 300))
+    seen = []
+    for env in itertools.islice(space.bindings(), 400):
+        xs, shapes = space.at(env)
+        assert shapes["x"][2:] == (env["H"], env["W"]) and xs[2:] == ((env["H"] - 1) // 2 + 1, (env["W"] - 1) // 2 + 1)
+        seen.append((branch_class(xs[2], 6), branch_class(xs[3], 6)))
+    assert want in seen
+    assert len(seen) == len(set(seen))  # one size per pair of classes
+
+
+def test_a_source_sized_by_other_symbols_is_no_space():
+    """'s39' is a size the exporter renamed: binding it from the pooled size alone would feed x another size."""
+    assert SizeSpace.of({"p": [1, 4, "s39", "s94"], "x": [1, 3, "32*h", "32*w"]}, "p", ["x"], (3, 3)) is None
+    assert SizeSpace.of({"p": [1, 4, "H", "W"]}, "p", ["x"], (3, 3)) is None  # x undeclared
+
+
+def _node(line: str):
+    n = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    p = n.metadata_props.add()
+    p.key, p.value = "pkg.torch.onnx.stack_trace", f'File "m.py", line 3, in forward\n    {line}'
+    return n
+
+
+@pytest.mark.parametrize("line,want", [
+    ("return F.adaptive_avg_pool2d(x, (4, 7))", (4, 7)),
+    ("return F.adaptive_avg_pool2d(x, (None, 1))", (None, 1)),
+    ("return F.adaptive_avg_pool2d(x, 5)", (5, 5)),
+    ("y = F.interpolate(x, size=(3, 6), mode='area')", (3, 6)),
+    ("return F.adaptive_avg_pool2d(x, (x.shape[2] // 2, 4))", (COMPUTED, 4)),
+    ("return F.interpolate(F.interpolate(y, size=(k, k), mode='area'), size=y.shape[-2:], mode='nearest')", None),
+    ("return self.pool(x)", None),
+    ("return F.adaptive_avg_pool2d(x,", None),
+])
+def test_a_source_lines_output_size(line, want):
+    assert literal_output_size(_node(line), 2) == want
+
+
+def test_declared_step_reads_multiples_of_symbols():
+    free = {"x": (1, 3, "32*h", "32*w"), "y": (1, "n", "h*8")}
+    assert declared_step(free, {"x": [2, 3], "y": [2]}) == 32
+    assert declared_step({"x": (1, 3, "H", "W")}, {"x": [2, 3]}) == 1
