@@ -20,7 +20,7 @@ def _none_size_model() -> onnx.ModelProto:
              helper.make_node("Concat", ["h1", "three"], ["size"], axis=0),
              helper.make_node("adaptive_avg_pool2d", ["x", "size"], ["y"], name="pool", domain=ATEN)]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, None, None])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, None, 3])])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ATEN, 1)])
 
 
