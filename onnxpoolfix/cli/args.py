@@ -231,7 +231,7 @@ class InspectView(ArgGroup):
 @dataclass(frozen=True)
 class Verbosity:
     verbose: bool  # debug logs, and tracebacks with errors
-    quiet: bool  # nothing printed on success
+    quiet: bool  # nothing printed on success but warnings
 
 
 class Logging(ArgGroup):
@@ -242,7 +242,8 @@ class Logging(ArgGroup):
     def __init__(self, quiet: bool = False):
         opts = [click.option("-v", "--verbose", is_flag=True, help="Log what happens and show tracebacks.")]
         if quiet:
-            opts.append(click.option("-q", "--quiet", is_flag=True, help="Print nothing on success."))
+            opts.append(click.option("-q", "--quiet", is_flag=True,
+                                     help="Print nothing on success but warnings (on stderr)."))
         self.options = tuple(opts)
 
     def parse(self, values):

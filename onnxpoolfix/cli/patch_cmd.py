@@ -67,16 +67,19 @@ def patch_cmd(src: Path, dst: Path, plan: PlanChoice, check: CheckChoice, save: 
             for p in written:
                 p.unlink(missing_ok=True)
             raise
-    if not verbosity.quiet:
-        show(result.report, dst)
+    show(result.report, dst, quiet=verbosity.quiet)
 
 
-def show(report: PatchReport, dst: Path) -> None:
-    """The table, the result line, then a line per note (warnings first, marked, on stderr)."""
-    click.echo(report.format_table())
-    click.echo(f"{report.summary()}; wrote {dst}")
+def show(report: PatchReport, dst: Path, quiet: bool = False) -> None:
+    """The table, the result line, then a line per note (warnings first, marked, on stderr). ``quiet``
+    (-q): the warnings only, since a warning (a partial fix, a size resting on --traced-shape alone) is what
+    a script that silenced the rest still has to see."""
     warnings, notes = report.note_lines()
+    if not quiet:
+        click.echo(report.format_table())
+        click.echo(f"{report.summary()}; wrote {dst}")
     for line in warnings:
         click.echo(line, err=True)
-    for line in notes:
-        click.echo(line)
+    if not quiet:
+        for line in notes:
+            click.echo(line)

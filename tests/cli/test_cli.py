@@ -278,6 +278,17 @@ def test_a_run_prints_a_result_line_then_one_line_per_note(tmp_path: Path) -> No
     assert all(line.split(": ", 1)[1] in check_note for line in notes + warnings)
 
 
+def test_quiet_still_prints_the_warnings_on_stderr(tmp_path: Path) -> None:
+    """-q silences the table, the result line and the notes, not a warning: a partial fix says on stderr
+    that OUT is right only at some sizes, even for a script that asked for quiet."""
+    out = tmp_path / "out.onnx"
+    r = cli(FIXTURES / "dynamo" / "psp_area_symbolic.onnx", out, "--allow-partial", "-q")
+    assert r.exit_code == 0 and out.exists() and r.stdout == ""
+    warnings = r.stderr.splitlines()
+    assert warnings and all(w.startswith("warning: ") for w in warnings)
+    assert any("stays frozen" in w for w in warnings)
+
+
 def test_options_before_the_command_go_to_the_command(tmp_path: Path, monkeypatch) -> None:
     """`onnxpoolfix -q patch IN OUT` patches; `onnxpoolfix -v inspect IN` inspects, and `-q inspect IN` is
     inspect refusing -q (exit 2), not a patch of a file named 'inspect' into IN (it said 'inspect: no such
