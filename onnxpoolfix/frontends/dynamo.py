@@ -253,6 +253,7 @@ def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Fron
         if ev is None and node.input[0] in siblings and _kernel_is_stride(node) and not _has_metadata(node):
             ev = (SIBLING, None)  # (with its metadata, a node that does not name adaptive pooling is no level)
         if ev is None:
+            _warn_if_stripped(node, info, findings)
             continue
         elem, dims = info.get(node.input[0], (0, None))
         if dims is None or len(dims) < 3 or elem not in SUPPORTED_DTYPES:
@@ -314,6 +315,24 @@ def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Fron
 
 #: the evidence of a frozen AveragePool without metadata that pools what a decomposed adaptive pool pools
 SIBLING = "structure: pools the tensor a decomposed adaptive pool pools (a pyramid's level)"
+
+
+def _warn_if_stripped(node, info, findings: FrontEndResult) -> None:
+    """A dynamo-written AveragePool (kernel = stride) under symbolic sizes whose metadata is gone: the graph
+    of ``F.interpolate(x, scale_factor=0.5, mode="area")`` (or an adaptive pool) traced at a size the kernel
+    divides is this one node, the same as ``nn.AvgPool2d(2)``'s. Left as written, but not silently."""
+    if _has_metadata(node) or not node.name.startswith("node_") or not _kernel_is_stride(node):
+        return
+    kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), [])
+    _, dims = info.get(node.input[0], (0, None))
+    if not kernel or all(k == 1 for k in kernel) or dims is None or all(isinstance(d, int) for d in dims[2:]):
+        return
+    findings.notes.append(WarningNote(
+        f"the AveragePool '{node.output[0]}' (kernel = stride = {'x'.join(map(str, kernel))}) under symbolic sizes "
+        "has no exporter metadata: if it stands for adaptive pooling or F.interpolate(mode=\"area\") it is "
+        "right only where its kernel divides the size (it cannot be told from nn.AvgPool2d without the "
+        "metadata), and it is left as written; patch the file before its metadata is stripped, or export "
+        "with onnxpoolfix.export"))
 
 
 def _has_metadata(node) -> bool:
