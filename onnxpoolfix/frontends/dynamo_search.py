@@ -1,5 +1,5 @@
 """Where a dynamo region under symbolic sizes is right: a search over the pooled tensor's size, per axis,
-on the region alone (:mod:`.dynamo_proof` runs each try; ../shared/DESIGN.md, "Dynamic dynamo exports").
+on the region alone (:mod:`.dynamo_proof` runs each try; README.md, "Dynamic dynamo exports").
 
 torch's decomposition branches in Python per pooled axis, at the traced size: whether ``m`` divides ``n``,
 whether windows of two lengths occur (``adaptive = not (n % m == 0 or m % (n % m) == 0)``), and the
