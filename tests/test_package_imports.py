@@ -34,3 +34,12 @@ def test_every_module_imports_first_and_torch_stays_out():
     r = subprocess.run([sys.executable, "-c", "import sys, onnxpoolfix, onnxpoolfix.cli; print('torch' in sys.modules)"],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.stdout.strip() == "False", r.stderr
+
+
+def test_nothing_shipped_points_to_the_steering_folder():
+    """A clone of the project has no ../shared: the package, its docs and its build files never send a reader
+    there (the facts they rest on are written out in README.md and ARCHITECTURE.md)."""
+    shipped = [*ROOT.joinpath("onnxpoolfix").rglob("*.py"),
+               *(ROOT / name for name in ("README.md", "ARCHITECTURE.md", "pyproject.toml", "Makefile", "MANIFEST.in"))]
+    pointing = [str(p.relative_to(ROOT)) for p in shipped if p.exists() and "../shared" in p.read_text()]
+    assert pointing == []
