@@ -39,9 +39,11 @@ class RuntimeDim:
 
     tensor: str
     index: int
+    # the size tensor is a 0-d scalar (the dynamo exporter's ``trunc``, a Range's limit): read as it is
+    scalar: bool = False
 
     def __str__(self) -> str:
-        return f"{self.tensor}[{self.index}]"
+        return self.tensor if self.scalar else f"{self.tensor}[{self.index}]"
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,10 @@ def bind_runtime_sizes(spec: PoolSpec, values: dict[str, Sequence[int]]) -> Pool
         return spec
     from dataclasses import replace
 
-    sizes = tuple(int(values[s.tensor][s.index]) if isinstance(s, RuntimeDim) else s for s in spec.node.output_size)
+    import numpy as np
+
+    sizes = tuple(int(np.asarray(values[s.tensor]).reshape(-1)[s.index]) if isinstance(s, RuntimeDim) else s
+                  for s in spec.node.output_size)
     lead = len(spec.input_shape) - spec.k
     out = tuple(spec.output_shape[:lead]) + tuple(
         d if not isinstance(s, RuntimeDim) else sizes[j]

@@ -150,7 +150,7 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
 
 def runtime_size_tensors(specs: Sequence[PoolSpec]) -> list[str]:
     """The size tensors the graph computes at run time that some replaced node reads."""
-    return list(dict.fromkeys(s.node.size_input for s in specs if s.runtime_sizes and s.node.size_input))
+    return list(dict.fromkeys(m.tensor for s in specs for m in s.node.output_size if isinstance(m, RuntimeDim)))
 
 
 def note_runtime_sizes(spec: PoolSpec, bound: PoolSpec, x: np.ndarray, check: NodeCheck) -> None:

@@ -26,6 +26,7 @@ from ..graph.emit import EMITTED_BY
 from ..graph.shapes import SUPPORTED_DTYPES, Dim, infer
 from ..spec import InputDim
 from .base import Suspect
+from .dynamo_search import range_limit
 
 ENCODING = "dynamo"  # the encoding reported for these regions
 FOLLOWS_INPUT = "its output size is not static"  # (None, m): an output axis that follows the input
@@ -273,6 +274,12 @@ class Candidate:
     bound_at: tuple[int, ...] | None = None
     bound_why: str | None = None
     contradicts: tuple[int, ...] | None = None
+    # per pooled axis whose output size the graph computes: the branch classes of the (n, m) proven at
+    branches: dict = field(default_factory=dict)
+    last_sizes: tuple = ()  # the output size the last proof run computed
+    uneven: bool = False  # proven at a size where the computed output lengths of two axes differ
+    lengths: dict = field(default_factory=dict)  # per such axis, the output lengths proven at
+    mismatch: str = ""  # a run whose result is not of the output size the graph computes: never proven
     proof_envs: dict = field(default_factory=dict)  # pooled shape proven -> the input symbols' values there
 
 
@@ -334,7 +341,7 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
             continue
         evidence, meta_rank = _region_evidence([g.nodes[i] for i in region])
         first_evidence = first_evidence or evidence
-        fit = _fit(t, result, evidence, meta_rank, info)
+        fit = _fit(t, result, evidence, meta_rank, info, lambda a, r=region: range_limit(g, r, result, a, info))
         if isinstance(fit, str):
             why = why or fit
             continue
@@ -350,7 +357,7 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
     return None
 
 
-def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info):
+def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info, runtime=None):
     """(rank, input shape, output shape, dtype) of pooling ``pooled`` to ``result``, or why it cannot be."""
     x_elem, x_shape = info.get(pooled, (0, None))
     y_elem, y_shape = info.get(result, (0, None))
@@ -377,6 +384,8 @@ def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info):
             sizes.append(y_shape[a])
         elif info.same_dim(pooled, result, a, x_shape, y_shape):  # torch's None: the axis follows the input
             sizes.append(InputDim(a))
+        elif runtime is not None and (m := runtime(a)) is not None:  # computed by the graph (scale_factor)
+            sizes.append(m)
         else:
             return FOLLOWS_INPUT
     if all(isinstance(m, InputDim) for m in sizes):

@@ -23,9 +23,9 @@ from ..check.compare import NodeCheck, compare
 from ..check.runner import ort_session
 from ..errors import PoolFixError
 from ..graph.shapes import apply_input_shapes, infer, light_copy, make_value_info
-from ..spec import InputDim, PoolNode, PoolSpec
+from ..spec import InputDim, PoolNode, PoolSpec, RuntimeDim
 from .dynamo_graph import Candidate, DataflowGraph
-from .dynamo_search import MAX_SYMBOL, SizeSpace, declared_dims, evaluate, symbols
+from .dynamo_search import MAX_SYMBOL, SizeSpace, branch_class, declared_dims, evaluate, symbols
 
 logger = logging.getLogger(__name__)
 
@@ -65,9 +65,15 @@ def isolated(model: onnx.ModelProto, g: DataflowGraph, c: Candidate, dtypes: Map
         outputs = [make_value_info(_FETCHED, TensorProto.FLOAT, None)]
     else:
         inputs, outputs = [make_value_info(c.pooled, c.elem, None)], [make_value_info(c.result, c.elem, None)]
+    outputs += [make_value_info(t, dtypes.get(t, TensorProto.INT64), None) for t in runtime_tensors(c)]
     graph = helper.make_graph(nodes, "region", inputs + extra, outputs, initializer=inits)
     m = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     return m, sources
+
+
+def runtime_tensors(c: Candidate) -> list[str]:
+    """The size tensors the graph computes the region's output size in (:class:`RuntimeDim`), once each."""
+    return list(dict.fromkeys(m.tensor for m in c.output_size if isinstance(m, RuntimeDim)))
 
 
 def _feeds(shape: tuple[int, ...], elem: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -85,13 +91,16 @@ def _feeds(shape: tuple[int, ...], elem: int, rng: np.random.Generator) -> list[
     return [x.astype(np.float32) for x in raw]
 
 
-def _spec(c: Candidate, x_shape: tuple[int, ...]) -> PoolSpec:
-    """The spec the comparison reads (kind, pooled axes, output size, dtype) at one concrete size."""
+def _spec(c: Candidate, x_shape: tuple[int, ...], values: Mapping[str, np.ndarray] | None = None) -> PoolSpec:
+    """The spec the comparison reads (kind, pooled axes, output size, dtype) at one concrete size; ``values``:
+    the size tensors the graph computed in this run (a :class:`RuntimeDim` output size is their value)."""
+    sizes = tuple(int(np.asarray(values[m.tensor]).reshape(-1)[m.index]) if isinstance(m, RuntimeDim) else m
+                  for m in c.output_size)
     pn = PoolNode(index=c.end, name=c.result, op=f"adaptive_avg_pool{c.rank}d", kind="avg", rank=c.rank,
                   encoding="dynamo", input=c.pooled, output=c.result, indices_output=None, unused_outputs=(),
-                  output_size=c.output_size, size_input=None)
+                  output_size=sizes, size_input=None)
     lead = len(x_shape) - c.rank
-    out = tuple(x_shape[lead + i] if isinstance(m, InputDim) else m for i, m in enumerate(c.output_size))
+    out = tuple(x_shape[lead + i] if isinstance(m, InputDim) else m for i, m in enumerate(sizes))
     return PoolSpec(pn, x_shape, tuple(x_shape[:lead]) + out, c.elem, 0)
 
 
@@ -108,12 +117,18 @@ def prove(session, c: Candidate, source_dtypes: Mapping[str, int], shapes: Mappi
         np_t = onnx.helper.tensor_dtype_to_np_dtype(source_dtypes.get(s, TensorProto.FLOAT))
         extra[s] = np.zeros(shapes[s], dtype=np_t)
     fed = _FED if c.elem in _HALF else c.pooled
-    spec = _spec(c, x_shape)
+    names = runtime_tensors(c)
     for x in _feeds(x_shape, c.elem, rng):
         try:
-            (y,) = session.run(None, {fed: x, **extra})
+            y, *got = session.run(None, {fed: x, **extra})
         except Exception as e:  # noqa: BLE001 - the exporter's own graph crashing at this size is an answer
             return f"onnxruntime fails on it at {size} ({' '.join(str(e).split())[:80]})"
+        spec = _spec(c, x_shape, dict(zip(names, got)))
+        c.last_sizes = tuple(spec.out_sizes)
+        if names and (any(m < 1 for m in spec.out_sizes) or tuple(y.shape) != tuple(spec.output_shape)):
+            c.mismatch = (f"at {size} its result is {_x(y.shape)}, not of the output size the graph computes "
+                          f"({_x(spec.output_shape)})")
+            return c.mismatch
         check = NodeCheck(c.result)
         compare(spec, x, y, None, check)
         if not check.passed:
@@ -169,6 +184,12 @@ def _try(c: Candidate, dtypes, shapes, xs: tuple[int, ...], rng) -> str | None:
     why = prove(c.session, c, dtypes, shapes, xs, rng)
     if why is None:
         c.proofs.append(xs)
+        pairs = _runtime_pairs(c, xs)
+        for a, (n, m) in pairs.items():
+            c.branches.setdefault(a, set()).add(branch_class(n, m))
+        c.uneven = c.uneven or len({m for _, m in pairs.values()}) > 1
+        for a, (_, m) in pairs.items():
+            c.lengths.setdefault(a, set()).add(m)
     else:
         c.last = why
     return why
@@ -187,7 +208,7 @@ def _search_alone(c: Candidate, space: SizeSpace, env0: Mapping[str, int], dtype
     need = _proofs_needed(c)
     budget = _SEARCH_BUDGET
     for env in space.bindings():
-        if len(c.proofs) >= need or budget <= 0 or time.monotonic() > deadline:
+        if _enough(c, need) or c.mismatch or budget <= 0 or time.monotonic() > deadline:
             break
         got = space.at(env)
         if got is None or got[0][-c.rank:] in c.tried:
@@ -204,7 +225,7 @@ def _search_whole_model(model, todo_all: list[Candidate], input_shapes, dtypes, 
     light = light_copy(model)  # each size is bound on a copy: without the weights' bytes
     first = bool(input_shapes)
     for binding in _bindings(model, input_shapes):
-        todo = [c for c in todo_all if len(c.proofs) < _proofs_needed(c) or first]
+        todo = [c for c in todo_all if not _enough(c, _proofs_needed(c)) or first]
         if not todo or budget <= 0 or time.monotonic() > deadline:
             break
         bound = onnx.ModelProto()
@@ -240,8 +261,11 @@ def _conclude(c: Candidate, bound: bool) -> None:
     """``c.proven_at`` or ``c.why`` from the sizes it equalled the reference at. With a binding, the region
     must be right there (it is the traced size): one right only elsewhere contradicts the binding."""
     need = _proofs_needed(c)
+    if c.mismatch:  # the size tensor taken for its output size is not it: nothing else says which is
+        c.why = f"not proven: {c.mismatch}"
+        return
     if bound and c.bound_why is not None:
-        if c.bound_why == "" and len(c.proofs) >= need:
+        if c.bound_why == "" and _enough(c, need):
             c.proven_at = c.bound_at
             return
         if c.bound_why:
@@ -252,7 +276,7 @@ def _conclude(c: Candidate, bound: bool) -> None:
                 c.contradicts = elsewhere
                 c.why += f", though it equals adaptive average pooling at {_x(elsewhere)}"
             return
-    if len(c.proofs) >= need:
+    if _enough(c, need):
         c.proven_at = c.proofs[0]
     elif c.proofs:
         c.why = (f"under symbolic sizes it equals adaptive average pooling at {_x(c.proofs[0])} only, and "
@@ -288,12 +312,45 @@ def symbol_binding(model: onnx.ModelProto, declared, input_shapes) -> dict[str, 
     return env
 
 
+def _runtime_pairs(c: Candidate, xs: tuple[int, ...]) -> dict[int, tuple[int, int]]:
+    """Per pooled axis whose output size the graph computes: (n, m) at the pooled size ``xs`` (m as the last
+    proof run read it, ``c.last_sizes``)."""
+    lead = len(xs) - c.rank
+    return {a: (xs[lead + a], c.last_sizes[a]) for a, m in enumerate(c.output_size)
+            if isinstance(m, RuntimeDim) and a < len(c.last_sizes)}
+
+
+#: branch classes each axis of a computed output size is proven in, one of them uneven (not n % m == 0)
+_RUNTIME_CLASSES = 3
+_ONE_CLASS_LENGTHS = 6  # ... or, where every size tried proved, this many output lengths per axis
+
+
+def _enough(c: Candidate, need: int) -> bool:
+    """Proven at enough sizes: ``need`` of them, and where the graph computes an output size, on each such
+    axis in several branch classes of torch's decomposition (one with uneven windows; or, with no size failed,
+    at many output lengths) and output lengths, and
+    at a size where two such axes' lengths differ (a size tensor taken for the wrong axis shows there)."""
+    if len(c.proofs) < need:
+        return False
+    axes = [a for a, m in enumerate(c.output_size) if isinstance(m, RuntimeDim)]
+    if c.mismatch or len(axes) > 1 and not c.uneven:  # some proof where those axes' sizes differ from each other
+        return False
+    if not axes:
+        return True
+    # upsampling (n < m) takes one branch class at every size: there, many lengths and no size it failed at
+    return all(len(c.lengths.get(a, ())) >= 2 and (len(c.branches.get(a, ())) >= _RUNTIME_CLASSES and any(
+        not b[0] for b in c.branches.get(a, ())) or len(c.lengths.get(a, ())) >= _ONE_CLASS_LENGTHS and not c.last)
+        for a in axes)
+
+
 def _proofs_needed(c: Candidate) -> int:
     """Sizes a symbolic region must be right at. Its replacement changes what it computes at every other
     size: with metadata saying adaptive pooling one size proves the windows; from structure alone two
     different sizes are asked for (a fixed-kernel pooling written with gathers can equal adaptive pooling at
     one size, not at two with the same output size)."""
-    return 1 if c.evidence != "structure" else 2
+    # an output size the graph computes: its length checked at several sizes, taking different branches
+    runtime = any(isinstance(m, RuntimeDim) for m in c.output_size)
+    return (1 if c.evidence != "structure" else 2) + (2 if runtime else 0)
 
 
 def _bindings(model: onnx.ModelProto, input_shapes):

@@ -24,11 +24,15 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import onnx
 
+from ..spec import InputDim, RuntimeDim
+
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
         ast.Mod: operator.mod}
 #: per pooled axis, the branch classes tried (one size each) and the largest symbol value considered
 MAX_CLASSES = 48
 MAX_SYMBOL = 4096
+#: pooled lengths tried per axis whose output size the graph computes (scale_factor): 2, 3, ... this many
+_RUNTIME_SIZES = 12
 
 
 def symbols(expr: str) -> set[str] | None:
@@ -166,11 +170,11 @@ class SizeSpace:
             seen, down, up = set(), [], []
             for v in range(1, MAX_SYMBOL + 1):
                 n = evaluate(d, {**{o: 1 for o in self.others}, s: v}) if s else None
-                if not isinstance(m, int):  # follows the input: a few sizes, none of one element
-                    if n is not None and n >= 2 and n not in seen:
+                if not isinstance(m, int):  # follows the input, or computed by the graph: sizes of 2 elements on
+                    if n is not None and n >= 2 and n not in seen:  # (a computed m's branches are not known here)
                         seen.add(n)
                         down.append(v)
-                    if len(seen) >= 3:
+                    if len(seen) >= (3 if isinstance(m, InputDim) else _RUNTIME_SIZES):
                         break
                     continue
                 if n is None or n < 1 or n == m:  # identity windows prove nothing
@@ -199,3 +203,18 @@ class SizeSpace:
                 if key not in tried:
                     tried.add(key)
                     yield env
+
+
+def range_limit(g, region: Sequence[int], result: str, a: int, info) -> RuntimeDim | None:
+    """The tensor the graph computes axis ``a`` of ``result``'s length in, where it is a Range's limit among
+    the sizes the region reads (torch's ``F.interpolate(x, scale_factor=0.6, mode="area")`` under symbolic
+    sizes: ``Range(0, trunc, 1)`` declared as long as the result's axis, ``trunc = Floor(H * 0.6)``). Only a
+    hint: the proof checks at every size it tries that the result is that long, and pooled to that size."""
+    params = info.params.get(result) or []
+    want = params[a] if a < len(params) else ""
+    if not want or want.startswith("unk__"):
+        return None
+    size_nodes, _ = g.size_ancestors(region)
+    limits = {g.nodes[i].input[1] for i in size_nodes if g.nodes[i].op_type == "Range" and len(g.nodes[i].input) == 3
+              and (info.params.get(g.nodes[i].output[0]) or [""])[0] == want}
+    return RuntimeDim(limits.pop(), 0, scalar=True) if len(limits) == 1 else None

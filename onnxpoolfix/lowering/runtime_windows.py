@@ -38,6 +38,8 @@ def guess_out(m) -> int:
 def runtime_size(em: Emitter, m: RuntimeDim) -> str:
     """The output length ``m`` as a 0-d int64 tensor: its entry of the graph's size tensor (float where torch
     computed it as ``Floor(n * scale)``: integral, so the Cast is exact)."""
+    if m.scalar:  # already the 0-d length
+        return em.cast(m.tensor, TensorProto.INT64)
     entry = em.op("Gather", [m.tensor, int64_scalar(em, "entry", m.index)], axis=0, hint="output_size")
     return em.cast(entry, TensorProto.INT64)
 
