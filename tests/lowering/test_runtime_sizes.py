@@ -13,6 +13,7 @@ import onnx
 import pytest
 from click.testing import CliRunner
 from helpers import assert_avg_close, assert_bits_equal, ort_session
+from runtime_size_modules import Area, HalfThird, MaxThirdPlusOne
 
 import onnxpoolfix
 from onnxpoolfix.cli import main
@@ -21,29 +22,6 @@ from onnxpoolfix.tensorrt import lint_tensorrt
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
-
-
-class Area(torch.nn.Module):
-    def __init__(self, scale):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x):
-        return F.interpolate(x, scale_factor=self.scale, mode="area")
-
-
-class HalfThird(torch.nn.Module):
-    def forward(self, x):
-        return F.adaptive_avg_pool2d(x, (x.shape[2] // 2, x.shape[3] // 3))
-
-
-class MaxThirdPlusOne(torch.nn.Module):
-    def __init__(self, indices):
-        super().__init__()
-        self.indices = indices
-
-    def forward(self, x):
-        return F.adaptive_max_pool2d(x, (x.shape[2] // 3 + 1, 5), return_indices=self.indices)
 
 
 class Max3d(torch.nn.Module):

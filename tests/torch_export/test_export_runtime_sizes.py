@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 import pytest
 from helpers import ort_session
+from runtime_size_modules import Area, HalfThird, MaxThirdPlusOne
 
 import onnxpoolfix
 
@@ -18,25 +19,6 @@ pytest.importorskip("onnxscript")
 F = torch.nn.functional
 Dim = torch.export.Dim
 pytestmark = pytest.mark.torch
-
-
-class Area(torch.nn.Module):
-    def __init__(self, scale):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x):
-        return F.interpolate(x, scale_factor=self.scale, mode="area")
-
-
-class HalfThird(torch.nn.Module):
-    def forward(self, x):
-        return F.adaptive_avg_pool2d(x, (x.shape[2] // 2, x.shape[3] // 3))
-
-
-class MaxThirdPlusOne(torch.nn.Module):
-    def forward(self, x):
-        return F.adaptive_max_pool2d(x, (x.shape[2] // 3 + 1, 5), return_indices=True)
 
 
 HW = {"x": {2: Dim("H", min=2, max=64), 3: Dim("W", min=3, max=64)}}
