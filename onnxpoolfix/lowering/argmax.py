@@ -30,7 +30,8 @@ from .. import windows as W
 from ..graph.emit import np_dtype
 from . import cost as C
 from .base import Lowering, axis_windows, compute_dtype
-from .max_steps import if_branch
+from .first_max import FIRST_MAX_OPS, PooledAxis, emit_first_max
+from .max_steps import branch, finite_input, if_branch
 from .steps import Step, numel
 
 
@@ -70,8 +71,10 @@ class ArgMaxStep(Step):
                 shp[j], shp[k + j] = t.shape
                 flat = flat + (t * strides[j]).reshape(shp)  # m_j on dim j, kmax_j on dim k + j
             flat = em.const("flat_index", flat.reshape(-1))
+        separable = [PooledAxis(None if n == m else t, t.shape[1], m, n) for n, m, t in zip(self.n, self.m, tables)]
         emit_argmax(em, x, len(shape), [em.const(f"window_table_{j}", t) for j, t in enumerate(tables)],
-                    prod(kmax), prod(self.m), elem, self.tie_safe, y, indices, flat, lazy=self.lazy)
+                    prod(kmax), prod(self.m), elem, self.tie_safe, y, indices, flat, lazy=self.lazy,
+                    separable=separable if any(a.table is not None for a in separable) else None)
 
 
 def argmax_seconds(lead: int, gathered: int, gathers: int, itemsize: int, lazy: bool = False) -> float:
@@ -90,19 +93,36 @@ def argmax_seconds(lead: int, gathered: int, gathers: int, itemsize: int, lazy: 
 #: what emit_argmax emits besides the first-maximum ops (ArgMax, or Equal/ReduceMin for TensorRT)
 ARGMAX_OPS = ("Transpose", "Gather", "Shape", "IsNaN", "Where", "Cast", "ReduceMax", "Mul", "Greater",
               "GatherElements", "Reshape", "Concat", "Unsqueeze", "Add", "Range")
-#: what the ``lazy`` form adds: the finiteness test and the If
-LAZY_OPS = ("ReduceSum", "Sub", "Not", "If")
+#: what the ``lazy`` form adds: the finiteness test, the If and the finite inputs' construction
+LAZY_OPS = ("ReduceSum", "Sub", "Not", "If") + FIRST_MAX_OPS
 
 
 def emit_argmax(em, x: str, rank: int, tables: list[str | None], kall: int | str, n_out: int | str, elem: int,
-                tie_safe: bool, y: str, indices: str | None, flat_index: str | None, *, lazy: bool = False) -> None:
+                tie_safe: bool, y: str, indices: str | None, flat_index: str | None, *, lazy: bool = False,
+                separable: list[PooledAxis] | None = None) -> None:
     """Values (into ``y``) and torch's indices (into ``indices``) of max pooling ``x``'s last ``len(tables)``
     axes, each with its ``[m, kmax]`` window table (None: the axis keeps its length, its window is the
     element itself). ``kall`` is the window size (the product of the kmax), ``n_out`` the number of output
     positions per plane (the product of the m): ints, or names of 0-d int64 tensors. ``flat_index`` (1-D,
     ``[n_out * kall]``): the flat input index of each (output position, window element), output-major.
-    ``lazy`` (not with ``tie_safe``): the NaN-aware choice runs only when the windows are not all finite.
+    ``lazy`` (not with ``tie_safe``): the NaN-aware construction runs only when the input is not all finite;
+    with ``separable`` (the same axes for :func:`~.first_max.emit_first_max`) finite inputs take that
+    construction, else only the choice inside the windows is guarded.
     """
+    if lazy and not tie_safe and separable is not None:
+        outputs = [(y, elem)] + ([(indices, TensorProto.INT64)] if indices else [])
+
+        def finite_path(sub, outs):
+            emit_first_max(sub, x, rank, separable, elem, outs[0], outs[1] if indices else None)
+
+        def exact_path(sub, outs):
+            emit_argmax(sub, x, rank, tables, kall, n_out, elem, False, outs[0], outs[1] if indices else None,
+                        flat_index)
+
+        em.op("If", [finite_input(em, x, elem)], out=[name for name, _ in outputs],
+              then_branch=branch(em, "finite_inputs", outputs, finite_path),
+              else_branch=branch(em, "non_finite_inputs", outputs, exact_path))
+        return
     k = len(tables)
     lead = rank - k
     # the pooled axes first: every Gather below then copies whole blocks of the leading dims

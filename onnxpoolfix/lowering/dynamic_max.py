@@ -18,6 +18,7 @@ from .. import windows as W
 from ..spec import RuntimeDim
 from . import cost as C
 from .argmax import ARGMAX_OPS, LAZY_OPS, argmax_seconds, emit_argmax
+from .first_max import PooledAxis
 from .runtime_windows import (
     RuntimeLengths,
     guess_len,
@@ -226,5 +227,8 @@ class DynamicArgMaxStep(Step):
         table_names = [None if j not in tables else
                        (em.const(f"window_table_{j}", tables[j]) if isinstance(tables[j], np.ndarray) else tables[j])
                        for j in range(k)]
+        separable = [PooledAxis(table_names[j] if j in tables else None, kmax.get(j, 1),
+                                ms[j] if j in tables else n_j, n_j)
+                     for j, n_j in ((j, self.n[j] if isinstance(self.n[j], int) else length(j)) for j in range(k))]
         emit_argmax(em, x, len(shape), table_names, kall, n_out, elem, self.tie_safe, y, indices, flat,
-                    lazy=not self.tie_safe)
+                    lazy=not self.tie_safe, separable=separable if changed else None)

@@ -175,12 +175,31 @@ class NonFiniteMaxStep(Step):
             return self._exact(em, x, shape, elem)
         # sum(x) is finite iff x holds no NaN/inf (an overflowing sum only sends us down the exact branch);
         # float16 sums overflow early, so it is summed in float32
-        xs = em.cast(x, TensorProto.FLOAT) if elem == TensorProto.FLOAT16 else x
-        total = em.op("ReduceSum", [xs], keepdims=0)
-        finite = em.op("Not", [em.op("IsNaN", [em.op("Sub", [total, total])])])
+        finite = finite_input(em, x, elem)
         then_branch = if_branch(em, "finite_inputs", elem, lambda sub: self._plain(sub, x, shape, elem))
         else_branch = if_branch(em, "non_finite_inputs", elem, lambda sub: self._exact(sub, x, shape, elem))
         return em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)
+
+
+def finite_input(em: Emitter, x: str, elem: int) -> str:
+    """A bool scalar: ``sum(x)`` is finite, i.e. ``x`` holds no NaN or inf (an overflowing sum only sends a
+    finite ``x`` down the exact branch); float16 is summed in float32 (its sums overflow early)."""
+    xs = em.cast(x, TensorProto.FLOAT) if elem == TensorProto.FLOAT16 else x
+    total = em.op("ReduceSum", [xs], keepdims=0)
+    return em.op("Not", [em.op("IsNaN", [em.op("Sub", [total, total])])])
+
+
+def branch(em: Emitter, hint: str, outputs: list[tuple[str, int]], build) -> GraphProto:
+    """A subgraph for If with several outputs: ``build(sub_emitter, names)`` writes each of ``names`` (fresh
+    names, one per ``(If output, dtype)`` of ``outputs``); its constants live in the outer graph."""
+    from onnx import helper
+
+    sub = Emitter(em.prefix, em.taken, em.opset, constant_nodes=em.constant_nodes)
+    names = [em.fresh(f"{hint}_{out.rsplit('/', 1)[-1]}") for out, _ in outputs]
+    build(sub, names)
+    em.initializers.extend(sub.initializers)
+    return helper.make_graph(sub.nodes, em.fresh(hint), [],
+                             [helper.make_tensor_value_info(n, elem, None) for n, (_, elem) in zip(names, outputs)])
 
 
 def if_branch(em: Emitter, hint: str, elem: int, build) -> GraphProto:

@@ -1,5 +1,5 @@
-"""The argmax lowering's If-guarded form (onnxruntime target, lowering/argmax.lazy_window_choice): finite
-windows take a plain ArgMax (torch's first maximum), others the NaN-aware choice. Both branches must give
+"""The argmax lowering's If-guarded form (onnxruntime target): finite inputs take the separable first maximum
+(lowering/first_max.py), others the NaN-aware construction (lowering/argmax.py). Both branches must give
 torch's values and indices bit for bit: finite data with ties (the fast branch decides), NaN and -inf (the
 exact branch), non-uniform windows, sizes of 1, batch > 1, float16; and a corrupted fast branch (the last
 of equal maxima) must be caught."""
@@ -71,17 +71,22 @@ def test_tensorrt_target_has_no_if():
     assert "If" not in {n.op_type for n in nodes_deep(patched.graph.node)}
 
 
-def test_a_fast_branch_taking_the_last_maximum_is_caught():
-    """Broken on purpose: the finite branch's ArgMax takes the last of equal maxima. The values stay right;
-    the indices differ from the reference on tie data (what the tool's own check compares)."""
+def test_a_fast_branch_losing_the_first_maximum_is_caught():
+    """Broken on purpose: the finite branch's position weights are all equal, so every maximum scores the same
+    and it answers the window's first element. The values stay right; the indices differ from the reference
+    (what the tool's own check compares)."""
     shape, size = (1, 3, 11, 13), (4, 5)
     model = _patched(shape, size)
     bad = onnx.ModelProto()
     bad.CopyFrom(model)
     (if_node,) = [n for n in bad.graph.node if n.op_type == "If"]
     then_branch = next(a.g for a in if_node.attribute if a.name == "then_branch")
-    (argmax,) = [n for n in then_branch.node if n.op_type == "ArgMax"]
-    argmax.attribute.append(onnx.helper.make_attribute("select_last_index", 1))
+    weights = {i for n in then_branch.node if n.op_type == "Mul" for i in n.input if "descending" in i}
+    assert len(weights) == 2  # one per pooled axis
+    for init in bad.graph.initializer:
+        if init.name in weights:
+            w = onnx.numpy_helper.to_array(init)
+            init.CopyFrom(onnx.numpy_helper.from_array(np.full_like(w, w.max()), init.name))
     x = _ties(shape, 0)
     want_v, want_i = reference.adaptive_max_pool(x, size)
     got_v, got_i = ort_run(bad, {"x": x})
