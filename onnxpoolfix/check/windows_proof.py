@@ -73,6 +73,13 @@ def _expected_table(n: int, m: int, kmax: int) -> np.ndarray:
     return np.minimum(w[:, :1] + k, w[:, 1:] - 1)
 
 
+def _expected_shared_table(n: int, m: int, kmax: int) -> np.ndarray:
+    """What :func:`runtime_window_tables` lists: ``last - kmax + 1 .. last`` clamped below at ``start``."""
+    w = _bounds(n, m)
+    k = np.arange(1 - kmax, 1, dtype=np.int64)
+    return np.maximum(w[:, 1:] - 1 + k, w[:, :1])
+
+
 def _matrix_t(n: int, m: int, elem: int) -> np.ndarray:
     """windows.py's pooling matrix, transposed (``[n, m]``), in the compute dtype (as the static matrices)."""
     w = _bounds(n, m)
@@ -93,24 +100,26 @@ class _Prover:
     def emitter(self) -> Emitter:
         return Emitter("proof", {"n", "m", "lengths", "out", "kmax"}, self.opset)
 
-    def shared(self, kind: str, m: int, n_max: int) -> str | None:
-        """Axes pooled to ``m`` sharing one construction over a vector of lengths (stacked)."""
+    def shared(self, kind: str, m: int, n_max: int, chunk: int = CHUNK) -> str | None:
+        """Axes pooled to ``m`` sharing one construction over a vector of lengths (stacked), ``chunk`` lengths
+        per run (1: the construction of a max axis alone, as the lowering emits it)."""
         em = self.emitter()
         if kind == "avg":
             em.op("Identity", [runtime_pooling_matrices_t(em, "lengths", 2, m, self.elem)], out="out")
         else:
-            em.op("Identity", [runtime_window_tables(em, "lengths", m)], out="out")
+            em.op("Identity", [runtime_window_tables(em, "lengths", 1 if chunk == 1 else 2, m)], out="out")
         sess = ort_session(_model(em, ["lengths"], ["out"]), optimize=False)
-        for lo in range(1, n_max + 1, CHUNK):
-            lengths = np.arange(lo, min(lo + CHUNK, n_max + 1), dtype=np.int64)
+        for lo in range(1, n_max + 1, chunk):
+            lengths = np.arange(lo, min(lo + chunk, n_max + 1), dtype=np.int64)
             (got,) = sess.run(None, {"lengths": lengths})
             for q, n in enumerate(lengths.tolist()):
                 if kind == "avg":
                     want = _matrix_t(n, m, self.elem)
                     if not (np.array_equal(got[:n, :, q], want) and not got[n:, :, q].any()):
                         return f"the shared pooling matrices differ from windows.py at {n} -> {m}"
-                elif not np.array_equal(got[:, :, q], _expected_table(n, m, got.shape[1])):
-                    return f"the shared window tables differ from windows.py at {n} -> {m}"
+                elif not np.array_equal(got[q] if chunk > 1 else got, _expected_shared_table(n, m, got.shape[-1])):
+                    what = "shared window tables differ" if chunk > 1 else "window table differs"
+                    return f"the {what} from windows.py at {n} -> {m}"
         return None
 
     def single(self, kind: str, pairs: list[tuple[int, int]], runtime_m: bool) -> str | None:
@@ -190,17 +199,18 @@ def prove_windows(model: onnx.ModelProto, spec: PoolSpec, cache: dict) -> Proof:
             groups.setdefault(m, []).append(j)
     for m, axes in groups.items():  # constant m: shared over several axes, or one axis alone
         n_max = _n_bound(m, BOUND)
-        if len(axes) > 1:
-            key = ("shared", spec.kind, m, n_max, elem, spec.opset)
-            if key not in cache:
-                cache[key] = prover.shared(spec.kind, m, n_max)
-        else:
+        if len(axes) == 1 and spec.kind == "avg":
             single.append((axes[0], m))
             continue
+        # a max axis alone runs the shared construction too, over a vector of its one length
+        key = ("shared", spec.kind, m, n_max, elem, spec.opset, len(axes) > 1)
+        if key not in cache:
+            cache[key] = prover.shared(spec.kind, m, n_max, CHUNK if len(axes) > 1 else 1)
         if cache[key]:
             proof.failure = cache[key]
             return proof
-        proof.add(f"{spec.kind} -> {m} (shared by {len(axes)} axes): n <= {n_max}", n_max)
+        proof.add(f"{spec.kind} -> {m} (shared by {len(axes)} axes): n <= {n_max}" if len(axes) > 1 else
+                  f"axis {lead + axes[0]} {spec.kind} -> {m}: n <= {n_max}", n_max)
     for j, m in single:
         if isinstance(m, RuntimeDim):
             pairs = yielded_sizes(model, spec, j, BOUND)

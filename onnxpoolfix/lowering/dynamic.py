@@ -282,8 +282,8 @@ class DynamicLowering(Lowering):
             steps.append(DynamicMatMulStep(tuple((a.axis, n_of(a), m_of(a)) for a in rest), spec.ndim))
             return steps
         # max: all changed axes in one step, earlier axes first (see DynamicWindowMaxStep)
-        steps.append(DynamicWindowMaxStep(tuple((a.axis, n_of(a), m_of(a))
-                                                for a in sorted(rest, key=lambda a: a.axis))))
+        steps.append(DynamicWindowMaxStep(tuple((a.axis, n_of(a), m_of(a)) for a in sorted(rest, key=lambda a: a.axis)),
+                                          by_size=spec.target != "tensorrt"))
         return steps
 
     def build(self, em, spec, x, y, indices=None):

@@ -19,6 +19,7 @@ from ..spec import RuntimeDim
 from . import cost as C
 from .argmax import ARGMAX_OPS, LAZY_OPS, argmax_seconds, emit_argmax
 from .first_max import PooledAxis
+from .max_steps import if_branch
 from .runtime_windows import (
     RuntimeLengths,
     guess_len,
@@ -31,20 +32,36 @@ from .runtime_windows import (
 )
 from .steps import Step
 
+# from this many input elements on, the pooled axes are gathered in place (see DynamicWindowMaxStep)
+IN_PLACE_MIN_ELEMENTS = 1 << 16
+
+
+def window_max(em, x: str, table: str, axis: int) -> str:
+    """ReduceMax over the windows of ``table`` (``[m, kmax]``) gathered along ``axis``."""
+    return em.reduce("ReduceMax", em.op("Gather", [x, table], axis=axis), [axis + 1], keepdims=0)
+
 
 @dataclass(frozen=True)
 class DynamicWindowMaxStep(Step):
-    """Max along ``axes`` ((axis, static n or None, m), earlier axes first): the pooled axes are moved in
-    front of the others once, then per axis a Gather of its window table (runtime for a symbolic axis) and a
-    ReduceMax over the window dim, and the result is moved back.
+    """Max along ``axes`` ((axis, static n or None, m), earlier axes first): per axis a Gather of its window
+    table (runtime for a symbolic axis) and a ReduceMax over the window dim, in one of two layouts:
 
-    In front, every Gather copies whole blocks of the other dims and every ReduceMax reduces a middle axis
-    with the other dims inside (onnxruntime's Gather along the last axis copies element by element);
-    measured 1x256x33x33 -> 8x8: 138-177 us against 186-214 us for per-axis Gathers in place with the last
-    axis moved to the front for its own Gather.
+    - front: the pooled axes moved in front of the others once (one Transpose of the whole input), so every
+      Gather copies whole blocks of the other dims, and moved back at the end;
+    - in place: each axis but the last gathered where it is (blocks of the later dims), the last one (whose
+      Gather would copy element by element in onnxruntime) moved to the front once the others are pooled,
+      so only that smaller tensor is transposed.
+
+    onnxruntime's Transpose costs ~0.4-0.7 ns per element here, its Gather a fixed cost per copied block, so
+    which is faster depends on the size (interleaved, static tables, 2 threads): in place 0.73-0.89x at
+    1x256x33x33 -> 8x8, 0.39x at 8x256x64x64 -> 5x7, but 1.46x at 1x512x10x10 -> 7x7 and 1.7x at
+    1x64x4x5 -> 6x6; the crossover lies near 2^16 input elements. With ``by_size`` (onnxruntime) an If on
+    ``Size(x)`` takes the faster one at run time (both read the same tables; ~2 us); without (TensorRT: no
+    If) the front layout.
     """
 
     axes: tuple[tuple[int, int | None, int | RuntimeDim], ...]
+    by_size: bool = True
 
     def out_shape(self, shape):
         out = list(shape)
@@ -54,54 +71,77 @@ class DynamicWindowMaxStep(Step):
 
     def cost(self, shape, itemsize):
         dims = [guess_len(d) for d in shape]
+        in_place = self.by_size and prod(dims) >= IN_PLACE_MIN_ELEMENTS
         total = prod(dims)
-        c = 2 * C.NODE + (total + prod(guess_len(d) for d in self.out_shape(shape))) * 2 * itemsize / C.BANDWIDTH
+        moved = total if not in_place else 0  # what the Transposes move
+        c = 2 * C.NODE + (3 * C.NODE if self.by_size else 0)
         for a, n, m in self.axes:
             m = guess_out(m)
             kmax = ceil(dims[a] / m) + 1
+            if in_place and a == len(dims) - 1:
+                moved = total
             gathered = total // dims[a] * m * kmax
             c += ((2 + (12 if n is None else 0)) * C.NODE + gathered / C.GATHER_RATE
                   + 2 * gathered * itemsize / C.BANDWIDTH)
             total = total // dims[a] * m
             dims[a] = m
-        return c
+        return c + (moved + total) * 2 * itemsize / C.BANDWIDTH
 
     def emit(self, em, x, shape, elem):
         rank = len(shape)
-        first = min(a for a, _, _ in self.axes)
-        pooled = list(range(first, rank))
-        front = em.op("Transpose", [x], perm=pooled + list(range(first)))
-        # symbolic axes pooled to the same m share one table construction (AdaptiveMaxPool2d(8): H and W)
+        tables = self._tables(em, x)
+        if not self.by_size:
+            return self._front(em, x, rank, tables)
+        large = em.op("Less", [int64_scalar(em, "in_place_min", IN_PLACE_MIN_ELEMENTS - 1), em.op("Size", [x])])
+        in_place = if_branch(em, "large_input", elem, lambda sub: self._in_place(sub, x, rank, tables))
+        front = if_branch(em, "small_input", elem, lambda sub: self._front(sub, x, rank, tables))
+        return em.op("If", [large], then_branch=in_place, else_branch=front)
+
+    def _tables(self, em, x) -> dict[int, str]:
+        """Per pooled axis its window table (``[m, kmax]``)."""
         groups: dict[int, list[int]] = {}
         for a, n, m in self.axes:
             if n is None and isinstance(m, int):
                 groups.setdefault(m, []).append(a)
         lengths = RuntimeLengths(em, x)
-        shared: dict[int, str] = {}
-        g = front
+        out: dict[int, str] = {}
+        for m, axes in groups.items():  # symbolic axes pooled to the same m share one construction
+            shared = runtime_window_tables(em, lengths(axes), len(axes), m)
+            for q, a in enumerate(axes):
+                out[a] = shared if len(axes) == 1 else em.op(
+                    "Gather", [shared, int64_scalar(em, "axis_index", q)], axis=0, hint="window_table")
         for a, n, m in self.axes:
-            pos = a - first
             if isinstance(m, RuntimeDim):  # the graph's own runtime output length
                 length = (int64_scalar(em, "n", n) if isinstance(n, int) else
                           em.op("Gather", [em.op("Shape", [x]), int64_scalar(em, "axis", a)], axis=0))
-                table, _ = runtime_window_table(em, length, runtime_size(em, m))
-            elif n is None and len(groups[m]) > 1:
-                if m not in shared:
-                    shared[m] = runtime_window_tables(em, lengths(groups[m]), m)
-                table = em.op("Gather", [shared[m], int64_scalar(em, "axis_index", groups[m].index(a))], axis=2,
-                              hint="window_table")
-            elif n is None:
-                # a scalar, as Range takes it
-                length = em.op("Gather", [em.op("Shape", [x]), int64_scalar(em, "axis", a)], axis=0)
-                table, _ = runtime_window_table(em, length, m)
-            else:
-                table = em.const("window_table", W.window_table(n, m))
-            g = em.reduce("ReduceMax", em.op("Gather", [g, table], axis=pos), [pos + 1], keepdims=0)
+                out[a] = runtime_window_table(em, length, runtime_size(em, m))[0]
+            elif n is not None:
+                out[a] = em.const("window_table", W.window_table(n, m))
+        return out
+
+    def _front(self, em, x, rank, tables):
+        first = min(a for a, _, _ in self.axes)
+        g = em.op("Transpose", [x], perm=list(range(first, rank)) + list(range(first)))
+        for a, _, _ in self.axes:
+            g = window_max(em, g, tables[a], a - first)
         k = rank - first
         return em.op("Transpose", [g], perm=list(range(k, rank)) + list(range(k)))
 
-    ops = ("Shape", "Gather", "Mul", "Add", "Div", "Sub", "ReduceMax", "Range", "Min", "Less", "Where", "Transpose",
-           "Unsqueeze", "Cast")
+    def _in_place(self, em, x, rank, tables):
+        g = x
+        for a, _, _ in self.axes:
+            if a < rank - 1:
+                g = window_max(em, g, tables[a], a)
+            else:
+                front = em.op("Transpose", [g], perm=[rank - 1] + list(range(rank - 1)))
+                g = em.op("Transpose", [window_max(em, front, tables[a], 0)], perm=list(range(1, rank)) + [0])
+        return g
+
+    @property
+    def ops(self):
+        tables = ("Shape", "Gather", "Mul", "Add", "Div", "Sub", "ReduceMin", "Range", "Max", "Min", "Less", "Where",
+                  "Unsqueeze", "Cast")  # runtime_window_tables / runtime_window_table (Where/Less before opset 12)
+        return tables + ("ReduceMax", "Transpose") + (("Size", "If") if self.by_size else ())
 
 
 @dataclass(frozen=True)

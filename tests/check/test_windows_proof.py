@@ -56,21 +56,52 @@ def test_a_computed_output_size_is_proven_at_every_size_the_graph_computes(kind,
 
 
 def _broken_at(n_bad: int):
+    """runtime_window_table (one axis, 0-d n) with every index off by one at ``n_bad``."""
     real = windows_proof.runtime_window_table
 
     def broken(em, n, m):
         table, kmax = real(em, n, m)
-        bad = em.op("Equal", [n, em.const("bad", np.array(n_bad, np.int64))])
-        shifted = em.op("Sub", [table, em.const("one", np.array(1, np.int64))])
-        return em.op("Where", [bad, shifted, table]), kmax
+        return _shifted_at(em, table, n, n_bad), kmax
     return broken
+
+
+def _shared_broken_at(n_bad: int):
+    """runtime_window_tables (the values-only max construction) with every index off by one where a length
+    is ``n_bad``."""
+    real = windows_proof.runtime_window_tables
+
+    def broken(em, lengths, g, m):
+        tables = real(em, lengths, g, m)
+        # lengths [g] against tables [g, m, kmax] (several axes) or [m, kmax] (one)
+        at = em.unsqueeze(lengths, [1, 2]) if g > 1 else lengths
+        return _shifted_at(em, tables, at, n_bad)
+    return broken
+
+
+def _shifted_at(em, table: str, n: str, n_bad: int) -> str:
+    bad = em.op("Equal", [n, em.const("bad", np.array(n_bad, np.int64))])
+    return em.op("Where", [bad, em.op("Sub", [table, em.const("one", np.array(1, np.int64))]), table])
 
 
 def test_a_window_table_wrong_at_one_large_size_fails_the_check(monkeypatch):
     """The sampled check sizes are small (< 20): only the proof reaches n = 300."""
-    monkeypatch.setattr(windows_proof, "runtime_window_table", _broken_at(300))
+    monkeypatch.setattr(windows_proof, "runtime_window_tables", _shared_broken_at(300))
     with pytest.raises(CheckFailedError, match="differs from windows.py at 300 -> 5"):
         onnxpoolfix.patch(onnx.load(FIXTURES / "dynamic_max2d.onnx"))
+
+
+def test_shared_window_tables_wrong_at_one_large_size_fail_the_check(monkeypatch):
+    """H and W pooled to 4 share one construction, proven over a vector of lengths."""
+    monkeypatch.setattr(windows_proof, "runtime_window_tables", _shared_broken_at(300))
+    with pytest.raises(CheckFailedError, match="shared window tables differ from windows.py at 300 -> 4"):
+        onnxpoolfix.patch(make_leftover("max", ("N", 3, "H", "W"), (4, 4)))
+
+
+def test_a_window_table_with_indices_wrong_at_one_large_size_fails_the_check(monkeypatch):
+    """Max with its indices read builds each axis' table alone (runtime_window_table)."""
+    monkeypatch.setattr(windows_proof, "runtime_window_table", _broken_at(300))
+    with pytest.raises(CheckFailedError, match="differs from windows.py at 300 -> 4"):
+        onnxpoolfix.patch(make_leftover("max", ("N", 3, "H", "W"), (4, 4), indices="output"))
 
 
 def test_a_pooling_matrix_wrong_at_one_computed_size_fails_the_check(monkeypatch):
