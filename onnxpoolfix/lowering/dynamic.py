@@ -15,15 +15,17 @@ time), with ``i`` in ``[0, m)`` and ``j = Range(0, n)``, window ``i`` is ``[star
   GEMM); an earlier axis whose later dims are static and small
   (just pooled: 7, 5x7, ...) is one GEMM against ``kron(P^T, I)`` on the flattened tail, so no per-plane
   GEMMs are issued (those made this 3-7x slower than the static lowering on 512-channel inputs);
-- max: the window table ``idx[i, k] = min(start_i + k, end_i - 1)`` for ``k = Range(0, kmax)``,
-  ``kmax = ReduceMax(end - start)``; Gather along the axis, ReduceMax over the window dim (short windows
-  repeat their last index, which changes no maximum). The pooled axes are moved in front of the others
-  once (:class:`~.dynamic_max.DynamicWindowMaxStep`), so no Gather runs along the last axis (element by element in
-  onnxruntime). NaN/-inf handling is the base class' wrapper.
+- max: the window table of ``last_i - kmax + 1 .. last_i`` clamped below at ``start_i`` (``last_i = end_i - 1``,
+  ``kmax`` the longest window; short windows repeat their first index, which changes no maximum), built
+  once for the axes pooled to the same ``m`` (:func:`~.runtime_windows.runtime_window_tables`); Gather
+  along the axis, ReduceMax over the window dim, never a Gather along the last axis (element by element in
+  onnxruntime): the pooled axes are moved in front of the others, or, from 2^16 input elements on (an If
+  on ``Size``; TensorRT always in front), gathered in place with only the last moved
+  (:class:`~.dynamic_max.DynamicWindowMaxStep`). NaN/-inf handling is the base class' wrapper.
 
 Axes whose output size is 1 become one ReduceMean/ReduceMax (exact for any ``n``); axes that follow the
 input (torch's ``None``) are untouched; static axes of a partly symbolic node use constant matrices or
-window tables. No Loop/If/Einsum: every op is in TensorRT's ONNX parser table. Range needs opset 11.
+window tables. No Loop/Einsum, no If for TensorRT: every op is in TensorRT's ONNX parser table. Range needs opset 11.
 Max whose indices output is read: :class:`~.dynamic_max.DynamicArgMaxStep`, the ``argmax`` lowering's
 construction over runtime window tables (NaN and -inf handled there; an If only with the onnxruntime
 target). The max steps live in :mod:`.dynamic_max`, the runtime lengths and window tables both share in

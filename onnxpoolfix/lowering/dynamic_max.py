@@ -2,7 +2,8 @@
 tables are built at run time (:mod:`.runtime_windows`), then
 
 - values only: :class:`DynamicWindowMaxStep`, per axis a Gather of its table and a ReduceMax over the window
-  dim, the pooled axes moved in front once (NaN/-inf handling: the base class' wrapper);
+  dim, the pooled axes moved in front once or (large inputs, onnxruntime) gathered in place (NaN/-inf
+  handling: the base class' wrapper);
 - indices read too: :class:`DynamicArgMaxStep`, the ``argmax`` lowering's construction
   (:func:`~.argmax.emit_argmax`) over the runtime tables, NaN and -inf handled there (its NaN-aware choice
   behind an If on finite windows with the onnxruntime target, as the static one; no If for TensorRT).
