@@ -158,7 +158,7 @@ def _coordinate(em: Emitter, ax: PooledAxis, a: int, k: int, reversed_pos: str) 
         start_plus = em.const("start_plus_kmax", (ax.table[:, 0] + ax.table.shape[1]).astype(np.float32))
     else:
         first = em.op("Gather", [ax.table, _scalar(em, 0)], axis=1, hint="window_start")
-        start_plus = em.cast(em.op("Add", [first, ax.kmax]), F32)
+        start_plus = em.cast(em.op("Add", [first, _scalar(em, ax.kmax)]), F32)
     return em.op("Sub", [em.op("Reshape", [start_plus, em.ints("shape", shape)]), reversed_pos], hint="coordinate")
 
 

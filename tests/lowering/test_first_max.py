@@ -107,3 +107,19 @@ def test_float16(torch_mod):
     want_v, want_i = _torch_pool(torch_mod, x.astype(np.float32), size)
     assert_bits_equal(got_i, want_i.numpy(), "indices vs torch")
     assert_bits_equal(got_v.astype(np.float32), want_v.numpy())
+
+
+@pytest.mark.parametrize("shape", [["N", 3, "H", 9], ["N", 3, 9, "W"], [2, "C", "H", "W"]])
+def test_symbolic_axes_mixed_with_static_ones(shape, torch_mod):
+    """The dynamic lowering's tables: runtime for a symbolic axis, constant for a static one (one file)."""
+    size = (4, 5)
+    model = onnxpoolfix.patch(make_leftover("max", shape, size, indices="output"), check=False).model
+    rng = np.random.default_rng(11)
+    for h, w in [(9, 9), (4, 2), (13, 17), (1, 5), (6, 1)]:
+        sizes = {"N": 2, "C": 3, "H": h, "W": w}
+        concrete = [sizes.get(d, d) for d in shape]  # a static dim stays what it is
+        x = rng.integers(-1, 2, concrete).astype(np.float32)
+        got_v, got_i = ort_run(model, {"x": x})
+        want_v, want_i = _torch_pool(torch_mod, x, size)
+        assert_bits_equal(got_i, want_i.numpy(), f"indices vs torch at {concrete}")
+        assert_bits_equal(got_v, want_v.numpy(), f"values vs torch at {concrete}")
