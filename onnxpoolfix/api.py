@@ -76,6 +76,8 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     """
     check_arguments("patch", model, target, strategy)
     check_seed(seed)
+    check_flags(check=check, keep_input_shapes=keep_input_shapes, inplace=inplace,
+                optimize_exporter_pools=optimize_exporter_pools, allow_partial=allow_partial)
     input_shapes = shape_map(input_shapes, "input_shapes")
     traced_shapes = shape_map(traced_shapes, "traced_shapes")
     if check_shapes is not None:
@@ -202,6 +204,15 @@ def check_choices(target: str, strategy: str) -> None:
     if not isinstance(target, str) or target not in TARGETS:
         raise ArgumentError(f"target must be one of {TARGETS}, not {target!r}", f"choose one of: {', '.join(TARGETS)}")
     check_strategy(strategy)
+
+
+def check_flags(**flags) -> None:
+    """Yes/no arguments (``check``, ``inplace``, ...) as ``patch``, ``inspect_model`` and ``export`` take
+    them: True or False (numpy's bool too), a TypeError naming the argument for anything else (``check="no"``
+    would otherwise be taken for yes)."""
+    for name, value in flags.items():
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{name} takes True or False, not {value!r}")
 
 
 def check_seed(seed) -> None:
