@@ -43,6 +43,15 @@ NOTES = """## Notes (analysis of the run that produced this file; numbers move o
 - **Dynamic rows**: dyn_max_33to8 (max without indices, not changed here) was 1.9x in the morning run and
   2.4-2.6x in these: its static form is one MaxPool k5 s4 and the dynamic one gathers runtime window tables
   (BORDERLINE before, MISSED under this load).
+- **Dynamic max without indices (issue 24)**: from 2^16 input elements on (an If on Size) the pooled axes
+  are gathered in place, only the last moved to the front after the others (the whole-input Transpose cost
+  more); the shared window tables take 11 nodes + 1 per axis (13 + 1). A/B vs before (one process,
+  interleaved, 21 rounds): 1x256x33x33 -> 8x8 322 -> 287 and 330 -> 284 us (static 143 us: 2.25x -> 2.0x
+  under load; target NOT met: the in-place Gather + ReduceMax of H alone costs more than the static
+  MaxPool), 2x256x64x64 -> 5x7 3156 -> 1788 us (static 1855), 1x512x10x10 -> 7x7 103 -> 100 us,
+  1x64x4x5 -> 6x6 24.4 -> 26.5 us (the If). Not kept: [kmax, m] tables, C/H swapped first, MaxPool 2x2 s1 +
+  half tables (1.3-2.6x slower); MaxRoiPool (float bins: wrong windows); ScatterND max (opset 18 only,
+  0.95x at 33x33 before its runtime indices).
 - **What made these fast**: (1) max pooling's NaN/-inf-exact path runs only when a ReduceSum over the
   input is not finite (an If; it used to run always: 8-13x slower), and since issue 24 the same for max with
   indices; (2) a window Gather on the last axis first moves that axis to the front (onnxruntime's last-axis
