@@ -45,7 +45,7 @@ NOTES = """## Notes (analysis of the run that produced this file; numbers move o
   (BORDERLINE before, MISSED under this load).
 - **Dynamic max without indices (issue 24)**: from 2^16 input elements on (an If on Size) the pooled axes
   are gathered in place, only the last moved to the front after the others (the whole-input Transpose cost
-  more); the shared window tables take 11 nodes + 1 per axis (13 + 1). A/B vs before (one process,
+  more); the window tables take 12 + g nodes for g axes sharing them, 11 for one (13 + g, 13). A/B (one process,
   interleaved, 21 rounds): 1x256x33x33 -> 8x8 322 -> 287 and 330 -> 284 us (static 143 us: 2.25x -> 2.0x
   under load; target NOT met: the in-place Gather + ReduceMax of H alone costs more than the static
   MaxPool), 2x256x64x64 -> 5x7 3156 -> 1788 us (static 1855), 1x512x10x10 -> 7x7 103 -> 100 us,

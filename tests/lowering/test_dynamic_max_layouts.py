@@ -100,12 +100,15 @@ def test_the_layout_is_chosen_by_the_input_size():
     assert not [n for n in trt.graph.node if n.op_type in ("If", "Size")]
 
 
-def test_shared_tables_take_eleven_nodes_and_one_per_axis():
-    """The construction for H and W pooled to 8: Shape(start, end), Unsqueeze, start (Mul, Div), last (Mul,
-    Add, Div), Sub, ReduceMin, Range, Add, Max, then a Gather per axis."""
-    model = _patched((8, 8))
+TABLE_NODES = ["Shape", "Mul", "Div", "Mul", "Add", "Div", "Sub", "ReduceMin", "Range", "Add", "Max"]
+
+
+@pytest.mark.parametrize("out_size,more", [((8, 8), ["Unsqueeze", "Gather", "Gather"]), ((6, 1), [])])
+def test_window_tables_take_eleven_nodes_alone_twelve_and_one_per_axis_shared(out_size, more):
+    """Shape(start, end), start (Mul, Div), last (Mul, Add, Div), Sub, ReduceMin, Range, Add, Max; H and W
+    pooled to 8 share them (the lengths Unsqueezed, a Gather per axis); (6, 1): H alone (W is a ReduceMax)."""
+    model = _patched(out_size)
     guard = next(n for n in model.graph.node if n.op_type == "If")
     finite = next(a.g for a in guard.attribute if a.name == "then_branch")
-    tables = [n.op_type for n in finite.node if n.op_type not in ("If", "Less", "Size")]
-    assert sorted(tables) == sorted(["Shape", "Unsqueeze", "Mul", "Div", "Mul", "Add", "Div", "Sub", "ReduceMin",
-                                     "Range", "Add", "Max", "Gather", "Gather"])
+    tables = [n.op_type for n in finite.node if n.op_type not in ("If", "Less", "Size", "ReduceMax")]
+    assert sorted(tables) == sorted(TABLE_NODES + more)
