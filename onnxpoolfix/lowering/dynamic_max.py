@@ -72,10 +72,11 @@ class DynamicWindowMaxStep(Step):
 
     def cost(self, shape, itemsize):
         dims = [guess_len(d) for d in shape]
-        in_place = self.by_size and prod(dims) >= IN_PLACE_MIN_ELEMENTS
+        chooses = self._chooses(len(dims))
+        in_place = chooses and prod(dims) >= IN_PLACE_MIN_ELEMENTS
         total = prod(dims)
         moved = total if not in_place else 0  # what the Transposes move
-        c = 2 * C.NODE + (3 * C.NODE if self.by_size else 0)
+        c = 2 * C.NODE + (3 * C.NODE if chooses else 0)
         for a, n, m in self.axes:
             m = guess_out(m)
             kmax = ceil(dims[a] / m) + 1
@@ -91,12 +92,17 @@ class DynamicWindowMaxStep(Step):
     def emit(self, em, x, shape, elem):
         rank = len(shape)
         tables = self._tables(em, x)
-        if not self.by_size:
+        if not self._chooses(rank):
             return self._front(em, x, rank, tables)
         large = em.op("Less", [int64_scalar(em, "in_place_min", IN_PLACE_MIN_ELEMENTS - 1), em.op("Size", [x])])
         in_place = if_branch(em, "large_input", elem, lambda sub: self._in_place(sub, x, rank, tables))
         front = if_branch(em, "small_input", elem, lambda sub: self._front(sub, x, rank, tables))
         return em.op("If", [large], then_branch=in_place, else_branch=front)
+
+    def _chooses(self, rank: int) -> bool:
+        """Whether the If on the size is emitted: not for TensorRT, nor where only the last axis is pooled
+        (both layouts move it to the front alone)."""
+        return self.by_size and any(a < rank - 1 for a, _, _ in self.axes)
 
     def _tables(self, em, x) -> dict[int, str]:
         """Per pooled axis its window table (``[m, kmax]``)."""

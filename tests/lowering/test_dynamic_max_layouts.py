@@ -112,3 +112,18 @@ def test_window_tables_take_eleven_nodes_alone_twelve_and_one_per_axis_shared(ou
     finite = next(a.g for a in guard.attribute if a.name == "then_branch")
     tables = [n.op_type for n in finite.node if n.op_type not in ("If", "Less", "Size", "ReduceMax")]
     assert sorted(tables) == sorted(TABLE_NODES + more)
+
+
+def test_one_pooled_last_axis_needs_no_choice(torch_mod):
+    """AdaptiveMaxPool1d: both layouts would move L to the front alone, so no If on the size is emitted."""
+    model = _patched((5,), ("N", C, "L"))
+    guard = next(n for n in model.graph.node if n.op_type == "If")
+    finite = next(a.g for a in guard.attribute if a.name == "then_branch")
+    assert not [n for n in finite.node if n.op_type in ("If", "Size")]
+    sess = ort_session(model)
+    rng = np.random.default_rng(0)
+    for shape in [(1, C, 1100), (2, C, 37), (1, C, 5), (1, C, 3), (1, C, 1)]:
+        for x in _inputs(shape, rng):
+            with torch_mod.no_grad():
+                want = torch_mod.nn.functional.adaptive_max_pool1d(torch_mod.from_numpy(x), 5).numpy()
+            assert_bits_equal(sess.run(None, {"x": x})[0], want, f"torch at {shape}")
