@@ -100,6 +100,7 @@ def _prove_dynamic_windows(model, specs, report: PatchReport, failed: list[str])
             lines.extend(proof.lines)
     if not bounds:
         return ""
+    report.windows_proven_to = min(bounds)
     return (f"every window of the dynamic lowering proven up to n = {min(bounds)} "
             f"({'; '.join(dict.fromkeys(lines))})")
 
