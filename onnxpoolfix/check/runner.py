@@ -271,14 +271,14 @@ def isolate(model: onnx.ModelProto, spec: PoolSpec) -> onnx.ModelProto | None:
 
 
 def _outer_reads(node: onnx.NodeProto) -> list[str]:
-    """Names a node's subgraphs (If branches) read from outside themselves."""
+    """Names a node's subgraphs (If branches) read from outside themselves (a nested If's reads of names its
+    enclosing branch makes are not)."""
     out: list[str] = []
     for sub in subgraphs(node):
         made = {o for n in sub.node for o in n.output} | {i.name for i in sub.input}
         made |= {t.name for t in sub.initializer}
         for n in sub.node:
-            out.extend(i for i in n.input if i and i not in made)
-            out.extend(_outer_reads(n))
+            out.extend(i for i in list(n.input) + _outer_reads(n) if i and i not in made)
     return out
 
 

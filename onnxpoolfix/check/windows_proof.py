@@ -74,10 +74,10 @@ def _expected_table(n: int, m: int, kmax: int) -> np.ndarray:
 
 
 def _expected_shared_table(n: int, m: int, kmax: int) -> np.ndarray:
-    """What :func:`runtime_window_tables` lists: ``last - kmax + 1 .. last`` clamped below at ``start``."""
+    """What :func:`runtime_window_tables` lists: ``end - kmax .. end - 1`` clamped below at ``start``."""
     w = _bounds(n, m)
-    k = np.arange(1 - kmax, 1, dtype=np.int64)
-    return np.maximum(w[:, 1:] - 1 + k, w[:, :1])
+    k = np.arange(-kmax, 0, dtype=np.int64)
+    return np.maximum(w[:, 1:] + k, w[:, :1])
 
 
 def _matrix_t(n: int, m: int, elem: int) -> np.ndarray:

@@ -15,8 +15,8 @@ time), with ``i`` in ``[0, m)`` and ``j = Range(0, n)``, window ``i`` is ``[star
   GEMM); an earlier axis whose later dims are static and small
   (just pooled: 7, 5x7, ...) is one GEMM against ``kron(P^T, I)`` on the flattened tail, so no per-plane
   GEMMs are issued (those made this 3-7x slower than the static lowering on 512-channel inputs);
-- max: the window table of ``last_i - kmax + 1 .. last_i`` clamped below at ``start_i`` (``last_i = end_i - 1``,
-  ``kmax`` the longest window; short windows repeat their first index, which changes no maximum), built
+- max: the window table of ``end_i - kmax .. end_i - 1`` clamped below at ``start_i`` (``kmax`` the longest
+  window; short windows repeat their first index, which changes no maximum), built
   once for the axes pooled to the same ``m`` (:func:`~.runtime_windows.runtime_window_tables`); Gather
   along the axis, ReduceMax over the window dim, never a Gather along the last axis (element by element in
   onnxruntime): the pooled axes are moved in front of the others, or, from 2^16 input elements on (an If

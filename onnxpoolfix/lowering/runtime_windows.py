@@ -106,22 +106,22 @@ def runtime_window_tables(em: Emitter, lengths: str, g: int, m: int) -> str:
     """The window tables of ``g`` axes pooled to the same ``m`` from their runtime ``lengths`` (1-D, ``[g]``),
     in one computation: ``[m, kmax]`` for one axis, ``[g, m, kmax]`` stacked for several (axis ``q``'s is
     ``Gather(tables, q, axis=0)``), ``kmax`` the longest window of any of them. Window ``i`` lists
-    ``last_i - kmax + 1 .. last_i`` clamped below at ``start_i``: short windows repeat their first index,
+    ``end_i - kmax .. end_i - 1`` clamped below at ``start_i``: short windows repeat their first index,
     which changes no maximum.
 
-    ``start_i = (i n) div m``, ``last_i = ((i + 1) n - 1) div m`` (``end_i - 1``, as ``ceil(a / m) - 1 =
-    (a - 1) div m`` for ``a >= 1``), and the window offsets ``-(kmax - 1) .. 0`` are one Range on the last
-    axis: 11 nodes with the Shape for one axis, 12 + g for ``g`` (the ``[m, kmax, g]`` form this replaced:
-    13 and 13 + g; onnxruntime runs such a node in ~2-3 us).
+    ``start`` and ``end`` are 2 and 3 nodes, ``-kmax = ReduceMin(start - end)``, and the offsets
+    ``-kmax .. -1`` one Range on the last axis, no Unsqueeze (for one axis): 11 nodes with the Shape for one
+    axis, 12 + g for ``g`` (the ``[m, kmax, g]`` form this replaced: 13 and 13 + g; onnxruntime runs such a
+    node in ~2-3 us). An empty axis (n = 0) gets an empty table, as before.
     """
     i = np.arange(m, dtype=np.int64).reshape(m, 1)
     if g > 1:
         lengths = em.unsqueeze(lengths, [1, 2])  # [g, 1, 1]
     start = em.op("Div", [em.op("Mul", [lengths, em.const("i", i)]), int64_scalar(em, "m", m)], hint="start")
-    last = em.op("Div", [em.op("Add", [em.op("Mul", [lengths, em.const("i_plus_1", i + 1)]),
-                                       int64_scalar(em, "minus_1", -1)]), int64_scalar(em, "m", m)], hint="last")
-    longest = em.reduce("ReduceMin", em.op("Sub", [start, last]), list(range(3 if g > 1 else 2)), keepdims=0)
-    offsets = em.op("Range", [longest, int64_scalar(em, "one", 1), int64_scalar(em, "one", 1)], hint="offsets")
-    return int_max(em, em.op("Add", [last, offsets]), start)  # (last - kmax + 1 .. last) clamped at start
+    end = em.op("Div", [em.op("Add", [em.op("Mul", [lengths, em.const("i_plus_1", i + 1)]),
+                                      int64_scalar(em, "m_minus_1", m - 1)]), int64_scalar(em, "m", m)], hint="end")
+    minus_kmax = em.reduce("ReduceMin", em.op("Sub", [start, end]), list(range(3 if g > 1 else 2)), keepdims=0)
+    offsets = em.op("Range", [minus_kmax, int64_scalar(em, "zero", 0), int64_scalar(em, "one", 1)], hint="offsets")
+    return int_max(em, em.op("Add", [end, offsets]), start)  # (end - kmax .. end - 1) clamped at start
 
 

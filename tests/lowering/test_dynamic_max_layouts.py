@@ -1,6 +1,6 @@
 """Max pooling over symbolic axes without indices (issue 24): the two layouts of DynamicWindowMaxStep, chosen
 at run time by an If on the input's size (in place from 2^16 elements, the pooled axes moved in front
-below), and the window tables shared by the axes pooled to one m (last_i - kmax + 1 .. last_i clamped at
+below), and the window tables shared by the axes pooled to one m (end_i - kmax .. end_i - 1 clamped at
 start_i). ONE patched file per module runs at sizes on both sides of the threshold (n < m, n = m, n = 1,
 odd, non-square, batch 2) against torch and onnxpoolfix.reference, bit for bit, NaN and -inf included.
 """
@@ -105,7 +105,7 @@ TABLE_NODES = ["Shape", "Mul", "Div", "Mul", "Add", "Div", "Sub", "ReduceMin", "
 
 @pytest.mark.parametrize("out_size,more", [((8, 8), ["Unsqueeze", "Gather", "Gather"]), ((6, 1), [])])
 def test_window_tables_take_eleven_nodes_alone_twelve_and_one_per_axis_shared(out_size, more):
-    """Shape(start, end), start (Mul, Div), last (Mul, Add, Div), Sub, ReduceMin, Range, Add, Max; H and W
+    """Shape(start, end), start (Mul, Div), end (Mul, Add, Div), Sub, ReduceMin, Range, Add, Max; H and W
     pooled to 8 share them (the lengths Unsqueezed, a Gather per axis); (6, 1): H alone (W is a ReduceMax)."""
     model = _patched(out_size)
     guard = next(n for n in model.graph.node if n.op_type == "If")
