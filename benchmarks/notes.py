@@ -28,6 +28,17 @@ NOTES = """## Notes (analysis of the run that produced this file; numbers move o
   picks it per axis). The zero-padding of 5/7-column last-axis passes to 8 (+ Slice) is gone: re-measured
   1.03-1.27x slower padded and 1.14-1.69x with the Slice (the Slice alone ~1 ms on 32 MB). A/B in one process
   (25 rounds): avg_64to5x7 3971 -> 2473 us, 2.59x -> 1.60x the floor (the dynamic lowering 2467 us, 1.66x).
+- **Max, large input (issue 24)**: max_64to5x7 now takes `pool_cover`: H 64 -> 5 on the grid k13 s13
+  (ceil_mode) inside its windows, W k10 s9 in the same MaxPool, plus rows 12, 25, 38, 51 (the ones the grid
+  misses) gathered, pooled along W and Max'ed in. A/B in one process (old window_gather vs new, NaN guard
+  included): 15.8 -> 13.2 ms (40 rounds, 9.0x -> 7.5x the floor) and 17.8 -> 15.5 ms (25 rounds, 5.1x ->
+  4.6x); without the guard 0.62-0.67x. Target 2.5x NOT met: in the onnxruntime profile every MaxPool over
+  the 32 MB input is preceded by the NCHWc reorder of it (~2x a ReduceSum over the input by itself; MLAS's
+  plain NCHW pooling, channels reshaped to 1, is as slow), and the NaN guard's ReduceSum is another 1x.
+  Tried and not kept: (a) ReduceMax over aligned blocks of 4 rows (~1.3x a ReduceSum) + the windows' edge
+  rows gathered + the W MaxPool on both + a part table: 6.9 vs 5.5 ms inside the If (the small Gathers,
+  Concat and the second NCHWc reorder eat the gain); (b) the H window Gather first (37 MB written): 1.4x
+  slower; (c) the guard's ReduceSum over a middle axis first: 0.99-1.08x (no gain).
 - **Planner on this machine**: with the built-in constants the choice was within 15% of the fastest forced
   lowering in 19 of the 22 rows that have a choice in the table run; the misses (avg_64to5x7 matmul vs
   kronecker, avg_128to3 matmul vs kronecker, avg1d_1000to30 block_pool vs matmul, 1.35-1.41x) are pairs whose
