@@ -213,9 +213,7 @@ class GatherStep(Step):
     ops = ("Gather",)
 
 
-# a non-last axis whose later dims are static with product t <= this may be contracted as ONE GEMM against
-# kron(P^T, I_t) on the flattened tail (t times the multiply-adds, no per-plane GEMMs, no packing of x);
-# the dynamic lowering uses the same form (lowering/dynamic.py)
+# later dims of static product t <= this may go into one GEMM against kron(P^T, I_t) (MatMulStep, dynamic.py)
 KRON_IDENTITY_MAX = 16
 
 
@@ -231,15 +229,11 @@ class MatMulStep(OneAxisStep):
     block-diagonal, ``I_g (x) P[:q, :p]``. Reshaping the axis to [g, p] and multiplying by the small block
     does g times fewer multiply-adds (1D 1000 -> 30: 3.2 ms -> 2.0 ms). Used where the cost model says so.
 
-    Kronecker-identity form (``kron``): an axis before the last whose later dims are static with a small
-    product t (they were just pooled: 7, 5x7) is flattened with them and multiplied from the right by
-    ``kron(P^T, I_t)``: one GEMM with constant (prepacked) B instead of one GEMM per plane that packs x on
-    every call. 8x256x64x7 -> 5 along H (after W): ~1.3 ms per plane vs ~0.6 ms kron (onnxruntime profile);
-    the dynamic lowering had this form already and ran 8x256x64x64 -> 5x7 in 2.4 ms to this one's 3.4 ms.
-
-    No zero-padding of a 5- or 7-column ``P^T`` to 8 (with a Slice back): re-measured, [8,256,64,64] @
-    [64, 7] ran 1.23x slower padded, 1.69x with the Slice; [64, 5] 1.27x / 1.36x; [4,32,256,256] @
-    [256, 7] 1.03x / 1.14x (25 interleaved rounds each).
+    Kron form: an axis before the last whose later dims are static with a small product t (just pooled:
+    7, 5x7) is flattened with them and multiplied by ``kron(P^T, I_t)``: one GEMM against a constant
+    (prepacked) matrix, not one per plane packing x each call. 8x256x64x7 -> 5 along H: ~1.3 -> ~0.6 ms
+    (profile); the dynamic lowering had it already (8x256x64x64 -> 5x7: 2.4 ms to this one's 3.4 ms).
+    No zero-padding of a 5/7-column ``P^T`` to 8: re-measured 1.03-1.27x slower, 1.14-1.69x with the Slice.
     """
 
     axis: int
