@@ -15,7 +15,7 @@ import onnx
 
 from .check import run_check
 from .check.bodies import body_rows, check_in_bodies
-from .errors import ArgumentError, InvalidModelError
+from .errors import ArgumentError, InvalidModelError, api_words
 from .frontends.dynamo import frozen_error, partial_lines
 from .graph.shapes import model_opset, validate_input_shape
 from .plan.model import PlanOptions, apply_model_plan, no_lowering_hint, plan_model
@@ -76,6 +76,8 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     """
     check_arguments("patch", model, target, strategy)
     check_seed(seed)
+    check_flags(check=check, keep_input_shapes=keep_input_shapes, inplace=inplace,
+                optimize_exporter_pools=optimize_exporter_pools, allow_partial=allow_partial)
     input_shapes = shape_map(input_shapes, "input_shapes")
     traced_shapes = shape_map(traced_shapes, "traced_shapes")
     if check_shapes is not None:
@@ -122,7 +124,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     nested = bool(mp.body_nodes)  # leftovers inside If/Loop/Scan bodies, planned with the rest
     if not mp.nodes and not nested:
         notes.append(NOTHING_TO_PATCH)  # after the front ends' notes: e.g. a frozen dynamo export
-        return PatchResult(model, report)
+        return PatchResult(model, in_api_words(report))
     if found.inlined:
         notes.insert(0, f"inlined the local function(s) {', '.join(found.inlined)} that held leftovers")
     for n in mp.blocked:  # the first node no lowering applies to stops the patch
@@ -133,7 +135,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         notes.append(f"kept {len(mp.kept)} exporter pool(s) as they are (already the fastest exact form)")
     if not mp.separate and not mp.groups and not nested:
         notes.append(NOTHING_TO_PATCH)
-        return PatchResult(model, report)
+        return PatchResult(model, in_api_words(report))
     applied = apply_model_plan(model, mp)
     done = [d for d in applied if d.body is None]
     in_bodies = [d for d in applied if d.body is not None]
@@ -156,7 +158,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     else:
         report.nodes.extend(body_rows(in_bodies))
         notes.append(NOT_CHECKED)
-    return PatchResult(model, report)
+    return PatchResult(model, in_api_words(report))
 
 
 #: the largest dim an input shape may bind (int32: what TensorRT and most kernels index with)
@@ -202,6 +204,28 @@ def check_choices(target: str, strategy: str) -> None:
     if not isinstance(target, str) or target not in TARGETS:
         raise ArgumentError(f"target must be one of {TARGETS}, not {target!r}", f"choose one of: {', '.join(TARGETS)}")
     check_strategy(strategy)
+
+
+def in_api_words(report: PatchReport) -> PatchReport:
+    """``report`` with its notes, partial lines and whys naming the Python API's arguments, as its errors do
+    (they are written once, in the CLI's words; the CLI prints them back in its own: cli.patch_cmd)."""
+    def words(lines):
+        return [type(line)(api_words(line)) for line in lines]  # a WarningNote stays one
+
+    report.notes, report.partial = words(report.notes), words(report.partial)
+    for node in report.nodes:
+        node.why = api_words(node.why)
+    report.suspects = [{k: api_words(v) if isinstance(v, str) else v for k, v in s.items()} for s in report.suspects]
+    return report
+
+
+def check_flags(**flags) -> None:
+    """Yes/no arguments (``check``, ``inplace``, ...) as ``patch``, ``inspect_model`` and ``export`` take
+    them: True or False (numpy's bool too), a TypeError naming the argument for anything else (``check="no"``
+    would otherwise be taken for yes)."""
+    for name, value in flags.items():
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{name} takes True or False, not {value!r}")
 
 
 def check_seed(seed) -> None:

@@ -29,6 +29,7 @@ _WORDS = (
     ("--input-shape", "input_shapes"),
     ("--no-check", "check=False"),
     ("drop --strategy", "drop strategy= (or strategy='auto')"),
+    ("forced by --strategy", "forced by the strategy argument"),
     ("--strategy", "strategy="),
     ("--target tensorrt", "target='tensorrt'"),
     ("--target onnxruntime", "target='onnxruntime'"),

@@ -31,8 +31,11 @@ JSON schema (``schema_version`` 1)::
       "suspects": [{"result": str, "evidence": str, "why": str,   # suspected adaptive pooling, left as it
                     "frozen": bool,    # is; frozen: a dynamo decomposition stuck at the traced size
                     "right_at": str}], # where it is right as it is ("" unless frozen)
-      "partial": [str]   # allow_partial / --allow-partial: per region left frozen, where OUT is right;
+      "partial": [str],  # allow_partial / --allow-partial: per region left frozen, where OUT is right;
                          # empty: OUT is exact at every size it accepts (check_passed covers the replaced nodes)
+      "windows_proven_to": int | null   # the dynamic lowering's window-building subgraphs ran alone and matched
+                         # PyTorch's windows for every input length up to this (the notes say how); null: no
+                         # dynamic lowering, or not checked
     }
 """
 from __future__ import annotations
@@ -96,6 +99,7 @@ class PatchReport:
     target: str = "onnxruntime"
     suspects: list[dict] = field(default_factory=list)  # onnxpoolfix.frontends.base.Suspect, as dicts
     partial: list[str] = field(default_factory=list)  # per region a partial fix left frozen: where OUT is right
+    windows_proven_to: int | None = None  # the dynamic lowering's windows proven for every length up to this
 
     @property
     def check_note(self) -> str:
@@ -134,6 +138,7 @@ class PatchReport:
             "totals": {"nodes": len(self.nodes), "max_error": self.max_error, "by_lowering": by},
             "suspects": self.suspects,
             "partial": self.partial,
+            "windows_proven_to": self.windows_proven_to,
         }
 
     def to_json(self) -> str:

@@ -32,6 +32,9 @@ def _rank(model) -> int:
     ({"target": None}, ArgumentError, "target must be one of"),
     ({"seed": -1}, ValueError, "seed must be a non-negative integer"),
     ({"seed": "a"}, ValueError, "seed must be a non-negative integer"),
+    ({"check": "no"}, TypeError, "check takes True or False, not 'no'"),  # a truthy string: it used to check
+    ({"inplace": 1}, TypeError, "inplace takes True or False"),
+    ({"allow_partial": None}, TypeError, "allow_partial takes True or False"),
     ({"input_shapes": [[1, 2, 8, 9]]}, TypeError, "input_shapes takes a mapping"),
     ({"input_shapes": {"x": "1,2,8,9"}}, TypeError, "sequence of ints"),
     ({"input_shapes": {"x": [1, 2, 8.5, 9]}}, TypeError, "dims are integers, not float"),
@@ -140,6 +143,17 @@ def test_export_checks_its_arguments_first(tmp_path, module, f, error):
     finally:
         if hasattr(target, "close"):
             target.close()
+
+
+def test_yes_no_arguments_take_bools_only(dynamic):
+    from onnxpoolfix.inspection.model import inspect_model
+
+    with pytest.raises(TypeError, match="allow_partial takes True or False"):
+        inspect_model(dynamic, allow_partial="yes")
+    assert onnxpoolfix.patch(dynamic, check=np.bool_(False)).report.checked is False  # numpy's bool is a bool
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="verify takes True or False"):
+        onnxpoolfix.export(torch.nn.AdaptiveAvgPool2d(3), (torch.randn(1, 2, 7, 7),), io.BytesIO(), verify="off")
 
 
 def test_export_refuses_a_text_file_before_exporting(tmp_path):

@@ -81,3 +81,20 @@ def test_every_phrase_goes_both_ways() -> None:
     assert err.hint == "skip the check with check=False"
     err.hint = "bind it with --input-shape NAME:D0,D1,..."
     assert err.hint == "bind it with input_shapes={'NAME': [D0, D1, ...]}"
+
+
+def test_report_notes_and_whys_speak_the_api_and_the_cli_its_flags(tmp_path):
+    """Not only errors: the report patch() returns names the API's arguments too (its notes, each node's why);
+    the CLI prints the same report with its flags."""
+    model = make_leftover("avg", [1, 3, 10, 9], [4, 5])
+    report = onnxpoolfix.patch(model, strategy="matmul", check=False).report
+    texts = [n.why for n in report.nodes] + [str(n) for n in report.notes]
+    assert "forced by the strategy argument" in texts and "check=False" in texts
+    assert not any(FLAG.search(t) for t in texts), texts
+    src = tmp_path / "in.onnx"
+    onnx.save(model, src)
+    r = CliRunner().invoke(main, [str(src), str(tmp_path / "out.onnx"), "--strategy", "matmul", "--no-check",
+                                  "--report", str(tmp_path / "r.json")])
+    assert r.exit_code == 0, r.output
+    assert "forced by --strategy" in r.output and "--no-check" in r.output
+    assert "forced by --strategy" in (tmp_path / "r.json").read_text()

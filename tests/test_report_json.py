@@ -22,7 +22,7 @@ OPT_NUM = (int, float, type(None))
 TOP = {
     "schema_version": int, "tool": str, "version": str, "status": str, "checked": bool,
     "check_passed": (bool, type(None)), "check_note": str, "opset": int, "target": str, "nodes": list,
-    "totals": dict, "suspects": list, "partial": list,
+    "totals": dict, "suspects": list, "partial": list, "windows_proven_to": (int, type(None)),
 }
 NODE = {
     "name": str, "op": str, "kind": str, "encoding": str, "input_shape": list, "output_shape": list,
@@ -50,6 +50,10 @@ def validate(doc: dict) -> None:
     assert doc["target"] in ("onnxruntime", "tensorrt")
     assert (doc["check_passed"] is None) == (not doc["checked"])
     assert (doc["status"] == "patched") == bool(doc["nodes"])
+    dynamic = any(n["lowering"] == "dynamic" for n in doc["nodes"])
+    assert (doc["windows_proven_to"] is not None) == (dynamic and doc["checked"])
+    if doc["windows_proven_to"] is not None:  # the notes say the same bound
+        assert f"proven up to n = {doc['windows_proven_to']}" in doc["check_note"]
     for n in doc["nodes"]:
         assert set(n) == set(NODE), f"node keys {sorted(n)} != {sorted(NODE)}"
         for k, t in NODE.items():

@@ -11,10 +11,13 @@
 """
 from __future__ import annotations
 
+from onnx import helper
+
 from ..errors import ArgumentError, CheckFailedError, CheckTooLargeError, PoolFixError
-from ..graph.shapes import validate_input_shape
+from ..graph.shapes import type_dims, validate_input_shape
 from ..report import PatchReport
 from .compare import NodeCheck, compare
+from .feeds import graph_inputs
 from .runner import check_patched
 from .sizes import default_check_shapes
 
@@ -40,6 +43,46 @@ def refuse_huge_check(specs) -> None:
                     "check at smaller sizes with --check-shape NAME:D0,D1,..., or skip the check with --no-check")
 
 
+#: a check at sizes the caller chose is refused when its random inputs alone would take more than this share
+#: of the memory available (the run holds them, the patched model's tensors and the references: several
+#: times that); past it the kernel kills the process (exit 137, no message) instead of exit 8
+CHECK_MEMORY_SHARE = 0.25
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (Linux's MemAvailable), or None where that cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def refuse_beyond_memory(model, check_shapes) -> None:
+    """Refuse (exit 8) check sizes the caller chose whose inputs would not fit: see CHECK_MEMORY_SHARE."""
+    avail = available_memory()
+    if avail is None:
+        return
+    elems = {vi.name: type_dims(vi.type)[0] for vi in graph_inputs(model)}
+    for shapes in check_shapes:
+        total = 0
+        for name, dims in shapes.items():
+            n = 1
+            for d in dims:
+                n *= d
+            elem = elems.get(name)
+            total += n * (helper.tensor_dtype_to_np_dtype(elem).itemsize if elem else 4)
+        if total > CHECK_MEMORY_SHARE * avail:
+            text = " ".join(f"{k}:{','.join(map(str, v))}" for k, v in shapes.items())
+            raise CheckTooLargeError(
+                f"--check-shape {text}: the check's inputs alone take {total / 2**30:.1f} GiB, more than "
+                f"{CHECK_MEMORY_SHARE:.0%} of the {avail / 2**30:.1f} GiB of memory available",
+                "check at smaller sizes with --check-shape NAME:D0,D1,..., or skip the check with --no-check")
+
+
 def _prove_dynamic_windows(model, specs, report: PatchReport, failed: list[str]) -> str:
     """Every window of each ``dynamic`` lowering proven up to a bound (:mod:`.windows_proof`); the note."""
     from .windows_proof import prove_windows
@@ -57,6 +100,7 @@ def _prove_dynamic_windows(model, specs, report: PatchReport, failed: list[str])
             lines.extend(proof.lines)
     if not bounds:
         return ""
+    report.windows_proven_to = min(bounds)
     return (f"every window of the dynamic lowering proven up to n = {min(bounds)} "
             f"({'; '.join(dict.fromkeys(lines))})")
 
@@ -86,6 +130,8 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
         for name, dims in shapes.items():
             _refuse_against_binding(model, name, dims, (input_shapes or {}).get(name))
             validate_input_shape(model, name, dims, "--check-shape")
+    if check_shapes:
+        refuse_beyond_memory(model, check_shapes)
     try:
         shapes_list, note = default_check_shapes(model, specs, check_shapes=check_shapes, input_shapes=input_shapes,
                                                  model_dir=model_dir, seed=seed)

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from ..api import patch
-from ..errors import exit_codes_epilog
+from ..errors import cli_words, exit_codes_epilog
 from ..io import check_input_model, has_external_data, load_model, preflight_output, preflight_report, save_model
 from ..io import write_report as write_report_file
 from ..report import PatchReport
@@ -35,7 +35,7 @@ def patch_cmd(src: Path, dst: Path, plan: PlanChoice, check: CheckChoice, save: 
     def show_failed_check(err: Exception) -> None:
         report = getattr(err, "report", None)
         if report is not None and not verbosity.quiet:
-            click.echo(report.format_table(), err=True)
+            click.echo(cli_words(report.format_table()), err=True)
 
     with reported(verbosity.verbose, before=show_failed_check):
         model = load_model(src)  # external weights stay on disk: nothing below reads them but onnxruntime
@@ -56,7 +56,7 @@ def patch_cmd(src: Path, dst: Path, plan: PlanChoice, check: CheckChoice, save: 
         written: list[Path] = []
 
         def write_report(_tmp_model: Path) -> None:
-            target = write_report_file(save.report_path, result.report.to_json())
+            target = write_report_file(save.report_path, cli_words(result.report.to_json()))
             if not target.special:  # a device or FIFO has taken it; there is nothing to take back
                 written.append(target.path)
 
@@ -74,12 +74,12 @@ def show(report: PatchReport, dst: Path, quiet: bool = False) -> None:
     """The table, the result line, then a line per note (warnings first, marked, on stderr). ``quiet``
     (-q): the warnings only, since a warning (a partial fix, a size resting on --traced-shape alone) is what
     a script that silenced the rest still has to see."""
-    warnings, notes = report.note_lines()
+    warnings, notes = report.note_lines()  # (patch() writes them in the API's words: cli_words says them here)
     if not quiet:
-        click.echo(report.format_table())
-        click.echo(f"{report.summary()}; wrote {dst}")
+        click.echo(cli_words(report.format_table()))
+        click.echo(cli_words(f"{report.summary()}; wrote {dst}"))
     for line in warnings:
-        click.echo(line, err=True)
+        click.echo(cli_words(line), err=True)
     if not quiet:
         for line in notes:
-            click.echo(line)
+            click.echo(cli_words(line))

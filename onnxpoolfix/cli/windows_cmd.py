@@ -10,6 +10,8 @@ from ..inspection import window_view
 from ..inspection.window_view import MAX_SIZE
 from .app import main
 
+MAX_AXES = 3  # AdaptiveAvgPool1d/2d/3d, AdaptiveMaxPool1d/2d/3d
+
 
 def parse_size_pairs(values: tuple[str, ...]) -> list[tuple[int, int]]:
     """``N M [N2 M2 ...]`` as (input size, output size) pairs; a click usage error for anything else."""
@@ -28,6 +30,9 @@ def parse_size_pairs(values: tuple[str, ...]) -> list[tuple[int, int]]:
     if len(sizes) % 2:
         raise click.UsageError(f"sizes come in pairs (N M per axis), got {len(sizes)} number"
                                f"{'s' if len(sizes) != 1 else ''}: {' '.join(values)}")
+    if len(sizes) > 2 * MAX_AXES:  # torch pools 1 to 3 axes; more would only multiply the work (and --json)
+        raise click.UsageError(f"adaptive pooling has 1 to {MAX_AXES} axes (N M per axis), got {len(sizes) // 2} "
+                               "pairs")
     return list(zip(sizes[::2], sizes[1::2]))
 
 

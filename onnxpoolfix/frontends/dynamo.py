@@ -118,8 +118,10 @@ def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
     ``taken``: specs already found (aten leftovers); regions writing their results are skipped.
     ``input_shapes``: the traced input size, where the caller knows it (the proof of symbolic regions).
 
-    A graph this front end cannot follow (an exception inside it) costs only its own findings: the model is
-    patched as if it held no decomposition, and a suspect says why.
+    A graph this front end cannot follow (an exception inside it, a bug) costs only its own findings: the model
+    is patched as if it held no decomposition, and a suspect says why. Under symbolic input sizes that suspect
+    is frozen (the patch is refused unless partial fixes are allowed): an unsearched region could stay frozen
+    at the traced size, and exit 0 promises OUT right at every size.
     """
     try:
         return _find(model, opset=opset, target=target, input_shapes=input_shapes, taken=taken, seed=seed)
@@ -127,8 +129,19 @@ def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
         raise
     except Exception as e:  # noqa: BLE001 - a bug here must not block the leftovers' patch
         logger.debug("dynamo front end failed", exc_info=True)
-        return FrontEndResult(suspects=[Suspect("(graph)", "dynamo front end",
-                                                f"not searched: {type(e).__name__}: {' '.join(str(e).split())[:120]}")])
+        failure = f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
+        unsearched = _symbolic(model.graph) and any(n.op_type in SELECT_OPS or n.op_type == "AveragePool"
+                                                    for n in model.graph.node)
+        return FrontEndResult(suspects=[Suspect(
+            "(graph)", "dynamo front end", f"not searched: {failure}", frozen=unsearched,
+            right_at=f"unknown: onnxpoolfix's dynamo front end failed on this graph ({failure}; please report it)"
+            if unsearched else "")])
+
+
+def _symbolic(graph: onnx.GraphProto) -> bool:
+    """Some graph input has a dim without a value (a symbolic or unknown size)."""
+    return any(not d.HasField("dim_value") for i in graph.input if i.type.HasField("tensor_type")
+               for d in i.type.tensor_type.shape.dim)
 
 
 def _find(model, *, opset, target, input_shapes, taken, seed) -> FrontEndResult:
@@ -138,8 +151,7 @@ def _find(model, *, opset, target, input_shapes, taken, seed) -> FrontEndResult:
                if not n.doc_string.startswith(EMITTED_BY)):
         return findings
     g = DataflowGraph(graph)
-    symbolic = any(not d.HasField("dim_value") for i in graph.input if i.type.HasField("tensor_type")
-                   for d in i.type.tensor_type.shape.dim)
+    symbolic = _symbolic(graph)
     info = LazyInfo(model)  # shape inference only once some region is in sight (it is the costly part)
     busy = {s.node.output for s in taken}  # results already planned (aten leftovers)
     resting: list = []

@@ -25,7 +25,7 @@ from typing import Mapping, Sequence
 import onnx
 from onnx import TensorProto
 
-from ..api import check_arguments, check_input, check_seed, shape_map
+from ..api import check_arguments, check_flags, check_input, check_seed, shape_map
 from ..errors import ArgumentError, InvalidModelError, PoolFixError, UnsupportedNodeError, api_words
 from ..frontends.bodies import describe_path, has_nested_leftovers, nested_leftover_nodes
 from ..frontends.dynamo import frozen_error
@@ -72,6 +72,7 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     """
     check_arguments("inspect_model", model, target, strategy)
     check_seed(seed)
+    check_flags(optimize_exporter_pools=optimize_exporter_pools, allow_partial=allow_partial)
     input_shapes = shape_map(input_shapes, "input_shapes")
     traced_shapes = shape_map(traced_shapes, "traced_shapes")
     result = Inspection(target=target, strategy=strategy, model=name, opset=model_opset(model))

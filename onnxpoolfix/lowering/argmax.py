@@ -30,8 +30,8 @@ from .. import windows as W
 from ..graph.emit import np_dtype
 from . import cost as C
 from .base import Lowering, axis_windows, compute_dtype
-from .first_max import FIRST_MAX_OPS, PooledAxis, emit_first_max
-from .max_steps import branch, finite_input, if_branch
+from .first_max import FIRST_MAX_OPS, PooledAxis, emit_first_max, first_max_seconds, takes_first_max
+from .max_steps import branch, if_branch
 from .steps import Step, numel
 
 
@@ -51,6 +51,8 @@ class ArgMaxStep(Step):
     def cost(self, shape, isz):
         kmax = [W.max_window(n, m) for n, m in zip(self.n, self.m)]
         lead = numel(shape[: self.first_axis])
+        if self.lazy and self.n != self.m:  # priced for finite inputs: the separable first maximum
+            return first_max_seconds(lead, list(self.n), list(self.m), kmax, isz, self.want_indices)
         return argmax_seconds(lead, lead * prod(m * k for m, k in zip(self.m, kmax)), len(self.n), isz, self.lazy)
 
     @property
@@ -119,7 +121,7 @@ def emit_argmax(em, x: str, rank: int, tables: list[str | None], kall: int | str
             emit_argmax(sub, x, rank, tables, kall, n_out, elem, False, outs[0], outs[1] if indices else None,
                         flat_index)
 
-        em.op("If", [finite_input(em, x, elem)], out=[name for name, _ in outputs],
+        em.op("If", [takes_first_max(em, x, elem, separable)], out=[name for name, _ in outputs],
               then_branch=branch(em, "finite_inputs", outputs, finite_path),
               else_branch=branch(em, "non_finite_inputs", outputs, exact_path))
         return

@@ -18,7 +18,7 @@ from .. import windows as W
 from ..spec import RuntimeDim
 from . import cost as C
 from .argmax import ARGMAX_OPS, LAZY_OPS, argmax_seconds, emit_argmax
-from .first_max import PooledAxis
+from .first_max import PooledAxis, first_max_seconds
 from .runtime_windows import (
     RuntimeLengths,
     guess_len,
@@ -133,9 +133,11 @@ class DynamicArgMaxStep(Step):
         outs = [guess_len(d) for d in self.out_shape(shape)[f:]]
         kmax = [1 if m is None else ceil(guess_len(shape[f + j]) / guess_out(m)) + 1 for j, m in enumerate(self.m)]
         gathered = lead * prod(outs) * prod(kmax)
-        # argmax's (see argmax_seconds) + ~12 small nodes per symbolic table and the flat index
-        return (argmax_seconds(lead, gathered, sum(m is not None for m in self.m), isz, not self.tie_safe)
-                + (12 * sum(n is None for n in self.n) + 10) * C.NODE)
+        tables = (12 * sum(n is None for n in self.n) + 10) * C.NODE  # ~12 small nodes per symbolic table
+        if not self.tie_safe:  # priced for inputs without NaN: the separable first maximum (first_max.py)
+            ins = [guess_len(d) for d in shape[f:]]
+            return first_max_seconds(lead, ins, outs, kmax, isz, True) + tables
+        return argmax_seconds(lead, gathered, sum(m is not None for m in self.m), isz) + tables
 
     @property
     def ops(self):

@@ -1,29 +1,33 @@
-"""Max pooling with torch's indices for FINITE inputs, one pooled axis at a time (the ``argmax`` lowering's
-fast path, behind its If on "the input's sum is finite"; :mod:`.argmax` keeps the NaN-aware construction for
-the rest).
+"""Max pooling with torch's indices for inputs with no NaN, one pooled axis at a time (the ``argmax``
+lowering's fast path, behind its If on "the input's sum is finite and nothing is empty"; :mod:`.argmax`
+keeps the NaN-aware construction for the rest).
 
-torch's index is the first maximum in row-major scan order. Over finite values that choice is separable,
-provided the axes are reduced from the innermost outwards: per row the first column holding the row's
-window maximum, then the first row whose maximum is the window's maximum (its first column holding it is
-the one the first pass chose). Reduced the other way round it would be the first maximum in column-major
-order, which differs on ties.
+torch's index is the first maximum in row-major scan order. Without NaN that choice is separable, provided
+the axes are reduced from the innermost outwards: per row the first column holding the row's window
+maximum, then the first row whose maximum is the window's maximum (its first column holding it is the one
+the first pass chose). Reduced the other way round it would be the first maximum in column-major order,
+which differs on ties.
 
-Per pooled axis, innermost first, on the input laid out ``[n_1..n_k, L]`` (the pooled axes in front, the
-leading dims flattened behind them: every Gather copies whole blocks, every reduction runs over a middle
-axis, which onnxruntime vectorises):
+On the input laid out ``[n_1..n_k, L]`` (the pooled axes in front, the leading dims flattened behind them:
+every Gather copies whole blocks, every reduction runs over a middle axis, which onnxruntime vectorises):
 
-1. ``g = Gather(v, window table)``: ``[.., m, kmax, ..]`` (short windows repeat their last index, after the
-   real one, so never the first maximum);
-2. ``v = ReduceMax(g)``: the window maxima, the next pass's input;
-3. the first position of the maximum as ``kmax - ReduceMax(Cast(Equal(g, v)) * [kmax, kmax-1, .., 1])``,
-   in float (onnxruntime's ArgMax runs 5-25x slower than its ReduceMax here: measured [10,7,3,512] over the
-   middle axis 185 vs 32 us; this construction 120 us);
+1. values, innermost axis first: ``Gather(v, window table)`` (``[.., m, kmax, ..]``; short windows repeat
+   their last index, after the real one, so never the first maximum), then ``ReduceMax`` over the window;
+2. positions, outermost axis first: the first window position holding the maximum, as
+   ``kmax - ReduceMax(Cast(Equal(candidates, max)) * [kmax, .., 1])`` in float (onnxruntime's ArgMax runs
+   5-25x slower than its ReduceMax over a middle axis: [10,7,3,512] 185 vs 32 us). The outermost axis reads
+   its own windows; each inner axis reads only its ``kmax`` candidates at the outer coordinates already
+   found (one GatherElements from the tensor its pass reduced): [1,256,33,33] -> 8x8 604 against 708 us
+   for comparing every window of every pass;
+3. the coordinates summed to the flat index in float where the plane is known and at most 2**24 elements
+   (exact), moved to ``[L, m_1..m_k]`` as float (onnxruntime transposes int64 element by element: [7,7,512]
+   0.6 ms against ~20 us for float), else each moved as float and summed in int64.
 
-then the coordinates are read back outermost first (each inner axis's position at the outer coordinates
-already found: a GatherElements), moved to ``[L, m_1..m_k]`` as float (onnxruntime transposes int64 element
-by element: [7,7,512] 0.6 ms against ~20 us for float) and summed with the input strides in int64. The
-values are the last pass's maxima: onnxruntime's ReduceMax keeps the first of equal values, so a tie of
-``0.0`` and ``-0.0`` gives torch's (tests/lowering/test_first_max.py holds it to that).
+The values are the last pass's maxima: onnxruntime's ReduceMax keeps the first of equal values, so a tie of
+``0.0`` and ``-0.0`` gives torch's (tests/lowering/test_first_max.py holds it to that). Measured against
+torch's kernel (2 threads, one process): [1,512,10,10] -> 7x7 400 vs 511 us, [1,256,33,33] -> 8x8 647 vs
+856 us, [8,64,31,40] -> 6x9 1408 vs 1674 us; values only [1,512,10,10] -> 7x7 107 us against 154 for the
+``window_gather`` lowering.
 """
 from __future__ import annotations
 
@@ -34,11 +38,14 @@ import numpy as np
 from onnx import TensorProto
 
 from ..graph.emit import Emitter
+from . import cost as C
+from .max_steps import finite_input
 
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 #: every op :func:`emit_first_max` may emit
 FIRST_MAX_OPS = ("Transpose", "Reshape", "Gather", "ReduceMax", "Equal", "Cast", "Mul", "Squeeze", "Sub",
-                 "GatherElements", "Slice", "Concat", "Shape", "Add", "Range", "Unsqueeze")
+                 "GatherElements", "Slice", "Concat", "Shape", "Add", "Range", "Unsqueeze", "Flatten", "Size", "And",
+                 "Greater")
 
 
 @dataclass(frozen=True)
@@ -56,30 +63,33 @@ class PooledAxis:
 def emit_first_max(em: Emitter, x: str, rank: int, axes: list[PooledAxis], elem: int, y: str,
                    indices: str | None) -> None:
     """Values (into ``y``) and, if ``indices``, torch's indices of max pooling ``x``'s last ``len(axes)`` axes,
-    exact where every element of ``x`` is finite (see the module docstring)."""
+    exact where no element of ``x`` is NaN (see the module docstring)."""
     k = len(axes)
     lead = rank - k
     g = em.op("Transpose", [x], perm=list(range(lead, rank)) + list(range(lead)))
     v = em.op("Reshape", [g, em.ints("pooled_first", [0] * k + [-1])], hint="pooled_first")  # [n_1..n_k, L]
-    reversed_pos: dict[int, str] = {}  # axis -> kmax - first position of the maximum, float
-    for a in reversed(range(k)):
-        ax = axes[a]
-        if ax.table is None:
-            continue
-        table = em.const(f"window_table_{a}", ax.table) if isinstance(ax.table, np.ndarray) else ax.table
+    pooled = [a for a in range(k) if axes[a].table is not None]
+    read = {}  # axis -> the tensor its pass reduced: [n_1..n_a, m_a+1..m_k, L]
+    for a in reversed(pooled):
+        read[a] = v
+        table = em.const(f"window_table_{a}", axes[a].table) if isinstance(axes[a].table, np.ndarray) else axes[a].table
         windows = em.op("Gather", [v, table], axis=a, hint="windows")
-        v = em.reduce("ReduceMax", windows, [a + 1], keepdims=1)
-        if indices:
-            hit = em.cast(em.op("Equal", [windows, v]), F32)
-            reversed_pos[a] = em.reduce("ReduceMax", em.op("Mul", [hit, _weights(em, ax.kmax, k - a)]), [a + 1],
-                                        keepdims=0)
-        v = em.squeeze(v, [a + 1])
+        kept_max = em.reduce("ReduceMax", windows, [a + 1], keepdims=1)
+        v = em.squeeze(kept_max, [a + 1])
     out_shape = _output_shape(em, x, lead, axes)
     back = [k] + list(range(k))  # [m_1..m_k, L] -> [L, m_1..m_k]
     em.op("Reshape", [em.op("Transpose", [v], perm=back), out_shape], out=y)
     if not indices:
         return
-    coords = _coordinates(em, axes, reversed_pos)
+    # outermost pooled axis: the first window position holding the maximum, from its own windows; then each
+    # inner axis at the coordinates found so far, from the tensor its pass reduced (only kmax candidates each)
+    coords = {a: _iota(em, axes[a].n, a, k) for a in range(k) if axes[a].table is None}
+    coords[pooled[0]] = _coordinate(em, axes[pooled[0]], pooled[0], k,
+                                    _first_hit(em, windows, kept_max, axes[pooled[0]].kmax, pooled[0], k))
+    for a in pooled[1:]:
+        candidates = _candidates(em, read[a], a, coords, axes)
+        hits = _first_hit(em, candidates, em.unsqueeze(v, [a + 1]), axes[a].kmax, a, k)
+        coords[a] = _coordinate(em, axes[a], a, k, hits)
     flat, stride = None, None
     if all(isinstance(ax.n, int) for ax in axes) and prod(ax.n for ax in axes) <= 1 << 24:
         # a known plane of at most 2**24 elements: the flat index is exact in float, summed before the move
@@ -98,49 +108,95 @@ def emit_first_max(em: Emitter, x: str, rank: int, axes: list[PooledAxis], elem:
     em.op("Reshape", [flat, out_shape], out=indices)
 
 
-def _coordinates(em: Emitter, axes: list[PooledAxis], reversed_pos: dict[int, str]) -> dict[int, str]:
-    """Per axis the input coordinate of torch's choice, float, laid out ``[m_1..m_k, L]`` (a kept axis: its
-    output coordinate, broadcast). Outermost first: axis ``a``'s positions are laid out ``[n_1..n_{a-1},
-    m_a..m_k, L]``, so they are read at the outer axes' coordinates."""
+def first_max_seconds(lead: int, n: list[int], m: list[int], kmax: list[int], itemsize: int, indices: bool) -> float:
+    """Estimated seconds of :func:`emit_first_max` behind its If (lowering/cost.py's constants): the finiteness
+    sum and the move of ``x``, per pooled axis (``n != m``) a blocked Gather of its windows and a ReduceMax, and
+    for the indices ~4 passes over the outermost axis's windows and ~8 over each inner axis's candidates
+    (``kmax`` per output position: the index build, the GatherElements, the comparison), plus ~12 nodes per axis."""
+    size = lead * prod(n)
+    c = 3 * size * itemsize / C.BANDWIDTH + 8 * C.NODE
+    cur = list(n)
+    pooled = [a for a in range(len(n)) if n[a] != m[a]]
+    for a in reversed(pooled):
+        gathered = prod(cur) // cur[a] * m[a] * kmax[a] * lead
+        blocks = gathered // max(lead * prod(cur[a + 1:]), 1)
+        c += gathered / C.GATHER_RATE + blocks * C.GATHER_BLOCK + 2 * gathered * itemsize / C.BANDWIDTH + 4 * C.NODE
+        if indices and a == pooled[0]:
+            c += 4 * gathered * 4 / C.BANDWIDTH
+        cur[a] = m[a]
+    if indices:
+        out = lead * prod(m)
+        c += sum(8 * out * kmax[a] * 8 / C.BANDWIDTH + 12 * C.NODE for a in pooled[1:]) + 8 * out * 4 / C.BANDWIDTH
+    if size * itemsize > C.CACHE_BYTES:  # the move and the Gathers out of cache: [8,256,64,64] -> 5x7 values
+        c *= C.ARGMAX_OUT_OF_CACHE / 2  # 15.9 ms against window_gather's 7.8 ms (in cache it is 107 vs 154 us)
+    return c
+
+
+def takes_first_max(em: Emitter, x: str, elem: int, axes: list[PooledAxis]) -> str:
+    """The If condition for :func:`emit_first_max`: ``x`` is finite and nothing is empty (no element: the
+    NaN-aware construction handles empty tensors, and every Reshape here may then take sizes from shapes)."""
+    cond = finite_input(em, x, elem)
+    zero = _scalar(em, 0)
+    for test in [em.op("Size", [x])] + [ax.m for ax in axes if isinstance(ax.m, str)]:
+        cond = em.op("And", [cond, em.op("Greater", [test, zero])])
+    return cond
+
+
+def _first_hit(em: Emitter, candidates: str, maximum: str, kmax: int | str, a: int, k: int) -> str:
+    """``kmax`` minus the first position along axis ``a + 1`` of ``candidates`` equal to ``maximum`` (float;
+    the window axis dropped): ``ReduceMax(Cast(Equal) * [kmax, .., 1])``, which onnxruntime runs 1.5x faster
+    than an ArgMax over a middle axis and without its per-element index bookkeeping."""
+    hit = em.cast(em.op("Equal", [candidates, maximum]), F32)
+    return em.reduce("ReduceMax", em.op("Mul", [hit, _weights(em, kmax, k - a)]), [a + 1], keepdims=0)
+
+
+def _coordinate(em: Emitter, ax: PooledAxis, a: int, k: int, reversed_pos: str) -> str:
+    """The input coordinate (float, ``[m_1..m_k, L]``) of window position ``kmax - reversed_pos``."""
+    shape = [1] * (k + 1)
+    shape[a] = -1
+    if isinstance(ax.table, np.ndarray):
+        start_plus = em.const("start_plus_kmax", (ax.table[:, 0] + ax.table.shape[1]).astype(np.float32))
+    else:
+        first = em.op("Gather", [ax.table, _scalar(em, 0)], axis=1, hint="window_start")
+        start_plus = em.cast(em.op("Add", [first, _scalar(em, ax.kmax)]), F32)
+    return em.op("Sub", [em.op("Reshape", [start_plus, em.ints("shape", shape)]), reversed_pos], hint="coordinate")
+
+
+def _iota(em: Emitter, n: int | str, a: int, k: int) -> str:
+    """``0..n-1`` as float along axis ``a`` of ``k + 1`` (a kept axis's coordinate, broadcast)."""
+    shape = [1] * (k + 1)
+    shape[a] = -1
+    iota = (em.const("coordinate", np.arange(n, dtype=np.float32)) if isinstance(n, int) else
+            em.cast(em.op("Range", [_scalar(em, 0), n, _scalar(em, 1)]), F32))
+    return em.op("Reshape", [iota, em.ints("shape", shape)], hint="coordinate")
+
+
+def _candidates(em: Emitter, data: str, a: int, coords: dict[int, str], axes: list[PooledAxis]) -> str:
+    """The ``kmax_a`` window elements along axis ``a`` of ``data`` (``[n_1..n_a, m_a+1..m_k, L]``, what axis
+    a's pass reduced) at the outer axes' coordinates ``coords`` and every output position:
+    ``[m_1..m_a, kmax_a, m_a+1..m_k, L]``, one GatherElements over the flattened axes."""
     k = len(axes)
-    coords: dict[int, str] = {}
-    for a, ax in enumerate(axes):
-        shape = [1] * (k + 1)
-        shape[a] = -1
-        if ax.table is None:
-            iota = (em.const("coordinate", np.arange(ax.n, dtype=np.float32)) if isinstance(ax.n, int) else
-                    em.cast(em.op("Range", [_scalar(em, 0), ax.n, _scalar(em, 1)]), F32))
-            coords[a] = em.op("Reshape", [iota, em.ints("shape", shape)], hint="coordinate")
-            continue
-        pos = reversed_pos[a]
-        outer = [j for j in range(a) if axes[j].table is not None]
-        if outer:  # read at the outer coordinates: flatten the outer axes into one
-            pos = _read_at(em, pos, a, coords, axes)
-        # coordinate = start + kmax - (kmax - position)
-        if isinstance(ax.table, np.ndarray):
-            start_plus = em.const("start_plus_kmax", (ax.table[:, 0] + ax.table.shape[1]).astype(np.float32))
+    dims = [ax.n if j <= a else ax.m for j, ax in enumerate(axes)]  # data's dims (a kept axis: n == m)
+    index, stride = None, None
+    for j in reversed(range(k)):
+        if j < a:
+            term = em.unsqueeze(em.cast(coords[j], I64), [a + 1])
+        elif j == a:
+            shape = [1] * (k + 2)
+            shape[a], shape[a + 1] = -1, (axes[a].table.shape[1] if isinstance(axes[a].table, np.ndarray) else 0)
+            table = (em.const(f"window_table_{a}", axes[a].table) if isinstance(axes[a].table, np.ndarray)
+                     else axes[a].table)
+            term = em.op("Reshape", [table, em.ints("shape", shape)]) if shape[a + 1] else em.unsqueeze(
+                table, [b for b in range(k + 2) if b not in (a, a + 1)])
         else:
-            first = em.op("Gather", [ax.table, _scalar(em, 0)], axis=1, hint="window_start")
-            start_plus = em.cast(em.op("Add", [first, ax.kmax]), F32)
-        coords[a] = em.op("Sub", [em.op("Reshape", [start_plus, em.ints("shape", shape)]), pos], hint="coordinate")
-    return coords
-
-
-def _read_at(em: Emitter, pos: str, a: int, coords: dict[int, str], axes: list[PooledAxis]) -> str:
-    """``pos`` (``[n_1..n_{a-1}, m_a..m_k, L]``) at the coordinates of axes ``1..a-1``: ``[m_1..m_k, L]``."""
-    if a == 1:
-        return em.op("GatherElements", [pos, em.cast(coords[0], I64)], axis=0)
-    # flatten axes 1..a-1 of both: the index is the row-major offset of the outer coordinates
-    index = None
-    for j in range(a):
-        c = em.cast(coords[j], I64)
-        index = c if index is None else em.op("Add", [em.op("Mul", [index, _scalar(em, axes[j].n)]), c])
-    full = em.op("Shape", [index])  # [m_1..m_k, L]: at least one outer axis is pooled (a full coordinate)
-    tail = em.op("Slice", [em.op("Shape", [pos]), em.ints("start", [a]), em.ints("end", [len(axes) + 1])])
-    flat_pos = em.op("Reshape", [pos, em.op("Concat", [em.ints("minus_one", [-1]), tail], axis=0)])
-    tail_i = em.op("Slice", [full, em.ints("start", [a]), em.ints("end", [len(axes) + 1])])
-    flat_index = em.op("Reshape", [index, em.op("Concat", [em.ints("minus_one", [-1]), tail_i], axis=0)])
-    return em.op("Reshape", [em.op("GatherElements", [flat_pos, flat_index], axis=0), full])
+            term = em.unsqueeze(em.cast(_iota(em, axes[j].m, j, k), I64), [a + 1])
+        if stride is not None:
+            term = em.op("Mul", [term, stride])
+        index = term if index is None else em.op("Add", [index, term])
+        stride = _scalar(em, dims[j]) if stride is None else em.op("Mul", [stride, _scalar(em, dims[j])])
+    # [rows, L] both (Flatten, not Reshape(-1, L): that is ambiguous for an empty batch, L = 0)
+    picked = em.op("GatherElements", [em.op("Flatten", [data], axis=k), em.op("Flatten", [index], axis=k + 1)], axis=0)
+    return em.op("Reshape", [picked, em.op("Shape", [index])], hint="candidates")
 
 
 def _weights(em: Emitter, kmax: int | str, trailing: int) -> str:

@@ -33,7 +33,7 @@ import warnings
 from pathlib import Path
 from typing import Any, BinaryIO, Union
 
-from ..api import check_choices, check_seed, patch
+from ..api import check_choices, check_flags, check_seed, patch
 from ..errors import PoolFixError, ShapeError
 from ..io import has_external_data, load_model, preflight_output, save_model
 from ..report import PatchReport, WarningNote
@@ -192,6 +192,8 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             untouched (a path is written atomically).
     """
     check_seed(seed)
+    check_flags(dynamo=dynamo, check=check, verify=verify, optimize_exporter_pools=optimize_exporter_pools,
+                allow_specialized_dims=allow_specialized_dims)
     check_choices(target, strategy)  # before the export, not after it (patch would say it only then)
     torch = _import_torch()
     exported_program = getattr(getattr(torch, "export", None), "ExportedProgram", ())

@@ -128,15 +128,22 @@ def _short(name):
 
 
 def _indices_one_window_off(model):
-    """The flat-index table of window i replaced by window i+1's: every index points into the next window
-    (the values, gathered from the windows themselves, stay right)."""
-    (base,) = [numpy_helper.to_array(t).reshape(-1) for t in model.graph.initializer
-               if _short(t.name).startswith("window_base")]
-    kall = int(base[1] - base[0])  # elements per window
+    """The indices of window i replaced by window i+1's: in the NaN-aware construction (tensorrt; the
+    onnxruntime target's else-branch) its flat-index table, in the separable first maximum (the onnxruntime
+    target's then-branch) the innermost axis's window starts, which only the final index reads. The values
+    stay right."""
+    starts = [t.name for t in model.graph.initializer if _short(t.name).startswith("start_plus_kmax")]
+    innermost = starts[-1] if starts else None  # created outermost axis first
+    base = [numpy_helper.to_array(t).reshape(-1) for t in model.graph.initializer
+            if _short(t.name).startswith("window_base")]
+    kall = int(base[0][1] - base[0][0]) if base else 0  # elements per window
 
     def shift(name, a):
-        return np.roll(a.reshape(-1, kall), -1, axis=0).reshape(a.shape) if _short(name).startswith("flat_index") \
-            else None
+        if _short(name).startswith("flat_index"):
+            return np.roll(a.reshape(-1, kall), -1, axis=0).reshape(a.shape)
+        if name == innermost:
+            return np.roll(a, -1)
+        return None
     return _replace(model, shift)
 
 
@@ -146,28 +153,47 @@ def _last_instead_of_first_maximum(model):
     out.CopyFrom(model)
     nodes = list(nodes_deep(out.graph.node))  # the onnxruntime target's choice sits in an If's branches
     producer = {o: n for n in nodes for o in n.output}
-    # onnxruntime target: the ArgMax of the finite windows (the If's then-branch) and the one of the windows
-    # with NaN filled by -inf (its else-branch: Where(IsNaN, minus_inf, windows)); both are corrupted, so
-    # whichever branch runs picks the last maximum
+    # onnxruntime target, else-branch (NaN-aware): the ArgMax of the windows with NaN filled by -inf
     firsts = [n for n in nodes if n.op_type == "ArgMax"]
     for n in firsts:
         n.attribute.append(onnx.helper.make_attribute("select_last_index", 1))
+    # onnxruntime target, then-branch (separable first maximum): per axis, position weights [kmax..1] and
+    # coordinate = (start + kmax) - ReduceMax(hit * weights); the last maximum is weights [1..kmax] and
+    # coordinate = (start - 1) + ReduceMax(hit * weights)
+    weights = [t for t in out.graph.initializer if _short(t.name).startswith("descending")]
+    starts = [t for t in out.graph.initializer if _short(t.name).startswith("start_plus_kmax")]
+    for w, st in zip(weights, starts):  # both created outermost axis first
+        wa = numpy_helper.to_array(w)
+        kmax = int(wa.reshape(-1)[0])
+        w.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(wa[::-1]), w.name))
+        st.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(st) - np.float32(kmax + 1), st.name))
+    coordinate_subs = [n for n in nodes if n.op_type == "Sub" and _short(n.name).startswith("coordinate")]
+    for n in coordinate_subs:
+        n.op_type = "Add"
+    assert len(weights) == len(starts) == len(coordinate_subs)
     # tensorrt target: ReduceMin(Where(max here, position, past_end)); last = ReduceMax with past_end = -1
     mins = [n for n in nodes if n.op_type == "ReduceMin" and producer[n.input[0]].op_type == "Where"]
     for n in mins:
         n.op_type = "ReduceMax"
-    assert (len(firsts), len(mins)) in ((2, 0), (0, 1)), "the first-maximum nodes were not found"
+    assert (len(firsts), len(mins)) in ((1, 0), (0, 1)), "the first-maximum nodes were not found"
+    assert bool(weights) == bool(firsts), "the onnxruntime target has both branches"
     if mins:
         out = _replace(out, lambda name, a: np.full_like(a, -1) if _short(name).startswith("past_end") else None)
     return out
 
 
+PADDED = [((1, 2, 11, 13), (4, 5)), ((1, 3, 37), (5,))]  # windows of two lengths (the short ones padded)
+EVEN = [((1, 2, 12, 10), (4, 5)), ((1, 3, 35), (5,))]  # windows of one length
+
+
 @pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
-@pytest.mark.parametrize("how", ["one window off", "last maximum"])
-@pytest.mark.parametrize("shape, size", [((1, 2, 11, 13), (4, 5)), ((1, 3, 37), (5,))])
+@pytest.mark.parametrize("how, shape, size", [("one window off", *c) for c in PADDED + EVEN]
+                         + [("last maximum", *c) for c in EVEN])
 def test_wrong_max_indices_fail_the_check(shape, size, how, target):
     """Indices a window off, or the last of equal maxima instead of the first: the values stay right (shown
-    below on data with ties), only the indices comparison can catch it."""
+    below on data with ties), only the indices comparison can catch it. (The last maximum is corrupted in
+    with constants only where no window is padded: the separable first maximum's padding repeats a window's
+    last element, which a last-maximum rule would pick past the window's end.)"""
     model, specs = _patched_with_indices(shape, size, target)
     assert _passes(model, specs)
     bad = (_indices_one_window_off if how == "one window off" else _last_instead_of_first_maximum)(model)

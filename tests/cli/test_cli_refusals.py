@@ -65,3 +65,11 @@ def test_windows_json_is_compact_and_complete() -> None:
     assert axis["lengths"] == [e - s for s, e in W.windows(n, m)] and axis["label"] == "uniform k2 s1"
     small = json.loads(cli("windows", "--json", 11, 4).stdout)["axes"][0]
     assert small["windows"] == [[0, 3], [2, 6], [5, 9], [8, 11]] and small["recipes"][0]["differs_at"] == [0, 1, 2, 3]
+
+
+def test_windows_takes_at_most_three_axes() -> None:
+    """torch pools 1 to 3 axes; a fourth pair is a usage error (it used to multiply the work, with --json
+    by up to 15 MB per axis)."""
+    r = cli("windows", *([65536, 65535] * 4), "--json")
+    assert r.exit_code == 2 and "1 to 3 axes" in r.stderr
+    assert cli("windows", 8, 6, 9, 7, 5, 3).exit_code == 0

@@ -22,7 +22,7 @@ NP = {F32: np.float32, F16: np.float16, F64: np.float64}
 GLUE = {"Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze"}
 NAN_GUARD = {"IsNaN", "Less", "Greater", "Where", "Cast", "ReduceSum", "Sub", "Not", "If", "Identity"}  # max lowerings: NaN / -inf as torch has them
 ARGMAX = {"Gather", "Transpose", "Reshape", "IsNaN", "Where", "ArgMax", "Cast", "ReduceMax", "Greater", "Mul",
-          "GatherElements", "Add", "Shape", "Concat", "Unsqueeze", "Slice", "Equal", "Squeeze", "Sub"}
+          "GatherElements", "Add", "Shape", "Concat", "Unsqueeze", "Slice", "Equal", "Squeeze", "Sub", "Flatten", "Size", "And"}
 
 
 def spec_of(model):
