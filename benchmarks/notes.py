@@ -21,11 +21,24 @@ NOTES = """## Notes (analysis of the run that produced this file; numbers move o
   runs ~5 ns per element on one thread; (c) first maximum as ReduceMax + Equal + Cast + Mul by descending
   weights + ReduceMax instead of ArgMax: 0.86-0.94x on the small cases, 1.33x on the 32 MB one; (d) TopK
   (k 1, ties to the lower index by the spec, same indices on tie data): 3.5-6x slower than ArgMax.
-- **Averages**: a large last-axis MatMul of 5 or 7 columns now runs with its matrix padded to 8 and a
-  Slice (MLAS is slow on ragged narrow GEMMs): [8,256,64,64] @ [64,7] alone 0.81x, @ [64,5] 0.72x; the whole
-  avg_64to5x7 0.93x (A/B, 15 rounds), 1.77x the floor in that A/B. Inputs under 16 MB are left alone (the
-  Slice costs more than it saves there: 1x2048x9x9 3x slower). avg 64 -> 5x7 still sits at 1.8-3.2x the
-  floor depending on the run (MISSED 2.5x in the table run, met in the A/B).
+- **Averages (issue 24, large input)**: avg_64to5x7's H pass (after W, on [8,256,64,7]) was one GEMM per
+  plane packing x on every call (~1.3 ms in the onnxruntime profile); the dynamic lowering already took the
+  flattened tail against kron(P^T, I_7) (one GEMM, ~0.6 ms), which is why it ran faster than the static one.
+  The static MatMul now does the same where the later dims are static and small (t <= 16; the cost model
+  picks it per axis). The zero-padding of 5/7-column last-axis passes to 8 (+ Slice) is gone: re-measured
+  1.03-1.27x slower padded and 1.14-1.69x with the Slice (the Slice alone ~1 ms on 32 MB). A/B in one process
+  (25 rounds): avg_64to5x7 3971 -> 2473 us, 2.59x -> 1.60x the floor (the dynamic lowering 2467 us, 1.66x).
+- **Max, large input (issue 24)**: max_64to5x7 now takes `pool_cover`: H 64 -> 5 on the grid k13 s13
+  (ceil_mode) inside its windows, W k10 s9 in the same MaxPool, plus rows 12, 25, 38, 51 (the ones the grid
+  misses) gathered, pooled along W and Max'ed in. A/B in one process (old window_gather vs new, NaN guard
+  included): 15.8 -> 13.2 ms (40 rounds, 9.0x -> 7.5x the floor) and 17.8 -> 15.5 ms (25 rounds, 5.1x ->
+  4.6x); without the guard 0.62-0.67x. Target 2.5x NOT met: in the onnxruntime profile every MaxPool over
+  the 32 MB input is preceded by the NCHWc reorder of it (~2x a ReduceSum over the input by itself; MLAS's
+  plain NCHW pooling, channels reshaped to 1, is as slow), and the NaN guard's ReduceSum is another 1x.
+  Tried and not kept: (a) ReduceMax over aligned blocks of 4 rows (~1.3x a ReduceSum) + the windows' edge
+  rows gathered + the W MaxPool on both + a part table: 6.9 vs 5.5 ms inside the If (the small Gathers,
+  Concat and the second NCHWc reorder eat the gain); (b) the H window Gather first (37 MB written): 1.4x
+  slower; (c) the guard's ReduceSum over a middle axis first: 0.99-1.08x (no gain).
 - **Planner on this machine**: with the built-in constants the choice was within 15% of the fastest forced
   lowering in 19 of the 22 rows that have a choice in the table run; the misses (avg_64to5x7 matmul vs
   kronecker, avg_128to3 matmul vs kronecker, avg1d_1000to30 block_pool vs matmul, 1.35-1.41x) are pairs whose
@@ -59,6 +72,5 @@ NOTES = """## Notes (analysis of the run that produced this file; numbers move o
   block-diagonal MatMul, or one pooling op where the period is uniform (`block_pool`); (4) onnxruntime's
   pooling ops are slow out of cache (~1.6 ns per input element above ~16 MB), so there a MatMul beats a
   strided AveragePool; (5) MLAS runs a GEMM with a ragged column count slowly ([1,512,64,64] @ [64, N]: N=16
-  501 us, N=12 623 us, N=9 893 us), so the pyramid's stacked matrix is zero-padded to 16 columns and a large
-  5- or 7-column pass to 8.
+  501 us, N=12 623 us, N=9 893 us), so the pyramid's stacked matrix is zero-padded to 16 columns.
 """

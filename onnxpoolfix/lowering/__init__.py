@@ -12,6 +12,7 @@
 | kronecker     | avg      | always (matrix size capped)                       | Reshape + MatMul                  |
 | pool_gather   | max      | always                                            | MaxPool(kmin,1) + Gather + Max    |
 | window_gather | max      | always                                            | Gather + ReduceMax                |
+| pool_cover    | max      | a grid fits inside one non-uniform axis' windows  | MaxPool (ceil) + Gather + Max     |
 | argmax        | max      | always; computes the indices output (static)      | Gather + ArgMax + GatherElements  |
 | dynamic       | avg, max | a pooled axis is symbolic (indices too)           | Shape/Range/Div + MatMul/Gather   |
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 from .argmax import ArgMaxLowering
 from .base import Lowering
 from .block_pool import BlockPoolLowering
+from .cover_max import CoverMaxLowering
 from .dynamic import DynamicLowering
 from .global_pool import GlobalLowering
 from .identity import IdentityLowering
@@ -40,6 +42,7 @@ LOWERINGS: tuple[Lowering, ...] = (
     KroneckerMatMulLowering(),
     MaxPoolGatherLowering(),
     WindowGatherLowering(),
+    CoverMaxLowering(),
     ArgMaxLowering(),
     DynamicLowering(),
 )

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 MAC_RATE = 20e9  # multiply-adds per second (fp32 GEMM, 2 threads, output >= NARROW_N columns)
 NARROW_N = 16  # GEMMs with fewer output columns run at MAC_RATE * N / NARROW_N
-PAD_GAIN = 0.8  # ... and a large one of 5 or 7 columns padded to 8 in this fraction of the time (steps.py)
 GEMM_CALL = 0.3e-6  # seconds per GEMM issued in a batched MatMul
 PACK_ELEM = 1.0e-9  # seconds per element of a non-constant right-hand MatMul operand (packing)
 BANDWIDTH = 10e9  # bytes per second for streaming ops (read + write)

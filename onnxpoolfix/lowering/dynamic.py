@@ -48,7 +48,7 @@ from .argmax import build_with_indices
 from .base import Lowering, axis_windows
 from .dynamic_max import DynamicArgMaxStep, DynamicWindowMaxStep
 from .runtime_windows import RuntimeLengths, guess_len, guess_out, int64_scalar, out_dim, runtime_size
-from .steps import IdentityStep, ReduceStep, Step
+from .steps import KRON_IDENTITY_MAX, IdentityStep, ReduceStep, Step
 
 Shape = tuple
 
@@ -103,11 +103,6 @@ def kron_identity(em: Emitter, pt: str, m: int, t: int, elem: int) -> str:
     blocks = em.op("Reshape", [pt, em.ints("shape", [-1, 1, m, 1])])
     return em.op("Reshape", [em.op("Mul", [blocks, em.const("eye", eye)]), em.ints("shape", [-1, m * t])],
                  hint="kron_matrix_t")
-
-
-# a non-last axis with static later dims of product t <= this is contracted as ONE GEMM against
-# kron(P^T, I_t) (t times the multiply-adds, no per-plane GEMM calls); beyond it, one GEMM per plane
-KRON_IDENTITY_MAX = 16
 
 
 @dataclass(frozen=True)

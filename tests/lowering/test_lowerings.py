@@ -102,6 +102,9 @@ CASES = [
     ("window_gather", "max", (2, 3, 11, 13), (4, 5), {"Gather", "ReduceMax"}),
     ("window_gather", "max", (3, 11, 13), (4, 5), {"Gather", "ReduceMax"}),  # unbatched
     ("window_gather", "max", (2, 2, 5, 6, 7), (3, 4, 5), {"Gather", "ReduceMax"}),
+    ("pool_cover", "max", (2, 3, 64, 64), (5, 7), {"MaxPool", "Gather", "Max"}),  # H on a grid, W uniform
+    ("pool_cover", "max", (2, 3, 10), (4,), {"MaxPool", "Gather", "ReduceMax", "Max"}),  # 2 missed in a window
+    ("pool_cover", "max", (2, 3, 11, 13), (4, 5), {"MaxPool", "Gather", "ReduceMax", "Max"}),  # + a window Gather
     ("argmax", "max", (2, 3, 11, 13), (4, 5), {"ArgMax", "GatherElements"}),
     ("argmax", "max", (2, 2, 5, 6, 7), (3, 4, 5), {"ArgMax", "GatherElements"}),
     ("argmax", "max", (2, 3, 7), (3,), {"ArgMax", "GatherElements"}),
@@ -309,7 +312,7 @@ def test_argmax_nan_ties_match_torch(shape, size):
     assert_bits_equal(v, tv, "values vs torch")
 
 
-MAX_LOWERINGS = ["identity", "global", "pool", "resize", "mixed", "pool_gather", "window_gather", "argmax"]
+MAX_LOWERINGS = ["identity", "global", "pool", "resize", "mixed", "pool_gather", "window_gather", "pool_cover", "argmax"]
 
 
 @pytest.mark.parametrize("shape,size", [((2, 3, 11, 13), (4, 5)), ((2, 3, 12, 9), (4, 3)), ((2, 3, 8, 8), (1, 1)),
