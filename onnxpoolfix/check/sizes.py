@@ -13,6 +13,7 @@ import onnx
 from .. import windows as W
 from ..errors import ShapeError
 from ..graph.shapes import PoolSpec, light_copy, onnx_inferred
+from ..lowering.dynamic_max import IN_PLACE_MIN_ELEMENTS
 from ..report import dim_label
 from .feeds import graph_inputs, random_feed, symbolic_inputs
 from .runner import ort_session, ort_value
@@ -228,6 +229,11 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
             pooled.append(got)
             if len(chosen) >= 4:
                 break
+        layouts = _both_max_layouts(dyn, pooled, lambda mult: shapes_for([max(step, round(mult * base))] * k, 1),
+                                    probe)
+        if layouts is not None:
+            chosen.append(layouts[0])
+            pooled.append(layouts[1])
     finally:
         probe.close()
     if len(chosen) < _MIN_DYNAMIC_CHECKS:
@@ -249,6 +255,30 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
 
     return chosen, (f"symbolic pooled axes checked at {len(chosen)} sizes (-> {outs}; windows: {covered}"
                     + (f"; batch {' and '.join(map(str, batches))}" if batches else "") + f"): {desc}")
+
+
+def _both_max_layouts(dyn, pooled, shapes_at, probe):
+    """The dynamic max lowering picks its layout by the pooled tensor's element count at run time
+    (lowering/dynamic_max.py, IN_PLACE_MIN_ELEMENTS): where every size chosen falls on one side, a size on the
+    other side (larger or smaller inputs, as the model accepts), so that the check runs both branches. None
+    where both are covered already, or no size the model accepts reaches the other side."""
+    maxes = [s for s in dyn if s.kind == "max"]
+    if not maxes or not pooled:
+        return None
+
+    def large(got) -> bool:
+        return any(math.prod(got[s.node.input]) >= IN_PLACE_MIN_ELEMENTS for s in maxes)
+
+    sides = {large(got) for got in pooled}
+    if len(sides) == 2:
+        return None
+    mults = (2, 3, 4, 6, 8, 12, 16, 24, 32) if sides == {False} else (0.5, 0.25, 0.125)
+    for mult in mults:
+        c = shapes_at(mult)
+        got = probe.pooled(c)
+        if got is not None and large(got) not in sides:
+            return c, got
+    return None
 
 
 def declared_step(free: Mapping[str, Sequence], spatial: Mapping[str, Sequence[int]]) -> int:

@@ -28,3 +28,18 @@ def test_an_output_size_following_the_input_reads_as_a_question_mark() -> None:
     # the note said '-> unk__0x3' (onnx's name for the dim the None follows)
     note = next(n for n in onnxpoolfix.patch(_none_size_model()).report.notes if "checked at" in n)
     assert "unk__" not in note and "-> ?x3" in note, note
+
+
+def test_dynamic_max_is_checked_on_both_sides_of_its_layout_switch() -> None:
+    """The dynamic max picks its layout by the pooled tensor's element count at run time; the check's sizes
+    must fall on both sides, whatever the channel count (3 channels: every probe size is small; 512: large)."""
+    from helpers import make_leftover
+
+    from onnxpoolfix.lowering.dynamic_max import IN_PLACE_MIN_ELEMENTS
+
+    for channels in (3, 512):
+        result = onnxpoolfix.patch(make_leftover("max", [1, channels, "H", "W"], [4, 5]))
+        assert result.report.check_passed
+        (shapes,) = [n.checked_shapes for n in result.report.nodes]
+        sides = {int(np.prod(s)) >= IN_PLACE_MIN_ELEMENTS for s in shapes}
+        assert sides == {True, False}, (channels, shapes)
