@@ -32,6 +32,10 @@ CASES = [
     ((2, 11, 9), (4, 4)),  # no batch: [C, H, W]
     ((1, 2, 4, 5), (6, 6)),  # upsampling: windows of 1 and 2
     ((2, 3, 7, 1), (3, 1)),
+    # uniform innermost windows (no padding), with or without outer axes
+    ((2, 3, 12), (4,)),  # 1D: no outer axis
+    ((2, 3, 5, 12), (5, 4)),  # H kept
+    ((2, 3, 11, 12), (4, 4)),  # H pooled, non-uniform
 ]
 
 
@@ -69,7 +73,7 @@ def test_ties_give_torchs_first_maximum(shape, size, torch_mod):
         assert_bits_equal(got_i, ref_i, "indices vs reference")
 
 
-@pytest.mark.parametrize("shape,size", CASES[:4], ids=[_ids(c) for c in CASES[:4]])
+@pytest.mark.parametrize("shape,size", CASES[:4] + CASES[-3:], ids=[_ids(c) for c in CASES[:4] + CASES[-3:]])
 def test_a_tie_of_signed_zeros_keeps_the_first(shape, size, torch_mod):
     model = _patched(shape, size)
     rng = np.random.default_rng(3)
