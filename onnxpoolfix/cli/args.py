@@ -193,7 +193,7 @@ class Save(ArgGroup):
         click.option("--save-as-external-data", is_flag=True,
                      help="Write OUT's tensors of 1 KiB or more to OUT.data beside it (smaller ones stay inline)."),
         click.option("--in-place", is_flag=True, help="Allow OUT to be IN (replaced atomically)."),
-        click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
+        click.option("--report", "report_path", type=click.Path(path_type=Path),
                      help="Also write the report as JSON (schema in onnxpoolfix/report.py)."),
     )
 

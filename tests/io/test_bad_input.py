@@ -341,15 +341,18 @@ def test_subprocess(tmp_path: Path, case: str) -> None:
 # --------------------------------------------------------------- found by an adversarial sweep of the CLI
 
 
-@pytest.mark.parametrize("case", ["report-is-in", "report-is-out", "report-empty"])
+@pytest.mark.parametrize("case", ["report-is-in", "report-is-out", "report-empty", "report-is-a-folder"])
 def test_report_must_be_a_file_of_its_own(tmp_path: Path, case: str) -> None:
     """--report IN overwrote the input model with JSON; --report OUT lost the report under the model;
-    --report "" failed with an internal error after all the work."""
+    --report "" failed with an internal error after all the work; --report DIR was click's usage error
+    (exit 2) where OUT as a folder is exit 6: both are output errors now."""
     src = tmp_path / "in.onnx"
     src.write_bytes(CONVNET.read_bytes())
     out = tmp_path / "out.onnx"
-    report = {"report-is-in": src, "report-is-out": out, "report-empty": ""}[case]
-    needle = {"report-is-in": "input model", "report-is-out": "is OUT", "report-empty": "not a file name"}[case]
+    (tmp_path / "adir").mkdir()
+    report = {"report-is-in": src, "report-is-out": out, "report-empty": "", "report-is-a-folder": tmp_path / "adir"}[case]
+    needle = {"report-is-in": "input model", "report-is-out": "is OUT", "report-empty": "not a file name",
+              "report-is-a-folder": "not a file name"}[case]
     assert_clean_failure(run_cli([src, out, "--report", report]), 6, out, needle)
     assert src.read_bytes() == CONVNET.read_bytes()
 
