@@ -57,7 +57,8 @@ class ArgMaxStep(Step):
 
     @property
     def ops(self):
-        return ARGMAX_OPS + (("Equal", "ReduceMin") if self.tie_safe else ("ArgMax",)) + (LAZY_OPS if self.lazy else ())
+        return tuple(dict.fromkeys(ARGMAX_OPS + (("Equal", "ReduceMin") if self.tie_safe else ("ArgMax",))
+                                   + (LAZY_OPS if self.lazy else ())))
 
     def emit_both(self, em, x, shape, elem, y, indices):
         k = len(self.n)
