@@ -11,6 +11,8 @@
 """
 from __future__ import annotations
 
+import math
+
 from onnx import helper
 
 from ..errors import ArgumentError, CheckFailedError, CheckTooLargeError, PoolFixError
@@ -68,13 +70,8 @@ def refuse_beyond_memory(model, check_shapes) -> None:
         return
     elems = {vi.name: type_dims(vi.type)[0] for vi in graph_inputs(model)}
     for shapes in check_shapes:
-        total = 0
-        for name, dims in shapes.items():
-            n = 1
-            for d in dims:
-                n *= d
-            elem = elems.get(name)
-            total += n * (helper.tensor_dtype_to_np_dtype(elem).itemsize if elem else 4)
+        total = sum(math.prod(dims) * (helper.tensor_dtype_to_np_dtype(elems[name]).itemsize if elems.get(name) else 4)
+                    for name, dims in shapes.items())
         if total > CHECK_MEMORY_SHARE * avail:
             text = " ".join(f"{k}:{','.join(map(str, v))}" for k, v in shapes.items())
             raise CheckTooLargeError(

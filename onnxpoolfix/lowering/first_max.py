@@ -70,10 +70,11 @@ def emit_first_max(em: Emitter, x: str, rank: int, axes: list[PooledAxis], elem:
     v = em.op("Reshape", [g, em.ints("pooled_first", [0] * k + [-1])], hint="pooled_first")  # [n_1..n_k, L]
     pooled = [a for a in range(k) if axes[a].table is not None]
     read = {}  # axis -> the tensor its pass reduced: [n_1..n_a, m_a+1..m_k, L]
+    tables = {a: em.const(f"window_table_{a}", axes[a].table) if isinstance(axes[a].table, np.ndarray)
+              else axes[a].table for a in pooled}  # names, read by the passes and the read-back alike
     for a in reversed(pooled):
         read[a] = v
-        table = em.const(f"window_table_{a}", axes[a].table) if isinstance(axes[a].table, np.ndarray) else axes[a].table
-        windows = em.op("Gather", [v, table], axis=a, hint="windows")
+        windows = em.op("Gather", [v, tables[a]], axis=a, hint="windows")
         kept_max = em.reduce("ReduceMax", windows, [a + 1], keepdims=1)
         v = em.squeeze(kept_max, [a + 1])
     out_shape = _output_shape(em, x, lead, axes)
@@ -87,7 +88,7 @@ def emit_first_max(em: Emitter, x: str, rank: int, axes: list[PooledAxis], elem:
     coords[pooled[0]] = _coordinate(em, axes[pooled[0]], pooled[0], k,
                                     _first_hit(em, windows, kept_max, axes[pooled[0]].kmax, pooled[0], k))
     for a in pooled[1:]:
-        candidates = _candidates(em, read[a], a, coords, axes)
+        candidates = _candidates(em, read[a], a, coords, axes, tables[a])
         hits = _first_hit(em, candidates, em.unsqueeze(v, [a + 1]), axes[a].kmax, a, k)
         coords[a] = _coordinate(em, axes[a], a, k, hits)
     flat, stride = None, None
@@ -171,23 +172,19 @@ def _iota(em: Emitter, n: int | str, a: int, k: int) -> str:
     return em.op("Reshape", [iota, em.ints("shape", shape)], hint="coordinate")
 
 
-def _candidates(em: Emitter, data: str, a: int, coords: dict[int, str], axes: list[PooledAxis]) -> str:
+def _candidates(em: Emitter, data: str, a: int, coords: dict[int, str], axes: list[PooledAxis], table: str) -> str:
     """The ``kmax_a`` window elements along axis ``a`` of ``data`` (``[n_1..n_a, m_a+1..m_k, L]``, what axis
     a's pass reduced) at the outer axes' coordinates ``coords`` and every output position:
-    ``[m_1..m_a, kmax_a, m_a+1..m_k, L]``, one GatherElements over the flattened axes."""
+    ``[m_1..m_a, kmax_a, m_a+1..m_k, L]``, one GatherElements over the flattened axes. ``table``: axis a's
+    window table (``[m_a, kmax_a]``)."""
     k = len(axes)
     dims = [ax.n if j <= a else ax.m for j, ax in enumerate(axes)]  # data's dims (a kept axis: n == m)
     index, stride = None, None
     for j in reversed(range(k)):
         if j < a:
             term = em.unsqueeze(em.cast(coords[j], I64), [a + 1])
-        elif j == a:
-            shape = [1] * (k + 2)
-            shape[a], shape[a + 1] = -1, (axes[a].table.shape[1] if isinstance(axes[a].table, np.ndarray) else 0)
-            table = (em.const(f"window_table_{a}", axes[a].table) if isinstance(axes[a].table, np.ndarray)
-                     else axes[a].table)
-            term = em.op("Reshape", [table, em.ints("shape", shape)]) if shape[a + 1] else em.unsqueeze(
-                table, [b for b in range(k + 2) if b not in (a, a + 1)])
+        elif j == a:  # [m_a, kmax_a] placed on dims a, a + 1
+            term = em.unsqueeze(table, [b for b in range(k + 2) if b not in (a, a + 1)])
         else:
             term = em.unsqueeze(em.cast(_iota(em, axes[j].m, j, k), I64), [a + 1])
         if stride is not None:
