@@ -14,7 +14,10 @@ fails there: "n/a" and why), and time in ONE interleaved run:
 - ``torch``: the module itself (torch's native kernel), ``torch.set_num_threads(2)``,
 - ``floor``: onnxruntime ReduceSum over the same input tensor (reading the input once),
 - ``lw:<name>``: onnxruntime on the model patched with ``strategy=<name>``, for every lowering that is exact
-  for the case (to see whether the planner picked the fastest).
+  for the case (to see whether the planner picked the fastest),
+- ``calibrated``: where the planner chooses otherwise with the cost constants ``onnxpoolfix calibrate``
+  measures on this machine at the start of the run (``ONNXPOOLFIX_COSTS``), that model; where it chooses the
+  same, the two choices share one time.
 
 One script per job, beside this one: cases.py (the cases; cases_dynamic.py the dynamic ones), runners.py
 (exports, onnxruntime/torch runners, the interleaved timing: how it measures), dynamo_peer.py (the dynamo
@@ -29,8 +32,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -59,6 +65,7 @@ from tables import COLUMNS, markdown, print_table, sections_owned_elsewhere, tab
 
 import onnxpoolfix  # noqa: E402
 from onnxpoolfix.frontends.leftovers import find_pool_nodes  # noqa: E402
+from onnxpoolfix.lowering import calibration  # noqa: E402
 from onnxpoolfix.plan.planner import STRATEGIES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,7 +78,9 @@ _avg, _max = adaptive_avg, adaptive_max  # the names the smoke test and older ca
 
 
 def run_case(case: Case, rounds: int = 15, batch_s: float = 0.02, budget_s: float = 30.0,
-             lowerings: bool = True, log=print, no_cache: bool = False) -> dict:
+             lowerings: bool = True, log=print, no_cache: bool = False, costs: str | None = None) -> dict:
+    """One case's row; ``costs``: a file of calibrated cost constants (:func:`calibrate`) whose choice is
+    judged too."""
     torch.manual_seed(0)
     torch.set_num_threads(THREADS)
     module = case.make().eval()
@@ -141,6 +150,15 @@ def run_case(case: Case, rounds: int = 15, batch_s: float = 0.02, budget_s: floa
         if "dynamo" in cands:
             row["dynamo_error"] = _max_error(session(dyn).run(None, {"x": xn}), want)
 
+    calibrated = None
+    if costs and n_left:
+        with costs_in_use(costs):
+            cal = onnxpoolfix.patch(base, check=False, optimize_exporter_pools=True, **case.patch_kwargs)
+        calibrated = "+".join(sorted({n.lowering for n in cal.report.nodes}))
+        row["chosen_calibrated"] = calibrated
+        if cal.model.SerializeToString() != ours.SerializeToString():
+            cands["calibrated"] = ort_runner(cal.model, xn)
+
     forced: list[str] = []
     if lowerings and n_left:
         for name in STRATEGIES[1:]:
@@ -179,9 +197,34 @@ def run_case(case: Case, rounds: int = 15, batch_s: float = 0.02, budget_s: floa
             r = None
         row["chosen_vs_fastest"] = r
         row["choice_ok"] = None if r is None else r <= 1 + WITHIN
+        if calibrated is not None:
+            rc = ratio(vals, "calibrated", f"lw:{fastest}") if "calibrated" in cands else r
+            row["calibrated_vs_fastest"] = rc
+            row["calibrated_ok"] = None if rc is None else rc <= 1 + WITHIN
     else:
         row["fastest"], row["chosen_vs_fastest"], row["choice_ok"] = None, None, None
     return row
+
+
+@contextmanager
+def costs_in_use(path: str):
+    """The planner's costs from ``path`` (as ``ONNXPOOLFIX_COSTS=path`` does) inside the block."""
+    old = os.environ.get(calibration.ENV)
+    os.environ[calibration.ENV] = path
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(calibration.ENV)
+        else:
+            os.environ[calibration.ENV] = old
+
+
+def calibrate(path: Path) -> dict[str, float]:
+    """``onnxpoolfix calibrate --threads THREADS --out path``: this machine's cost constants."""
+    constants = calibration.measure(threads=THREADS)
+    calibration.save(constants, path, threads=THREADS)
+    return constants
 
 
 def _as_tuple(out):
@@ -253,6 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-cache", action="store_true", help="re-export with dynamo (default: cached in "
                     "$ONNXPOOLFIX_BENCH_CACHE or the temp dir)")
     ap.add_argument("--out", help="markdown file to write (default benchmarks/RESULTS.md for a full run)")
+    ap.add_argument("--no-calibrate", action="store_true", help="judge only the built-in costs' choices (default: "
+                    "also those of the costs `onnxpoolfix calibrate` measures at the start)")
     args = ap.parse_args(argv)
     cases_all = all_cases()
     if args.cases == "list":
@@ -271,10 +316,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     budget_s = 5.0 if args.quick else 30.0
     rows = []
     t_start = time.perf_counter()
+    costs, constants = None, None
+    if not args.no_calibrate and not args.no_lowerings:
+        costs = str(Path(tempfile.mkdtemp(prefix="onnxpoolfix-bench-")) / "costs.json")
+        constants = calibrate(Path(costs))
+        print("calibrated: " + ", ".join(f"{k} {v:.3g} ({v / calibration.BUILT_IN[k]:.2f}x built-in)"
+                                         for k, v in constants.items()), flush=True)
     for c in cases:
         t0 = time.perf_counter()
         row = run_case(c, rounds=rounds, batch_s=batch_s, budget_s=budget_s, lowerings=not args.no_lowerings,
-                       no_cache=args.no_cache)
+                       no_cache=args.no_cache, costs=costs)
         rows.append(row)
         lw = ", ".join(f"{n} {us(v)}" for n, v in sorted(row["lowerings"].items(), key=lambda kv: kv[1]))
         print(f"[{c.name}] {c.desc}: chose {row['chosen']}; ours {us(row['t']['ours'])}, "
@@ -291,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n{time.perf_counter() - t_start:.0f}s in all")
     out = args.out or (None if (args.quick or args.cases) else str(ROOT / "benchmarks" / "RESULTS.md"))
     if out:
-        text = markdown(rows, fixture, list(argv if argv is not None else sys.argv[1:]))
+        text = markdown(rows, fixture, list(argv if argv is not None else sys.argv[1:]), constants)
         Path(out).write_text(text + sections_owned_elsewhere(Path(out)))
         print(f"wrote {out}")
     return 0

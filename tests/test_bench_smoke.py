@@ -41,6 +41,23 @@ def test_bench_case_row_has_every_column(bench):
     assert "| smoke_avg |" in md
 
 
+def test_bench_judges_the_calibrated_choice_too(bench, tmp_path):
+    """With a costs file whose pooling ops are absurdly slow, the calibrated planner picks no AveragePool: the
+    row names that other choice, times its model and judges it against the fastest forced lowering."""
+    from onnxpoolfix.lowering import calibration
+
+    costs = tmp_path / "costs.json"
+    calibration.save({**{k: calibration.BUILT_IN[k] for k in calibration.MEASURED}, "POOL_RATE": 1e3}, costs)
+    case = bench.Case("smoke_avg", bench._avg(2, 3), (1, 8, 10, 10), "[1,8,10,10] -> 3x3")
+    row = bench.run_case(case, rounds=2, batch_s=0.001, budget_s=2.0, log=lambda *a: None, costs=str(costs))
+    assert row["chosen"] == "pool"  # the built-in costs' choice for this case (uniform windows k4 s3)
+    assert row["chosen_calibrated"] != "pool" and row["chosen_calibrated"] in row["lowerings"]
+    assert row["t"]["calibrated"] > 0 and row["calibrated_vs_fastest"] > 0
+    cell = bench.table_row(row)[bench.COLUMNS.index("choice (calibrated)")]
+    assert cell.startswith(("ok", "MISS")) and row["chosen_calibrated"] in cell
+    assert "Calibrated here: `NODE`" in bench.markdown([row], None, [], {"NODE": 1e-6})
+
+
 def test_bench_max_case_reports_dynamo_na(bench):
     case = bench.Case("smoke_max", bench._max(2, 3), (1, 4, 10, 10), "max [1,4,10,10] -> 3x3")
     row = bench.run_case(case, rounds=2, batch_s=0.001, budget_s=2.0, lowerings=False, log=lambda *a: None)
