@@ -20,6 +20,8 @@ fitted to:
   the kernel (8x256x64x64, 32 MB: AveragePool k1x10 s1x9 13 ms, k10x10 s9x9 17 ms, k2x2 s2x2 19 ms, while a
   MatMul along W takes 6 ms and a ReduceSum 3 ms), so above ``CACHE_BYTES`` a MatMul beats a pool
   (below it pools stay fast: 1x512x60x60, 7 MB, AveragePool k10 554 us vs separable MatMul 779 us);
+  most of that is onnxruntime's blocked-layout reorder around the pool: a kernel along ONE axis run over
+  single-channel planes (lowering/plane_pool.py) pays ``POOL_PLANES_SHARE`` of it (measured 0.44-0.57);
 - argmax (max pooling with indices, lowering/argmax.py): ``ARGMAX_PASSES`` passes over the gathered
   windows at ``BANDWIDTH`` plus its Gathers. Its windows are laid out ``[output positions, kall, leading
   dims]``, so ArgMax and the reductions run over a middle axis, vectorized over the leading dims: there is
@@ -43,6 +45,7 @@ POOL_RATE = 4e9  # window-element reads per second in AveragePool/MaxPool over 1
 POOL_RATE_3D = 0.8e9  # the same over 3 spatial axes
 POOL_OUT_OF_CACHE = 1.6e-9  # seconds per input element of a pooling op whose input exceeds CACHE_BYTES
 CACHE_BYTES = 16 << 20  # where pooling ops fall off (measured between 7 MB and 32 MB)
+POOL_PLANES_SHARE = 0.5  # the share of POOL_OUT_OF_CACHE a one-axis pool over single-channel planes pays
 GATHER_RATE = 1.5e9  # elements per second copied by Gather
 GATHER_BLOCK = 8e-9  # seconds per contiguous block a Gather copies (block = the dims after the axis)
 ARGMAX_PASSES = 14  # passes over the gathered windows in the argmax construction (IsNaN, Where, ReduceMax, ...)

@@ -12,7 +12,7 @@ from onnx import TensorProto
 from .base import Lowering, axis_windows, compute_dtype, itemsize
 from .matmul import cheapest_order
 from .max_steps import MaxPoolGatherStep, WindowGatherStep
-from .pool import pool_rank_reason
+from .pool import for_target, pool_rank_reason
 from .steps import (
     GatherStep,
     MatMulStep,
@@ -43,7 +43,7 @@ class _PerAxis(Lowering):
         if uniform:
             op = "AveragePool" if spec.kind == "avg" else "MaxPool"
             first = spec.ndim - spec.k
-            options = [[PoolStep(op, first, tuple((a.axis, a.uniform) for a in uniform))]]
+            options = [[for_target(spec, PoolStep(op, first, tuple((a.axis, a.uniform) for a in uniform)))]]
             to_one = [a for a in uniform if a.m == 1]
             if to_one:  # a Reduce over the axes pooled to 1, the pooling op (if any) for the others
                 rest = tuple((a.axis, a.uniform) for a in uniform if a.m != 1)

@@ -5,8 +5,9 @@ k3 s2, 10->4 has equal lengths but uneven starts and is not uniform). See window
 """
 from __future__ import annotations
 
-from .base import Lowering, axis_windows
-from .steps import PoolStep
+from .base import Lowering, axis_windows, compute_dtype, itemsize
+from .plane_pool import planes_form
+from .steps import PoolStep, Step
 
 
 def pool_rank_reason(spec) -> str | None:
@@ -30,4 +31,13 @@ class PoolLowering(Lowering):
 
     def _steps(self, spec):
         wins = tuple((a.axis, a.uniform) for a in axis_windows(spec) if not a.keep)
-        return [PoolStep("AveragePool" if spec.kind == "avg" else "MaxPool", spec.ndim - spec.k, wins)]
+        op = "AveragePool" if spec.kind == "avg" else "MaxPool"
+        return [for_target(spec, PoolStep(op, spec.ndim - spec.k, wins))]
+
+
+def for_target(spec, step: PoolStep) -> Step:
+    """``step`` on the node's input as it runs fastest on the target: for onnxruntime, a one-axis kernel over
+    a large input pools the planes (:mod:`.plane_pool`)."""
+    if spec.target != "onnxruntime":
+        return step
+    return planes_form(step, spec.input_shape, itemsize(compute_dtype(spec)))

@@ -141,27 +141,27 @@ class PoolStep(Step):
     first_spatial: int  # absolute index of the first spatial axis (always 2: N, C first)
     windows: tuple[tuple[int, W.Uniform], ...]  # (absolute axis, kernel/stride)
 
-    def _ks(self, shape):
+    def kernel_strides(self, shape):
         u = dict(self.windows)
         axes = range(self.first_spatial, len(shape))
         return [u[a].kernel if a in u else 1 for a in axes], [u[a].stride if a in u else 1 for a in axes]
 
     def out_shape(self, shape):
-        k, s = self._ks(shape)
+        k, s = self.kernel_strides(shape)
         out = list(shape)
         for j, a in enumerate(range(self.first_spatial, len(shape))):
             out[a] = (shape[a] - k[j]) // s[j] + 1
         return tuple(out)
 
     def cost(self, shape, itemsize):
-        k, _ = self._ks(shape)
+        k, _ = self.kernel_strides(shape)
         out = numel(self.out_shape(shape))
         rate = C.POOL_RATE_3D if len(shape) - self.first_spatial >= 3 else C.POOL_RATE
         big = numel(shape) * C.POOL_OUT_OF_CACHE if numel(shape) * itemsize > C.CACHE_BYTES else 0.0
         return C.NODE + out * prod(k) / rate + big + (numel(shape) + out) * itemsize / C.BANDWIDTH
 
     def emit(self, em, x, shape, elem):
-        k, s = self._ks(shape)
+        k, s = self.kernel_strides(shape)
         return em.op(self.op_type, [x], kernel_shape=k, strides=s)
 
     @property
