@@ -66,7 +66,7 @@ def dynamo_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence[P
     ``input_shapes`` (the aten front end binds those in OUT; here they are the traced size too)."""
     binding = options.traced_shapes or options.input_shapes
     result = find_decomposed_pools(model, opset=model_opset(model), target=options.target,
-                                   input_shapes=binding, taken=found, seed=options.seed)
+                                   input_shapes=binding, taken=found, seed=options.seed, model_dir=options.model_dir)
     result.notes += region_notes(result.regions, result.suspects, bound=bool(binding))
     return result
 
@@ -112,11 +112,13 @@ def partial_lines(suspects: Sequence[Suspect]) -> list[str]:
 
 def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
                           input_shapes: Mapping[str, Sequence[int]] | None = None,
-                          taken: Sequence[PoolSpec] = (), seed: int = 0) -> FrontEndResult:
+                          taken: Sequence[PoolSpec] = (), seed: int = 0,
+                          model_dir: str | None = None) -> FrontEndResult:
     """Every proven adaptive average pooling decomposition of ``model``'s top-level graph (module doc).
 
     ``taken``: specs already found (aten leftovers); regions writing their results are skipped.
     ``input_shapes``: the traced input size, where the caller knows it (the proof of symbolic regions).
+    ``model_dir``: the folder external tensors (window tables included) are read from when a region runs alone.
 
     A graph this front end cannot follow (an exception inside it, a bug) costs only its own findings: the model
     is patched as if it held no decomposition, and a suspect says why. Under symbolic input sizes that suspect
@@ -124,7 +126,8 @@ def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
     at the traced size, and exit 0 promises OUT right at every size.
     """
     try:
-        return _find(model, opset=opset, target=target, input_shapes=input_shapes, taken=taken, seed=seed)
+        return _find(model, opset=opset, target=target, input_shapes=input_shapes, taken=taken, seed=seed,
+                     model_dir=model_dir)
     except PoolFixError:
         raise
     except Exception as e:  # noqa: BLE001 - a bug here must not block the leftovers' patch
@@ -144,7 +147,7 @@ def _symbolic(graph: onnx.GraphProto) -> bool:
                for d in i.type.tensor_type.shape.dim)
 
 
-def _find(model, *, opset, target, input_shapes, taken, seed) -> FrontEndResult:
+def _find(model, *, opset, target, input_shapes, taken, seed, model_dir) -> FrontEndResult:
     findings = FrontEndResult()
     graph = model.graph
     if not any(n.op_type in SELECT_OPS or n.op_type == "AveragePool" for n in graph.node
@@ -179,11 +182,11 @@ def _find(model, *, opset, target, input_shapes, taken, seed) -> FrontEndResult:
     if not candidates:
         _rests(findings, resting, [])
         return findings
-    prove_all(model, g, candidates, input_shapes, seed, info.inferred())
+    prove_all(model, g, candidates, input_shapes, seed, info.inferred(), model_dir=model_dir)
     pending = [c for c in candidates if c.why and c.smaller]
     while pending:  # an unproven region: the next smaller one of its end, until one proves or none is left
         tries = [(c, c.smaller.pop(0)) for c in pending]
-        prove_all(model, g, [t for _, t in tries], input_shapes, seed, info.inferred())
+        prove_all(model, g, [t for _, t in tries], input_shapes, seed, info.inferred(), model_dir=model_dir)
         for c, t in tries:
             if not t.why:
                 candidates[candidates.index(c)] = t

@@ -3,12 +3,14 @@ proven and replaced (onnxpoolfix/frontends/dynamo.py). Every model here is a rea
 dynamo=True)`` export, made once per module (each takes seconds); outputs are compared with torch itself."""
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 
 import numpy as np
 import onnx
 import pytest
+from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
@@ -16,6 +18,7 @@ ort = pytest.importorskip("onnxruntime")
 nn, F = torch.nn, torch.nn.functional
 
 from onnxpoolfix import patch
+from onnxpoolfix.cli import main
 from onnxpoolfix.errors import UnsupportedNodeError
 from onnxpoolfix.frontends.dynamo import find_decomposed_pools
 from onnxpoolfix.graph.emit import EMITTED_BY
@@ -159,6 +162,34 @@ def test_static_module_pool_is_replaced_and_matches_torch(exports):
     x = np.random.default_rng(1).standard_normal((1, 3, 8, 9)).astype(np.float32)
     assert _matches(_run(result.model, x), _torch(module, x))
     onnx.checker.check_model(result.model)
+
+
+def test_window_tables_in_external_data_are_read_from_the_models_folder(exports, tmp_path, monkeypatch):
+    """torch.onnx.export writes the decomposition's GatherND index table (5 KB) to the .data file beside the
+    model. The proof runs the region alone: its tables must resolve against the model's folder, not the
+    working folder (it was left as "onnxruntime cannot run it alone", nothing patched, unless run from there)."""
+    module, model = exports["module_static"]
+    folder, elsewhere = tmp_path / "model", tmp_path / "elsewhere"
+    folder.mkdir()
+    elsewhere.mkdir()
+    src = folder / "pool.onnx"
+    onnx.save_model(model, src, save_as_external_data=True, location="pool.onnx.data", size_threshold=1024)
+    tables = {n.input[1] for n in model.graph.node if n.op_type == "GatherND"}
+    on_disk = onnx.load(src, load_external_data=False).graph.initializer
+    assert any(t.name in tables and t.data_location == onnx.TensorProto.EXTERNAL for t in on_disk)
+    monkeypatch.chdir(elsewhere)
+    runner = CliRunner()
+    shown = runner.invoke(main, ["inspect", str(src)], catch_exceptions=False)
+    assert shown.exit_code == 0 and "cannot run it alone" not in shown.output, shown.output
+    assert "dynamo region" in shown.output
+    out, report = folder / "fixed.onnx", folder / "fixed.json"
+    done = runner.invoke(main, ["patch", str(src), str(out), "--report", str(report)], catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    assert [n["encoding"] for n in json.loads(report.read_text())["nodes"]] == ["dynamo"], done.output
+    x = np.random.default_rng(5).standard_normal((1, 3, 8, 9)).astype(np.float32)
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert _matches(sess.run(None, {"x": x})[0], _torch(module, x))
+    assert "GatherND" not in _ops(onnx.load(out))
 
 
 # (8, 9) is the traced size; the others the unpatched export crashes on or gets wrong (asserted below),
