@@ -274,12 +274,20 @@ def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Fron
         if dims is None or len(dims) < 3 or elem not in SUPPORTED_DTYPES:
             continue
         k = len(dims) - 2
-        if ev[1] is not None and ev[1] != k or all(isinstance(d, int) for d in dims[2:]):
+        if all(isinstance(d, int) for d in dims[2:]):
             continue  # static: the exporter's node is right (--optimize-exporter-pools plans it)
         result = node.output[0]
 
         def left(why: str, right_at: str = "only at the size the model was exported at") -> None:
             findings.suspects.append(Suspect(result, ev[0], why, True, right_at))
+
+        # a 1D adaptive pool frozen at uniform windows is written as a 2D AveragePool of the input Unsqueezed to
+        # (N, C, 1, L), kernel (1, k): the same as a 2D adaptive pool of that tensor to (1, m)
+        lifted = k == 2 and dims[2] == 1 and _unit_axis(node, 0) and ev[1] in (None, 1)
+        if ev[1] is not None and ev[1] != k and not lifted:
+            left(f"an AveragePool of {k} pooled axes frozen at the traced size for a {ev[1]}D adaptive pool: a form "
+                 "onnxpoolfix does not read")
+            continue
 
         if scales_with_input(node):  # binding the traced size would fix an output size torch does not have
             left("an AveragePool frozen at the traced size of an F.interpolate by scale_factor: its output size "
@@ -287,6 +295,9 @@ def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Fron
                  "where its kernel divides the pooled size")
             continue
         literal = literal_output_size(node, k)
+        if lifted and (ev[1] == 1 or (literal is not None and literal[0] not in (1, None))):
+            one = literal_output_size(node, 1)  # F.adaptive_avg_pool1d(x, 7): 7 is the size of L, not of both axes
+            literal = None if one is None else (1, *one)
         if literal is not None and COMPUTED in literal:
             left("an AveragePool frozen at the traced size whose source line computes its output size from the "
                  "input's shape: no fixed output size to bind, and none is bound")
@@ -324,8 +335,17 @@ def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Fron
                                        bx or (), 1))
         if literal is None:
             kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), [])
-            resting.append((result, node.input[0], output_size, 1 in kernel))
+            resting.append((result, node.input[0], output_size, 1 in kernel[1 if lifted else 0:]))
         busy.add(result)
+
+
+def _unit_axis(node: onnx.NodeProto, a: int) -> bool:
+    """Whether the pooling node's windows on pooled axis ``a`` are single elements (kernel 1, stride 1, no pads)."""
+    attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+    kernel, strides = list(attrs.get("kernel_shape", [])), list(attrs.get("strides", []))
+    pads = list(attrs.get("pads", []))
+    return (a < len(kernel) and kernel[a] == 1 and (not strides or strides[a] == 1)
+            and not any(pads[i] for i in (a, a + len(kernel)) if i < len(pads)))
 
 
 #: the evidence of a frozen AveragePool without metadata that pools what a decomposed adaptive pool pools

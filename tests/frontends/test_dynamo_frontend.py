@@ -459,6 +459,64 @@ def test_area_interpolation_by_scale_factor_is_not_frozen_to_the_traced_output_s
     assert _matches(_run(bound.model, x), _torch(module, x))
 
 
+class Pool1dByModule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool1d(7)
+
+    def forward(self, x):
+        return self.pool(x)
+
+
+class Pool1dByCall(nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool1d(x, 7)
+
+
+class Area1dByCall(nn.Module):
+    def forward(self, x):
+        return F.interpolate(x, size=7, mode="area")
+
+
+def _export_1d(module, length: int) -> onnx.ModelProto:
+    """A dynamo export of ``module`` on (1, 3, length) with L symbolic."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            program = torch.onnx.export(module.eval(), (torch.randn(1, 3, length),), dynamo=True, input_names=["x"],
+                                        dynamic_shapes={"x": {2: torch.export.Dim("L", min=2, max=1024)}})
+        finally:
+            logging.disable(logging.NOTSET)
+    return onnx.load_from_string(program.model_proto.SerializeToString())
+
+
+LENGTHS_1D = [14, 9, 15, 20, 3, 100]
+
+
+@pytest.mark.parametrize("module, traced", [(Pool1dByModule(), 14), (Pool1dByModule(), 7), (Pool1dByCall(), 14),
+                                            (Area1dByCall(), 14)], ids=["module-14", "module-7", "call", "area"])
+def test_a_frozen_1d_average_pool_is_refused_or_made_exact(module, traced):
+    """At uniform windows (14 -> 7, 7 -> 7) the exporter writes the 1D pool as Unsqueeze + AveragePool kernel
+    (1, k) + Squeeze, frozen at the traced length. It was skipped (its metadata says 1D, the node pools 2 axes):
+    'nothing to patch', exit 0, wrong at every other length. Now it is the 2D pool of (N, C, 1, L) to (1, 7):
+    refused without a size (the module form), exact at every length with the traced one or a literal size."""
+    model = _export_1d(module, traced)
+    assert "AveragePool" in _ops(model)
+    x = {n: np.random.default_rng(n).standard_normal((1, 3, n)).astype(np.float32) for n in LENGTHS_1D}
+    assert sum(not _matches(_run(model, x[n]), _torch(module, x[n])) for n in LENGTHS_1D) >= 4
+    if isinstance(module, Pool1dByModule):
+        with pytest.raises(UnsupportedNodeError, match="frozen"):
+            patch(model)
+        result = patch(model, traced_shapes={"x": [1, 3, traced]})
+    else:
+        result = patch(model)
+    assert [(n.encoding, n.lowering) for n in result.report.nodes] == [("dynamo", "dynamic")]
+    assert "AveragePool" not in _ops(result.model)
+    for n in LENGTHS_1D:
+        assert _matches(_run(result.model, x[n]), _torch(module, x[n])), n
+
+
 def test_a_none_output_size_follows_the_input_and_is_exact_at_every_size():
     """AdaptiveAvgPool2d((None, 4)) under symbolic H/W: the region's H output is by declaration the input's H
     (torch's None), so it is lowered with that axis following the input, not bound to any size; the export
