@@ -191,6 +191,19 @@ def test_area_interpolation_with_symbolic_h_w(tmp_path: Path) -> None:
     _assert_matches(out, m, [(1, 3, 11, 13), (1, 3, 10, 14), (1, 3, 23, 7), (1, 3, 3, 4), (1, 3, 64, 50)])
 
 
+def test_export_does_not_log_torchs_notes_on_its_own_translations(tmp_path: Path, caplog) -> None:
+    """torch 2.9 logs a WARNING per parameter of each unannotated translation (28 lines on every export:
+    "Missing annotation for parameter 'x' from (x, output_size)"); onnxpoolfix's own are not the caller's news."""
+    import logging
+
+    m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d((5, 7))).eval()
+    with caplog.at_level(logging.WARNING):
+        onnxpoolfix.export(m, (torch.randn(1, 3, 8, 9),), tmp_path / "m.onnx")
+    assert [r.getMessage() for r in caplog.records if "Missing annotation" in r.getMessage()] == []
+    logger = logging.getLogger("torch.onnx._internal.exporter._schemas")
+    assert not [f for f in logger.filters if type(f).__name__ == "_QuietUnannotatedTranslations"]  # the export's only
+
+
 def test_dynamic_axes_are_passed_through(tmp_path: Path) -> None:
     m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d((5, 7))).eval()
     out = tmp_path / "m.onnx"
