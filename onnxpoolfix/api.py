@@ -104,7 +104,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     report = PatchReport(opset=model_opset(model), target=target)
     options = PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
                           keep_input_shapes=keep_input_shapes, optimize_exporter_pools=optimize_exporter_pools,
-                          patch_bodies=True, seed=int(seed), traced_shapes=traced_shapes)
+                          patch_bodies=True, seed=int(seed), traced_shapes=traced_shapes, model_dir=model_dir)
     mp = plan_model(model, options)
     found = mp.found
     if found.inlined and inplace:  # the inliner builds a new model: inplace means the caller's object

@@ -171,9 +171,9 @@ def test_seed_reaches_every_random_input_drawn(monkeypatch):
 
     seen = []
 
-    def recording(model, g, candidates, input_shapes, seed, *rest):
+    def recording(model, g, candidates, input_shapes, seed, *rest, **kw):
         seen.append(seed)
-        return proven(model, g, candidates, input_shapes, seed, *rest)
+        return proven(model, g, candidates, input_shapes, seed, *rest, **kw)
 
     proven = dynamo.prove_all
     monkeypatch.setattr(dynamo, "prove_all", recording)

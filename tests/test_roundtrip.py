@@ -250,6 +250,11 @@ def run_case(c: dict) -> None:
     module = _Pool(c["kind"], c["rank"], c["size"], c["indices"]).eval()
     with torch.no_grad():
         want = module(x)
+        if c["indices"] and x.dtype == torch.bfloat16:
+            # torch 2.9's bfloat16 CPU kernel can return an index that is not its window's maximum (a 1 x 22
+            # window whose 1.5 is at 17: index 18, holding 1.0; torch 2.13 says 17). Every bfloat16 is a
+            # float32 exactly, so the same windows in float32 give torch's first maximum of the same values.
+            want = (want[0], module(x.float())[1])
     model = _export(c, module, x)
     assert len(leftover_nodes(model)) == 1, "the exporter lowered the node itself: the case tests nothing"
     shapes = {"x": list(c["shape"])} if c["dynamic"] else None

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
 from ..errors import cli_words, exit_codes_epilog
 from ..inspection.model import inspect_model
 from ..inspection.windows import render_inspection
-from ..io import check_input_model, load_model
+from ..io import check_input_model, has_external_data, load_model
 from .app import main
 from .args import InspectView, Logging, Plan, PlanChoice, Seed, Verbosity, ViewChoice, command
 from .guard import reported
@@ -25,7 +26,8 @@ def inspect_cmd(src: str, plan: PlanChoice, view: ViewChoice, seed: int, verbosi
         plan.check_against(model)  # the same exit 2 as patch for an --input-shape that does not fit
         result = inspect_model(model, target=plan.target, strategy=plan.strategy, input_shapes=plan.input_shapes,
                                name=src, optimize_exporter_pools=plan.optimize_exporter_pools, seed=seed,
-                               traced_shapes=plan.traced_shapes, allow_partial=plan.allow_partial)
+                               traced_shapes=plan.traced_shapes, allow_partial=plan.allow_partial,
+                               model_dir=str(Path(src).resolve().parent) if has_external_data(model) else None)
     # a blocker's hint names the API's arguments (inspect_model's words): here, the flags
     if view.windows:
         click.echo(cli_words(render_inspection(result, as_json=view.as_json)))

@@ -66,7 +66,7 @@ def dynamo_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence[P
     ``input_shapes`` (the aten front end binds those in OUT; here they are the traced size too)."""
     binding = options.traced_shapes or options.input_shapes
     result = find_decomposed_pools(model, opset=model_opset(model), target=options.target,
-                                   input_shapes=binding, taken=found, seed=options.seed)
+                                   input_shapes=binding, taken=found, seed=options.seed, model_dir=options.model_dir)
     result.notes += region_notes(result.regions, result.suspects, bound=bool(binding))
     return result
 
@@ -112,11 +112,13 @@ def partial_lines(suspects: Sequence[Suspect]) -> list[str]:
 
 def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
                           input_shapes: Mapping[str, Sequence[int]] | None = None,
-                          taken: Sequence[PoolSpec] = (), seed: int = 0) -> FrontEndResult:
+                          taken: Sequence[PoolSpec] = (), seed: int = 0,
+                          model_dir: str | None = None) -> FrontEndResult:
     """Every proven adaptive average pooling decomposition of ``model``'s top-level graph (module doc).
 
     ``taken``: specs already found (aten leftovers); regions writing their results are skipped.
     ``input_shapes``: the traced input size, where the caller knows it (the proof of symbolic regions).
+    ``model_dir``: the folder external tensors (window tables included) are read from when a region runs alone.
 
     A graph this front end cannot follow (an exception inside it, a bug) costs only its own findings: the model
     is patched as if it held no decomposition, and a suspect says why. Under symbolic input sizes that suspect
@@ -124,7 +126,8 @@ def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
     at the traced size, and exit 0 promises OUT right at every size.
     """
     try:
-        return _find(model, opset=opset, target=target, input_shapes=input_shapes, taken=taken, seed=seed)
+        return _find(model, opset=opset, target=target, input_shapes=input_shapes, taken=taken, seed=seed,
+                     model_dir=model_dir)
     except PoolFixError:
         raise
     except Exception as e:  # noqa: BLE001 - a bug here must not block the leftovers' patch
@@ -144,7 +147,7 @@ def _symbolic(graph: onnx.GraphProto) -> bool:
                for d in i.type.tensor_type.shape.dim)
 
 
-def _find(model, *, opset, target, input_shapes, taken, seed) -> FrontEndResult:
+def _find(model, *, opset, target, input_shapes, taken, seed, model_dir) -> FrontEndResult:
     findings = FrontEndResult()
     graph = model.graph
     if not any(n.op_type in SELECT_OPS or n.op_type == "AveragePool" for n in graph.node
@@ -179,11 +182,11 @@ def _find(model, *, opset, target, input_shapes, taken, seed) -> FrontEndResult:
     if not candidates:
         _rests(findings, resting, [])
         return findings
-    prove_all(model, g, candidates, input_shapes, seed, info.inferred())
+    prove_all(model, g, candidates, input_shapes, seed, info.inferred(), model_dir=model_dir)
     pending = [c for c in candidates if c.why and c.smaller]
     while pending:  # an unproven region: the next smaller one of its end, until one proves or none is left
         tries = [(c, c.smaller.pop(0)) for c in pending]
-        prove_all(model, g, [t for _, t in tries], input_shapes, seed, info.inferred())
+        prove_all(model, g, [t for _, t in tries], input_shapes, seed, info.inferred(), model_dir=model_dir)
         for c, t in tries:
             if not t.why:
                 candidates[candidates.index(c)] = t
@@ -271,12 +274,20 @@ def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Fron
         if dims is None or len(dims) < 3 or elem not in SUPPORTED_DTYPES:
             continue
         k = len(dims) - 2
-        if ev[1] is not None and ev[1] != k or all(isinstance(d, int) for d in dims[2:]):
+        if all(isinstance(d, int) for d in dims[2:]):
             continue  # static: the exporter's node is right (--optimize-exporter-pools plans it)
         result = node.output[0]
 
         def left(why: str, right_at: str = "only at the size the model was exported at") -> None:
             findings.suspects.append(Suspect(result, ev[0], why, True, right_at))
+
+        # a 1D adaptive pool frozen at uniform windows is written as a 2D AveragePool of the input Unsqueezed to
+        # (N, C, 1, L), kernel (1, k): the same as a 2D adaptive pool of that tensor to (1, m)
+        lifted = k == 2 and dims[2] == 1 and _unit_axis(node, 0) and ev[1] in (None, 1)
+        if ev[1] is not None and ev[1] != k and not lifted:
+            left(f"an AveragePool of {k} pooled axes frozen at the traced size for a {ev[1]}D adaptive pool: a form "
+                 "onnxpoolfix does not read")
+            continue
 
         if scales_with_input(node):  # binding the traced size would fix an output size torch does not have
             left("an AveragePool frozen at the traced size of an F.interpolate by scale_factor: its output size "
@@ -284,6 +295,9 @@ def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Fron
                  "where its kernel divides the pooled size")
             continue
         literal = literal_output_size(node, k)
+        if lifted and (ev[1] == 1 or (literal is not None and literal[0] not in (1, None))):
+            one = literal_output_size(node, 1)  # F.adaptive_avg_pool1d(x, 7): 7 is the size of L, not of both axes
+            literal = None if one is None else (1, *one)
         if literal is not None and COMPUTED in literal:
             left("an AveragePool frozen at the traced size whose source line computes its output size from the "
                  "input's shape: no fixed output size to bind, and none is bound")
@@ -321,8 +335,17 @@ def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Fron
                                        bx or (), 1))
         if literal is None:
             kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), [])
-            resting.append((result, node.input[0], output_size, 1 in kernel))
+            resting.append((result, node.input[0], output_size, 1 in kernel[1 if lifted else 0:]))
         busy.add(result)
+
+
+def _unit_axis(node: onnx.NodeProto, a: int) -> bool:
+    """Whether the pooling node's windows on pooled axis ``a`` are single elements (kernel 1, stride 1, no pads)."""
+    attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+    kernel, strides = list(attrs.get("kernel_shape", [])), list(attrs.get("strides", []))
+    pads = list(attrs.get("pads", []))
+    return (a < len(kernel) and kernel[a] == 1 and (not strides or strides[a] == 1)
+            and not any(pads[i] for i in (a, a + len(kernel)) if i < len(pads)))
 
 
 #: the evidence of a frozen AveragePool without metadata that pools what a decomposed adaptive pool pools

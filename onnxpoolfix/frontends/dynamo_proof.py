@@ -137,15 +137,18 @@ def prove(session, c: Candidate, source_dtypes: Mapping[str, int], shapes: Mappi
 
 
 def prove_all(model, g: DataflowGraph, candidates: list[Candidate], input_shapes, seed: int,
-              info0: Mapping[str, tuple[int, tuple | None]]) -> None:
+              info0: Mapping[str, tuple[int, tuple | None]], *, model_dir: str | None = None) -> None:
     """Prove every candidate (module doc): ``c.proven_at`` where it proved out, else ``c.why``. ``info0``:
-    :func:`~onnxpoolfix.graph.shapes.infer` of ``model`` as the front end already has it (not inferred again)."""
+    :func:`~onnxpoolfix.graph.shapes.infer` of ``model`` as the front end already has it (not inferred again).
+    ``model_dir``: where the region's external initializers resolve (onnxruntime reads a proto's relative
+    locations against the working folder otherwise)."""
     rng = np.random.default_rng(seed)
     dtypes = {k: v[0] for k, v in info0.items()}
     for c in candidates:
         iso, c.sources = isolated(model, g, c, dtypes)
         try:
-            c.session = ort_session(iso, optimize=False)  # quiet: the exporter's graph failing at a size is expected
+            # quiet: the exporter's graph failing at a size is expected
+            c.session = ort_session(iso, model_dir, optimize=False)
         except Exception as e:  # noqa: BLE001
             c.why = f"onnxruntime cannot run it alone ({' '.join(str(e).split())[:100]})"
     pending = [c for c in candidates if not c.why]

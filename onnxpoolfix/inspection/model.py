@@ -61,14 +61,15 @@ logger = logging.getLogger(__name__)
 def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strategy: str = "auto",
                   input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
                   optimize_exporter_pools: bool = False, seed: int = 0,
-                  traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False) -> Inspection:
+                  traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False,
+                  model_dir: str | None = None) -> Inspection:
     """What :func:`onnxpoolfix.patch` would do to ``model`` with these arguments, without doing it.
 
     Never raises for a model-level problem it can describe (non-constant output size, uninferable shape,
     unsupported dtype, bad ``input_shapes``): that becomes :attr:`Inspection.blocker`; a model the ONNX
     checker rejects raises the ``InvalidModelError`` the CLI exits 3 with (:func:`onnxpoolfix.api.check_input`).
     ``model`` is not modified. The onnxruntime check is not run; ``seed`` is that of the dynamo front end's
-    proof (as patch's).
+    proof (as patch's); ``model_dir`` the folder of its external data, as patch's.
     """
     check_arguments("inspect_model", model, target, strategy)
     check_seed(seed)
@@ -97,7 +98,7 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
         model = work
     mp = plan_model(model, PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
                                        optimize_exporter_pools=optimize_exporter_pools, patch_bodies=True,
-                                       seed=int(seed), traced_shapes=traced_shapes))
+                                       seed=int(seed), traced_shapes=traced_shapes, model_dir=model_dir))
     found = mp.found
     if found.inlined:
         result.notes.append(f"the local function(s) {', '.join(found.inlined)} hold leftovers: the patch inlines "

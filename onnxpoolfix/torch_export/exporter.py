@@ -92,6 +92,28 @@ def _refuse_conflicts(torch, module, kwargs: dict) -> None:
                          "or drop dynamo=False")
 
 
+class _QuietUnannotatedTranslations(logging.Filter):
+    """torch 2.9's exporter logs a WARNING per parameter of every translation without type annotations
+    ("Missing annotation for parameter 'x' from (x, output_size). Treating as an Input.": 28 lines per export
+    for onnxpoolfix's own; torch 2.13 logs it at DEBUG). Treating them as inputs is what they are written for
+    (``output_size`` is a list of ints and SymInts, no attribute), so only those records of ours are dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (str(record.msg).startswith("Missing annotation for parameter") and record.args
+                    and str(record.args[-1]) == "(x, output_size)")
+
+
+@contextlib.contextmanager
+def _quiet_own_translations():
+    schemas = logging.getLogger("torch.onnx._internal.exporter._schemas")
+    quiet = _QuietUnannotatedTranslations()
+    schemas.addFilter(quiet)
+    try:
+        yield
+    finally:
+        schemas.removeFilter(quiet)
+
+
 def _refuse_dynamo_conflicts(torch, kwargs: dict) -> None:
     if "operator_export_type" in kwargs:
         raise ValueError("operator_export_type applies to the TorchScript exporter only (dynamo=False); "
@@ -230,7 +252,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             table = {**translation_table(), **symbolic_translations(), **user_table}
             captured = io.StringIO()
             # the exporter prints its progress (the library never does); sizes computed from symbolic ones kept
-            with contextlib.redirect_stdout(captured), symbolic_pool_sizes():
+            with contextlib.redirect_stdout(captured), symbolic_pool_sizes(), _quiet_own_translations():
                 # weights beside the temporary file, unless f is to hold them (external_data=False, a file object)
                 program = torch.onnx.export(module, args, str(exported), dynamo=True,
                                             external_data=external and not hasattr(f, "write"),

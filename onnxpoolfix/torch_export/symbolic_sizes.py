@@ -2,10 +2,13 @@
 
 Under ``torch.export`` an output size computed from a symbolic input size (``F.interpolate(x,
 scale_factor=1.7, mode="area")`` of a 3-D input, ``F.adaptive_max_pool2d(x, (H // 3 + 1, 5))``) is a
-``SymInt``. torch 2.13's ``adaptive_avg_pool2d``/``adaptive_avg_pool3d`` take ``SymInt[]`` and keep it, but
-``adaptive_avg_pool1d`` and every ``adaptive_max_pool*d`` take ``int[]``: the size is guarded to its traced
-value (``trunc(1.7 * L) == 34``) and the export is frozen to it, or refused where a ``Dim`` range says
-otherwise. While :func:`symbolic_pool_sizes` is active, those ops given a ``SymInt`` size are routed to
+``SymInt``. ``adaptive_avg_pool1d`` and every ``adaptive_max_pool*d`` take ``int[]``: the size is guarded to
+its traced value (``trunc(1.7 * L) == 34``) and the export is frozen to it, or refused where a ``Dim`` range
+says otherwise. ``adaptive_avg_pool2d``/``adaptive_avg_pool3d`` take ``SymInt[]``, but torch 2.9's
+(composite) op and its meta kernel compare each size with 1 (the global-pool shortcut, the contiguity of the
+output), a guard ``H // 2 != 1`` that a ``Dim`` range reaching such a size refuses ("Constraints violated");
+torch 2.13 keeps the size without it. While :func:`symbolic_pool_sizes` is active, all of these given a
+``SymInt`` size are routed to
 ``onnxpoolfix::`` custom ops of the same meaning that take ``SymInt[]`` (fake kernels give the output shape;
 the eager kernels call torch's own ops), and :func:`symbolic_translations` writes them as the
 ``org.pytorch.aten`` node the patch replaces, the size computed in the graph. A static size takes torch's
@@ -20,6 +23,8 @@ from typing import Callable, Iterator
 # (onnxpoolfix op, aten op it stands for, outputs, where torch looks it up: (module path, attribute))
 _OPS = {
     "adaptive_avg_pool1d": (1, ("torch.nn.functional", "adaptive_avg_pool1d")),
+    "adaptive_avg_pool2d": (1, ("torch._C._nn", "adaptive_avg_pool2d")),
+    "adaptive_avg_pool3d": (1, ("torch._C._nn", "adaptive_avg_pool3d")),
     "adaptive_max_pool1d": (2, ("torch", "adaptive_max_pool1d")),
     "adaptive_max_pool2d": (2, ("torch._C._nn", "adaptive_max_pool2d")),
     "adaptive_max_pool3d": (2, ("torch._C._nn", "adaptive_max_pool3d")),

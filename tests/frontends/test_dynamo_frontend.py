@@ -3,12 +3,14 @@ proven and replaced (onnxpoolfix/frontends/dynamo.py). Every model here is a rea
 dynamo=True)`` export, made once per module (each takes seconds); outputs are compared with torch itself."""
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 
 import numpy as np
 import onnx
 import pytest
+from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
@@ -16,6 +18,7 @@ ort = pytest.importorskip("onnxruntime")
 nn, F = torch.nn, torch.nn.functional
 
 from onnxpoolfix import patch
+from onnxpoolfix.cli import main
 from onnxpoolfix.errors import UnsupportedNodeError
 from onnxpoolfix.frontends.dynamo import find_decomposed_pools
 from onnxpoolfix.graph.emit import EMITTED_BY
@@ -79,16 +82,16 @@ class SmallAlexNet(nn.Module):
         return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
 
 
-def _export(module, traced_hw, symbolic: bool, *, optimize: bool = True, batch: int = 1
+def _export(module, traced_hw, symbolic: bool, *, optimize: bool = True, batch: int = 1, min_hw: int = 2
             ) -> tuple[nn.Module, onnx.ModelProto]:
     """``optimize=False`` is the exporter's unoptimized graph (Constant nodes, CastLike); ``batch`` > 1 also
-    makes the batch dim symbolic."""
+    makes the batch dim symbolic; ``min_hw`` is the least H and W the Dims take."""
     torch.manual_seed(0)
     module.eval()
     x = torch.randn(batch, 3, *traced_hw)
     dims = None
     if symbolic:
-        dims = {"x": {2: torch.export.Dim("H", min=2, max=1024), 3: torch.export.Dim("W", min=2, max=1024)}}
+        dims = {"x": {2: torch.export.Dim("H", min=min_hw, max=1024), 3: torch.export.Dim("W", min=min_hw, max=1024)}}
         if batch > 1:
             dims["x"][0] = torch.export.Dim("N", min=1, max=64)
     with warnings.catch_warnings():
@@ -159,6 +162,36 @@ def test_static_module_pool_is_replaced_and_matches_torch(exports):
     x = np.random.default_rng(1).standard_normal((1, 3, 8, 9)).astype(np.float32)
     assert _matches(_run(result.model, x), _torch(module, x))
     onnx.checker.check_model(result.model)
+
+
+def test_window_tables_in_external_data_are_read_from_the_models_folder(exports, tmp_path, monkeypatch):
+    """torch.onnx.export writes the decomposition's GatherND index table (5 KB) to the .data file beside the
+    model. The proof runs the region alone: its tables must resolve against the model's folder, not the
+    working folder (it was left as "onnxruntime cannot run it alone", nothing patched, unless run from there)."""
+    module, model = exports["module_static"]
+    folder, elsewhere = tmp_path / "model", tmp_path / "elsewhere"
+    folder.mkdir()
+    elsewhere.mkdir()
+    src = folder / "pool.onnx"
+    saved = onnx.ModelProto()
+    saved.CopyFrom(model)  # onnx.save_model makes the tensors it writes external in the proto itself
+    onnx.save_model(saved, src, save_as_external_data=True, location="pool.onnx.data", size_threshold=1024)
+    tables = {n.input[1] for n in model.graph.node if n.op_type == "GatherND"}
+    on_disk = onnx.load(src, load_external_data=False).graph.initializer
+    assert any(t.name in tables and t.data_location == onnx.TensorProto.EXTERNAL for t in on_disk)
+    monkeypatch.chdir(elsewhere)
+    runner = CliRunner()
+    shown = runner.invoke(main, ["inspect", str(src)], catch_exceptions=False)
+    assert shown.exit_code == 0 and "cannot run it alone" not in shown.output, shown.output
+    assert "dynamo region" in shown.output
+    out, report = folder / "fixed.onnx", folder / "fixed.json"
+    done = runner.invoke(main, ["patch", str(src), str(out), "--report", str(report)], catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    assert [n["encoding"] for n in json.loads(report.read_text())["nodes"]] == ["dynamo"], done.output
+    x = np.random.default_rng(5).standard_normal((1, 3, 8, 9)).astype(np.float32)
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert _matches(sess.run(None, {"x": x})[0], _torch(module, x))
+    assert "GatherND" not in _ops(onnx.load(out))
 
 
 # (8, 9) is the traced size; the others the unpatched export crashes on or gets wrong (asserted below),
@@ -413,8 +446,9 @@ class AreaByScale(nn.Module):
 
 def test_area_interpolation_by_scale_factor_is_not_frozen_to_the_traced_output_size():
     """Traced at 12x12 the exporter writes AveragePool k2 s2 (right at every even size); its output size is
-    floor(n / 2), so replacing it by an adaptive pool to the traced 6x6 would be wrong at every other size."""
-    module, model = _export(AreaByScale(), (12, 12), True)
+    floor(n / 2), so replacing it by an adaptive pool to the traced 6x6 would be wrong at every other size.
+    H, W >= 4: torch 2.9 guards the computed size != 1, which a Dim reaching 2 or 3 refuses (a 1-wide output)."""
+    module, model = _export(AreaByScale(), (12, 12), True, min_hw=4)
     assert _ops(model) == ["AveragePool"]
     with pytest.raises(UnsupportedNodeError, match="where its kernel divides the pooled size"):
         patch(model, input_shapes={"x": [1, 3, 12, 12]})  # right only at even sizes: refused
@@ -423,6 +457,64 @@ def test_area_interpolation_by_scale_factor_is_not_frozen_to_the_traced_output_s
     assert ["scale_factor" in s["why"] for s in bound.report.to_dict()["suspects"]] == [True]
     x = np.random.default_rng(7).standard_normal((1, 3, 20, 20)).astype(np.float32)
     assert _matches(_run(bound.model, x), _torch(module, x))
+
+
+class Pool1dByModule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool1d(7)
+
+    def forward(self, x):
+        return self.pool(x)
+
+
+class Pool1dByCall(nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool1d(x, 7)
+
+
+class Area1dByCall(nn.Module):
+    def forward(self, x):
+        return F.interpolate(x, size=7, mode="area")
+
+
+def _export_1d(module, length: int) -> onnx.ModelProto:
+    """A dynamo export of ``module`` on (1, 3, length) with L symbolic."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            program = torch.onnx.export(module.eval(), (torch.randn(1, 3, length),), dynamo=True, input_names=["x"],
+                                        dynamic_shapes={"x": {2: torch.export.Dim("L", min=2, max=1024)}})
+        finally:
+            logging.disable(logging.NOTSET)
+    return onnx.load_from_string(program.model_proto.SerializeToString())
+
+
+LENGTHS_1D = [14, 9, 15, 20, 3, 100]
+
+
+@pytest.mark.parametrize("module, traced", [(Pool1dByModule(), 14), (Pool1dByModule(), 7), (Pool1dByCall(), 14),
+                                            (Area1dByCall(), 14)], ids=["module-14", "module-7", "call", "area"])
+def test_a_frozen_1d_average_pool_is_refused_or_made_exact(module, traced):
+    """At uniform windows (14 -> 7, 7 -> 7) the exporter writes the 1D pool as Unsqueeze + AveragePool kernel
+    (1, k) + Squeeze, frozen at the traced length. It was skipped (its metadata says 1D, the node pools 2 axes):
+    'nothing to patch', exit 0, wrong at every other length. Now it is the 2D pool of (N, C, 1, L) to (1, 7):
+    refused without a size (the module form), exact at every length with the traced one or a literal size."""
+    model = _export_1d(module, traced)
+    assert "AveragePool" in _ops(model)
+    x = {n: np.random.default_rng(n).standard_normal((1, 3, n)).astype(np.float32) for n in LENGTHS_1D}
+    assert sum(not _matches(_run(model, x[n]), _torch(module, x[n])) for n in LENGTHS_1D) >= 4
+    if isinstance(module, Pool1dByModule):
+        with pytest.raises(UnsupportedNodeError, match="frozen"):
+            patch(model)
+        result = patch(model, traced_shapes={"x": [1, 3, traced]})
+    else:
+        result = patch(model)
+    assert [(n.encoding, n.lowering) for n in result.report.nodes] == [("dynamo", "dynamic")]
+    assert "AveragePool" not in _ops(result.model)
+    for n in LENGTHS_1D:
+        assert _matches(_run(result.model, x[n]), _torch(module, x[n])), n
 
 
 def test_a_none_output_size_follows_the_input_and_is_exact_at_every_size():

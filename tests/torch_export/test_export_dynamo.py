@@ -9,6 +9,7 @@ import contextlib
 import io
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -190,14 +191,45 @@ def test_area_interpolation_with_symbolic_h_w(tmp_path: Path) -> None:
     _assert_matches(out, m, [(1, 3, 11, 13), (1, 3, 10, 14), (1, 3, 23, 7), (1, 3, 3, 4), (1, 3, 64, 50)])
 
 
+def test_export_does_not_log_torchs_notes_on_its_own_translations(tmp_path: Path, caplog) -> None:
+    """torch 2.9 logs a WARNING per parameter of each unannotated translation (28 lines on every export:
+    "Missing annotation for parameter 'x' from (x, output_size)"); onnxpoolfix's own are not the caller's news."""
+    import logging
+
+    m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d((5, 7))).eval()
+    with caplog.at_level(logging.WARNING):
+        onnxpoolfix.export(m, (torch.randn(1, 3, 8, 9),), tmp_path / "m.onnx")
+    assert [r.getMessage() for r in caplog.records if "Missing annotation" in r.getMessage()] == []
+    logger = logging.getLogger("torch.onnx._internal.exporter._schemas")
+    assert not [f for f in logger.filters if type(f).__name__ == "_QuietUnannotatedTranslations"]  # the export's only
+
+
 def test_dynamic_axes_are_passed_through(tmp_path: Path) -> None:
     m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d((5, 7))).eval()
     out = tmp_path / "m.onnx"
     onnxpoolfix.export(m, (torch.randn(1, 3, 8, 9),), out, input_names=["x"],
                        dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}})
     model = _assert_standard(out)
-    assert [d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim] == ["N", 3, "H", "W"]
+    dims = [d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    # torch 2.9 turns dynamic_axes into Dim.DYNAMIC and keeps its own symbol names (s31, ...); later torch
+    # renames them to the given ones: the file has what torch.onnx.export itself writes
+    torch_dims = _torch_input_dims(m, (torch.randn(1, 3, 8, 9),), tmp_path, input_names=["x"],
+                                   dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}})
+    assert dims[1] == 3 and all(isinstance(d, str) and d for d in (dims[0], dims[2], dims[3]))
+    assert len({dims[0], dims[2], dims[3]}) == 3  # three independent symbols
+    if torch_dims == ["N", 3, "H", "W"]:  # a torch that keeps the names: the patched file keeps them too
+        assert dims == torch_dims
     _assert_matches(out, m, [(2, 3, 8, 9), (1, 3, 12, 5), (1, 3, 40, 33)])
+
+
+def _torch_input_dims(m, args, tmp_path: Path, **kwargs) -> list:
+    """The first input's dims as torch.onnx.export(dynamo=True) writes them alone."""
+    path = tmp_path / "torch_alone.onnx"
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, args, str(path), dynamo=True, **kwargs)
+    model = onnx.load(path, load_external_data=False)
+    return [d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
 
 
 @pytest.mark.parametrize("dynamo", [True, False])
