@@ -179,6 +179,38 @@ def _candidates(em: Emitter, data: str, a: int, coords: dict[int, str], axes: li
     window table (``[m_a, kmax_a]``)."""
     k = len(axes)
     dims = [ax.n if j <= a else ax.m for j, ax in enumerate(axes)]  # data's dims (a kept axis: n == m)
+    if isinstance(axes[a].table, np.ndarray) and all(isinstance(d, int) for d in dims) and prod(dims) <= 1 << 24:
+        index = _float_index(em, a, coords, axes, axes[a].table, dims)
+    else:
+        index = _int_index(em, a, coords, axes, table, dims)
+    # [rows, L] both (Flatten, not Reshape(-1, L): that is ambiguous for an empty batch, L = 0)
+    picked = em.op("GatherElements", [em.op("Flatten", [data], axis=k), em.op("Flatten", [index], axis=k + 1)], axis=0)
+    return em.op("Reshape", [picked, em.op("Shape", [index])], hint="candidates")
+
+
+def _float_index(em: Emitter, a: int, coords, axes, table: np.ndarray, dims) -> str:
+    """:func:`_candidates`' row index summed in float (exact: below 2**24) and cast once: onnxruntime's
+    broadcasting int64 Add and Mul run several times slower than float ones."""
+    k = len(axes)
+    index, stride = None, 1
+    for j in reversed(range(k)):
+        if j < a:
+            term = em.unsqueeze(coords[j], [a + 1])
+        elif j == a:
+            shape = [1] * (k + 2)
+            shape[a], shape[a + 1] = table.shape
+            term = em.const("window_rows", (table * stride).astype(np.float32).reshape(shape))
+        else:
+            term = em.unsqueeze(_iota(em, axes[j].m, j, k), [a + 1])
+        if stride != 1 and j != a:
+            term = em.op("Mul", [term, em.const("stride", np.float32(stride))])
+        index = term if index is None else em.op("Add", [index, term])
+        stride *= dims[j]
+    return em.cast(index, I64)
+
+
+def _int_index(em: Emitter, a: int, coords, axes, table: str, dims) -> str:
+    k = len(axes)
     index, stride = None, None
     for j in reversed(range(k)):
         if j < a:
@@ -191,9 +223,7 @@ def _candidates(em: Emitter, data: str, a: int, coords: dict[int, str], axes: li
             term = em.op("Mul", [term, stride])
         index = term if index is None else em.op("Add", [index, term])
         stride = _scalar(em, dims[j]) if stride is None else em.op("Mul", [stride, _scalar(em, dims[j])])
-    # [rows, L] both (Flatten, not Reshape(-1, L): that is ambiguous for an empty batch, L = 0)
-    picked = em.op("GatherElements", [em.op("Flatten", [data], axis=k), em.op("Flatten", [index], axis=k + 1)], axis=0)
-    return em.op("Reshape", [picked, em.op("Shape", [index])], hint="candidates")
+    return index
 
 
 def _weights(em: Emitter, kmax: int | str, trailing: int) -> str:
