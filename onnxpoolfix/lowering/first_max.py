@@ -206,7 +206,7 @@ def _float_index(em: Emitter, a: int, coords, axes, table: np.ndarray, dims) -> 
             term = em.op("Mul", [term, em.const("stride", np.float32(stride))])
         index = term if index is None else em.op("Add", [index, term])
         stride *= dims[j]
-    return em.cast(index, I64)
+    return em.cast(index, TensorProto.INT32)  # GatherElements takes int32 indices: half the bytes of int64
 
 
 def _int_index(em: Emitter, a: int, coords, axes, table: str, dims) -> str:
