@@ -21,7 +21,7 @@ AveragePool (k1 s1 for AlexNet's 6 -> 6 at 224). Its metadata names the module
 (``class_hierarchy``: AdaptiveAvgPool2d) but not the output size: ``fx_node`` is the already decomposed
 ``aten.avg_pool2d(x, kernel, stride)`` and the stack trace is the caller's line (``self.avgpool(x)``).
 So only the traced size, bound with ``input_shapes``, gives it; then the node's windows must be exactly
-the adaptive ones at that size.
+the adaptive ones at that size. Those nodes are read in :mod:`.dynamo_frozen`.
 """
 from __future__ import annotations
 
@@ -33,12 +33,12 @@ import onnx
 
 from ..errors import PoolFixError, ShapeError, UnsupportedNodeError
 from ..graph.emit import EMITTED_BY
-from ..graph.shapes import SUPPORTED_DTYPES, apply_input_shapes, infer, light_copy, model_opset, output_shape
+from ..graph.shapes import model_opset, output_shape
 from ..report import WarningNote
-from ..spec import InputDim, PoolNode, PoolSpec
+from ..spec import PoolNode, PoolSpec
 from .base import FrontEndResult, PlanOptions, Region, Suspect
+from .dynamo_frozen import contradiction_hint, frozen_pool_ops, size_text
 from .dynamo_graph import (
-    COMPUTED,
     ENCODING,
     FOLLOWS_INPUT,
     SELECT_OPS,
@@ -47,13 +47,9 @@ from .dynamo_graph import (
     LazyInfo,
     find_candidate,
     is_end,
-    literal_output_size,
-    node_evidence,
-    scales_with_input,
 )
 from .dynamo_proof import prove_all
 from .dynamo_search import declared_dims, evaluate
-from .exporter_pools import adaptive_sizes
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +173,7 @@ def _find(model, *, opset, target, input_shapes, taken, seed, model_dir) -> Fron
     # pooled by a decomposition too (a pyramid's other levels): an AveragePool there is one more level, even
     # where the metadata is gone
     siblings = {t.pooled for c in candidates for t in [c, *c.smaller]}
-    _frozen_pool_ops(model, g, info, input_shapes, findings, opset=opset, target=target, busy=busy, resting=resting,
+    frozen_pool_ops(model, g, info, input_shapes, findings, opset=opset, target=target, busy=busy, resting=resting,
                      siblings=siblings)
     if not candidates:
         _rests(findings, resting, [])
@@ -247,176 +243,3 @@ def _rests(findings: FrontEndResult, resting: list, candidates: list[Candidate])
                 f"the output size of the frozen AveragePool '{result}' ({size_text(output_size)}) rests on the given "
                 "traced size alone: the graph cannot tell whether the file was exported at it"
                 + (", nor whether its kernel-1 axis is torch's None (then it follows the input)" if ones else "")))
-
-
-def _frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: FrontEndResult, *, opset, target, busy,
-                     resting: list, siblings: set[str]) -> None:
-    """AveragePool nodes the exporter wrote for an adaptive pool whose windows were uniform at the traced size
-    (6 -> 6 in an AlexNet traced at 224 is an AveragePool k1 s1): under symbolic sizes they are frozen there.
-    Only the metadata says such a node is adaptive pooling. The output size is read from the source line
-    where it is written out (``F.adaptive_avg_pool2d(x, (4, 7))``; ``None``: the axis follows the input),
-    else at the traced size (``input_shapes``: m = n / kernel there; the node's windows must be exactly the
-    adaptive ones); a size the line computes from the input's shape is no fixed size. Otherwise reported.
-    ``resting``: (result, pooled tensor, output size, a kernel of 1?) of each whose size rests on the binding."""
-    bound_info = None
-    for index, node in enumerate(g.nodes):
-        if node.op_type != "AveragePool" or node.domain not in ("", "ai.onnx") or not node.input:
-            continue
-        if node.doc_string.startswith(EMITTED_BY) or node.output[0] in busy:
-            continue
-        ev = node_evidence(node)
-        if ev is None and node.input[0] in siblings and _kernel_is_stride(node) and not _has_metadata(node):
-            ev = (SIBLING, None)  # (with its metadata, a node that does not name adaptive pooling is no level)
-        if ev is None:
-            _warn_if_stripped(node, info, findings)
-            continue
-        elem, dims = info.get(node.input[0], (0, None))
-        if dims is None or len(dims) < 3 or elem not in SUPPORTED_DTYPES:
-            continue
-        k = len(dims) - 2
-        if all(isinstance(d, int) for d in dims[2:]):
-            continue  # static: the exporter's node is right (--optimize-exporter-pools plans it)
-        result = node.output[0]
-
-        def left(why: str, right_at: str = "only at the size the model was exported at") -> None:
-            findings.suspects.append(Suspect(result, ev[0], why, True, right_at))
-
-        # a 1D adaptive pool frozen at uniform windows is written as a 2D AveragePool of the input Unsqueezed to
-        # (N, C, 1, L), kernel (1, k): the same as a 2D adaptive pool of that tensor to (1, m)
-        lifted = k == 2 and dims[2] == 1 and _unit_axis(node, 0) and ev[1] in (None, 1)
-        if ev[1] is not None and ev[1] != k and not lifted:
-            left(f"an AveragePool of {k} pooled axes frozen at the traced size for a {ev[1]}D adaptive pool: a form "
-                 "onnxpoolfix does not read")
-            continue
-
-        if scales_with_input(node):  # binding the traced size would fix an output size torch does not have
-            left("an AveragePool frozen at the traced size of an F.interpolate by scale_factor: its output size "
-                 "follows the input size, which no adaptive pool of one output size computes",
-                 "where its kernel divides the pooled size")
-            continue
-        literal = literal_output_size(node, k)
-        if lifted and (ev[1] == 1 or (literal is not None and literal[0] not in (1, None))):
-            one = literal_output_size(node, 1)  # F.adaptive_avg_pool1d(x, 7): 7 is the size of L, not of both axes
-            literal = None if one is None else (1, *one)
-        if literal is not None and COMPUTED in literal:
-            left("an AveragePool frozen at the traced size whose source line computes its output size from the "
-                 "input's shape: no fixed output size to bind, and none is bound")
-            continue
-        bx = None
-        if input_shapes:
-            if bound_info is None:
-                bound = light_copy(model)
-                apply_input_shapes(bound, input_shapes)
-                bound_info = infer(bound)
-            _, bx = bound_info.get(node.input[0], (0, None))
-            if bx is None or not all(isinstance(d, int) for d in bx):
-                left("its input size at the bound input shapes is unknown")
-                continue
-            bx = tuple(bx)
-        if literal is None and bx is None:
-            left("an AveragePool frozen at the traced size under symbolic sizes; its adaptive output size is known "
-                 "only at that size")
-            continue
-        sizes = _frozen_sizes(node, k, literal, bx)
-        if isinstance(sizes, str):
-            if bx is not None and literal is not None:  # the line's own size disagrees with the binding
-                raise ShapeError(f"the given traced size contradicts the graph: {sizes}", contradiction_hint(None))
-            left(sizes)
-            continue
-        output_size = tuple(InputDim(2 + a) if m is None else m for a, m in enumerate(sizes))
-        out_shape = tuple(dims[:2]) + tuple(dims[2 + a] if m is None else m for a, m in enumerate(sizes))
-        pn = PoolNode(index=index, name=node.name or f"AveragePool_{index}", op=f"adaptive_avg_pool{k}d", kind="avg",
-                      rank=k, encoding=ENCODING, input=node.input[0], output=result, indices_output=None,
-                      unused_outputs=tuple(o for o in node.output[1:] if o), output_size=output_size, size_input=None,
-                      evidence=ev[0])
-        findings.specs.append(PoolSpec(pn, tuple(dims), out_shape, elem, opset, target))
-        findings.regions.append(Region(result, node.input[0], frozenset(o for o in node.output if o),
-                                       frozenset(x for x in node.input if x), ev[0], output_size,
-                                       bx or (), 1))
-        if literal is None:
-            kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), [])
-            resting.append((result, node.input[0], output_size, 1 in kernel[1 if lifted else 0:]))
-        busy.add(result)
-
-
-def _unit_axis(node: onnx.NodeProto, a: int) -> bool:
-    """Whether the pooling node's windows on pooled axis ``a`` are single elements (kernel 1, stride 1, no pads)."""
-    attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
-    kernel, strides = list(attrs.get("kernel_shape", [])), list(attrs.get("strides", []))
-    pads = list(attrs.get("pads", []))
-    return (a < len(kernel) and kernel[a] == 1 and (not strides or strides[a] == 1)
-            and not any(pads[i] for i in (a, a + len(kernel)) if i < len(pads)))
-
-
-#: the evidence of a frozen AveragePool without metadata that pools what a decomposed adaptive pool pools
-SIBLING = "structure: pools the tensor a decomposed adaptive pool pools (a pyramid's level)"
-
-
-def _warn_if_stripped(node, info, findings: FrontEndResult) -> None:
-    """A dynamo-written AveragePool (kernel = stride) under symbolic sizes whose metadata is gone: the graph
-    of ``F.interpolate(x, scale_factor=0.5, mode="area")`` (or an adaptive pool) traced at a size the kernel
-    divides is this one node, the same as ``nn.AvgPool2d(2)``'s. Left as written, but not silently."""
-    if _has_metadata(node) or not node.name.startswith("node_") or not _kernel_is_stride(node):
-        return
-    kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), [])
-    _, dims = info.get(node.input[0], (0, None))
-    if not kernel or all(k == 1 for k in kernel) or dims is None or all(isinstance(d, int) for d in dims[2:]):
-        return
-    findings.notes.append(WarningNote(
-        f"the AveragePool '{node.output[0]}' (kernel = stride = {'x'.join(map(str, kernel))}) under symbolic sizes "
-        "has no exporter metadata: if it stands for adaptive pooling or F.interpolate(mode=\"area\") it is "
-        "right only where its kernel divides the size (it cannot be told from nn.AvgPool2d without the "
-        "metadata), and it is left as written; patch the file before its metadata is stripped, or export "
-        "with onnxpoolfix.export"))
-
-
-def _has_metadata(node) -> bool:
-    return any(p.key.startswith("pkg.torch.onnx.") for p in node.metadata_props)
-
-
-def _kernel_is_stride(node) -> bool:
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    return (list(attrs.get("kernel_shape", [])) == list(attrs.get("strides", [])) and not any(attrs.get("pads", []))
-            and not attrs.get("ceil_mode", 0))
-
-
-def _frozen_sizes(node, k: int, literal, bx) -> tuple[int | None, ...] | str:
-    """Per pooled axis the adaptive output size (None: follows the input) of a frozen AveragePool, from its
-    source line's size and/or the bound pooled size ``bx``; else why not."""
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    kernel, strides = list(attrs.get("kernel_shape", [])), list(attrs.get("strides", [1] * k))
-    if len(kernel) != k or len(strides) != k:
-        return "its kernel is not of the pooled rank"
-    traced = []  # the pooled size it stands for an adaptive pool at
-    for a in range(k):
-        lit = literal[a] if literal is not None else -1
-        if lit is None:  # follows the input: its windows must be of one element
-            if (kernel[a], strides[a]) != (1, 1):
-                return f"its source line's None on pooled axis {a} does not match its kernel {kernel[a]}"
-            traced.append(bx[2 + a] if bx is not None else 1)
-        elif bx is not None:
-            traced.append(bx[2 + a])
-        else:
-            traced.append(lit * strides[a] + kernel[a] - strides[a])
-    sizes = adaptive_sizes(node, tuple(traced))
-    if sizes is None:
-        return f"at the bound size its windows ({'x'.join(map(str, bx or traced))}) are not adaptive pooling windows"
-    if literal is not None:
-        for a in range(k):
-            if literal[a] is not None and literal[a] != sizes[a]:
-                return (f"the AveragePool '{node.output[0]}' pools {'x'.join(map(str, traced))} to "
-                        f"{'x'.join(map(str, sizes))} there, but its source line says {literal}")
-    return tuple(None if literal is not None and literal[a] is None else sizes[a] for a in range(k))
-
-
-def size_text(sizes) -> str:
-    """An output size as the notes write it (an axis that follows the input: ``=``)."""
-    return "x".join("=" if isinstance(m, InputDim) or m is None else str(m) for m in sizes)
-
-
-def contradiction_hint(pointed: str | None) -> str:
-    """What to do when the graph contradicts a bound or traced size (``pointed``: a size it is right at)."""
-    return ((f"the graph is right at {pointed} (the traced size's branches), not at the given one; " if pointed
-             else "")
-            + "give the size the model was exported at (the export call's example input) with --traced-shape "
-            "NAME:D0,D1,..., or export through onnxpoolfix.export")
