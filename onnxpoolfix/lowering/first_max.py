@@ -210,6 +210,8 @@ def _float_index(em: Emitter, a: int, coords, axes, table: np.ndarray, dims) -> 
 
 
 def _int_index(em: Emitter, a: int, coords, axes, table: str, dims) -> str:
+    """:func:`_candidates`' row index in int64, from the runtime window ``table`` and lengths (the dynamic
+    lowering's tables, or planes past 2**24 elements)."""
     k = len(axes)
     index, stride = None, None
     for j in reversed(range(k)):
