@@ -31,6 +31,13 @@ from ..graph.emit import np_dtype
 from . import cost as C
 from .base import Lowering, axis_windows, compute_dtype
 from .first_max import FIRST_MAX_OPS, PooledAxis, emit_first_max, first_max_seconds, takes_first_max
+from .first_max_windows import (
+    FIRST_MAX_WINDOWS_OPS,
+    emit_first_max_windows,
+    first_max_windows_seconds,
+    whole_windows_apply,
+    window_positions,
+)
 from .max_steps import branch, if_branch
 from .steps import Step, numel
 
@@ -51,9 +58,18 @@ class ArgMaxStep(Step):
     def cost(self, shape, isz):
         kmax = [W.max_window(n, m) for n, m in zip(self.n, self.m)]
         lead = numel(shape[: self.first_axis])
-        if self.lazy and self.n != self.m:  # priced for finite inputs: the separable first maximum
-            return first_max_seconds(lead, list(self.n), list(self.m), kmax, isz, self.want_indices)
+        if self.lazy and self.n != self.m:  # priced for finite inputs: the cheaper first-maximum construction
+            return min(self._finite_costs(lead, kmax, isz).values())
         return argmax_seconds(lead, lead * prod(m * k for m, k in zip(self.m, kmax)), len(self.n), isz, self.lazy)
+
+    def _finite_costs(self, lead: int, kmax: list[int], isz: int) -> dict[str, float]:
+        """Estimated seconds of each construction the finite inputs may take: ``separable``
+        (first_max.py) and, for the indices where it applies, ``whole_windows`` (first_max_windows.py)."""
+        n, m = list(self.n), list(self.m)
+        costs = {"separable": first_max_seconds(lead, n, m, kmax, isz, self.want_indices)}
+        if self.want_indices and whole_windows_apply(self.n, self.m, kmax):
+            costs["whole_windows"] = first_max_windows_seconds(lead, n, m, kmax, isz)
+        return costs
 
     @property
     def ops(self):
@@ -61,23 +77,18 @@ class ArgMaxStep(Step):
                                    + (LAZY_OPS if self.lazy else ())))
 
     def emit_both(self, em, x, shape, elem, y, indices):
-        k = len(self.n)
         tables = [W.window_table(n, m) for n, m in zip(self.n, self.m)]
         kmax = [t.shape[1] for t in tables]
-        flat = None
-        if indices:
-            # flat input index of every (output position, window element), laid out [m_1..k, kmax_1..k]
-            strides = [prod(self.n[j + 1:]) for j in range(k)]
-            flat = np.zeros(tuple(self.m) + tuple(kmax), dtype=np.int64)
-            for j, t in enumerate(tables):
-                shp = [1] * (2 * k)
-                shp[j], shp[k + j] = t.shape
-                flat = flat + (t * strides[j]).reshape(shp)  # m_j on dim j, kmax_j on dim k + j
-            flat = em.const("flat_index", flat.reshape(-1))
+        # flat input index of every (output position, window element), output-major
+        positions = window_positions(self.n, tables) if indices else None
+        flat = em.const("flat_index", positions.reshape(-1)) if indices else None
         separable = [PooledAxis(None if n == m else t, t.shape[1], m, n) for n, m, t in zip(self.n, self.m, tables)]
+        costs = self._finite_costs(numel(shape[: self.first_axis]), kmax, np_dtype(elem).itemsize)
+        whole = positions if indices and min(costs, key=costs.get) == "whole_windows" else None
         emit_argmax(em, x, len(shape), [em.const(f"window_table_{j}", t) for j, t in enumerate(tables)],
                     prod(kmax), prod(self.m), elem, self.tie_safe, y, indices, flat, lazy=self.lazy,
-                    separable=separable if any(a.table is not None for a in separable) else None)
+                    separable=separable if any(a.table is not None for a in separable) else None,
+                    whole_windows=whole)
 
 
 def argmax_seconds(lead: int, gathered: int, gathers: int, itemsize: int, lazy: bool = False) -> float:
@@ -97,12 +108,12 @@ def argmax_seconds(lead: int, gathered: int, gathers: int, itemsize: int, lazy: 
 ARGMAX_OPS = ("Transpose", "Gather", "Shape", "IsNaN", "Where", "Cast", "ReduceMax", "Mul", "Greater",
               "GatherElements", "Reshape", "Concat", "Unsqueeze", "Add", "Range")
 #: what the ``lazy`` form adds: the finiteness test, the If and the finite inputs' construction
-LAZY_OPS = ("ReduceSum", "Sub", "Not", "If") + FIRST_MAX_OPS
+LAZY_OPS = ("ReduceSum", "Sub", "Not", "If") + FIRST_MAX_OPS + FIRST_MAX_WINDOWS_OPS
 
 
 def emit_argmax(em, x: str, rank: int, tables: list[str | None], kall: int | str, n_out: int | str, elem: int,
                 tie_safe: bool, y: str, indices: str | None, flat_index: str | None, *, lazy: bool = False,
-                separable: list[PooledAxis] | None = None) -> None:
+                separable: list[PooledAxis] | None = None, whole_windows: np.ndarray | None = None) -> None:
     """Values (into ``y``) and torch's indices (into ``indices``) of max pooling ``x``'s last ``len(tables)``
     axes, each with its ``[m, kmax]`` window table (None: the axis keeps its length, its window is the
     element itself). ``kall`` is the window size (the product of the kmax), ``n_out`` the number of output
@@ -110,13 +121,18 @@ def emit_argmax(em, x: str, rank: int, tables: list[str | None], kall: int | str
     ``[n_out * kall]``): the flat input index of each (output position, window element), output-major.
     ``lazy`` (not with ``tie_safe``): the NaN-aware construction runs only when the input is not all finite;
     with ``separable`` (the same axes for :func:`~.first_max.emit_first_max`) finite inputs take that
-    construction, else only the choice inside the windows is guarded.
+    construction, else only the choice inside the windows is guarded; with ``whole_windows`` too (the
+    ``[O, K]`` flat positions of every window element, static sizes) they take
+    :func:`~.first_max_windows.emit_first_max_windows` instead.
     """
     if lazy and not tie_safe and separable is not None:
         outputs = [(y, elem)] + ([(indices, TensorProto.INT64)] if indices else [])
 
         def finite_path(sub, outs):
-            emit_first_max(sub, x, rank, separable, elem, outs[0], outs[1] if indices else None)
+            if whole_windows is not None:
+                emit_first_max_windows(sub, x, rank, separable, whole_windows, outs[0], outs[1] if indices else None)
+            else:
+                emit_first_max(sub, x, rank, separable, elem, outs[0], outs[1] if indices else None)
 
         def exact_path(sub, outs):
             emit_argmax(sub, x, rank, tables, kall, n_out, elem, False, outs[0], outs[1] if indices else None,

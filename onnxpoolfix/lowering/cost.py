@@ -30,6 +30,11 @@ fitted to:
   shared machine: 1x512x10x10 -> 7x7 0.9-1.1 ms (est. 1.6), 8x256x16x16 -> 5x5 4.2-7.9 ms (5.7),
   1x256x64x64 -> 6x6 6.1-10.9 ms (9.3), 4x32x20^3 -> 3x4x5 5.9-12.1 ms (9.6), 1x64x100 -> 7 40 us (74):
   estimate / measured 0.7-2.1 (cache-resident windows run faster than ``BANDWIDTH``, which this ignores);
+- the first maximum over every window at once (lowering/first_max_windows.py): ``FIRST_MAX_WINDOWS_PASSES``
+  passes over its gathered windows (Equal, Cast, Mul, two ReduceMax, their reads and writes) plus the
+  Gather; fitted so that it and the separable construction's estimate order 14 shapes as measured in one
+  process (1x512x10x10 -> 7x7 0.71x, 1x512x14x14 -> 6x6 0.49x, 1x256x33x33 -> 8x8 1.07x, 8x64x31x40 ->
+  6x9 1.27x the separable's time): every choice right or within 10% of the faster;
 - everything else is memory traffic: bytes read and written at ``BANDWIDTH`` (a ReduceSum over 32 MB ran
   at 7.5-10 GB/s; small tensors stay in cache and run faster, which this ignores);
 - every node costs ``NODE`` of fixed overhead.
@@ -50,5 +55,6 @@ GATHER_RATE = 1.5e9  # elements per second copied by Gather
 GATHER_BLOCK = 8e-9  # seconds per contiguous block a Gather copies (block = the dims after the axis)
 ARGMAX_PASSES = 14  # passes over the gathered windows in the argmax construction (IsNaN, Where, ReduceMax, ...)
 ARGMAX_PASSES_LAZY = 5  # the same on the finite path of its If-guarded form (ReduceSum, ArgMax, GatherElements)
+FIRST_MAX_WINDOWS_PASSES = 8  # passes over the windows in first_max_windows.py (Equal, Cast, Mul, ReduceMax x2)
 ARGMAX_OUT_OF_CACHE = 4  # their slowdown when the windows exceed CACHE_BYTES (8x256x64x64 -> 5x7: 34-131 ms)
 NODE = 2e-6  # fixed per-node overhead

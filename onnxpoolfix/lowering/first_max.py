@@ -77,7 +77,7 @@ def emit_first_max(em: Emitter, x: str, rank: int, axes: list[PooledAxis], elem:
         windows = em.op("Gather", [v, tables[a]], axis=a, hint="windows")
         kept_max = em.reduce("ReduceMax", windows, [a + 1], keepdims=1)
         v = em.squeeze(kept_max, [a + 1])
-    out_shape = _output_shape(em, x, lead, axes)
+    out_shape = output_shape(em, x, lead, axes)
     back = [k] + list(range(k))  # [m_1..m_k, L] -> [L, m_1..m_k]
     em.op("Reshape", [em.op("Transpose", [v], perm=back), out_shape], out=y)
     if not indices:
@@ -237,7 +237,8 @@ def _weights(em: Emitter, kmax: int | str, trailing: int) -> str:
     return em.op("Reshape", [desc, em.ints("shape", shape)], hint="descending")
 
 
-def _output_shape(em: Emitter, x: str, lead: int, axes: list[PooledAxis]) -> str:
+def output_shape(em: Emitter, x: str, lead: int, axes: list[PooledAxis]) -> str:
+    """The pooled output's shape (1-D int64): ``x``'s ``lead`` leading dims, then each axis's ``m``."""
     parts = []
     if lead:
         parts.append(em.op("Slice", [em.op("Shape", [x]), em.ints("start", [0]), em.ints("end", [lead])]))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from helpers import make_leftover, ort_run
+from helpers import force_first_max, make_leftover, ort_run
 from onnx import TensorProto, numpy_helper
 
 import onnxpoolfix
@@ -130,8 +130,8 @@ def _short(name):
 def _indices_one_window_off(model):
     """The indices of window i replaced by window i+1's: in the NaN-aware construction (tensorrt; the
     onnxruntime target's else-branch) its flat-index table, in the separable first maximum (the onnxruntime
-    target's then-branch) the innermost axis's window starts, which only the final index reads. The values
-    stay right."""
+    target's then-branch) the innermost axis's window starts, which only the final index reads, in the
+    whole-windows one (the other then-branch) the position weights. The values stay right."""
     starts = [t.name for t in model.graph.initializer if _short(t.name).startswith("start_plus_kmax")]
     innermost = starts[-1] if starts else None  # created outermost axis first
     base = [numpy_helper.to_array(t).reshape(-1) for t in model.graph.initializer
@@ -143,6 +143,8 @@ def _indices_one_window_off(model):
             return np.roll(a.reshape(-1, kall), -1, axis=0).reshape(a.shape)
         if name == innermost:
             return np.roll(a, -1)
+        if _short(name).startswith("reversed_position"):  # [windows, window elements, 1]
+            return np.roll(a, -1, axis=0)
         return None
     return _replace(model, shift)
 
@@ -171,6 +173,19 @@ def _last_instead_of_first_maximum(model):
     for n in coordinate_subs:
         n.op_type = "Add"
     assert len(weights) == len(starts) == len(coordinate_subs)
+    # then-branch (every window at once): first = top - ReduceMax(hit * (top - position)); the last maximum
+    # is -1 + ReduceMax(hit * (position + 1))
+    whole = [t for t in out.graph.initializer if _short(t.name).startswith("reversed_position")]
+    tops = [t for t in out.graph.initializer if _short(t.name).startswith("top")]
+    for w, top in zip(whole, tops):
+        t = numpy_helper.to_array(top)
+        w.CopyFrom(numpy_helper.from_array(t - numpy_helper.to_array(w) + np.float32(1), w.name))
+        top.CopyFrom(numpy_helper.from_array(np.float32(-1), top.name))
+    first_subs = [n for n in nodes if n.op_type == "Sub" and _short(n.name).startswith("first_position")]
+    for n in first_subs:
+        n.op_type = "Add"
+    assert len(whole) == len(tops) == len(first_subs)
+    weights += whole
     # tensorrt target: ReduceMin(Where(max here, position, past_end)); last = ReduceMax with past_end = -1
     mins = [n for n in nodes if n.op_type == "ReduceMin" and producer[n.input[0]].op_type == "Where"]
     for n in mins:
@@ -186,14 +201,19 @@ PADDED = [((1, 2, 11, 13), (4, 5)), ((1, 3, 37), (5,))]  # windows of two length
 EVEN = [((1, 2, 12, 10), (4, 5)), ((1, 3, 35), (5,))]  # windows of one length
 
 
-@pytest.mark.parametrize("target", ["onnxruntime", "tensorrt"])
+@pytest.mark.parametrize("target", ["onnxruntime:separable", "onnxruntime:whole_windows", "tensorrt"])
 @pytest.mark.parametrize("how, shape, size", [("one window off", *c) for c in PADDED + EVEN]
                          + [("last maximum", *c) for c in EVEN])
-def test_wrong_max_indices_fail_the_check(shape, size, how, target):
+def test_wrong_max_indices_fail_the_check(shape, size, how, target, monkeypatch):
     """Indices a window off, or the last of equal maxima instead of the first: the values stay right (shown
     below on data with ties), only the indices comparison can catch it. (The last maximum is corrupted in
     with constants only where no window is padded: the separable first maximum's padding repeats a window's
-    last element, which a last-maximum rule would pick past the window's end.)"""
+    last element, which a last-maximum rule would pick past the window's end.) The onnxruntime target's
+    finite branch is forced to each of its constructions (the whole-windows one only exists for 2+ pooled
+    axes: 1D takes the separable one either way)."""
+    target, _, construction = target.partition(":")
+    if construction:
+        force_first_max(monkeypatch, construction)
     model, specs = _patched_with_indices(shape, size, target)
     assert _passes(model, specs)
     bad = (_indices_one_window_off if how == "one window off" else _last_instead_of_first_maximum)(model)

@@ -1,5 +1,6 @@
 """The argmax lowering's If-guarded form (onnxruntime target): finite inputs take the separable first maximum
-(lowering/first_max.py), others the NaN-aware construction (lowering/argmax.py). Both branches must give
+(lowering/first_max.py) or every window at once (lowering/first_max_windows.py), each forced here, others
+the NaN-aware construction (lowering/argmax.py). Both branches must give
 torch's values and indices bit for bit: finite data with ties (the fast branch decides), NaN and -inf (the
 exact branch), non-uniform windows, sizes of 1, batch > 1, float16; and a corrupted fast branch (the last
 of equal maxima) must be caught."""
@@ -8,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from helpers import assert_bits_equal, make_leftover, ort_run
+from helpers import assert_bits_equal, finite_branch_construction, force_first_max, make_leftover, ort_run
 from onnx import TensorProto
 
 import onnxpoolfix
@@ -43,8 +44,10 @@ def _ties(shape, seed, dtype=np.float32):
 
 @pytest.mark.parametrize("shape,size", CASES, ids=[_ids(c) for c in CASES])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["float32", "float16"])
-def test_both_branches_match_torch(shape, size, dtype, torch_mod):
+@pytest.mark.parametrize("construction", ["separable", "whole_windows"])
+def test_both_branches_match_torch(shape, size, dtype, construction, torch_mod, monkeypatch):
     torch = torch_mod
+    force_first_max(monkeypatch, construction)
     elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.FLOAT16
     model = _patched(shape, size, elem)
     ops = {n.op_type for n in nodes_deep(model.graph.node)}
@@ -71,18 +74,26 @@ def test_tensorrt_target_has_no_if():
     assert "If" not in {n.op_type for n in nodes_deep(patched.graph.node)}
 
 
-def test_a_fast_branch_losing_the_first_maximum_is_caught():
+# the finite branch's position weights, per construction, and how many it has for a 2D pool
+WEIGHTS = {"separable": ("descending", 2), "whole_windows": ("reversed_position", 1)}
+
+
+@pytest.mark.parametrize("construction", sorted(WEIGHTS))
+def test_a_fast_branch_losing_the_first_maximum_is_caught(construction, monkeypatch):
     """Broken on purpose: the finite branch's position weights are all equal, so every maximum scores the same
     and it answers the window's first element. The values stay right; the indices differ from the reference
     (what the tool's own check compares)."""
+    force_first_max(monkeypatch, construction)
     shape, size = (1, 3, 11, 13), (4, 5)
     model = _patched(shape, size)
+    assert finite_branch_construction(model) == construction
     bad = onnx.ModelProto()
     bad.CopyFrom(model)
     (if_node,) = [n for n in bad.graph.node if n.op_type == "If"]
     then_branch = next(a.g for a in if_node.attribute if a.name == "then_branch")
-    weights = {i for n in then_branch.node if n.op_type == "Mul" for i in n.input if "descending" in i}
-    assert len(weights) == 2  # one per pooled axis
+    hint, count = WEIGHTS[construction]
+    weights = {i for n in then_branch.node if n.op_type == "Mul" for i in n.input if hint in i}
+    assert len(weights) == count
     for init in bad.graph.initializer:
         if init.name in weights:
             w = onnx.numpy_helper.to_array(init)

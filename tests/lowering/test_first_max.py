@@ -1,5 +1,6 @@
-"""The separable first maximum (lowering/first_max.py): the argmax lowering's construction for inputs with no
-NaN. Its claims, each checked against torch and the numpy reference, bit for bit:
+"""The separable first maximum (lowering/first_max.py): one of the argmax lowering's two constructions for
+inputs with no NaN, forced here (the other, every window at once, has tests/lowering/test_first_max_windows.py).
+Its claims, each checked against torch and the numpy reference, bit for bit:
 
 - reduced innermost axis first it is torch's first maximum in row-major order (tie data: the wrong order would
   give the first maximum in column-major order);
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import assert_bits_equal, make_leftover, ort_run
+from helpers import assert_bits_equal, finite_branch_construction, force_first_max, make_leftover, ort_run
 from onnx import TensorProto
 
 import onnxpoolfix
@@ -49,12 +50,18 @@ def _torch_pool(torch, x, size):
     return pool(torch.from_numpy(x), size, return_indices=True)
 
 
+@pytest.fixture(autouse=True)
+def _separable(monkeypatch):
+    force_first_max(monkeypatch, "separable")
+
+
 def _patched(shape, size, indices="output"):
     model = make_leftover("max", list(shape), size, indices=indices)
     model = onnxpoolfix.patch(model, strategy="argmax", check=False).model  # the test, not the tool, compares
     (if_node,) = [n for n in model.graph.node if n.op_type == "If"]
     then_branch = next(a.g for a in if_node.attribute if a.name == "then_branch")
     assert "ArgMax" not in {n.op_type for n in nodes_deep(then_branch.node)}
+    assert finite_branch_construction(model) == "separable"
     return model
 
 

@@ -97,6 +97,31 @@ def ort_run(model: onnx.ModelProto, feed: dict, outputs=None) -> list[np.ndarray
     return ort_session(model).run(outputs, feed)
 
 
+def force_first_max(monkeypatch, construction: str) -> None:
+    """Make the argmax lowering's finite branch take ``construction`` ("separable": lowering/first_max.py,
+    "whole_windows": lowering/first_max_windows.py, where it applies) whatever the cost model says."""
+    from onnxpoolfix.lowering import argmax
+
+    priced = argmax.ArgMaxStep._finite_costs
+
+    def forced(self, lead, kmax, isz):
+        costs = priced(self, lead, kmax, isz)
+        return {name: (0.0 if name == construction else 1.0) for name in costs}
+
+    monkeypatch.setattr(argmax.ArgMaxStep, "_finite_costs", forced)
+
+
+def finite_branch_construction(model: onnx.ModelProto) -> str:
+    """Which first-maximum construction the argmax lowering's If sends finite inputs to: "whole_windows"
+    (one Gather of every window's flat positions) or "separable"."""
+    from onnxpoolfix.graph import nodes_deep
+
+    (if_node,) = [n for n in model.graph.node if n.op_type == "If"]
+    then_branch = next(a.g for a in if_node.attribute if a.name == "then_branch")
+    gathered = {i for n in nodes_deep(then_branch.node) if n.op_type == "Gather" for i in n.input}
+    return "whole_windows" if any("window_positions" in i for i in gathered) else "separable"
+
+
 def leftover_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     from onnxpoolfix.frontends.leftovers import is_pool_leftover
 
