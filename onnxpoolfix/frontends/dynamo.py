@@ -146,7 +146,7 @@ def _symbolic(graph: onnx.GraphProto) -> bool:
 def _find(model, *, opset, target, input_shapes, taken, seed, model_dir) -> FrontEndResult:
     findings = FrontEndResult()
     graph = model.graph
-    if not any(n.op_type in SELECT_OPS or n.op_type == "AveragePool" for n in graph.node
+    if not any(n.op_type in SELECT_OPS or n.op_type in ("AveragePool", "MaxPool") for n in graph.node
                if not n.doc_string.startswith(EMITTED_BY)):
         return findings
     g = DataflowGraph(graph)
@@ -234,12 +234,12 @@ def _input_text(model, env) -> str | None:
 
 
 def _rests(findings: FrontEndResult, resting: list, candidates: list[Candidate]) -> None:
-    """A note per frozen AveragePool whose output size rests on the given traced size alone: none of the
+    """A note per frozen AveragePool (or MaxPool) whose output size rests on the given traced size alone: none of the
     decomposed regions of the same pooled tensor proved at that size (which would confirm it)."""
     confirmed = {c.pooled for c in candidates if c.bound_why == "" and not c.why}
-    for result, pooled, output_size, ones in resting:
+    for result, pooled, output_size, ones, op in resting:
         if pooled not in confirmed:
             findings.notes.append(WarningNote(
-                f"the output size of the frozen AveragePool '{result}' ({size_text(output_size)}) rests on the given "
+                f"the output size of the frozen {op} '{result}' ({size_text(output_size)}) rests on the given "
                 "traced size alone: the graph cannot tell whether the file was exported at it"
                 + (", nor whether its kernel-1 axis is torch's None (then it follows the input)" if ones else "")))
