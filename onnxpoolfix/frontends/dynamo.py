@@ -159,6 +159,8 @@ def _find(model, *, opset, target, input_shapes, taken, seed, model_dir) -> Fron
     for end in reversed(range(len(g.nodes))):
         if end in claimed or not is_end(g, end):
             continue
+        if not _may_divide_by_window_lengths(g, end, opset, model_dir):
+            continue  # (x - mean) / std: no adaptive average divides by anything but window lengths
         c = find_candidate(g, end, info)
         if isinstance(c, Suspect):
             if c.why == FOLLOWS_INPUT and symbolic:  # (None, m) decomposed: its other axes are frozen
@@ -217,6 +219,44 @@ def _find(model, *, opset, target, input_shapes, taken, seed, model_dir) -> Fron
         findings.regions.append(Region(c.result, c.pooled, outs, reads, c.evidence, c.output_size,
                                        tuple(c.proven_at), len(c.region)))
     return findings
+
+
+#: constant denominators evaluated (nodes) to tell window lengths from other divisors; beyond, assumed lengths
+_MAX_DENOMINATOR_NODES = 64
+_MAX_DENOMINATOR_SIZE = 1 << 16
+
+
+def _may_divide_by_window_lengths(g, end: int, opset: int, model_dir: str | None) -> bool:
+    """False where the region ending at the Div ``end`` divides by a constant (no Shape in its ancestry) that
+    holds a value no window length is (not a positive integer): csatv2's DCT stem's ``(x[:, :, zigzag] -
+    mean) / std`` under symbolic sizes looked like a frozen decomposition (a Gather, a Div by a constant)
+    and refused a model without any adaptive pooling. True wherever the divisor cannot be evaluated."""
+    node = g.nodes[end]
+    if node.op_type != "Div":
+        return True
+    nodes, shape_sources = g.size_ancestors([end])
+    if shape_sources or len(nodes) > _MAX_DENOMINATOR_NODES or any(
+            g.nodes[i].op_type in ("Shape", "Size") for i in nodes):
+        return True
+    import numpy as np
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        body = [g.nodes[i] for i in sorted(nodes)]
+        needed = {x for n in body for x in n.input} | {node.input[1]}
+        inits = [numpy_helper.from_array(numpy_helper.to_array(g.initializers[x], base_dir=model_dir or ""), x)
+                 for x in needed if x in g.initializers]
+        if sum(int(np.prod(t.dims)) for t in inits) > _MAX_DENOMINATOR_SIZE:
+            return True
+        graph = helper.make_graph(body, "divisor", [], [helper.make_empty_tensor_value_info(node.input[1])],
+                                  initializer=inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        (value,) = ReferenceEvaluator(model).run(None, {})
+    except Exception:  # noqa: BLE001 - external data out of reach, an op the reference lacks: no opinion
+        return True
+    value = np.asarray(value, dtype=np.float64)
+    return bool(value.size == 0 or np.all((value >= 1) & (value == np.round(value))))
 
 
 def _input_text(model, env) -> str | None:
