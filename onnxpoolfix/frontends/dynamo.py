@@ -146,7 +146,7 @@ def _symbolic(graph: onnx.GraphProto) -> bool:
 def _find(model, *, opset, target, input_shapes, taken, seed, model_dir) -> FrontEndResult:
     findings = FrontEndResult()
     graph = model.graph
-    if not any(n.op_type in SELECT_OPS or n.op_type == "AveragePool" for n in graph.node
+    if not any(n.op_type in SELECT_OPS or n.op_type in ("AveragePool", "MaxPool") for n in graph.node
                if not n.doc_string.startswith(EMITTED_BY)):
         return findings
     g = DataflowGraph(graph)
@@ -159,6 +159,8 @@ def _find(model, *, opset, target, input_shapes, taken, seed, model_dir) -> Fron
     for end in reversed(range(len(g.nodes))):
         if end in claimed or not is_end(g, end):
             continue
+        if not _may_divide_by_window_lengths(g, end, opset, model_dir):
+            continue  # (x - mean) / std: no adaptive average divides by anything but window lengths
         c = find_candidate(g, end, info)
         if isinstance(c, Suspect):
             if c.why == FOLLOWS_INPUT and symbolic:  # (None, m) decomposed: its other axes are frozen
@@ -219,6 +221,44 @@ def _find(model, *, opset, target, input_shapes, taken, seed, model_dir) -> Fron
     return findings
 
 
+#: constant denominators evaluated (nodes) to tell window lengths from other divisors; beyond, assumed lengths
+_MAX_DENOMINATOR_NODES = 64
+_MAX_DENOMINATOR_SIZE = 1 << 16
+
+
+def _may_divide_by_window_lengths(g, end: int, opset: int, model_dir: str | None) -> bool:
+    """False where the region ending at the Div ``end`` divides by a constant (no Shape in its ancestry) that
+    holds a value no window length is (not a positive integer): csatv2's DCT stem's ``(x[:, :, zigzag] -
+    mean) / std`` under symbolic sizes looked like a frozen decomposition (a Gather, a Div by a constant)
+    and refused a model without any adaptive pooling. True wherever the divisor cannot be evaluated."""
+    node = g.nodes[end]
+    if node.op_type != "Div":
+        return True
+    nodes, shape_sources = g.size_ancestors([end])
+    if shape_sources or len(nodes) > _MAX_DENOMINATOR_NODES or any(
+            g.nodes[i].op_type in ("Shape", "Size") for i in nodes):
+        return True
+    import numpy as np
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        body = [g.nodes[i] for i in sorted(nodes)]
+        needed = {x for n in body for x in n.input} | {node.input[1]}
+        inits = [numpy_helper.from_array(numpy_helper.to_array(g.initializers[x], base_dir=model_dir or ""), x)
+                 for x in needed if x in g.initializers]
+        if sum(int(np.prod(t.dims)) for t in inits) > _MAX_DENOMINATOR_SIZE:
+            return True
+        graph = helper.make_graph(body, "divisor", [], [helper.make_empty_tensor_value_info(node.input[1])],
+                                  initializer=inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        (value,) = ReferenceEvaluator(model).run(None, {})
+    except Exception:  # noqa: BLE001 - external data out of reach, an op the reference lacks: no opinion
+        return True
+    value = np.asarray(value, dtype=np.float64)
+    return bool(value.size == 0 or np.all((value >= 1) & (value == np.round(value))))
+
+
 def _input_text(model, env) -> str | None:
     """The graph inputs' shapes at a binding of their symbols (``x:1,3,12,14``), as the hint names them."""
     if not env:
@@ -234,12 +274,12 @@ def _input_text(model, env) -> str | None:
 
 
 def _rests(findings: FrontEndResult, resting: list, candidates: list[Candidate]) -> None:
-    """A note per frozen AveragePool whose output size rests on the given traced size alone: none of the
+    """A note per frozen AveragePool (or MaxPool) whose output size rests on the given traced size alone: none of the
     decomposed regions of the same pooled tensor proved at that size (which would confirm it)."""
     confirmed = {c.pooled for c in candidates if c.bound_why == "" and not c.why}
-    for result, pooled, output_size, ones in resting:
+    for result, pooled, output_size, ones, op in resting:
         if pooled not in confirmed:
             findings.notes.append(WarningNote(
-                f"the output size of the frozen AveragePool '{result}' ({size_text(output_size)}) rests on the given "
+                f"the output size of the frozen {op} '{result}' ({size_text(output_size)}) rests on the given "
                 "traced size alone: the graph cannot tell whether the file was exported at it"
                 + (", nor whether its kernel-1 axis is torch's None (then it follows the input)" if ones else "")))

@@ -5,9 +5,12 @@ source line, a bound traced size), else left as a suspect with why (refused unle
 """
 from __future__ import annotations
 
+import re
+
 import onnx
 
 from ..errors import ShapeError
+from ..graph import read_names
 from ..graph.emit import EMITTED_BY
 from ..graph.shapes import SUPPORTED_DTYPES, apply_input_shapes, infer, light_copy
 from ..report import WarningNote
@@ -29,18 +32,27 @@ def frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Front
                      resting: list, siblings: set[str]) -> None:
     """AveragePool nodes the exporter wrote for an adaptive pool whose windows were uniform at the traced size
     (6 -> 6 in an AlexNet traced at 224 is an AveragePool k1 s1): under symbolic sizes they are frozen there.
-    Only the metadata says such a node is adaptive pooling. The output size is read from the source line
-    where it is written out (``F.adaptive_avg_pool2d(x, (4, 7))``; ``None``: the axis follows the input),
-    else at the traced size (``input_shapes``: m = n / kernel there; the node's windows must be exactly the
-    adaptive ones); a size the line computes from the input's shape is no fixed size. Otherwise reported.
-    ``resting``: (result, pooled tensor, output size, a kernel of 1?) of each whose size rests on the binding."""
+    Likewise a MaxPool for an adaptive max pool (torch 2.13 exports adaptive_max_pool*d only where the
+    windows are uniform, as max_pool*d_with_indices); one whose indices something reads is left (that form,
+    a second MaxPool and a Sub, is not read). Only the metadata says such a node is adaptive pooling. The
+    output size is read from the source line where it is written out (``F.adaptive_avg_pool2d(x, (4, 7))``;
+    ``None``: the axis follows the input), else at the traced size (``input_shapes``: m = n / kernel there;
+    the node's windows must be exactly the adaptive ones); a size the line computes from the input's shape is
+    no fixed size. Otherwise reported. ``resting``: (result, pooled tensor, output size, a kernel of 1?, op
+    type) of each whose size rests on the binding."""
     bound_info = None
+    read = read_names(model.graph) | {o.name for o in model.graph.output}
     for index, node in enumerate(g.nodes):
-        if node.op_type != "AveragePool" or node.domain not in ("", "ai.onnx") or not node.input:
+        if node.op_type not in ("AveragePool", "MaxPool") or node.domain not in ("", "ai.onnx") or not node.input:
             continue
         if node.doc_string.startswith(EMITTED_BY) or node.output[0] in busy:
             continue
+        op, kind = node.op_type, "max" if node.op_type == "MaxPool" else "avg"
         ev = node_evidence(node)
+        if kind == "max":  # a genuine nn.MaxPool2d (or a max pool without metadata) is what it says
+            ev = ev if ev is not None and says_adaptive_max(node) else None
+            if ev is None:
+                continue
         if ev is None and node.input[0] in siblings and _kernel_is_stride(node) and not _has_metadata(node):
             ev = (SIBLING, None)  # (with its metadata, a node that does not name adaptive pooling is no level)
         if ev is None:
@@ -60,8 +72,12 @@ def frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Front
         # a 1D adaptive pool frozen at uniform windows is written as a 2D AveragePool of the input Unsqueezed to
         # (N, C, 1, L), kernel (1, k): the same as a 2D adaptive pool of that tensor to (1, m)
         lifted = k == 2 and dims[2] == 1 and _unit_axis(node, 0) and ev[1] in (None, 1)
+        if kind == "max" and len(node.output) > 1 and node.output[1] in read:
+            left("a MaxPool frozen at the traced size whose indices are read (return_indices=True): a form onnxpoolfix "
+                 "does not read")
+            continue
         if ev[1] is not None and ev[1] != k and not lifted:
-            left(f"an AveragePool of {k} pooled axes frozen at the traced size for a {ev[1]}D adaptive pool: a form "
+            left(f"an {op} of {k} pooled axes frozen at the traced size for a {ev[1]}D adaptive pool: a form "
                  "onnxpoolfix does not read")
             continue
 
@@ -70,12 +86,12 @@ def frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Front
                  "follows the input size, which no adaptive pool of one output size computes",
                  "where its kernel divides the pooled size")
             continue
-        literal = literal_output_size(node, k)
+        literal = literal_output_size(node, k, kind)
         if lifted and (ev[1] == 1 or (literal is not None and literal[0] not in (1, None))):
-            one = literal_output_size(node, 1)  # F.adaptive_avg_pool1d(x, 7): 7 is the size of L, not of both axes
+            one = literal_output_size(node, 1, kind)  # F.adaptive_avg_pool1d(x, 7): 7 is the size of L alone
             literal = None if one is None else (1, *one)
         if literal is not None and COMPUTED in literal:
-            left("an AveragePool frozen at the traced size whose source line computes its output size from the "
+            left(f"an {op} frozen at the traced size whose source line computes its output size from the "
                  "input's shape: no fixed output size to bind, and none is bound")
             continue
         bx = None
@@ -90,7 +106,7 @@ def frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Front
                 continue
             bx = tuple(bx)
         if literal is None and bx is None:
-            left("an AveragePool frozen at the traced size under symbolic sizes; its adaptive output size is known "
+            left(f"an {op} frozen at the traced size under symbolic sizes; its adaptive output size is known "
                  "only at that size")
             continue
         sizes = _frozen_sizes(node, k, literal, bx)
@@ -101,7 +117,7 @@ def frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Front
             continue
         output_size = tuple(InputDim(2 + a) if m is None else m for a, m in enumerate(sizes))
         out_shape = tuple(dims[:2]) + tuple(dims[2 + a] if m is None else m for a, m in enumerate(sizes))
-        pn = PoolNode(index=index, name=node.name or f"AveragePool_{index}", op=f"adaptive_avg_pool{k}d", kind="avg",
+        pn = PoolNode(index=index, name=node.name or f"{op}_{index}", op=f"adaptive_{kind}_pool{k}d", kind=kind,
                       rank=k, encoding=ENCODING, input=node.input[0], output=result, indices_output=None,
                       unused_outputs=tuple(o for o in node.output[1:] if o), output_size=output_size, size_input=None,
                       evidence=ev[0])
@@ -111,8 +127,18 @@ def frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Front
                                        bx or (), 1))
         if literal is None:
             kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), [])
-            resting.append((result, node.input[0], output_size, 1 in kernel[1 if lifted else 0:]))
+            resting.append((result, node.input[0], output_size, 1 in kernel[1 if lifted else 0:], op))
         busy.add(result)
+
+
+def says_adaptive_max(node: onnx.NodeProto) -> bool:
+    """Whether the node's metadata names adaptive MAX pooling (the module, or the call on its source line)."""
+    md = {p.key: p.value for p in node.metadata_props}
+    trace = md.get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
+    line = trace[-1].strip() if trace else ""
+    hierarchy = md.get("pkg.torch.onnx.class_hierarchy", "")
+    return bool(re.search(r"torch\.nn\.modules\.pooling\.AdaptiveMaxPool[123]d", hierarchy)
+                or re.search(r"adaptive_max_pool[123]d\s*\(", line))
 
 
 def _unit_axis(node: onnx.NodeProto, a: int) -> bool:
@@ -180,7 +206,7 @@ def _frozen_sizes(node, k: int, literal, bx) -> tuple[int | None, ...] | str:
     if literal is not None:
         for a in range(k):
             if literal[a] is not None and literal[a] != sizes[a]:
-                return (f"the AveragePool '{node.output[0]}' pools {'x'.join(map(str, traced))} to "
+                return (f"the {node.op_type} '{node.output[0]}' pools {'x'.join(map(str, traced))} to "
                         f"{'x'.join(map(str, sizes))} there, but its source line says {literal}")
     return tuple(None if literal is not None and literal[a] is None else sizes[a] for a in range(k))
 

@@ -84,13 +84,15 @@ def scales_with_input(node: onnx.NodeProto) -> bool:
 
 #: an output-size entry that the source line computes from something (``x.shape[2] // 2``, a variable)
 COMPUTED = "computed"
-_POOL_CALLS = re.compile(r"adaptive_avg_pool[123]d|interpolate")
+_POOL_CALLS = re.compile(r"adaptive_(avg|max)_pool[123]d|interpolate")
 
 
-def literal_output_size(node: onnx.NodeProto, k: int) -> tuple[int | None | str, ...] | None:
+def literal_output_size(node: onnx.NodeProto, k: int, kind: str = "avg") -> tuple[int | None | str, ...] | None:
     """The output size the node's source line writes out, per pooled axis: an int, None (torch's None: the
     axis follows the input) or :data:`COMPUTED` where it mentions the input's shape (``y.shape[-2:]``,
-    ``x.size(2) // 2``); None where the line gives no readable size (a variable, a module call, two calls)."""
+    ``x.size(2) // 2``); None where the line gives no readable size (a variable, a module call, two calls).
+    ``kind``: the calls read, ``"avg"`` (adaptive_avg_pool*d, area interpolation) or ``"max"`` (adaptive_max_pool*d):
+    a line pooling both ways has one call of the node's kind."""
     trace = _metadata(node).get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
     line = trace[-1].strip() if trace else ""
     if not _POOL_CALLS.search(line):
@@ -105,9 +107,10 @@ def literal_output_size(node: onnx.NodeProto, k: int) -> tuple[int | None | str,
             continue
         name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
         kw = {a.arg: a.value for a in call.keywords}
-        if re.fullmatch(r"adaptive_avg_pool[123]d", name):
+        if re.fullmatch(rf"adaptive_{kind}_pool[123]d", name):
             arg = call.args[1] if len(call.args) > 1 else kw.get("output_size")
-        elif name == "interpolate" and isinstance(kw.get("mode"), ast.Constant) and kw["mode"].value == "area":
+        elif (kind == "avg" and name == "interpolate" and isinstance(kw.get("mode"), ast.Constant)
+              and kw["mode"].value == "area"):
             arg = call.args[1] if len(call.args) > 1 else kw.get("size")
         else:
             continue

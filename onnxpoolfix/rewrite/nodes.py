@@ -78,7 +78,7 @@ def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[
 
     _set_output_types(graph, specs)
     if graph is model.graph:
-        _relax_stale_downstream_outputs(model, [s.node.output for s in specs])
+        _relax_stale_downstream_outputs(model, specs)
     drop_dead_size_constants(graph, [s.node.size_input for s in specs if s.node.size_input])
     _drop_unused_aten_import(model)
     return emitted_ops, group_ops
@@ -110,19 +110,25 @@ def _set_output_types(graph: onnx.GraphProto, specs: Sequence[PoolSpec]) -> None
             graph.value_info.append(vi)
 
 
-def _relax_stale_downstream_outputs(model: onnx.ModelProto, sources: Sequence[str]) -> None:
+def _relax_stale_downstream_outputs(model: onnx.ModelProto, specs: Sequence[PoolSpec]) -> None:
     """Graph outputs computed from a replaced node's output keep the shape the exporter declared, with the
     traced size where a dim is symbolic (batch 1 for a batch-dynamic export: onnxruntime then warns at
     every other batch). Where shape inference of the patched graph gives such a dim as a symbol or
-    unknown, the declared int goes (a symbol inference found replaces it). Static models are left alone."""
+    unknown, the declared int goes (a symbol inference found replaces it). Static models are left alone.
+    Inference starts from the replaced nodes' own shapes: onnx cannot always infer through the lowerings
+    (the NaN guard's If of a dynamic max pool at opset 18+ comes out without a shape), and an output it
+    then leaves unknown would keep its declared, stale int."""
     graph = model.graph
     if all(isinstance(d, int) for vi in graph.input for d in (type_dims(vi.type)[1] or ())):
         return
-    down = _downstream(graph, sources)
+    down = _downstream(graph, [s.node.output for s in specs])
     outputs = [o for o in graph.output if o.name in down and o.type.tensor_type.HasField("shape")]
     if not outputs:
         return
-    inferred = infer(model)
+    seeds = {s.node.output: (s.dtype, tuple(s.output_shape)) for s in specs}
+    seeds.update({s.node.indices_output: (onnx.TensorProto.INT64, tuple(s.output_shape)) for s in specs
+                  if s.node.indices_output})
+    inferred = infer(model, {k: v for k, v in seeds.items() if k not in {o.name for o in graph.output}})
     for o in outputs:
         _, dims = inferred.get(o.name, (0, None))
         declared = o.type.tensor_type.shape.dim
