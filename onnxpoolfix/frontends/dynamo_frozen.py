@@ -129,21 +129,37 @@ SIBLING = "structure: pools the tensor a decomposed adaptive pool pools (a pyram
 
 
 def _warn_if_stripped(node, info, findings: FrontEndResult) -> None:
-    """A dynamo-written AveragePool (kernel = stride) under symbolic sizes whose metadata is gone: the graph
-    of ``F.interpolate(x, scale_factor=0.5, mode="area")`` (or an adaptive pool) traced at a size the kernel
+    """A dynamo-written AveragePool (kernel = stride) under symbolic sizes whose metadata is gone, or names no
+    pooling (the source line calls a helper function: transformers' granite4_vision ``interpolate_downsample``
+    holds the ``F.interpolate(mode="area")``, and the trace keeps only the module's frame): the graph of
+    ``F.interpolate(x, scale_factor=0.5, mode="area")`` (or an adaptive pool) traced at a size the kernel
     divides is this one node, the same as ``nn.AvgPool2d(2)``'s. Left as written, but not silently."""
-    if _has_metadata(node) or not node.name.startswith("node_") or not _kernel_is_stride(node):
+    if not node.name.startswith("node_") or not _kernel_is_stride(node) or _names_a_plain_pool(node):
         return
     kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), [])
     _, dims = info.get(node.input[0], (0, None))
     if not kernel or all(k == 1 for k in kernel) or dims is None or all(isinstance(d, int) for d in dims[2:]):
         return
+    what = ("its exporter metadata names no pooling (its source line: "
+            f"{_last_line(node)[:80]!r})" if _has_metadata(node) else "has no exporter metadata")
     findings.notes.append(WarningNote(
-        f"the AveragePool '{node.output[0]}' (kernel = stride = {'x'.join(map(str, kernel))}) under symbolic sizes "
-        "has no exporter metadata: if it stands for adaptive pooling or F.interpolate(mode=\"area\") it is "
-        "right only where its kernel divides the size (it cannot be told from nn.AvgPool2d without the "
-        "metadata), and it is left as written; patch the file before its metadata is stripped, or export "
+        f"the AveragePool '{node.output[0]}' (kernel = stride = {'x'.join(map(str, kernel))}) under symbolic sizes: "
+        f"{what}: if it stands for adaptive pooling or F.interpolate(mode=\"area\") it is "
+        "right only where its kernel divides the size (it cannot be told from nn.AvgPool2d from what the file "
+        "records), and it is left as written; patch the file before its metadata is stripped, or export "
         "with onnxpoolfix.export"))
+
+
+def _last_line(node) -> str:
+    md = {p.key: p.value for p in node.metadata_props}
+    trace = md.get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
+    return trace[-1].strip() if trace else ""
+
+
+def _names_a_plain_pool(node) -> bool:
+    """Its metadata says a plain average pool wrote it: an nn.AvgPool*d module, or avg_pool on the line."""
+    hierarchy = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.class_hierarchy"), "")
+    return "AvgPool" in hierarchy or "avg_pool" in _last_line(node)
 
 
 def _has_metadata(node) -> bool:
