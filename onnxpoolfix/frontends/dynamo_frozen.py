@@ -21,6 +21,8 @@ from .dynamo_graph import (
     node_evidence,
     scales_with_input,
 )
+from .dynamo_proof import symbol_binding
+from .dynamo_search import declared_dims, evaluate
 from .exporter_pools import adaptive_sizes
 
 __all__ = ["frozen_pool_ops", "SIBLING", "size_text", "contradiction_hint"]
@@ -86,6 +88,8 @@ def frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Front
                 bound_info = infer(bound)
             _, bx = bound_info.get(node.input[0], (0, None))
             if bx is None or not all(isinstance(d, int) for d in bx):
+                bx = _declared_at(model, node.input[0], input_shapes)
+            if bx is None:
                 left("its input size at the bound input shapes is unknown")
                 continue
             bx = tuple(bx)
@@ -113,6 +117,19 @@ def frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Front
             kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), [])
             resting.append((result, node.input[0], output_size, 1 in kernel[1 if lifted else 0:]))
         busy.add(result)
+
+
+def _declared_at(model, name: str, input_shapes) -> tuple[int, ...] | None:
+    """``name``'s dims as the exporter declares them (``(((H - 1)//4)) + 1``), at the bound input shapes: onnx's
+    inference loses a size behind a Reshape to a computed shape (PVT's tokens back to a map, ``reshape(b, c,
+    h, w)``), which the declaration still holds. None where some dim cannot be evaluated."""
+    declared = declared_dims(model)
+    env = symbol_binding(model, declared, input_shapes)
+    dims = declared.get(name)
+    if env is None or dims is None:
+        return None
+    got = tuple(evaluate(d, env) for d in dims)
+    return got if all(isinstance(d, int) and d >= 1 for d in got) else None
 
 
 def _unit_axis(node: onnx.NodeProto, a: int) -> bool:
