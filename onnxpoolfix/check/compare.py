@@ -3,7 +3,8 @@ tolerance a correct average may differ by (max pooling: bit exact, values and in
 
 Tolerances, per output element of an average: ``4 * eps * sqrt(L) * mean|x| over the window + eps * |ref|``
 (the summation order differs from torch's; eps of the compute dtype, float32 for float16/bfloat16) plus one
-ulp of a float16/bfloat16 output (one rounding of a float32 result); see :func:`tolerance`.
+ulp of a float16/bfloat16 output (one rounding of a float32 result) and ``L + 1`` steps of the compute
+dtype's subnormal grid; see :func:`tolerance`.
 """
 from __future__ import annotations
 
@@ -66,9 +67,14 @@ def tolerance(spec: PoolSpec, x: np.ndarray, ref: np.ndarray, input_rounding: bo
         shape = [1] * spec.k
         shape[a] = m
         lengths = lengths * ln.reshape(shape)
+    compute = np.float64 if spec.dtype == TensorProto.DOUBLE else np.float32
     compute_eps = _EPS[TensorProto.DOUBLE if spec.dtype == TensorProto.DOUBLE else TensorProto.FLOAT]
     mag = np.abs(np.where(np.isfinite(ref), ref, 0).astype(np.float64))
     tol = 4 * compute_eps * np.sqrt(lengths) * mean_abs + compute_eps * mag + np.finfo(np.float64).tiny
+    # subnormal values: each product and sum rounds on the subnormal grid, whose fixed spacing no relative
+    # term reaches (a random-init EfficientNet's SE squeeze pools values near 1e-40); a window one element
+    # off moves such an average by ~|x| / L, far above this
+    tol = tol + (lengths + 1) * float(np.finfo(compute).smallest_subnormal)
     if spec.dtype in _MANTISSA:  # one ulp of the output at |ref|
         floor = 2.0 ** -24 if spec.dtype == TensorProto.FLOAT16 else 2.0 ** -133  # smallest subnormal
         tol = tol + np.maximum(2.0 ** (np.floor(np.log2(np.maximum(mag, floor))) - _MANTISSA[spec.dtype]), floor)

@@ -8,7 +8,8 @@ whatever the rest of the model does, and needs no torch.
 Tolerances: max pooling must match bit for bit (values and indices). Averages, per output element:
 ``4 * eps * sqrt(L) * mean|x| over the window + eps * |ref|`` (the summation order differs from torch's;
 eps of the compute dtype, float32 for float16/bfloat16) plus one ulp of a float16/bfloat16 output (one
-rounding of a float32 result); see :func:`onnxpoolfix.check.compare.tolerance`.
+rounding of a float32 result) and ``L + 1`` steps of the subnormal grid; see
+:func:`onnxpoolfix.check.compare.tolerance`.
 """
 from __future__ import annotations
 

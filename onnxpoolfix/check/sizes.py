@@ -28,7 +28,8 @@ def default_check_shapes(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
     """The input shapes to run the check at, and a note saying what they are.
 
     Static inputs need nothing. Symbolic dims: ``check_shapes`` if given, else the ``input_shapes``
-    binding, else batch-like dims (axis 0) are bound to 2 (a batch > 1 catches lowerings that mix planes).
+    binding, else batch-like dims (axis 0) are bound to 2 (a batch > 1 catches lowerings that mix planes)
+    and, where every pooled axis is static, the other symbolic dims to the first probe size the model runs at.
     When a pooled axis is still symbolic (the 'dynamic' lowering), one size proves little: the model is
     probed (see :func:`_probe_dynamic_sizes`) for input sizes that give uniform, non-uniform and
     upsampling windows on every pooled axis, one of them with batch 2.
@@ -59,11 +60,40 @@ def default_check_shapes(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
                 unresolved.append(f"{name}[{axis}]")
                 shape.append(None)
         binding[name] = tuple(shape)
+    how = ""
+    if unresolved and all(name in binding for name in sym):  # only spatial dims of inputs of known rank
+        found = _first_size_that_runs(model, specs, binding, model_dir=model_dir, seed=seed)
+        if found is not None:
+            binding, unresolved = found, []
+            how = " (the pooled axes are static: the first size tried that the model runs at)"
+        else:
+            unresolved[-1] += (f" (the model ran at none of the sizes tried: {', '.join(map(str, _PROBE_BASES))} "
+                               "on those dims)")
     if unresolved:
         raise ShapeError(
             f"cannot choose sizes for the check: symbolic dims {', '.join(unresolved)}",
             "give them with --check-shape NAME:D0,D1,... or --input-shape, or skip the check with --no-check")
-    return [binding], "symbolic dims bound to " + ", ".join(f"{k}:{','.join(map(str, v))}" for k, v in binding.items())
+    return [binding], ("symbolic dims bound to " + ", ".join(f"{k}:{','.join(map(str, v))}" for k, v in binding.items())
+                       + how)
+
+
+def _first_size_that_runs(model, specs, binding, *, model_dir, seed) -> dict[str, tuple[int, ...]] | None:
+    """``binding`` with its unbound (None) spatial dims set to the first of :data:`_PROBE_BASES` (multiples
+    of the declared step) the model runs at: static pooled axes behind symbolic input dims (a resize to a
+    fixed size before the pool) are checked at one size the graph accepts, as the pools are the same at all."""
+    free = {name: dims for name, dims in binding.items() if None in dims}
+    spatial = {name: [a for a, d in enumerate(dims) if d is None] for name, dims in free.items()}
+    declared_dims = {name: [d for d in symbolic_inputs(model)[name]] for name in free}
+    declared = declared_step(declared_dims, spatial)
+    probe = _Prober(model, {s.node.input: s.dtype for s in specs}, model_dir, seed)
+    try:
+        for b in sorted({-(-b // declared) * declared for b in _PROBE_BASES}):
+            shapes = {**binding, **{name: tuple(b if d is None else d for d in dims) for name, dims in free.items()}}
+            if probe.pooled(shapes) is not None:
+                return shapes
+    finally:
+        probe.close()
+    return None
 
 
 # first sizes tried for the symbolic non-batch input dims when probing; the first that runs is the base

@@ -24,6 +24,8 @@ from .dynamo_graph import (
     node_evidence,
     scales_with_input,
 )
+from .dynamo_proof import symbol_binding
+from .dynamo_search import declared_dims, evaluate
 from .exporter_pools import adaptive_sizes
 
 __all__ = ["frozen_pool_ops", "SIBLING", "size_text", "contradiction_hint"]
@@ -102,6 +104,8 @@ def frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Front
                 bound_info = infer(bound)
             _, bx = bound_info.get(node.input[0], (0, None))
             if bx is None or not all(isinstance(d, int) for d in bx):
+                bx = _declared_at(model, node.input[0], input_shapes)
+            if bx is None:
                 left("its input size at the bound input shapes is unknown")
                 continue
             bx = tuple(bx)
@@ -141,6 +145,19 @@ def says_adaptive_max(node: onnx.NodeProto) -> bool:
                 or re.search(r"adaptive_max_pool[123]d\s*\(", line))
 
 
+def _declared_at(model, name: str, input_shapes) -> tuple[int, ...] | None:
+    """``name``'s dims as the exporter declares them (``(((H - 1)//4)) + 1``), at the bound input shapes: onnx's
+    inference loses a size behind a Reshape to a computed shape (PVT's tokens back to a map, ``reshape(b, c,
+    h, w)``), which the declaration still holds. None where some dim cannot be evaluated."""
+    declared = declared_dims(model)
+    env = symbol_binding(model, declared, input_shapes)
+    dims = declared.get(name)
+    if env is None or dims is None:
+        return None
+    got = tuple(evaluate(d, env) for d in dims)
+    return got if all(isinstance(d, int) and d >= 1 for d in got) else None
+
+
 def _unit_axis(node: onnx.NodeProto, a: int) -> bool:
     """Whether the pooling node's windows on pooled axis ``a`` are single elements (kernel 1, stride 1, no pads)."""
     attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
@@ -155,21 +172,37 @@ SIBLING = "structure: pools the tensor a decomposed adaptive pool pools (a pyram
 
 
 def _warn_if_stripped(node, info, findings: FrontEndResult) -> None:
-    """A dynamo-written AveragePool (kernel = stride) under symbolic sizes whose metadata is gone: the graph
-    of ``F.interpolate(x, scale_factor=0.5, mode="area")`` (or an adaptive pool) traced at a size the kernel
+    """A dynamo-written AveragePool (kernel = stride) under symbolic sizes whose metadata is gone, or names no
+    pooling (the source line calls a helper function: transformers' granite4_vision ``interpolate_downsample``
+    holds the ``F.interpolate(mode="area")``, and the trace keeps only the module's frame): the graph of
+    ``F.interpolate(x, scale_factor=0.5, mode="area")`` (or an adaptive pool) traced at a size the kernel
     divides is this one node, the same as ``nn.AvgPool2d(2)``'s. Left as written, but not silently."""
-    if _has_metadata(node) or not node.name.startswith("node_") or not _kernel_is_stride(node):
+    if not node.name.startswith("node_") or not _kernel_is_stride(node) or _names_a_plain_pool(node):
         return
     kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), [])
     _, dims = info.get(node.input[0], (0, None))
     if not kernel or all(k == 1 for k in kernel) or dims is None or all(isinstance(d, int) for d in dims[2:]):
         return
+    what = ("its exporter metadata names no pooling (its source line: "
+            f"{_last_line(node)[:80]!r})" if _has_metadata(node) else "has no exporter metadata")
     findings.notes.append(WarningNote(
-        f"the AveragePool '{node.output[0]}' (kernel = stride = {'x'.join(map(str, kernel))}) under symbolic sizes "
-        "has no exporter metadata: if it stands for adaptive pooling or F.interpolate(mode=\"area\") it is "
-        "right only where its kernel divides the size (it cannot be told from nn.AvgPool2d without the "
-        "metadata), and it is left as written; patch the file before its metadata is stripped, or export "
+        f"the AveragePool '{node.output[0]}' (kernel = stride = {'x'.join(map(str, kernel))}) under symbolic sizes: "
+        f"{what}: if it stands for adaptive pooling or F.interpolate(mode=\"area\") it is "
+        "right only where its kernel divides the size (it cannot be told from nn.AvgPool2d from what the file "
+        "records), and it is left as written; patch the file before its metadata is stripped, or export "
         "with onnxpoolfix.export"))
+
+
+def _last_line(node) -> str:
+    md = {p.key: p.value for p in node.metadata_props}
+    trace = md.get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
+    return trace[-1].strip() if trace else ""
+
+
+def _names_a_plain_pool(node) -> bool:
+    """Its metadata says a plain average pool wrote it: an nn.AvgPool*d module, or avg_pool on the line."""
+    hierarchy = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.class_hierarchy"), "")
+    return "AvgPool" in hierarchy or "avg_pool" in _last_line(node)
 
 
 def _has_metadata(node) -> bool:

@@ -210,7 +210,7 @@ def _search_alone(c: Candidate, space: SizeSpace, env0: Mapping[str, int], dtype
             c.bound_why = _try(c, dtypes, got[1], got[0], rng) or ""
     need = _proofs_needed(c)
     budget = _SEARCH_BUDGET
-    for env in space.bindings():
+    for env in space.bindings(identity=c.evidence != "structure"):
         if _enough(c, need) or c.mismatch or budget <= 0 or time.monotonic() > deadline:
             break
         got = space.at(env)

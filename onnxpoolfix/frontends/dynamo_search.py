@@ -160,14 +160,21 @@ class SizeSpace:
             env[s] = v
         return env
 
-    def bindings(self) -> Iterator[dict[str, int]]:
-        """Symbol bindings covering each axis's branch classes, pairs of the smallest classes first."""
+    def bindings(self, identity: bool = False) -> Iterator[dict[str, int]]:
+        """Symbol bindings covering each axis's branch classes, pairs of the smallest classes first.
+
+        ``identity``: also the size where an axis's windows are identity (n == m), second on that axis, but
+        never on every axis at once. torch's decomposition takes a branch of its own there (one-element
+        windows: right at n == m only), so a region traced with one axis of n == m (UPerNet's 6x6 level of
+        a 6x5 map) is right at no other size on that axis; its other axes still prove the windows and the
+        cut, which is enough where metadata names the pool (one size proves those)."""
         k = len(self.output_size)
         per_axis: list[list[int]] = []
+        same: list[int | None] = []  # per axis, the index of its identity size in per_axis
         for a, s in enumerate(self.axis_symbols):
             d = self.pooled[len(self.pooled) - k + a]
             m = self.output_size[a]
-            seen, down, up = set(), [], []
+            seen, down, up, ident = set(), [], [], []
             for v in range(1, MAX_SYMBOL + 1):
                 n = evaluate(d, {**{o: 1 for o in self.others}, s: v}) if s else None
                 if not isinstance(m, int):  # follows the input, or computed by the graph: sizes of 2 elements on
@@ -177,7 +184,9 @@ class SizeSpace:
                     if len(seen) >= (3 if isinstance(m, InputDim) else _RUNTIME_SIZES):
                         break
                     continue
-                if n is None or n < 1 or n == m:  # identity windows prove nothing
+                if n is not None and n == m and identity and not ident:
+                    ident.append(v)
+                if n is None or n < 1 or n == m:  # identity windows alone prove nothing
                     continue
                 key = branch_class(n, m)
                 if key not in seen:
@@ -186,12 +195,15 @@ class SizeSpace:
                     if len(down) >= MAX_CLASSES:
                         break
             # pooling sizes first: where every window holds one element (n < m) many a function looks the same
-            per_axis.append(down + up)
+            per_axis.append(down[:1] + ident + down[1:] + up)
+            same.append(min(len(down), 1) if ident else None)
         if not all(per_axis):
             return
         order = sorted(itertools.product(*(range(len(v)) for v in per_axis)), key=lambda ix: (sum(ix), max(ix)))
         tried = set()
         for ix in order:
+            if all(i == j for i, j in zip(ix, same)):
+                continue  # identity on every axis: any function of the right shape equals it
             env: dict[str, int] = {}
             for a, i in enumerate(ix):
                 s, v = self.axis_symbols[a], per_axis[a][i]

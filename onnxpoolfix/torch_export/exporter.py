@@ -124,6 +124,8 @@ def _refuse_dynamo_conflicts(torch, kwargs: dict) -> None:
 
 
 _EXPORT_WORDS = (
+    # "check_shapes=[...] or input_shapes": both are sizes to check at, which export declares as Dim ranges
+    (re.compile(r"(check_shapes=\[\{'NAME': \[D0, D1, \.\.\.\]\}(, \.\.\.)?\]( \([^)]*\))?) or input_shapes\b"), r"\1"),
     (re.compile(r"bind the (?:input sizes|symbolic input dims) with input_shapes=\{'NAME': \[D0, D1, \.\.\.\]\}"),
      "export those dims static (leave them out of dynamic_shapes / dynamic_axes)"),
     (re.compile(r"input_shapes=\{'NAME': \[D0, D1, \.\.\.\]\}"),
@@ -135,13 +137,17 @@ _EXPORT_WORDS = (
 )
 
 
-def export_words(hint: str | None, message: str = "") -> str | None:
+def export_words(hint: str | None, message: str = "", dynamo: bool = True) -> str | None:
     """A hint of :func:`onnxpoolfix.patch` in the words of ``export``'s own arguments (export takes no
-    input_shapes= or check_shapes=: it declares dims through dynamic_shapes, and picks the opset itself)."""
+    input_shapes= or check_shapes=: it declares dims through dynamic_shapes, and picks the opset itself;
+    ``dynamo=False``: dynamic_axes, which has no ranges)."""
     if not hint:
         return hint
     for pattern, words in _EXPORT_WORDS:
         hint = pattern.sub(words, hint)
+    if not dynamo:
+        hint = hint.replace("Dim ranges (min/max in dynamic_shapes) that keep to sizes the model takes",
+                            "static sizes for those dims (leave them out of dynamic_axes)")
     needed = re.search(r"needs opset (\d+)", message)
     if needed and "opset_version" not in hint:
         hint += f"; or export with opset_version={needed.group(1)} or later"
@@ -285,7 +291,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                            model_dir=tmp if has_data else None, optimize_exporter_pools=optimize_exporter_pools,
                            check_shapes=check_shapes, seed=seed)
         except PoolFixError as e:  # patch's hints name patch's arguments; export takes other ones
-            e.hint = export_words(e.hint, str(e))
+            e.hint = export_words(e.hint, str(e), dynamo)
             raise
         # allowed (allow_specialized_dims): the report says so too, as a warning
         result.report.notes[:0] = [WarningNote(f"allowed: {sp.describe()}") for sp in specialised]

@@ -42,3 +42,54 @@ def test_a_stripped_dynamo_average_pool_under_symbolic_sizes_is_left_with_a_warn
 ], ids=["torchscript", "static", "kernel-1", "metadata-says-AvgPool2d"])
 def test_no_warning_where_the_pool_is_what_it_says(model):
     assert _warnings(model) == []
+
+
+_HELPER_CALL = {"pkg.torch.onnx.class_hierarchy": "['m.Granite', 'aten.avg_pool2d.default']",
+                "pkg.torch.onnx.stack_trace": 'File "m.py", line 9, in forward\n    return downsample(tok, side, 5)'}
+
+
+def test_metadata_that_names_no_pooling_is_left_with_a_warning_too():
+    """transformers' granite4_vision: F.interpolate(mode="area") inside a helper function; the trace keeps only
+    the module's frame, the call of the helper, and the class hierarchy names no pooling module."""
+    (warning,) = _warnings(_avgpool("node_avg_pool2d", metadata=_HELPER_CALL))
+    assert "names no pooling" in warning and "downsample(tok, side, 5)" in warning and "onnxpoolfix.export" in warning
+
+
+def test_no_warning_where_the_source_line_is_an_average_pool():
+    line = {"pkg.torch.onnx.class_hierarchy": "['m.Net', 'aten.avg_pool2d.default']",
+            "pkg.torch.onnx.stack_trace": 'File "m.py", line 9, in forward\n    return F.avg_pool2d(x, 2)'}
+    assert _warnings(_avgpool("node_avg_pool2d", metadata=line)) == []
+
+
+def test_a_helper_functions_area_interpolation_is_wrong_elsewhere_and_warned_about():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")
+    ort = pytest.importorskip("onnxruntime")
+    import logging
+    import warnings
+
+    import numpy as np
+    import onnx
+
+    def downsample(y, side):  # granite4_vision's interpolate_downsample, in a function of its own
+        return torch.nn.functional.interpolate(y, size=(side, side), mode="area")
+
+    class Granite(torch.nn.Module):
+        def forward(self, x):
+            return downsample(x, 5)
+
+    s = torch.export.Dim("S", min=2, max=256)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            program = torch.onnx.export(Granite(), (torch.randn(1, 2, 15, 15),), dynamo=True, input_names=["x"],
+                                        dynamic_shapes={"x": {2: s, 3: s}})
+        finally:
+            logging.disable(logging.NOTSET)
+    model = onnx.load_from_string(program.model_proto.SerializeToString())
+    x = np.random.default_rng(0).standard_normal((1, 2, 19, 19)).astype(np.float32)
+    (got,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert got.shape != tuple(Granite()(torch.from_numpy(x)).shape)  # frozen k3 s3: 6x6 at 19, torch 5x5
+    (warning,) = _warnings(model)
+    assert "names no pooling" in warning and "downsample(x, 5)" in warning
