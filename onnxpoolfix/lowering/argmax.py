@@ -35,6 +35,7 @@ from .first_max_windows import (
     FIRST_MAX_WINDOWS_OPS,
     emit_first_max_windows,
     first_max_windows_seconds,
+    takes_whole_windows,
     whole_windows_apply,
     window_positions,
 )
@@ -113,7 +114,8 @@ LAZY_OPS = ("ReduceSum", "Sub", "Not", "If") + FIRST_MAX_OPS + FIRST_MAX_WINDOWS
 
 def emit_argmax(em, x: str, rank: int, tables: list[str | None], kall: int | str, n_out: int | str, elem: int,
                 tie_safe: bool, y: str, indices: str | None, flat_index: str | None, *, lazy: bool = False,
-                separable: list[PooledAxis] | None = None, whole_windows: np.ndarray | None = None) -> None:
+                separable: list[PooledAxis] | None = None, whole_windows: np.ndarray | str | None = None,
+                whole_windows_max: int = 0) -> None:
     """Values (into ``y``) and torch's indices (into ``indices``) of max pooling ``x``'s last ``len(tables)``
     axes, each with its ``[m, kmax]`` window table (None: the axis keeps its length, its window is the
     element itself). ``kall`` is the window size (the product of the kmax), ``n_out`` the number of output
@@ -122,15 +124,31 @@ def emit_argmax(em, x: str, rank: int, tables: list[str | None], kall: int | str
     ``lazy`` (not with ``tie_safe``): the NaN-aware construction runs only when the input is not all finite;
     with ``separable`` (the same axes for :func:`~.first_max.emit_first_max`) finite inputs take that
     construction, else only the choice inside the windows is guarded; with ``whole_windows`` too (the
-    ``[O, K]`` flat positions of every window element, static sizes) they take
-    :func:`~.first_max_windows.emit_first_max_windows` instead.
+    ``[O, K]`` flat positions of every window element, or the name of ``flat_index`` where they are built at
+    run time) they take :func:`~.first_max_windows.emit_first_max_windows` instead (built at run time: an
+    inner If takes it where the windows hold at most ``whole_windows_max`` elements and the plane at most
+    2**24, else the separable one).
     """
     if lazy and not tie_safe and separable is not None:
         outputs = [(y, elem)] + ([(indices, TensorProto.INT64)] if indices else [])
 
         def finite_path(sub, outs):
-            if whole_windows is not None:
-                emit_first_max_windows(sub, x, rank, separable, whole_windows, outs[0], outs[1] if indices else None)
+            if isinstance(whole_windows, str):  # runtime sizes: chosen at run time
+                inner = [(outs[0], elem)] + ([(outs[1], TensorProto.INT64)] if indices else [])
+
+                def whole(s2, o2):
+                    emit_first_max_windows(s2, x, rank, separable, whole_windows, kall, o2[0],
+                                           o2[1] if indices else None)
+
+                def parts(s2, o2):
+                    emit_first_max(s2, x, rank, separable, elem, o2[0], o2[1] if indices else None)
+
+                sub.op("If", [takes_whole_windows(sub, x, rank, len(separable), kall, whole_windows_max)],
+                       out=[name for name, _ in inner], then_branch=branch(sub, "small_windows", inner, whole),
+                       else_branch=branch(sub, "large_windows", inner, parts))
+            elif whole_windows is not None:
+                emit_first_max_windows(sub, x, rank, separable, whole_windows, kall, outs[0],
+                                       outs[1] if indices else None)
             else:
                 emit_first_max(sub, x, rank, separable, elem, outs[0], outs[1] if indices else None)
 

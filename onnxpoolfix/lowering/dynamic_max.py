@@ -20,6 +20,7 @@ from ..spec import RuntimeDim
 from . import cost as C
 from .argmax import ARGMAX_OPS, LAZY_OPS, argmax_seconds, emit_argmax
 from .first_max import PooledAxis, first_max_seconds
+from .first_max_windows import RUNTIME_WHOLE_WINDOWS
 from .max_steps import if_branch
 from .runtime_windows import (
     RuntimeLengths,
@@ -169,6 +170,9 @@ class DynamicArgMaxStep(Step):
     m: tuple[int | RuntimeDim | None, ...]  # RuntimeDim: computed by the graph at run time
     tie_safe: bool = False
     exact_non_finite = True  # NaN and all -inf windows as torch, without the NonFiniteMaxStep wrapper
+    #: finite inputs whose windows hold at most this many elements at run time take every window at once
+    #: (first_max_windows.py; measured faster up to 16 in every shape tried, slower in some at 25 and 36)
+    whole_windows_max = RUNTIME_WHOLE_WINDOWS
 
     def out_shape(self, shape):
         f = self.first_axis
@@ -279,5 +283,8 @@ class DynamicArgMaxStep(Step):
         separable = [PooledAxis(table_names[j] if j in tables else None, kmax.get(j, 1),
                                 ms[j] if j in tables else n_j, n_j)
                      for j, n_j in ((j, self.n[j] if isinstance(self.n[j], int) else length(j)) for j in range(k))]
+        # over 2+ pooled axes, finite inputs whose windows are small AT RUN TIME take every window at once
+        whole = flat if indices and len(changed) >= 2 and not self.tie_safe and self.whole_windows_max else None
         emit_argmax(em, x, len(shape), table_names, kall, n_out, elem, self.tie_safe, y, indices, flat,
-                    lazy=not self.tie_safe, separable=separable if changed else None)
+                    lazy=not self.tie_safe, separable=separable if changed else None, whole_windows=whole,
+                    whole_windows_max=self.whole_windows_max)

@@ -35,11 +35,15 @@ from .first_max import PooledAxis, output_shape
 #: past this many elements per window the separable construction always wins (1x128x64x64 -> 7x7, K = 100:
 #: 1.25x slower; 4x3x50x50 -> 7x7, K = 64: 1.34x); below it the estimates decide
 MAX_WINDOW = 36
+#: with runtime window tables (the dynamic lowering), an If at run time takes this construction where the windows
+#: hold at most this many elements: every shape measured was faster up to 16 (1x512x10x10 -> 7x7 0.71x,
+#: 1x1024x12x12 -> 5x5 0.89x), some at 25 and 36 slower (1x256x33x33 -> 8x8 1.07x, 8x64x31x40 -> 6x9 1.27x)
+RUNTIME_WHOLE_WINDOWS = 16
 #: the plane's flat positions are exact in float below this
 MAX_PLANE = 1 << 24
 #: every op :func:`emit_first_max_windows` may emit
 FIRST_MAX_WINDOWS_OPS = ("Reshape", "Transpose", "Gather", "ReduceMax", "Equal", "Cast", "Mul", "Sub", "Squeeze",
-                         "Shape", "Slice", "Concat")
+                         "Shape", "Slice", "Concat", "Flatten", "Unsqueeze", "ReduceProd", "Less", "And", "If")
 
 
 def window_positions(n: tuple[int, ...], tables: list[np.ndarray]) -> np.ndarray:
@@ -75,16 +79,23 @@ def first_max_windows_seconds(lead: int, n: list[int], m: list[int], kmax: list[
     return c
 
 
-def emit_first_max_windows(em: Emitter, x: str, rank: int, axes: list[PooledAxis], positions: np.ndarray,
-                           y: str, indices: str | None) -> None:
+def emit_first_max_windows(em: Emitter, x: str, rank: int, axes: list[PooledAxis], positions: np.ndarray | str,
+                           kall: int | str, y: str, indices: str | None) -> None:
     """Values (into ``y``) and, if ``indices``, torch's indices of max pooling ``x``'s last ``len(axes)``
-    axes (static sizes), exact where no element of ``x`` is NaN and ``x`` is not empty (the If's condition,
-    :func:`~.first_max.takes_first_max`). ``positions``: :func:`window_positions` of the axes."""
+    axes, exact where no element of ``x`` is NaN, ``x`` is not empty and its plane has at most
+    :data:`MAX_PLANE` elements (the If's condition, :func:`~.first_max.takes_first_max` and
+    :func:`plane_fits`). ``positions``: the ``[O, K]`` :func:`window_positions` of the axes, or (the dynamic
+    lowering's, built at run time) the name of the same int64 tensor flattened; ``kall``: ``K``, an int or a
+    0-d int64 tensor."""
     k = len(axes)
-    plane = prod(ax.n for ax in axes)
-    flat = em.op("Reshape", [x, em.ints("planes", [-1, plane])])  # [L, P]: not empty here
-    v = em.op("Transpose", [flat], perm=[1, 0])  # [P, L]
-    windows = em.op("Gather", [v, em.const("window_positions", positions)], axis=0, hint="windows")  # [O, K, L]
+    v = em.op("Transpose", [em.op("Flatten", [x], axis=rank - k)], perm=[1, 0])  # [P, L]
+    if isinstance(positions, np.ndarray):
+        table = em.const("window_positions", positions)
+    else:
+        width = em.ints("width", [kall]) if isinstance(kall, int) else em.unsqueeze(kall, [0])
+        table = em.op("Reshape", [positions, em.op("Concat", [em.ints("rows", [-1]), width], axis=0)],
+                      hint="window_positions")
+    windows = em.op("Gather", [v, table], axis=0, hint="windows")  # [O, K, L]
     kept_max = em.reduce("ReduceMax", windows, [1], keepdims=1)  # [O, 1, L]
     out_shape = output_shape(em, x, rank - k, axes)
     values = em.op("Transpose", [em.squeeze(kept_max, [1])], perm=[1, 0])
@@ -93,8 +104,23 @@ def emit_first_max_windows(em: Emitter, x: str, rank: int, axes: list[PooledAxis
         return
     hit = em.cast(em.op("Equal", [windows, kept_max]), TensorProto.FLOAT)
     top = np.float32(MAX_PLANE)
-    weights = em.const("reversed_position", (top - positions.astype(np.float32))[:, :, None])  # exact: < 2**24
+    if isinstance(positions, np.ndarray):  # exact: below 2**24
+        weights = em.const("reversed_position", (top - positions.astype(np.float32))[:, :, None])
+    else:
+        weights = em.unsqueeze(em.op("Sub", [em.const("top", top), em.cast(table, TensorProto.FLOAT)],
+                                     hint="reversed_position"), [2])
     best = em.reduce("ReduceMax", em.op("Mul", [hit, weights]), [1], keepdims=0)  # [O, L]
     first = em.op("Sub", [em.const("top", top), best], hint="first_position")
     moved = em.op("Transpose", [first], perm=[1, 0])  # as float: onnxruntime moves int64 element by element
     em.op("Reshape", [em.cast(moved, TensorProto.INT64), out_shape], out=indices)
+
+
+def takes_whole_windows(em: Emitter, x: str, rank: int, k: int, kall: int | str, most: int) -> str:
+    """A bool scalar (runtime sizes): the windows hold at most ``most`` elements (``kall``, 0-d int64) and
+    ``x``'s last ``k`` dims at most :data:`MAX_PLANE` (its float positions are exact)."""
+    plane = em.op("ReduceProd", [em.op("Slice", [em.op("Shape", [x]), em.ints("start", [rank - k]),
+                                                 em.ints("end", [rank])])], keepdims=0)
+    fits = em.op("Less", [plane, em.const("plane_limit", np.array(MAX_PLANE + 1, np.int64))])
+    count = em.const("window_elements", np.array(kall, np.int64)) if isinstance(kall, int) else kall
+    small = em.op("Less", [count, em.const("window_limit", np.array(most + 1, np.int64))])
+    return em.op("And", [fits, small])

@@ -154,3 +154,37 @@ def test_the_planner_takes_the_cheaper(shape, size, construction):
     model = make_leftover("max", list(shape), size, indices="output")
     model = onnxpoolfix.patch(model, check=False).model
     assert finite_branch_construction(model) == construction
+
+
+@pytest.mark.parametrize("shape", [["N", 3, "H", "W"], ["N", 3, "H", 9], [2, "C", 9, "W"]])
+def test_runtime_window_tables(shape, torch_mod, monkeypatch):
+    """The dynamic lowering's positions, built at run time from its window tables (one file, every size)."""
+    force_first_max(monkeypatch, "whole_windows")
+    size = (4, 5)
+    model = onnxpoolfix.patch(make_leftover("max", shape, size, indices="output"), check=False).model
+    assert finite_branch_construction(model) == "chosen at run time"  # here: every size takes whole windows
+    rng = np.random.default_rng(12)
+    for h, w in [(9, 9), (4, 2), (13, 17), (1, 5), (6, 1), (4, 5)]:
+        sizes = {"N": 2, "C": 3, "H": h, "W": w}
+        concrete = [sizes.get(d, d) for d in shape]
+        for x in (rng.integers(-1, 2, concrete).astype(np.float32), np.zeros(concrete, np.float32)):
+            got_v, got_i = ort_run(model, {"x": x})
+            want_v, want_i = _torch_pool(torch_mod, x, size)
+            assert_bits_equal(got_i, want_i.numpy(), f"indices vs torch at {concrete}")
+            assert_bits_equal(got_v, want_v.numpy(), f"values vs torch at {concrete}")
+
+
+def test_runtime_choice_by_window_size(torch_mod):
+    """Unforced, runtime tables: windows of at most RUNTIME_WHOLE_WINDOWS elements take every window at once,
+    larger ones the separable construction, inside one file; both give torch's indices (sizes on both sides:
+    9x9 -> 4x5 has windows of 3x3 = 9 elements, 40x41 -> 4x5 of 11x10)."""
+    size = (4, 5)
+    model = onnxpoolfix.patch(make_leftover("max", [1, 2, "H", "W"], size, indices="output"), check=False).model
+    assert finite_branch_construction(model) == "chosen at run time"
+    rng = np.random.default_rng(13)
+    for h, w in [(9, 9), (40, 41), (4, 5), (17, 3)]:
+        x = rng.integers(-1, 2, (1, 2, h, w)).astype(np.float32)
+        got_v, got_i = ort_run(model, {"x": x})
+        want_v, want_i = _torch_pool(torch_mod, x, size)
+        assert_bits_equal(got_i, want_i.numpy(), f"indices vs torch at {h}x{w}")
+        assert_bits_equal(got_v, want_v.numpy(), f"values vs torch at {h}x{w}")

@@ -100,15 +100,16 @@ def ort_run(model: onnx.ModelProto, feed: dict, outputs=None) -> list[np.ndarray
 def force_first_max(monkeypatch, construction: str) -> None:
     """Make the argmax lowering's finite branch take ``construction`` ("separable": lowering/first_max.py,
     "whole_windows": lowering/first_max_windows.py, where it applies) whatever the cost model says."""
-    from onnxpoolfix.lowering import argmax
+    from onnxpoolfix.lowering import argmax, dynamic_max
 
     priced = argmax.ArgMaxStep._finite_costs
 
     def forced(self, lead, kmax, isz):
-        costs = priced(self, lead, kmax, isz)
-        return {name: (0.0 if name == construction else 1.0) for name in costs}
+        return {name: (0.0 if name == construction else 1.0) for name in priced(self, lead, kmax, isz)}
 
     monkeypatch.setattr(argmax.ArgMaxStep, "_finite_costs", forced)
+    # runtime window tables: an If at run time picks by window size; 0 emits the separable one alone
+    monkeypatch.setattr(dynamic_max.DynamicArgMaxStep, "whole_windows_max", 0 if construction == "separable" else 1 << 30)
 
 
 def finite_branch_construction(model: onnx.ModelProto) -> str:
@@ -119,7 +120,9 @@ def finite_branch_construction(model: onnx.ModelProto) -> str:
     (if_node,) = [n for n in model.graph.node if n.op_type == "If"]
     then_branch = next(a.g for a in if_node.attribute if a.name == "then_branch")
     gathered = {i for n in nodes_deep(then_branch.node) if n.op_type == "Gather" for i in n.input}
-    return "whole_windows" if any("window_positions" in i for i in gathered) else "separable"
+    whole = any("window_positions" in i for i in gathered)
+    separable = any(n.op_type == "GatherElements" for n in nodes_deep(then_branch.node))
+    return "chosen at run time" if whole and separable else "whole_windows" if whole else "separable"
 
 
 def leftover_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
