@@ -2,6 +2,32 @@
 
 NOTES = """## Notes (analysis of the run that produced this file; numbers move on a shared machine)
 
+- **This session (2026-12-02, after midnight; same machine as the next bullet's)**: max with indices got a
+  second construction for finite inputs, every window at once (lowering/first_max_windows.py: one Gather of
+  every window's flat positions, ReduceMax, then the smallest position holding the maximum as
+  2**24 - ReduceMax(hit * (2**24 - position)); ~14 nodes, no read-back). Measured in one process against the
+  separable one (2 threads, randn): 1x512x10x10 -> 7x7 0.71x, 1x512x14x14 -> 6x6 0.49x, 1x2048x7x7 -> 3x3
+  0.65x, 2x1024x9x9 -> 7x7 0.75x, 1x64x4x5 -> 6x6 0.78x; slower with large windows: 1x256x33x33 -> 8x8
+  (K = 25) 1.07x, 8x64x31x40 -> 6x9 (K = 36) 1.27x, 1x128x64x64 -> 7x7 (K = 100) 1.25x. The static planner
+  prices both (FIRST_MAX_WINDOWS_PASSES = 8, windows of at most 36 elements); the dynamic lowering picks at
+  run time (an If: windows of at most 16 elements), since it had fallen behind the faster static form
+  (dyn_maxidx_up4x5to6 3.2-3.4x its static twin, over max(2x, +50 us)). Three `make bench` runs of this
+  session's code (the last is this file), maxidx_10to7 over torch 1.09x / 0.90x / 0.90x (1.27-1.59x before),
+  maxidx_33to8 1.11x / 1.15x / 0.87x; floor ratios psp_64 2.61x / 3.44x / 2.49x, avg_64to5x7 2.84x (its
+  floor itself ran 1.7x slow in that run) / 2.23x / 2.21x, avg1d 2.52x / 2.52x / 2.35x, max_64to5x7 3.84x /
+  3.92x / 4.64x; dyn_max_33to8 2.26x / 2.38x / 1.99x its static form. So the targets met in the last run
+  are at their line in the others: every one but max_64to5x7's floor is met in at least one run, none of
+  the max-with-indices or floor rows in all three.
+- **Tried this session and not kept**: (a) max with indices from one float64 key per element (x + (|x| +
+  2**-126) * (2**20 - position) * 2**-46: exact and order-preserving, decoded by one Cast): bit-exact on
+  ties, -0.0, subnormals and 1e37, but 2.2-3.8x slower (a Gather on the last axis copies element by
+  element: 591 us of 920; in the blocked layout the five float64 element-wise ops alone are ~150 us on
+  1x512x10x10); (b) psp_64's second pass (a batched [11,64] @ [64,11] per plane, ~250 us) as one
+  block-Kronecker GEMM + Split (0.99-1.04x), three per-level Kronecker GEMMs after a Split (1.4x slower),
+  H first (1.2-1.3x), a Gemm with x as transB (packing: 2x): the first pass alone is 1.6-2x the floor (MLAS
+  computes 16-wide strips: [32768,64] @ [64,11] is ~33 M multiply-adds, compute-bound here), which leaves
+  ~0.5x for the rest; (c) avg1d's AveragePool over single-channel rows ([40960,1,100]): 0.87x under load,
+  within noise, not adopted.
 - **This machine (2026-12-01, late evening session)**: another 2-core machine than the earlier runs' (its
   memory reads faster: the read-once floor of 8x256x64x64 is 1.1-1.4 ms here, 2.2 ms before; torch's small
   kernels are faster too: max with indices 1x512x10x10 -> 7x7 250-330 us, 520-640 before). Two quiet runs of
