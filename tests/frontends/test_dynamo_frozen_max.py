@@ -6,10 +6,6 @@ from the source line, or from --traced-shape), or refused. Every OUT is compared
 than the traced one."""
 from __future__ import annotations
 
-import logging
-import warnings
-
-import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
@@ -18,6 +14,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
 ort = pytest.importorskip("onnxruntime")
 nn, F = torch.nn, torch.nn.functional
+
+from dynamo_exports import errors_vs_torch, export_symbolic_hw
 
 from onnxpoolfix import patch
 from onnxpoolfix.cli import main
@@ -97,18 +95,7 @@ SIZES = [(22, 13), (20, 12), (31, 40), (9, 11)]  # 20x12: same shapes as traced 
 
 
 def _export(module) -> onnx.ModelProto:
-    torch.manual_seed(0)
-    module.eval()
-    dims = {"x": {2: torch.export.Dim("H", min=8, max=256), 3: torch.export.Dim("W", min=8, max=256)}}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        try:
-            program = torch.onnx.export(module, (torch.randn(1, 3, *TRACED),), dynamo=True, dynamic_shapes=dims,
-                                        input_names=["x"], verbose=False)
-        finally:
-            logging.disable(logging.NOTSET)
-    return onnx.load_from_string(program.model_proto.SerializeToString())
+    return export_symbolic_hw(module, TRACED, low=8, high=256)
 
 
 @pytest.fixture(scope="module")
@@ -121,26 +108,8 @@ def exports():
 
 
 def _errors(module, model: onnx.ModelProto, sizes) -> dict:
-    """hw -> max |OUT - torch| / max(1, max |torch|) over the outputs (inf where onnxruntime fails or a shape
-    differs): a window one element off moves a max by ~1, float noise of the sums below it is ~1e-6 of them."""
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(5)
-    out = {}
-    for hw in sizes:
-        x = rng.standard_normal((1, 3, *hw)).astype(np.float32)
-        with torch.no_grad():
-            want = module(torch.from_numpy(x))
-        want = [t.numpy() for t in (want if isinstance(want, tuple) else (want,))]
-        try:
-            got = sess.run(None, {"x": x})
-        except Exception:  # noqa: BLE001 - the unpatched export crashing is one of the outcomes measured
-            out[hw] = float("inf")
-            continue
-        out[hw] = max(float(np.abs(g - w).max() / max(1.0, np.abs(w).max())) if g.shape == w.shape else float("inf")
-                      for g, w in zip(got, want))
-    return out
+    """A window one element off moves a max by ~1, float noise of the sums below it is ~1e-6 of them."""
+    return errors_vs_torch(module, model, sizes, seed=5, relative=True)
 
 
 def _traced() -> dict:

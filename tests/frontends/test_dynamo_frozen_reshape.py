@@ -5,17 +5,14 @@ size at the Reshape, and the patch refused even with the traced size ("its input
 shapes is unknown"); the exporter's own declared dims give it. Real torch 2.13 dynamo exports."""
 from __future__ import annotations
 
-import logging
-import warnings
-
-import numpy as np
-import onnx
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
 ort = pytest.importorskip("onnxruntime")
 nn = torch.nn
+
+from dynamo_exports import errors_vs_torch, export_symbolic_hw
 
 from onnxpoolfix import patch
 from onnxpoolfix.errors import UnsupportedNodeError
@@ -48,33 +45,11 @@ SIZES = [(64, 64), (96, 72), (60, 100), (132, 88)]
 def exported():
     torch.manual_seed(0)
     module = Attention().eval()
-    dims = {"x": {2: torch.export.Dim("H", min=8, max=1024), 3: torch.export.Dim("W", min=8, max=1024)}}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        try:
-            program = torch.onnx.export(module, (torch.randn(1, 3, *TRACED),), dynamo=True, dynamic_shapes=dims,
-                                        input_names=["x"], verbose=False)
-        finally:
-            logging.disable(logging.NOTSET)
-    return module, onnx.load_from_string(program.model_proto.SerializeToString())
+    return module, export_symbolic_hw(module, TRACED, low=8)
 
 
 def _errors(module, model, sizes) -> dict:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(3)
-    out = {}
-    for hw in sizes:
-        x = rng.standard_normal((1, 3, *hw)).astype(np.float32)
-        with torch.no_grad():
-            want = module(torch.from_numpy(x)).numpy()
-        try:
-            (got,) = sess.run(None, {"x": x})
-        except Exception:  # noqa: BLE001 - the unpatched export crashing is one of the outcomes measured
-            out[hw] = float("inf")
-            continue
-        out[hw] = float(np.abs(got - want).max()) if got.shape == want.shape else float("inf")
-    return out
+    return errors_vs_torch(module, model, sizes, seed=3)
 
 
 def test_the_frozen_pool_is_what_the_export_froze(exported):

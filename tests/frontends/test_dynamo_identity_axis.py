@@ -5,11 +5,7 @@ nothing") and refused the file, though --traced-shape proved it at once. Real to
 from __future__ import annotations
 
 import itertools
-import logging
-import warnings
 
-import numpy as np
-import onnx
 import pytest
 
 from onnxpoolfix.frontends.dynamo_search import SizeSpace
@@ -18,6 +14,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
 ort = pytest.importorskip("onnxruntime")
 nn = torch.nn
+
+from dynamo_exports import errors_vs_torch, export_symbolic_hw
 
 from onnxpoolfix import patch
 from onnxpoolfix.errors import UnsupportedNodeError
@@ -36,35 +34,11 @@ class Level6(nn.Module):
 
 
 def _export(module, hw):
-    torch.manual_seed(0)
-    module.eval()
-    dims = {"x": {2: torch.export.Dim("H", min=2, max=1024), 3: torch.export.Dim("W", min=2, max=1024)}}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        try:
-            program = torch.onnx.export(module, (torch.randn(1, 3, *hw),), dynamo=True, dynamic_shapes=dims,
-                                        input_names=["x"], verbose=False)
-        finally:
-            logging.disable(logging.NOTSET)
-    return onnx.load_from_string(program.model_proto.SerializeToString())
+    return export_symbolic_hw(module, hw)
 
 
 def _errors(module, model, sizes) -> dict:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(5)
-    out = {}
-    for hw in sizes:
-        x = rng.standard_normal((1, 3, *hw)).astype(np.float32)
-        with torch.no_grad():
-            want = module(torch.from_numpy(x)).numpy()
-        try:
-            (got,) = sess.run(None, {"x": x})
-        except Exception:  # noqa: BLE001 - the unpatched export crashing is one of the outcomes measured
-            out[hw] = float("inf")
-            continue
-        out[hw] = float(np.abs(got - want).max()) if got.shape == want.shape else float("inf")
-    return out
+    return errors_vs_torch(module, model, sizes, seed=5)
 
 
 @pytest.mark.parametrize("hw", [(12, 10), (10, 12), (12, 22)])

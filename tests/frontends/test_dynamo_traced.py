@@ -18,6 +18,8 @@ pytest.importorskip("onnxscript")
 ort = pytest.importorskip("onnxruntime")
 nn, F = torch.nn, torch.nn.functional
 
+from dynamo_exports import errors_vs_torch, export_symbolic_hw
+
 from onnxpoolfix import patch
 from onnxpoolfix.cli import main
 from onnxpoolfix.errors import ShapeError, UnsupportedNodeError
@@ -102,18 +104,7 @@ SIZES = {"pyramid": [(16, 16), (24, 20), (13, 17), (36, 28)], "ppm": [(16, 16), 
 
 
 def _export(module, hw) -> tuple[nn.Module, onnx.ModelProto]:
-    torch.manual_seed(0)
-    module.eval()
-    dims = {"x": {2: torch.export.Dim("H", min=2, max=1024), 3: torch.export.Dim("W", min=2, max=1024)}}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        try:
-            program = torch.onnx.export(module, (torch.randn(1, 3, *hw),), dynamo=True, dynamic_shapes=dims,
-                                        input_names=["x"], verbose=False)
-        finally:
-            logging.disable(logging.NOTSET)
-    return module, onnx.load_from_string(program.model_proto.SerializeToString())
+    return module, export_symbolic_hw(module, hw)
 
 
 @pytest.fixture(scope="module")
@@ -140,25 +131,7 @@ def _traced(name: str) -> dict:
 
 
 def _errors(module, model: onnx.ModelProto, sizes, relative: bool = False) -> dict:
-    """hw -> max |OUT - torch| (inf where onnxruntime fails or the shape differs); ``relative``: over
-    max(1, max |torch|), float32's rounding of outputs that sum a few hundred values."""
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(3)
-    out = {}
-    for hw in sizes:
-        x = rng.standard_normal((1, 3, *hw)).astype(np.float32)
-        with torch.no_grad():
-            want = module(torch.from_numpy(x)).numpy()
-        try:
-            (got,) = sess.run(None, {"x": x})
-        except Exception:  # noqa: BLE001 - the unpatched export crashing is one of the outcomes measured
-            out[hw] = float("inf")
-            continue
-        scale = max(1.0, float(np.abs(want).max())) if relative else 1.0
-        out[hw] = float(np.abs(got - want).max()) / scale if got.shape == want.shape else float("inf")
-    return out
+    return errors_vs_torch(module, model, sizes, seed=3, relative=relative)
 
 
 def _assert_exact(module, model, name):

@@ -1,0 +1,55 @@
+"""Real dynamo exports with symbolic H/W, and their error against torch at other sizes (the dynamo front-end
+tests: the file as exported, then patched, run at sizes it was not traced at)."""
+from __future__ import annotations
+
+import logging
+import warnings
+
+import numpy as np
+import onnx
+
+
+def export_symbolic_hw(module, hw, *, low: int = 2, high: int = 1024) -> onnx.ModelProto:
+    """``module`` (put in eval mode) exported by the dynamo exporter from a seeded ``1x3xHxW`` input at ``hw``,
+    H and W symbolic in ``[low, high]``; the exporter's warnings and log lines silenced."""
+    import torch
+
+    torch.manual_seed(0)
+    module.eval()
+    dims = {"x": {2: torch.export.Dim("H", min=low, max=high), 3: torch.export.Dim("W", min=low, max=high)}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            program = torch.onnx.export(module, (torch.randn(1, 3, *hw),), dynamo=True, dynamic_shapes=dims,
+                                        input_names=["x"], verbose=False)
+        finally:
+            logging.disable(logging.NOTSET)
+    return onnx.load_from_string(program.model_proto.SerializeToString())
+
+
+def errors_vs_torch(module, model: onnx.ModelProto, sizes, *, seed: int, relative: bool = False) -> dict:
+    """hw -> max |OUT - torch| over every output on seeded ``1x3xHxW`` inputs (inf where onnxruntime fails or
+    a shape differs); ``relative``: each output's over max(1, max |torch|) (float32's rounding of outputs that
+    sum a few hundred values)."""
+    import onnxruntime as ort
+    import torch
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(seed)
+    out = {}
+    for hw in sizes:
+        x = rng.standard_normal((1, 3, *hw)).astype(np.float32)
+        with torch.no_grad():
+            want = module(torch.from_numpy(x))
+        want = [t.numpy() for t in (want if isinstance(want, tuple) else (want,))]
+        try:
+            got = sess.run(None, {"x": x})
+        except Exception:  # noqa: BLE001 - the unpatched export crashing is one of the outcomes measured
+            out[hw] = float("inf")
+            continue
+        out[hw] = max(float(np.abs(g - w).max()) / (max(1.0, float(np.abs(w).max())) if relative else 1.0)
+                      if g.shape == w.shape else float("inf") for g, w in zip(got, want))
+    return out
