@@ -94,7 +94,7 @@ def frozen_error(suspects: Sequence[Suspect], *, traced: bool) -> UnsupportedNod
     what = ("the given traced size did not prove them (is it the export call's example input?); "
             if traced else "give the size the model was exported at (the export call's example input) with ")
     return UnsupportedNodeError(
-        f"{len(frozen)} pooling region(s) of this dynamo export would stay frozen at its traced size, so OUT "
+        f"{len(frozen)} pooling region(s) of this export would stay frozen at its traced size, so OUT "
         f"would be wrong or crash at other input sizes: {names}",
         what + ("" if not traced else "give it with ") + "--traced-shape NAME:D0,D1,..., "
         "or export through onnxpoolfix.export; --allow-partial writes the partial fix anyway")

@@ -194,8 +194,11 @@ class SizeSpace:
                     (down if n > m else up).append(v)
                     if len(down) >= MAX_CLASSES:
                         break
-            # pooling sizes first: where every window holds one element (n < m) many a function looks the same
-            per_axis.append(down[:1] + ident + down[1:] + up)
+            # pooling sizes first: where every window holds one element (n < m) many a function looks the same.
+            # Where metadata names the pool, the upsampling classes (at most two per axis) come second: a
+            # region traced at n < m (UPerNet's 6x6 level of a 3x4 map) is right only there, and behind
+            # every pair of the pooling classes they lay past the search budget
+            per_axis.append(down[:1] + ident + up + down[1:] if identity else down[:1] + down[1:] + up)
             same.append(min(len(down), 1) if ident else None)
         if not all(per_axis):
             return
