@@ -168,12 +168,16 @@ def prove_all(model, g: DataflowGraph, candidates: list[Candidate], input_shapes
     declared = declared_dims(model)
     env0 = symbol_binding(model, declared, input_shapes) if input_shapes else {}
     whole = []  # regions whose sizes are not declared as expressions: the whole-model search
+    inferred: list = []  # the whole model inferred at the bound shapes, once, where a region needs it
     for c in symbolic:
         space = SizeSpace.of(declared, c.pooled, c.sources, c.output_size) if env0 is not None else None
         if space is None:
             whole.append(c)
         else:
-            _search_alone(c, space, env0, dtypes, rng, deadline)
+            env = env0
+            if env0 and not set(space.axis_symbols) <= set(env0):
+                env = _completed_binding(model, input_shapes, env0, space, c.pooled, inferred)
+            _search_alone(c, space, env, dtypes, rng, deadline)
     if whole:
         _search_whole_model(model, whole, input_shapes, dtypes, rng, deadline)
     for c in symbolic:
@@ -313,6 +317,27 @@ def symbol_binding(model: onnx.ModelProto, declared, input_shapes) -> dict[str, 
                 return None
             env[s] = got
     return env
+
+
+def _completed_binding(model: onnx.ModelProto, input_shapes, env0: Mapping[str, int], space: SizeSpace,
+                       pooled: str, inferred: list) -> dict[str, int]:
+    """``env0`` with the pooled axes' symbols the input's do not give: the exporter names the sizes after a
+    layer anew (an input declared ``4*h`` gives a conv output of ``2*s39``, with no relation between ``h``
+    and ``s39`` in the file). Solved from the pooled tensor's size in the whole model inferred at the bound
+    shapes (``inferred``: that inference, made on the first call); ``env0`` unchanged where it cannot be."""
+    if not inferred:
+        bound = light_copy(model)
+        try:
+            apply_input_shapes(bound, input_shapes)
+            inferred.append(infer(bound))
+        except PoolFixError as e:
+            logger.debug("binding %s: %s", input_shapes, e)
+            inferred.append({})
+    xs = inferred[0].get(pooled, (0, None))[1]
+    if xs is None or not all(isinstance(d, int) and d >= 1 for d in xs):
+        return dict(env0)
+    solved = space.symbol_values_for(xs) or {}
+    return {**solved, **env0}
 
 
 def _runtime_pairs(c: Candidate, xs: tuple[int, ...]) -> dict[int, tuple[int, int]]:
