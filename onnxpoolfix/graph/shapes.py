@@ -16,6 +16,7 @@ from onnx import TensorProto
 from ..errors import ArgumentError, ShapeError, UnsupportedNodeError
 from ..spec import SUPPORTED_DTYPES, Dim, InputDim, PoolNode, PoolSpec, RuntimeDim, dtype_name  # noqa: F401  (re-exported)
 from . import default_opset, is_repeated
+from .shape_values import fold_size_chains
 
 logger = logging.getLogger(__name__)
 
@@ -197,10 +198,67 @@ def onnx_inferred(light: onnx.ModelProto, what: str = "", *, data_prop: bool = T
     """onnx shape inference as every caller here runs it (lenient, and with data propagation so Shape ->
     Gather -> Concat chains give sizes); None where onnx fails on the model (``what`` says which, in the log)."""
     try:
-        return onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=data_prop)
+        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=data_prop)
     except Exception as e:  # noqa: BLE001 - what onnx cannot infer stays unknown; each caller says what then
         logger.debug("shape inference%s failed: %s", what, e)
         return None
+    return _with_folded_sizes(inferred) if data_prop else inferred
+
+
+def _with_folded_sizes(inferred: onnx.ModelProto, rounds: int = 3) -> onnx.ModelProto:
+    """``inferred`` with the shapes a second inference finds once the size chains over static shapes are
+    folded (graph/shape_values.py: onnx propagates none before Shape-15). Nodes unchanged; value_info
+    entries replaced where the folded inference sized more of them."""
+    best = _entries(inferred)
+    produced = {o for n in inferred.graph.node for o in n.output if o}
+    current = inferred
+    for _ in range(rounds):
+        try:
+            folded = fold_size_chains(current, model_opset(current))
+        except Exception as e:  # noqa: BLE001 - an aid to inference only: the first inference stands
+            logger.debug("folding size chains failed: %s", e, exc_info=True)
+            break
+        if folded is None:
+            break
+        try:
+            again = onnx.shape_inference.infer_shapes(folded, check_type=False, strict_mode=False, data_prop=True)
+        except Exception as e:  # noqa: BLE001 - the first inference stands
+            logger.debug("shape inference after folding size chains failed: %s", e)
+            break
+        gained = {name: vi for name, vi in _entries(again).items() if name in produced
+                  and _known_dims_of(vi) > (_known_dims_of(best[name]) if name in best else -1)}
+        if not gained:
+            break
+        best.update(gained)
+        current = again
+    if current is inferred:
+        return inferred
+    out = onnx.ModelProto()
+    out.CopyFrom(inferred)
+    for field in (out.graph.value_info, out.graph.output):
+        for vi in field:
+            if vi.name in best:
+                vi.CopyFrom(best[vi.name])
+    present = {vi.name for vi in list(out.graph.value_info) + list(out.graph.output)}
+    out.graph.value_info.extend(best[name] for name in sorted(best) if name not in present and name in produced)
+    return out
+
+
+def _entries(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+    """Every declared tensor's entry, the better sized where a name is both value_info and a graph output."""
+    out: dict[str, onnx.ValueInfoProto] = {}
+    for vi in list(model.graph.value_info) + list(model.graph.output):
+        if vi.name not in out or _known_dims_of(vi) > _known_dims_of(out[vi.name]):
+            out[vi.name] = vi
+    return out
+
+
+def _known_dims_of(vi: onnx.ValueInfoProto) -> int:
+    """Dims with a value in ``vi``'s shape; -1 without a shape."""
+    t = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+    if t is None or not t.HasField("shape"):
+        return -1
+    return sum(d.HasField("dim_value") for d in t.shape.dim)
 
 
 def make_value_info(name: str, elem: int, dims: Sequence[Dim] | None) -> onnx.ValueInfoProto:

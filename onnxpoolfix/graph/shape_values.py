@@ -1,0 +1,243 @@
+"""Sizes that a graph computes from static shapes, evaluated here where onnx's data propagation does not.
+
+onnx propagates the values of ``Shape -> Slice -> Concat`` chains only from Shape-15 on, so an export at
+opset 9-14 (the TorchScript exporter's ``x.flatten(2)``, ``x.view(n, c, -1)``: a Reshape to
+``Concat(Slice(Shape(x)), [-1])``) leaves the Reshape's output, and every pool after it, of unknown shape.
+Where the shapes such a chain reads are static, :func:`fold_size_chains` computes its values with numpy
+(the ONNX semantics of the few ops size arithmetic uses, per opset) and hands them to a second inference as
+initializers. Only for shape inference: the model written is never changed.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+#: a folded value larger than this is no size vector
+_MAX_ELEMENTS = 64
+_INT_TYPES = {onnx.TensorProto.INT64: np.int64, onnx.TensorProto.INT32: np.int32}
+
+
+def _attr(node: onnx.NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def _axes(node, ins, opset: int, at: int, since: int):
+    """The ``axes`` of Squeeze/Unsqueeze/Slice-like nodes: an input from ``since`` on, an attribute before."""
+    if opset >= since:
+        return None if len(ins) <= at or ins[at] is None else [int(v) for v in ins[at].reshape(-1)]
+    got = _attr(node, "axes")
+    return None if got is None else list(got)
+
+
+class Dim:
+    """Entry ``axis`` of ``Shape(tensor)`` where that dim is symbolic (a value only a Reshape can copy)."""
+
+    __slots__ = ("tensor", "axis")
+
+    def __init__(self, tensor: str, axis: int):
+        self.tensor, self.axis = tensor, axis
+
+
+def _slice(node, ins, opset: int) -> np.ndarray:
+    x = ins[0]
+    if opset >= 10:
+        starts, ends = _ints(ins[1]), _ints(ins[2])
+        axes = _ints(ins[3]) if len(ins) > 3 and ins[3] is not None else list(range(len(starts)))
+        steps = _ints(ins[4]) if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
+    else:
+        starts, ends = _attr(node, "starts"), _attr(node, "ends")
+        axes = _attr(node, "axes", list(range(len(starts))))
+        steps = [1] * len(starts)
+    index = [slice(None)] * x.ndim
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        index[int(a) % x.ndim] = slice(int(s), int(e), int(st))  # python clamps as ONNX does
+    return x[tuple(index)]
+
+
+def _ints(v: np.ndarray) -> list[int]:
+    """A value every entry of which is known, as ints (ValueError otherwise)."""
+    flat = list(v.reshape(-1))
+    if not all(isinstance(e, (int, np.integer)) for e in flat):
+        raise ValueError("not a known value")
+    return [int(e) for e in flat]
+
+
+def _elementwise(f, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``f`` entry by entry (broadcasting); an entry with an unknown operand is unknown."""
+    a, b = np.broadcast_arrays(a, b)
+    out = np.empty(a.shape, dtype=object)
+    for i in np.ndindex(a.shape):
+        x, y = a[i], b[i]
+        out[i] = int(f(int(x), int(y))) if isinstance(x, (int, np.integer)) and isinstance(y, (int, np.integer)) \
+            else None
+    return out
+
+
+def _trunc_div(x: int, y: int) -> int:  # ONNX's integer Div truncates toward zero
+    q = abs(x) // abs(y)
+    return q if (x >= 0) == (y > 0) else -q
+
+
+def _evaluate(node: onnx.NodeProto, ins: list, opset: int, dims: dict) -> np.ndarray | None:
+    op = node.op_type
+    if op == "Shape":
+        shape = dims.get(node.input[0])
+        if shape is None:
+            return None
+        entries = [d if isinstance(d, int) else Dim(node.input[0], a) for a, d in enumerate(shape)]
+        out = np.empty(len(entries), dtype=object)
+        out[:] = entries
+        return out[_attr(node, "start", 0):_attr(node, "end", None)]
+    if not ins or ins[0] is None or op != "Slice" and any(v is None for v in ins):
+        return None
+    if op == "Gather":
+        return np.take(ins[0], np.array(_ints(ins[1])).reshape(ins[1].shape), axis=_attr(node, "axis", 0))
+    if op == "Slice":
+        return None if any(v is None for v in ins[:3]) else _slice(node, ins, opset)
+    if op == "Concat":
+        return np.concatenate([v.reshape(-1) if v.ndim == 0 else v for v in ins], axis=_attr(node, "axis", 0))
+    if op in ("Unsqueeze", "Squeeze"):
+        axes = _axes(node, ins, opset, 1, 13)
+        if op == "Squeeze":
+            return np.squeeze(ins[0], axis=None if axes is None else tuple(axes))
+        out = ins[0]
+        for a in sorted(a % (out.ndim + len(axes)) for a in axes):
+            out = np.expand_dims(out, a)
+        return out
+    if op == "Cast":
+        return ins[0] if _attr(node, "to") in _INT_TYPES else None
+    if op == "Identity":
+        return ins[0]
+    if op in ("Add", "Sub", "Mul", "Div"):
+        f = {"Add": int.__add__, "Sub": int.__sub__, "Mul": int.__mul__, "Div": _trunc_div}[op]
+        return _elementwise(f, ins[0], ins[1])
+    if op == "ReduceProd":
+        axes = _axes(node, ins, opset, 1, 18)
+        if axes is not None and ins[0].ndim > 1:
+            return None
+        return np.array(int(np.prod(_ints(ins[0]))), dtype=object).reshape((1,) if _attr(node, "keepdims", 1) else ())
+    return None
+
+
+_FOLDED = {"Shape", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast", "Identity", "Add", "Sub", "Mul",
+           "Div", "ReduceProd", "Constant"}
+
+
+def _constant(node: onnx.NodeProto) -> np.ndarray | None:
+    for a in node.attribute:
+        if a.name == "value" and a.t.data_type in _INT_TYPES and not a.t.HasField("data_location"):
+            return numpy_helper.to_array(a.t).astype(object)
+        if a.name == "value_ints":
+            return np.array(list(a.ints), dtype=object)
+        if a.name == "value_int":
+            return np.array(a.i, dtype=object)
+    return None
+
+
+def _known(v: np.ndarray) -> np.ndarray | None:
+    """``v`` as int64 where every entry is known."""
+    flat = list(v.reshape(-1))
+    return np.array(flat, np.int64).reshape(v.shape) if all(isinstance(e, (int, np.integer)) for e in flat) else None
+
+
+def _reshape_output(v: np.ndarray, data: str, allowzero: int, dims: dict, params: dict) -> list | None:
+    """The output dims (int, symbol name or None) of a Reshape of ``data`` to the partly known target ``v``;
+    None where its rank is not known either."""
+    if v.ndim != 1:
+        return None
+    src, names = dims.get(data), params.get(data)
+    out: list = []
+    for a, e in enumerate(v):
+        if isinstance(e, Dim):
+            p = params.get(e.tensor)
+            out.append(p[e.axis] if p and p[e.axis] else None)
+        elif not isinstance(e, (int, np.integer)):
+            out.append(None)
+        elif e == 0 and not allowzero:  # copies the data's dim there
+            if src is None or a >= len(src):
+                return None
+            out.append(src[a] if src[a] is not None else names[a])
+        else:
+            out.append(int(e))
+    if out.count(-1) == 1:
+        known = [d for d in out if isinstance(d, int) and d != -1]
+        total = int(np.prod(src)) if src is not None and all(isinstance(d, int) for d in src) else None
+        rest = int(np.prod(known)) if len(known) == len(out) - 1 else None
+        out[out.index(-1)] = total // rest if total is not None and rest and total % rest == 0 else None
+    return None if any(isinstance(d, int) and d < 0 for d in out) else out
+
+
+def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto | None:
+    """A copy of ``inferred`` (a light copy after one shape inference) whose nodes read the sizes computed
+    from static shapes as initializers, and whose Reshapes to partly known targets (symbolic dims copied
+    through) have their outputs declared (:func:`_reshape_output`), for inference to run again; None where
+    no such size feeds a node of unknown output shape."""
+    g = inferred.graph
+    dims: dict[str, tuple] = {}
+    params: dict[str, tuple] = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            dims[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None
+                                  for d in vi.type.tensor_type.shape.dim)
+            params[vi.name] = tuple(d.dim_param or None for d in vi.type.tensor_type.shape.dim)
+    values: dict[str, np.ndarray] = {}
+    for t in g.initializer:
+        if t.data_type in _INT_TYPES and not t.HasField("data_location") and np.prod(t.dims) <= _MAX_ELEMENTS:
+            values[t.name] = numpy_helper.to_array(t).astype(object)
+    for node in g.node:
+        if node.op_type not in _FOLDED or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+            continue
+        if node.op_type == "Constant":
+            got = _constant(node)
+        else:
+            try:
+                got = _evaluate(node, [values.get(x) if x else None for x in node.input], opset, dims)
+            except (ValueError, IndexError, TypeError, ZeroDivisionError, AttributeError):
+                got = None
+        if got is not None and not isinstance(got, np.ndarray):  # a 0-d take of an object array: the entry
+            one = np.empty((), dtype=object)
+            one[()] = got
+            got = one
+        if got is not None and got.size <= _MAX_ELEMENTS:
+            values[node.output[0]] = got
+    out = onnx.ModelProto()
+    out.CopyFrom(inferred)
+    added: dict[str, np.ndarray] = {}
+    declared: dict[str, tuple[int, list]] = {}  # Reshape outputs sized here: (elem type, dims)
+    elems = {vi.name: vi.type.tensor_type.elem_type for vi in list(g.input) + list(g.value_info) + list(g.output)
+             if vi.type.HasField("tensor_type")}
+    for node in out.graph.node:
+        if node.op_type in _FOLDED or all(_sized(dims.get(o)) for o in node.output if o):
+            continue
+        for j, x in enumerate(node.input):
+            v = values.get(x) if x else None
+            if v is None or x in {t.name for t in g.initializer}:
+                continue
+            target = _known(v)
+            if target is None and node.op_type == "Reshape" and j == 1 and elems.get(node.input[0]):
+                shape = _reshape_output(v, node.input[0], _attr(node, "allowzero", 0), dims, params)
+                if shape is not None:
+                    declared[node.output[0]] = (elems[node.input[0]], shape)
+            if target is not None:
+                name = f"{x}/onnxpoolfix_folded_{len(added)}"
+                added[name] = target
+                node.input[j] = name
+    if not added and not declared:
+        return None
+    out.graph.initializer.extend(numpy_helper.from_array(v, n) for n, v in added.items())
+    kept = [vi for vi in out.graph.value_info if vi.name not in declared]
+    del out.graph.value_info[:]
+    out.graph.value_info.extend(kept)
+    for vi in out.graph.output:
+        if vi.name in declared:
+            vi.CopyFrom(onnx.helper.make_tensor_value_info(vi.name, *declared.pop(vi.name)))
+    out.graph.value_info.extend(onnx.helper.make_tensor_value_info(n, e, d) for n, (e, d) in declared.items())
+    return out
+
+
+def _sized(shape) -> bool:
+    return shape is not None and all(isinstance(d, int) for d in shape)
