@@ -25,7 +25,16 @@ from ..errors import PoolFixError
 from ..graph.shapes import apply_input_shapes, infer, light_copy, make_value_info
 from ..spec import InputDim, PoolNode, PoolSpec, RuntimeDim
 from .dynamo_graph import Candidate, DataflowGraph
-from .dynamo_search import MAX_SYMBOL, SizeSpace, branch_class, declared_dims, evaluate, symbols
+from .dynamo_search import (
+    MAX_SYMBOL,
+    SizeSpace,
+    branch_class,
+    completed_binding,
+    declared_dims,
+    evaluate,
+    probe_unrolled_windows,
+    symbols,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +43,7 @@ _COMMON_SIZES = (224, 256, 512, 384, 320, 299, 128, 64, 32, 16)
 _SEARCH_MAX = 256
 _NEAR = 6  # sizes within this many of the bound one on each of the last two symbolic dims
 _SEARCH_BUDGET = 600  # proof runs at most, over all regions of a model
+_PROBE_AFTER = 20  # failed runs (onnxruntime) before the unroll probe (dynamo_search.probe_unrolled_windows)
 #: the proof runs the reference in float64 on three inputs: a pooled tensor beyond this many elements is left
 _PROOF_MAX_ELEMENTS = 1 << 25
 _SEARCH_SECONDS = 20.0  # and at most this long (each size tried costs a shape inference of the whole model)
@@ -176,7 +186,9 @@ def prove_all(model, g: DataflowGraph, candidates: list[Candidate], input_shapes
         else:
             env = env0
             if env0 and not set(space.axis_symbols) <= set(env0):
-                env = _completed_binding(model, input_shapes, env0, space, c.pooled, inferred)
+                if not inferred:  # the whole model at the bound shapes, inferred once for every region
+                    inferred.append(_inferred_at(model, input_shapes))
+                env = completed_binding(inferred[0], env0, space, c.pooled)
             _search_alone(c, space, env, dtypes, rng, deadline)
     if whole:
         _search_whole_model(model, whole, input_shapes, dtypes, rng, deadline)
@@ -213,16 +225,35 @@ def _search_alone(c: Candidate, space: SizeSpace, env0: Mapping[str, int], dtype
             c.bound_at = got[0]
             c.bound_why = _try(c, dtypes, got[1], got[0], rng) or ""
     need = _proofs_needed(c)
-    budget = _SEARCH_BUDGET
-    for env in space.bindings(identity=c.evidence != "structure"):
-        if _enough(c, need) or c.mismatch or budget <= 0 or time.monotonic() > deadline:
-            break
+    budget = [_SEARCH_BUDGET]
+    failed = [0]
+
+    outcome: dict[tuple, str | None] = {}  # per pooled size tried: run's answer
+
+    def run(env) -> str | None:
         got = space.at(env)
-        if got is None or got[0][-c.rank:] in c.tried:
-            continue
-        budget -= 1
-        if _try(c, dtypes, got[1], got[0], rng) is None:
+        if got is None:
+            return "skip"
+        if got[0][-c.rank:] in c.tried:
+            return outcome.get(got[0][-c.rank:], "skip")
+        budget[0] -= 1
+        why = _try(c, dtypes, got[1], got[0], rng)
+        if why is None:
             c.proof_envs[got[0]] = dict(env)
+        elif why.startswith("onnxruntime fails"):
+            failed[0] += 1
+            why = "failed"
+        outcome[got[0][-c.rank:]] = why
+        return why
+
+    probed = False
+    for env in space.bindings(identity=c.evidence != "structure"):
+        if _enough(c, need) or c.mismatch or budget[0] <= 0 or time.monotonic() > deadline:
+            break
+        run(env)
+        if not probed and failed[0] >= _PROBE_AFTER and not c.proofs:
+            probed = True  # the region fails at the smallest classes: an unroll longer than their windows
+            probe_unrolled_windows(space, run)
     c.searched = "per axis, on the region alone"
 
 
@@ -319,25 +350,14 @@ def symbol_binding(model: onnx.ModelProto, declared, input_shapes) -> dict[str, 
     return env
 
 
-def _completed_binding(model: onnx.ModelProto, input_shapes, env0: Mapping[str, int], space: SizeSpace,
-                       pooled: str, inferred: list) -> dict[str, int]:
-    """``env0`` with the pooled axes' symbols the input's do not give: the exporter names the sizes after a
-    layer anew (an input declared ``4*h`` gives a conv output of ``2*s39``, with no relation between ``h``
-    and ``s39`` in the file). Solved from the pooled tensor's size in the whole model inferred at the bound
-    shapes (``inferred``: that inference, made on the first call); ``env0`` unchanged where it cannot be."""
-    if not inferred:
-        bound = light_copy(model)
-        try:
-            apply_input_shapes(bound, input_shapes)
-            inferred.append(infer(bound))
-        except PoolFixError as e:
-            logger.debug("binding %s: %s", input_shapes, e)
-            inferred.append({})
-    xs = inferred[0].get(pooled, (0, None))[1]
-    if xs is None or not all(isinstance(d, int) and d >= 1 for d in xs):
-        return dict(env0)
-    solved = space.symbol_values_for(xs) or {}
-    return {**solved, **env0}
+def _inferred_at(model: onnx.ModelProto, input_shapes) -> dict:
+    bound = light_copy(model)
+    try:
+        apply_input_shapes(bound, input_shapes)
+    except PoolFixError as e:
+        logger.debug("binding %s: %s", input_shapes, e)
+        return {}
+    return infer(bound)
 
 
 def _runtime_pairs(c: Candidate, xs: tuple[int, ...]) -> dict[int, tuple[int, int]]:
