@@ -24,8 +24,7 @@ from .dynamo_graph import (
     node_evidence,
     scales_with_input,
 )
-from .dynamo_proof import symbol_binding
-from .dynamo_search import declared_dims, evaluate
+from .dynamo_search import declared_dims, evaluate, symbol_binding
 from .exporter_pools import adaptive_sizes
 
 __all__ = ["frozen_pool_ops", "SIBLING", "size_text", "contradiction_hint"]

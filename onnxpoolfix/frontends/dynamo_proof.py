@@ -25,25 +25,20 @@ from ..errors import PoolFixError
 from ..graph.shapes import apply_input_shapes, infer, light_copy, make_value_info
 from ..spec import InputDim, PoolNode, PoolSpec, RuntimeDim
 from .dynamo_graph import Candidate, DataflowGraph
+from .dynamo_probe import probe_unrolled_windows
 from .dynamo_search import (
-    MAX_SYMBOL,
     SizeSpace,
     branch_class,
     completed_binding,
     declared_dims,
-    evaluate,
-    probe_unrolled_windows,
-    symbols,
+    symbol_binding,
+    whole_model_bindings,
 )
 
 logger = logging.getLogger(__name__)
 
-#: input sizes tried (beyond the bound one) to find where a symbolic export is right: common sizes first
-_COMMON_SIZES = (224, 256, 512, 384, 320, 299, 128, 64, 32, 16)
-_SEARCH_MAX = 256
-_NEAR = 6  # sizes within this many of the bound one on each of the last two symbolic dims
 _SEARCH_BUDGET = 600  # proof runs at most, over all regions of a model
-_PROBE_AFTER = 20  # failed runs (onnxruntime) before the unroll probe (dynamo_search.probe_unrolled_windows)
+_PROBE_AFTER = 20  # failed runs (onnxruntime) before the unroll probe (dynamo_probe.probe_unrolled_windows)
 #: the proof runs the reference in float64 on three inputs: a pooled tensor beyond this many elements is left
 _PROOF_MAX_ELEMENTS = 1 << 25
 _SEARCH_SECONDS = 20.0  # and at most this long (each size tried costs a shape inference of the whole model)
@@ -262,7 +257,7 @@ def _search_whole_model(model, todo_all: list[Candidate], input_shapes, dtypes, 
     budget = _SEARCH_BUDGET
     light = light_copy(model)  # each size is bound on a copy: without the weights' bytes
     first = bool(input_shapes)
-    for binding in _bindings(model, input_shapes):
+    for binding in whole_model_bindings(model, input_shapes):
         todo = [c for c in todo_all if not _enough(c, _proofs_needed(c)) or first]
         if not todo or budget <= 0 or time.monotonic() > deadline:
             break
@@ -328,28 +323,6 @@ def _x(shape) -> str:
     return "x".join(map(str, shape))
 
 
-def symbol_binding(model: onnx.ModelProto, declared, input_shapes) -> dict[str, int] | None:
-    """The input symbols' values at the bound input shapes (a dim declared ``H`` bound to 24: H = 24; one
-    declared ``2*h``: h solved for), or None where some bound dim cannot be solved for one symbol."""
-    env: dict[str, int] = {}
-    for name, dims in input_shapes.items():
-        decl = declared.get(name)
-        if decl is None or len(decl) != len(dims):
-            return None
-        for d, v in zip(decl, dims):
-            if not isinstance(d, str):
-                continue
-            names = symbols(d)
-            if not names or len(names) != 1:
-                return None
-            (s,) = names
-            got = next((u for u in range(1, MAX_SYMBOL + 1) if evaluate(d, {s: u}) == v), None)
-            if got is None or env.get(s, got) != got:
-                return None
-            env[s] = got
-    return env
-
-
 def _inferred_at(model: onnx.ModelProto, input_shapes) -> dict:
     bound = light_copy(model)
     try:
@@ -399,35 +372,3 @@ def _proofs_needed(c: Candidate) -> int:
     # an output size the graph computes: its length checked at several sizes, taking different branches
     runtime = any(isinstance(m, RuntimeDim) for m in c.output_size)
     return (1 if c.evidence != "structure" else 2) + (2 if runtime else 0)
-
-
-def _bindings(model: onnx.ModelProto, input_shapes):
-    """Input shapes to try: the caller's binding and sizes near it (a region known from structure alone needs
-    a second size, and one near the traced size takes the same branches), then every symbolic dim but the
-    first set to one size."""
-    inits = {t.name for t in model.graph.initializer}
-    inputs = [i for i in model.graph.input if i.name not in inits and i.type.HasField("tensor_type")]
-    dims = {}
-    for i in inputs:
-        d = [x.dim_value if x.HasField("dim_value") else None for x in i.type.tensor_type.shape.dim]
-        dims[i.name] = d
-    if input_shapes:
-        yield dict(input_shapes)
-        steps = sorted(((a, b) for a in range(-_NEAR, _NEAR + 1) for b in range(-_NEAR, _NEAR + 1) if a or b),
-                       key=lambda ab: (abs(ab[0]) + abs(ab[1]), ab))
-        for da, db in steps:
-            near = {}
-            for name, shape in input_shapes.items():
-                free = [a for a, v in enumerate(dims.get(name, [])) if v is None and a > 0]
-                moved = list(shape)
-                for a, delta in zip(free[-2:], (da, db)):
-                    moved[a] += delta
-                near[name] = moved
-            if all(v >= 1 for shape in near.values() for v in shape):
-                yield near
-    if not any(v is None for d in dims.values() for v in d):
-        return
-    sizes = list(_COMMON_SIZES) + [s for s in range(2, _SEARCH_MAX + 1) if s not in _COMMON_SIZES]
-    for s in sizes:
-        yield {name: [v if v is not None else (1 if a == 0 and len(d) > 2 else s) for a, v in enumerate(d)]
-               for name, d in dims.items()}

@@ -236,95 +236,6 @@ class SizeSpace:
                     yield env
 
 
-#: tries the unroll probe may take per region (a binary search per axis, then the classes at its bound), and
-#: the classes per axis it searches (a traced size up to ~200 times the output size)
-PROBE_TRIES = 120
-PROBE_CLASSES = 400
-
-
-def probe_unrolled_windows(space: SizeSpace, run) -> None:
-    """Find the traced classes of a region whose window sums torch unrolled at the traced size, where the
-    per-axis search of the smallest classes first would not reach them (a 19x26 map pooled to 3x3: classes
-    ~15 and ~22 on its axes, behind ~700 pairs). Within one family of an axis's classes (the same branches:
-    divisible, adaptive) the longest window grows with the size, and the graph reads window elements up to
-    the traced one: onnxruntime fails on it (an index out of bounds) where the axis's windows are shorter,
-    or its branch formulas reach past the axis. So: a size where every axis runs (each at the largest size
-    of some family); then per axis and family, the others kept there, a binary search for the smallest
-    size where it stops failing; then those sizes are tried together. ``run(env)``: the try's why (None:
-    proven; ``"failed"``: onnxruntime failed; other text: it ran and differed), or "skip" where the size
-    is not one."""
-    k = len(space.output_size)
-    syms = space.axis_symbols
-    if k < 2 or not all(syms) or len(set(syms)) != k or not all(isinstance(m, int) for m in space.output_size):
-        return
-    families: list[list[list[tuple[int, int]]]] = []  # per axis, per family: (symbol value, longest window)
-    for a in range(k):
-        by_flags: dict[tuple, list] = {}
-        for v, n, length in space.pooling_classes(a, PROBE_CLASSES):
-            by_flags.setdefault(branch_class(n, space.output_size[a])[:2], []).append((v, length))
-        families.append(list(by_flags.values()))
-    tries = [0]
-
-    def fails(env) -> bool | str | None:
-        if tries[0] >= PROBE_TRIES:
-            return None
-        tries[0] += 1
-        why = run(env)
-        if why is not None and "too large" in why:
-            return "large"
-        return None if why in ("skip", None) else why == "failed"
-
-    def runs_at_top(a: int, fam: list, env: dict) -> tuple[bool | str | None, int]:
-        """Whether axis ``a`` at the largest size of ``fam`` the proof takes runs (False: it runs), and that
-        size's index in ``fam``."""
-        i = len(fam) - 1
-        for _ in range(8):
-            got = fails({**env, syms[a]: fam[i][0]})
-            if got != "large":
-                return got, i
-            i = i * 2 // 3
-        return True, i
-
-    # a size where every axis runs: each at the largest size of some family
-    base: dict[str, int] | None = None
-    for combo in itertools.product(*families):
-        ends = [len(fam) - 1 for fam in combo]
-        for _ in range(8):
-            env = {syms[a]: fam[i][0] for a, (fam, i) in enumerate(zip(combo, ends))}
-            got = fails(env)
-            if got != "large":
-                break
-            ends = [i * 2 // 3 for i in ends]
-        if got is None:
-            return
-        if got is False:
-            base = env
-            break
-    if base is None:
-        return
-    # per axis and family, with the other axes where they run: the smallest size where it stops failing
-    bounds: list[list[int]] = []
-    for a, fams in enumerate(families):
-        bounds.append([])
-        for fam in fams:
-            got, hi = runs_at_top(a, fam, base)
-            if got is None:
-                return
-            if got:
-                continue  # fails at its largest sizes: not the traced family
-            lo = 0
-            while lo < hi:
-                mid = (lo + hi) // 2
-                got = fails({**base, syms[a]: fam[mid][0]})
-                if got is None:
-                    return
-                lo, hi = (mid + 1, hi) if got is True else (lo, mid)
-            bounds[a].append(fam[lo][0])
-    for combo in itertools.product(*bounds):
-        if fails(dict(zip(syms, combo))) is None:
-            return
-
-
 def completed_binding(inferred: Mapping[str, tuple], env0: Mapping[str, int], space: SizeSpace,
                       pooled: str) -> dict[str, int]:
     """``env0`` with the pooled axes' symbols the input's do not give: the exporter names the sizes after a
@@ -350,3 +261,63 @@ def range_limit(g, region: Sequence[int], result: str, a: int, info) -> RuntimeD
     limits = {g.nodes[i].input[1] for i in size_nodes if g.nodes[i].op_type == "Range" and len(g.nodes[i].input) == 3
               and (info.params.get(g.nodes[i].output[0]) or [""])[0] == want}
     return RuntimeDim(limits.pop(), 0, scalar=True) if len(limits) == 1 else None
+
+
+#: input sizes tried (beyond the bound one) to find where a symbolic export is right: common sizes first
+_COMMON_SIZES = (224, 256, 512, 384, 320, 299, 128, 64, 32, 16)
+_SEARCH_MAX = 256
+_NEAR = 6  # sizes within this many of the bound one on each of the last two symbolic dims
+
+
+def symbol_binding(model: onnx.ModelProto, declared, input_shapes) -> dict[str, int] | None:
+    """The input symbols' values at the bound input shapes (a dim declared ``H`` bound to 24: H = 24; one
+    declared ``2*h``: h solved for), or None where some bound dim cannot be solved for one symbol."""
+    env: dict[str, int] = {}
+    for name, dims in input_shapes.items():
+        decl = declared.get(name)
+        if decl is None or len(decl) != len(dims):
+            return None
+        for d, v in zip(decl, dims):
+            if not isinstance(d, str):
+                continue
+            names = symbols(d)
+            if not names or len(names) != 1:
+                return None
+            (s,) = names
+            got = next((u for u in range(1, MAX_SYMBOL + 1) if evaluate(d, {s: u}) == v), None)
+            if got is None or env.get(s, got) != got:
+                return None
+            env[s] = got
+    return env
+
+
+def whole_model_bindings(model: onnx.ModelProto, input_shapes):
+    """Input shapes to try: the caller's binding and sizes near it (a region known from structure alone needs
+    a second size, and one near the traced size takes the same branches), then every symbolic dim but the
+    first set to one size."""
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in inits and i.type.HasField("tensor_type")]
+    dims = {}
+    for i in inputs:
+        d = [x.dim_value if x.HasField("dim_value") else None for x in i.type.tensor_type.shape.dim]
+        dims[i.name] = d
+    if input_shapes:
+        yield dict(input_shapes)
+        steps = sorted(((a, b) for a in range(-_NEAR, _NEAR + 1) for b in range(-_NEAR, _NEAR + 1) if a or b),
+                       key=lambda ab: (abs(ab[0]) + abs(ab[1]), ab))
+        for da, db in steps:
+            near = {}
+            for name, shape in input_shapes.items():
+                free = [a for a, v in enumerate(dims.get(name, [])) if v is None and a > 0]
+                moved = list(shape)
+                for a, delta in zip(free[-2:], (da, db)):
+                    moved[a] += delta
+                near[name] = moved
+            if all(v >= 1 for shape in near.values() for v in shape):
+                yield near
+    if not any(v is None for d in dims.values() for v in d):
+        return
+    sizes = list(_COMMON_SIZES) + [s for s in range(2, _SEARCH_MAX + 1) if s not in _COMMON_SIZES]
+    for s in sizes:
+        yield {name: [v if v is not None else (1 if a == 0 and len(d) > 2 else s) for a, v in enumerate(d)]
+               for name, d in dims.items()}
