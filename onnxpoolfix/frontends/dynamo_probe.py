@@ -4,6 +4,8 @@ fails at every small size tried, find its traced classes from where it stops fai
 from __future__ import annotations
 
 import itertools
+import time
+from math import prod
 
 from .dynamo_search import SizeSpace, branch_class
 
@@ -11,9 +13,11 @@ from .dynamo_search import SizeSpace, branch_class
 #: the classes per axis it searches (a traced size up to ~200 times the output size)
 PROBE_TRIES = 120
 PROBE_CLASSES = 400
+#: the largest pooled tensor the probe runs the region on (each try runs it on three inputs)
+PROBE_MAX_ELEMENTS = 1 << 20
 
 
-def probe_unrolled_windows(space: SizeSpace, run) -> None:
+def probe_unrolled_windows(space: SizeSpace, run, deadline: float) -> None:
     """Find the traced classes of a region whose window sums torch unrolled at the traced size, where the
     per-axis search of the smallest classes first would not reach them (a 19x26 map pooled to 3x3: classes
     ~15 and ~22 on its axes, behind ~700 pairs). Within one family of an axis's classes (the same branches:
@@ -23,7 +27,8 @@ def probe_unrolled_windows(space: SizeSpace, run) -> None:
     of some family); then per axis and family, the others kept there, a binary search for the smallest
     size where it stops failing; then those sizes are tried together. ``run(env)``: the try's why (None:
     proven; ``"failed"``: onnxruntime failed; other text: it ran and differed), or "skip" where the size
-    is not one."""
+    is not one; ``deadline``: the search's (time.monotonic()). Sizes beyond :data:`PROBE_MAX_ELEMENTS` are
+    not run."""
     k = len(space.output_size)
     syms = space.axis_symbols
     if k < 2 or not all(syms) or len(set(syms)) != k or not all(isinstance(m, int) for m in space.output_size):
@@ -37,8 +42,11 @@ def probe_unrolled_windows(space: SizeSpace, run) -> None:
     tries = [0]
 
     def fails(env) -> bool | str | None:
-        if tries[0] >= PROBE_TRIES:
+        if tries[0] >= PROBE_TRIES or time.monotonic() > deadline:
             return None
+        got = space.at(env)
+        if got is not None and prod(got[0]) > PROBE_MAX_ELEMENTS:
+            return "large"
         tries[0] += 1
         why = run(env)
         if why is not None and "too large" in why:

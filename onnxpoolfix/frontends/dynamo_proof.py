@@ -248,7 +248,7 @@ def _search_alone(c: Candidate, space: SizeSpace, env0: Mapping[str, int], dtype
         run(env)
         if not probed and failed[0] >= _PROBE_AFTER and not c.proofs:
             probed = True  # the region fails at the smallest classes: an unroll longer than their windows
-            probe_unrolled_windows(space, run)
+            probe_unrolled_windows(space, run, deadline)
     c.searched = "per axis, on the region alone"
 
 
