@@ -49,10 +49,13 @@ def api_words(text: str | None) -> str | None:
 
 
 def cli_words(text: str | None) -> str | None:
-    """``text`` with the API's arguments named as the CLI's flags (what the CLI prints)."""
+    """``text`` with the API's arguments named as the CLI's flags (what the CLI prints). A phrase that names the
+    API beside the flag (``(API: input_shapes=...)``) is read one way only: turned back, its API name would
+    become a flag too (``(API: --input-shape=...)``); the plain flag's phrase turns that text back."""
     if text:
         for cli, api in _WORDS:
-            text = text.replace(api, cli)
+            if "(API: " not in cli:
+                text = text.replace(api, cli)
     return text
 
 

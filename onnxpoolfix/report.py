@@ -53,6 +53,11 @@ NOTHING_TO_PATCH = "nothing to patch"
 NOT_CHECKED = "--no-check"
 
 
+# the words of the note a frozen pool sized from the given traced size alone gets (frontends/dynamo.py); the
+# check's hint looks for them
+RESTS_ON_TRACED = "rests on the given traced size alone"
+
+
 class WarningNote(str):
     """A note the reader must not miss (a region left frozen, wrong at other sizes; a node left that cannot
     run; the input shapes kept bound in OUT): printed before the other notes, marked ``warning:``, on stderr.

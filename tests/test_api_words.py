@@ -61,6 +61,7 @@ def test_the_cli_says_the_same_with_its_flags(tmp_path: Path) -> None:
     onnx.save(make_leftover("max", ("N", 2, "H", "W"), (5, 7), opset=10), src)
     r = CliRunner().invoke(main, [str(src), str(tmp_path / "o.onnx")])
     assert r.exit_code == 4 and "--input-shape NAME:D0,D1,..." in r.stderr and "input_shapes=" not in r.stderr
+    assert "(API: " not in r.stderr, r.stderr  # once "(API: --input-shape=...)": the API's words turned twice
     r = CliRunner().invoke(main, [str(FIXTURES / "dynamic_avg2d.onnx"), str(tmp_path / "o.onnx"),
                                   "--input-shape", "x:1,2,10,10", "--check-shape", "x:1,2,12,12"])
     assert r.exit_code == 2 and "bound to 10 by your --input-shape x:1,2,10,10" in r.stderr, r.stderr
@@ -81,6 +82,9 @@ def test_every_phrase_goes_both_ways() -> None:
     assert err.hint == "skip the check with check=False"
     err.hint = "bind it with --input-shape NAME:D0,D1,..."
     assert err.hint == "bind it with input_shapes={'NAME': [D0, D1, ...]}"
+    err.hint = "bind them with --input-shape NAME:D0,D1,... (API: input_shapes=...); then"
+    assert err.hint == "bind them with input_shapes={'NAME': [D0, D1, ...]}; then"
+    assert cli_words(err.hint) == "bind them with --input-shape NAME:D0,D1,...; then"
 
 
 def test_report_notes_and_whys_speak_the_api_and_the_cli_its_flags(tmp_path):

@@ -17,7 +17,7 @@ from onnx import helper
 
 from ..errors import ArgumentError, CheckFailedError, CheckTooLargeError, PoolFixError
 from ..graph.shapes import type_dims, validate_input_shape
-from ..report import PatchReport
+from ..report import RESTS_ON_TRACED, PatchReport, WarningNote
 from .compare import NodeCheck, compare
 from .feeds import graph_inputs
 from .runner import check_patched
@@ -120,6 +120,19 @@ def _refuse_against_binding(model, name: str, dims, bound) -> None:
                 f"check at the bound size ({name}:{text}), or bind the size you want to check")
 
 
+def _refused_hint(report: PatchReport) -> str:
+    """Why onnxruntime may refuse the patched model. A frozen pool sized from --traced-shape alone gets the output
+    size that size implies: at any size but the export's own, the layers after it (AlexNet's Linear) cannot take
+    it, which the original graph never showed (it runs at its traced size), so the binding is named first."""
+    resting = [n for n in report.notes if isinstance(n, WarningNote) and RESTS_ON_TRACED in n]
+    if resting:
+        return ("a frozen pool's output size was read off the given --traced-shape alone: if the file was not "
+                "exported at that size, give the export call's example input there; otherwise the rest of the "
+                "model may be invalid for onnxruntime; skip the check with --no-check to write OUT anyway")
+    return ("the rest of the model may be invalid for onnxruntime (it would refuse the original too); "
+            "skip the check with --no-check to write OUT anyway")
+
+
 def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, model_dir, seed) -> None:
     if not check_shapes:  # sizes the user chose are the user's call
         refuse_huge_check(specs)
@@ -144,8 +157,7 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
             raise
         raise CheckFailedError(
             f"onnxruntime cannot load or run the patched model: {' '.join(str(e).split())[:300]}",
-            "the rest of the model may be invalid for onnxruntime (it would refuse the original too); "
-            "skip the check with --no-check to write OUT anyway") from None
+            _refused_hint(report)) from None
     report.checked = True
     failed, upstream = [], []
     for n, s in zip(report.nodes, specs):

@@ -34,7 +34,7 @@ import onnx
 from ..errors import PoolFixError, ShapeError, UnsupportedNodeError
 from ..graph.emit import EMITTED_BY
 from ..graph.shapes import model_opset, output_shape
-from ..report import WarningNote
+from ..report import RESTS_ON_TRACED, WarningNote
 from ..spec import PoolNode, PoolSpec
 from .base import FrontEndResult, PlanOptions, Region, Suspect
 from .dynamo_frozen import contradiction_hint, frozen_pool_ops, size_text
@@ -280,6 +280,6 @@ def _rests(findings: FrontEndResult, resting: list, candidates: list[Candidate])
     for result, pooled, output_size, ones, op in resting:
         if pooled not in confirmed:
             findings.notes.append(WarningNote(
-                f"the output size of the frozen {op} '{result}' ({size_text(output_size)}) rests on the given "
-                "traced size alone: the graph cannot tell whether the file was exported at it"
+                f"the output size of the frozen {op} '{result}' ({size_text(output_size)}) {RESTS_ON_TRACED}: "
+                "the graph cannot tell whether the file was exported at it"
                 + (", nor whether its kernel-1 axis is torch's None (then it follows the input)" if ones else "")))

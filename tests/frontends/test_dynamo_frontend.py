@@ -19,7 +19,7 @@ nn, F = torch.nn, torch.nn.functional
 
 from onnxpoolfix import patch
 from onnxpoolfix.cli import main
-from onnxpoolfix.errors import UnsupportedNodeError
+from onnxpoolfix.errors import CheckFailedError, UnsupportedNodeError
 from onnxpoolfix.frontends.dynamo import find_decomposed_pools
 from onnxpoolfix.graph.emit import EMITTED_BY
 from onnxpoolfix.inspection.model import inspect_model
@@ -313,6 +313,20 @@ def test_alexnet_traced_at_256_is_exact_at_every_size():
         broken += not _matches(_run(model, x), want)
         assert _matches(_run(result.model, x), want), hw
     assert broken >= 3
+
+
+def test_a_wrong_traced_size_for_a_frozen_pool_is_named_when_onnxruntime_refuses(tmp_path):
+    """AlexNet traced at 224 bound at 300: the k1 pool is sized 8x8 there and the Linear after it cannot take
+    that. The refusal names the traced size, not 'the rest of the model ... would refuse the original too'
+    (the original runs: at its traced size)."""
+    _, model = _export(SmallAlexNet(), (224, 224), True)
+    with pytest.raises(CheckFailedError, match="cannot load or run the patched model") as err:
+        patch(model, traced_shapes={"x": [1, 3, 300, 300]})
+    assert "traced_shapes" in err.value.hint and "refuse the original too" not in err.value.hint
+    path = tmp_path / "alexnet.onnx"
+    onnx.save(model, path)
+    run = CliRunner().invoke(main, [str(path), str(tmp_path / "out.onnx"), "--traced-shape", "x:1,3,300,300"])
+    assert run.exit_code == 5 and "--traced-shape" in run.output and not (tmp_path / "out.onnx").exists()
 
 
 def test_alexnet_traced_at_224_is_frozen_until_the_traced_size_is_bound():
