@@ -2,6 +2,20 @@
 
 NOTES = """## Notes (analysis of the run that produced this file; numbers move on a shared machine)
 
+- **2026-12-02 morning, another machine (AMD EPYC, AVX-512; 2 cores)**: no lowering changed. Measured in
+  one process, interleaved (2 threads, spinning off): psp_64's patched graph 531-546 us against a 223 us
+  floor (2.3-2.4x; `make bench` rows 2.61x alone, 4.52x in a run disturbed by other jobs); its first MatMul
+  ([32768,64] @ [64,16]) alone ~405 us in the onnxruntime profile, compute-bound (~85 GMAC/s). Tried and not
+  kept: (a) psp_64's second pass after a Transpose of the first pass's [512,64,11] result (one GEMM of
+  8192 rows): 860-1000 us, the Transpose costs more than the batched GEMM it saves; (b) the H pass first
+  ([11,64] @ x, then one [5632,64] @ [64,11] GEMM): 520 vs 546 us, within noise; (c) Where(Equal, weight, 0)
+  for the first maximum's Cast(Equal) * weight: 1.19x slower on [49,9,512] (Where with broadcasting);
+  (d) dyn_max_33to8 as a sparse table (MaxPool k2 s1 twice, dilation 2, then two row and two column
+  Gathers + Max): 236 us against the dynamic lowering's 225 and the static MaxPool's 67 (the dilated
+  MaxPools are slow). Checked: onnxruntime 1.32's ReduceMax keeps a NaN only where it comes first
+  (11-16 of 20 single NaNs lost, innermost and middle axes), its elementwise Max keeps every NaN, so no
+  ReduceMax-based max pooling can drop the NaN guard; max_64to5x7's guard (ReduceSum, 1x the floor) plus
+  its W pool (MaxPool (1,10) s(1,9) over rows, ~3x the floor in the profile here) already exceed 2.5x.
 - **This session (2026-12-02, after midnight; same machine as the next bullet's)**: max with indices got a
   second construction for finite inputs, every window at once (lowering/first_max_windows.py: one Gather of
   every window's flat positions, ReduceMax, then the smallest position holding the maximum as
