@@ -185,6 +185,7 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
                                   for d in vi.type.tensor_type.shape.dim)
             params[vi.name] = tuple(d.dim_param or None for d in vi.type.tensor_type.shape.dim)
     values: dict[str, np.ndarray] = {}
+    measured: set[str] = set()  # values computed from a Shape (the rest onnx folds itself)
     for t in g.initializer:
         if t.data_type in _INT_TYPES and not t.HasField("data_location") and np.prod(t.dims) <= _MAX_ELEMENTS:
             values[t.name] = numpy_helper.to_array(t).astype(object)
@@ -204,6 +205,8 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
             got = one
         if got is not None and got.size <= _MAX_ELEMENTS:
             values[node.output[0]] = got
+            if node.op_type == "Shape" or any(x in measured for x in node.input):
+                measured.add(node.output[0])
     out = onnx.ModelProto()
     out.CopyFrom(inferred)
     added: dict[str, np.ndarray] = {}
@@ -211,11 +214,12 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
     elems = {vi.name: vi.type.tensor_type.elem_type for vi in list(g.input) + list(g.value_info) + list(g.output)
              if vi.type.HasField("tensor_type")}
     for node in out.graph.node:
-        if node.op_type in _FOLDED or all(_sized(dims.get(o)) for o in node.output if o):
-            continue
+        if node.op_type in _FOLDED or node.domain not in ("", "ai.onnx") or all(
+                _sized(dims.get(o)) for o in node.output if o):
+            continue  # onnx infers no other domain's nodes
         for j, x in enumerate(node.input):
-            v = values.get(x) if x else None
-            if v is None or x in {t.name for t in g.initializer}:
+            v = values.get(x) if x in measured else None
+            if v is None:
                 continue
             target = _known(v)
             if target is None and node.op_type == "Reshape" and j == 1 and elems.get(node.input[0]):
