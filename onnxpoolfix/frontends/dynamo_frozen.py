@@ -12,7 +12,7 @@ import onnx
 from ..errors import ShapeError
 from ..graph import read_names
 from ..graph.emit import EMITTED_BY
-from ..graph.shapes import SUPPORTED_DTYPES, apply_input_shapes, infer, light_copy
+from ..graph.shapes import SUPPORTED_DTYPES, infer_at
 from ..report import WarningNote
 from ..spec import InputDim, PoolNode, PoolSpec
 from .base import FrontEndResult, Region, Suspect
@@ -98,9 +98,7 @@ def frozen_pool_ops(model, g: DataflowGraph, info, input_shapes, findings: Front
         bx = None
         if input_shapes:
             if bound_info is None:
-                bound = light_copy(model)
-                apply_input_shapes(bound, input_shapes)
-                bound_info = infer(bound)
+                bound_info = infer_at(model, input_shapes)
             _, bx = bound_info.get(node.input[0], (0, None))
             if bx is None or not all(isinstance(d, int) for d in bx):
                 bx = _declared_at(model, node.input[0], input_shapes)

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper
 from ..check.compare import NodeCheck, compare
 from ..check.runner import ort_session
 from ..errors import PoolFixError
-from ..graph.shapes import apply_input_shapes, infer, light_copy, make_value_info
+from ..graph.shapes import apply_input_shapes, infer, infer_at, light_copy, make_value_info
 from ..spec import InputDim, PoolNode, PoolSpec, RuntimeDim
 from .dynamo_graph import Candidate, DataflowGraph
 from .dynamo_probe import probe_unrolled_windows
@@ -220,33 +220,32 @@ def _search_alone(c: Candidate, space: SizeSpace, env0: Mapping[str, int], dtype
             c.bound_at = got[0]
             c.bound_why = _try(c, dtypes, got[1], got[0], rng) or ""
     need = _proofs_needed(c)
-    budget = [_SEARCH_BUDGET]
-    failed = [0]
-
+    budget, failed = _SEARCH_BUDGET, 0
     outcome: dict[tuple, str | None] = {}  # per pooled size tried: run's answer
 
     def run(env) -> str | None:
+        nonlocal budget, failed
         got = space.at(env)
         if got is None:
             return "skip"
         if got[0][-c.rank:] in c.tried:
             return outcome.get(got[0][-c.rank:], "skip")
-        budget[0] -= 1
+        budget -= 1
         why = _try(c, dtypes, got[1], got[0], rng)
         if why is None:
             c.proof_envs[got[0]] = dict(env)
         elif why.startswith("onnxruntime fails"):
-            failed[0] += 1
+            failed += 1
             why = "failed"
         outcome[got[0][-c.rank:]] = why
         return why
 
     probed = False
     for env in space.bindings(identity=c.evidence != "structure"):
-        if _enough(c, need) or c.mismatch or budget[0] <= 0 or time.monotonic() > deadline:
+        if _enough(c, need) or c.mismatch or budget <= 0 or time.monotonic() > deadline:
             break
         run(env)
-        if not probed and failed[0] >= _PROBE_AFTER and not c.proofs:
+        if not probed and failed >= _PROBE_AFTER and not c.proofs:
             probed = True  # the region fails at the smallest classes: an unroll longer than their windows
             probe_unrolled_windows(space, run, deadline)
     c.searched = "per axis, on the region alone"
@@ -324,13 +323,11 @@ def _x(shape) -> str:
 
 
 def _inferred_at(model: onnx.ModelProto, input_shapes) -> dict:
-    bound = light_copy(model)
     try:
-        apply_input_shapes(bound, input_shapes)
+        return infer_at(model, input_shapes)
     except PoolFixError as e:
         logger.debug("binding %s: %s", input_shapes, e)
         return {}
-    return infer(bound)
 
 
 def _runtime_pairs(c: Candidate, xs: tuple[int, ...]) -> dict[int, tuple[int, int]]:

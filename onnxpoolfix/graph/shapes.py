@@ -182,6 +182,15 @@ def infer(model: onnx.ModelProto, seeds: Mapping[str, tuple[int, tuple[Dim, ...]
     return out
 
 
+def infer_at(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
+             ) -> dict[str, tuple[int, tuple[Dim, ...] | None]]:
+    """:func:`infer` of a light copy of ``model`` with ``input_shapes`` bound (``model`` unchanged); raises
+    as :func:`apply_input_shapes` does for shapes the model refuses."""
+    bound = light_copy(model)
+    apply_input_shapes(bound, input_shapes)
+    return infer(bound)
+
+
 def seed_types(graph: onnx.GraphProto, seeds: Mapping[str, tuple[int, Sequence[Dim] | None]]) -> None:
     """Force ``seeds``' types on ``graph`` (in place), for shape inference to start from: their value_info
     entries are replaced and graph outputs among them overwritten."""
@@ -255,10 +264,8 @@ def _entries(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
 
 def _known_dims_of(vi: onnx.ValueInfoProto) -> int:
     """Dims with a value in ``vi``'s shape; -1 without a shape."""
-    t = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
-    if t is None or not t.HasField("shape"):
-        return -1
-    return sum(d.HasField("dim_value") for d in t.shape.dim)
+    dims = type_dims(vi.type)[1]
+    return -1 if dims is None else sum(isinstance(d, int) for d in dims)
 
 
 def make_value_info(name: str, elem: int, dims: Sequence[Dim] | None) -> onnx.ValueInfoProto:
