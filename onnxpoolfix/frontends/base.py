@@ -70,6 +70,11 @@ class Region:
     nodes: int  # data nodes of the region (what the notes count)
 
 
+#: what would decide a suspect (its ``remedy``): the export call's input size (--traced-shape); nothing in the
+#: file (export through onnxpoolfix.export); the metadata a tool stripped (patch the file the exporter wrote)
+TRACED, EXPORT, STRIPPED = "traced-shape", "export", "stripped"
+
+
 @dataclass(frozen=True)
 class Suspect:
     """Something that looked like adaptive pooling and is left as it is, with why."""
@@ -79,6 +84,7 @@ class Suspect:
     why: str
     frozen: bool = False  # under symbolic sizes, right only at some sizes (frozen at the traced size): OUT would be too
     right_at: str = ""  # where it is right as it is (what a partial fix's report says)
+    remedy: str = TRACED  # what would decide it: TRACED, EXPORT or STRIPPED
 
 
 @dataclass

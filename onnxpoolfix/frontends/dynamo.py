@@ -31,12 +31,12 @@ from dataclasses import replace
 
 import onnx
 
-from ..errors import PoolFixError, ShapeError, UnsupportedNodeError
+from ..errors import ShapeError, UnsupportedNodeError
 from ..graph.emit import EMITTED_BY
 from ..graph.shapes import model_opset, output_shape
 from ..report import RESTS_ON_TRACED, WarningNote
 from ..spec import PoolNode, PoolSpec
-from .base import FrontEndResult, PlanOptions, Region, Suspect
+from .base import EXPORT, STRIPPED, FrontEndResult, PlanOptions, Region, Suspect
 from .dynamo_frozen import contradiction_hint, frozen_pool_ops, size_text
 from .dynamo_graph import (
     ENCODING,
@@ -62,7 +62,8 @@ def dynamo_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence[P
     ``input_shapes`` (the aten front end binds those in OUT; here they are the traced size too)."""
     binding = options.traced_shapes or options.input_shapes
     result = find_decomposed_pools(model, opset=model_opset(model), target=options.target,
-                                   input_shapes=binding, taken=found, seed=options.seed, model_dir=options.model_dir)
+                                   input_shapes=binding, traced_shapes=options.traced_shapes, taken=found,
+                                   seed=options.seed, model_dir=options.model_dir)
     result.notes += region_notes(result.regions, result.suspects, bound=bool(binding))
     return result
 
@@ -86,18 +87,29 @@ def region_notes(regions: Sequence[Region], suspects: Sequence[Suspect], *, boun
 
 def frozen_error(suspects: Sequence[Suspect], *, traced: bool) -> UnsupportedNodeError | None:
     """The refusal of a patch that would leave regions frozen at the traced size (OUT silently wrong or
-    crashing at other sizes), or None where no suspect is frozen. ``traced``: a traced size was given."""
+    crashing at other sizes), or None where no suspect is frozen. ``traced``: a traced size was given. The hint
+    names what would decide them (the suspects' remedies), and only that: never a flag that writes a wrong file."""
     frozen = [s for s in suspects if s.frozen]
     if not frozen:
         return None
     names = ", ".join(f"'{s.result}' (right {s.right_at or 'only at the traced size'})" for s in frozen)
-    what = ("the given traced size did not prove them (is it the export call's example input?); "
-            if traced else "give the size the model was exported at (the export call's example input) with ")
+    remedies = {s.remedy for s in frozen}
+    partial = "; --allow-partial writes the partial fix anyway"
+    if STRIPPED in remedies:
+        hint = ("the exporter's metadata that tells an adaptive pool from a genuine one is gone (onnxslim and onnxsim "
+                "drop it): run onnxpoolfix on the file the exporter wrote, then simplify, or export through "
+                "onnxpoolfix.export" + partial + " (right if every such pool is a genuine one)")
+    elif EXPORT in remedies:
+        why = next(s.why for s in frozen if s.remedy == EXPORT)
+        hint = (f"no size given to onnxpoolfix decides it ({why}): export through onnxpoolfix.export, which keeps "
+                "every adaptive pool's output size" + partial)
+    else:
+        what = ("the given traced size did not prove them (is it the export call's example input?); give it with "
+                if traced else "give the size the model was exported at (the export call's example input) with ")
+        hint = what + "--traced-shape NAME:D0,D1,..., or export through onnxpoolfix.export" + partial
     return UnsupportedNodeError(
         f"{len(frozen)} pooling region(s) of this export would stay frozen at its traced size, so OUT "
-        f"would be wrong or crash at other input sizes: {names}",
-        what + ("" if not traced else "give it with ") + "--traced-shape NAME:D0,D1,..., "
-        "or export through onnxpoolfix.export; --allow-partial writes the partial fix anyway")
+        f"would be wrong or crash at other input sizes: {names}", hint)
 
 
 def partial_lines(suspects: Sequence[Suspect]) -> list[str]:
@@ -108,33 +120,22 @@ def partial_lines(suspects: Sequence[Suspect]) -> list[str]:
 
 def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
                           input_shapes: Mapping[str, Sequence[int]] | None = None,
+                          traced_shapes: Mapping[str, Sequence[int]] | None = None,
                           taken: Sequence[PoolSpec] = (), seed: int = 0,
                           model_dir: str | None = None) -> FrontEndResult:
     """Every proven adaptive average pooling decomposition of ``model``'s top-level graph (module doc).
 
     ``taken``: specs already found (aten leftovers); regions writing their results are skipped.
-    ``input_shapes``: the traced input size, where the caller knows it (the proof of symbolic regions).
+    ``input_shapes``: an input size to prove symbolic regions at (the traced one, or a bound deployment size: a
+    region's output size is in the graph, so a proof there is a proof); ``traced_shapes``: the export call's
+    input size, where given: the only size a frozen pool's output size is read at.
     ``model_dir``: the folder external tensors (window tables included) are read from when a region runs alone.
 
-    A graph this front end cannot follow (an exception inside it, a bug) costs only its own findings: the model
-    is patched as if it held no decomposition, and a suspect says why. Under symbolic input sizes that suspect
-    is frozen (the patch is refused unless partial fixes are allowed): an unsearched region could stay frozen
-    at the traced size, and exit 0 promises OUT right at every size.
+    An exception inside it is a bug, and goes up as one (exit 1): a front end that cannot follow a graph never
+    lets the rest be written as if it held no decomposition.
     """
-    try:
-        return _find(model, opset=opset, target=target, input_shapes=input_shapes, taken=taken, seed=seed,
-                     model_dir=model_dir)
-    except PoolFixError:
-        raise
-    except Exception as e:  # noqa: BLE001 - a bug here must not block the leftovers' patch
-        logger.debug("dynamo front end failed", exc_info=True)
-        failure = f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
-        unsearched = _symbolic(model.graph) and any(n.op_type in SELECT_OPS or n.op_type == "AveragePool"
-                                                    for n in model.graph.node)
-        return FrontEndResult(suspects=[Suspect(
-            "(graph)", "dynamo front end", f"not searched: {failure}", frozen=unsearched,
-            right_at=f"unknown: onnxpoolfix's dynamo front end failed on this graph ({failure}; please report it)"
-            if unsearched else "")])
+    return _find(model, opset=opset, target=target, input_shapes=input_shapes, traced_shapes=traced_shapes,
+                 taken=taken, seed=seed, model_dir=model_dir)
 
 
 def _symbolic(graph: onnx.GraphProto) -> bool:
@@ -143,7 +144,7 @@ def _symbolic(graph: onnx.GraphProto) -> bool:
                for d in i.type.tensor_type.shape.dim)
 
 
-def _find(model, *, opset, target, input_shapes, taken, seed, model_dir) -> FrontEndResult:
+def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, model_dir) -> FrontEndResult:
     findings = FrontEndResult()
     graph = model.graph
     if not any(n.op_type in SELECT_OPS or n.op_type in ("AveragePool", "MaxPool") for n in graph.node
@@ -172,12 +173,11 @@ def _find(model, *, opset, target, input_shapes, taken, seed, model_dir) -> Fron
         claimed.update(c.region)
         candidates.append(c)
     candidates.reverse()
-    # pooled by a decomposition too (a pyramid's other levels): an AveragePool there is one more level, even
-    # where the metadata is gone
-    siblings = {t.pooled for c in candidates for t in [c, *c.smaller]}
-    frozen_pool_ops(model, g, info, input_shapes, findings, opset=opset, target=target, busy=busy, resting=resting,
-                     siblings=siblings)
+    contradictions = frozen_pool_ops(model, g, info, traced_shapes, findings, opset=opset, target=target,
+                                     busy=busy, resting=resting)
     if not candidates:
+        if contradictions:
+            raise contradictions[0]
         _rests(findings, resting, [])
         return findings
     prove_all(model, g, candidates, input_shapes, seed, info.inferred(), model_dir=model_dir)
@@ -198,6 +198,8 @@ def _find(model, *, opset, target, input_shapes, taken, seed, model_dir) -> Fron
             f"'{c.result}' equals it at {'x'.join(map(str, c.contradicts))}",
             contradiction_hint(_input_text(model, c.proof_envs.get(c.contradicts))
                                or f"a pooled size like {'x'.join(map(str, c.contradicts))} for '{c.pooled}'"))
+    if contradictions:
+        raise contradictions[0]
     _rests(findings, resting, candidates)
     for c in candidates:
         if c.why:
@@ -277,9 +279,8 @@ def _rests(findings: FrontEndResult, resting: list, candidates: list[Candidate])
     """A note per frozen AveragePool (or MaxPool) whose output size rests on the given traced size alone: none of the
     decomposed regions of the same pooled tensor proved at that size (which would confirm it)."""
     confirmed = {c.pooled for c in candidates if c.bound_why == "" and not c.why}
-    for result, pooled, output_size, ones, op in resting:
+    for result, pooled, output_size, op in resting:
         if pooled not in confirmed:
             findings.notes.append(WarningNote(
                 f"the output size of the frozen {op} '{result}' ({size_text(output_size)}) {RESTS_ON_TRACED}: "
-                "the graph cannot tell whether the file was exported at it"
-                + (", nor whether its kernel-1 axis is torch's None (then it follows the input)" if ones else "")))
+                "the graph cannot tell whether the file was exported at it"))

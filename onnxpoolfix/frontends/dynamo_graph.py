@@ -14,8 +14,6 @@ decomposed adaptive average pool begins and ends (:mod:`.dynamo` has the whole s
 """
 from __future__ import annotations
 
-import ast
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -27,6 +25,7 @@ from ..graph.shapes import SUPPORTED_DTYPES, Dim, infer
 from ..spec import InputDim
 from .base import Suspect
 from .dynamo_search import range_limit
+from .source_line import module_pool, source_line
 
 ENCODING = "dynamo"  # the encoding reported for these regions
 FOLLOWS_INPUT = "its output size is not static"  # (None, m): an output axis that follows the input
@@ -46,98 +45,21 @@ _NONDETERMINISTIC = ("Random", "Bernoulli", "Multinomial")
 #: largest region (nodes) considered: a 13 -> 6 AlexNet pool is ~200 nodes; a corrupt graph is bounded
 _MAX_REGION = 20000
 
-_CLASS_RE = re.compile(r"torch\.nn\.modules\.pooling\.Adaptive(Avg|Max)Pool([123])d")
-_CALL_RE = re.compile(r"adaptive_(avg|max)_pool([123])d\s*\(")
-_AREA_RE = re.compile(r"interpolate\s*\(.*['\"]area['\"]")
-_SCALE_RE = re.compile(r"\bscale_factor\b")
-
-# --- metadata --------------------------------------------------------------------------------------------
-
-def _metadata(node: onnx.NodeProto) -> dict[str, str]:
-    return {p.key: p.value for p in getattr(node, "metadata_props", ())}
-
+# --- metadata (read by .source_line) ----------------------------------------------------------------------
 
 def node_evidence(node: onnx.NodeProto) -> tuple[str, int | None] | None:
-    """What the node's metadata says about adaptive pooling: (evidence text, pooled rank or None)."""
-    md = _metadata(node)
-    hierarchy = md.get("pkg.torch.onnx.class_hierarchy", "")
-    m = _CLASS_RE.search(hierarchy)
-    if m:
-        return f"metadata: {m.group(0)}", int(m.group(2))
-    trace = md.get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
-    line = trace[-1].strip() if trace else ""
-    m = _CALL_RE.search(line)
-    if m:
-        return f"stack trace: {line[:100]}", int(m.group(2))
-    if _AREA_RE.search(line):
-        return f"stack trace: {line[:100]}", None
-    return None
-
-
-def scales_with_input(node: onnx.NodeProto) -> bool:
-    """Whether the node's source line is an area interpolation by ``scale_factor``: its output size is then
-    a function of the input size (floor(n * scale)), not one adaptive output size."""
-    trace = _metadata(node).get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
-    line = trace[-1] if trace else ""
-    return bool(_AREA_RE.search(line) and _SCALE_RE.search(line))
-
-
-#: an output-size entry that the source line computes from something (``x.shape[2] // 2``, a variable)
-COMPUTED = "computed"
-_POOL_CALLS = re.compile(r"adaptive_(avg|max)_pool[123]d|interpolate")
-
-
-def literal_output_size(node: onnx.NodeProto, k: int, kind: str = "avg") -> tuple[int | None | str, ...] | None:
-    """The output size the node's source line writes out, per pooled axis: an int, None (torch's None: the
-    axis follows the input) or :data:`COMPUTED` where it mentions the input's shape (``y.shape[-2:]``,
-    ``x.size(2) // 2``); None where the line gives no readable size (a variable, a module call, two calls).
-    ``kind``: the calls read, ``"avg"`` (adaptive_avg_pool*d, area interpolation) or ``"max"`` (adaptive_max_pool*d):
-    a line pooling both ways has one call of the node's kind."""
-    trace = _metadata(node).get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
-    line = trace[-1].strip() if trace else ""
-    if not _POOL_CALLS.search(line):
+    """What the node's metadata says about adaptive pooling: (evidence text, pooled rank or None): its module is
+    an adaptive pool, or its source line (parsed, comments are none) calls one or an area resize."""
+    module = module_pool(node)
+    if module is not None and module[1]:
+        name = f"Adaptive{module[0].title()}Pool{module[2]}d"
+        return f"metadata: torch.nn.modules.pooling.{name}", module[2]
+    line = source_line(node)
+    adaptive = [c for c in (line.calls if line else ()) if c.adaptive]
+    if not adaptive:
         return None
-    try:
-        tree = ast.parse(line)  # a statement: `return ...`, `y = ...`
-    except SyntaxError:
-        return None
-    sizes = []
-    for call in ast.walk(tree):
-        if not isinstance(call, ast.Call):
-            continue
-        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
-        kw = {a.arg: a.value for a in call.keywords}
-        if re.fullmatch(rf"adaptive_{kind}_pool[123]d", name):
-            arg = call.args[1] if len(call.args) > 1 else kw.get("output_size")
-        elif (kind == "avg" and name == "interpolate" and isinstance(kw.get("mode"), ast.Constant)
-              and kw["mode"].value == "area"):
-            arg = call.args[1] if len(call.args) > 1 else kw.get("size")
-        else:
-            continue
-        sizes.append(arg)
-    if len(sizes) != 1 or sizes[0] is None:
-        return None
-    arg = sizes[0]
-    items = arg.elts if isinstance(arg, (ast.Tuple, ast.List)) else [arg] * k
-    if len(items) != k:
-        return _computed(arg, k)
-    out = []
-    for e in items:
-        if isinstance(e, ast.Constant) and (e.value is None or type(e.value) is int):
-            out.append(e.value)
-        elif _reads_a_shape(e):
-            out.append(COMPUTED)
-        else:
-            return None
-    return tuple(out)
-
-
-def _computed(arg, k):
-    return (COMPUTED,) * k if _reads_a_shape(arg) else None
-
-
-def _reads_a_shape(e) -> bool:
-    return any(isinstance(n, ast.Attribute) and n.attr in ("shape", "size") for n in ast.walk(e))
+    ranks = {c.rank for c in adaptive}
+    return f"stack trace: {line.text[:100]}", ranks.pop() if len(ranks) == 1 else None
 
 
 def _region_evidence(nodes: Sequence[onnx.NodeProto]) -> tuple[str, int | None]:

@@ -1,14 +1,17 @@
-"""The dynamo front end crashing on a graph (a bug) must not end in exit 0 with OUT wrong at other sizes:
-under symbolic sizes the unsearched graph is refused like a frozen region (exit 4, --allow-partial writes it
-with a warning); a static graph is still patched (its leftovers), with a note naming the failure."""
+"""The dynamo front end crashing on a graph is a bug, and it surfaces as one: the API raises it, the CLI exits 1
+("internal error", a hint to report it) and writes nothing. It is never skipped while the rest of the model is
+written with exit 0 (an unsearched region could stay frozen at the traced size, and a static graph's leftovers
+patched without it would hide the bug)."""
 from __future__ import annotations
 
+import onnx
 import pytest
+from click.testing import CliRunner
 from helpers import make_leftover
 from onnx import TensorProto, helper
 
 import onnxpoolfix
-from onnxpoolfix.errors import UnsupportedNodeError
+from onnxpoolfix.cli import main
 from onnxpoolfix.frontends import dynamo
 
 
@@ -29,19 +32,19 @@ def crashing_front_end(monkeypatch):
     monkeypatch.setattr(dynamo, "_find", boom)
 
 
-def test_symbolic_graph_is_refused(crashing_front_end):
-    with pytest.raises(UnsupportedNodeError, match="dynamo front end failed"):
-        onnxpoolfix.patch(_with_average_pool("H", "W"), check=False)
+@pytest.mark.parametrize("hw", [("H", "W"), (12, 12)], ids=["symbolic", "static"])
+def test_the_api_raises_the_bug(crashing_front_end, hw):
+    with pytest.raises(RuntimeError, match="injected"):
+        onnxpoolfix.patch(_with_average_pool(*hw), check=False)
+    with pytest.raises(RuntimeError, match="injected"):  # --allow-partial does not hide a bug either
+        onnxpoolfix.patch(_with_average_pool(*hw), check=False, allow_partial=True)
 
 
-def test_allow_partial_writes_it_with_the_failure_named(crashing_front_end):
-    result = onnxpoolfix.patch(_with_average_pool("H", "W"), check=False, allow_partial=True)
-    assert result.report.partial
-    assert any("injected" in line for line in result.report.partial)
-
-
-def test_static_graph_is_patched_with_a_note(crashing_front_end):
-    result = onnxpoolfix.patch(_with_average_pool(12, 12), check=False)
-    assert not result.report.partial
-    assert any("injected" in str(n) for n in result.report.notes)
-    assert "adaptive_avg_pool2d" not in {n.op_type for n in result.model.graph.node}
+@pytest.mark.parametrize("hw", [("H", "W"), (12, 12)], ids=["symbolic", "static"])
+def test_the_cli_exits_1_and_writes_nothing(crashing_front_end, hw, tmp_path):
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(_with_average_pool(*hw), src)
+    r = CliRunner().invoke(main, [str(src), str(out), "--no-check", "-q"])
+    assert r.exit_code == 1, r.output
+    assert "internal error: RuntimeError: injected" in r.stderr and "bug" in r.stderr
+    assert not out.exists()

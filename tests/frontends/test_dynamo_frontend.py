@@ -19,7 +19,7 @@ nn, F = torch.nn, torch.nn.functional
 
 from onnxpoolfix import patch
 from onnxpoolfix.cli import main
-from onnxpoolfix.errors import CheckFailedError, UnsupportedNodeError
+from onnxpoolfix.errors import ShapeError, UnsupportedNodeError
 from onnxpoolfix.frontends.dynamo import find_decomposed_pools
 from onnxpoolfix.graph.emit import EMITTED_BY
 from onnxpoolfix.inspection.model import inspect_model
@@ -315,18 +315,18 @@ def test_alexnet_traced_at_256_is_exact_at_every_size():
     assert broken >= 3
 
 
-def test_a_wrong_traced_size_for_a_frozen_pool_is_named_when_onnxruntime_refuses(tmp_path):
-    """AlexNet traced at 224 bound at 300: the k1 pool is sized 8x8 there and the Linear after it cannot take
-    that. The refusal names the traced size, not 'the rest of the model ... would refuse the original too'
-    (the original runs: at its traced size)."""
+def test_a_wrong_traced_size_for_a_frozen_pool_is_contradicted_by_the_linear_after_it(tmp_path):
+    """AlexNet traced at 224 given 300: the k1 pool would be sized 8x8 there (1024 features) and the Linear after
+    it takes 576. The graph contradicts the given size: exit 4 before anything is built (issue 32), not an
+    onnxruntime load failure of the patched file (exit 5)."""
     _, model = _export(SmallAlexNet(), (224, 224), True)
-    with pytest.raises(CheckFailedError, match="cannot load or run the patched model") as err:
+    with pytest.raises(ShapeError, match="contradicts the graph.*takes 576") as err:
         patch(model, traced_shapes={"x": [1, 3, 300, 300]})
-    assert "traced_shapes" in err.value.hint and "refuse the original too" not in err.value.hint
+    assert "traced_shapes" in err.value.hint
     path = tmp_path / "alexnet.onnx"
     onnx.save(model, path)
     run = CliRunner().invoke(main, [str(path), str(tmp_path / "out.onnx"), "--traced-shape", "x:1,3,300,300"])
-    assert run.exit_code == 5 and "--traced-shape" in run.output and not (tmp_path / "out.onnx").exists()
+    assert run.exit_code == 4 and "--traced-shape" in run.output and not (tmp_path / "out.onnx").exists()
 
 
 def test_alexnet_traced_at_224_is_frozen_until_the_traced_size_is_bound():
@@ -341,17 +341,20 @@ def test_alexnet_traced_at_224_is_frozen_until_the_traced_size_is_bound():
     warnings = partial.report.note_lines()[0]  # printed first, marked, on stderr
     assert any(w.startswith("warning: ") and "frozen at the export's traced size" in w for w in warnings)
     traced = patch(model, traced_shapes={"x": [1, 3, 224, 224]})
-    bound = patch(model, input_shapes={"x": [1, 3, 224, 224]})
-    for result in (traced, bound):
-        assert [(n.encoding, n.lowering) for n in result.report.nodes] == [("dynamo", "dynamic")]
-        assert "rests on the given traced size alone" in result.report.check_note  # nothing else can confirm it
+    assert [(n.encoding, n.lowering) for n in traced.report.nodes] == [("dynamo", "dynamic")]
+    assert "rests on the given traced size alone" in traced.report.check_note  # nothing else can confirm it
+    # its kernel-1 axes: 6 (not torch's None), since the Linear after it takes 16 * 6 * 6 features
+    assert "takes that size alone" in traced.report.nodes[0].evidence
+    # a deployment size (--input-shape) is no traced size: the pool's output size is never read from it
+    with pytest.raises(UnsupportedNodeError, match="frozen") as err:
+        patch(model, input_shapes={"x": [1, 3, 224, 224]})
+    assert "traced_shapes=" in err.value.hint
     rng = np.random.default_rng(6)
     for hw in [(224, 224), (256, 256), (512, 384), (300, 200), (160, 160)]:
         x = rng.standard_normal((1, 3, *hw)).astype(np.float32)
         want = _torch(module, x)
         if hw != (224, 224):
             assert not _matches(_run(model, x), want), hw
-        assert _matches(_run(bound.model, x), want), hw
         assert _matches(_run(traced.model, x), want), hw
 
 
@@ -514,7 +517,9 @@ def test_a_frozen_1d_average_pool_is_refused_or_made_exact(module, traced):
     """At uniform windows (14 -> 7, 7 -> 7) the exporter writes the 1D pool as Unsqueeze + AveragePool kernel
     (1, k) + Squeeze, frozen at the traced length. It was skipped (its metadata says 1D, the node pools 2 axes):
     'nothing to patch', exit 0, wrong at every other length. Now it is the 2D pool of (N, C, 1, L) to (1, 7):
-    refused without a size (the module form), exact at every length with the traced one or a literal size."""
+    refused without a size (the module form), exact at every length with the traced one or a literal size.
+    The module traced at 7 -> 7 (kernel 1) is refused even with the traced size: AdaptiveAvgPool1d(7) and
+    AdaptiveAvgPool1d(None) both froze to it and differ at every other length (issue 32)."""
     model = _export_1d(module, traced)
     assert "AveragePool" in _ops(model)
     x = {n: np.random.default_rng(n).standard_normal((1, 3, n)).astype(np.float32) for n in LENGTHS_1D}
@@ -522,6 +527,11 @@ def test_a_frozen_1d_average_pool_is_refused_or_made_exact(module, traced):
     if isinstance(module, Pool1dByModule):
         with pytest.raises(UnsupportedNodeError, match="frozen"):
             patch(model)
+        if traced == 7:
+            with pytest.raises(UnsupportedNodeError, match="frozen") as err:
+                patch(model, traced_shapes={"x": [1, 3, traced]})
+            assert "torch's None" in err.value.hint and "onnxpoolfix.export" in err.value.hint
+            return
         result = patch(model, traced_shapes={"x": [1, 3, traced]})
     else:
         result = patch(model)

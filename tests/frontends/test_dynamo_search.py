@@ -1,5 +1,5 @@
 """The per-axis size search of the dynamo front end (onnxpoolfix/frontends/dynamo_search.py), a source
-line's output size (dynamo_graph.literal_output_size) and the check's declared step, without torch."""
+line's output size (source_line: the line parsed as Python) and the check's declared step, without torch."""
 from __future__ import annotations
 
 import itertools
@@ -8,8 +8,8 @@ import pytest
 from onnx import helper
 
 from onnxpoolfix.check.sizes import declared_step
-from onnxpoolfix.frontends.dynamo_graph import COMPUTED, literal_output_size
 from onnxpoolfix.frontends.dynamo_search import SizeSpace, branch_class, evaluate, symbols
+from onnxpoolfix.frontends.source_line import COMPUTED, source_line
 
 
 def test_declared_dim_expressions_evaluate_as_python_integers():
@@ -62,17 +62,31 @@ def _node(line: str):
 
 
 @pytest.mark.parametrize("line,want", [
-    ("return F.adaptive_avg_pool2d(x, (4, 7))", (4, 7)),
-    ("return F.adaptive_avg_pool2d(x, (None, 1))", (None, 1)),
-    ("return F.adaptive_avg_pool2d(x, 5)", (5, 5)),
-    ("y = F.interpolate(x, size=(3, 6), mode='area')", (3, 6)),
-    ("return F.adaptive_avg_pool2d(x, (x.shape[2] // 2, 4))", (COMPUTED, 4)),
-    ("return F.interpolate(F.interpolate(y, size=(k, k), mode='area'), size=y.shape[-2:], mode='nearest')", None),
-    ("return self.pool(x)", None),
-    ("return F.adaptive_avg_pool2d(x,", None),
+    ("return F.adaptive_avg_pool2d(x, (4, 7))", [(4, 7)]),
+    ("return F.adaptive_avg_pool2d(x, (None, 1))", [(None, 1)]),
+    ("return F.adaptive_avg_pool2d(x, 5)", [(5, 5)]),
+    ("y = F.interpolate(x, size=(3, 6), mode='area')", [(3, 6)]),
+    ("return F.adaptive_avg_pool2d(x, (x.shape[2] // 2, 4))", [(COMPUTED, 4)]),
+    ("return F.interpolate(F.interpolate(y, size=(k, k), mode='area'), size=y.shape[-2:], mode='nearest')", [None]),
+    ("return self.pool(x)", []),
+    ("return F.adaptive_avg_pool2d(x,", [None]),  # continued on the next line: its size is not known
+    ("y = F.avg_pool2d(f, 4)  # same as F.adaptive_avg_pool2d(f, (4, 4)) at 16x16", []),  # a comment is no call
+    ("a = F.adaptive_avg_pool2d(f, (2, 2)); b = F.adaptive_avg_pool2d(f, 4)", [(2, 2), (4, 4)]),
 ])
-def test_a_source_lines_output_size(line, want):
-    assert literal_output_size(_node(line), 2) == want
+def test_a_source_lines_output_sizes(line, want):
+    line = source_line(_node(line))
+    assert [c.size for c in line.calls if c.adaptive] == want
+
+
+@pytest.mark.parametrize("line,opaque", [
+    ("return downsample(tok, side, 5)", True),  # a helper may hold the pool
+    ("return (lambda t: t)(F.adaptive_avg_pool2d(x, 3))", True),
+    ("return helper(F.adaptive_avg_pool2d(x,", True),  # continued, and a helper around it
+    ("return self.fc(F.adaptive_avg_pool2d(x, 3).flatten(1))", False),  # a submodule carries its own frame
+    ("return torch.cat([F.avg_pool2d(x, 2), x.mean((2, 3), keepdim=True)], 1)", False),
+])
+def test_a_line_that_may_hide_a_pool_is_opaque(line, opaque):
+    assert source_line(_node(line)).opaque is opaque
 
 
 def test_declared_step_reads_multiples_of_symbols():

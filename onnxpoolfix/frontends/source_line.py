@@ -1,0 +1,255 @@
+"""What a dynamo-written node's metadata says about the torch call that made it: the one place that reads
+``pkg.torch.onnx.class_hierarchy`` and ``pkg.torch.onnx.stack_trace``.
+
+The module: the innermost ``torch.nn`` pooling class of the hierarchy (``AdaptiveAvgPool2d``, ``AvgPool2d``,
+...). The source line: the stack trace's last line, parsed as Python (``ast``), never matched by pattern, so a
+comment or a string is no evidence. Each pooling call on it is a :class:`PoolCall` with its literal
+arguments: ``F.avg_pool2d(f, 2)`` (a genuine pool, kernel 2), ``F.adaptive_avg_pool2d(f, (4, None))`` (sizes 4
+and None), ``F.interpolate(x, scale_factor=0.5, mode="area")`` (an area resize whose size follows the input).
+A call to anything else that may hold a pool (a helper function, a lambda, a call through a variable) makes the
+line *opaque*: the node may come from inside it.
+
+Worked example, the line ``return F.interpolate(F.avg_pool2d(f, 2), size=s) + F.adaptive_avg_pool2d(f, (4, 4))``:
+two pooling calls, ``PoolCall("avg", adaptive=False, kernel=(2,), stride=None)`` (stride defaults to the kernel)
+and ``PoolCall("avg", adaptive=True, rank=2, size=(4, 4))``; ``interpolate`` (nearest) is no pooling call.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+import onnx
+
+__all__ = ["COMPUTED", "PoolCall", "SourceLine", "has_metadata", "module_pool", "source_line"]
+
+#: an output-size entry that the line computes from something (``x.shape[2] // 2``)
+COMPUTED = "computed"
+_MODULE_RE = re.compile(r"^torch\.nn\.modules\.pooling\.(Adaptive)?(Avg|Max)Pool([123])d$")
+_ADAPTIVE_CALL = re.compile(r"^adaptive_(avg|max)_pool([123])d$")
+_GENUINE_CALL = re.compile(r"^(avg|max)_pool([123])d(_with_indices)?$")
+#: calls that are no pooling and hold none (torch ops and tensor methods a line around a pool uses); any other
+#: call, other than a method of ``self`` (a submodule's nodes carry its own frame), may hold a pool
+_PLAIN_CALLS = frozenset({
+    "interpolate", "upsample", "cat", "concat", "stack", "sum", "mean", "amax", "amin", "max", "min", "relu",
+    "relu_", "sigmoid", "softmax", "log_softmax", "tanh", "gelu", "silu", "hardswish", "hardsigmoid", "mish",
+    "leaky_relu", "elu", "flatten", "view", "reshape", "permute", "transpose", "contiguous", "size", "squeeze",
+    "unsqueeze", "add", "sub", "mul", "div", "pad", "dropout", "chunk", "split", "expand", "expand_as", "repeat",
+    "matmul", "bmm", "einsum", "float", "half", "to", "type_as", "clone", "detach", "abs", "exp", "log", "pow",
+    "sqrt", "rsqrt", "clamp", "clamp_min", "clamp_max", "norm", "normalize", "layer_norm", "batch_norm",
+    "group_norm", "conv1d", "conv2d", "conv3d", "linear", "tuple", "list", "int", "len", "range", "zip",
+    "enumerate", "isinstance", "getattr", "new_zeros", "new_ones", "zeros", "ones", "zeros_like", "ones_like",
+    "narrow", "select", "index_select", "gather", "masked_fill", "where", "roll", "flip", "numel", "dim",
+})
+
+
+@dataclass(frozen=True)
+class PoolCall:
+    """One pooling call on a source line, with what it writes out literally (None where it does not)."""
+
+    kind: str  # "avg" or "max"
+    adaptive: bool  # adaptive pooling or an area resize (windows from sizes), not a kernel pool
+    rank: int | None = None  # from the name (adaptive_avg_pool2d: 2); None for interpolate
+    size: tuple | None = None  # adaptive: per axis an int, None (follows the input) or COMPUTED
+    scales: bool = False  # an area resize by scale_factor: its output size follows the input
+    kernel: tuple[int, ...] | None = None  # a kernel pool's literal kernel (one entry: every axis)
+    stride: tuple[int, ...] | None = None  # its literal stride (None: the kernel, or not literal)
+    literal: bool = True  # a kernel pool whose kernel, stride and options are all written out
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    text: str
+    calls: tuple[PoolCall, ...]
+    opaque: bool  # some call may hold a pool (a helper, a lambda), or the line is no statement
+
+
+def _metadata(node: onnx.NodeProto) -> dict[str, str]:
+    return {p.key: p.value for p in getattr(node, "metadata_props", ())}
+
+
+def has_metadata(node: onnx.NodeProto) -> bool:
+    """Whether the node still carries the exporter's metadata (onnxslim and onnxsim drop it)."""
+    return any(p.key.startswith("pkg.torch.onnx.") for p in getattr(node, "metadata_props", ()))
+
+
+def module_pool(node: onnx.NodeProto) -> tuple[str, bool, int] | None:
+    """(kind, adaptive, rank) of the innermost torch.nn pooling module in the node's class hierarchy, or None
+    where the innermost module is no pooling module (a user's module calling F.* on its own line)."""
+    text = _metadata(node).get("pkg.torch.onnx.class_hierarchy", "")
+    try:
+        entries = ast.literal_eval(text) if text else []
+    except (ValueError, SyntaxError):
+        return None
+    modules = [e for e in entries if isinstance(e, str) and not e.startswith("aten.")]
+    if not modules:
+        return None
+    m = _MODULE_RE.match(modules[-1])
+    return (m.group(2).lower(), bool(m.group(1)), int(m.group(3))) if m else None
+
+
+def last_line(node: onnx.NodeProto) -> str:
+    trace = _metadata(node).get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
+    return trace[-1].strip() if trace else ""
+
+
+def source_line(node: onnx.NodeProto) -> SourceLine | None:
+    """The node's source line read as Python, or None where the node has no stack trace."""
+    text = last_line(node)
+    if not text:
+        return None
+    parsed = _parse(text)
+    if parsed is None:
+        return SourceLine(text, (), True)
+    tree, end = parsed
+    calls, opaque = [], False
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Lambda):
+            opaque = True
+        if not isinstance(n, ast.Call) or _name(n) == _OPEN:
+            continue
+        cut = n.end_col_offset > end  # its arguments go on past the line: none of them is known
+        call = _pool_call(n, cut)
+        if call is not None:
+            calls.append(call)
+        elif _may_hold_a_pool(n):
+            opaque = True
+    return SourceLine(text, tuple(calls), opaque)
+
+
+#: the name of the calls :func:`_parse` opens where a line starts inside brackets
+_OPEN = "__onnxpoolfix_open__"
+_PAIRS = {")": "(", "]": "[", "}": "{"}
+
+
+def _parse(text: str) -> tuple[ast.AST, int] | None:
+    """The line as Python, and where the line's own text ends in what was parsed. A statement continued over
+    several lines is one line of it: brackets left open are closed after it, brackets it closes are opened
+    before it (as a call, so keyword arguments parse), and a header (``for ... :``) gets a body. None where no
+    such completion parses."""
+    code, opened, unopened = _brackets(text)
+    head = "".join(f"{_OPEN}(" if c == ")" else _PAIRS[c] for c in reversed(unopened))
+    tail = "".join({"(": ")", "[": "]", "{": "}"}[c] for c in reversed(opened))
+    for lead in ("", "None"):
+        for end in ("", " None", " pass"):
+            try:
+                return ast.parse(head + lead + code + end + tail), len(head + lead + code)
+            except SyntaxError:
+                continue
+    return None
+
+
+def _brackets(text: str) -> tuple[str, list[str], list[str]]:
+    """(the line without its comment, brackets it leaves open, closing brackets it has no opener for)."""
+    stack: list[str] = []
+    unopened: list[str] = []
+    quote, i = "", 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if text.startswith(quote, i):
+                i += len(quote)
+                quote = ""
+                continue
+        elif c == "#":
+            return text[:i].rstrip(), stack, unopened
+        elif c in "'\"":
+            quote = text[i:i + 3] if text[i:i + 3] in ("\"\"\"", "'''") else c
+            i += len(quote)
+            continue
+        elif c in "([{":
+            stack.append(c)
+        elif c in ")]}":
+            if stack and stack[-1] == _PAIRS[c]:
+                stack.pop()
+            else:
+                unopened.append(c)
+        i += 1
+    return text, stack, unopened
+
+
+def _name(call: ast.Call) -> str:
+    f = call.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
+def _may_hold_a_pool(call: ast.Call) -> bool:
+    f = call.func
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+        return False  # a submodule: its nodes carry their own frame and class
+    name = _name(call)
+    return not name or name not in _PLAIN_CALLS
+
+
+def _pool_call(call: ast.Call, cut: bool = False) -> PoolCall | None:
+    """The pooling call ``call`` is, with its literal arguments; ``cut``: its arguments go on past the line, so
+    none is known (an interpolate's mode among them)."""
+    name = _name(call)
+    if cut:
+        m = _ADAPTIVE_CALL.match(name) or _GENUINE_CALL.match(name)
+        if name == "interpolate":
+            return PoolCall("avg", True)
+        if m is None:
+            return None
+        adaptive = name.startswith("adaptive")
+        return PoolCall(m.group(1), adaptive, int(m.group(2)), literal=adaptive)
+    kw = {a.arg: a.value for a in call.keywords if a.arg}
+    m = _ADAPTIVE_CALL.match(name)
+    if m:
+        k = int(m.group(2))
+        arg = call.args[1] if len(call.args) > 1 else kw.get("output_size")
+        return PoolCall(m.group(1), True, k, _sizes(arg, k))
+    if name == "interpolate":
+        mode = kw.get("mode", call.args[3] if len(call.args) > 3 else None)
+        if not (isinstance(mode, ast.Constant) and mode.value == "area"):
+            return None
+        size = call.args[1] if len(call.args) > 1 else kw.get("size")
+        scale = call.args[2] if len(call.args) > 2 else kw.get("scale_factor")
+        if size is None or (isinstance(size, ast.Constant) and size.value is None):
+            return PoolCall("avg", True, scales=scale is not None)
+        return PoolCall("avg", True, None, _sizes(size, None))
+    m = _GENUINE_CALL.match(name)
+    if m:
+        kernel = call.args[1] if len(call.args) > 1 else kw.get("kernel_size")
+        stride = call.args[2] if len(call.args) > 2 else kw.get("stride")
+        options = call.args[3:] + [v for k, v in kw.items() if k not in ("input", "kernel_size", "stride")]
+        kernel_t, stride_t = _ints(kernel), None if stride is None else _ints(stride)
+        plain = all(isinstance(v, ast.Constant) and v.value in (0, False, None, True) for v in options)
+        literal = kernel_t is not None and (stride is None or stride_t is not None) and plain
+        return PoolCall(m.group(1), False, int(m.group(2)), kernel=kernel_t, stride=stride_t, literal=literal)
+    return None
+
+
+def _ints(e) -> tuple[int, ...] | None:
+    if isinstance(e, ast.Constant) and type(e.value) is int:
+        return (e.value,)
+    if isinstance(e, (ast.Tuple, ast.List)) and all(isinstance(x, ast.Constant) and type(x.value) is int
+                                                     for x in e.elts):
+        return tuple(x.value for x in e.elts)
+    return None
+
+
+def _sizes(arg, k: int | None) -> tuple | None:
+    """Per axis an int, None (torch's None) or COMPUTED (read from a shape); None: not written out."""
+    if arg is None:
+        return None
+    if isinstance(arg, ast.Constant) and (arg.value is None or type(arg.value) is int):
+        return (arg.value,) * (k or 1) if k else (arg.value,)
+    if isinstance(arg, (ast.Tuple, ast.List)):
+        out = []
+        for e in arg.elts:
+            if isinstance(e, ast.Constant) and (e.value is None or type(e.value) is int):
+                out.append(e.value)
+            elif _reads_a_shape(e):
+                out.append(COMPUTED)
+            else:
+                return None
+        return tuple(out)
+    return (COMPUTED,) * (k or 1) if _reads_a_shape(arg) else None
+
+
+def _reads_a_shape(e) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr in ("shape", "size") for n in ast.walk(e))
