@@ -15,6 +15,7 @@ import onnx
 
 from .check import run_check
 from .check.bodies import body_rows, check_in_bodies
+from .check.differential import compare_with_original, known_right_shapes, original_outputs
 from .errors import ArgumentError, InvalidModelError, api_words
 from .frontends.dynamo import frozen_error, partial_lines
 from .graph.shapes import model_opset, validate_input_shape
@@ -136,17 +137,25 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     if not mp.separate and not mp.groups and not nested:
         notes.append(NOTHING_TO_PATCH)
         return PatchResult(model, in_api_words(report))
+    # where the original file is known right (its static size, the given traced size) and the dynamo front end
+    # read frozen pools or regions in it: its outputs there, before the rewrite, for OUT to equal
+    original = None
+    right_at = known_right_shapes(model, traced_shapes) if check and found.regions and not input_shapes else None
+    if right_at is not None:
+        original = original_outputs(model, right_at, seed=seed, model_dir=model_dir)
     applied = apply_model_plan(model, mp)
     done = [d for d in applied if d.body is None]
     in_bodies = [d for d in applied if d.body is not None]
     specs = [d.spec for d in done]
+    resting = {r.result for r in found.regions if r.rests_on_traced}
     for d in done:
         s = d.spec
         report.nodes.append(NodeReport(
             name=s.node.name, op=s.node.op, kind=s.kind, encoding=s.node.encoding,
             input_shape=list(s.input_shape), output_shape=list(s.output_shape),
             lowering=d.lowering, why=d.why, ops=d.ops, evidence=s.node.evidence,
-            indices="computed" if s.node.indices_output else "dropped" if s.node.unused_outputs else "none"))
+            indices="computed" if s.node.indices_output else "dropped" if s.node.unused_outputs else "none",
+            rests_on_traced_shape=s.node.output in resting))
     if check:
         if specs:
             run_check(model, specs, report, check_shapes=check_shapes,
@@ -155,6 +164,12 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
                       model_dir=model_dir, seed=seed)
         if in_bodies:
             check_in_bodies(model, in_bodies, report, model_dir=model_dir, seed=seed)
+        if original is not None:
+            where = ("its static size" if not right_at else "the traced size "
+                     + " ".join(f"{k}:{','.join(map(str, v))}" for k, v in right_at.items()))
+            compare_with_original(model, *original, model_dir=model_dir, where=where)
+            notes.append(f"OUT equals the original file at {where}, where the exporter's graph is right "
+                         "(every output)")
     else:
         report.nodes.extend(body_rows(in_bodies))
         notes.append(NOT_CHECKED)

@@ -25,12 +25,15 @@ JSON schema (``schema_version`` 1)::
         "indices": "computed" | "dropped" | "none",
         "max_error": float | null, "tolerance": float | null,     # null when not checked (max_error also
                                                                    # when infinite: indices differ)
-        "checked_shapes": [[int]]                                                # input shapes checked
+        "checked_shapes": [[int]],                                               # input shapes checked
+        "rests_on_traced_shape": bool  # a frozen pool sized from the given traced size alone (nothing in the
+                                       # graph confirms it): OUT rests on the user's word
       }],
       "totals": {"nodes": int, "max_error": float | null, "by_lowering": {str: int}},
       "suspects": [{"result": str, "evidence": str, "why": str,   # suspected adaptive pooling, left as it
                     "frozen": bool,    # is; frozen: a dynamo decomposition stuck at the traced size
-                    "right_at": str}], # where it is right as it is ("" unless frozen)
+                    "right_at": str,   # where it is right as it is ("" unless frozen)
+                    "remedy": "traced-shape" | "export" | "stripped"}],  # what would decide it
       "partial": [str],  # allow_partial / --allow-partial: per region left frozen, where OUT is right;
                          # empty: OUT is exact at every size it accepts (check_passed covers the replaced nodes)
       "windows_proven_to": int | null   # the dynamic lowering's window-building subgraphs ran alone and matched
@@ -90,6 +93,8 @@ class NodeReport:
     tolerance: float | None = None
     checked_shapes: list[list[int]] = field(default_factory=list)
     evidence: str = ""
+    # its output size was read at the given --traced-shape alone: nothing in the graph confirms it
+    rests_on_traced_shape: bool = False
 
 
 @dataclass
@@ -167,8 +172,11 @@ class PatchReport:
 
     def summary(self) -> str:
         """The result line: what was replaced and the check's verdict (the notes are :meth:`note_lines`); a
-        partial fix (``allow_partial``) says so first."""
-        return ("PARTIAL fix, OUT is not right at every size: " if self.partial else "") + self._summary()
+        partial fix (``allow_partial``) says so first, and so do pools sized from the given traced size alone."""
+        resting = sum(n.rests_on_traced_shape for n in self.nodes)
+        return ("PARTIAL fix, OUT is not right at every size: " if self.partial else "") + (
+            f"OUT rests on the given traced size for {resting} pool{'s' if resting != 1 else ''} (nothing in the "
+            "graph confirms it): " if resting else "") + self._summary()
 
     def _summary(self) -> str:
         if not self.nodes:

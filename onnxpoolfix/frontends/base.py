@@ -68,6 +68,9 @@ class Region:
     output_size: tuple[int, ...]
     proven_at: tuple[int, ...]  # the pooled tensor's shape where the region equalled the reference
     nodes: int  # data nodes of the region (what the notes count)
+    # a frozen pool whose output size was read at the given traced size alone (nothing in the graph confirms it):
+    # OUT rests on the user's word for it (the result line says so, the JSON marks the node)
+    rests_on_traced: bool = False
 
 
 #: what would decide a suspect (its ``remedy``): the export call's input size (--traced-shape); nothing in the

@@ -32,6 +32,7 @@ from dataclasses import replace
 import onnx
 
 from ..errors import ShapeError, UnsupportedNodeError
+from ..graph import nodes_deep, subgraphs
 from ..graph.emit import EMITTED_BY
 from ..graph.shapes import model_opset, output_shape
 from ..report import RESTS_ON_TRACED, WarningNote
@@ -47,9 +48,11 @@ from .dynamo_graph import (
     LazyInfo,
     find_candidate,
     is_end,
+    node_evidence,
 )
 from .dynamo_proof import prove_all
 from .dynamo_search import declared_dims, evaluate
+from .frozen_readings import GENUINE, node_readings, window_attrs
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +141,32 @@ def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
                  taken=taken, seed=seed, model_dir=model_dir)
 
 
+def _body_suspects(graph: onnx.GraphProto) -> list[Suspect]:
+    """Per If/Loop/Scan node whose bodies hold dynamo-written adaptive pooling (``torch.cond`` branches: a
+    decomposition or a frozen pool, by its metadata or its windows): under symbolic sizes it is frozen at the
+    traced size there too, and this front end reads top-level graphs only. A suspect (refused unless allowed),
+    never "nothing to patch"."""
+    out = []
+    for node in graph.node:
+        bodies = subgraphs(node)
+        if not bodies:
+            continue
+        for n in nodes_deep(n for body in bodies for n in body.node):
+            ev = node_evidence(n)
+            if ev is None and n.op_type in ("AveragePool", "MaxPool") and n.name.startswith("node_"):
+                attrs = window_attrs(n)
+                readings = node_readings(n, "max" if n.op_type == "MaxPool" else "avg", len(attrs[0]), False) \
+                    if attrs else []
+                ev = next(((r.says, None) for r in readings if r.what != GENUINE), None)
+            if ev is not None:
+                out.append(Suspect(node.output[0] if node.output else node.name, ev[0],
+                                   f"adaptive pooling inside the bodies of the {node.op_type} '{node.name}' "
+                                   "(torch.cond): onnxpoolfix reads the dynamo exporter's pooling in the top-level "
+                                   "graph only", True, "only at the size the model was exported at", EXPORT))
+                break
+    return out
+
+
 def _symbolic(graph: onnx.GraphProto) -> bool:
     """Some graph input has a dim without a value (a symbolic or unknown size)."""
     return any(not d.HasField("dim_value") for i in graph.input if i.type.HasField("tensor_type")
@@ -147,6 +176,8 @@ def _symbolic(graph: onnx.GraphProto) -> bool:
 def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, model_dir) -> FrontEndResult:
     findings = FrontEndResult()
     graph = model.graph
+    if _symbolic(graph):
+        findings.suspects += _body_suspects(graph)
     if not any(n.op_type in SELECT_OPS or n.op_type in ("AveragePool", "MaxPool") for n in graph.node
                if not n.doc_string.startswith(EMITTED_BY)):
         return findings
@@ -281,6 +312,8 @@ def _rests(findings: FrontEndResult, resting: list, candidates: list[Candidate])
     confirmed = {c.pooled for c in candidates if c.bound_why == "" and not c.why}
     for result, pooled, output_size, op in resting:
         if pooled not in confirmed:
+            findings.regions = [replace(r, rests_on_traced=True) if r.result == result else r
+                                for r in findings.regions]
             findings.notes.append(WarningNote(
                 f"the output size of the frozen {op} '{result}' ({size_text(output_size)}) {RESTS_ON_TRACED}: "
                 "the graph cannot tell whether the file was exported at it"))
