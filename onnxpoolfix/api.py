@@ -114,7 +114,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     model = found.model
     if found.blocker is not None:
         raise found.blocker
-    frozen = frozen_error(found.suspects, traced=bool(traced_shapes or input_shapes))
+    frozen = frozen_error(found.suspects, traced=bool(traced_shapes))
     if frozen is not None and not allow_partial:  # never a file silently wrong at other sizes
         raise frozen
     notes = report.notes

@@ -246,6 +246,8 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
 
 
 def _reading_text(r) -> str:
+    if r.what == UNKNOWN:
+        return r.says
     if r.size is None:
         return r.what
     return r.what + " to (" + ", ".join("None" if m is None else str(m) for m in r.size) + ")"

@@ -106,7 +106,7 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     result.notes.extend(found.notes + mp.notes)
     result.suspects = [asdict(s) for s in found.suspects]
     if found.blocker is None and not allow_partial:  # the refusal patch() gives (exit 4), with the same line
-        err = frozen_error(found.suspects, traced=bool(traced_shapes or input_shapes))
+        err = frozen_error(found.suspects, traced=bool(traced_shapes))
         if err is not None:
             result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
     if found.blocker is not None:
