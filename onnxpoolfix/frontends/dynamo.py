@@ -37,7 +37,7 @@ from ..graph.emit import EMITTED_BY
 from ..graph.shapes import model_opset, output_shape
 from ..report import RESTS_ON_TRACED, WarningNote
 from ..spec import PoolNode, PoolSpec
-from .base import EXPORT, STRIPPED, FrontEndResult, PlanOptions, Region, Suspect
+from .base import EXPORT, STRIPPED, TRACED, FrontEndResult, PlanOptions, Region, Suspect
 from .dynamo_frozen import contradiction_hint, frozen_pool_ops, size_text
 from .dynamo_graph import (
     ENCODING,
@@ -53,6 +53,7 @@ from .dynamo_graph import (
 from .dynamo_proof import prove_all
 from .dynamo_search import declared_dims, evaluate
 from .frozen_readings import GENUINE, node_readings, window_attrs
+from .source_line import has_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -99,9 +100,9 @@ def frozen_error(suspects: Sequence[Suspect], *, traced: bool) -> UnsupportedNod
     remedies = {s.remedy for s in frozen}
     partial = "; --allow-partial writes the partial fix anyway"
     if STRIPPED in remedies:
-        hint = ("the exporter's metadata that tells an adaptive pool from a genuine one is gone (onnxslim and onnxsim "
-                "drop it): run onnxpoolfix on the file the exporter wrote, then simplify, or export through "
-                "onnxpoolfix.export" + partial + " (right if every such pool is a genuine one)")
+        hint = ("the file was simplified after the exporter (onnxslim and onnxsim drop the metadata that tells an "
+                "adaptive pool from a genuine one, and may rewrite a decomposition): run onnxpoolfix on the file "
+                "the exporter wrote, then simplify, or export through onnxpoolfix.export" + partial)
     elif EXPORT in remedies:
         why = next(s.why for s in frozen if s.remedy == EXPORT)
         hint = (f"no size given to onnxpoolfix decides it ({why}): export through onnxpoolfix.export, which keeps "
@@ -183,6 +184,9 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
         return findings
     g = DataflowGraph(graph)
     symbolic = _symbolic(graph)
+    # the dynamo exporter's file after a simplifier (its node names, none of its metadata): a region that does
+    # not prove may be one the simplifier rewrote, so the file the exporter wrote is what would decide it
+    stripped = not any(has_metadata(n) for n in graph.node) and any(n.name.startswith("node_") for n in graph.node)
     info = LazyInfo(model)  # shape inference only once some region is in sight (it is the costly part)
     busy = {s.node.output for s in taken}  # results already planned (aten leftovers)
     resting: list = []
@@ -196,7 +200,8 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
         c = find_candidate(g, end, info)
         if isinstance(c, Suspect):
             if c.why == FOLLOWS_INPUT and symbolic:  # (None, m) decomposed: its other axes are frozen
-                c = replace(c, frozen=True, right_at="only at sizes that take the traced branches")
+                c = replace(c, frozen=True, right_at="only at sizes that take the traced branches",
+                            remedy=STRIPPED if stripped else TRACED)
             findings.suspects.append(c)
             continue
         if c is None or c.result in busy:
@@ -237,7 +242,8 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
             frozen = any(not isinstance(d, int) for d in c.x_shape)
             right_at = (f"only at sizes that take the traced branches (right at {'x'.join(map(str, c.proofs[0]))})"
                         if c.proofs else "only at the size the model was exported at (none found)")
-            findings.suspects.append(Suspect(c.result, c.evidence, c.why, frozen, right_at if frozen else ""))
+            findings.suspects.append(Suspect(c.result, c.evidence, c.why, frozen, right_at if frozen else "",
+                                             STRIPPED if stripped else TRACED))
             continue
         size_nodes, _ = g.size_ancestors(c.region)
         outs = frozenset(o for i in set(c.region) | size_nodes for o in g.nodes[i].output if o)
