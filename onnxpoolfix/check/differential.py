@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
-from ..errors import CheckFailedError
+from ..errors import CheckFailedError, ShapeError
 from .feeds import graph_inputs, random_feed, symbolic_inputs
 from .runner import ort_session
 
@@ -54,8 +54,10 @@ def original_outputs(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
 
 def compare_with_original(model: onnx.ModelProto, feed: dict, want: dict, *, model_dir: str | None,
                           where: str) -> None:
-    """Run OUT on the original's feed; raise :class:`CheckFailedError` where some output differs from the
-    original's. ``where``: how the size is named in the message ("the traced size x:1,3,16,16")."""
+    """Run OUT on the original's feed; where some output differs from the original's raise
+    :class:`ShapeError` at a given traced size (the size contradicts the graph, exit 4) and
+    :class:`CheckFailedError` at the file's static size. ``where``: how the size is named ("the traced size
+    x:1,3,16,16", "its static size")."""
     session = ort_session(model, model_dir)
     names = [o.name for o in session.get_outputs()]
     feed = {vi.name: feed[vi.name] for vi in graph_inputs(model) if vi.name in feed}
@@ -79,7 +81,11 @@ def compare_with_original(model: onnx.ModelProto, feed: dict, want: dict, *, mod
 
 
 def _differs(name: str, what: str, where: str) -> None:
-    raise CheckFailedError(
-        f"OUT differs from the original file at {where}, where the original is right: output '{name}' has {what}",
-        "a frozen pool or region was read as something it is not; please report it with the file. Exporting "
-        "through onnxpoolfix.export makes every adaptive pool's output size known")
+    message = f"OUT differs from the original file at {where}, where the original is right: output '{name}' has {what}"
+    if where.startswith("the traced size"):  # the given size contradicts the graph, or a pool was misread
+        raise ShapeError(message, "give the size the model was exported at (the export call's example input) with "
+                         "--traced-shape NAME:D0,D1,...; if it is that size, a pool was misread (please report it "
+                         "with the file), and exporting through onnxpoolfix.export avoids the reading")
+    raise CheckFailedError(message, "a frozen pool or region was read as something it is not; please report it with "
+                           "the file. Exporting through onnxpoolfix.export makes every adaptive pool's output size "
+                           "known")

@@ -68,7 +68,7 @@ def dynamo_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence[P
     result = find_decomposed_pools(model, opset=model_opset(model), target=options.target,
                                    input_shapes=binding, traced_shapes=options.traced_shapes, taken=found,
                                    seed=options.seed, model_dir=options.model_dir)
-    result.notes += region_notes(result.regions, result.suspects, bound=bool(binding))
+    result.notes += region_notes(result.regions, result.suspects, bound=bool(options.traced_shapes))
     return result
 
 
@@ -79,11 +79,13 @@ def region_notes(regions: Sequence[Region], suspects: Sequence[Suspect], *, boun
            for r in regions]
     out += [f"left the suspected region '{s.result}' ({s.evidence}): {s.why}" for s in suspects]
     frozen = sum(s.frozen for s in suspects)
+    sized = all(s.remedy == TRACED for s in suspects if s.frozen)  # what the traced size would decide
     if frozen:  # the sizes were bound and still did not prove it: binding them again is no advice
         out.append(WarningNote(
             f"{frozen} adaptive pooling region{'s' if frozen != 1 else ''} under symbolic sizes "
             f"stay{'s' if frozen == 1 else ''} frozen at the export's traced size (wrong or crashing at "
-            "other sizes)" + (", not proven at the given traced size either" if bound else
+            "other sizes)" + (": no size given to onnxpoolfix decides what they are" if not sized else
+                              ", not proven at the given traced size either" if bound else
                               ": give that size with --traced-shape NAME:D0,D1,... so onnxpoolfix can "
                               f"prove and replace {'them' if frozen != 1 else 'it'}")))
     return out

@@ -15,7 +15,7 @@ from dynamo_exports import errors_vs_torch, export_symbolic_hw
 
 from onnxpoolfix import patch
 from onnxpoolfix.cli import main
-from onnxpoolfix.errors import CheckFailedError, ShapeError, UnsupportedNodeError
+from onnxpoolfix.errors import ShapeError, UnsupportedNodeError
 from onnxpoolfix.frontends import dynamo_frozen
 
 
@@ -274,5 +274,6 @@ def test_the_differential_check_catches_a_misread_pool_the_node_check_cannot(exp
         return [r for r in readings if r.what == "adaptive pool"] or readings
 
     monkeypatch.setattr(dynamo_frozen, "at_traced", adaptive_only)
-    with pytest.raises(CheckFailedError, match="differs from the original file at the traced size"):
+    with pytest.raises(ShapeError, match="differs from the original file at the traced size x:1,3,16,16") as err:
         patch(model, traced_shapes=_traced("genuine_beside"))
+    assert err.value.exit_code == 4 and "misread" in err.value.hint
