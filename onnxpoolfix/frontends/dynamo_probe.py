@@ -4,7 +4,6 @@ fails at every small size tried, find its traced classes from where it stops fai
 from __future__ import annotations
 
 import itertools
-import time
 from math import prod
 
 from .dynamo_search import SizeSpace, branch_class
@@ -17,7 +16,7 @@ PROBE_CLASSES = 400
 PROBE_MAX_ELEMENTS = 1 << 20
 
 
-def probe_unrolled_windows(space: SizeSpace, run, deadline: float) -> None:
+def probe_unrolled_windows(space: SizeSpace, run) -> None:
     """Find the traced classes of a region whose window sums torch unrolled at the traced size, where the
     per-axis search of the smallest classes first would not reach them (a 19x26 map pooled to 3x3: classes
     ~15 and ~22 on its axes, behind ~700 pairs). Within one family of an axis's classes (the same branches:
@@ -27,8 +26,8 @@ def probe_unrolled_windows(space: SizeSpace, run, deadline: float) -> None:
     of some family); then per axis and family, the others kept there, a binary search for the smallest
     size where it stops failing; then those sizes are tried together. ``run(env)``: the try's why (None:
     proven; ``"failed"``: onnxruntime failed; other text: it ran and differed), or "skip" where the size
-    is not one; ``deadline``: the search's (time.monotonic()). Sizes beyond :data:`PROBE_MAX_ELEMENTS` are
-    not run."""
+    is not one. At most :data:`PROBE_TRIES` runs (a count: the same verdict on any machine); sizes beyond
+    :data:`PROBE_MAX_ELEMENTS` are not run."""
     k = len(space.output_size)
     syms = space.axis_symbols
     if k < 2 or not all(syms) or len(set(syms)) != k or not all(isinstance(m, int) for m in space.output_size):
@@ -42,7 +41,7 @@ def probe_unrolled_windows(space: SizeSpace, run, deadline: float) -> None:
     tries = [0]
 
     def fails(env) -> bool | str | None:
-        if tries[0] >= PROBE_TRIES or time.monotonic() > deadline:
+        if tries[0] >= PROBE_TRIES:
             return None
         got = space.at(env)
         if got is not None and prod(got[0]) > PROBE_MAX_ELEMENTS:

@@ -12,7 +12,6 @@ not recorded in the file), within a budget of runs and seconds.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 
 import numpy as np
@@ -41,7 +40,9 @@ _SEARCH_BUDGET = 600  # proof runs at most, over all regions of a model
 _PROBE_AFTER = 20  # failed runs (onnxruntime) before the unroll probe (dynamo_probe.probe_unrolled_windows)
 #: the proof runs the reference in float64 on three inputs: a pooled tensor beyond this many elements is left
 _PROOF_MAX_ELEMENTS = 1 << 25
-_SEARCH_SECONDS = 20.0  # and at most this long (each size tried costs a shape inference of the whole model)
+#: the whole-model search infers the model once per size tried: its tries are counted in nodes inferred, so a
+#: large graph gets fewer (a count, never seconds: the same file gets the same verdict on any machine)
+_WHOLE_MODEL_NODES = 200_000
 _HALF = {TensorProto.FLOAT16: np.float16, TensorProto.BFLOAT16: "bfloat16"}
 _FED = "onnxpoolfix_proof_input"  # the float32 input a half region's input is cast from
 _FETCHED = "onnxpoolfix_proof_output"  # the float32 output a half region's result is cast to
@@ -169,7 +170,6 @@ def prove_all(model, g: DataflowGraph, candidates: list[Candidate], input_shapes
     symbolic = [c for c in pending if c not in static]
     if not symbolic:
         return
-    deadline = time.monotonic() + _SEARCH_SECONDS
     declared = declared_dims(model)
     env0 = symbol_binding(model, declared, input_shapes) if input_shapes else {}
     whole = []  # regions whose sizes are not declared as expressions: the whole-model search
@@ -184,9 +184,9 @@ def prove_all(model, g: DataflowGraph, candidates: list[Candidate], input_shapes
                 if not inferred:  # the whole model at the bound shapes, inferred once for every region
                     inferred.append(_inferred_at(model, input_shapes))
                 env = completed_binding(inferred[0], env0, space, c.pooled)
-            _search_alone(c, space, env, dtypes, rng, deadline)
+            _search_alone(c, space, env, dtypes, rng)
     if whole:
-        _search_whole_model(model, whole, input_shapes, dtypes, rng, deadline)
+        _search_whole_model(model, whole, input_shapes, dtypes, rng)
     for c in symbolic:
         _conclude(c, bool(input_shapes))
     for c in candidates:
@@ -209,7 +209,7 @@ def _try(c: Candidate, dtypes, shapes, xs: tuple[int, ...], rng) -> str | None:
     return why
 
 
-def _search_alone(c: Candidate, space: SizeSpace, env0: Mapping[str, int], dtypes, rng, deadline: float) -> None:
+def _search_alone(c: Candidate, space: SizeSpace, env0: Mapping[str, int], dtypes, rng) -> None:
     """The region alone at the bound size (``env0``: the symbols' values there, empty when nothing is bound),
     then at each pair of branch classes (:mod:`.dynamo_search`) until it proved, within the budget."""
     if env0:
@@ -242,23 +242,23 @@ def _search_alone(c: Candidate, space: SizeSpace, env0: Mapping[str, int], dtype
 
     probed = False
     for env in space.bindings(identity=c.evidence != "structure"):
-        if _enough(c, need) or c.mismatch or budget <= 0 or time.monotonic() > deadline:
+        if _enough(c, need) or c.mismatch or budget <= 0:
             break
         run(env)
         if not probed and failed >= _PROBE_AFTER and not c.proofs:
             probed = True  # the region fails at the smallest classes: an unroll longer than their windows
-            probe_unrolled_windows(space, run, deadline)
+            probe_unrolled_windows(space, run)
     c.searched = "per axis, on the region alone"
 
 
-def _search_whole_model(model, todo_all: list[Candidate], input_shapes, dtypes, rng, deadline: float) -> None:
+def _search_whole_model(model, todo_all: list[Candidate], input_shapes, dtypes, rng) -> None:
     """Sizes bound on the whole model and inferred (a graph that does not declare its sizes as expressions)."""
-    budget = _SEARCH_BUDGET
+    budget = min(_SEARCH_BUDGET, max(8, _WHOLE_MODEL_NODES // max(1, len(model.graph.node))))
     light = light_copy(model)  # each size is bound on a copy: without the weights' bytes
     first = bool(input_shapes)
     for binding in whole_model_bindings(model, input_shapes):
         todo = [c for c in todo_all if not _enough(c, _proofs_needed(c)) or first]
-        if not todo or budget <= 0 or time.monotonic() > deadline:
+        if not todo or budget <= 0:
             break
         bound = onnx.ModelProto()
         bound.CopyFrom(light)
