@@ -27,9 +27,9 @@ TOP = {
 NODE = {
     "name": str, "op": str, "kind": str, "encoding": str, "input_shape": list, "output_shape": list,
     "lowering": str, "why": str, "ops": list, "indices": str, "max_error": OPT_NUM, "tolerance": OPT_NUM,
-    "checked_shapes": list, "evidence": str,
+    "checked_shapes": list, "evidence": str, "rests_on_traced_shape": bool,
 }
-SUSPECT = {"result": str, "evidence": str, "why": str, "frozen": bool, "right_at": str}
+SUSPECT = {"result": str, "evidence": str, "why": str, "frozen": bool, "right_at": str, "remedy": str}
 TOTALS = {"nodes": int, "max_error": OPT_NUM, "by_lowering": dict}
 
 
@@ -98,7 +98,7 @@ def test_every_documented_key_is_validated() -> None:
     ("max2d_indices_output", []),
     ("dynamic_avg2d", []),
     ("aten_attr_encoding", ["--target", "tensorrt"]),
-    ("dynamo/psp_area_symbolic", ["--input-shape", "x:1,3,16,16"]),  # a dynamo export: evidence per node
+    ("dynamo/psp_area_symbolic", ["--traced-shape", "x:1,3,16,16"]),  # a dynamo export: evidence per node
 ])
 def test_report_matches_schema(tmp_path: Path, fixture: str, args: list[str]) -> None:
     out, rep = tmp_path / "out.onnx", tmp_path / "report.json"

@@ -69,7 +69,7 @@ def _unrolled(traced: tuple[int, int], m: tuple[int, int]):
 def test_the_probe_reaches_the_traced_classes_within_its_tries(traced):
     space = SizeSpace.of({"p": [1, 4, "H", "W"]}, "p", [], (3, 5))
     run, seen = _unrolled(traced, (3, 5))
-    probe_unrolled_windows(space, run, float("inf"))
+    probe_unrolled_windows(space, run)
     assert seen and len(seen) <= PROBE_TRIES + 1
     last = seen[-1]
     assert [branch_class(n, k) for n, k in zip(last, (3, 5))] == [branch_class(n, k) for n, k in zip(traced, (3, 5))]
@@ -78,5 +78,5 @@ def test_the_probe_reaches_the_traced_classes_within_its_tries(traced):
 def test_the_probe_stops_where_every_size_fails():
     space = SizeSpace.of({"p": [1, 4, "H", "W"]}, "p", [], (3, 5))
     seen = []
-    probe_unrolled_windows(space, lambda env: seen.append(env) or "failed", float("inf"))
+    probe_unrolled_windows(space, lambda env: seen.append(env) or "failed")
     assert 0 < len(seen) <= 20  # one try per family pair's largest sizes, then it gives up
