@@ -144,6 +144,10 @@ def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
                  taken=taken, seed=seed, model_dir=model_dir)
 
 
+#: the ops of a decomposition or a frozen pool (what pooling in a body is written as)
+_BODY_POOL_OPS = SELECT_OPS | {"Div", "ReduceMean", "ReduceSum", "ReduceMax", "AveragePool", "MaxPool"}
+
+
 def _body_suspects(graph: onnx.GraphProto) -> list[Suspect]:
     """Per If/Loop/Scan node whose bodies hold dynamo-written adaptive pooling (``torch.cond`` branches: a
     decomposition or a frozen pool, by its metadata or its windows): under symbolic sizes it is frozen at the
@@ -155,6 +159,8 @@ def _body_suspects(graph: onnx.GraphProto) -> list[Suspect]:
         if not bodies:
             continue
         for n in nodes_deep(n for body in bodies for n in body.node):
+            if n.domain not in ("", "ai.onnx") or n.op_type not in _BODY_POOL_OPS:
+                continue  # an aten leftover (onnxpoolfix.export's, FALLTHROUGH's) is read by frontends.bodies
             ev = node_evidence(n)
             if ev is None and n.op_type in ("AveragePool", "MaxPool") and n.name.startswith("node_"):
                 attrs = window_attrs(n)

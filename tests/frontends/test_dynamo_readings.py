@@ -277,3 +277,35 @@ def test_the_differential_check_catches_a_misread_pool_the_node_check_cannot(exp
     with pytest.raises(ShapeError, match="differs from the original file at the traced size x:1,3,16,16") as err:
         patch(model, traced_shapes=_traced("genuine_beside"))
     assert err.value.exit_code == 4 and "misread" in err.value.hint
+
+
+# ------------------------------------------------------------------------------- the hint's way out is exact
+
+@pytest.mark.parametrize("name", ["crnn", "cond"])
+def test_the_refusals_way_out_onnxpoolfix_export_is_exact(name, tmp_path):
+    """The refusals above name onnxpoolfix.export: it keeps every adaptive pool (the If's branches too), and its
+    file is exact at every size, both branches of the If (the branch's own torch ops as the reference: torch.cond
+    does not run eagerly here)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    import onnxpoolfix
+
+    torch.manual_seed(0)
+    module = MODULES[name]().eval()
+    dims = {"x": {2: torch.export.Dim("H", min=4, max=256), 3: torch.export.Dim("W", min=4, max=256)}}
+    path = tmp_path / "out.onnx"
+    onnxpoolfix.export(module, (torch.randn(1, 3, *TRACED[name]),), str(path), dynamic_shapes=dims, input_names=["x"])
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(8)
+    for hw in SIZES:
+        for sign in (1.0, -1.0):  # both branches of the If
+            x = torch.from_numpy(rng.standard_normal((1, 3, *hw)).astype(np.float32)) * sign
+            with torch.no_grad():
+                if name == "cond":
+                    y = module.c(x)
+                    want = F.adaptive_avg_pool2d(y if y.sum() > 0 else y * 2, (5, 7))
+                else:
+                    want = module(x)
+            (got,) = session.run(None, {"x": x.numpy()})
+            np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5, err_msg=f"{hw} {sign}")
