@@ -32,7 +32,7 @@ from .frozen_readings import (
     node_readings,
     window_attrs,
 )
-from .source_line import COMPUTED, has_metadata
+from .source_line import COMPUTED, has_metadata, submodules
 
 __all__ = ["frozen_pool_ops", "size_text", "contradiction_hint"]
 
@@ -52,8 +52,9 @@ def frozen_pool_ops(model, g: DataflowGraph, info, traced_shapes, findings: Fron
     sites, contradictions = [], []
     bound_info = None
     read = read_names(model.graph) | {o.name for o in model.graph.output}
+    modules = submodules(g.nodes)
     for index, node in enumerate(g.nodes):
-        site = _site(index, node, info, busy)
+        site = _site(index, node, info, busy, modules)
         if site is None:
             continue
         if len(node.output) > 1 and node.output[1] in read and {r.what for r in site.readings} != {GENUINE}:
@@ -103,7 +104,7 @@ class _Site:
     bound: tuple | None = None  # the pooled tensor's shape at the given traced size
 
 
-def _site(index: int, node: onnx.NodeProto, info, busy) -> _Site | None:
+def _site(index: int, node: onnx.NodeProto, info, busy, modules) -> _Site | None:
     """A pooling node under symbolic pooled sizes whose windows an adaptive pool could have, with its readings."""
     if node.op_type not in ("AveragePool", "MaxPool") or node.domain not in ("", "ai.onnx") or not node.input:
         return None
@@ -121,7 +122,7 @@ def _site(index: int, node: onnx.NodeProto, info, busy) -> _Site | None:
     # a 1D adaptive pool frozen at uniform windows is written as a 2D pool of the input Unsqueezed to
     # (N, C, 1, L), kernel (1, k): the same as a 2D adaptive pool of that tensor to (1, m)
     lifted = k == 2 and dims[2] == 1 and _unit_axis(node, 0)
-    readings = node_readings(node, kind, k, lifted)
+    readings = node_readings(node, kind, k, lifted, modules)
     if [r.what for r in readings] == [GENUINE] and readings[0].says.startswith("metadata"):
         return None  # nn.AvgPool2d / nn.MaxPool2d: what it says
     return _Site(index, kind, k, tuple(dims), elem, lifted, readings)
@@ -222,7 +223,8 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
         if ones and (features is None or channels is None):
             left(f"an {op} frozen at the traced size whose pooled axis {ones[0]} has windows of one element: "
                  f"torch's None (it follows the input) or the size {traced[ones[0]]}, which differ at other sizes, "
-                 "and the module's output size is nowhere in the file", EXPORT)
+                 "and the module's output size is nowhere in the file (an export traced where that axis is longer "
+                 f"than {traced[ones[0]]} tells them apart)", EXPORT)
             return
         size = fixed
         if ones:

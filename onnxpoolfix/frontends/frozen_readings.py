@@ -37,8 +37,11 @@ class Reading:
 
 
 def window_attrs(node: onnx.NodeProto) -> tuple[list[int], list[int]] | None:
-    """(kernel, strides) of a pooling node whose windows an adaptive pool could have (no pads, no dilation, no
-    ceil mode, kernel >= stride on every axis), else None: such a node is what it says."""
+    """(kernel, strides) of a pooling node whose windows a frozen adaptive pool could have, else None: such a
+    node is what it says. Frozen means divisible at the traced size, where torch's decomposition (and 2.14's
+    adaptive max translation) calls the pool with kernel = stride = n/m: no pads, no dilation, no ceil mode,
+    kernel equal to stride on every axis. A MaxPool(3, stride 2) is AlexNet's or Inception's own pool even
+    when its metadata is gone or its stack trace stops at a helper method's call."""
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     kernel = list(attrs.get("kernel_shape", []))
     strides = list(attrs.get("strides", [1] * len(kernel)))
@@ -46,21 +49,24 @@ def window_attrs(node: onnx.NodeProto) -> tuple[list[int], list[int]] | None:
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
     if (not kernel or len(strides) != len(kernel) or any(attrs.get("pads", [])) or attrs.get("ceil_mode", 0)
             or any(d != 1 for d in attrs.get("dilations", [])) or auto_pad not in ("NOTSET", "VALID")
-            or any(s < 1 or k < s for k, s in zip(kernel, strides))):
+            or any(s < 1 or k != s for k, s in zip(kernel, strides))):
         return None
     return kernel, strides
 
 
-def node_readings(node: onnx.NodeProto, kind: str, k: int, lifted: bool) -> list[Reading]:
+def node_readings(node: onnx.NodeProto, kind: str, k: int, lifted: bool,
+                  modules: dict[tuple[str, ...], frozenset[str]] | None = None) -> list[Reading]:
     """Every reading the node's metadata allows (before any size is known). ``lifted``: a 2D node of an
-    (N, C, 1, L) input whose first axis has single-element windows: a 1D pool may have written it."""
+    (N, C, 1, L) input whose first axis has single-element windows: a 1D pool may have written it.
+    ``modules``: the graph's :func:`.source_line.submodules` (without it every ``self.name(...)`` call may hold
+    the pool)."""
     if not has_metadata(node):
         return [Reading(UNKNOWN, "its exporter metadata is gone (onnxslim, onnxsim and the like drop it)")]
     module = module_pool(node)
     if module is not None and module[0] == kind and _rank_fits(module[2], k, lifted):
         name = f"{'Adaptive' if module[1] else ''}{kind.title()}Pool{module[2]}d"
         return [Reading(ADAPTIVE if module[1] else GENUINE, f"metadata: torch.nn.modules.pooling.{name}")]
-    line = source_line(node)
+    line = source_line(node, modules)
     if line is None:
         return [Reading(UNKNOWN, "its exporter metadata names no pooling and no source line")]
     kernel, strides = window_attrs(node) or ([], [])

@@ -7,7 +7,10 @@ comment or a string is no evidence. Each pooling call on it is a :class:`PoolCal
 arguments: ``F.avg_pool2d(f, 2)`` (a genuine pool, kernel 2), ``F.adaptive_avg_pool2d(f, (4, None))`` (sizes 4
 and None), ``F.interpolate(x, scale_factor=0.5, mode="area")`` (an area resize whose size follows the input).
 A call to anything else that may hold a pool (a helper function, a lambda, a call through a variable) makes the
-line *opaque*: the node may come from inside it.
+line *opaque*: the node may come from inside it. That includes ``self.helper(x)``: the exporter records the frames
+of modules' ``forward`` only, so a pool inside a method of the module ends its trace at the method's call (timm's
+Inception blocks: ``outputs = self._forward(x)``). ``self.conv(x)`` is no such call where ``conv`` is a submodule
+(its nodes carry its own scope): :func:`submodules` reads which names are, from the graph's scopes.
 
 Worked example, the line ``return F.interpolate(F.avg_pool2d(f, 2), size=s) + F.adaptive_avg_pool2d(f, (4, 4))``:
 two pooling calls, ``PoolCall("avg", adaptive=False, kernel=(2,), stride=None)`` (stride defaults to the kernel)
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 
 import onnx
 
-__all__ = ["COMPUTED", "PoolCall", "SourceLine", "has_metadata", "module_pool", "source_line"]
+__all__ = ["COMPUTED", "PoolCall", "SourceLine", "has_metadata", "module_pool", "source_line", "submodules"]
 
 #: an output-size entry that the line computes from something (``x.shape[2] // 2``)
 COMPUTED = "computed"
@@ -29,7 +32,7 @@ _MODULE_RE = re.compile(r"^torch\.nn\.modules\.pooling\.(Adaptive)?(Avg|Max)Pool
 _ADAPTIVE_CALL = re.compile(r"^adaptive_(avg|max)_pool([123])d$")
 _GENUINE_CALL = re.compile(r"^(avg|max)_pool([123])d(_with_indices)?$")
 #: calls that are no pooling and hold none (torch ops and tensor methods a line around a pool uses); any other
-#: call, other than a method of ``self`` (a submodule's nodes carry its own frame), may hold a pool
+#: call, other than a submodule's (its nodes carry its own scope), may hold a pool
 _PLAIN_CALLS = frozenset({
     "interpolate", "upsample", "cat", "concat", "stack", "sum", "mean", "amax", "amin", "max", "min", "relu",
     "relu_", "sigmoid", "softmax", "log_softmax", "tanh", "gelu", "silu", "hardswish", "hardsigmoid", "mish",
@@ -88,13 +91,37 @@ def module_pool(node: onnx.NodeProto) -> tuple[str, bool, int] | None:
     return (m.group(2).lower(), bool(m.group(1)), int(m.group(3))) if m else None
 
 
+def _scopes(node: onnx.NodeProto) -> list[str] | None:
+    text = _metadata(node).get("pkg.torch.onnx.name_scopes", "")
+    try:
+        scopes = ast.literal_eval(text) if text else None
+    except (ValueError, SyntaxError):
+        return None
+    return scopes if isinstance(scopes, list) and all(isinstance(e, str) for e in scopes) else None
+
+
+def submodules(nodes) -> dict[tuple[str, ...], frozenset[str]]:
+    """Per module path (``('', 'a')``), the names of its submodules that made some node: a node's name scopes are
+    its module path and, last, its op (``['', 'a', 'b', 'conv2d']``: ``b`` is a submodule of ``('', 'a')``)."""
+    out: dict[tuple[str, ...], set[str]] = {}
+    for n in nodes:
+        scopes = _scopes(n) or []
+        for i in range(1, len(scopes) - 1):
+            out.setdefault(tuple(scopes[:i]), set()).add(scopes[i])
+    return {path: frozenset(names) for path, names in out.items()}
+
+
 def last_line(node: onnx.NodeProto) -> str:
     trace = _metadata(node).get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
     return trace[-1].strip() if trace else ""
 
 
-def source_line(node: onnx.NodeProto) -> SourceLine | None:
-    """The node's source line read as Python, or None where the node has no stack trace."""
+def source_line(node: onnx.NodeProto, modules: dict[tuple[str, ...], frozenset[str]] | None = None
+                ) -> SourceLine | None:
+    """The node's source line read as Python, or None where the node has no stack trace. ``modules``
+    (:func:`submodules` of the graph): which ``self.name(...)`` calls are submodules; without it none is."""
+    scopes = _scopes(node)
+    children = (modules or {}).get(tuple(scopes[:-1]), frozenset()) if scopes else frozenset()
     text = last_line(node)
     if not text:
         return None
@@ -112,7 +139,7 @@ def source_line(node: onnx.NodeProto) -> SourceLine | None:
         call = _pool_call(n, cut)
         if call is not None:
             calls.append(call)
-        elif _may_hold_a_pool(n):
+        elif _may_hold_a_pool(n, children):
             opaque = True
     return SourceLine(text, tuple(calls), opaque)
 
@@ -176,10 +203,10 @@ def _name(call: ast.Call) -> str:
     return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
 
 
-def _may_hold_a_pool(call: ast.Call) -> bool:
+def _may_hold_a_pool(call: ast.Call, children: frozenset[str]) -> bool:
     f = call.func
     if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
-        return False  # a submodule: its nodes carry their own frame and class
+        return f.attr not in children  # a submodule's nodes carry their own scope; a method's do not
     name = _name(call)
     return not name or name not in _PLAIN_CALLS
 

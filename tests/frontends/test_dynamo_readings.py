@@ -110,13 +110,54 @@ class Cond(_Conv):
                           lambda t: F.adaptive_avg_pool2d(t * 2, (5, 7)), (y,))
 
 
+class MethodHelper(_Conv):
+    """A genuine pool in a method of the module beside an adaptive call: the exporter records module frames only,
+    so the pool's trace ends at ``self._pool(f)``; read as the adaptive call it was exit 0 and wrong at 32x32."""
+
+    def _pool(self, f):
+        return F.avg_pool2d(f, 4)
+
+    def forward(self, x):
+        f = self.c(x); s = f.shape[-2:]  # noqa: E702
+        return F.interpolate(self._pool(f), size=s) + F.interpolate(F.adaptive_avg_pool2d(f, (4, 4)), size=s)
+
+
+class InceptionLike(_Conv):
+    """timm's Inception blocks: pools in ``_forward`` (trace ends at ``outputs = self._forward(x)``), MaxPool(3,
+    stride 2) and an AvgPool with padding; no adaptive pool can freeze to kernel != stride or padding."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.AdaptiveAvgPool2d(1)
+
+    def _forward(self, f):
+        return [F.max_pool2d(f, kernel_size=3, stride=2), F.avg_pool2d(f, 3, stride=1, padding=1)]
+
+    def forward(self, x):
+        outputs = self._forward(self.c(x))
+        return self.head(outputs[0]) + self.head(outputs[1])
+
+
+class SubmoduleOnLine(_Conv):
+    """A submodule's call on the pool's line is no helper: its nodes carry their own scope."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        return self.proj(F.adaptive_avg_pool2d(self.c(x), (2, 2)))
+
+
 TRACED = {"genuine_beside": (16, 16), "comment": (16, 16), "two_sizes": (16, 24), "module_5x7": (10, 14),
           "crnn": (32, 100), "none_4": (12, 8), "written_none": (32, 20), "sequential": (12, 18),
-          "helper": (12, 9), "lambda": (12, 9), "max_beside": (16, 16), "cond": (12, 13)}
+          "helper": (12, 9), "lambda": (12, 9), "max_beside": (16, 16), "cond": (12, 13), "method": (16, 16),
+          "inception": (17, 15), "submodule": (16, 16)}
 MODULES = {"genuine_beside": GenuineBesideAdaptive, "comment": Comment, "two_sizes": TwoSizes,
            "module_5x7": lambda: ModulePool((5, 7)), "crnn": lambda: ModulePool((1, None)),
            "none_4": lambda: ModulePool((None, 4)), "written_none": WrittenNone, "sequential": SequentialPools,
-           "helper": Helper, "lambda": Lambda, "max_beside": MaxBesideAdaptiveMax, "cond": Cond}
+           "helper": Helper, "lambda": Lambda, "max_beside": MaxBesideAdaptiveMax, "cond": Cond,
+           "method": MethodHelper, "inception": InceptionLike, "submodule": SubmoduleOnLine}
 #: sizes other than the traced one: odd, non-square, and one the windows of the traced branch do not take
 SIZES = [(9, 13), (20, 7), (31, 30), (24, 40)]
 
@@ -149,7 +190,7 @@ def _refused(model, **kwargs) -> UnsupportedNodeError:
 
 # ------------------------------------------------------------------------------- one reading left: exact
 
-@pytest.mark.parametrize("name", ["genuine_beside", "two_sizes", "written_none", "max_beside"])
+@pytest.mark.parametrize("name", ["genuine_beside", "two_sizes", "written_none", "max_beside", "submodule"])
 def test_the_line_decides_without_options_and_the_traced_size_agrees(exports, name):
     """Each call on the line is a candidate with its literal arguments; nodes of one tensor saw one size at the
     export, so only one assignment of calls to nodes is left. The genuine pool stays an AveragePool/MaxPool."""
@@ -210,7 +251,17 @@ def test_a_kernel_1_axis_of_a_module_pool_is_refused_even_with_the_traced_size(e
     assert r.exit_code == 4 and not out.exists() and "onnxpoolfix.export" in r.stderr
 
 
-@pytest.mark.parametrize("name", ["helper", "lambda"])
+def test_pools_that_no_adaptive_pool_freezes_to_stay_as_written(exports):
+    """MaxPool(3, stride 2) and a padded AvgPool under a method's call: no reading but genuine (torch freezes an
+    adaptive pool only to kernel = stride, unpadded), so the file needs nothing and is exact as written."""
+    module, model = exports["inception"]
+    for kwargs in ({}, {"traced_shapes": _traced("inception")}):
+        result = patch(model, **kwargs)
+        assert result.report.nodes == [] and not result.report.partial
+        _assert_exact(module, result.model, "inception")
+
+
+@pytest.mark.parametrize("name", ["helper", "lambda", "method"])
 def test_a_call_that_may_hide_a_pool_is_refused(exports, name):
     _, model = exports[name]
     for kwargs in ({}, {"traced_shapes": _traced(name)}):

@@ -9,7 +9,7 @@ from onnx import helper
 
 from onnxpoolfix.check.sizes import declared_step
 from onnxpoolfix.frontends.dynamo_search import SizeSpace, branch_class, evaluate, symbols
-from onnxpoolfix.frontends.source_line import COMPUTED, source_line
+from onnxpoolfix.frontends.source_line import COMPUTED, source_line, submodules
 
 
 def test_declared_dim_expressions_evaluate_as_python_integers():
@@ -58,6 +58,8 @@ def _node(line: str):
     n = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
     p = n.metadata_props.add()
     p.key, p.value = "pkg.torch.onnx.stack_trace", f'File "m.py", line 3, in forward\n    {line}'
+    p = n.metadata_props.add()
+    p.key, p.value = "pkg.torch.onnx.name_scopes", "['', 'head', 'avg_pool2d']"
     return n
 
 
@@ -82,11 +84,18 @@ def test_a_source_lines_output_sizes(line, want):
     ("return downsample(tok, side, 5)", True),  # a helper may hold the pool
     ("return (lambda t: t)(F.adaptive_avg_pool2d(x, 3))", True),
     ("return helper(F.adaptive_avg_pool2d(x,", True),  # continued, and a helper around it
-    ("return self.fc(F.adaptive_avg_pool2d(x, 3).flatten(1))", False),  # a submodule carries its own frame
+    ("return self.fc(F.adaptive_avg_pool2d(x, 3).flatten(1))", False),  # a submodule carries its own scope
+    ("return self.pool(F.adaptive_avg_pool2d(x, 3).flatten(1))", True),  # a method: the trace stops at its call
     ("return torch.cat([F.avg_pool2d(x, 2), x.mean((2, 3), keepdim=True)], 1)", False),
 ])
 def test_a_line_that_may_hide_a_pool_is_opaque(line, opaque):
-    assert source_line(_node(line)).opaque is opaque
+    """Which ``self.name`` is a submodule comes from the graph's scopes: ``fc`` made nodes under ``head.fc``, so it
+    is one; ``pool`` made none, so it may be a method of the module (whose frame the exporter does not record)."""
+    conv = helper.make_node("Gemm", ["a", "b"], ["c"])
+    p = conv.metadata_props.add()
+    p.key, p.value = "pkg.torch.onnx.name_scopes", "['', 'head', 'fc', 'linear']"
+    node = _node(line)
+    assert source_line(node, submodules([conv, node])).opaque is opaque
 
 
 def test_declared_step_reads_multiples_of_symbols():
