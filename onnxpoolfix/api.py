@@ -19,9 +19,10 @@ from .check.differential import compare_with_original, known_right_shapes, origi
 from .errors import ArgumentError, InvalidModelError, api_words
 from .frontends.dynamo import frozen_error, partial_lines
 from .graph.shapes import model_opset, validate_input_shape
-from .plan.model import PlanOptions, apply_model_plan, no_lowering_hint, plan_model
+from .plan.model import PlanOptions, no_lowering_hint, plan_model
 from .plan.planner import AUTO, check_strategy
 from .report import NOT_CHECKED, NOTHING_TO_PATCH, NodeReport, PatchReport, WarningNote
+from .rewrite.model import apply_model_plan
 
 logger = logging.getLogger(__name__)
 

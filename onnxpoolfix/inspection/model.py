@@ -33,10 +33,11 @@ from ..frontends.leftovers import aten_operator, is_pool_leftover
 from ..graph import nodes_deep
 from ..graph.shapes import model_opset, validate_input_shape
 from ..lowering.base import axis_windows
-from ..plan.model import PlanOptions, apply_model_plan, no_lowering_hint, plan_model
+from ..plan.model import PlanOptions, no_lowering_hint, plan_model
 from ..plan.planner import plan
 from ..plan.pyramid import NAME as PYRAMID
 from ..report import dim_label
+from ..rewrite.model import apply_model_plan
 from ..tensorrt import lint_tensorrt
 from .report import (  # noqa: F401  (EXIT_*, SCHEMA_VERSION: re-exported)
     EXIT_BLOCKED,

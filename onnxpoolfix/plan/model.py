@@ -2,7 +2,7 @@
 ends into :class:`Found` (what they found: the nodes, regions, suspects, notes, a blocker), :func:`decide`
 turns that into :class:`ModelPlan` (what the planner decided: each node's candidates with their costs or
 the reasons they do not apply, the chosen one or the refusal, the pyramid groups, the nodes kept);
-:func:`plan_model` is the two, and :func:`apply_model_plan` writes the plan.
+:func:`plan_model` is the two; :func:`onnxpoolfix.rewrite.model.apply_model_plan` writes the plan.
 
     patch   = plan_model -> apply_model_plan -> check (onnxpoolfix.check) -> report
     inspect = plan_model -> format (and, for --target tensorrt, apply_model_plan on a copy -> lint)
@@ -20,23 +20,19 @@ import onnx
 from ..errors import PoolFixError, UnsupportedNodeError
 from ..frontends import FRONTENDS, FrontEnd, PlanOptions
 from ..frontends.base import REPAIRED, Region, Suspect
-from ..frontends.bodies import BodyPath, body_specs, fill_untyped, has_nested_leftovers, walk
+from ..frontends.bodies import BodyPath, body_specs, has_nested_leftovers
 from ..frontends.functions import inline_functions_holding_leftovers
 from ..frontends.leftovers import is_pool_leftover
 from ..graph.shapes import PoolSpec, model_opset
 from ..reason import opset_needed
 from ..report import WarningNote
-from ..rewrite.bodies import apply_body_plans, finish_bodies
-from ..rewrite.nodes import apply_plans
-from ..rewrite.regions import drop_dead_region_nodes
 from .planner import AUTO, Candidate, Plan, candidates, plan
-from .pyramid import NAME as PYRAMID
 from .pyramid import GroupPlan, plan_groups
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PlanOptions", "Found", "FoundNode", "NodePlan", "ModelPlan", "AppliedNode", "plan_model", "find",
-           "decide", "apply_model_plan", "no_lowering_hint", "BodyNodePlan"]
+__all__ = ["PlanOptions", "Found", "FoundNode", "NodePlan", "ModelPlan", "plan_model", "find", "decide",
+           "no_lowering_hint", "BodyNodePlan"]
 
 
 @dataclass(frozen=True)
@@ -146,16 +142,6 @@ class ModelPlan:
         return self.found.blocker is None and not self.blocked
 
 
-@dataclass(frozen=True)
-class AppliedNode:
-    spec: PoolSpec
-    lowering: str
-    why: str
-    ops: list[str]
-    body: BodyPath | None = None  # the body it was in (None: the top-level graph)
-    alone: onnx.ModelProto | None = None  # a body's replacement as a model of its own, for its check
-
-
 def plan_model(model: onnx.ModelProto, options: PlanOptions) -> ModelPlan:
     """Plan every node the front ends find in ``model`` (:func:`find`, then :func:`decide`); never raises
     for what it can describe.
@@ -234,26 +220,6 @@ def _group(mp: ModelPlan) -> None:
     # a repaired node: neither kept (it cannot run as written) nor grouped (its why says what was repaired)
     repaired = [n.plan for n in mp.nodes if n.plan is not None and n.repair]
     mp.separate = [p for p in rest if id(p) not in kept] + repaired
-
-
-def apply_model_plan(model: onnx.ModelProto, mp: ModelPlan) -> list[AppliedNode]:
-    """Write ``mp``'s replacements into ``model`` (``mp.model`` or a copy of it), in place. Returns what
-    replaced each node: the top-level graph's in graph order, then the bodies'."""
-    # bodies first: their paths index the top-level nodes as planned
-    in_bodies = apply_body_plans(model, [(b.path, b.node.plan) for b in mp.body_nodes]) if mp.body_nodes else []
-    emitted, group_ops = apply_plans(model, mp.separate, mp.groups)
-    done = [AppliedNode(p.spec, p.lowering.name, p.why, ops) for p, ops in zip(mp.separate, emitted)]
-    levels = [(g, lv) for g in mp.groups for lv in g.levels]
-    done += [AppliedNode(lv.spec, PYRAMID, g.why(lv), ops) for (g, lv), ops in zip(levels, group_ops)]
-    done.sort(key=lambda d: d.spec.node.index)
-    if mp.found.regions:  # the rest of each replaced decomposition, where nothing reads it any more
-        drop_dead_region_nodes(model, mp.found.regions)
-    if mp.body_nodes:
-        finish_bodies(model, [b.node.spec for b in mp.body_nodes])
-    elif next(walk(model.graph), None) is not None:
-        fill_untyped(model)  # a leftover torch hoisted out of a Loop left the Loop's result untyped
-    done += [AppliedNode(p.spec, p.lowering, p.why, p.ops, body=p.path, alone=p.alone) for p in in_bodies]
-    return done
 
 
 def no_lowering_hint(spec: PoolSpec, cands: tuple[Candidate, ...]) -> str:

@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from .. import windows as W
-from ..graph.emit import Emitter, np_dtype, op_types
+from ..graph.emit import np_dtype
 from ..graph.shapes import PoolSpec
 from ..lowering.base import compute_dtype, itemsize
 from ..lowering.steps import MatMulStep, Step, reshape_keep, run_cost
@@ -217,7 +217,7 @@ class StackedMatMulStep(Step):
     ops = ("MatMul", "Reshape")
 
 
-def _stacked_steps(specs: Sequence[PoolSpec]) -> list[StackedMatMulStep]:
+def stacked_steps(specs: Sequence[PoolSpec]) -> list[StackedMatMulStep]:
     """One stacked MatMul per pooled axis, the last axis first (x @ P^T: one big GEMM over the input)."""
     s0 = specs[0]
     last = s0.ndim - 1
@@ -226,45 +226,5 @@ def _stacked_steps(specs: Sequence[PoolSpec]) -> list[StackedMatMulStep]:
 
 
 def _stacked_cost(specs: Sequence[PoolSpec], size: int) -> float:
-    cost = run_cost(_stacked_steps(specs), specs[0].input_shape, size)
+    cost = run_cost(stacked_steps(specs), specs[0].input_shape, size)
     return cost + len(specs) * 2e-6  # a Slice per level, on a small tensor
-
-
-def build_group(g: GroupPlan, taken: set[str], opset: int, constant_nodes: bool) -> tuple[list, list, list[list[str]]]:
-    """Emit the group: returns (nodes, initializers, op types per level in ``g.levels`` order)."""
-    nodes, inits, ops = [], [], []
-    x = g.levels[0].spec.node.input
-    stacked_levels = [lv for lv in g.levels if lv.shared is not None]
-    stacked, stacked_ops = None, []
-    if stacked_levels:
-        first = stacked_levels[0].spec
-        em = Emitter(f"{first.node.name}/stacked", taken, opset, constant_nodes=constant_nodes)
-        stacked = x
-        shape = first.input_shape
-        for step in _stacked_steps([lv.spec for lv in stacked_levels]):
-            stacked = step.emit(em, stacked, shape, first.dtype)
-            shape = step.out_shape(shape)
-        nodes += em.nodes
-        inits += em.initializers
-        stacked_ops = op_types(em.nodes)
-    for lv in g.levels:
-        s = lv.spec
-        em = Emitter(s.node.name, taken, opset, constant_nodes=constant_nodes)
-        if lv.source is not None:
-            lv.sub.lowering.build(em, lv.sub.spec, g.levels[lv.source].spec.node.output, s.node.output)
-        elif lv.shared is not None:
-            ends = [o + m for o, m in zip(lv.shared, s.out_sizes)]
-            _slice(em, stacked, list(lv.shared), ends, list(s.axes), s.node.output)
-        else:
-            lv.plan.lowering.build(em, s, x, s.node.output)
-        nodes += em.nodes
-        inits += em.initializers
-        # the stacked MatMuls are listed with the first level that reads them
-        ops.append((stacked_ops if stacked_levels and lv is stacked_levels[0] else []) + op_types(em.nodes))
-    return nodes, inits, ops
-
-
-def _slice(em: Emitter, x: str, starts, ends, axes, out: str) -> str:
-    if em.opset >= 10:
-        return em.op("Slice", [x, em.ints("starts", starts), em.ints("ends", ends), em.ints("axes", axes)], out=out)
-    return em.op("Slice", [x], out=out, starts=starts, ends=ends, axes=axes)

@@ -1,6 +1,6 @@
 """Leftovers inside If/Loop/Scan bodies, replaced. :func:`onnxpoolfix.plan.model.plan_model` finds them
 (:mod:`onnxpoolfix.frontends.bodies`) and plans them node by node (no pyramid grouping across or within
-bodies); :func:`~onnxpoolfix.plan.model.apply_model_plan` writes them here with
+bodies); :func:`~onnxpoolfix.rewrite.model.apply_model_plan` writes them here with
 :func:`~onnxpoolfix.rewrite.nodes.apply_plans` into their bodies before the top-level graph, deepest bodies first
 (a body rewritten later copies the already patched bodies inside it), and finishes after it."""
 from __future__ import annotations

@@ -18,7 +18,8 @@ from ..graph import nodes_deep, read_names, subgraphs
 from ..graph.emit import Emitter, mark_emitted, op_types
 from ..graph.shapes import PoolSpec, infer, make_value_info, type_dims
 from ..plan.planner import Plan
-from ..plan.pyramid import GroupPlan, build_group
+from ..plan.pyramid import GroupPlan
+from .pyramid import build_group
 
 logger = logging.getLogger(__name__)
 
