@@ -256,7 +256,7 @@ def check_input(model: onnx.ModelProto) -> None:
     that none of them returns a file onnxruntime cannot run (an unbatched export's own pools) as "nothing to
     patch". A model without a graph is left to the caller's own message."""
     if model.HasField("graph"):
-        from .io import check_input_model
+        from .frontends.input_check import check_input_model
 
         check_input_model(model)
 

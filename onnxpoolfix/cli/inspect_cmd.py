@@ -8,9 +8,10 @@ from pathlib import Path
 import click
 
 from ..errors import cli_words, exit_codes_epilog
+from ..frontends.input_check import check_input_model
 from ..inspection.model import inspect_model
 from ..inspection.windows import render_inspection
-from ..io import check_input_model, has_external_data, load_model
+from ..io import has_external_data, load_model
 from .app import main
 from .args import InspectView, Logging, Plan, PlanChoice, Seed, Verbosity, ViewChoice, command
 from .guard import reported

@@ -11,7 +11,8 @@ import click
 
 from ..api import patch
 from ..errors import cli_words, exit_codes_epilog
-from ..io import check_input_model, has_external_data, load_model, preflight_output, preflight_report, save_model
+from ..frontends.input_check import check_input_model
+from ..io import has_external_data, load_model, preflight_output, preflight_report, save_model
 from ..io import write_report as write_report_file
 from ..report import PatchReport
 from .app import main

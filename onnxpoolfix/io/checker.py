@@ -45,17 +45,17 @@ def _run_checker(model_or_path) -> None:
 
 # what torch's TorchScript exporter writes for an adaptive pool of an unbatched input, (C, L) or (C, H, W):
 # a pooling node of a rank ONNX pooling does not take (README, "The exporter's own pools")
-_POOL_SHAPE_ERROR = re.compile(r"op_type:(AveragePool|MaxPool|GlobalAveragePool|GlobalMaxPool)\b.*"
+POOL_SHAPE_ERROR = re.compile(r"op_type:(AveragePool|MaxPool|GlobalAveragePool|GlobalMaxPool)\b.*"
                                r"(at least 3 dimensions|incorrect size|kernel)", re.S)
 
 
-_UNTYPED = "Field 'type' of 'value_info' is required but missing."
+UNTYPED_VALUE_INFO = "Field 'type' of 'value_info' is required but missing."
 
 
 def _checker_error(name: str, full: str, kind: str) -> InvalidModelError:
     logger.debug("%s: checker says:\n%s", name, full)
     first = full.splitlines()[0] if full else kind
-    if _POOL_SHAPE_ERROR.search(full):
+    if POOL_SHAPE_ERROR.search(full):
         hint = ("torch's TorchScript exporter writes such a pool for an adaptive pool of an unbatched input "
                 "((C, L), (C, H, W)) whose sizes the graph no longer holds; export with a batch dim "
                 "(x.unsqueeze(0)) or with onnxpoolfix.export(..., dynamo=True)")
@@ -86,61 +86,10 @@ def check_model(model: ModelProto, path: PathLike | None = None) -> None:
 _LIGHT_STUB_FILE = "onnxpoolfix-checker-stub.data"
 
 
-def check_input_model(model: ModelProto, path: PathLike | None = None) -> None:
-    """``check_model`` for a model just loaded from ``path``, without copying or serialising its weights.
-    The one input check of every entry point: the CLI (``path``: the file, named in the message), and
-    :func:`onnxpoolfix.patch` / ``patch_model`` / ``inspect_model`` on a model in memory (``path`` None: named
-    "model"; external weights are not read, their references stand in for them).
-
-    Leftovers inside model-local functions (``export_modules_as_functions``) make the checker's inference of
-    the function bodies fail (the aten node's output has no type, so the next op's input has none): when
-    the checker refuses such a model, the model with those functions inlined, as the patch will do it,
-    is checked instead.
-
-    With external data, the file itself is checked by path (its weights stay on disk; only the graph is
-    parsed). A self-contained model is checked as a *light* copy: every initializer over 1 KiB is replaced
-    by an external-data stub (name, dims, dtype) pointing at an empty placeholder file in a private temporary
-    folder, so a 500 MB model costs the checker a few KB. Not checked: that those initializers' bytes are
-    as long as their dims say for tensors of 64 KiB and more (reading the length would copy the tensor):
-    ``save_model`` stops with the same error when it writes one (exit 3, nothing written).
-    """
-    try:
-        _check_input_model(model, path)
-    except InvalidModelError as e:
-        # not at the top: frontends/ imports check/ (the dynamo proof), which imports io/ (this package), and
-        # a module-level import here would close that loop through the packages' __init__ modules
-        if _POOL_SHAPE_ERROR.search(str(e)):
-            from ..frontends.exporter_repair import as_repaired
-
-            # the exporter's pools the patch repairs (a kernel of the pooling rank on an unbatched input):
-            # judged as repaired; the unrepairable ones (no size in the graph) stay refused
-            view = as_repaired(model)
-            if view is not None:
-                _check_input_model(view, None, str(path) if path is not None else None)
-                return
-        from ..frontends.bodies import typed_copy
-        from ..frontends.functions import inline_functions_holding_leftovers
-
-        # torch leaves the outputs of leftovers in If/Loop bodies, and the bodies' own outputs, untyped: a
-        # real export, judged with those types filled in as the patch will fill them
-        typed = typed_copy(model)
-        if typed is not None:
-            try:
-                _check_input_model(typed, path)
-            except InvalidModelError as e2:
-                # torch leaves If outputs untyped where a branch reads a top-level leftover's result (its
-                # type is ours to give): the patch types them; only that omission is let through here
-                if not str(e2).endswith(_UNTYPED):
-                    raise
-                logger.debug("%s: untyped control-flow outputs left for the patch to type", path or "model")
-            return
-        inlined, holders = inline_functions_holding_leftovers(model)
-        if not holders:
-            raise
-        _check_input_model(inlined, path)
-
-
-def _check_input_model(model: ModelProto, path: PathLike | None, name: str | None = None) -> None:
+def check_model_light(model: ModelProto, path: PathLike | None, name: str | None = None) -> None:
+    """``check_model`` for a model just loaded from ``path`` (None: in memory, named ``name`` or "model"),
+    without copying or serialising its weights: by path where its weights are external, else on a light copy
+    (:func:`onnxpoolfix.frontends.input_check.check_input_model` says how, and what it retries)."""
     name = name or (str(path) if path is not None else "model")
     if has_external_data(model) and path is not None:  # (load_model refuses files over 2 GiB, so the rest fit)
         check_model(model, path)

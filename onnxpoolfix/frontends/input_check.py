@@ -1,0 +1,67 @@
+"""The one input check of every entry point: the ONNX checker on the model as the patch will see it. The
+checker itself, without copying weights, is :mod:`onnxpoolfix.io.checker`'s; what a real export needs before
+the checker takes it (the exporter's pools repaired, torch's untyped body outputs typed, functions that hide
+leftovers inlined) is the front ends' knowledge, so the retries live here, above io/."""
+from __future__ import annotations
+
+import logging
+
+from onnx import ModelProto
+
+from ..errors import InvalidModelError
+from ..io.checker import POOL_SHAPE_ERROR, UNTYPED_VALUE_INFO, check_model_light
+from ..io.tensors import PathLike
+from .bodies import typed_copy
+from .exporter_repair import as_repaired
+from .functions import inline_functions_holding_leftovers
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["check_input_model"]
+
+
+def check_input_model(model: ModelProto, path: PathLike | None = None) -> None:
+    """``check_model`` for a model just loaded from ``path``, without copying or serialising its weights.
+    The one input check of every entry point: the CLI (``path``: the file, named in the message), and
+    :func:`onnxpoolfix.patch` / ``patch_model`` / ``inspect_model`` on a model in memory (``path`` None: named
+    "model"; external weights are not read, their references stand in for them).
+
+    Leftovers inside model-local functions (``export_modules_as_functions``) make the checker's inference of
+    the function bodies fail (the aten node's output has no type, so the next op's input has none): when
+    the checker refuses such a model, the model with those functions inlined, as the patch will do it,
+    is checked instead.
+
+    With external data, the file itself is checked by path (its weights stay on disk; only the graph is
+    parsed). A self-contained model is checked as a *light* copy: every initializer over 1 KiB is replaced
+    by an external-data stub (name, dims, dtype) pointing at an empty placeholder file in a private temporary
+    folder, so a 500 MB model costs the checker a few KB. Not checked: that those initializers' bytes are
+    as long as their dims say for tensors of 64 KiB and more (reading the length would copy the tensor):
+    ``save_model`` stops with the same error when it writes one (exit 3, nothing written).
+    """
+    try:
+        check_model_light(model, path)
+    except InvalidModelError as e:
+        if POOL_SHAPE_ERROR.search(str(e)):
+            # the exporter's pools the patch repairs (a kernel of the pooling rank on an unbatched input):
+            # judged as repaired; the unrepairable ones (no size in the graph) stay refused
+            view = as_repaired(model)
+            if view is not None:
+                check_model_light(view, None, str(path) if path is not None else None)
+                return
+        # torch leaves the outputs of leftovers in If/Loop bodies, and the bodies' own outputs, untyped: a
+        # real export, judged with those types filled in as the patch will fill them
+        typed = typed_copy(model)
+        if typed is not None:
+            try:
+                check_model_light(typed, path)
+            except InvalidModelError as e2:
+                # torch leaves If outputs untyped where a branch reads a top-level leftover's result (its
+                # type is ours to give): the patch types them; only that omission is let through here
+                if not str(e2).endswith(UNTYPED_VALUE_INFO):
+                    raise
+                logger.debug("%s: untyped control-flow outputs left for the patch to type", path or "model")
+            return
+        inlined, holders = inline_functions_holding_leftovers(model)
+        if not holders:
+            raise
+        check_model_light(inlined, path)
