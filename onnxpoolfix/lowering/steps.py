@@ -366,3 +366,67 @@ def emit_steps(em: Emitter, steps: Sequence[Step], x: str, y: str, shape: Shape,
         em.taken.discard(cur)
         last.output[0] = y
     return shape
+
+
+@dataclass(frozen=True)
+class WindowSumStep(OneAxisStep):
+    """Average along one axis as window sums divided by the window lengths: the input padded with one zero
+    at the end of the axis, a Gather of the ``[m, kmax]`` window table (short windows padded with the zero's
+    index), ReduceSum over the window dim, Div by the lengths (small integers).
+
+    No weights to quantize or round (int8 quantization and fp16 storage leave it exact; a MatMul's 1/len
+    matrix is neither), and no multiplication: a NaN or inf reaches only the windows that hold it, as in
+    torch (a MatMul's 0 * NaN spreads it). Slower than MatMul in onnxruntime (benchmarks/RESULTS.md), so
+    it is the portable target's lowering. A last axis goes to the front first (onnxruntime's Gather along
+    the last axis copies element by element; :func:`~.max_steps.gather_window_max`).
+    """
+
+    axis: int
+    n: int
+    m: int
+
+    def table(self) -> np.ndarray:
+        w = W.windows(self.n, self.m)
+        kmax = max(e - s for s, e in w)
+        t = np.full((self.m, kmax), self.n, dtype=np.int64)  # n: the zero appended by the Pad
+        for i, (s, e) in enumerate(w):
+            t[i, : e - s] = np.arange(s, e)
+        return t
+
+    def cost(self, shape, itemsize):
+        kmax = W.max_window(self.n, self.m)
+        out_shape = self.out_shape(shape)
+        gathered = numel(out_shape) * kmax
+        pad = C.NODE + 2 * numel(shape) * itemsize / C.BANDWIDTH
+        div = C.NODE + 2 * numel(out_shape) * itemsize / C.BANDWIDTH
+        if self.axis == len(shape) - 1:
+            moved = (out_shape[-1], kmax) + tuple(out_shape[:-1])
+            transposes = 2 * C.NODE + (numel(shape) + numel(out_shape)) * 2 * itemsize / C.BANDWIDTH
+            return pad + div + transposes + 2 * C.NODE + gather_cost(moved, 1) + 2 * gathered * itemsize / C.BANDWIDTH
+        g_shape = tuple(out_shape[: self.axis + 1]) + (kmax,) + tuple(out_shape[self.axis + 1:])
+        return pad + div + 2 * C.NODE + gather_cost(g_shape, self.axis + 1) + 2 * gathered * itemsize / C.BANDWIDTH
+
+    def emit(self, em, x, shape, elem):
+        rank = len(shape)
+        last = self.axis == rank - 1
+        axis = 0 if last else self.axis
+        if last:
+            x = em.op("Transpose", [x], perm=[rank - 1] + list(range(rank - 1)))
+        pads = [0] * (2 * rank)
+        pads[rank + axis] = 1  # one zero after the axis' last element
+        if em.opset >= 11:
+            padded = em.op("Pad", [x, em.ints("pads", pads)], mode="constant")
+        else:
+            padded = em.op("Pad", [x], mode="constant", pads=pads, value=0.0)
+        g = em.op("Gather", [padded, em.const("window_table", self.table())], axis=axis)
+        sums = em.reduce("ReduceSum", g, [axis + 1], keepdims=0)
+        lengths = np.asarray(W.window_lengths(self.n, self.m), dtype=np_dtype(elem))
+        lengths = lengths.reshape((self.m,) + (1,) * (rank - 1 - axis))
+        y = em.op("Div", [sums, em.const("window_lengths", lengths)])
+        if last:
+            y = em.op("Transpose", [y], perm=list(range(1, rank)) + [0])
+        return y
+
+    @property
+    def ops(self):
+        return ("Pad", "Gather", "ReduceSum", "Div", "Transpose")

@@ -1,0 +1,29 @@
+"""Averages on any windows as window sums (Pad + Gather + ReduceSum) divided by the window lengths.
+
+The portable target's general average: no weights (int8 quantization and fp16 storage leave it exact),
+and a NaN or inf reaches only its own windows, as in torch. onnxruntime runs the MatMul lowerings faster
+(benchmarks/RESULTS.md), so the other targets keep those.
+"""
+from __future__ import annotations
+
+from .base import Lowering, axis_windows
+from .matmul import cheapest_order
+from .steps import WindowSumStep
+
+
+class WindowSumLowering(Lowering):
+    name = "window_sum"
+    summary = "per changed axis: Gather of the window table, ReduceSum, Div by the window lengths"
+    kinds = frozenset({"avg"})
+
+    def _check(self, spec):
+        if all(a.keep for a in axis_windows(spec)):
+            return "nothing to pool (every size is kept)"
+        if spec.target != "portable":
+            return ("for --target portable (no weights to quantize, NaN kept in its windows); MatMul runs faster "
+                    "in onnxruntime")
+        return None
+
+    def _steps(self, spec):
+        changed = [a for a in axis_windows(spec) if not a.keep]
+        return cheapest_order(spec, lambda a: [WindowSumStep(a.axis, a.n, a.m)], changed)
