@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import pytest
 import onnxruntime as ort
+import pytest
 from helpers import make_leftover
 
 import onnxpoolfix
