@@ -430,3 +430,62 @@ class WindowSumStep(OneAxisStep):
     @property
     def ops(self):
         return ("Pad", "Gather", "ReduceSum", "Div", "Transpose")
+
+
+@dataclass(frozen=True)
+class FlatWindowSumStep(Step):
+    """:class:`WindowSumStep` over all pooled axes at once (the Kronecker form's counterpart): the pooled
+    axes flattened and moved to the front, one zero appended, one Gather of the ``[prod(m), prod(kmax)]``
+    flat window table (padded with the zero's index), ReduceSum, Div by the window sizes, back in place.
+    One Gather of contiguous blocks for the whole tensor instead of one per axis: small planes."""
+
+    first_axis: int
+    n: tuple[int, ...]
+    m: tuple[int, ...]
+
+    def out_shape(self, shape):
+        return tuple(shape[: self.first_axis]) + self.m
+
+    def table(self) -> tuple[np.ndarray, np.ndarray]:
+        """The flat window table and the window sizes, both in output (row-major) order."""
+        per_axis = [W.windows(n, m) for n, m in zip(self.n, self.m)]
+        kmax = prod(max(e - s for s, e in w) for w in per_axis)
+        total = prod(self.n)
+        rows, sizes = [], []
+        for idx in np.ndindex(*self.m):
+            ranges = [np.arange(*per_axis[a][i]) for a, i in enumerate(idx)]
+            flat = np.ravel_multi_index(np.meshgrid(*ranges, indexing="ij"), self.n).ravel()
+            rows.append(np.concatenate([flat, np.full(kmax - flat.size, total)]))
+            sizes.append(flat.size)
+        return np.asarray(rows, dtype=np.int64), np.asarray(sizes)
+
+    def kmax(self) -> int:
+        return prod(W.max_window(n, m) for n, m in zip(self.n, self.m))
+
+    def cost(self, shape, itemsize):
+        lead = numel(shape[: self.first_axis])
+        gathered = prod(self.m) * self.kmax() * lead
+        moved = 2 * (numel(shape) + lead * prod(self.m)) * itemsize / C.BANDWIDTH  # the two Transposes
+        return (8 * C.NODE + moved + 2 * numel(shape) * itemsize / C.BANDWIDTH
+                + gather_cost((prod(self.m), self.kmax(), lead), 1) + 2 * gathered * itemsize / C.BANDWIDTH)
+
+    def emit(self, em, x, shape, elem):
+        first = self.first_axis
+        flat = reshape_keep(em, x, first, [prod(self.n)])  # [lead..., P]
+        front = em.op("Transpose", [flat], perm=[first] + list(range(first)))  # [P, lead...]
+        rank = first + 1
+        pads = [0] * (2 * rank)
+        pads[rank] = 1  # one zero after the last element of the flattened axis
+        if em.opset >= 11:
+            padded = em.op("Pad", [front, em.ints("pads", pads)], mode="constant")
+        else:
+            padded = em.op("Pad", [front], mode="constant", pads=pads, value=0.0)
+        table, sizes = self.table()
+        g = em.op("Gather", [padded, em.const("window_table", table)], axis=0)  # [M, K, lead...]
+        sums = em.reduce("ReduceSum", g, [1], keepdims=0)  # [M, lead...]
+        sizes = sizes.astype(np_dtype(elem)).reshape((-1,) + (1,) * first)
+        y = em.op("Div", [sums, em.const("window_sizes", sizes)])
+        back = em.op("Transpose", [y], perm=list(range(1, rank)) + [0])  # [lead..., M]
+        return reshape_keep(em, back, first, list(self.m))
+
+    ops = ("Reshape", "Transpose", "Pad", "Gather", "ReduceSum", "Div")

@@ -6,9 +6,9 @@ and a NaN or inf reaches only its own windows, as in torch. onnxruntime runs the
 """
 from __future__ import annotations
 
-from .base import Lowering, axis_windows
+from .base import Lowering, axis_windows, compute_dtype, itemsize
 from .matmul import cheapest_order
-from .steps import WindowSumStep
+from .steps import FlatWindowSumStep, WindowSumStep, run_cost
 
 
 class WindowSumLowering(Lowering):
@@ -25,5 +25,12 @@ class WindowSumLowering(Lowering):
         return None
 
     def _steps(self, spec):
+        """Per axis (large planes) or all pooled axes in one Gather (small ones), whichever costs less."""
         changed = [a for a in axis_windows(spec) if not a.keep]
-        return cheapest_order(spec, lambda a: [WindowSumStep(a.axis, a.n, a.m)], changed)
+        separable = cheapest_order(spec, lambda a: [WindowSumStep(a.axis, a.n, a.m)], changed)
+        axes = axis_windows(spec)
+        if len(changed) < 2 or any(not isinstance(d, int) for d in spec.input_shape[spec.ndim - spec.k:]):
+            return separable
+        flat = [FlatWindowSumStep(spec.ndim - spec.k, tuple(a.n for a in axes), tuple(a.m for a in axes))]
+        size = itemsize(compute_dtype(spec))
+        return min((flat, separable), key=lambda s: run_cost(s, spec.input_shape, size))
