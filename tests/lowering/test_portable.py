@@ -274,3 +274,28 @@ def test_fp16_weights_exact_to_the_inputs_rounding(case):
     got = run(weights_as_fp16(portable(case)), x16)
     np.testing.assert_allclose(got, torch_pool(case, x16), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got, loop_reference(x16, output_size(case)), rtol=1e-5, atol=1e-6)
+
+
+# ---- max pooling: torch's NaN / -inf without IsNaN or If -----------------------------------------------
+
+DIRECT_MAX = [c for c in CASES if c["kind"] == "max" and not c["dynamic"] and c["dtype"] == "float32"
+              and c["module"].startswith("nn.Adaptive")]
+
+
+@pytest.mark.parametrize("case", DIRECT_MAX, ids=ids(DIRECT_MAX))
+def test_max_non_finite_as_torch(case):
+    x, _ = saved(case)
+    g = np.random.default_rng(3)
+    x = x.copy()
+    r = g.random(x.shape)
+    x[r < 0.05] = np.nan
+    x[(r >= 0.05) & (r < 0.15)] = -np.inf
+    x[..., :2, :1] = -np.inf  # an all -inf corner window where the rank allows it
+    model = portable(case)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {sess.get_inputs()[0].name: x})
+    fn = getattr(torch.nn.functional, f"adaptive_max_pool{case['rank']}d")
+    v, i = fn(torch.from_numpy(x), output_size(case), return_indices=True)
+    np.testing.assert_array_equal(got[0], v.numpy())  # NaN positions, -inf, values: bit for bit
+    if len(got) > 1 and got[1].dtype == np.int64:
+        np.testing.assert_array_equal(got[1], i.numpy())
