@@ -81,10 +81,15 @@ class Lowering:
     computes_indices: ClassVar[bool] = False
     dynamic: ClassVar[bool] = False  # handles symbolic pooled axes
     min_opset: ClassVar[int] = 7  # AveragePool-7, MatMul, Reshape-5, Gather and Reduce* exist from here
+    #: the targets the lowering is for (None: every one), and why not for the others
+    targets: ClassVar[frozenset[str] | None] = None
+    other_targets_reason: ClassVar[str] = ""
 
     def check(self, spec: PoolSpec) -> str | None:
         if spec.kind not in self.kinds:
             return f"only for {'/'.join(sorted(self.kinds))} pooling"
+        if self.targets is not None and spec.target not in self.targets:
+            return self.other_targets_reason
         if spec.node.indices_output and not self.computes_indices:
             return "the indices output is read, and this lowering does not compute it"
         if not spec.static and not self.dynamic:

@@ -15,13 +15,13 @@ class WindowSumLowering(Lowering):
     name = "window_sum"
     summary = "per changed axis: Gather of the window table, ReduceSum, Div by the window lengths"
     kinds = frozenset({"avg"})
+    targets = frozenset({"portable"})
+    other_targets_reason = ("for --target portable (no weights to quantize, NaN kept in its windows); MatMul runs "
+                            "faster in onnxruntime")
 
     def _check(self, spec):
         if all(a.keep for a in axis_windows(spec)):
             return "nothing to pool (every size is kept)"
-        if spec.target != "portable":
-            return ("for --target portable (no weights to quantize, NaN kept in its windows); MatMul runs faster "
-                    "in onnxruntime")
         return None
 
     def _steps(self, spec):
