@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all bench bench-tool clean fixtures
+.PHONY: demo test test-all test-runtimes bench bench-tool clean fixtures
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ test-all: $(STAMP)
 	$(VENV)/bin/ruff check onnxpoolfix tests benchmarks fixtures/make_fixtures.py
 	ONNXPOOLFIX_FUZZ_CASES=2000 $(PY) -m pytest -m "slow or not slow" -q
 
+## test-runtimes: the patched fixtures beyond onnxruntime (OpenVINO; int8 quantize_dynamic/quantize_static,
+## fp16 weight storage, NaN/inf against torch), slow cases included (the dynamo exports each fixture is held to)
+test-runtimes: $(STAMP)
+	$(PY) -m pytest -m "slow or not slow" -q tests/test_runtimes.py tests/lowering/test_portable.py
+
 ## bench: speed of the patched graphs vs torch's kernel and the dynamo exporter (writes benchmarks/RESULTS.md),
 ## the plain dynamo export vs onnxpoolfix.export (writes benchmarks/RESULTS_dynamo_export.md), and dynamo
 ## exports repaired after the fact (before/after: nodes, latency, error off the traced size; RESULTS.md)
@@ -37,6 +42,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench.py
 	$(PY) benchmarks/dynamo_export.py
 	$(PY) benchmarks/dynamo_posthoc.py --rounds 10 --results
+	$(PY) benchmarks/portable_speed.py --results
 
 ## bench-tool: the tool's own time and peak memory on a generated 550 MB model vs onnx.load + onnx.save
 bench-tool: $(STAMP)

@@ -26,7 +26,7 @@ from .rewrite.model import apply_model_plan
 
 logger = logging.getLogger(__name__)
 
-TARGETS = ("onnxruntime", "tensorrt")
+TARGETS = ("onnxruntime", "tensorrt", "portable")
 
 
 @dataclass
@@ -47,7 +47,8 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         check: run the patched model in onnxruntime and compare every replaced node with the numpy
             reference (raises :class:`CheckFailedError` on a mismatch).
         strategy: ``"auto"`` (cheapest exact lowering per node) or a lowering name to force.
-        target: ``"onnxruntime"`` or ``"tensorrt"`` (only ops TensorRT's ONNX parser accepts).
+        target: ``"onnxruntime"``, ``"tensorrt"`` (only ops TensorRT's ONNX parser accepts) or ``"portable"``
+            (ops every common runtime and converter takes, no weights in average lowerings: docs/targets.md).
         input_shapes: bind graph inputs' symbolic dims, e.g. ``{"x": [1, 3, 224, 224]}``. Where a
             pooled axis was symbolic, the static lowering then holds for that size only, so the patched
             model keeps the bound input shape (the report says so); otherwise the original signature stays.

@@ -33,6 +33,7 @@ _WORDS = (
     ("--strategy", "strategy="),
     ("--target tensorrt", "target='tensorrt'"),
     ("--target onnxruntime", "target='onnxruntime'"),
+    ("--target portable", "target='portable'"),
     ("--in-place", "inplace=True"),
     ("--optimize-exporter-pools", "optimize_exporter_pools=True"),
     ("--keep-input-shapes", "keep_input_shapes=True"),

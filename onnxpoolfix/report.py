@@ -11,7 +11,7 @@ JSON schema (``schema_version`` 1)::
       "checked": bool,                 # the onnxruntime check ran
       "check_passed": bool | null,     # null when not checked
       "check_note": str,               # e.g. which input sizes were used, or why the check was skipped
-      "opset": int, "target": "onnxruntime" | "tensorrt",
+      "opset": int, "target": "onnxruntime" | "tensorrt" | "portable",
       "nodes": [{
         "name": str, "op": str, "kind": "avg" | "max",
         "encoding": "aten-op" | "ATen-attr" | "standard" | "dynamo",   # standard: an exporter pool

@@ -235,12 +235,17 @@ def _compare(c: dict, got: list[np.ndarray], want, x_np: np.ndarray, what: str) 
         raise AssertionError(f"{what}: {e}") from None
 
 
-def _applicable(model: onnx.ModelProto, input_shapes) -> list[str]:
+# lowerings planned only for another target (window_sum: portable): forced with that target
+OTHER_TARGET = {name: sorted(lw.targets)[0] for name, lw in BY_NAME.items()
+                if lw.targets is not None and "onnxruntime" not in lw.targets}
+
+
+def _applicable(model: onnx.ModelProto, input_shapes, target: str = "onnxruntime") -> list[str]:
     m = onnx.ModelProto()
     m.CopyFrom(model)
     if input_shapes:
         apply_input_shapes(m, input_shapes)
-    specs = resolve_specs(m, find_pool_nodes(m.graph), opset=model_opset(m), target="onnxruntime")
+    specs = resolve_specs(m, find_pool_nodes(m.graph), opset=model_opset(m), target=target)
     assert len(specs) == 1
     return [cand.name for cand in candidates(specs[0]) if cand.reason is None]
 
@@ -284,6 +289,13 @@ def run_case(c: dict) -> None:
             forced = patch(model, check=False, strategy=name, input_shapes=shapes)
             assert forced.report.nodes[0].lowering == name
             _compare(c, _run(forced.model, x), want, x_np, f"forced {name}")
+            ROUNDTRIP_COUNTS[f"forced:{name}"] += 1
+        for name, target in OTHER_TARGET.items():
+            if name not in _applicable(model, shapes, target):
+                continue
+            forced = patch(model, check=False, strategy=name, input_shapes=shapes, target=target)
+            assert forced.report.nodes[0].lowering == name
+            _compare(c, _run(forced.model, x), want, x_np, f"forced {name} ({target})")
             ROUNDTRIP_COUNTS[f"forced:{name}"] += 1
 
 
@@ -333,6 +345,9 @@ def _lowerings_run_by(c: dict) -> set[str]:
     names = {plan(spec).lowering.name}
     if c["force"]:
         names |= {cand.name for cand in candidates(spec) if cand.reason is None}
+        for name, target in OTHER_TARGET.items():
+            (other,) = resolve_specs(model, find_pool_nodes(model.graph), opset=c["opset"], target=target)
+            names |= {cand.name for cand in candidates(other) if cand.reason is None and cand.name == name}
     return names
 
 

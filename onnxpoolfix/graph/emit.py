@@ -16,8 +16,11 @@ from . import nodes_deep
 
 
 class Emitter:
-    def __init__(self, prefix: str, taken: set[str], opset: int, *, constant_nodes: bool = False):
+    def __init__(self, prefix: str, taken: set[str], opset: int, *, constant_nodes: bool = False,
+                 portable: bool = False):
         self.prefix = prefix
+        # the portable target: NaN tests as Not(Equal(x, x)) (MNN and ncnn have no IsNaN), see is_nan
+        self.portable = portable
         # IR version < 4 requires every initializer to be a graph input too: use Constant nodes there
         self.constant_nodes = constant_nodes
         self.taken = taken  # shared across emitters: every name in the graph, plus what we add
@@ -96,6 +99,18 @@ class Emitter:
 
     def cast(self, x: str, to: int, out: str | None = None) -> str:
         return self.op("Cast", [x], out=out, to=to)
+
+    def is_nan(self, x: str) -> str:
+        """A bool mask of ``x``'s NaNs: ``IsNaN``, or for the portable target ``Not(Equal(x, x))`` (NaN is the
+        one value unequal to itself; MNN and ncnn have no IsNaN). Equal takes floats from opset 11."""
+        if self.portable and self.opset >= 11:
+            return self.op("Not", [self.op("Equal", [x, x])])
+        return self.op("IsNaN", [x])
+
+    def sub(self) -> "Emitter":
+        """An emitter for a subgraph (an If branch): the same names, opset, form of constants and target."""
+        return Emitter(self.prefix, self.taken, self.opset, constant_nodes=self.constant_nodes,
+                       portable=self.portable)
 
 
 def np_dtype(elem: int) -> np.dtype:

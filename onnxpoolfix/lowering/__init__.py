@@ -13,6 +13,7 @@
 | pool_gather   | max      | always                                            | MaxPool(kmin,1) + Gather + Max    |
 | window_gather | max      | always                                            | Gather + ReduceMax                |
 | pool_cover    | max      | a grid fits inside one non-uniform axis' windows  | MaxPool (ceil) + Gather + Max     |
+| window_sum    | avg      | always; --target portable only                    | Pad + Gather + ReduceSum + Div    |
 | argmax        | max      | always; computes the indices output (static)      | Gather + ArgMax + GatherElements  |
 | dynamic       | avg, max | a pooled axis is symbolic (indices too)           | Shape/Range/Div + MatMul/Gather   |
 """
@@ -30,6 +31,7 @@ from .matmul import SeparableMatMulLowering
 from .mixed import MaxPoolGatherLowering, MixedLowering, WindowGatherLowering
 from .pool import PoolLowering
 from .resize import ResizeLowering
+from .window_sum import WindowSumLowering
 
 LOWERINGS: tuple[Lowering, ...] = (
     IdentityLowering(),
@@ -40,6 +42,7 @@ LOWERINGS: tuple[Lowering, ...] = (
     MixedLowering(),
     SeparableMatMulLowering(),
     KroneckerMatMulLowering(),
+    WindowSumLowering(),
     MaxPoolGatherLowering(),
     WindowGatherLowering(),
     CoverMaxLowering(),

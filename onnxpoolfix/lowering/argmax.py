@@ -210,7 +210,7 @@ def lazy_window_choice(em, w: str, kall: int | str, elem: int) -> str:
     NaN-aware choice. float16 windows are summed in float32 (a float16 sum overflows early)."""
     ws = em.cast(w, TensorProto.FLOAT) if elem == TensorProto.FLOAT16 else w
     total = em.op("ReduceSum", [ws], keepdims=0)
-    finite = em.op("Not", [em.op("IsNaN", [em.op("Sub", [total, total])])])
+    finite = em.op("Not", [em.is_nan(em.op("Sub", [total, total]))])
     then_branch = if_branch(em, "finite_windows", TensorProto.INT64,
                             lambda sub: sub.op("ArgMax", [w], axis=1, keepdims=1))
     else_branch = if_branch(em, "non_finite_windows", TensorProto.INT64,
@@ -227,7 +227,7 @@ def window_choice(em, w: str, kall: int | str, elem: int, tie_safe: bool) -> str
     """
     axis = 1
     fdt = np_dtype(elem)
-    nan = em.op("IsNaN", [w])
+    nan = em.is_nan(w)
     filled = em.op("Where", [nan, em.const("minus_inf", np.array(-np.inf, dtype=fdt)), w])
     nanf = em.cast(nan, TensorProto.FLOAT)
     if isinstance(kall, str):
@@ -272,7 +272,7 @@ class ArgMaxLowering(Lowering):
         axes = axis_windows(spec)
         return [ArgMaxStep(spec.ndim - spec.k, tuple(a.n for a in axes), tuple(a.m for a in axes),
                            spec.node.indices_output is not None, tie_safe=spec.target == "tensorrt",
-                           lazy=spec.target != "tensorrt")]
+                           lazy=spec.target == "onnxruntime")]
 
     def build(self, em, spec, x, y, indices=None):
         build_with_indices(em, spec, self._steps(spec)[0], x, y, indices)

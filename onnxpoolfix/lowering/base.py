@@ -81,10 +81,15 @@ class Lowering:
     computes_indices: ClassVar[bool] = False
     dynamic: ClassVar[bool] = False  # handles symbolic pooled axes
     min_opset: ClassVar[int] = 7  # AveragePool-7, MatMul, Reshape-5, Gather and Reduce* exist from here
+    #: the targets the lowering is for (None: every one), and why not for the others
+    targets: ClassVar[frozenset[str] | None] = None
+    other_targets_reason: ClassVar[str] = ""
 
     def check(self, spec: PoolSpec) -> str | None:
         if spec.kind not in self.kinds:
             return f"only for {'/'.join(sorted(self.kinds))} pooling"
+        if self.targets is not None and spec.target not in self.targets:
+            return self.other_targets_reason
         if spec.node.indices_output and not self.computes_indices:
             return "the indices output is read, and this lowering does not compute it"
         if not spec.static and not self.dynamic:
@@ -100,6 +105,8 @@ class Lowering:
         ops = {op for s in self.steps(spec) for op in s.ops}
         if compute_dtype(spec) == TensorProto.DOUBLE and ops & NO_FLOAT64_KERNEL:
             return f"onnxruntime has no float64 kernel for {', '.join(sorted(ops & NO_FLOAT64_KERNEL))}"
+        if spec.target == "portable":
+            return portable_rejection(ops, spec)
         if spec.target == "tensorrt":
             missing = ops - SUPPORTED_OPS
             if missing:
@@ -118,7 +125,7 @@ class Lowering:
         inner = specialized(self._steps(spec), spec.input_shape, itemsize(compute_dtype(spec)), spec.opset)
         if (spec.kind == "max" and not any(s.exact_non_finite for s in inner) and spec.opset >= 9
                 and any(op in NON_FINITE_UNSAFE_MAX for s in inner for op in s.ops)):
-            inner = [NonFiniteMaxStep(tuple(inner), lazy=spec.target != "tensorrt")]  # NaN/-inf as torch
+            inner = [NonFiniteMaxStep(tuple(inner), lazy=spec.target == "onnxruntime")]  # NaN/-inf as torch
         work = compute_dtype(spec)
         if work != spec.dtype:
             return [CastStep(work)] + inner + [CastStep(spec.dtype)]
@@ -130,6 +137,28 @@ class Lowering:
     def build(self, em, spec: PoolSpec, x: str, y: str, indices: str | None = None) -> None:
         """Emit the nodes computing ``y`` (and ``indices`` for lowerings that compute them) from ``x``."""
         emit_steps(em, self.steps(spec), x, y, spec.input_shape, spec.dtype)
+
+
+# what the portable target leaves out, and why (issue 33: measured in onnxruntime, OpenVINO, tract, MNN,
+# ncnn through pnnx, TFLite through onnx2tf, TVM and onnx2torch)
+NOT_PORTABLE = {
+    "MatMul": "its constant 1/len pooling matrix does not survive int8 quantization or fp16 storage, and 0 * NaN "
+              "spreads a NaN beyond its windows",
+    "If": "onnx2torch refuses If, pnnx crashes on it and onnx2tf loses its branches' outer-scope initializers",
+}
+
+
+def portable_rejection(ops: set[str], spec: PoolSpec) -> str | None:
+    """Why the portable target does not take what a lowering emits for ``spec``, or None."""
+    for op, why in NOT_PORTABLE.items():
+        if op in ops:
+            return f"not portable: {op} ({why})"
+    if "IsNaN" in ops and spec.opset < 11:  # Emitter.is_nan writes Not(Equal(x, x)) from opset 11
+        return needs_opset(11, f"not portable: IsNaN (MNN and ncnn lack it; Not(Equal(x, x)) needs opset 11), "
+                               f"the model has {spec.opset}")
+    if spec.k >= 3 and ops & {"AveragePool", "MaxPool"}:
+        return "not portable: a 3-D pooling op (MNN crashes on 3-D AveragePool, TFLite needs TensorFlow's Flex ops)"
+    return None
 
 
 def specialized(steps: Sequence[Step], shape, size: int, opset: int) -> list[Step]:

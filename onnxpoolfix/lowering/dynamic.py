@@ -247,6 +247,10 @@ class DynamicLowering(Lowering):
     def check(self, spec):
         if spec.static:
             return "every pooled axis is static (the dynamic lowering is for symbolic sizes)"
+        if spec.target == "portable":
+            # its Shape/Range window arithmetic: tract, TVM, onnx2tf and ncnn (pnnx) refuse it (issue 33)
+            return ("the portable target takes static pooled sizes only (tract, TVM, onnx2tf and ncnn refuse "
+                    "runtime windows)")
         if spec.opset < self.min_opset:
             return needs_opset(self.min_opset,
                                f"needs opset {self.min_opset} (Range) for symbolic sizes, the model has {spec.opset}")

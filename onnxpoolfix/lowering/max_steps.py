@@ -163,7 +163,7 @@ class NonFiniteMaxStep(Step):
         zero = em.const("code_zero", np.array(0.0, np.float32))
         # the masks are taken in x's own dtype: a float64 value below float32's range is not -inf
         neg_inf = em.op("Less", [x, em.const("lowest", np.array(np.finfo(fdt).min, fdt))])
-        code = em.op("Where", [em.op("IsNaN", [x]), two, em.op("Where", [neg_inf, zero, one])])
+        code = em.op("Where", [em.is_nan(x), two, em.op("Where", [neg_inf, zero, one])])
         code = self._plain(em, code, shape, f32)
         y = em.op("Where", [em.op("Less", [code, em.const("half", np.array(0.5, np.float32))]),
                             em.const("minus_inf", np.array(-np.inf, fdt)), y])
@@ -186,7 +186,7 @@ def finite_input(em: Emitter, x: str, elem: int) -> str:
     finite ``x`` down the exact branch); float16 is summed in float32 (its sums overflow early)."""
     xs = em.cast(x, TensorProto.FLOAT) if elem == TensorProto.FLOAT16 else x
     total = em.op("ReduceSum", [xs], keepdims=0)
-    return em.op("Not", [em.op("IsNaN", [em.op("Sub", [total, total])])])
+    return em.op("Not", [em.is_nan(em.op("Sub", [total, total]))])
 
 
 def branch(em: Emitter, hint: str, outputs: list[tuple[str, int]], build) -> GraphProto:
@@ -194,7 +194,7 @@ def branch(em: Emitter, hint: str, outputs: list[tuple[str, int]], build) -> Gra
     names, one per ``(If output, dtype)`` of ``outputs``); its constants live in the outer graph."""
     from onnx import helper
 
-    sub = Emitter(em.prefix, em.taken, em.opset, constant_nodes=em.constant_nodes)
+    sub = em.sub()
     names = [em.fresh(f"{hint}_{out.rsplit('/', 1)[-1]}") for out, _ in outputs]
     build(sub, names)
     em.initializers.extend(sub.initializers)
@@ -206,7 +206,7 @@ def if_branch(em: Emitter, hint: str, elem: int, build) -> GraphProto:
     """A subgraph for If, built by ``build(sub_emitter) -> output``; its constants live in the outer graph."""
     from onnx import helper
 
-    sub = Emitter(em.prefix, em.taken, em.opset, constant_nodes=em.constant_nodes)
+    sub = em.sub()
     out = build(sub)
     if out not in {o for n in sub.nodes for o in n.output}:  # a branch must produce its output itself
         out = sub.op("Identity", [out])

@@ -19,6 +19,7 @@ from .steps import (
     PoolStep,
     ReduceStep,
     ResizeStep,
+    WindowSumStep,
     run_cost,
 )
 
@@ -27,8 +28,8 @@ class _PerAxis(Lowering):
     general_method: str  # "matmul" | "pool_gather" | "window_gather"
 
     def _general_steps(self, spec, a):
-        if self.general_method == "matmul":
-            return [MatMulStep(a.axis, a.n, a.m)]
+        if self.general_method == "matmul":  # the portable target: window sums (no weights; NaN kept in place)
+            return [WindowSumStep(a.axis, a.n, a.m) if spec.target == "portable" else MatMulStep(a.axis, a.n, a.m)]
         if self.general_method == "pool_gather":
             return [MaxPoolGatherStep(a.axis, spec.ndim - spec.k, a.n, a.m)]
         return [WindowGatherStep(a.axis, a.n, a.m)]

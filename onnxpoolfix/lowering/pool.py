@@ -13,6 +13,8 @@ from .steps import PoolStep, Step
 def pool_rank_reason(spec) -> str | None:
     if spec.ndim != spec.k + 2:
         return f"input rank {spec.ndim} is not N, C + {spec.k} spatial axes (pooling ops need that layout)"
+    if spec.target == "portable" and spec.k >= 3:
+        return "not portable: a 3-D pooling op (MNN crashes on 3-D AveragePool, TFLite needs TensorFlow's Flex ops)"
     return None
 
 

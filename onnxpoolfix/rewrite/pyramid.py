@@ -17,7 +17,8 @@ def build_group(g: GroupPlan, taken: set[str], opset: int, constant_nodes: bool)
     stacked, stacked_ops = None, []
     if stacked_levels:
         first = stacked_levels[0].spec
-        em = Emitter(f"{first.node.name}/stacked", taken, opset, constant_nodes=constant_nodes)
+        em = Emitter(f"{first.node.name}/stacked", taken, opset, constant_nodes=constant_nodes,
+                     portable=first.target == "portable")
         stacked = x
         shape = first.input_shape
         for step in stacked_steps([lv.spec for lv in stacked_levels]):
@@ -28,7 +29,7 @@ def build_group(g: GroupPlan, taken: set[str], opset: int, constant_nodes: bool)
         stacked_ops = op_types(em.nodes)
     for lv in g.levels:
         s = lv.spec
-        em = Emitter(s.node.name, taken, opset, constant_nodes=constant_nodes)
+        em = Emitter(s.node.name, taken, opset, constant_nodes=constant_nodes, portable=s.target == "portable")
         if lv.source is not None:
             lv.sub.lowering.build(em, lv.sub.spec, g.levels[lv.source].spec.node.output, s.node.output)
         elif lv.shared is not None:

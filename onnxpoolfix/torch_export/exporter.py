@@ -188,7 +188,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             beyond float noise, and ``f`` is not written. (torch's own ``verify=`` is not passed on: this
             one covers it.)
         strategy: ``"auto"`` or a lowering name to force (see :func:`onnxpoolfix.patch`).
-        target: ``"onnxruntime"`` or ``"tensorrt"``.
+        target: ``"onnxruntime"``, ``"tensorrt"`` or ``"portable"`` (docs/targets.md).
         optimize_exporter_pools: also plan the pools the exporter lowered itself (see
             :func:`onnxpoolfix.patch`).
         allow_specialized_dims: with ``dynamo=True``, a dim ``dynamic_shapes`` declares dynamic (a ``Dim``,

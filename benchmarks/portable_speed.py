@@ -1,0 +1,103 @@
+#!/usr/bin/env python
+"""The portable target's average lowerings against the default target's, in onnxruntime (issue 33).
+
+    python benchmarks/portable_speed.py [--rounds 15] [--cases avg_9to7,...] [--results]
+
+Per average case of cases.py: the FALLTHROUGH export patched with the default target (``onnxruntime``:
+MatMul against constant 1/len pooling matrices where windows are not uniform) and with ``--target portable``
+(window sums: Pad + Gather + ReduceSum + Div, no weights: exact after int8 quantization and fp16 storage,
+NaN kept in its windows), timed interleaved with runners.time_interleaved beside the read-once floor (busy
+rounds discarded). The ratio is the median of per-round ratios portable/default. ``--results`` writes the
+table into benchmarks/RESULTS.md as the section under HEADING (every other section kept byte for byte).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cases import CASES  # noqa: E402
+from floor import floor_model  # noqa: E402
+from results_md import write_section  # noqa: E402
+from runners import THREADS, export_fallthrough, med, ort_runner, ratio, time_interleaved  # noqa: E402
+
+import onnxpoolfix  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+HEADING = "## The portable target's averages vs the default's (portable_speed.py)"
+
+
+def avg_cases(names: list[str] | None):
+    """The static average cases (max pooling's lowerings are the same on both targets but for the NaN guard)."""
+    out = []
+    for c in CASES:
+        if c.dynamic_axes or c.name.startswith(("max", "dyn")):
+            continue
+        if names is None or c.name in names:
+            out.append(c)
+    return out
+
+
+def lowerings(model) -> str:
+    return "+".join(sorted({n.lowering for n in model.report.nodes})) or "(exporter)"
+
+
+def run(case, rounds: int) -> dict:
+    torch.manual_seed(0)
+    module = case.make().eval()
+    x = torch.randn(*case.shape)
+    base = export_fallthrough(module, x)
+    default = onnxpoolfix.patch(base, check=False)
+    port = onnxpoolfix.patch(base, check=False, target="portable")
+    xn = x.numpy()
+    cands = {"default": ort_runner(default.model, xn), "portable": ort_runner(port.model, xn),
+             "floor": ort_runner(floor_model(case.shape), xn)}
+    with torch.no_grad():
+        want = module(x)
+    want = [t.numpy() for t in (want if isinstance(want, tuple) else (want,))]
+    err = max(float(np.abs(g - w).max() / np.abs(w).max()) for g, w in zip(cands["portable"](), want))
+    vals, kept, _ = time_interleaved(cands, rounds, 0.02, 30.0)
+    return dict(case=case.name, desc=case.desc, default=lowerings(default), portable=lowerings(port),
+                t_default=med(vals["default"]), t_portable=med(vals["portable"]),
+                ratio=ratio(vals, "portable", "default"), rounds=kept, error=err)
+
+
+def us(s: float) -> str:
+    return f"{s * 1e6:.0f} us" if s < 1e-2 else f"{s * 1e3:.1f} ms"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--cases", help="comma-separated case names (default: every static average case)")
+    ap.add_argument("--results", action="store_true", help="also write the table into benchmarks/RESULTS.md")
+    args = ap.parse_args()
+    lines = ["| case | default: lowering | default | portable: lowering | portable | portable/default | "
+             "portable's error vs torch |", "|---|---|---|---|---|---|---|"]
+    print("\n".join(lines), flush=True)
+    for case in avg_cases(args.cases.split(",") if args.cases else None):
+        r = run(case, args.rounds)
+        lines.append(f"| {r['case']} {r['desc']} | {r['default']} | {us(r['t_default'])} | {r['portable']} | "
+                     f"{us(r['t_portable'])} | {r['ratio']:.2f}x | {r['error']:.1e} |")
+        print(lines[-1], flush=True)
+    if args.results:
+        intro = (f"`python benchmarks/portable_speed.py --rounds {args.rounds}` on {time.strftime('%Y-%m-%d')}, "
+                 f"onnxruntime, {THREADS} threads, fp32, interleaved (runners.time_interleaved), on a machine shared "
+                 "with other jobs. The default target keeps its MatMul lowerings: they are faster in onnxruntime, "
+                 "and its files are byte for byte what they were before the portable target existed (all "
+                 "shipped fixtures compared), so its speed is unchanged. `--target portable` pays the ratio below "
+                 "for averages that survive int8 quantization (quantize_dynamic: float32-exact; quantize_static: "
+                 "at most the dynamo export's error), fp16 weight storage (exact) and NaN/inf (confined to their "
+                 "windows as in torch); where every axis has uniform windows or integer upsampling both targets "
+                 "write the same AveragePool/Resize.")
+        write_section(RESULTS, HEADING, "\n".join([HEADING, "", intro, ""] + lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

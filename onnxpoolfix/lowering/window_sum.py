@@ -1,0 +1,36 @@
+"""Averages on any windows as window sums (Pad + Gather + ReduceSum) divided by the window lengths.
+
+The portable target's general average: no weights (int8 quantization and fp16 storage leave it exact),
+and a NaN or inf reaches only its own windows, as in torch. onnxruntime runs the MatMul lowerings faster
+(benchmarks/RESULTS.md), so the other targets keep those.
+"""
+from __future__ import annotations
+
+from .base import Lowering, axis_windows, compute_dtype, itemsize
+from .matmul import cheapest_order
+from .steps import FlatWindowSumStep, WindowSumStep, run_cost
+
+
+class WindowSumLowering(Lowering):
+    name = "window_sum"
+    summary = "per changed axis: Gather of the window table, ReduceSum, Div by the window lengths"
+    kinds = frozenset({"avg"})
+    targets = frozenset({"portable"})
+    other_targets_reason = ("for --target portable (no weights to quantize, NaN kept in its windows); MatMul runs "
+                            "faster in onnxruntime")
+
+    def _check(self, spec):
+        if all(a.keep for a in axis_windows(spec)):
+            return "nothing to pool (every size is kept)"
+        return None
+
+    def _steps(self, spec):
+        """Per axis (large planes) or all pooled axes in one Gather (small ones), whichever costs less."""
+        changed = [a for a in axis_windows(spec) if not a.keep]
+        separable = cheapest_order(spec, lambda a: [WindowSumStep(a.axis, a.n, a.m)], changed)
+        axes = axis_windows(spec)
+        if len(changed) < 2 or any(not isinstance(d, int) for d in spec.input_shape[spec.ndim - spec.k:]):
+            return separable
+        flat = [FlatWindowSumStep(spec.ndim - spec.k, tuple(a.n for a in axes), tuple(a.m for a in axes))]
+        size = itemsize(compute_dtype(spec))
+        return min((flat, separable), key=lambda s: run_cost(s, spec.input_shape, size))
