@@ -1,5 +1,6 @@
 # Everything runs in a local virtual environment (.venv), created on first use.
-# torch is pinned exactly: `pip install torch==2.13.0` is the CPU build this project is tested with.
+# torch is pinned exactly through constraints.txt (torch==2.13.0, the CPU build this project is tested with);
+# pyproject's extras name the range a user's own torch may be in.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -7,11 +8,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-all test-runtimes bench bench-tool clean fixtures
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	@# -qq: errors only; setuptools' editable install otherwise prints its informational "Editable installation" notice
-	$(PY) -m pip install --quiet --quiet -e '.[test,dynamo]'
+	$(PY) -m pip install --quiet --quiet -c constraints.txt -e '.[test,dynamo]'
 	touch $(STAMP)
 
 ## demo: patch a shipped fixture (a small conv net with AdaptiveAvgPool2d 7x7 at a non-divisible size) and show the report
@@ -22,7 +23,7 @@ demo: $(STAMP)
 ## test: the test suite as CI runs it (slow cases deselected; `make test-all` runs them)
 test: $(STAMP)
 	$(VENV)/bin/ruff check onnxpoolfix tests benchmarks fixtures/make_fixtures.py
-	$(PY) -m pytest -m "not slow" -q
+	$(PY) -m pytest -n auto -m "not slow" -q
 
 ## test-all: everything: the fast suite, the slow cases (2000 more round trips against torch, full-size
 ## AlexNet, the > 2 GB external-data models, the timed external-weights run) and a 2000-case fuzz

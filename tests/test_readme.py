@@ -1,4 +1,4 @@
-"""The README's commands and code, run as written, so the documentation cannot rot.
+"""The commands and code of README.md and of every page in docs/, run as written, so the documentation cannot rot.
 
 Every `onnxpoolfix ...` line of an indented block and every ```python block runs in a scratch folder that
 has the repository's fixtures/ and the folders the README's `mkdir -p` lines make (make targets are not run here: `make test` is what runs
@@ -17,12 +17,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
-CLI_LINES = [ln.strip() for ln in README.splitlines()
+PAGES = {"README.md": README, **{f"docs/{p.name}": p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))}}
+DOCS = "\n".join(PAGES.values())
+CLI_LINES = [ln.strip() for ln in DOCS.splitlines()
              if re.match(r"^ {4}onnxpoolfix (?!IN\.onnx|inspect IN|windows N )", ln)]
-PY_BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+PY_BLOCKS = re.findall(r"```python\n(.*?)```", DOCS, flags=re.S)
 
 
-MKDIR_LINES = re.findall(r"^ {4}mkdir -p (\S+)$", README, flags=re.M)
+MKDIR_LINES = re.findall(r"^ {4}mkdir -p (\S+)$", DOCS, flags=re.M)
 
 
 @pytest.fixture()
@@ -36,6 +38,23 @@ def scratch(tmp_path):
 
 def test_readme_has_examples():
     assert len(CLI_LINES) >= 5 and len(PY_BLOCKS) >= 2
+
+
+def test_readme_is_a_landing_page_and_links_every_docs_page():
+    words = len(re.sub(r"<!--.*?-->", "", README, flags=re.S).split())
+    assert words < 2000, f"README.md has {words} words: move the detail to a page in docs/"
+    for name in PAGES:
+        if name != "README.md":
+            assert f"]({name})" in README, f"{name} is not linked from README.md"
+    for name, text in PAGES.items():  # relative links between pages resolve
+        base = (ROOT / name).parent
+        for target in re.findall(r"\]\(([^)#:]+\.md)(?:#[^)]*)?\)", text):
+            assert (base / target).exists(), f"{name}: broken link {target}"
+
+
+def test_readme_keeps_the_two_setup_commands():
+    """A fresh machine needs only these: one shows the tool at work, one runs the tests."""
+    assert re.search(r"^ {4}make demo ", README, flags=re.M) and re.search(r"^ {4}make test ", README, flags=re.M)
 
 
 @pytest.mark.parametrize("line", CLI_LINES)

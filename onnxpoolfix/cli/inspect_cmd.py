@@ -31,7 +31,7 @@ def inspect_cmd(src: str, plan: PlanChoice, view: ViewChoice, seed: int, verbosi
                                model_dir=str(Path(src).resolve().parent) if has_external_data(model) else None)
     # a blocker's hint names the API's arguments (inspect_model's words): here, the flags
     if view.windows:
-        click.echo(cli_words(render_inspection(result, as_json=view.as_json)))
-    else:
-        click.echo(cli_words(result.to_json() if view.as_json else result.format_text()))
+        click.echo(cli_words(render_inspection(result, as_json=view.as_json, verbose=verbosity.verbose)))
+    else:  # -v also lists the lowerings that do not apply, with the reason (the JSON always has them)
+        click.echo(cli_words(result.to_json() if view.as_json else result.format_text(verbosity.verbose)))
     sys.exit(result.exit_code)

@@ -133,7 +133,10 @@ class Inspection:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
-    def format_text(self) -> str:
+    def format_text(self, verbose: bool = False) -> str:
+        """The text ``inspect`` prints. Per node: the chosen lowering and the other exact ones with their costs;
+        the lowerings that do not apply (and why) only with ``verbose``, or where none applies (then their
+        reasons are the explanation). :meth:`to_dict` keeps every candidate either way."""
         lines = []
         head = f"{self.model}: " if self.model else ""
         lines.append(f"{head}opset {self.opset}, target {self.target}"
@@ -159,7 +162,7 @@ class Inspection:
                          "with adaptive windows")
         for node in self.nodes:
             lines.append("")
-            lines.extend(_format_node(node))
+            lines.extend(_format_node(node, verbose))
         if self.blocker is not None:
             lines.append("")
             lines.append(f"BLOCKED: {self.blocker}")
@@ -201,7 +204,7 @@ def _cost(seconds: float | None) -> str:
     return f"{seconds * 1e6:.0f} us" if seconds < 1e-2 else f"{seconds * 1e3:.1f} ms"
 
 
-def _format_node(node: NodeInspection) -> list[str]:
+def _format_node(node: NodeInspection, verbose: bool = False) -> list[str]:
     head = f"{node.name}  {node.op}"
     if node.dtype:
         head += f"  {node.dtype}"
@@ -215,14 +218,21 @@ def _format_node(node: NodeInspection) -> list[str]:
     if node.evidence:
         lines.append(f"  evidence: {node.evidence}")
     if node.candidates:
-        width = max(len(c.name) for c in node.candidates)
-        for c in node.candidates:
+        shown = node.candidates
+        if not verbose and any(c.reason is None for c in node.candidates):
+            shown = [c for c in node.candidates if c.reason is None]
+        width = max(len(c.name) for c in shown)
+        for c in shown:
             mark = "*" if c.name == node.chosen else " "
             if c.reason is None:
                 detail = f"chosen: {node.why}" if c.name == node.chosen else "applies"
             else:
                 detail = c.reason
             lines.append(f"  {mark} {c.name.ljust(width)}  {_cost(c.cost_s).rjust(8)}  {detail}")
+        hidden = len(node.candidates) - len(shown)
+        if hidden:
+            lines.append(f"    ({hidden} lowering{'s' if hidden != 1 else ''} that do{'es' if hidden == 1 else ''} "
+                         "not apply: -v lists them with the reason)")
     if node.chosen:
         lines.append(f"  -> {node.chosen}: {', '.join(node.ops)}")
     for w in node.warnings:

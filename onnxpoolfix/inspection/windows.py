@@ -66,14 +66,14 @@ def inspection_windows_dicts(inspection) -> list[list[dict]]:
     return out
 
 
-def render_inspection(inspection, *, as_json: bool) -> str:
+def render_inspection(inspection, *, as_json: bool, verbose: bool = False) -> str:
     """``inspect --windows``: the inspection, the windows, the verdict (JSON: a ``windows`` list in every node)."""
     if as_json:
         d = inspection.to_dict()
         for node, wins in zip(d["nodes"], inspection_windows_dicts(inspection)):
             node["windows"] = wins
         return json.dumps(d, indent=2)
-    text, verdict = inspection.format_text(), inspection.verdict()
+    text, verdict = inspection.format_text(verbose), inspection.verdict()
     head = text[:-len(verdict)].rstrip("\n") if text.endswith(verdict) else text
     windows_text = inspection_windows_text(inspection)
     # the verdict stays the last line, as without --windows

@@ -43,7 +43,8 @@ from .translation import translation_table
 
 logger = logging.getLogger(__name__)
 
-TORCH_VERSION = "2.13.0"  # what the ``torch`` extra pins, and what the fixtures were exported with
+TORCH_VERSION = "2.13.0"  # what constraints.txt pins for the project's own install, and the fixtures' exporter
+TORCH_RANGE = ">=2.9,<2.15"  # what the ``torch`` extra accepts (pyproject.toml; tests/test_packaging.py)
 INSTALL_HINT = "pip install '.[torch]' in a checkout of onnxpoolfix"
 
 # torch.onnx.export arguments that only the dynamo exporter reads: with dynamo=False torch ignores them
@@ -64,7 +65,8 @@ def _import_torch():
     except ImportError as e:
         raise ImportError(
             f"onnxpoolfix.export needs PyTorch, which is not installed ({e}); "
-            f"install it with: {INSTALL_HINT} (torch=={TORCH_VERSION}), or export the model yourself with "
+            f"install it with: {INSTALL_HINT} (torch{TORCH_RANGE}; tested with torch=={TORCH_VERSION}), "
+            "or export the model yourself with "
             "torch.onnx.export(..., dynamo=False, operator_export_type=OperatorExportTypes.ONNX_FALLTHROUGH) "
             "and run onnxpoolfix.patch on it") from e
     version = torch.__version__.split("+")[0]

@@ -318,7 +318,7 @@ def test_inspect_windows_with_exporter_pools():
 
 # ------------------------------------------------------------------------------------------ README
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "command-line.md"  # moved there from README.md
 OUTPUT_MARK = "<!-- the output of the command above"
 
 
