@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from .base import Lowering, axis_windows, compute_dtype, itemsize
 from .matmul import cheapest_order
-from .steps import FlatWindowSumStep, WindowSumStep, run_cost
+from .steps import run_cost
+from .sum_steps import FlatWindowSumStep, WindowSumStep
 
 
 class WindowSumLowering(Lowering):

@@ -1,0 +1,136 @@
+"""The window-sum steps: averages as sums of gathered windows divided by the window lengths, with no
+weights (the portable target's lowering, :mod:`.window_sum`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+
+from .. import windows as W
+from ..graph.emit import np_dtype
+from . import cost as C
+from .steps import OneAxisStep, Step, gather_cost, numel, reshape_keep
+
+
+@dataclass(frozen=True)
+class WindowSumStep(OneAxisStep):
+    """Average along one axis as window sums divided by the window lengths: the input padded with one zero
+    at the end of the axis, a Gather of the ``[m, kmax]`` window table (short windows padded with the zero's
+    index), ReduceSum over the window dim, Div by the lengths (small integers).
+
+    No weights to quantize or round (int8 quantization and fp16 storage leave it exact; a MatMul's 1/len
+    matrix is neither), and no multiplication: a NaN or inf reaches only the windows that hold it, as in
+    torch (a MatMul's 0 * NaN spreads it). Slower than MatMul in onnxruntime (benchmarks/RESULTS.md), so
+    it is the portable target's lowering. A last axis goes to the front first (onnxruntime's Gather along
+    the last axis copies element by element; :func:`~.max_steps.gather_window_max`).
+    """
+
+    axis: int
+    n: int
+    m: int
+
+    def table(self) -> np.ndarray:
+        w = W.windows(self.n, self.m)
+        kmax = max(e - s for s, e in w)
+        t = np.full((self.m, kmax), self.n, dtype=np.int64)  # n: the zero appended by the Pad
+        for i, (s, e) in enumerate(w):
+            t[i, : e - s] = np.arange(s, e)
+        return t
+
+    def cost(self, shape, itemsize):
+        kmax = W.max_window(self.n, self.m)
+        out_shape = self.out_shape(shape)
+        gathered = numel(out_shape) * kmax
+        pad = C.NODE + 2 * numel(shape) * itemsize / C.BANDWIDTH
+        div = C.NODE + 2 * numel(out_shape) * itemsize / C.BANDWIDTH
+        if self.axis == len(shape) - 1:
+            moved = (out_shape[-1], kmax) + tuple(out_shape[:-1])
+            transposes = 2 * C.NODE + (numel(shape) + numel(out_shape)) * 2 * itemsize / C.BANDWIDTH
+            return pad + div + transposes + 2 * C.NODE + gather_cost(moved, 1) + 2 * gathered * itemsize / C.BANDWIDTH
+        g_shape = tuple(out_shape[: self.axis + 1]) + (kmax,) + tuple(out_shape[self.axis + 1:])
+        return pad + div + 2 * C.NODE + gather_cost(g_shape, self.axis + 1) + 2 * gathered * itemsize / C.BANDWIDTH
+
+    def emit(self, em, x, shape, elem):
+        rank = len(shape)
+        last = self.axis == rank - 1
+        axis = 0 if last else self.axis
+        if last:
+            x = em.op("Transpose", [x], perm=[rank - 1] + list(range(rank - 1)))
+        pads = [0] * (2 * rank)
+        pads[rank + axis] = 1  # one zero after the axis' last element
+        if em.opset >= 11:
+            padded = em.op("Pad", [x, em.ints("pads", pads)], mode="constant")
+        else:
+            padded = em.op("Pad", [x], mode="constant", pads=pads, value=0.0)
+        g = em.op("Gather", [padded, em.const("window_table", self.table())], axis=axis)
+        sums = em.reduce("ReduceSum", g, [axis + 1], keepdims=0)
+        lengths = np.asarray(W.window_lengths(self.n, self.m), dtype=np_dtype(elem))
+        lengths = lengths.reshape((self.m,) + (1,) * (rank - 1 - axis))
+        y = em.op("Div", [sums, em.const("window_lengths", lengths)])
+        if last:
+            y = em.op("Transpose", [y], perm=list(range(1, rank)) + [0])
+        return y
+
+    @property
+    def ops(self):
+        return ("Pad", "Gather", "ReduceSum", "Div", "Transpose")
+
+
+@dataclass(frozen=True)
+class FlatWindowSumStep(Step):
+    """:class:`WindowSumStep` over all pooled axes at once (the Kronecker form's counterpart): the pooled
+    axes flattened and moved to the front, one zero appended, one Gather of the ``[prod(m), prod(kmax)]``
+    flat window table (padded with the zero's index), ReduceSum, Div by the window sizes, back in place.
+    One Gather of contiguous blocks for the whole tensor instead of one per axis: small planes."""
+
+    first_axis: int
+    n: tuple[int, ...]
+    m: tuple[int, ...]
+
+    def out_shape(self, shape):
+        return tuple(shape[: self.first_axis]) + self.m
+
+    def table(self) -> tuple[np.ndarray, np.ndarray]:
+        """The flat window table and the window sizes, both in output (row-major) order."""
+        per_axis = [W.windows(n, m) for n, m in zip(self.n, self.m)]
+        kmax = prod(max(e - s for s, e in w) for w in per_axis)
+        total = prod(self.n)
+        rows, sizes = [], []
+        for idx in np.ndindex(*self.m):
+            ranges = [np.arange(*per_axis[a][i]) for a, i in enumerate(idx)]
+            flat = np.ravel_multi_index(np.meshgrid(*ranges, indexing="ij"), self.n).ravel()
+            rows.append(np.concatenate([flat, np.full(kmax - flat.size, total)]))
+            sizes.append(flat.size)
+        return np.asarray(rows, dtype=np.int64), np.asarray(sizes)
+
+    def kmax(self) -> int:
+        return prod(W.max_window(n, m) for n, m in zip(self.n, self.m))
+
+    def cost(self, shape, itemsize):
+        lead = numel(shape[: self.first_axis])
+        gathered = prod(self.m) * self.kmax() * lead
+        moved = 2 * (numel(shape) + lead * prod(self.m)) * itemsize / C.BANDWIDTH  # the two Transposes
+        return (8 * C.NODE + moved + 2 * numel(shape) * itemsize / C.BANDWIDTH
+                + gather_cost((prod(self.m), self.kmax(), lead), 1) + 2 * gathered * itemsize / C.BANDWIDTH)
+
+    def emit(self, em, x, shape, elem):
+        first = self.first_axis
+        flat = reshape_keep(em, x, first, [prod(self.n)])  # [lead..., P]
+        front = em.op("Transpose", [flat], perm=[first] + list(range(first)))  # [P, lead...]
+        rank = first + 1
+        pads = [0] * (2 * rank)
+        pads[rank] = 1  # one zero after the last element of the flattened axis
+        if em.opset >= 11:
+            padded = em.op("Pad", [front, em.ints("pads", pads)], mode="constant")
+        else:
+            padded = em.op("Pad", [front], mode="constant", pads=pads, value=0.0)
+        table, sizes = self.table()
+        g = em.op("Gather", [padded, em.const("window_table", table)], axis=0)  # [M, K, lead...]
+        sums = em.reduce("ReduceSum", g, [1], keepdims=0)  # [M, lead...]
+        sizes = sizes.astype(np_dtype(elem)).reshape((-1,) + (1,) * first)
+        y = em.op("Div", [sums, em.const("window_sizes", sizes)])
+        back = em.op("Transpose", [y], perm=list(range(1, rank)) + [0])  # [lead..., M]
+        return reshape_keep(em, back, first, list(self.m))
+
+    ops = ("Reshape", "Transpose", "Pad", "Gather", "ReduceSum", "Div")
