@@ -105,6 +105,12 @@ def kron_identity(em: Emitter, pt: str, m: int, t: int, elem: int) -> str:
                  hint="kron_matrix_t")
 
 
+
+def _shape_part(em, shape: str, start: int, end: int) -> str:
+    """``shape[start:end]`` of a Shape output (int64)."""
+    return em.op("Slice", [shape, em.ints("start", [start]), em.ints("end", [end])])
+
+
 @dataclass(frozen=True)
 class DynamicMatMulStep(Step):
     """Average along ``axes`` (absolute, each with its static length or None, and its output length m),
@@ -204,15 +210,48 @@ class DynamicMatMulStep(Step):
             if form == "last":
                 cur = em.op("MatMul", [cur, matrix_t()])
             elif form == "kron":
-                flat = em.op("Reshape", [cur, em.ints("shape", [0] * a + [-1])])
-                cur = em.op("MatMul", [flat, matrix_t()])
-                cur = em.op("Reshape", [cur, em.ints("shape", [0] * a + [m] + later)])
+                symbolic_lead = [b for b in range(a) if not isinstance(dims[b], int)]
+                if len(symbolic_lead) == 1:
+                    # a Reshape that copies a leading dim (0) and infers another (-1) fails in onnxruntime when
+                    # the copied dim is 0 (batch 0: nothing to infer from): Flatten, and infer the one
+                    # symbolic leading dim on the way back (the other dims are static, never 0)
+                    flat = em.op("Flatten", [cur], axis=a)
+                    cur = em.op("MatMul", [flat, matrix_t()])
+                    back = [-1 if b in symbolic_lead else dims[b] for b in range(a)]
+                    cur = em.op("Reshape", [cur, em.ints("shape", back + [m] + later)])
+                elif symbolic_lead:  # several: the targets spelled from the runtime shape
+                    shape_now = em.op("Shape", [cur])
+                    lead = _shape_part(em, shape_now, 0, a)
+                    tail = em.reduce("ReduceProd", _shape_part(em, shape_now, a, rank), [0], keepdims=1)
+                    flat = em.op("Reshape", [cur, em.op("Concat", [lead, tail], axis=0)])
+                    cur = em.op("MatMul", [flat, matrix_t()])
+                    cur = em.op("Reshape", [cur, em.op("Concat", [lead, em.ints("shape", [m] + later)], axis=0)])
+                else:
+                    flat = em.op("Reshape", [cur, em.ints("shape", [0] * a + [-1])])
+                    cur = em.op("MatMul", [flat, matrix_t()])
+                    cur = em.op("Reshape", [cur, em.ints("shape", [0] * a + [m] + later)])
             elif form == "planes":
                 p = (em.op("Transpose", [matrix_t()], perm=[1, 0], hint="pool_matrix")
                      if n is None or isinstance(m, RuntimeDim) else
                      em.const("pool_matrix", W.pooling_matrix(n, m, dtype=np.float64).astype(np_dtype(elem))))
                 if a == rank - 2:
                     cur = em.op("MatMul", [p, cur])
+                elif (sum(not isinstance(d, int) for d in dims[:a]) == 1
+                      and all(isinstance(d, int) for d in later)):  # batch 0: -1 at the symbolic leading dim
+                    sym = next(b for b in range(a) if not isinstance(dims[b], int))
+                    flat_shape = [-1 if b == sym else 0 for b in range(a + 1)] + [prod(later)]
+                    flat = em.op("Reshape", [cur, em.ints("shape", flat_shape)])
+                    cur = em.op("MatMul", [p, flat])
+                    back = [-1 if b == sym else 0 for b in range(a)] + [m] + list(later)
+                    cur = em.op("Reshape", [cur, em.ints("shape", back)])
+                elif any(not isinstance(d, int) for d in dims[:a]):  # several unknowns: the runtime shape
+                    shape_now = em.op("Shape", [cur])
+                    lead, length = _shape_part(em, shape_now, 0, a), _shape_part(em, shape_now, a, a + 1)
+                    later_shape = _shape_part(em, shape_now, a + 1, rank)
+                    plane = em.reduce("ReduceProd", later_shape, [0], keepdims=1)
+                    flat = em.op("Reshape", [cur, em.op("Concat", [lead, length, plane], axis=0)])
+                    cur = em.op("MatMul", [p, flat])
+                    cur = em.op("Reshape", [cur, em.op("Concat", [lead, em.ints("m", [m]), later_shape], axis=0)])
                 else:
                     flat = em.op("Reshape", [cur, em.ints("shape", [0] * a + [0, -1])])
                     cur = em.op("MatMul", [p, flat])
@@ -229,7 +268,7 @@ class DynamicMatMulStep(Step):
     @property
     def ops(self):
         # every form a shape could take (the symbolic leading dims are not known here)
-        out = {"MatMul", "Reshape", "Transpose"}
+        out = {"MatMul", "Reshape", "Transpose", "Flatten", "Shape", "Slice", "Concat", "ReduceProd"}  # (batch 0)
         if any(n is None or isinstance(m, RuntimeDim) for _, n, m in self.axes):
             out |= {"Shape", "Gather", "Slice", "ReduceMax", "Range", "Mul", "Add", "Sub", "Abs", "Less", "Cast",
                     "ReduceSum", "Div", "Unsqueeze"}

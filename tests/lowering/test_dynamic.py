@@ -454,3 +454,36 @@ def test_a_pool_of_a_pool_whose_output_declaration_is_stale(dynamic):
             want = [t.numpy() for t in net(x)]
         for got, w in zip(sess.run(None, {"x": x.numpy()}), want):
             np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
+
+
+BATCH_ZERO = {  # every form of the dynamic lowering: kron, planes (3-D: a Reshape below the leading dims), last,
+    # transpose (None axes kept), max pooling's runtime windows, 1-D
+    "avg2d_kron": ("AdaptiveAvgPool2d", (5, 7), (1, 2, 8, 9)),
+    "avg2d_planes": ("AdaptiveAvgPool2d", (5, 20), (1, 2, 8, 21)),
+    "avg3d_planes": ("AdaptiveAvgPool3d", (3, 5, 7), (1, 2, 4, 6, 9)),
+    "avg3d_transpose": ("AdaptiveAvgPool3d", (3, None, None), (1, 2, 5, 4, 3)),
+    "avg1d": ("AdaptiveAvgPool1d", (5,), (1, 3, 7)),
+    "max2d": ("AdaptiveMaxPool2d", (5, 7), (1, 2, 8, 9)),
+}
+
+
+@pytest.mark.parametrize("name", list(BATCH_ZERO))
+def test_dynamic_batch_zero_is_empty_like_torch(name, torch_mod):
+    """A file with a dynamic batch accepts batch 0, and torch returns an empty result there: so must OUT (a
+    Reshape target with a copied 0 and an inferred -1 stopped onnxruntime at batch 0). Batch 0 and batch 2
+    at other sizes, against torch."""
+    torch = torch_mod
+    cls, size, traced = BATCH_ZERO[name]
+    module = getattr(torch.nn, cls)(size).eval()
+    model = onnxpoolfix.patch(_export_dynamic(torch, module, traced)).model
+    sess = ort_session(model)
+    rng = np.random.default_rng(3)
+    for batch, grow in [(0, 0), (0, 3), (2, 1), (2, 5)]:
+        shape = (batch, traced[1]) + tuple(d + grow + i for i, d in enumerate(traced[2:]))
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = sess.run(None, {"x": x})[0]
+        with torch.no_grad():
+            want = module(torch.from_numpy(x)).numpy()
+        assert got.shape == want.shape, (shape, got.shape, want.shape)
+        if batch:
+            (assert_bits_equal(got, want, name) if "Max" in cls else assert_avg_close(got, want, x, rel=2e-6))
