@@ -43,3 +43,39 @@ def test_nothing_shipped_points_to_the_steering_folder():
                *(ROOT / name for name in ("README.md", "ARCHITECTURE.md", "pyproject.toml", "Makefile", "MANIFEST.in"))]
     pointing = [str(p.relative_to(ROOT)) for p in shipped if p.exists() and "../shared" in p.read_text()]
     assert pointing == []
+
+
+INTERRUPT_WHILE_IMPORTING = """
+import importlib.abc, sys
+class Interrupt(importlib.abc.MetaPathFinder):  # Ctrl-C arriving while the command line's modules load
+    def find_spec(self, name, path=None, target=None):
+        if name == "onnxpoolfix.cli":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Interrupt())
+sys.argv = ["onnxpoolfix", "fixtures/avg1d.onnx", "out.onnx"]
+from onnxpoolfix.entry import main
+main()
+"""
+
+
+def test_an_interrupt_while_importing_is_exit_130_in_one_line(tmp_path):
+    """The console script's entry loads the heavy modules inside its own handler: Ctrl-C during that second
+    is exit 130 with one line, no traceback, nothing written (the package's names load lazily, so importing
+    the entry module itself is cheap)."""
+    (tmp_path / "fixtures").mkdir()
+    (tmp_path / "fixtures" / "avg1d.onnx").write_bytes((ROOT / "fixtures" / "avg1d.onnx").read_bytes())
+    r = subprocess.run([sys.executable, "-c", INTERRUPT_WHILE_IMPORTING], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=300)
+    assert r.returncode == 130, r.stderr
+    assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_the_console_script_is_the_light_entry():
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["onnxpoolfix"] == "onnxpoolfix.entry:main"
+    r = subprocess.run([sys.executable, "-c", "import sys, onnxpoolfix.entry; print('onnxruntime' in sys.modules, "
+                        "'numpy' in sys.modules)"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.stdout.split() == ["False", "False"], r.stdout + r.stderr
