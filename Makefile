@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all test-runtimes bench bench-tool clean fixtures
+.PHONY: demo test test-all test-runtimes bench bench-tool clean fixtures dynamo-exports
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,12 @@ bench-tool: $(STAMP)
 
 fixtures: $(STAMP)
 	$(PY) fixtures/make_fixtures.py
+
+## dynamo-exports: record again the dynamo exports the tests read (fixtures/dynamo/exports/, keyed by torch's
+## version and everything the export depends on: tests/support/export_cache.py); the fast suite, exporting live
+dynamo-exports: $(STAMP)
+	rm -rf fixtures/dynamo/exports
+	ONNXPOOLFIX_RECORD_EXPORTS=1 $(PY) -m pytest -n auto -m "not slow" -q
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

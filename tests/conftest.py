@@ -1,11 +1,62 @@
 """pytest hooks and fixtures only; the helpers the tests import live in tests/support/helpers.py."""
 from __future__ import annotations
 
+import os
+import sys
+
+import export_cache
 import pytest
 from helpers import ROUNDTRIP_COUNTS
 
+LIVE_EXPORTS: list[str] = []  # the workers' live dynamo exports (pytest-xdist), gathered by the controller
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (one worker per core), each onnxruntime session that does not choose its threads
+    gets one, not spinning: two workers with a pool of two threads each fought for two cores (10% of the
+    suite's time measured). Results do not depend on it; a session that sets its threads keeps them."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    import onnxruntime as ort
+
+    init = ort.InferenceSession.__init__
+
+    def one_thread(self, path_or_bytes, sess_options=None, *args, **kwargs):
+        so = sess_options if sess_options is not None else ort.SessionOptions()
+        if so.intra_op_num_threads == 0:
+            so.intra_op_num_threads = 1
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        return init(self, path_or_bytes, so, *args, **kwargs)
+
+    ort.InferenceSession.__init__ = one_thread
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """torch's generator seeded before each test's fixtures: a module built in a fixture has the same weights
+    whichever test of its file a pytest-xdist worker runs first (the recorded dynamo exports are keyed by them)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(0)
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # a pytest-xdist worker: hand them to the controller
+        session.config.workeroutput["live_exports"] = list(export_cache.live_exports)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    LIVE_EXPORTS.extend(getattr(node, "workeroutput", {}).get("live_exports", []))
+
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    live = LIVE_EXPORTS + export_cache.live_exports
+    if live:
+        terminalreporter.write_line(
+            f"{len(live)} dynamo exports made live, not read from fixtures/dynamo/exports/ (another torch, or a test "
+            f"changed; `make dynamo-exports` records them): " + ", ".join(sorted(set(live))[:8])
+            + (" ..." if len(set(live)) > 8 else ""))
     if ROUNDTRIP_COUNTS:
         c = ROUNDTRIP_COUNTS
         parts = ", ".join(f"{k}={v}" for k, v in sorted(c.items()) if k != "cases")

@@ -250,7 +250,7 @@ def test_fuzz_in_process(tmp_path: Path, chunk: int) -> None:
         assert_contract(f"case {i}: {desc}", result.exit_code, result.stdout, result.stderr, out, result.exception)
 
 
-@pytest.mark.parametrize("i", range(N_SUBPROCESS))
+@pytest.mark.parametrize("i", [i if i < 2 else pytest.param(i, marks=pytest.mark.slow) for i in range(N_SUBPROCESS)])
 def test_fuzz_subprocess(tmp_path: Path, i: int) -> None:
     """A few cases as real processes (C++ aborts or prints that CliRunner cannot see would show here)."""
     desc, data = make_case(10_000 + i)

@@ -7,9 +7,9 @@ an unbatched pool itself into pools onnxruntime cannot run, the API raises the I
 exits 3 with ("invalid"); only the runnable ones over the wrong axes are excused, since the graph does not
 record what they should have pooled (README, "The exporter's own pools"), and the dynamic exports torch
 itself refuses (global max pooling with indices and symbolic sizes). Area interpolation by ``scale_factor``
-under dynamic dims: an output size the graph computes at run time. The fast tests run the float64 samples of
-the six pools (the dtype with the most exporter repairs) and the float32 samples of area interpolation; the
-slow one all of float32/float64/float16.
+under dynamic dims: an output size the graph computes at run time. The fast tests run every third float64 sample
+of each of the six pools (the dtype with the most exporter repairs) and the float32 samples of area
+interpolation; the slow one all of float32/float64/float16.
 """
 from __future__ import annotations
 
@@ -22,11 +22,16 @@ pytest.importorskip("expecttest")  # torch.testing._internal imports it
 from opinfo_adaptive import run_sample, samples
 
 
-def _sweep(torch, dtypes, area: bool | None = None):
-    """``area``: only area interpolation (True), only the six pools (False), or both (None)."""
-    outcomes = [run_sample(torch, op, dt, s, mode) for op, dt, s in samples(torch, dtypes)
-                if area is None or (op.name == "nn.functional.interpolate") == area
-                for mode in ("static", "dynamic")]
+def _sweep(torch, dtypes, area: bool | None = None, every: int = 1):
+    """``area``: only area interpolation (True), only the six pools (False), or both (None); ``every``: every
+    n-th sample of each op (a fixed subset: the samples come in OpInfo's order)."""
+    chosen, seen = [], Counter()
+    for op, dt, s in samples(torch, dtypes):
+        if area is None or (op.name == "nn.functional.interpolate") == area:
+            seen[op.name, dt] += 1
+            if (seen[op.name, dt] - 1) % every == 0:
+                chosen.append((op, dt, s))
+    outcomes = [run_sample(torch, op, dt, s, mode) for op, dt, s in chosen for mode in ("static", "dynamic")]
     counts = Counter((o.mode, o.status) for o in outcomes)
     bad = [str(o) for o in outcomes if o.status in ("refused", "wrong", "unrunnable")]
     assert not bad, "\n".join(bad[:20])
@@ -44,11 +49,13 @@ def _sweep(torch, dtypes, area: bool | None = None):
     return counts
 
 
-def test_opinfo_samples_float64(torch_mod):
-    counts = _sweep(torch_mod, ("float64",), area=False)
-    # (torch 2.13: 57 static and 68 dynamic exact; before the exporter-pool repair, the batched float64
-    # AveragePool/GlobalAveragePool/GlobalMaxPool and the (C, L) global pools stopped in onnxruntime)
-    assert counts[("static", "ok")] >= 55 and counts[("dynamic", "ok")] >= 65, counts
+def test_opinfo_samples_float64_every_third(torch_mod):
+    """Every third float64 sample of each of the six pools (all of them: the slow test below)."""
+    counts = _sweep(torch_mod, ("float64",), area=False, every=3)
+    # (torch 2.13: all float64 samples, 57 static and 68 dynamic exact; before the exporter-pool repair, the
+    # batched float64 AveragePool/GlobalAveragePool/GlobalMaxPool and the (C, L) global pools stopped in
+    # onnxruntime)
+    assert counts[("static", "ok")] >= 19 and counts[("dynamic", "ok")] >= 23, counts
 
 
 def test_opinfo_area_interpolation_float32(torch_mod):

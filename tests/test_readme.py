@@ -30,7 +30,7 @@ MKDIR_LINES = re.findall(r"^ {4}mkdir -p (\S+)$", DOCS, flags=re.M)
 @pytest.fixture()
 def scratch(tmp_path):
     """A fresh checkout's view: fixtures/, and only the folders the README itself says to make."""
-    shutil.copytree(ROOT / "fixtures", tmp_path / "fixtures")
+    shutil.copytree(ROOT / "fixtures", tmp_path / "fixtures", ignore=shutil.ignore_patterns("exports"))
     for folder in MKDIR_LINES:
         (tmp_path / folder).mkdir(parents=True, exist_ok=True)
     return tmp_path
@@ -57,13 +57,26 @@ def test_readme_keeps_the_two_setup_commands():
     assert re.search(r"^ {4}make demo ", README, flags=re.M) and re.search(r"^ {4}make test ", README, flags=re.M)
 
 
-@pytest.mark.parametrize("line", CLI_LINES)
-def test_readme_command_runs(line, scratch):
-    argv = shlex.split(line)
+def test_readme_first_command_runs_as_typed(scratch):
+    """The README's first command through the installed console script, in a process of its own."""
+    argv = shlex.split(CLI_LINES[0])
     exe = Path(sys.executable).with_name("onnxpoolfix")
     cmd = [str(exe)] + argv[1:] if exe.exists() else [sys.executable, "-m", "onnxpoolfix"] + argv[1:]
     proc = subprocess.run(cmd, cwd=scratch, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("line", CLI_LINES)
+def test_readme_command_runs(line, scratch, monkeypatch):
+    """Every command of README.md and docs/, through the command line's own parser, in this process (a
+    process each cost a second of imports; the console script itself runs above and in tests/cli)."""
+    from click.testing import CliRunner
+
+    from onnxpoolfix.cli import main
+
+    monkeypatch.chdir(scratch)
+    r = CliRunner().invoke(main, shlex.split(line)[1:], prog_name="onnxpoolfix")
+    assert r.exit_code == 0, r.output + repr(r.exception)
 
 
 @pytest.mark.parametrize("block", PY_BLOCKS, ids=[f"python{i}" for i in range(len(PY_BLOCKS))])

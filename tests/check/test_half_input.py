@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from export_cache import dynamo_export
 
 import onnxpoolfix
 from onnxpoolfix import reference
@@ -43,16 +44,11 @@ def _dims():
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory) -> dict[int, onnx.ModelProto]:
+def exported() -> dict[int, onnx.ModelProto]:
     """The dynamo export with onnxpoolfix's table (the aten nodes still in), for two weight seeds."""
-    out = {}
-    for seed in (0, 3):
-        path = tmp_path_factory.mktemp("half") / f"m{seed}.onnx"
-        torch.onnx.export(_module(seed), (torch.randn(1, 3, 20, 22).half(),), str(path), dynamo=True,
-                          dynamic_shapes=_dims(), external_data=False,
-                          custom_translation_table=onnxpoolfix.translation_table())
-        out[seed] = onnx.load(str(path))
-    return out
+    return {seed: dynamo_export(_module(seed), (torch.randn(1, 3, 20, 22).half(),), dynamic_shapes=_dims(),
+                                custom_translation_table=onnxpoolfix.translation_table())
+            for seed in (0, 3)}
 
 
 @pytest.mark.parametrize("weights", [0, 3])

@@ -5,9 +5,6 @@ size given with --traced-shape bound no symbol of the pooled tensor and every su
 size. Real torch 2.13 dynamo exports, compared with torch at other sizes."""
 from __future__ import annotations
 
-import logging
-import warnings
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -15,8 +12,8 @@ pytest.importorskip("onnxscript")
 pytest.importorskip("onnxruntime")
 nn = torch.nn
 
-import onnx
 from dynamo_exports import errors_vs_torch
+from export_cache import dynamo_export
 
 from onnxpoolfix import patch
 from onnxpoolfix.errors import PoolFixError
@@ -38,15 +35,8 @@ def _export(module, k, hw):
     torch.manual_seed(0)
     module.eval()
     h, w = torch.export.Dim("h", min=1, max=64), torch.export.Dim("w", min=1, max=64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        try:
-            program = torch.onnx.export(module, (torch.randn(1, 3, k * hw[0], k * hw[1]),), dynamo=True,
-                                        dynamic_shapes={"x": {2: k * h, 3: k * w}}, input_names=["x"])
-        finally:
-            logging.disable(logging.NOTSET)
-    return onnx.load_from_string(program.model_proto.SerializeToString())
+    return dynamo_export(module, (torch.randn(1, 3, k * hw[0], k * hw[1]),),
+                         dynamic_shapes={"x": {2: k * h, 3: k * w}}, input_names=["x"])
 
 
 @pytest.mark.parametrize("size,k,hw", [(3, 4, (13, 17)), ((5, 7), 8, (3, 4))])

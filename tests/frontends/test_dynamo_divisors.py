@@ -6,12 +6,12 @@ OUT is compared with torch at sizes other than the traced one."""
 from __future__ import annotations
 
 import io
-import logging
 import warnings
 
 import numpy as np
 import onnx
 import pytest
+from export_cache import dynamo_export
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
@@ -67,15 +67,7 @@ def _torchscript(module) -> onnx.ModelProto:
 
 def _dynamo(module) -> onnx.ModelProto:
     h, w = torch.export.Dim("H", min=8, max=256), torch.export.Dim("W", min=8, max=256)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        try:
-            program = torch.onnx.export(module, (torch.randn(*TRACED),), dynamo=True, input_names=["x"],
-                                        dynamic_shapes={"x": {2: h, 3: w}}, verbose=False)
-        finally:
-            logging.disable(logging.NOTSET)
-    return onnx.load_from_string(program.model_proto.SerializeToString())
+    return dynamo_export(module, (torch.randn(*TRACED),), input_names=["x"], dynamic_shapes={"x": {2: h, 3: w}})
 
 
 def _assert_matches_torch(module, model):

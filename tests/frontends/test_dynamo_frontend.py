@@ -4,13 +4,12 @@ dynamo=True)`` export, made once per module (each takes seconds); outputs are co
 from __future__ import annotations
 
 import json
-import logging
-import warnings
 
 import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from export_cache import dynamo_export
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
@@ -94,15 +93,7 @@ def _export(module, traced_hw, symbolic: bool, *, optimize: bool = True, batch: 
         dims = {"x": {2: torch.export.Dim("H", min=min_hw, max=1024), 3: torch.export.Dim("W", min=min_hw, max=1024)}}
         if batch > 1:
             dims["x"][0] = torch.export.Dim("N", min=1, max=64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        try:
-            program = torch.onnx.export(module, (x,), dynamo=True, dynamic_shapes=dims, input_names=["x"],
-                                        verbose=False, optimize=optimize)
-        finally:
-            logging.disable(logging.NOTSET)
-    return module, onnx.load_from_string(program.model_proto.SerializeToString())
+    return module, dynamo_export(module, (x,), dynamic_shapes=dims, input_names=["x"], optimize=optimize)
 
 
 @pytest.fixture(scope="module")
@@ -384,15 +375,7 @@ def _all_float16_region():
 
 def _export_half(module, shape):
     torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        try:
-            program = torch.onnx.export(module, (torch.randn(*shape, dtype=torch.float16),), dynamo=True,
-                                        input_names=["x"], verbose=False)
-        finally:
-            logging.disable(logging.NOTSET)
-    return module, onnx.load_from_string(program.model_proto.SerializeToString())
+    return module, dynamo_export(module, (torch.randn(*shape, dtype=torch.float16),), input_names=["x"])
 
 
 def test_float16_export_pools_its_upcast():
@@ -497,15 +480,8 @@ class Area1dByCall(nn.Module):
 
 def _export_1d(module, length: int) -> onnx.ModelProto:
     """A dynamo export of ``module`` on (1, 3, length) with L symbolic."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        try:
-            program = torch.onnx.export(module.eval(), (torch.randn(1, 3, length),), dynamo=True, input_names=["x"],
-                                        dynamic_shapes={"x": {2: torch.export.Dim("L", min=2, max=1024)}})
-        finally:
-            logging.disable(logging.NOTSET)
-    return onnx.load_from_string(program.model_proto.SerializeToString())
+    return dynamo_export(module.eval(), (torch.randn(1, 3, length),), input_names=["x"],
+                         dynamic_shapes={"x": {2: torch.export.Dim("L", min=2, max=1024)}})
 
 
 LENGTHS_1D = [14, 9, 15, 20, 3, 100]

@@ -5,13 +5,11 @@ wrote a frozen AveragePool with no size computation (scale 0.5 at an even traced
 Real torch 2.13 ``torch.onnx.export(..., dynamo=True)`` exports, made once per module."""
 from __future__ import annotations
 
-import logging
-import warnings
-
 import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from export_cache import dynamo_export
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
@@ -47,16 +45,8 @@ def _export(module, hw):
     torch.manual_seed(0)
     module = module.eval()
     d = torch.export.Dim
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        try:
-            program = torch.onnx.export(module, (torch.randn(1, 3, *hw),), dynamo=True, input_names=["x"],
-                                        dynamic_shapes={"x": {2: d("H", min=4, max=512), 3: d("W", min=4, max=512)}},
-                                        verbose=False)
-        finally:
-            logging.disable(logging.NOTSET)
-    return module, onnx.load_from_string(program.model_proto.SerializeToString())
+    return module, dynamo_export(module, (torch.randn(1, 3, *hw),), input_names=["x"],
+                                 dynamic_shapes={"x": {2: d("H", min=4, max=512), 3: d("W", min=4, max=512)}})
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ a hint naming what would decide it; --allow-partial writes it as it is, with a w
 from __future__ import annotations
 
 import pytest
+from export_cache import dynamo_export
 from onnx import TensorProto, helper
 
 import onnxpoolfix
@@ -81,11 +82,8 @@ def test_a_helper_functions_area_interpolation_is_wrong_elsewhere_and_refused():
     torch = pytest.importorskip("torch")
     pytest.importorskip("onnxscript")
     ort = pytest.importorskip("onnxruntime")
-    import logging
-    import warnings
 
     import numpy as np
-    import onnx
 
     def downsample(y, side):  # granite4_vision's interpolate_downsample, in a function of its own
         return torch.nn.functional.interpolate(y, size=(side, side), mode="area")
@@ -95,15 +93,8 @@ def test_a_helper_functions_area_interpolation_is_wrong_elsewhere_and_refused():
             return downsample(x, 5)
 
     s = torch.export.Dim("S", min=2, max=256)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        try:
-            program = torch.onnx.export(Granite(), (torch.randn(1, 2, 15, 15),), dynamo=True, input_names=["x"],
-                                        dynamic_shapes={"x": {2: s, 3: s}})
-        finally:
-            logging.disable(logging.NOTSET)
-    model = onnx.load_from_string(program.model_proto.SerializeToString())
+    model = dynamo_export(Granite(), (torch.randn(1, 2, 15, 15),), input_names=["x"],
+                          dynamic_shapes={"x": {2: s, 3: s}})
     x = np.random.default_rng(0).standard_normal((1, 2, 19, 19)).astype(np.float32)
     (got,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     assert got.shape != tuple(Granite()(torch.from_numpy(x)).shape)  # frozen k3 s3: 6x6 at 19, torch 5x5

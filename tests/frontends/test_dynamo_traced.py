@@ -5,13 +5,12 @@ compared with torch at sizes other than the traced one (odd, non-square)."""
 from __future__ import annotations
 
 import json
-import logging
-import warnings
 
 import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from export_cache import dynamo_export
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
@@ -274,15 +273,8 @@ def test_stride_32_export_with_dim_expressions_is_exact_and_checked_at_multiples
     torch.manual_seed(0)
     module = Stride32().eval()
     h, w = torch.export.Dim("h", min=1, max=32), torch.export.Dim("w", min=1, max=32)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        try:
-            program = torch.onnx.export(module, (torch.randn(1, 3, 160, 224),), dynamo=True, input_names=["x"],
-                                        dynamic_shapes={"x": {2: 32 * h, 3: 32 * w}}, verbose=False)
-        finally:
-            logging.disable(logging.NOTSET)
-    model = onnx.load_from_string(program.model_proto.SerializeToString())
+    model = dynamo_export(module, (torch.randn(1, 3, 160, 224),), input_names=["x"],
+                          dynamic_shapes={"x": {2: 32 * h, 3: 32 * w}})
     so = ort.SessionOptions()
     so.log_severity_level = 4
     rng = np.random.default_rng(4)

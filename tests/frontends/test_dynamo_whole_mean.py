@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
+from export_cache import dynamo_export
 
 import onnxpoolfix
 
@@ -29,9 +29,7 @@ def test_a_whole_tensor_mean_on_the_pool_line_is_no_suspect(tmp_path: Path) -> N
     torch.manual_seed(0)
     m = PoolTimesMean().eval()
     x, ids = torch.randn(1, 3, 10, 9), torch.tensor([[1, 2, 3]])
-    path = tmp_path / "m.onnx"
-    torch.onnx.export(m, (x, ids), str(path), dynamo=True, external_data=False)
-    result = onnxpoolfix.patch(onnx.load(str(path)))
+    result = onnxpoolfix.patch(dynamo_export(m, (x, ids)))
     assert result.report.suspects == [], result.report.suspects
     assert len(result.report.nodes) == 1 and "stack trace" in result.report.nodes[0].evidence
     import onnxruntime as ort

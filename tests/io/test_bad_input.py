@@ -320,7 +320,8 @@ def test_usage_error_is_exit_2(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------ real processes
 
 
-@pytest.mark.parametrize("case", ["truncated", "size-zero", "checker-dangling-input", "missing"])
+@pytest.mark.parametrize("case", ["truncated", "missing", pytest.param("size-zero", marks=pytest.mark.slow),
+                                  pytest.param("checker-dangling-input", marks=pytest.mark.slow)])
 def test_subprocess(tmp_path: Path, case: str) -> None:
     """The installed entry point, as a pipeline runs it: same contract, nothing on stdout."""
     out = tmp_path / "out.onnx"

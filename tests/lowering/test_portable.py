@@ -20,6 +20,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
+from export_cache import dynamo_export
 
 import onnxpoolfix
 from onnxpoolfix.cli import main
@@ -212,7 +213,7 @@ def test_quantized_portable_stays_exact(case, mode, tmp_path):
     assert err <= (1e-6 if mode == "dynamic" else STATIC_BOUND), err
 
 
-def dynamo_export(case, x: np.ndarray, path: Path) -> onnx.ModelProto | None:
+def dynamo_file(case, x: np.ndarray) -> onnx.ModelProto | None:
     size = output_size(case)
     rank = case["rank"]
 
@@ -223,12 +224,9 @@ def dynamo_export(case, x: np.ndarray, path: Path) -> onnx.ModelProto | None:
             return getattr(torch.nn.functional, f"adaptive_avg_pool{rank}d")(t, size)
 
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(Pool(), (torch.from_numpy(x),), dynamo=True, verbose=False).save(str(path))
+        return dynamo_export(Pool(), (torch.from_numpy(x),))
     except Exception:  # noqa: BLE001 - dynamo cannot export 3D average pooling nor area interpolation
         return None
-    return onnx.load(path)
 
 
 QUICK = {"avg2d_8x9_to_5x7", "avg1d"}
@@ -241,7 +239,7 @@ def test_quantized_no_worse_than_dynamo(case, mode, tmp_path):
     """Issue 33's bar: error no worse than 1.5x the plain dynamo export's (or 1e-2 where it cannot export)."""
     x, want = saved(case)
     ours = relative_error(run(quantized(portable(case), x, mode, tmp_path), x), want)
-    dyn = dynamo_export(case, x, tmp_path / "dynamo.onnx")
+    dyn = dynamo_file(case, x)
     bar = 1e-2 if dyn is None else 1.5 * relative_error(run(quantized(dyn, x, mode, tmp_path), x), want)
     assert ours <= max(bar, 1e-6), (ours, bar)
 

@@ -2,9 +2,6 @@
 tests: the file as exported, then patched, run at sizes it was not traced at)."""
 from __future__ import annotations
 
-import logging
-import warnings
-
 import numpy as np
 import onnx
 
@@ -13,19 +10,12 @@ def export_symbolic_hw(module, hw, *, low: int = 2, high: int = 1024) -> onnx.Mo
     """``module`` (put in eval mode) exported by the dynamo exporter from a seeded ``1x3xHxW`` input at ``hw``,
     H and W symbolic in ``[low, high]``; the exporter's warnings and log lines silenced."""
     import torch
+    from export_cache import dynamo_export
 
     torch.manual_seed(0)
     module.eval()
     dims = {"x": {2: torch.export.Dim("H", min=low, max=high), 3: torch.export.Dim("W", min=low, max=high)}}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        try:
-            program = torch.onnx.export(module, (torch.randn(1, 3, *hw),), dynamo=True, dynamic_shapes=dims,
-                                        input_names=["x"], verbose=False)
-        finally:
-            logging.disable(logging.NOTSET)
-    return onnx.load_from_string(program.model_proto.SerializeToString())
+    return dynamo_export(module, (torch.randn(1, 3, *hw),), dynamic_shapes=dims, input_names=["x"])
 
 
 def errors_vs_torch(module, model: onnx.ModelProto, sizes, *, seed: int, relative: bool = False) -> dict:
