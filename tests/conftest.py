@@ -1,7 +1,6 @@
 """pytest hooks and fixtures only; the helpers the tests import live in tests/support/helpers.py."""
 from __future__ import annotations
 
-import os
 import sys
 
 import export_cache
@@ -9,26 +8,6 @@ import pytest
 from helpers import ROUNDTRIP_COUNTS
 
 LIVE_EXPORTS: list[str] = []  # the workers' live dynamo exports (pytest-xdist), gathered by the controller
-
-
-def pytest_configure(config):
-    """Under pytest-xdist (one worker per core), each onnxruntime session that does not choose its threads
-    gets one, not spinning: two workers with a pool of two threads each fought for two cores (10% of the
-    suite's time measured). Results do not depend on it; a session that sets its threads keeps them."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    import onnxruntime as ort
-
-    init = ort.InferenceSession.__init__
-
-    def one_thread(self, path_or_bytes, sess_options=None, *args, **kwargs):
-        so = sess_options if sess_options is not None else ort.SessionOptions()
-        if so.intra_op_num_threads == 0:
-            so.intra_op_num_threads = 1
-            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        return init(self, path_or_bytes, so, *args, **kwargs)
-
-    ort.InferenceSession.__init__ = one_thread
 
 
 @pytest.hookimpl(tryfirst=True)
