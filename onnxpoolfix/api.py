@@ -21,6 +21,7 @@ from .frontends.dynamo import frozen_error, partial_lines
 from .graph.shapes import model_opset, validate_input_shape
 from .plan.model import PlanOptions, no_lowering_hint, plan_model
 from .plan.planner import AUTO, check_strategy
+from .progress import phase, shapes_detail
 from .report import NOT_CHECKED, NOTHING_TO_PATCH, NodeReport, PatchReport, WarningNote
 from .rewrite.model import apply_model_plan
 
@@ -169,7 +170,8 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         if original is not None:
             where = ("its static size" if not right_at else "the traced size "
                      + " ".join(f"{k}:{','.join(map(str, v))}" for k, v in right_at.items()))
-            compare_with_original(model, *original, model_dir=model_dir, where=where)
+            with phase("compare", shapes_detail(right_at)):
+                compare_with_original(model, *original, model_dir=model_dir, where=where)
             notes.append(f"OUT equals the original file at {where}, where the exporter's graph is right "
                          "(every output)")
     else:

@@ -28,6 +28,7 @@ from ..graph import subgraphs
 from ..graph.emit import Emitter
 from ..graph.shapes import PoolSpec, make_value_info
 from ..io import has_external_data
+from ..progress import each, shapes_detail
 from ..spec import RuntimeDim, bind_runtime_sizes
 from .compare import NodeCheck, compare, out_sizes, torch_size
 from .feeds import graph_inputs, random_feed
@@ -110,7 +111,7 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
     checks = {s.node.index: NodeCheck(s.node.name) for s in specs}  # names may repeat
     alone: dict[int, object] = {}  # sessions of subgraphs run alone on a fetched half-precision input
     out_names = list(dict.fromkeys(fetch.values()))
-    for shapes in input_shapes:
+    for shapes in each("check", input_shapes, shapes_detail):
         feed = random_feed(model, shapes, rng)
         ort_feed = {k: ort_value(v) for k, v in feed.items()}
         feed = {k: v.astype(np.float32) if v.dtype.name == "bfloat16" else v  # exact: bfloat16 fits float32

@@ -12,17 +12,20 @@ from ..frontends.input_check import check_input_model
 from ..inspection.model import inspect_model
 from ..inspection.windows import render_inspection
 from ..io import has_external_data, load_model
+from ..progress import phase
 from .app import main
 from .args import InspectView, Logging, Plan, PlanChoice, Seed, Verbosity, ViewChoice, command
 from .guard import reported
+from .progress_line import shown
 
 
 @command(main, "inspect", Plan(), InspectView(), Seed(), Logging(), epilog=exit_codes_epilog("inspect"),
          arguments=(click.argument("src", metavar="IN", type=click.Path(dir_okay=True)),))
 def inspect_cmd(src: str, plan: PlanChoice, view: ViewChoice, seed: int, verbosity: Verbosity) -> None:
     """Show what a patch of IN would do, and what blocks it; write nothing."""
-    with reported(verbosity.verbose):
-        model = load_model(src)
+    with reported(verbosity.verbose), shown(verbosity.quiet):
+        with phase("load", src):
+            model = load_model(src)
         check_input_model(model, src)  # the same exit 3 as patch for a model the ONNX checker rejects
         plan.check_against(model)  # the same exit 2 as patch for an --input-shape that does not fit
         result = inspect_model(model, target=plan.target, strategy=plan.strategy, input_shapes=plan.input_shapes,

@@ -14,10 +14,12 @@ from ..errors import cli_words, exit_codes_epilog
 from ..frontends.input_check import check_input_model
 from ..io import has_external_data, load_model, preflight_output, preflight_report, save_model
 from ..io import write_report as write_report_file
+from ..progress import phase
 from ..report import PatchReport
 from .app import main
 from .args import Check, CheckChoice, Logging, Plan, PlanChoice, Save, SaveChoice, Seed, Verbosity, command
 from .guard import reported
+from .progress_line import shown
 
 
 @command(main, "patch", Plan(), Check(), Save(), Seed(), Logging(quiet=True), epilog=exit_codes_epilog("patch"),
@@ -38,8 +40,9 @@ def patch_cmd(src: Path, dst: Path, plan: PlanChoice, check: CheckChoice, save: 
         if report is not None and not verbosity.quiet:
             click.echo(cli_words(report.format_table()), err=True)
 
-    with reported(verbosity.verbose, before=show_failed_check):
-        model = load_model(src)  # external weights stay on disk: nothing below reads them but onnxruntime
+    with reported(verbosity.verbose, before=show_failed_check), shown(verbosity.quiet):
+        with phase("load", str(src)):
+            model = load_model(src)  # external weights stay on disk: nothing below reads them but onnxruntime
         check_input_model(model, src)
         plan.check_against(model)
         preflight_output(dst, source_path=src, in_place=save.in_place)  # fail before the work, not after it
@@ -62,8 +65,9 @@ def patch_cmd(src: Path, dst: Path, plan: PlanChoice, check: CheckChoice, save: 
                 written.append(target.path)
 
         try:
-            save_model(result.model, dst, source_path=src, save_as_external_data=save.save_as_external_data,
-                       in_place=save.in_place, before_commit=write_report if save.report_path else None)
+            with phase("save", str(dst)):
+                save_model(result.model, dst, source_path=src, save_as_external_data=save.save_as_external_data,
+                           in_place=save.in_place, before_commit=write_report if save.report_path else None)
         except BaseException:
             for p in written:
                 p.unlink(missing_ok=True)

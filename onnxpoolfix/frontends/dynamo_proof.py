@@ -22,6 +22,7 @@ from ..check.compare import NodeCheck, compare
 from ..check.runner import ort_session
 from ..errors import PoolFixError
 from ..graph.shapes import apply_input_shapes, infer, infer_at, light_copy, make_value_info
+from ..progress import phase
 from ..spec import InputDim, PoolNode, PoolSpec, RuntimeDim
 from .dynamo_graph import Candidate, DataflowGraph
 from .dynamo_probe import probe_unrolled_windows
@@ -148,6 +149,12 @@ def prove_all(model, g: DataflowGraph, candidates: list[Candidate], input_shapes
     :func:`~onnxpoolfix.graph.shapes.infer` of ``model`` as the front end already has it (not inferred again).
     ``model_dir``: where the region's external initializers resolve (onnxruntime reads a proto's relative
     locations against the working folder otherwise)."""
+    with phase("search", str(len(candidates))):
+        _prove_all(model, g, candidates, input_shapes, seed, info0, model_dir=model_dir)
+
+
+def _prove_all(model, g: DataflowGraph, candidates: list[Candidate], input_shapes, seed: int,
+               info0: Mapping[str, tuple[int, tuple | None]], *, model_dir: str | None = None) -> None:
     rng = np.random.default_rng(seed)
     dtypes = {k: v[0] for k, v in info0.items()}
     for c in candidates:

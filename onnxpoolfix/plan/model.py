@@ -24,6 +24,7 @@ from ..frontends.bodies import BodyPath, body_specs, has_nested_leftovers
 from ..frontends.functions import inline_functions_holding_leftovers
 from ..frontends.leftovers import is_pool_leftover
 from ..graph.shapes import PoolSpec, model_opset
+from ..progress import phase
 from ..reason import opset_needed
 from ..report import WarningNote
 from .planner import AUTO, Candidate, Plan, candidates, plan
@@ -150,7 +151,8 @@ def plan_model(model: onnx.ModelProto, options: PlanOptions) -> ModelPlan:
     ``options.patch_bodies``, where torch left the types around leftovers in bodies out (see the ATen front
     end); local functions holding leftovers are inlined into a new model (:attr:`Found.model`).
     """
-    return decide(find(model, options), options)
+    with phase("find"):
+        return decide(find(model, options), options)
 
 
 def find(model: onnx.ModelProto, options: PlanOptions) -> Found:
