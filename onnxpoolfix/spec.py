@@ -66,6 +66,9 @@ class PoolNode:
     # why a front end took it for adaptive pooling where it is no such node (the dynamo front end: "metadata:
     # ...AdaptiveAvgPool2d", "stack trace: <line>", "structure"); "" for a leftover, which says so itself
     evidence: str = ""
+    # other nodes whose outputs the lowering writes, their places left empty (the index arithmetic the dynamo
+    # exporter writes after a MaxPool: the lowering writes torch's indices itself)
+    replaces: tuple[int, ...] = ()
 
     @property
     def label(self) -> str:

@@ -22,6 +22,7 @@ from .base import EXPORT, STRIPPED, TRACED, FrontEndResult, Region, Suspect
 from .dynamo_graph import ENCODING, DataflowGraph
 from .dynamo_search import declared_dims, evaluate, symbol_binding
 from .exporter_pools import adaptive_sizes
+from .frozen_indices import IndicesChain, index_chains
 from .frozen_readings import (
     GENUINE,
     SCALES,
@@ -51,18 +52,25 @@ def frozen_pool_ops(model, g: DataflowGraph, info, traced_shapes, findings: Fron
     of whose readings has its windows there), for the caller to raise."""
     sites, contradictions = [], []
     bound_info = None
-    read = read_names(model.graph) | {o.name for o in model.graph.output}
+    outputs = {o.name for o in model.graph.output}
+    read = read_names(model.graph) | outputs
     modules = submodules(g.nodes)
+    chains = index_chains(g, outputs)  # torch's indices from ONNX's: the exporter's arithmetic after a MaxPool
+    in_chains = {i for c in chains.values() for i in c.nodes}  # its kernel-1 MaxPool is no pool of its own
     for index, node in enumerate(g.nodes):
-        site = _site(index, node, info, busy, modules)
+        site = None if index in in_chains else _site(index, node, info, busy, modules)
         if site is None:
             continue
         if len(node.output) > 1 and node.output[1] in read and {r.what for r in site.readings} != {GENUINE}:
-            findings.suspects.append(Suspect(
-                node.output[0], site.readings[0].says, f"a {node.op_type} frozen at the traced size whose indices are "
-                "read (return_indices=True): onnxpoolfix reads no such form (it cannot rebuild the indices of the "
-                "adaptive pool it stands for)", True, "only at the size the model was exported at", EXPORT))
-            continue
+            chain = chains.get(index)
+            if chain is None:
+                findings.suspects.append(Suspect(
+                    node.output[0], site.readings[0].says, f"a {node.op_type} frozen at the traced size whose "
+                    "indices are read other than through the exporter's own index arithmetic (a kernel-1 MaxPool, "
+                    "Slice and Sub): onnxpoolfix cannot tell which indices of the adaptive pool they stand for",
+                    True, "only at the size the model was exported at", EXPORT))
+                continue
+            site = replace(site, chain=chain)
         bx = None
         if traced_shapes:
             if bound_info is None:
@@ -102,6 +110,7 @@ class _Site:
     lifted: bool
     readings: list
     bound: tuple | None = None  # the pooled tensor's shape at the given traced size
+    chain: IndicesChain | None = None  # where the MaxPool's indices are read: the exporter's arithmetic on them
 
 
 def _site(index: int, node: onnx.NodeProto, info, busy, modules) -> _Site | None:
@@ -234,17 +243,22 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
     output_size = tuple(InputDim(2 + a) if m is None else m for a, m in enumerate(size))
     dims = site.dims
     out_shape = tuple(dims[:2]) + tuple(dims[2 + a] if m is None else m for a, m in enumerate(size))
+    chain = site.chain
     pn = PoolNode(index=site.index, name=node.name or f"{op}_{site.index}", op=f"adaptive_{site.kind}_pool{site.k}d",
                   kind=site.kind, rank=site.k, encoding=ENCODING, input=node.input[0], output=result,
-                  indices_output=None, unused_outputs=tuple(o for o in node.output[1:] if o), output_size=output_size,
-                  size_input=None, evidence=evidence)
+                  indices_output=chain.indices if chain else None,
+                  unused_outputs=() if chain else tuple(o for o in node.output[1:] if o), output_size=output_size,
+                  size_input=None, evidence=evidence, replaces=(chain.sub,) if chain else ())
     findings.specs.append(PoolSpec(pn, dims, out_shape, site.elem, opset, target))
-    findings.regions.append(Region(result, node.input[0], frozenset(o for o in node.output if o),
-                                   frozenset(x for x in node.input if x), evidence, output_size,
-                                   tuple(site.bound or ()), 1))
+    extra_out, extra_in = (chain.outputs, chain.reads) if chain else (frozenset(), frozenset())
+    findings.regions.append(Region(result, node.input[0], frozenset(o for o in node.output if o) | extra_out,
+                                   frozenset(x for x in node.input if x) | extra_in, evidence, output_size,
+                                   tuple(site.bound or ()), 1 + (len(chain.nodes) if chain else 0)))
     if reading.size is None:
         resting.append((result, node.input[0], output_size, op))
     busy.add(result)
+    if chain:
+        busy.add(chain.indices)
 
 
 def _reading_text(r) -> str:

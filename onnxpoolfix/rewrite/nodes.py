@@ -58,6 +58,8 @@ def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[
         p.lowering.build(em, p.spec, node.input, node.output, node.indices_output)
         mark_emitted(em.nodes, f"'{p.lowering.name}' lowering of {node.label}")
         replacement[node.index] = em.nodes
+        for other in node.replaces:  # its outputs are the lowering's now
+            replacement[other] = []
         graph.initializer.extend(em.initializers)
         emitted_ops.append(op_types(em.nodes))
     group_ops: list[list[str]] = []

@@ -156,12 +156,18 @@ def test_a_size_known_only_at_the_traced_size_is_refused_then_exact_with_it(expo
     assert max(errs.values()) < 1e-5, errs
 
 
-def test_read_indices_are_refused_not_silently_frozen(exports):
+def test_read_indices_are_replaced_with_the_exporters_index_arithmetic(exports):
+    """The exporter turns the MaxPool's flat indices into torch's through a kernel-1 MaxPool, a Slice and a Sub
+    (frontends/frozen_indices.py): that chain goes with the pool, and OUT's indices are torch's at every size
+    (an index one off is 1/180 of the largest, far above the tolerance)."""
     module, model = exports["indices"]
     assert max(_errors(module, model, SIZES).values()) > 1e-3  # as exported: frozen values and indices
-    for kwargs in ({}, {"traced_shapes": _traced()}):
-        with pytest.raises(UnsupportedNodeError, match="frozen"):
-            patch(model, **kwargs)
+    for kwargs in ({}, {"traced_shapes": _traced()}):  # the size is written on the line: no option needed
+        result = patch(model, **kwargs)
+        assert [n.lowering for n in result.report.nodes] == ["dynamic"]
+        assert not {"MaxPool", "Slice"} & set(_ops(result.model))
+        errs = _errors(module, result.model, [TRACED, *SIZES])
+        assert max(errs.values()) < 1e-5, errs
 
 
 def test_a_genuine_max_pool_stays(exports):
