@@ -25,7 +25,7 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check onnxpoolfix tests benchmarks fixtures/make_fixtures.py
 	$(PY) -m pytest -n auto -m "not slow" -q
 
-## test-all: everything: the fast suite, the slow cases (2000 more round trips against torch, full-size
+## test-all: everything: the fast suite, the slow cases (2220 more round trips against torch, full-size
 ## AlexNet, the > 2 GB external-data models, the timed external-weights run) and a 2000-case fuzz
 test-all: $(STAMP)
 	$(VENV)/bin/ruff check onnxpoolfix tests benchmarks fixtures/make_fixtures.py
