@@ -33,8 +33,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     live = LIVE_EXPORTS + export_cache.live_exports
     if live:
         terminalreporter.write_line(
-            f"{len(live)} dynamo exports made live, not read from fixtures/dynamo/exports/ (another torch, or a test "
-            f"changed; `make dynamo-exports` records them): " + ", ".join(sorted(set(live))[:8])
+            f"{len(live)} dynamo exports made live, not read from fixtures/dynamo/exports/ (it holds the fast suite's; "
+            f"another torch or an edited test exports live too, and `make dynamo-exports` records them again): "
+            + ", ".join(sorted(set(live))[:8])
             + (" ..." if len(set(live)) > 8 else ""))
     if ROUNDTRIP_COUNTS:
         c = ROUNDTRIP_COUNTS
