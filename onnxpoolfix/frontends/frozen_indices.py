@@ -7,7 +7,8 @@ index, read off a second MaxPool of kernel 1 over the same input:
     Slice(every, starts 0, ends 1, the pooled axes) -> first        Sub(flat, first) -> indices
 
 :func:`index_chains` reads exactly that chain and nothing like it: every constant checked, every tensor of the
-chain read by the chain alone (the indices by anything). The lowering then writes ``indices`` itself, and the
+chain read by the chain alone (the planes' first indices by Subs alone: the exporter shares them between the
+pools of one tensor; the indices by anything). The lowering then writes ``indices`` itself, and the
 chain's other nodes go with the region."""
 from __future__ import annotations
 
@@ -50,8 +51,9 @@ def _chain(g: DataflowGraph, index: int, readers, graph_outputs: set[str]) -> In
         return None
     first = g.nodes[sub].input[1]
     sl = g.producer.get(first)
-    if sl is None or g.nodes[sl].op_type != "Slice" or _only_reader(readers, first, graph_outputs) != sub:
-        return None
+    if sl is None or g.nodes[sl].op_type != "Slice" or first in graph_outputs or any(
+            g.nodes[r].op_type != "Sub" or list(g.nodes[r].input[1:2]) != [first] for r in readers.get(first, [])):
+        return None  # the planes' first indices, subtracted (from each pool's own indices, where several share it)
     every = g.nodes[sl].input[0]
     unit = g.producer.get(every)
     if unit is None or not _unit_max_pool(g.nodes[unit], pool) or _only_reader(readers, every, graph_outputs) != sl:

@@ -77,3 +77,19 @@ def test_the_global_max_pool_with_indices_is_right_as_exported_and_left_alone():
     result = patch(model)
     assert result.report.nodes == []
     _against_torch(result.model, 1, indices=True)
+
+
+def test_two_pools_sharing_the_exporters_index_arithmetic_are_both_exact(tmp_path):
+    """Two adaptive max pools of one tensor, both with indices, their sizes on the source line: the exporter
+    shares one kernel-1 MaxPool and Slice between the two Subs. Both replaced with no option, exact."""
+    result = patch(onnx.load(DYNAMO / "max_two_indices_torch214.onnx"))
+    assert [n.lowering for n in result.report.nodes] == ["dynamic", "dynamic"]
+    assert not {n.op_type for n in result.model.graph.node} & {"MaxPool", "Slice"}
+    sess = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for hw in SIZES:
+        x = rng.standard_normal((1, 3, *hw)).astype(np.float32)
+        got = sess.run(None, {"x": x})
+        want = [t.numpy() for size in ((5, 7), (10, 14))
+                for t in torch.nn.functional.adaptive_max_pool2d(torch.from_numpy(x), size, return_indices=True)]
+        assert all(np.array_equal(g, w) for g, w in zip(got, want)), hw
