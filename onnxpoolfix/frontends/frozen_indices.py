@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from .dynamo_graph import DataflowGraph
+from .frozen_readings import constant_value
 
 
 @dataclass(frozen=True)
@@ -112,11 +113,7 @@ def _unit_max_pool(node: onnx.NodeProto, pool: onnx.NodeProto) -> bool:
 
 
 def _constant(g: DataflowGraph, name: str) -> list[int] | None:
-    if name in g.initializers:
-        return [int(v) for v in numpy_helper.to_array(g.initializers[name]).reshape(-1)]
     p = g.producer.get(name)
-    if p is not None and g.nodes[p].op_type == "Constant":
-        value = next((a.t for a in g.nodes[p].attribute if a.name == "value"), None)
-        if value is not None:
-            return [int(v) for v in numpy_helper.to_array(value).reshape(-1)]
-    return None
+    constants = {name: g.nodes[p]} if p is not None and g.nodes[p].op_type == "Constant" else {}
+    value = constant_value(name, g.initializers, constants)
+    return None if value is None else [int(v) for v in np.ravel(value)]

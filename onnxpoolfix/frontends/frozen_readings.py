@@ -195,11 +195,13 @@ def _flattens_from_axis_1(n, t: str, initializers, constants) -> bool:
         return all(a.i == 1 for a in n.attribute if a.name == "axis")
     if n.op_type != "Reshape" or n.input[0] != t or len(n.input) < 2:
         return False
-    target = _constant(n.input[1], initializers, constants)
+    target = constant_value(n.input[1], initializers, constants)
     return target is not None and len(target) == 2 and int(target[1]) == -1
 
 
-def _constant(name: str, initializers, constants):
+def constant_value(name: str, initializers, constants):
+    """``name``'s value where an initializer or a Constant node (``constants``: output -> node) holds it, as a
+    list; None otherwise."""
     from onnx import numpy_helper
 
     if name in initializers:
