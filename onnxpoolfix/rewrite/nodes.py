@@ -14,7 +14,7 @@ from typing import Sequence
 import onnx
 
 from ..frontends.leftovers import ATEN_DOMAIN
-from ..graph import nodes_deep, read_names, subgraphs
+from ..graph import arrange, keep_only, nodes_deep, read_names, subgraphs
 from ..graph.emit import Emitter, mark_emitted, op_types
 from ..graph.shapes import PoolSpec, infer, make_value_info, type_dims
 from ..plan.planner import Plan
@@ -73,12 +73,13 @@ def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[
         group_ops.extend(ops)
     specs = [p.spec for p in plans] + [lv.spec for g in groups for lv in g.levels]
 
-    nodes = list(graph.node)
-    new_nodes: list[onnx.NodeProto] = []
-    for i, n in enumerate(nodes):
-        new_nodes.extend(replacement.get(i, [n]))
-    del graph.node[:]
-    graph.node.extend(new_nodes)
+    # the new nodes are appended, then every node moves into place by pointer (nothing copied: linear time)
+    n_old = len(graph.node)
+    graph.node.extend(n for i in sorted(replacement) for n in replacement[i])
+    items = list(graph.node)
+    added = iter(items[n_old:])
+    arrange(graph.node, [x for i, n in enumerate(items[:n_old])
+                         for x in ([next(added) for _ in replacement[i]] if i in replacement else [n])])
 
     _set_output_types(graph, specs)
     if graph is model.graph:
@@ -100,9 +101,7 @@ def _set_output_types(graph: onnx.GraphProto, specs: Sequence[PoolSpec]) -> None
     # Below a node with symbolic pooled axes, value_info the exporter wrote holds the traced sizes: stale
     # at any other size, so it goes (it is optional; onnx shape inference recomputes it).
     stale = _downstream(graph, [s.node.output for s in specs if not s.static])
-    keep = [v for v in graph.value_info if v.name not in typed and v.name not in dropped and v.name not in stale]
-    del graph.value_info[:]
-    graph.value_info.extend(keep)
+    keep_only(graph.value_info, lambda v: v.name not in typed and v.name not in dropped and v.name not in stale)
     outputs = {o.name for o in graph.output}
     for name, vi in typed.items():
         if name in outputs:
@@ -202,14 +201,10 @@ def drop_dead_size_constants(graph: onnx.GraphProto, names: Sequence[str]) -> No
         elif name in initializers:
             dead_inits.add(name)
     if dead_nodes:
-        keep = [n for n in graph.node if id(n) not in dead_nodes]
-        del graph.node[:]
-        graph.node.extend(keep)
+        keep_only(graph.node, lambda n: id(n) not in dead_nodes)
     if dead_inits:
         for field in (graph.initializer, graph.input):
-            keep = [t for t in field if t.name not in dead_inits]
-            del field[:]
-            field.extend(keep)
+            keep_only(field, lambda t: t.name not in dead_inits)
 
 
 def _uses_domain(graph: onnx.GraphProto, domain: str) -> bool:
@@ -220,7 +215,4 @@ def _drop_unused_aten_import(model: onnx.ModelProto) -> None:
     if _uses_domain(model.graph, ATEN_DOMAIN) or any(
             n.domain == ATEN_DOMAIN for f in model.functions for n in f.node):
         return
-    keep = [o for o in model.opset_import if o.domain != ATEN_DOMAIN]
-    if len(keep) != len(model.opset_import):
-        del model.opset_import[:]
-        model.opset_import.extend(keep)
+    keep_only(model.opset_import, lambda o: o.domain != ATEN_DOMAIN)

@@ -14,7 +14,7 @@ from typing import Sequence
 import onnx
 
 from ..frontends.base import Region
-from ..graph import read_names, subgraphs
+from ..graph import arrange, keep_only, read_names, subgraphs
 from ..graph.emit import EMITTED_BY
 
 
@@ -52,20 +52,15 @@ def drop_dead_region_nodes(model: onnx.ModelProto, regions: Sequence[Region]) ->
                 todo.append(producer[i])
     removed = alive.count(False)
     if removed:
-        del graph.node[:]
-        graph.node.extend(n for n, keep in zip(nodes, alive) if keep)
+        arrange(graph.node, [n for n, keep in zip(nodes, alive) if keep])
     read = {i for n in graph.node for i in n.input if i} | outputs
     read |= {i for n in graph.node for sub in subgraphs(n) for i in read_names(sub)}
     unused = [t for t in graph.initializer if t.name in freed and t.name not in read]
     if unused:
         names = {t.name for t in unused}
         for fld in (graph.initializer, graph.input):
-            keep = [t for t in fld if t.name not in names]
-            del fld[:]
-            fld.extend(keep)
+            keep_only(fld, lambda t: t.name not in names)
     stale = ({v.name for v in graph.value_info} & mine) - {o for n in graph.node for o in n.output}
     if stale:
-        keep = [v for v in graph.value_info if v.name not in stale]
-        del graph.value_info[:]
-        graph.value_info.extend(keep)
+        keep_only(graph.value_info, lambda v: v.name not in stale)
     return removed
