@@ -15,7 +15,7 @@ import onnx
 
 from .check import run_check
 from .check.bodies import body_rows, check_in_bodies
-from .check.differential import compare_with_original, known_right_shapes, original_outputs
+from .check.differential import compare_with_original, known_right_shapes, original_outputs, redefined_by_plan
 from .errors import ArgumentError, InvalidModelError, api_words
 from .frontends.dynamo import frozen_error, partial_lines
 from .graph.shapes import model_opset, validate_input_shape
@@ -145,7 +145,9 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     original = None
     right_at = known_right_shapes(model, traced_shapes) if check and found.regions and not input_shapes else None
     if right_at is not None:
-        original = original_outputs(model, right_at, seed=seed, model_dir=model_dir)
+        planned = [p.spec for p in mp.separate] + [lv.spec for g in mp.groups for lv in g.levels]
+        original = original_outputs(model, right_at, redefined_by_plan(model, planned), seed=seed,
+                                    model_dir=model_dir)
     applied = apply_model_plan(model, mp)
     done = [d for d in applied if d.body is None]
     in_bodies = [d for d in applied if d.body is not None]
@@ -173,7 +175,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             with phase("compare", shapes_detail(right_at)):
                 compare_with_original(model, *original, model_dir=model_dir, where=where)
             notes.append(f"OUT equals the original file at {where}, where the exporter's graph is right "
-                         "(every output)")
+                         "(every tensor onnxpoolfix wrote that the rest of the graph reads, so every output)")
     else:
         report.nodes.extend(body_rows(in_bodies))
         notes.append(NOT_CHECKED)

@@ -16,6 +16,7 @@ import math
 from onnx import helper
 
 from ..errors import ArgumentError, CheckFailedError, CheckTooLargeError, PoolFixError
+from ..graph import nodes_deep
 from ..graph.shapes import type_dims, validate_input_shape
 from ..report import RESTS_ON_TRACED, PatchReport, WarningNote
 from .compare import NodeCheck, compare
@@ -23,8 +24,8 @@ from .feeds import graph_inputs
 from .runner import check_patched
 from .sizes import default_check_shapes
 
-__all__ = ["run_check", "refuse_huge_check", "CHECK_MAX_ELEMENTS", "check_patched", "default_check_shapes",
-           "compare", "NodeCheck"]
+__all__ = ["run_check", "refuse_huge_check", "foreign_ops", "ONNXRUNTIME_DOMAINS", "CHECK_MAX_ELEMENTS",
+           "check_patched", "default_check_shapes", "compare", "NodeCheck"]
 
 
 #: The check runs the model on random inputs: refuse it (exit 8, with the way out) when one pooled tensor
@@ -78,6 +79,23 @@ def refuse_beyond_memory(model, check_shapes) -> None:
                 f"--check-shape {text}: the check's inputs alone take {total / 2**30:.1f} GiB, more than "
                 f"{CHECK_MEMORY_SHARE:.0%} of the {avail / 2**30:.1f} GiB of memory available",
                 "check at smaller sizes with --check-shape NAME:D0,D1,..., or skip the check with --no-check")
+
+
+#: the op domains onnxruntime's CPU build has kernels in (tests/check/test_cut.py compares with onnxruntime's list)
+ONNXRUNTIME_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc"})
+
+
+def foreign_ops(model) -> dict[str, int]:
+    """``{"domain::op": count}`` of the nodes (bodies included) of a domain onnxruntime has no kernels in and that
+    is not one of the model's local functions: the check runs only the part of the graph computing the replaced
+    nodes, so such nodes elsewhere do not stop it, and are named instead."""
+    local = {(f.domain, f.name) for f in model.functions}
+    out: dict[str, int] = {}
+    for n in nodes_deep(model.graph.node):
+        if n.domain not in ONNXRUNTIME_DOMAINS and (n.domain, n.op_type) not in local:
+            key = f"{n.domain}::{n.op_type}"
+            out[key] = out.get(key, 0) + 1
+    return out
 
 
 def _prove_dynamic_windows(model, specs, report: PatchReport, failed: list[str]) -> str:
@@ -173,6 +191,12 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
     upstream += [False] * len(proof_failed)  # a window construction that differs is the replacement's own
     report.check_passed = not failed
     report.notes.append(note)  # the sizes checked
+    foreign = foreign_ops(model)
+    if foreign:
+        report.notes.append(WarningNote(
+            f"OUT keeps {sum(foreign.values())} node(s) of a domain onnxruntime has no kernels in "
+            f"({', '.join(sorted(foreign)[:3])}{', ...' if len(foreign) > 3 else ''}) as the input had them: the "
+            "check ran the part of the graph that computes the replaced nodes, which holds none of them"))
     rounded = sum(1 for r in results.values() if r.input_rounding)
     if rounded:
         report.notes.append(f"{rounded} half-precision subgraph(s) fed unrounded float32 values by onnxruntime "

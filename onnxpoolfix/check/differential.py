@@ -4,8 +4,10 @@ The node check (:mod:`.runner`) proves each replaced node against the reference 
 the graph (an adaptive pool of this output size); a reading that is wrong passes it. A file the dynamo exporter
 wrote is right at the size it was traced at (its frozen pools and decompositions compute torch's pooling
 there), and a static file at its one size: there OUT must compute what the original computes, every graph
-output, whatever the tool read. A genuine ``F.avg_pool2d(f, 2)`` taken for an adaptive 4x4 pool of a 16x16
-map differs at once.
+output, whatever the tool read. The rewrite leaves every node but the replaced ones as it was, so it is enough
+that each tensor onnxpoolfix wrote anew, and that the model's own nodes read, equals the original's: each is
+run on the cut of the graph computing it (:mod:`.cut`), not the whole model. A genuine ``F.avg_pool2d(f, 2)``
+taken for an adaptive 4x4 pool of a 16x16 map differs at once.
 """
 from __future__ import annotations
 
@@ -15,10 +17,14 @@ import numpy as np
 import onnx
 
 from ..errors import CheckFailedError, ShapeError
-from .feeds import graph_inputs, random_feed, symbolic_inputs
+from ..graph import read_names, subgraphs
+from ..graph.emit import EMITTED_BY
+from ..graph.shapes import PoolSpec
+from .cut import cut_bytes
+from .feeds import random_feed, symbolic_inputs
 from .runner import ort_session
 
-__all__ = ["known_right_shapes", "original_outputs", "compare_with_original"]
+__all__ = ["known_right_shapes", "redefined_by_plan", "original_outputs", "compare_with_original"]
 
 #: output tolerance relative to the output's scale, per float dtype (sums in another order round otherwise)
 _RELATIVE = {np.dtype(np.float64): 1e-9, np.dtype(np.float32): 1e-4, np.dtype(np.float16): 1e-2}
@@ -36,36 +42,68 @@ def known_right_shapes(model: onnx.ModelProto, traced_shapes: Mapping[str, Seque
     return None
 
 
-def original_outputs(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], *, seed: int,
-                     model_dir: str | None) -> tuple[dict, dict] | None:
-    """(feed, outputs by name) of the original model at ``shapes`` on seeded random inputs, or None where the
-    original does not run in onnxruntime (leftovers of another domain, a node it cannot take): then nothing
-    is known right."""
+def redefined_by_plan(model: onnx.ModelProto, specs: Sequence[PoolSpec]) -> list[str]:
+    """Before the rewrite: the tensors it may write anew, that is every output of the nodes planned to go
+    (the replaced nodes and those whose places the lowering takes, :attr:`PoolNode.replaces`)."""
+    names = [o for s in specs for o in (s.node.output, s.node.indices_output) if o]
+    for s in specs:
+        for k in (s.node.index, *s.node.replaces):
+            names.extend(o for o in model.graph.node[k].output if o)
+    return list(dict.fromkeys(names))
+
+
+def redefined_in(model: onnx.ModelProto) -> set[str]:
+    """After the rewrite: the tensors onnxpoolfix's nodes write that the model's own nodes or its outputs read.
+    Every other tensor the kept nodes read is computed as in the original, so where these equal the
+    original's, every graph output does."""
+    g = model.graph
+    ours = [n for n in g.node if n.doc_string.startswith(EMITTED_BY)]
+    written = {o for n in ours for o in n.output if o}
+    read = {o.name for o in g.output}
+    for n in g.node:
+        if not n.doc_string.startswith(EMITTED_BY):
+            read.update(n.input)
+            for sub in subgraphs(n):
+                read |= read_names(sub)
+    return written & read
+
+
+def original_outputs(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], names: Sequence[str], *,
+                     seed: int, model_dir: str | None) -> tuple[dict, dict] | None:
+    """(feed, values by name) of the tensors ``names`` of the original model at ``shapes`` on seeded random inputs
+    (run on the cut of the graph computing them), or None where the original does not run in onnxruntime
+    (leftovers of another domain, a node it cannot take): then nothing is known right."""
     if any(n.domain not in ("", "ai.onnx") for n in model.graph.node):
         return None
     feed = random_feed(model, shapes, np.random.default_rng([seed, 32]))
     try:
-        session = ort_session(model, model_dir)
-        names = [o.name for o in session.get_outputs()]
-        return feed, dict(zip(names, session.run(None, feed)))
+        return feed, _run_cut(model, names, feed, model_dir)
     except Exception:  # noqa: BLE001 - the original not running here tells nothing about OUT
         return None
 
 
+def _run_cut(model: onnx.ModelProto, names: Sequence[str], feed: dict, model_dir: str | None) -> dict:
+    produced = {o for n in model.graph.node for o in n.output if o}
+    names = [n for n in names if n in produced]
+    session = ort_session(cut_bytes(model, [onnx.ValueInfoProto(name=n) for n in names]), model_dir)
+    inputs = {i.name for i in session.get_inputs()}
+    return dict(zip(names, session.run(names, {k: v for k, v in feed.items() if k in inputs})))
+
+
 def compare_with_original(model: onnx.ModelProto, feed: dict, want: dict, *, model_dir: str | None,
                           where: str) -> None:
-    """Run OUT on the original's feed; where some output differs from the original's raise
-    :class:`ShapeError` at a given traced size (the size contradicts the graph, exit 4) and
-    :class:`CheckFailedError` at the file's static size. ``where``: how the size is named ("the traced size
-    x:1,3,16,16", "its static size")."""
-    session = ort_session(model, model_dir)
-    names = [o.name for o in session.get_outputs()]
-    feed = {vi.name: feed[vi.name] for vi in graph_inputs(model) if vi.name in feed}
-    got = dict(zip(names, session.run(None, feed)))
-    for name, w in want.items():
-        if name not in got:
-            continue
-        g = got[name]
+    """Run OUT on the original's feed and compare the tensors the rewrite wrote anew (:func:`redefined_in`) with
+    the original's values of them; where one differs raise :class:`ShapeError` at a given traced size (the size
+    contradicts the graph, exit 4) and :class:`CheckFailedError` at the file's static size. ``where``: how the
+    size is named ("the traced size x:1,3,16,16", "its static size")."""
+    redefined = redefined_in(model)
+    unknown = sorted(redefined - set(want))
+    if unknown:  # the original's value of a tensor onnxpoolfix wrote was not taken: nothing proves it
+        raise CheckFailedError(f"the differential check has no original value of '{unknown[0]}', which OUT "
+                               "computes anew", "this is a bug in onnxpoolfix: please report it with the model")
+    got = _run_cut(model, sorted(redefined), feed, model_dir)
+    for name, g in got.items():
+        w = want[name]
         if g.shape != w.shape:
             _differs(name, f"shape {g.shape} where the original's is {w.shape}", where)
         if np.issubdtype(w.dtype, np.floating) or w.dtype.kind == "V":
@@ -81,7 +119,7 @@ def compare_with_original(model: onnx.ModelProto, feed: dict, want: dict, *, mod
 
 
 def _differs(name: str, what: str, where: str) -> None:
-    message = f"OUT differs from the original file at {where}, where the original is right: output '{name}' has {what}"
+    message = f"OUT differs from the original file at {where}, where the original is right: tensor '{name}' has {what}"
     if where.startswith("the traced size"):  # the given size contradicts the graph, or a pool was misread
         raise ShapeError(message, "give the size the model was exported at (the export call's example input) with "
                          "--traced-shape NAME:D0,D1,...; if it is that size, a pool was misread (please report it "

@@ -1,7 +1,7 @@
 """The proof: run the patched model in onnxruntime and compare every replaced node with the reference.
 
 For each replaced node the check fetches the node's ACTUAL input and output tensors from the patched
-graph (they are added as extra graph outputs for the run) and compares the output with
+graph (the outputs of a cut of it that computes them, :mod:`.cut`) and compares the output with
 :mod:`onnxpoolfix.reference` applied to that input. So the comparison covers the emitted subgraph only,
 whatever the rest of the model does, and needs no torch.
 
@@ -31,12 +31,13 @@ from ..io import has_external_data
 from ..progress import each, shapes_detail
 from ..spec import RuntimeDim, bind_runtime_sizes
 from .compare import NodeCheck, compare, out_sizes, torch_size
+from .cut import cut_bytes
 from .feeds import graph_inputs, random_feed
 
 logger = logging.getLogger(__name__)
 
-def ort_session(model: onnx.ModelProto | str, model_dir: str | None = None, *, optimize: bool = True):
-    """A CPU session on ``model`` (a proto, or a file's path: onnxruntime reads it, nothing is serialized),
+def ort_session(model: onnx.ModelProto | str | bytes, model_dir: str | None = None, *, optimize: bool = True):
+    """A CPU session on ``model`` (a proto, its bytes, or a file's path: onnxruntime reads it),
     quiet and not spinning. ``optimize=False``: onnxruntime's graph optimizations off (a graph run as written,
     where a fusion could hide what it computes)."""
     import onnxruntime as ort
@@ -53,7 +54,7 @@ def ort_session(model: onnx.ModelProto | str, model_dir: str | None = None, *, o
         # external data resolves against this folder: the graph is passed as bytes (weights stay on disk),
         # so nothing is written next to IN, which may be read-only
         so.add_session_config_entry("session.model_external_initializers_file_folder_path", str(model_dir))
-    source = model if isinstance(model, str) else model.SerializeToString()
+    source = model if isinstance(model, (str, bytes)) else model.SerializeToString()
     return ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
 
 
@@ -89,15 +90,12 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
             fetch[name] = Emitter(name, taken, 0).fresh("onnxpoolfix_check_size")
             added_nodes.append(onnx.helper.make_node("Cast", [name], [fetch[name]], to=TensorProto.INT64))
             types[name] = TensorProto.INT64
-    existing = {o.name for o in model.graph.output}
-    n_out, n_nodes = len(model.graph.output), len(model.graph.node)
-    model.graph.node.extend(added_nodes)
+    outputs = {}
     for name, out in fetch.items():
-        if out not in existing:
-            elem = types[name] if out == name or types[name] == TensorProto.INT64 else TensorProto.FLOAT
-            model.graph.output.append(onnx.helper.make_tensor_value_info(out, elem, None))
-    try:
-        sess = ort_session(model, model_dir)
+        elem = types[name] if out == name or types[name] == TensorProto.INT64 else TensorProto.FLOAT
+        outputs[out] = onnx.helper.make_tensor_value_info(out, elem, None)
+    try:  # the part of the model computing what is fetched (check/cut.py): the layers below are not run
+        sess = ort_session(cut_bytes(model, list(outputs.values()), added_nodes), model_dir)
     except Exception as e:  # onnxruntime's own words, on one line
         hint = ("the model's weights are in external data that onnxruntime looked for beside the current "
                 "folder: pass model_dir= (the folder of the .onnx file)" if model_dir is None and
@@ -105,15 +103,13 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
                 "if the model holds other ops onnxruntime lacks, skip the check with --no-check")
         raise CheckFailedError(f"onnxruntime cannot load the patched model: {' '.join(str(e).split())[:300]}",
                                hint) from None
-    finally:
-        del model.graph.output[n_out:]
-        del model.graph.node[n_nodes:]
+    session_inputs = {i.name for i in sess.get_inputs()}
     checks = {s.node.index: NodeCheck(s.node.name) for s in specs}  # names may repeat
     alone: dict[int, object] = {}  # sessions of subgraphs run alone on a fetched half-precision input
     out_names = list(dict.fromkeys(fetch.values()))
     for shapes in each("check", input_shapes, shapes_detail):
         feed = random_feed(model, shapes, rng)
-        ort_feed = {k: ort_value(v) for k, v in feed.items()}
+        ort_feed = {k: ort_value(v) for k, v in feed.items() if k in session_inputs}
         feed = {k: v.astype(np.float32) if v.dtype.name == "bfloat16" else v  # exact: bfloat16 fits float32
                 for k, v in feed.items()}
         try:

@@ -15,6 +15,7 @@ from ..errors import ShapeError
 from ..graph.shapes import PoolSpec, light_copy, onnx_inferred
 from ..lowering.dynamic_max import IN_PLACE_MIN_ELEMENTS
 from ..report import dim_label
+from .cut import cut_bytes
 from .feeds import graph_inputs, random_feed, symbolic_inputs
 from .runner import ort_session, ort_value
 
@@ -332,16 +333,11 @@ class _Prober:
         self.names = list(names)
         self.rng = np.random.default_rng(seed)
         inputs = {i.name for i in graph_inputs(model)}
-        existing = {o.name for o in model.graph.output}
-        n_out = len(model.graph.output)
-        for name in self.names:
-            if name not in existing and name not in inputs:
-                model.graph.output.append(onnx.helper.make_tensor_value_info(name, names[name], None))
-        try:
-            self.sess = ort_session(model, model_dir)
-        finally:
-            del model.graph.output[n_out:]
         self.fetch = [n for n in self.names if n not in inputs]
+        # the part of the model computing the pooled inputs (check/cut.py): the layers below are not run
+        self.sess = ort_session(cut_bytes(model, [onnx.helper.make_tensor_value_info(n, names[n], None)
+                                                  for n in self.fetch]), model_dir) if self.fetch else None
+        self.session_inputs = {i.name for i in self.sess.get_inputs()} if self.sess else set()
         self.inputs = inputs
         self.light = light_copy(model)  # for shape inference at each size, without the weights' bytes
         self.empty_anyway = self._empty_tensors({})
@@ -372,7 +368,8 @@ class _Prober:
             logger.debug("probe at %s skipped: shape inference empties %s", shapes, sorted(empty)[:3])
             return None
         try:
-            feed = {k: ort_value(v) for k, v in random_feed(self.model, shapes, self.rng).items()}
+            feed = {k: ort_value(v) for k, v in random_feed(self.model, shapes, self.rng).items()
+                    if k in self.session_inputs}
             outs = [o.numpy() for o in self.sess.run_with_ort_values(self.fetch, feed)] if self.fetch else []
         except Exception as e:  # noqa: BLE001 - a size the network cannot run at (too small for its convs)
             logger.debug("probe at %s failed: %s", shapes, e)

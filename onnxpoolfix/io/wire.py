@@ -133,11 +133,10 @@ class WireEmitter:
                 total += len(_one_field(msg, fd, value))
                 continue
             sub = path + (step,)
-            if sub in self._repl:
-                n = self._repl[sub].ByteSize()
-            elif value.DESCRIPTOR in CONTAINERS and self._descend(value, sub):
+            if sub not in self._repl and value.DESCRIPTOR in CONTAINERS and self._descend(value, sub):
                 n = self.size(value, sub)
             else:
+                value = self._repl.get(sub, value)
                 n = _guess_tensor_size(value) if self._guess else None
                 if n is None:
                     n = value.ByteSize()
@@ -193,3 +192,29 @@ def metadata_copy(tensor: TensorProto, skip=DATA_FIELDS) -> TensorProto:
         else:
             setattr(stub, fd.name, value)
     return stub
+
+
+def serialize(model: ModelProto, initializers=()) -> bytes:
+    """``model`` serialized with ``initializers`` (TensorProtos, typically another model's) appended to its graph's
+    initializers, written from where they are: ``model`` holds only a stub of each big one meanwhile (added to
+    ``model``, which is the caller's scratch model), so the weights are copied once, into the bytes."""
+    base = len(model.graph.initializer)
+    replacements: dict[TensorPath, TensorProto] = {}
+    for i, t in enumerate(initializers):
+        if _guess_tensor_size(t) is None:  # small, or not raw data: copied as it is
+            model.graph.initializer.append(t)
+            continue
+        model.graph.initializer.append(metadata_copy(t, skip=("raw_data",)))
+        replacements[((ModelProto.GRAPH_FIELD_NUMBER, 0), (GraphProto.INITIALIZER_FIELD_NUMBER, base + i))] = t
+    if not replacements:
+        return model.SerializeToString()
+    import io
+
+    for guess in (True, False):
+        f = io.BytesIO()
+        try:
+            WireEmitter(replacements, guess=guess).write(f, model)
+        except SizeGuessWrong:  # a tensor whose data does not match its dims: sized exactly instead
+            continue
+        return f.getvalue()
+    raise AssertionError("unreachable: sizes are exact without guessing")
