@@ -45,7 +45,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/dynamo_posthoc.py --rounds 10 --results
 	$(PY) benchmarks/portable_speed.py --results
 
-## bench-tool: the tool's own time and peak memory on a generated 550 MB model vs onnx.load + onnx.save
+## bench-tool: the tool's own time and peak memory on real networks (and a 2.2 GB external-data one) vs onnx.load + onnx.save
 bench-tool: $(STAMP)
 	$(PY) benchmarks/bench_tool_cost.py
 

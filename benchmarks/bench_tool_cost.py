@@ -1,23 +1,23 @@
-"""What the tool itself costs on a big model: wall time and peak memory of `onnxpoolfix IN OUT --no-check`
-against the floor any ONNX tool pays (onnx.load + onnx.save of the same model), each in its own process.
+"""What the tool itself costs on real networks: wall time and peak memory of `onnxpoolfix IN OUT` (check on and
+`--no-check`) against the floor any ONNX tool pays, `onnx.load` + `onnx.save` of the same file, each in its own
+process, interleaved.
 
-    python benchmarks/bench_tool_cost.py [--rounds 3] [--width 1.0] [--keep] [--no-results]
+    python benchmarks/bench_tool_cost.py [--rounds 3] [--only NAME ...] [--no-external] [--keep] [--no-results]
 
-The model is generated here (not committed): a VGG16-class network (13 convs, 3 FC layers, 138 M float32
-parameters, ~553 MB at --width 1) for a 300x300 input, whose 9x9 feature map is pooled to 7x7 by a leftover
-``adaptive_avg_pool2d`` node encoded exactly as torch 2.13's FALLTHROUGH export writes it (the Constant and
-the node are copied from fixtures/small_convnet.onnx). Weights are random (incompressible).
+1. Real exports, made here at bench time (random weights, nothing downloaded): torchvision's AlexNet (300x300)
+   and VGG11-BN (260x260), segmentation-models-pytorch's PSPNet (300x300) and UPerNet (320x320) with a
+   ResNet-18 encoder, as benchmarks/networks.py writes them out; each through the TorchScript exporter
+   (ONNX_FALLTHROUGH, opset 17) and the dynamo exporter, static, and AlexNet and PSPNet also with symbolic
+   H/W. Targets (issue 35): check on within 1.3x the time and 1.2x the peak memory of load + save,
+   `--no-check` within 1.1x the time.
+2. Over 2 GB (a generated VGG16-class network at --external-width, its weights in external data, one leftover
+   adaptive_avg_pool2d encoded as torch 2.13's FALLTHROUGH export writes it): `onnxpoolfix IN OUT` with OUT
+   next to IN (the data file is shared) and in another folder (copied in the kernel), against `onnx.load` +
+   `onnx.save(..., save_as_external_data=True)`.
 
-Measured, interleaved over --rounds rounds (medians; the machine is shared):
-
-1. inline weights: (a) ``python -c 'onnx.save(onnx.load(IN), OUT)'`` vs (b) ``onnxpoolfix IN OUT --no-check``.
-   Targets: (b)/(a) <= 1.2 in time and <= 1.1 in peak RSS.
-2. external weights (--width 0.3, ~50 MB, vs --width 1, ~553 MB): ``onnxpoolfix IN OUT --no-check`` with OUT
-   next to IN (the data file is shared, not copied) and in another folder (the data file is copied beside
-   OUT, in the kernel); the patch itself must not grow with the weights.
-
-Peak RSS is the child's ru_maxrss (each measured process is the only child of a small launcher). Results
-are appended to benchmarks/RESULTS.md under "Tool cost" (other sections of that file are left alone).
+Each measured command is the only child of a small launcher that reports its wall time and peak RSS
+(ru_maxrss). Ratios are medians of per-round ratios (each round runs the commands of one file back to back,
+in alternating order). Results replace the "Tool cost" section of benchmarks/RESULTS.md.
 """
 from __future__ import annotations
 
@@ -55,6 +55,8 @@ if p.returncode:
 print(json.dumps({"wall_s": wall, "peak_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
 """
 BASELINE = "import sys, onnx; onnx.save(onnx.load(sys.argv[1]), sys.argv[2])"
+BASELINE_EXTERNAL = ("import sys, onnx; onnx.save(onnx.load(sys.argv[1]), sys.argv[2], save_as_external_data=True, "
+                     "location='out.onnx.data')")
 
 
 def leftover_nodes(x: str, y: str) -> list[onnx.NodeProto]:
@@ -143,103 +145,132 @@ def med(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
+def export_networks(folder: Path, only: list[str] | None) -> list[tuple[str, Path, list[str]]]:
+    """(label, file, the flags a user passes) of every export of section 1, made into ``folder``: a dynamo file
+    with symbolic H/W gets the export's size as --traced-shape, as the refusal without it says."""
+    import torch
+    from networks import NETWORKS
+
+    made = []
+    for name, (ctor, shape) in NETWORKS.items():
+        if only and name not in only:
+            continue
+        torch.manual_seed(0)
+        module, x = ctor().eval(), torch.randn(shape)
+        routes = [("TorchScript", False, None), ("dynamo", True, None)]
+        if name in ("alexnet", "pspnet_resnet18"):
+            h, w = torch.export.Dim("h", min=200, max=640), torch.export.Dim("w", min=200, max=640)
+            routes += [("TorchScript, symbolic H/W", False, {"x": {2: "h", 3: "w"}}),
+                       ("dynamo, symbolic H/W", True, ({2: h, 3: w},))]
+        for route, dynamo, dynamic in routes:
+            path = folder / f"{name}_{len(made)}.onnx"
+            t = time.perf_counter()
+            if dynamo:
+                torch.onnx.export(module, (x,), str(path), dynamo=True, external_data=False, dynamic_shapes=dynamic)
+            else:
+                torch.onnx.export(module, (x,), str(path), dynamo=False, opset_version=17, input_names=["x"],
+                                  dynamic_axes=dynamic,
+                                  operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH)
+            label = f"{name}, {route}"
+            print(f"exported {label}: {path.stat().st_size / 1e6:.0f} MB ({time.perf_counter() - t:.0f} s)",
+                  flush=True)
+            traced = ["--traced-shape", "x:" + ",".join(map(str, shape))] if dynamo and dynamic else []
+            made.append((label, path, traced))
+    return made
+
+
+def ratios(res: dict[str, list[dict]], base: str, other: str, key: str) -> float:
+    return statistics.median(y[key] / x[key] for x, y in zip(res[base], res[other]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--width", type=float, default=1.0, help="model width for the inline case (1.0: ~553 MB)")
-    ap.add_argument("--small-width", type=float, default=0.3, help="width of the small external case (~50 MB)")
+    ap.add_argument("--only", nargs="*", help="networks of section 1 (default: all four)")
+    ap.add_argument("--external-width", type=float, default=2.0,
+                    help="width of section 2's generated network (2.0: about 2.2 GB of weights)")
+    ap.add_argument("--no-external", action="store_true", help="skip section 2")
     ap.add_argument("--dir", default=None, help="scratch folder (default: a temporary folder, removed)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder")
-    ap.add_argument("--no-results", action="store_true", help="do not append to benchmarks/RESULTS.md")
+    ap.add_argument("--no-results", action="store_true", help="do not write benchmarks/RESULTS.md")
     args = ap.parse_args()
 
     scratch = Path(args.dir or tempfile.mkdtemp(prefix="onnxpoolfix-toolcost-"))
     scratch.mkdir(parents=True, exist_ok=True)
+    outs = scratch / "outs"
+    outs.mkdir(exist_ok=True)
+
+    def clean_outs() -> None:
+        for p in outs.iterdir():
+            p.unlink()
+
     lines: list[str] = []
     try:
-        # ---------------------------------------------------------------- 1. inline weights
-        t0 = time.perf_counter()
-        model = make_vgg(args.width)
-        mb = weights_mb(model)
-        inline = scratch / "vgg_inline.onnx"
-        onnx.save(model, inline)
-        del model
-        print(f"generated {inline.name}: {mb:.0f} MB of weights, file {inline.stat().st_size / 1e6:.0f} MB "
-              f"({time.perf_counter() - t0:.1f} s)", flush=True)
-        outs = scratch / "outs"
-        outs.mkdir()
-
-        def clean_outs() -> None:
-            for p in outs.iterdir():
-                p.unlink()
-
-        cases = {
-            "onnx.load + onnx.save": [sys.executable, "-c", BASELINE, str(inline), str(outs / "a.onnx")],
-            "onnxpoolfix --no-check": cli(inline, outs / "b.onnx", "--no-check", "-q"),
-        }
-        res = run_rounds(cases, args.rounds, clean_outs)
-        a, b = res["onnx.load + onnx.save"], res["onnxpoolfix --no-check"]
-        t_ratio = statistics.median(y["wall_s"] / x["wall_s"] for x, y in zip(a, b))
-        m_ratio = statistics.median(y["peak_mib"] / x["peak_mib"] for x, y in zip(a, b))
+        rows = []
+        for label, path, flags in export_networks(scratch, args.only):
+            cases = {
+                "load + save": [sys.executable, "-c", BASELINE, str(path), str(outs / "a.onnx")],
+                "check": cli(path, outs / "b.onnx", "-q", *flags),
+                "no check": cli(path, outs / "c.onnx", "--no-check", "-q", *flags),
+            }
+            res = run_rounds(cases, args.rounds, clean_outs)
+            rows.append((label, path.stat().st_size / 1e6, med(res["load + save"], "wall_s"),
+                         med(res["load + save"], "peak_mib"), med(res["check"], "wall_s"),
+                         ratios(res, "load + save", "check", "wall_s"), ratios(res, "load + save", "check", "peak_mib"),
+                         ratios(res, "load + save", "no check", "wall_s"),
+                         ratios(res, "load + save", "no check", "peak_mib")))
+            print("  ".join(f"{c:.2f}" if isinstance(c, float) else str(c) for c in rows[-1]), flush=True)
+            path.unlink()
         lines += [
-            f"Inline weights: VGG16-class model, {mb:.0f} MB of float32 weights in the .onnx file, one leftover "
-            f"adaptive_avg_pool2d (9x9 -> 7x7); {args.rounds} interleaved rounds, medians, each run its own process.",
+            f"Real networks (random weights), {args.rounds} interleaved rounds, medians of per-round ratios "
+            "to `onnx.load` + `onnx.save` of the same file. Targets: check on <= 1.3x time and <= 1.2x memory, "
+            "`--no-check` <= 1.1x time.",
             "",
-            "| run | wall s | peak RSS MiB |",
-            "|---|---|---|",
+            "| file | MB | load + save | its peak | onnxpoolfix | time | memory | `--no-check` time | "
+            "`--no-check` memory |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
-        for name, runs in res.items():
-            lines.append(f"| {name} | {med(runs, 'wall_s'):.2f} | {med(runs, 'peak_mib'):.0f} |")
-        ok_t, ok_m = t_ratio <= 1.2, m_ratio <= 1.1
-        lines += ["", f"Ratio onnxpoolfix / (load + save): time **{t_ratio:.2f}x** (target <= 1.2: "
-                      f"{'met' if ok_t else 'MISSED'}), peak memory **{m_ratio:.2f}x** (target <= 1.1: "
-                      f"{'met' if ok_m else 'MISSED'}).", ""]
-        inline.unlink()
+        lines += [f"| {label} | {mb:.0f} | {t0:.2f} s | {m0:.0f} MiB | {t1:.2f} s | {rt:.2f}x | {rm:.2f}x | "
+                  f"{nt:.2f}x | {nm:.2f}x |" for label, mb, t0, m0, t1, rt, rm, nt, nm in rows]
+        lines.append("")
 
-        # ---------------------------------------------------------------- 2. external weights
-        ext_rows = []
-        for width in (args.small_width, args.width):
-            d = scratch / f"ext_{width}"
+        if not args.no_external:
+            d = scratch / "external"
             (d / "in").mkdir(parents=True)
             (d / "other").mkdir()
-            model = make_vgg(width)
-            emb = weights_mb(model)
+            model = make_vgg(args.external_width)
+            gb = weights_mb(model) / 1e3
             src = d / "in" / "model.onnx"
             onnx.save(model, src, save_as_external_data=True, location="model.onnx.data")
             del model
+            print(f"generated the external-data model: {gb:.2f} GB of weights", flush=True)
 
-            def clean_ext(d=d) -> None:
+            def clean_ext() -> None:
                 for p in list((d / "other").iterdir()) + [p for p in (d / "in").iterdir() if p.name.startswith("out")]:
                     p.unlink()
 
             cases = {
-                "OUT next to IN (data shared)": cli(src, d / "in" / "out.onnx", "--no-check", "-q"),
-                "OUT in another folder (data copied)": cli(src, d / "other" / "out.onnx", "--no-check", "-q"),
+                "onnx.load + onnx.save (external data)": [sys.executable, "-c", BASELINE_EXTERNAL, str(src),
+                                                          str(d / "other" / "out.onnx")],
+                "onnxpoolfix, OUT next to IN (data shared)": cli(src, d / "in" / "out.onnx", "-q"),
+                "onnxpoolfix, OUT in another folder (data copied)": cli(src, d / "other" / "out.onnx", "-q"),
             }
             res = run_rounds(cases, args.rounds, clean_ext)
+            base = "onnx.load + onnx.save (external data)"
+            lines += [f"Over 2 GB: a generated VGG16-class network, {gb:.2f} GB of float32 weights in external data, "
+                      "one leftover adaptive_avg_pool2d (9x9 -> 7x7), check on.", "",
+                      "| run | wall s | peak RSS MiB | time | memory |", "|---|---|---|---|---|"]
             for name, runs in res.items():
-                ext_rows.append((emb, name, med(runs, "wall_s"), med(runs, "peak_mib")))
+                lines.append(f"| {name} | {med(runs, 'wall_s'):.2f} | {med(runs, 'peak_mib'):.0f} | "
+                             f"{ratios(res, base, name, 'wall_s'):.2f}x | {ratios(res, base, name, 'peak_mib'):.2f}x |")
+            lines.append("")
             shutil.rmtree(d)
-        lines += [
-            "External weights (the .onnx holds the graph only): `onnxpoolfix IN OUT --no-check`, the same "
-            "graph at two widths.",
-            "",
-            "| weights MB | OUT | wall s | peak RSS MiB |",
-            "|---|---|---|---|",
-        ]
-        lines += [f"| {emb:.0f} | {name} | {w:.2f} | {m:.0f} |" for emb, name, w, m in ext_rows]
-        small = {n: (w, m) for e, n, w, m in ext_rows if e == ext_rows[0][0]}
-        big = {n: (w, m) for e, n, w, m in ext_rows if e == ext_rows[-1][0]}
-        shared = "OUT next to IN (data shared)"
-        lines += ["", f"With the data shared, {ext_rows[-1][0] / ext_rows[0][0]:.0f}x the weights cost "
-                      f"{big[shared][0] / small[shared][0]:.2f}x the time and {big[shared][1] / small[shared][1]:.2f}x "
-                      "the memory: the weights are never read. In another folder the only added cost is the "
-                      "in-kernel copy (and fsync) of the data file, which OUT must own to be self-contained.", ""]
     finally:
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
 
-    stamp = f"{time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} CPUs (shared), python {platform.python_version()}, onnx {onnx.__version__}"
+    stamp = (f"{time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} CPUs (shared), python "
+             f"{platform.python_version()}, onnx {onnx.__version__}")
     section = "\n".join([HEADING, "", f"_{stamp}; `python benchmarks/bench_tool_cost.py`_", "", *lines]).rstrip() + "\n"
     print("\n" + section)
     if not args.no_results:

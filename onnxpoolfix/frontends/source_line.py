@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 import onnx
 
@@ -80,9 +81,8 @@ def module_pool(node: onnx.NodeProto) -> tuple[str, bool, int] | None:
     """(kind, adaptive, rank) of the innermost torch.nn pooling module in the node's class hierarchy, or None
     where the innermost module is no pooling module (a user's module calling F.* on its own line)."""
     text = _metadata(node).get("pkg.torch.onnx.class_hierarchy", "")
-    try:
-        entries = ast.literal_eval(text) if text else []
-    except (ValueError, SyntaxError):
+    entries = _literal(text) if text else ()
+    if not isinstance(entries, tuple):
         return None
     modules = [e for e in entries if isinstance(e, str) and not e.startswith("aten.")]
     if not modules:
@@ -93,11 +93,19 @@ def module_pool(node: onnx.NodeProto) -> tuple[str, bool, int] | None:
 
 def _scopes(node: onnx.NodeProto) -> list[str] | None:
     text = _metadata(node).get("pkg.torch.onnx.name_scopes", "")
+    scopes = _literal(text) if text else None
+    return list(scopes) if isinstance(scopes, tuple) and all(isinstance(e, str) for e in scopes) else None
+
+
+@lru_cache(maxsize=4096)
+def _literal(text: str) -> tuple | object | None:
+    """A metadata value read as a Python literal (a list as a tuple), or None where it is none. Cached: every node
+    of a module repeats its hierarchy and scopes, and a network has thousands of nodes."""
     try:
-        scopes = ast.literal_eval(text) if text else None
-    except (ValueError, SyntaxError):
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
-    return scopes if isinstance(scopes, list) and all(isinstance(e, str) for e in scopes) else None
+    return tuple(value) if isinstance(value, list) else value
 
 
 def submodules(nodes) -> dict[tuple[str, ...], frozenset[str]]:
@@ -149,11 +157,12 @@ _OPEN = "__onnxpoolfix_open__"
 _PAIRS = {")": "(", "]": "[", "}": "{"}
 
 
+@lru_cache(maxsize=4096)
 def _parse(text: str) -> tuple[ast.AST, int] | None:
     """The line as Python, and where the line's own text ends in what was parsed. A statement continued over
     several lines is one line of it: brackets left open are closed after it, brackets it closes are opened
     before it (as a call, so keyword arguments parse), and a header (``for ... :``) gets a body. None where no
-    such completion parses."""
+    such completion parses. Cached (many nodes share a line): callers read the tree, never change it."""
     code, opened, unopened = _brackets(text)
     head = "".join(f"{_OPEN}(" if c == ")" else _PAIRS[c] for c in reversed(unopened))
     tail = "".join({"(": ")", "[": "]", "{": "}"}[c] for c in reversed(opened))

@@ -54,6 +54,25 @@ def _invalid_utf8_field(msg, where: str = "") -> str | None:
     return None
 
 
+def _all_utf8(msg) -> bool:
+    """Whether every string field holds valid UTF-8: :func:`_invalid_utf8_field`'s question without naming the
+    field (no path built per message), a few times faster; the named walk runs only where this says no."""
+    if msg.DESCRIPTOR is TensorProto.DESCRIPTOR:  # ListFields would copy the tensor's data
+        return _invalid_utf8_field(msg) is None
+    try:
+        fields = msg.ListFields()
+    except UnicodeDecodeError:
+        return False
+    for fd, value in fields:
+        if fd.type == fd.TYPE_STRING:
+            if any(not isinstance(v, str) for v in (value if is_repeated(fd) else (value,))):
+                return False
+        elif fd.type == fd.TYPE_MESSAGE:
+            if not all(_all_utf8(v) for v in (value if is_repeated(fd) else (value,))):
+                return False
+    return True
+
+
 def _not_a_model_reason(model: ModelProto) -> str | None:
     """Why a message that parsed is not an ONNX model. Protobuf happily parses a serialised TensorProto,
     GraphProto or NodeProto (or many random byte strings) as a ModelProto: its fields land in unknown or
@@ -119,7 +138,7 @@ def load_model(path: PathLike, *, load_external_data: bool = False) -> ModelProt
                                 HINT_REEXPORT) from None
     finally:
         del data
-    bad_text = _invalid_utf8_field(model)
+    bad_text = None if _all_utf8(model) else _invalid_utf8_field(model)
     if bad_text:
         raise InvalidModelError(f"{name}: is corrupt: {bad_text} is not valid UTF-8 text", HINT_REEXPORT)
     reason = _not_a_model_reason(model)

@@ -475,3 +475,26 @@ def test_too_large_to_check_is_its_own_exit_code(tmp_path: Path) -> None:
     with pytest.raises(onnxpoolfix.CheckTooLargeError):
         onnxpoolfix.patch(onnx.load(src))
     assert run_cli([src, out, "--no-check", "-q"]).exit_code == 0 and out.exists()
+
+
+@pytest.mark.parametrize("where", ["node name", "body node name"])
+def test_invalid_utf8_text_is_refused_naming_the_field(tmp_path, where):
+    """A string field with invalid UTF-8 bytes (a corrupt file): one InvalidModelError naming the field, not an
+    internal error deep in the patch; also inside an If body (the walk goes into attributes' graphs)."""
+    from onnxpoolfix.errors import InvalidModelError
+    from onnxpoolfix.io import load_model
+
+    inner = helper.make_graph([helper.make_node("Identity", ["x"], ["t"], name="QQQQ" if where == "body node name"
+                                                else "inner")], "b", [], [helper.make_tensor_value_info("t", 1, None)])
+    nodes = [helper.make_node("Identity", ["x"], ["y"], name="QQQQ" if where == "node name" else "outer"),
+             helper.make_node("If", ["c"], ["z"], then_branch=inner, else_branch=inner)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1]),
+                                           helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1]),
+                               helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    assert data.count(b"QQQQ") == (2 if where == "body node name" else 1)
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(data.replace(b"QQQQ", b"\xff\xfe\xfd\xfc"))
+    with pytest.raises(InvalidModelError, match="name is not valid UTF-8"):
+        load_model(path)
