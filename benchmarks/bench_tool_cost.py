@@ -174,7 +174,8 @@ def export_networks(folder: Path, only: list[str] | None) -> list[tuple[str, Pat
             label = f"{name}, {route}"
             print(f"exported {label}: {path.stat().st_size / 1e6:.0f} MB ({time.perf_counter() - t:.0f} s)",
                   flush=True)
-            traced = ["--traced-shape", "x:" + ",".join(map(str, shape))] if dynamo and dynamic else []
+            first = onnx.load(str(path), load_external_data=False).graph.input[0].name  # (Sequential: "input")
+            traced = ["--traced-shape", f"{first}:" + ",".join(map(str, shape))] if dynamo and dynamic else []
             made.append((label, path, traced))
     return made
 
@@ -206,14 +207,20 @@ def main() -> None:
 
     lines: list[str] = []
     try:
-        rows = []
+        rows, failed = [], []
         for label, path, flags in export_networks(scratch, args.only):
             cases = {
                 "load + save": [sys.executable, "-c", BASELINE, str(path), str(outs / "a.onnx")],
                 "check": cli(path, outs / "b.onnx", "-q", *flags),
                 "no check": cli(path, outs / "c.onnx", "--no-check", "-q", *flags),
             }
-            res = run_rounds(cases, args.rounds, clean_outs)
+            try:
+                res = run_rounds(cases, args.rounds, clean_outs)
+            except SystemExit as e:  # one file failing is a result too, and the others still run
+                print(f"{label}: {e}", flush=True)
+                failed.append(f"{label}: {' '.join(str(e).split())[:300]}")
+                path.unlink()
+                continue
             rows.append((label, path.stat().st_size / 1e6, med(res["load + save"], "wall_s"),
                          med(res["load + save"], "peak_mib"), med(res["check"], "wall_s"),
                          ratios(res, "load + save", "check", "wall_s"), ratios(res, "load + save", "check", "peak_mib"),
@@ -232,7 +239,7 @@ def main() -> None:
         ]
         lines += [f"| {label} | {mb:.0f} | {t0:.2f} s | {m0:.0f} MiB | {t1:.2f} s | {rt:.2f}x | {rm:.2f}x | "
                   f"{nt:.2f}x | {nm:.2f}x |" for label, mb, t0, m0, t1, rt, rm, nt, nm in rows]
-        lines.append("")
+        lines += [f"- FAILED {f}" for f in failed] + [""]
 
         if not args.no_external:
             d = scratch / "external"

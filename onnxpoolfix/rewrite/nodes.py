@@ -102,14 +102,14 @@ def _set_output_types(graph: onnx.GraphProto, specs: Sequence[PoolSpec]) -> None
     # at any other size, so it goes (it is optional; onnx shape inference recomputes it).
     stale = _downstream(graph, [s.node.output for s in specs if not s.static])
     keep_only(graph.value_info, lambda v: v.name not in typed and v.name not in dropped and v.name not in stale)
-    outputs = {o.name for o in graph.output}
+    outputs: dict[str, list[onnx.ValueInfoProto]] = {}
+    for o in graph.output:
+        outputs.setdefault(o.name, []).append(o)
     for name, vi in typed.items():
-        if name in outputs:
-            for o in graph.output:
-                if o.name == name:
-                    _merge_declared_dims(vi, o)
-                    o.type.CopyFrom(vi.type)
-        else:
+        for o in outputs.get(name, ()):
+            _merge_declared_dims(vi, o)
+            o.type.CopyFrom(vi.type)
+        if name not in outputs:
             graph.value_info.append(vi)
 
 
