@@ -31,7 +31,7 @@ test-all: $(STAMP)
 	$(VENV)/bin/ruff check onnxpoolfix tests benchmarks fixtures/make_fixtures.py
 	ONNXPOOLFIX_FUZZ_CASES=2000 $(PY) -m pytest -m "slow or not slow" -q
 
-## test-runtimes: the patched fixtures beyond onnxruntime (OpenVINO; int8 quantize_dynamic/quantize_static,
+## test-runtimes: the patched fixtures beyond onnxruntime (OpenVINO, tract; int8 quantize_dynamic/quantize_static,
 ## fp16 weight storage, NaN/inf against torch), slow cases included (the dynamo exports each fixture is held to)
 test-runtimes: $(STAMP)
 	$(PY) -m pytest -m "slow or not slow" -q tests/test_runtimes.py tests/lowering/test_portable.py

@@ -1,11 +1,12 @@
-"""Patched fixtures in runtimes beyond onnxruntime (issue 33, item 3, the light part): OpenVINO, which
-installs from PyPI in seconds. Every static fixture with every target, and the dynamic fixtures with the
+"""Patched fixtures in runtimes beyond onnxruntime (issue 33, item 3, the light part): OpenVINO and tract,
+which install from PyPI in seconds. Every static fixture with every target, and the dynamic fixtures with the
 targets that take symbolic sizes (portable: bound with input_shapes, its documented remedy), compared with
-torch's saved outputs at every saved size. The heavy runtimes (TensorFlow through onnx2tf, TVM, MNN, ncnn,
-tract) are not run by the project yet."""
+torch's saved outputs at every saved size. The heavy runtimes (TensorFlow through onnx2tf, TVM, MNN, ncnn)
+are not run by the project yet."""
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -59,5 +60,63 @@ def test_openvino_matches_torch(case, target):
                 continue
             patched = onnxpoolfix.patch(model, target=target, check=False).model
         got = openvino_run(patched, feed)
+        for name, w in want.items():
+            np.testing.assert_allclose(got[name], w, rtol=rtol, atol=atol, err_msg=f"{name} at {sfx or 'traced'}")
+
+
+# --------------------------------------------------------------------------------------------------- tract
+
+def tract_run(model: onnx.ModelProto, feed: dict, *, concrete: bool = True) -> dict:
+    """tract (sonos/tract, through its Python wheel) on ``model``; ``concrete``: its inputs given the feed's
+    shapes (else the file's own, symbolic where it is)."""
+    import tract
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "model.onnx"
+        onnx.save(model, path)
+        inference = tract.onnx().load(str(path))
+        for i, vi in enumerate(model.graph.input if concrete else ()):
+            v = feed[vi.name]
+            inference.set_input_fact(i, f"{','.join(map(str, v.shape)) or ''},{_TRACT_TYPES[v.dtype.name]}")
+        runnable = inference.into_model().into_runnable()
+        outs = runnable.run([feed[vi.name] for vi in model.graph.input])
+    return {o.name: r.to_numpy() for o, r in zip(model.graph.output, outs)}
+
+
+_TRACT_TYPES = {"float32": "f32", "int64": "i64"}
+#: tract 0.23 cannot analyse an If (the default target's lazy NaN guard of max pooling with indices)
+_TRACT_REFUSES = {("max2d_indices_output", "onnxruntime"), ("max2d_indices_consumed", "onnxruntime")}
+#: dynamic lowerings tract runs under symbolic sizes (the file as written, one model for every size)
+_TRACT_SYMBOLIC = {("dynamic_max2d", "tensorrt")}
+#: run in the fast suite (the rest in `make test-runtimes`): one of each family, every target
+_TRACT_FAST = {"avg2d_8x9_to_5x7", "max2d_indices_output", "avg3d", "dynamic_avg2d", "dynamic_max2d"}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", [pytest.param(c, id=c["name"], marks=() if c["name"] in _TRACT_FAST
+                                               else pytest.mark.slow) for c in CASES])
+def test_tract_matches_torch(case, target):
+    """Every static fixture with every target, exact in tract at its size; the dynamic fixtures with the portable
+    target, bound to each saved size, and tensorrt's dynamic max pooling as written (symbolic), at each saved size
+    (tract cannot take the other dynamic lowerings under symbolic sizes: docs/targets.md). A refusal tract is known
+    for is asserted as one: the test fails the day tract takes it."""
+    pytest.importorskip("tract")
+    symbolic = (case["name"], target) in _TRACT_SYMBOLIC
+    if case["dynamic"] and target != "portable" and not symbolic:
+        pytest.skip("the dynamic lowering under symbolic sizes: tract cannot analyse its runtime windows")
+    model = onnx.load(FIXTURES / case["file"])
+    rtol, atol = case["suggested_tolerance"]
+    for sfx, feed, want in runs(case):
+        if sfx and not case["dynamic"]:
+            continue
+        shapes = {k: list(v.shape) for k, v in feed.items()} if case["dynamic"] and not symbolic else None
+        patched = onnxpoolfix.patch(model, target=target, input_shapes=shapes, check=False).model
+        if (case["name"], target) in _TRACT_REFUSES:
+            import tract
+
+            with pytest.raises(tract.TractError, match="If"):
+                tract_run(patched, feed)
+            return
+        got = tract_run(patched, feed, concrete=not symbolic)
         for name, w in want.items():
             np.testing.assert_allclose(got[name], w, rtol=rtol, atol=atol, err_msg=f"{name} at {sfx or 'traced'}")
