@@ -13,9 +13,15 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import onnx
 
-from .check import run_check
+from .check import ExtraRun, run_check
 from .check.bodies import body_rows, check_in_bodies
-from .check.differential import compare_with_original, known_right_shapes, original_outputs, redefined_by_plan
+from .check.differential import (
+    compare_with_original,
+    known_right_shapes,
+    original_outputs,
+    redefined_by_plan,
+    redefined_in,
+)
 from .errors import ArgumentError, InvalidModelError, api_words
 from .frontends.dynamo import frozen_error, partial_lines
 from .graph.shapes import model_opset, validate_input_shape
@@ -162,18 +168,21 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             indices="computed" if s.node.indices_output else "dropped" if s.node.unused_outputs else "none",
             rests_on_traced_shape=s.node.output in resting))
     if check:
+        # OUT's run for the differential check goes with the node check's (one session of OUT's cut)
+        extra = ExtraRun(original[0], sorted(redefined_in(model))) if original is not None else None
         if specs:
             run_check(model, specs, report, check_shapes=check_shapes,
                       # a partial fix runs where its frozen regions do: at the traced size
                       input_shapes=input_shapes or (traced_shapes if report.partial else None),
-                      model_dir=model_dir, seed=seed)
+                      model_dir=model_dir, seed=seed, extra=extra)
         if in_bodies:
             check_in_bodies(model, in_bodies, report, model_dir=model_dir, seed=seed)
         if original is not None:
             where = ("its static size" if not right_at else "the traced size "
                      + " ".join(f"{k}:{','.join(map(str, v))}" for k, v in right_at.items()))
             with phase("compare", shapes_detail(right_at)):
-                compare_with_original(model, *original, model_dir=model_dir, where=where)
+                compare_with_original(model, *original, model_dir=model_dir, where=where,
+                                      got=extra.got if extra is not None and extra.got else None)
             notes.append(f"OUT equals the original file at {where}, where the exporter's graph is right "
                          "(every tensor onnxpoolfix wrote that the rest of the graph reads, so every output)")
     else:

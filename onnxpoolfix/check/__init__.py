@@ -21,11 +21,11 @@ from ..graph.shapes import type_dims, validate_input_shape
 from ..report import RESTS_ON_TRACED, PatchReport, WarningNote
 from .compare import NodeCheck, compare
 from .feeds import graph_inputs
-from .runner import check_patched
+from .runner import ExtraRun, check_patched
 from .sizes import default_check_shapes
 
 __all__ = ["run_check", "refuse_huge_check", "foreign_ops", "ONNXRUNTIME_DOMAINS", "CHECK_MAX_ELEMENTS",
-           "check_patched", "default_check_shapes", "compare", "NodeCheck"]
+           "check_patched", "ExtraRun", "default_check_shapes", "compare", "NodeCheck"]
 
 
 #: The check runs the model on random inputs: refuse it (exit 8, with the way out) when one pooled tensor
@@ -151,7 +151,8 @@ def _refused_hint(report: PatchReport) -> str:
             "skip the check with --no-check to write OUT anyway")
 
 
-def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, model_dir, seed) -> None:
+def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, model_dir, seed,
+              extra: ExtraRun | None = None) -> None:
     if not check_shapes:  # sizes the user chose are the user's call
         refuse_huge_check(specs)
     for shapes in check_shapes or ():  # again on the patched signature (an --input-shape may have stayed bound)
@@ -163,7 +164,8 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
     try:
         shapes_list, note = default_check_shapes(model, specs, check_shapes=check_shapes, input_shapes=input_shapes,
                                                  model_dir=model_dir, seed=seed)
-        results = check_patched(model, specs, input_shapes=shapes_list, model_dir=model_dir, seed=seed)
+        results = check_patched(model, specs, input_shapes=shapes_list, model_dir=model_dir, seed=seed,
+                                extra=extra)
     except PoolFixError:
         raise
     except MemoryError:

@@ -14,7 +14,7 @@ rounding of a float32 result) and ``L + 1`` steps of the subnormal grid; see
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from math import prod
 from typing import Mapping, Sequence
 
@@ -58,14 +58,24 @@ def ort_session(model: onnx.ModelProto | str | bytes, model_dir: str | None = No
     return ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
 
 
+@dataclass
+class ExtraRun:
+    """One more run of the check's session, on ``feed``, fetching ``names`` into ``got`` (the differential check's
+    run of OUT: :mod:`.differential`), so that OUT's cut is built and loaded once."""
+
+    feed: dict
+    names: list[str]
+    got: dict = field(default_factory=dict)
+
+
 def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
                   input_shapes: Sequence[Mapping[str, Sequence[int]]] = ({},),
-                  model_dir: str | None = None, seed: int = 0) -> dict[int, NodeCheck]:
+                  model_dir: str | None = None, seed: int = 0, extra: ExtraRun | None = None) -> dict[int, NodeCheck]:
     """Run ``model`` once per entry of ``input_shapes`` and compare every replaced node.
 
-    ``model`` is temporarily given extra graph outputs (restored before returning; bfloat16 tensors are
-    fetched through an exact Cast to float32, since numpy has no bfloat16). ``model_dir`` is where its
-    external data lives, if any.
+    The session runs the cut of ``model`` computing the fetched tensors (bfloat16 ones through an exact Cast to
+    float32, since numpy has no bfloat16); ``model`` is not modified. ``model_dir`` is where its external data
+    lives, if any. ``extra``: one more run on its feed (after the checked sizes).
     """
     rng = np.random.default_rng(seed)
     inputs = {i.name for i in graph_inputs(model)}
@@ -94,6 +104,8 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
     for name, out in fetch.items():
         elem = types[name] if out == name or types[name] == TensorProto.INT64 else TensorProto.FLOAT
         outputs[out] = onnx.helper.make_tensor_value_info(out, elem, None)
+    for name in extra.names if extra else ():
+        outputs.setdefault(name, onnx.ValueInfoProto(name=name))
     try:  # the part of the model computing what is fetched (check/cut.py): the layers below are not run
         sess = ort_session(cut_bytes(model, list(outputs.values()), added_nodes), model_dir)
     except Exception as e:  # onnxruntime's own words, on one line
@@ -139,6 +151,9 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
             compare(bound, values[s.node.input], values[s.node.output], idx, c)
             if before[2] and not c.passed and s.dtype in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
                 _half_input(model, bound, values[s.node.input], values[s.node.output], idx, c, before, alone)
+    if extra is not None:
+        feed = {k: ort_value(v) for k, v in extra.feed.items() if k in session_inputs}
+        extra.got = {n: r.numpy() for n, r in zip(extra.names, sess.run_with_ort_values(extra.names, feed))}
     for s in specs:  # each replaced subgraph alone, on inputs made to expose what random data rarely does
         check = checks[s.node.index]
         if check.passed and check.shapes:
