@@ -23,7 +23,7 @@ demo: $(STAMP)
 ## test: the test suite as CI runs it (slow cases deselected; `make test-all` runs them)
 test: $(STAMP)
 	$(VENV)/bin/ruff check onnxpoolfix tests benchmarks fixtures/make_fixtures.py
-	$(PY) -m pytest -n auto -m "not slow" -q
+	$(PY) -m pytest -n auto --dist worksteal -m "not slow" -q
 
 ## test-all: everything: the fast suite, the slow cases (2220 more round trips against torch, full-size
 ## AlexNet, the > 2 GB external-data models, the timed external-weights run) and a 2000-case fuzz
