@@ -14,9 +14,10 @@ from onnx import TensorProto
 
 from ..errors import CheckFailedError
 from ..report import NodeReport, PatchReport
+from ..sessions import ort_session, ort_value
 from ..spec import PoolSpec
 from .compare import NodeCheck, compare
-from .runner import STRUCTURED_MAX_ELEMENTS, ort_session, ort_value, structured_inputs
+from .runner import STRUCTURED_MAX_ELEMENTS, structured_inputs
 from .sizes import WINDOW_KINDS, window_targets
 
 

@@ -20,9 +20,9 @@ from ..errors import CheckFailedError, ShapeError
 from ..graph import read_names, subgraphs
 from ..graph.emit import EMITTED_BY
 from ..graph.shapes import PoolSpec
+from ..sessions import ort_session
 from .cut import cut_bytes
 from .feeds import random_feed, symbolic_inputs
-from .runner import ort_session
 
 __all__ = ["known_right_shapes", "redefined_by_plan", "redefined_in", "original_outputs", "compare_with_original"]
 

@@ -29,33 +29,13 @@ from ..graph.emit import Emitter
 from ..graph.shapes import PoolSpec, make_value_info
 from ..io import has_external_data
 from ..progress import each, shapes_detail
+from ..sessions import ort_session, ort_value
 from ..spec import RuntimeDim, bind_runtime_sizes
 from .compare import NodeCheck, compare, out_sizes, torch_size
 from .cut import cut_bytes
 from .feeds import graph_inputs, random_feed
 
 logger = logging.getLogger(__name__)
-
-def ort_session(model: onnx.ModelProto | str | bytes, model_dir: str | None = None, *, optimize: bool = True):
-    """A CPU session on ``model`` (a proto, its bytes, or a file's path: onnxruntime reads it),
-    quiet and not spinning. ``optimize=False``: onnxruntime's graph optimizations off (a graph run as written,
-    where a fusion could hide what it computes)."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    if not optimize:
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    # fatal only: stale declared output shapes of dynamic exports (warnings) are not our news, and a probe at
-    # a size the network cannot take logs an error that is expected; a failure that matters is raised with
-    # onnxruntime's message in it
-    so.log_severity_level = 4
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if model_dir is not None:
-        # external data resolves against this folder: the graph is passed as bytes (weights stay on disk),
-        # so nothing is written next to IN, which may be read-only
-        so.add_session_config_entry("session.model_external_initializers_file_folder_path", str(model_dir))
-    source = model if isinstance(model, (str, bytes)) else model.SerializeToString()
-    return ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
 
 
 @dataclass
@@ -220,16 +200,6 @@ def _half_input(model, spec: PoolSpec, x, y, idx, check: NodeCheck, before: tupl
 
 #: pooled inputs up to this many elements also get the structured inputs (each a run and a reference)
 STRUCTURED_MAX_ELEMENTS = 1 << 22
-
-
-def ort_value(x: np.ndarray):
-    """``x`` as an onnxruntime input (bfloat16 through its raw bits: numpy has no bfloat16 of its own)."""
-    import onnxruntime as ort
-
-    x = np.ascontiguousarray(x)
-    if x.dtype.name == "bfloat16":
-        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(x.view(np.uint16), TensorProto.BFLOAT16)
-    return ort.OrtValue.ortvalue_from_numpy(x)
 
 
 def isolate(model: onnx.ModelProto, spec: PoolSpec) -> onnx.ModelProto | None:

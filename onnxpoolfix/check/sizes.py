@@ -15,9 +15,9 @@ from ..errors import ShapeError
 from ..graph.shapes import PoolSpec, light_copy, onnx_inferred
 from ..lowering.dynamic_max import IN_PLACE_MIN_ELEMENTS
 from ..report import dim_label
+from ..sessions import ort_session, ort_value
 from .cut import cut_bytes
 from .feeds import graph_inputs, random_feed, symbolic_inputs
-from .runner import ort_session, ort_value
 
 logger = logging.getLogger(__name__)
 

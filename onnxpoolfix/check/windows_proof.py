@@ -30,8 +30,8 @@ from ..graph.size_subgraph import size_subgraph
 from ..lowering.base import compute_dtype
 from ..lowering.dynamic import runtime_pooling_matrices_t, runtime_size_matrix_t
 from ..lowering.runtime_windows import runtime_window_table, runtime_window_tables
+from ..sessions import ort_session
 from ..spec import InputDim, PoolSpec, RuntimeDim
-from .runner import ort_session
 
 logger = logging.getLogger(__name__)
 

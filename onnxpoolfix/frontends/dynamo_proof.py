@@ -19,10 +19,10 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..check.compare import NodeCheck, compare
-from ..check.runner import ort_session
 from ..errors import PoolFixError
 from ..graph.shapes import apply_input_shapes, infer, infer_at, light_copy, make_value_info
 from ..progress import phase
+from ..sessions import ort_session
 from ..spec import InputDim, PoolNode, PoolSpec, RuntimeDim
 from .dynamo_graph import Candidate, DataflowGraph
 from .dynamo_probe import probe_unrolled_windows

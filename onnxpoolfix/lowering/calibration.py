@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..sessions import ort_session
 from . import cost as C
 
 ENV = "ONNXPOOLFIX_COSTS"
@@ -40,15 +41,7 @@ log = logging.getLogger(__name__)
 
 
 def _session(model, threads: int):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    if threads:
-        so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return ort_session(model, threads=threads or None, log_level=3)
 
 
 def _model(nodes, x_shape, inits=()):

@@ -20,6 +20,7 @@ from onnx import TensorProto, helper
 
 from ..graph.emit import Emitter, np_dtype
 from ..graph.shapes import PoolSpec, make_value_info
+from ..sessions import ort_session
 
 ENV = "ONNXPOOLFIX_TUNE"
 THREADS_ENV = "ONNXPOOLFIX_TUNE_THREADS"
@@ -41,8 +42,6 @@ def tunable(spec: PoolSpec) -> bool:
 
 
 def _session(lowering, spec: PoolSpec, shape: list[int]):
-    import onnxruntime as ort
-
     indices = "indices" if spec.node.indices_output and lowering.computes_indices else None
     em = Emitter("tune", {"x", "y", "indices"}, spec.opset)
     lowering.build(em, spec, "x", "y", indices)
@@ -52,13 +51,8 @@ def _session(lowering, spec: PoolSpec, shape: list[int]):
     graph = helper.make_graph(em.nodes, "tune", [make_value_info("x", spec.dtype, shape)], outputs,
                               initializer=em.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", spec.opset)])
-    so = ort.SessionOptions()
     threads = os.environ.get(THREADS_ENV, "")
-    if threads.isdigit() and int(threads) > 0:
-        so.intra_op_num_threads = int(threads)
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return ort_session(model, threads=int(threads) if threads.isdigit() and int(threads) > 0 else None, log_level=3)
 
 
 def measure(spec: PoolSpec, lowerings: Sequence) -> dict[str, float]:

@@ -18,9 +18,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..check.runner import ort_session, ort_value
 from ..check.sizes import WINDOW_KINDS, window_kind
 from ..errors import TorchMismatchError
+from ..sessions import ort_session, ort_value
 from .declared import DeclaredDims
 from .sizes import TorchRunner, choose_dims
 
