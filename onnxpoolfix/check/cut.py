@@ -16,16 +16,21 @@ from typing import Iterable, Sequence
 
 import onnx
 
-from ..graph import read_names, subgraphs
+from ..graph import subgraphs
 from ..io import serialize
 
-__all__ = ["cut_bytes", "cut_nodes"]
+__all__ = ["cut_bytes", "cut_nodes", "outer_reads"]
 
 
-def cut_nodes(graph: onnx.GraphProto, wanted: Iterable[str]) -> list[int]:
-    """Indices (in graph order) of the top-level nodes that ``wanted`` are computed from."""
+def cut_nodes(graph: onnx.GraphProto, wanted: Iterable[str], stop: Iterable[str] = ()) -> tuple[list[int], set[str]]:
+    """(indices in graph order of the top-level nodes that ``wanted`` are computed from, not looking past the
+    tensors in ``stop``; the names those nodes read that none of them writes: graph inputs, initializers, the
+    ``stop`` tensors reached, and any name nothing in the graph writes). A node's bodies count as reading what
+    they read from outside themselves."""
     producer = {o: k for k, n in enumerate(graph.node) for o in n.output if o}
+    stop = set(stop)
     picked: set[int] = set()
+    outside: set[str] = set()
     pending = [w for w in wanted if w]
     seen: set[str] = set()
     while pending:
@@ -33,15 +38,29 @@ def cut_nodes(graph: onnx.GraphProto, wanted: Iterable[str]) -> list[int]:
         if name in seen:
             continue
         seen.add(name)
-        k = producer.get(name)
-        if k is None or k in picked:
+        k = None if name in stop else producer.get(name)
+        if k is None:
+            outside.add(name)
+            continue
+        if k in picked:
             continue
         picked.add(k)
         node = graph.node[k]
         pending.extend(i for i in node.input if i)
-        for sub in subgraphs(node):  # a body reads outer tensors by name
-            pending.extend(read_names(sub))
-    return sorted(picked)
+        pending.extend(outer_reads(node))
+    return sorted(picked), outside
+
+
+def outer_reads(node: onnx.NodeProto) -> list[str]:
+    """Names a node's bodies (If branches, Loop/Scan bodies) read from outside themselves (a nested body's reads of
+    names its enclosing body makes are not)."""
+    out: list[str] = []
+    for sub in subgraphs(node):
+        made = {o for n in sub.node for o in n.output} | {i.name for i in sub.input}
+        made |= {t.name for t in sub.initializer}
+        for n in sub.node:
+            out.extend(i for i in list(n.input) + outer_reads(n) if i and i not in made)
+    return out
 
 
 def cut_bytes(model: onnx.ModelProto, outputs: Sequence[onnx.ValueInfoProto],
@@ -54,13 +73,7 @@ def cut_bytes(model: onnx.ModelProto, outputs: Sequence[onnx.ValueInfoProto],
     extra_outputs = {o for n in extra_nodes for o in n.output}
     roots = [o.name for o in outputs if o.name not in extra_outputs]
     roots += [i for n in extra_nodes for i in n.input if i and i not in extra_outputs]
-    picked = cut_nodes(g, roots)
-    reads = set(roots)
-    for k in picked:
-        n = g.node[k]
-        reads.update(i for i in n.input if i)
-        for sub in subgraphs(n):
-            reads |= read_names(sub)
+    picked, reads = cut_nodes(g, roots)
     out = onnx.ModelProto()
     out.ir_version = model.ir_version
     out.opset_import.extend(model.opset_import)

@@ -24,7 +24,6 @@ from onnx import TensorProto
 
 from .. import reference
 from ..errors import CheckFailedError
-from ..graph import subgraphs
 from ..graph.emit import Emitter
 from ..graph.shapes import PoolSpec, make_value_info
 from ..io import has_external_data
@@ -32,7 +31,7 @@ from ..progress import each, shapes_detail
 from ..sessions import ort_session, ort_value
 from ..spec import RuntimeDim, bind_runtime_sizes
 from .compare import NodeCheck, compare, out_sizes, torch_size
-from .cut import cut_bytes
+from .cut import cut_bytes, cut_nodes
 from .feeds import graph_inputs, random_feed
 
 logger = logging.getLogger(__name__)
@@ -206,34 +205,18 @@ def isolate(model: onnx.ModelProto, spec: PoolSpec) -> onnx.ModelProto | None:
     """The nodes computing ``spec``'s output (and indices) from its input alone, as a model of their own; None
     when they read anything else (then only the in-model check covers the node)."""
     g = model.graph
-    producer = {o: n for n in g.node for o in n.output if o}
     inits = {t.name: t for t in g.initializer}
     outs = [spec.node.output] + ([spec.node.indices_output] if spec.node.indices_output else [])
-    picked: dict[int, onnx.NodeProto] = {}
-    used: set[str] = set()
-    pending, seen = list(outs), set()
-    while pending:
-        name = pending.pop()
-        if not name or name in seen or name == spec.node.input:
-            continue
-        seen.add(name)
-        if name in inits:
-            if inits[name].data_location == TensorProto.EXTERNAL:
-                return None
-            used.add(name)
-            continue
-        node = producer.get(name)
-        if node is None:
-            return None
-        if id(node) not in picked:
-            picked[id(node)] = node
-            pending.extend(node.input)
-            pending.extend(_outer_reads(node))
+    picked, reads = cut_nodes(g, outs, stop=[spec.node.input])
+    used = reads - {spec.node.input}
+    if any(name not in inits or inits[name].data_location == TensorProto.EXTERNAL for name in used):
+        return None
+    made = {o for k in picked for o in g.node[k].output}
     sizes = runtime_size_tensors([spec])
     for name in sizes:  # the runtime output size: fetched as int64 (it is computed inside, from the input)
-        if name not in seen:
+        if name not in made:
             return None
-    nodes = [n for n in g.node if id(n) in picked]  # graph order is topological
+    nodes = [g.node[k] for k in picked]  # graph order is topological
     size_outs = []
     for name in sizes:
         nodes.append(onnx.helper.make_node("Cast", [name], [f"onnxpoolfix_isolated_size_{len(size_outs)}"],
@@ -251,18 +234,6 @@ def isolate(model: onnx.ModelProto, spec: PoolSpec) -> onnx.ModelProto | None:
     isolated = onnx.helper.make_model(graph, opset_imports=list(model.opset_import))
     isolated.ir_version = model.ir_version
     return isolated
-
-
-def _outer_reads(node: onnx.NodeProto) -> list[str]:
-    """Names a node's subgraphs (If branches) read from outside themselves (a nested If's reads of names its
-    enclosing branch makes are not)."""
-    out: list[str] = []
-    for sub in subgraphs(node):
-        made = {o for n in sub.node for o in n.output} | {i.name for i in sub.input}
-        made |= {t.name for t in sub.initializer}
-        for n in sub.node:
-            out.extend(i for i in list(n.input) + _outer_reads(n) if i and i not in made)
-    return out
 
 
 def structured_inputs(spec: PoolSpec, shape: tuple[int, ...], rng: np.random.Generator) -> list[np.ndarray]:

@@ -34,7 +34,8 @@ def _two_branch_model(rng) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 
 def test_the_cut_holds_only_what_the_tensor_is_computed_from():
     model, w = _two_branch_model(np.random.default_rng(0))
-    assert [model.graph.node[k].name for k in cut_nodes(model.graph, ["b"])] == ["mm1", "relu"]
+    picked, outside = cut_nodes(model.graph, ["b"])
+    assert [model.graph.node[k].name for k in picked] == ["mm1", "relu"] and outside == {"x", "w1"}
     cut = onnx.ModelProto.FromString(cut_bytes(model, [helper.make_tensor_value_info("b", TensorProto.FLOAT, None)]))
     assert [n.name for n in cut.graph.node] == ["mm1", "relu"]
     assert [t.name for t in cut.graph.initializer] == ["w1"]  # not w2 (below b), nor the If's flag
@@ -47,7 +48,8 @@ def test_the_cut_holds_only_what_the_tensor_is_computed_from():
 
 def test_a_body_reading_an_outer_tensor_brings_its_producer_into_the_cut():
     model, _ = _two_branch_model(np.random.default_rng(0))
-    assert [model.graph.node[k].name for k in cut_nodes(model.graph, ["d"])] == ["mm1", "relu", "if"]
+    picked, outside = cut_nodes(model.graph, ["d"])
+    assert [model.graph.node[k].name for k in picked] == ["mm1", "relu", "if"] and outside == {"x", "w1", "flag"}
     cut = onnx.ModelProto.FromString(cut_bytes(model, [helper.make_tensor_value_info("d", TensorProto.FLOAT, None)]))
     assert sorted(t.name for t in cut.graph.initializer) == ["flag", "w1"]
 
@@ -91,3 +93,10 @@ def test_the_domains_named_as_onnxruntimes_are_the_ones_it_has_kernels_in():
     from onnxruntime.capi import onnxruntime_pybind11_state as C
 
     assert {k.domain for k in C.get_all_opkernel_def()} <= ONNXRUNTIME_DOMAINS
+
+
+def test_a_stop_tensor_ends_the_walk_and_is_read_from_outside():
+    """What the isolated check of a replaced subgraph needs: the nodes between its input and its output only."""
+    model, _ = _two_branch_model(np.random.default_rng(0))
+    picked, outside = cut_nodes(model.graph, ["c"], stop=["b"])
+    assert [model.graph.node[k].name for k in picked] == ["mm2"] and outside == {"b", "w2"}
