@@ -10,13 +10,24 @@ every failure goes through one wrapper (:func:`.guard.reported`); the exit codes
 """
 from __future__ import annotations
 
-from . import calibrate_cmd, inspect_cmd, patch_cmd, windows_cmd  # noqa: F401  (each registers its command)
 from .app import main
-from .args import parse_shapes
 from .guard import Interrupted
-from .windows_cmd import parse_size_pairs
 
 __all__ = ["main", "parse_shapes", "parse_size_pairs", "Interrupted"]
+
+
+def __getattr__(name: str):
+    """``parse_shapes`` and ``parse_size_pairs`` load their command's modules on first use (the commands
+    themselves load when looked up: :data:`.app.COMMANDS`)."""
+    if name == "parse_shapes":
+        from .args import parse_shapes
+
+        return parse_shapes
+    if name == "parse_size_pairs":
+        from .windows_cmd import parse_size_pairs
+
+        return parse_size_pairs
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from helpers import make_leftover, ort_run
 from onnx import TensorProto, helper
 
+import onnxpoolfix
 from onnxpoolfix.cli import main, parse_shapes
 from onnxpoolfix.errors import EXIT_CODES
 from onnxpoolfix.frontends.leftovers import find_pool_nodes
@@ -307,3 +308,14 @@ def test_options_before_the_command_go_to_the_command(tmp_path: Path, monkeypatc
     r = CliRunner().invoke(main, ["-q", "inspect", "patched.onnx"])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "patched.onnx").exists() and AVG.read_bytes() == before
+
+
+def test_version_loads_no_command():
+    """``onnxpoolfix --version`` answers without loading the commands (onnx, numpy, the lowerings: about a
+    second): each command's module loads when the command is looked up."""
+    code = ("import sys\nsys.argv = ['onnxpoolfix', '--version']\nfrom onnxpoolfix.entry import main\ntry:\n"
+            "    main()\nexcept SystemExit:\n    pass\nprint(sorted(m for m in ('onnx', 'numpy', 'onnxruntime', "
+            "'onnxpoolfix.cli.patch_cmd') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"onnxpoolfix, version {onnxpoolfix.__version__}", "[]"]
