@@ -27,7 +27,7 @@ FIXTURES = sorted((Path(__file__).resolve().parent.parent / "fixtures").glob("*.
 N_CASES = int(os.environ.get("ONNXPOOLFIX_FUZZ_CASES", "200"))
 SEED = int(os.environ.get("ONNXPOOLFIX_FUZZ_SEED", "0"))
 N_SUBPROCESS = 6
-CLEAN_EXITS = {2, 3, 4, 5, 6}
+CLEAN_EXITS = {2, 3, 4, 5, 6, 8}  # 8: a pooled tensor too large to check (a fuzzed 2**31 dim), said so
 DTYPES = [TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL, TensorProto.STRING, TensorProto.FLOAT16,
           TensorProto.DOUBLE, TensorProto.UINT8, TensorProto.BFLOAT16, TensorProto.FLOAT8E4M3FN, 0, 99]
 SIZES = [0, -1, -7, 1, 2, 3, 7, 64, 1000, 2**31, 2**40, -(2**63)]
