@@ -24,7 +24,7 @@ from .check.differential import (
 )
 from .errors import ArgumentError, InvalidModelError, api_words
 from .frontends.dynamo import frozen_error, partial_lines
-from .graph.shapes import model_opset, validate_input_shape
+from .graph.shapes import light_copy, model_opset, validate_input_shape
 from .plan.model import PlanOptions, no_lowering_hint, plan_model
 from .plan.planner import AUTO, check_strategy
 from .progress import phase, shapes_detail
@@ -154,6 +154,8 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         planned = [p.spec for p in mp.separate] + [lv.spec for g in mp.groups for lv in g.levels]
         original = original_outputs(model, right_at, redefined_by_plan(model, planned), seed=seed,
                                     model_dir=model_dir)
+    # the input file's graph without its weights, for the check of the layers after the replaced nodes
+    input_light = light_copy(model) if check else None
     applied = apply_model_plan(model, mp)
     done = [d for d in applied if d.body is None]
     in_bodies = [d for d in applied if d.body is not None]
@@ -174,7 +176,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             run_check(model, specs, report, check_shapes=check_shapes,
                       # a partial fix runs where its frozen regions do: at the traced size
                       input_shapes=input_shapes or (traced_shapes if report.partial else None),
-                      model_dir=model_dir, seed=seed, extra=extra)
+                      model_dir=model_dir, seed=seed, extra=extra, input_light=input_light)
         if in_bodies:
             check_in_bodies(model, in_bodies, report, model_dir=model_dir, seed=seed)
         if original is not None:

@@ -20,6 +20,7 @@ from ..graph import nodes_deep
 from ..graph.shapes import type_dims, validate_input_shape
 from ..report import RESTS_ON_TRACED, PatchReport, WarningNote
 from .compare import NodeCheck, compare
+from .consistency import layers_after_refuse
 from .feeds import graph_inputs
 from .runner import ExtraRun, check_patched
 from .sizes import default_check_shapes
@@ -152,7 +153,7 @@ def _refused_hint(report: PatchReport) -> str:
 
 
 def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, model_dir, seed,
-              extra: ExtraRun | None = None) -> None:
+              extra: ExtraRun | None = None, input_light=None) -> None:
     if not check_shapes:  # sizes the user chose are the user's call
         refuse_huge_check(specs)
     for shapes in check_shapes or ():  # again on the patched signature (an --input-shape may have stayed bound)
@@ -164,6 +165,11 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
     try:
         shapes_list, note = default_check_shapes(model, specs, check_shapes=check_shapes, input_shapes=input_shapes,
                                                  model_dir=model_dir, seed=seed)
+        error = layers_after_refuse(input_light, specs) if input_light is not None else None
+        if error is not None:  # the layers after the replaced nodes, which the check does not run
+            raise CheckFailedError(f"the layers after the replaced nodes do not take what these compute (onnx's "
+                                   f"shape inference, which takes the input file as it is): {error}",
+                                   _refused_hint(report))
         results = check_patched(model, specs, input_shapes=shapes_list, model_dir=model_dir, seed=seed,
                                 extra=extra)
     except PoolFixError:
