@@ -79,3 +79,19 @@ def test_dynamo_export_bench_row():
     assert all(isinstance(e, float) and e < 1e-4 for _, e in ours.away)
     assert any(isinstance(e, str) or e > 1e-2 for _, e in plain.away)  # the frozen decomposition
     assert "| avg_dyn_7" in mod.markdown([(case, results)], [])
+
+
+def test_tool_cost_bench_measures_one_real_network(tmp_path):
+    """benchmarks/bench_tool_cost.py end to end on PSPNet (its four routes, one round, no results written): every
+    route a row with its ratios, none failed. The networks are exported here, so this runs with the slow set."""
+    import subprocess
+
+    script = BENCH.parent / "bench_tool_cost.py"
+    r = subprocess.run([sys.executable, str(script), "--only", "pspnet_resnet18", "--rounds", "1", "--no-external",
+                        "--no-results", "--dir", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| pspnet_resnet18, ")]
+    assert len(rows) == 4 and "FAILED" not in r.stdout, r.stdout[-2000:]
+    for row in rows:  # time and memory ratios of both runs, each a positive number
+        ratios = [float(c.strip()[:-1]) for c in row.split("|")[6:10]]
+        assert len(ratios) == 4 and all(x > 0 for x in ratios), row
