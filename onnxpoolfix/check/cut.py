@@ -16,10 +16,10 @@ from typing import Iterable, Sequence
 
 import onnx
 
-from ..graph import subgraphs
+from ..graph import outer_reads
 from ..io import serialize
 
-__all__ = ["cut_bytes", "cut_nodes", "outer_reads"]
+__all__ = ["cut_bytes", "cut_nodes"]
 
 
 def cut_nodes(graph: onnx.GraphProto, wanted: Iterable[str], stop: Iterable[str] = ()) -> tuple[list[int], set[str]]:
@@ -49,18 +49,6 @@ def cut_nodes(graph: onnx.GraphProto, wanted: Iterable[str], stop: Iterable[str]
         pending.extend(i for i in node.input if i)
         pending.extend(outer_reads(node))
     return sorted(picked), outside
-
-
-def outer_reads(node: onnx.NodeProto) -> list[str]:
-    """Names a node's bodies (If branches, Loop/Scan bodies) read from outside themselves (a nested body's reads of
-    names its enclosing body makes are not)."""
-    out: list[str] = []
-    for sub in subgraphs(node):
-        made = {o for n in sub.node for o in n.output} | {i.name for i in sub.input}
-        made |= {t.name for t in sub.initializer}
-        for n in sub.node:
-            out.extend(i for i in list(n.input) + outer_reads(n) if i and i not in made)
-    return out
 
 
 def cut_bytes(model: onnx.ModelProto, outputs: Sequence[onnx.ValueInfoProto],

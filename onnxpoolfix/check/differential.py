@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from ..errors import CheckFailedError, ShapeError
-from ..graph import read_names, subgraphs
+from ..graph import outer_reads
 from ..graph.emit import EMITTED_BY
 from ..graph.shapes import PoolSpec
 from ..sessions import ort_session
@@ -63,8 +63,7 @@ def redefined_in(model: onnx.ModelProto) -> set[str]:
     for n in g.node:
         if not n.doc_string.startswith(EMITTED_BY):
             read.update(n.input)
-            for sub in subgraphs(n):
-                read |= read_names(sub)
+            read.update(outer_reads(n))
     return written & read
 
 

@@ -34,6 +34,18 @@ def read_names(graph: onnx.GraphProto) -> set[str]:
     return {i for n in nodes_deep(graph.node) for i in n.input if i}
 
 
+def outer_reads(node: onnx.NodeProto) -> list[str]:
+    """Names a node's bodies (If branches, Loop/Scan bodies) read from outside themselves: unlike
+    :func:`read_names`, not the names a body makes itself (nor a nested body's reads of them)."""
+    out: list[str] = []
+    for sub in subgraphs(node):
+        made = {o for n in sub.node for o in n.output} | {i.name for i in sub.input}
+        made |= {t.name for t in sub.initializer}
+        for n in sub.node:
+            out.extend(i for i in list(n.input) + outer_reads(n) if i and i not in made)
+    return out
+
+
 def default_opset(model: onnx.ModelProto) -> int | None:
     """The model's default-domain (ai.onnx) opset, or None when it imports none."""
     for o in model.opset_import:

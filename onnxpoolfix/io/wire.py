@@ -11,6 +11,7 @@ committed. Peak memory is the model plus its largest tensor; the output is byte-
 """
 from __future__ import annotations
 
+import io
 import math
 from typing import BinaryIO
 
@@ -208,8 +209,6 @@ def serialize(model: ModelProto, initializers=()) -> bytes:
         replacements[((ModelProto.GRAPH_FIELD_NUMBER, 0), (GraphProto.INITIALIZER_FIELD_NUMBER, base + i))] = t
     if not replacements:
         return model.SerializeToString()
-    import io
-
     for guess in (True, False):
         f = io.BytesIO()
         try:
