@@ -1,7 +1,7 @@
 """Patched fixtures in runtimes beyond onnxruntime (issue 33, item 3, the light part): OpenVINO and tract,
 which install from PyPI in seconds. Every static fixture with every target, and the dynamic fixtures with the
-targets that take symbolic sizes (portable: bound with input_shapes, its documented remedy), compared with
-torch's saved outputs at every saved size. The heavy runtimes (TensorFlow through onnx2tf, TVM, MNN, ncnn)
+targets whose symbolic-size lowerings the runtime takes (one patched file run at every saved size), compared
+with torch's saved outputs. The heavy runtimes (TensorFlow through onnx2tf, TVM, MNN, ncnn)
 are not run by the project yet."""
 from __future__ import annotations
 
@@ -48,17 +48,10 @@ def test_openvino_matches_torch(case, target):
     model = onnx.load(FIXTURES / case["file"])
     rtol, atol = case["suggested_tolerance"]
     for sfx, feed, want in runs(case):
-        if case["dynamic"] and target != "onnxruntime":
-            # tensorrt takes the dynamic lowering too; portable refuses symbolic sizes: bind them
-            shapes = {k: list(v.shape) for k, v in feed.items()} if target == "portable" else None
-            try:
-                patched = onnxpoolfix.patch(model, target=target, input_shapes=shapes, check=False).model
-            except onnxpoolfix.PoolFixError as e:
-                pytest.skip(f"{target} refuses {case['name']}: {e}")
-        else:
-            if sfx and not case["dynamic"]:
-                continue
-            patched = onnxpoolfix.patch(model, target=target, check=False).model
+        if sfx and not case["dynamic"]:
+            continue
+        # every target keeps symbolic sizes symbolic (portable: window_slices): one file, every saved size
+        patched = onnxpoolfix.patch(model, target=target, check=False).model
         got = openvino_run(patched, feed)
         for name, w in want.items():
             np.testing.assert_allclose(got[name], w, rtol=rtol, atol=atol, err_msg=f"{name} at {sfx or 'traced'}")
@@ -86,8 +79,9 @@ def tract_run(model: onnx.ModelProto, feed: dict, *, concrete: bool = True) -> d
 _TRACT_TYPES = {"float32": "f32", "int64": "i64"}
 #: tract 0.23 cannot analyse an If (the default target's lazy NaN guard of max pooling with indices)
 _TRACT_REFUSES = {("max2d_indices_output", "onnxruntime"), ("max2d_indices_consumed", "onnxruntime")}
-#: dynamic lowerings tract runs under symbolic sizes (the file as written, one model for every size)
-_TRACT_SYMBOLIC = {("dynamic_max2d", "tensorrt")}
+#: dynamic lowerings tract runs under symbolic sizes (the file as written, one model for every size): the
+#: portable target's window_slices, every dynamic fixture; tensorrt's dynamic max pooling
+_TRACT_SYMBOLIC = {("dynamic_max2d", "tensorrt")} | {(c["name"], "portable") for c in CASES if c["dynamic"]}
 #: run in the fast suite (the rest in `make test-runtimes`): one of each family, every target
 _TRACT_FAST = {"avg2d_8x9_to_5x7", "max2d_indices_output", "avg3d", "dynamic_avg2d", "dynamic_max2d"}
 
@@ -97,20 +91,19 @@ _TRACT_FAST = {"avg2d_8x9_to_5x7", "max2d_indices_output", "avg3d", "dynamic_avg
                                                else pytest.mark.slow) for c in CASES])
 def test_tract_matches_torch(case, target):
     """Every static fixture with every target, exact in tract at its size; the dynamic fixtures with the portable
-    target, bound to each saved size, and tensorrt's dynamic max pooling as written (symbolic), at each saved size
+    target and tensorrt's dynamic max pooling as written (symbolic: one model, every saved size)
     (tract cannot take the other dynamic lowerings under symbolic sizes: docs/targets.md). A refusal tract is known
     for is asserted as one: the test fails the day tract takes it."""
     pytest.importorskip("tract")
     symbolic = (case["name"], target) in _TRACT_SYMBOLIC
-    if case["dynamic"] and target != "portable" and not symbolic:
+    if case["dynamic"] and not symbolic:
         pytest.skip("the dynamic lowering under symbolic sizes: tract cannot analyse its runtime windows")
     model = onnx.load(FIXTURES / case["file"])
     rtol, atol = case["suggested_tolerance"]
     for sfx, feed, want in runs(case):
         if sfx and not case["dynamic"]:
             continue
-        shapes = {k: list(v.shape) for k, v in feed.items()} if case["dynamic"] and not symbolic else None
-        patched = onnxpoolfix.patch(model, target=target, input_shapes=shapes, check=False).model
+        patched = onnxpoolfix.patch(model, target=target, check=False).model
         if (case["name"], target) in _TRACT_REFUSES:
             import tract
 

@@ -100,15 +100,17 @@ def foreign_ops(model) -> dict[str, int]:
 
 
 def _prove_dynamic_windows(model, specs, report: PatchReport, failed: list[str]) -> str:
-    """Every window of each ``dynamic`` lowering proven up to a bound (:mod:`.windows_proof`); the note."""
-    from .windows_proof import prove_windows
+    """Every window of each ``dynamic`` (or ``window_slices``) lowering proven up to a bound
+    (:mod:`.windows_proof`); the note."""
+    from .windows_proof import prove_slice_bounds, prove_windows
 
     cache: dict = {}
-    bounds, lines = [], []
+    bounds, lines, names = [], [], []
     for n, s in zip(report.nodes, specs):
-        if n.lowering != "dynamic":
+        if n.lowering not in ("dynamic", "window_slices"):
             continue
-        proof = prove_windows(model, s, cache)
+        names.append(n.lowering)
+        proof = prove_windows(model, s, cache) if n.lowering == "dynamic" else prove_slice_bounds(s, cache)
         if proof.failure:
             failed.append(f"{s.node.label}: {proof.failure}")
         elif proof.bound is not None:
@@ -117,7 +119,7 @@ def _prove_dynamic_windows(model, specs, report: PatchReport, failed: list[str])
     if not bounds:
         return ""
     report.windows_proven_to = min(bounds)
-    return (f"every window of the dynamic lowering proven up to n = {min(bounds)} "
+    return (f"every window of the {' and '.join(sorted(set(names)))} lowering proven up to n = {min(bounds)} "
             f"({'; '.join(dict.fromkeys(lines))})")
 
 

@@ -146,6 +146,37 @@ class _Prover:
         return None
 
 
+def prove_slice_bounds(spec: PoolSpec, cache: dict) -> Proof:
+    """Every window bound of a ``window_slices`` lowering (the portable target's symbolic sizes) proven: the
+    bounds subgraph the lowering emits (:meth:`~onnxpoolfix.lowering.window_slices.WindowSlicesStep.bounds`,
+    read from a tensor's Shape) runs for every length ``n <= BOUND`` and its ``m`` starts and ends are
+    compared with windows.py. One session per ``m``, one run per ``n``."""
+    from ..lowering.window_slices import WindowSlicesStep
+
+    proof = Proof()
+    lead = spec.ndim - spec.k
+    for j, (n, m) in enumerate(zip(spec.in_sizes, spec.out_sizes)):
+        if isinstance(n, int) or not isinstance(m, int) or m == 1:
+            continue
+        key = ("slices", m, spec.opset)
+        if key not in cache:
+            em = Emitter("proof", {"x", "out"}, spec.opset)
+            starts, ends = WindowSlicesStep(0, None, m, "ReduceMean").bounds(em, "x")
+            em.op("Concat", starts + ends, axis=0, out="out")
+            sess = ort_session(_model(em, ["x"], ["out"]), optimize=False)
+            cache[key] = None
+            for length in range(1, BOUND + 1):
+                (got,) = sess.run(None, {"x": np.zeros(length, np.int64)})
+                if not np.array_equal(got, _bounds(length, m).T.ravel()):
+                    cache[key] = f"the window slices' bounds differ from windows.py at {length} -> {m}"
+                    break
+        if cache[key]:
+            proof.failure = cache[key]
+            return proof
+        proof.add(f"axis {lead + j} window slices -> {m}: n <= {BOUND}", BOUND)
+    return proof
+
+
 def yielded_sizes(model: onnx.ModelProto, spec: PoolSpec, j: int, n_max: int) -> list[tuple[int, int]] | None:
     """The (n, m) pairs of pooled axis ``j`` whose output size the graph computes: its size subgraph run at
     every n <= n_max (the other pooled axes at two sizes); None where that subgraph reads anything but the
@@ -248,4 +279,4 @@ def prove_windows(model: onnx.ModelProto, spec: PoolSpec, cache: dict) -> Proof:
     return proof
 
 
-__all__ = ["prove_windows", "Proof", "BOUND"]
+__all__ = ["prove_windows", "prove_slice_bounds", "Proof", "BOUND"]

@@ -14,6 +14,7 @@
 | window_gather | max      | always                                            | Gather + ReduceMax                |
 | pool_cover    | max      | a grid fits inside one non-uniform axis' windows  | MaxPool (ceil) + Gather + Max     |
 | window_sum    | avg      | always; --target portable only                    | Pad + Gather + ReduceSum + Div    |
+| window_slices | avg, max | symbolic pooled axes; --target portable only      | Shape/Div + Slice + Reduce*       |
 | argmax        | max      | always; computes the indices output (static)      | Gather + ArgMax + GatherElements  |
 | dynamic       | avg, max | a pooled axis is symbolic (indices too)           | Shape/Range/Div + MatMul/Gather   |
 """
@@ -31,6 +32,7 @@ from .matmul import SeparableMatMulLowering
 from .mixed import MaxPoolGatherLowering, MixedLowering, WindowGatherLowering
 from .pool import PoolLowering
 from .resize import ResizeLowering
+from .window_slices import WindowSlicesLowering
 from .window_sum import WindowSumLowering
 
 LOWERINGS: tuple[Lowering, ...] = (
@@ -48,6 +50,7 @@ LOWERINGS: tuple[Lowering, ...] = (
     CoverMaxLowering(),
     ArgMaxLowering(),
     DynamicLowering(),
+    WindowSlicesLowering(),
 )
 
 BY_NAME = {lw.name: lw for lw in LOWERINGS}

@@ -288,8 +288,8 @@ class DynamicLowering(Lowering):
             return "every pooled axis is static (the dynamic lowering is for symbolic sizes)"
         if spec.target == "portable":
             # its Shape/Range window arithmetic: tract, TVM, onnx2tf and ncnn (pnnx) refuse it (issue 33)
-            return ("the portable target takes static pooled sizes only (tract, TVM, onnx2tf and ncnn refuse "
-                    "runtime windows)")
+            return ("not portable: runtime windows (Range, runtime pooling matrices and window tables) are what "
+                    "tract, TVM, onnx2tf and ncnn refuse; window_slices is the portable target's form")
         if spec.opset < self.min_opset:
             return needs_opset(self.min_opset,
                                f"needs opset {self.min_opset} (Range) for symbolic sizes, the model has {spec.opset}")

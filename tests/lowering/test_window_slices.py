@@ -1,0 +1,150 @@
+"""The portable target's symbolic pooled sizes (issue 33, item 2): one file, a Slice per window, exact at every
+size against torch and a numpy loop over the window formula; no op a runtime of docs/targets.md lacks; the
+window bounds proven for every n; what it cannot take refused with the --input-shape hint."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from helpers import make_leftover
+
+import onnxpoolfix
+from onnxpoolfix.errors import CheckFailedError, UnsupportedNodeError
+from onnxpoolfix.lowering import window_slices
+
+torch = pytest.importorskip("torch")
+
+# what the default target's runtime windows use and tract, TVM, onnx2tf, ncnn refuse; what MNN and ncnn lack
+NOT_PORTABLE = {"Range", "If", "IsNaN", "MatMul", "Loop", "Scan", "Reshape", "Transpose"}
+
+
+def loop_reference(x: np.ndarray, out_sizes, kind: str) -> np.ndarray:
+    """Adaptive pooling of x's last axes by start = floor(i*n/m), end = ceil((i+1)*n/m), one window at a time."""
+    k = len(out_sizes)
+    ins = x.shape[-k:]
+    y = np.empty(x.shape[:-k] + tuple(out_sizes), dtype=np.float64)
+    for idx in np.ndindex(*out_sizes):
+        sl = tuple(slice((i * n) // m, -(-((i + 1) * n) // m)) for i, n, m in zip(idx, ins, out_sizes))
+        w = x[(...,) + sl].astype(np.float64).reshape(x.shape[:-k] + (-1,))
+        y[(...,) + idx] = w.mean(-1) if kind == "avg" else w.max(-1)  # numpy's max propagates NaN, as torch
+    return y
+
+
+def torch_pool(x: np.ndarray, out_sizes, kind: str) -> np.ndarray:
+    fn = getattr(torch.nn.functional, f"adaptive_{kind}_pool{len(out_sizes)}d")
+    return fn(torch.from_numpy(x), tuple(out_sizes)).numpy()
+
+
+def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
+
+
+# (kind, input shape with symbols, output size, the input sizes run) - windows of every kind at each n
+CASES = [
+    ("avg", ("N", 3, "H", "W"), (5, 7), [(1, 3, 17, 13), (2, 3, 5, 7), (1, 3, 1, 1), (1, 3, 4, 3), (1, 3, 64, 71)]),
+    ("max", ("N", 3, "H", "W"), (4, 5), [(1, 3, 17, 13), (2, 3, 4, 5), (1, 3, 1, 2), (1, 3, 9, 3), (1, 3, 40, 41)]),
+    ("avg", ("N", 2, "L"), (7,), [(2, 2, 30), (1, 2, 7), (1, 2, 3), (1, 2, 1), (3, 2, 100)]),
+    ("max", ("N", 2, "L"), (7,), [(2, 2, 30), (1, 2, 7), (1, 2, 3), (1, 2, 1)]),
+    ("avg", (1, 2, "D", "H", "W"), (2, 3, 4), [(1, 2, 5, 7, 9), (1, 2, 2, 3, 4), (1, 2, 1, 8, 3)]),
+    ("avg", ("N", 3, "H", 13), (4, 5), [(1, 3, 11, 13), (2, 3, 3, 13)]),  # one axis static
+    ("avg", ("N", 3, "H", "W"), (1, 6), [(1, 3, 11, 13), (1, 3, 1, 4)]),  # an axis pooled to 1
+    ("max", (3, "H", "W"), (2, 3), [(3, 10, 11), (3, 1, 2)]),  # unbatched
+]
+
+
+def _id(c):
+    return f"{c[0]}-{'x'.join(map(str, c[1]))}-to-{'x'.join(map(str, c[2]))}"
+
+
+@pytest.mark.parametrize("kind,shape,size,sizes", CASES, ids=[_id(c) for c in CASES])
+def test_one_file_exact_at_every_size(kind, shape, size, sizes):
+    res = onnxpoolfix.patch(make_leftover(kind, shape, size), target="portable", check=False)  # torch judges
+    (node,) = res.report.nodes
+    assert node.lowering == "window_slices"
+    ops = {n.op_type for n in res.model.graph.node}
+    assert not ops & NOT_PORTABLE, ops & NOT_PORTABLE
+    assert "Slice" in ops
+    onnx.checker.check_model(res.model, full_check=True)
+    g = np.random.default_rng(0)
+    for s in sizes:
+        x = g.standard_normal(s).astype(np.float32)
+        if kind == "max":
+            x = np.round(x * 2) / 2  # ties
+        got = run(res.model, x)
+        want = torch_pool(x, size, kind)
+        assert got.shape == want.shape, s
+        if kind == "max":
+            np.testing.assert_array_equal(got, want, err_msg=str(s))
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=str(s))
+        np.testing.assert_allclose(got, loop_reference(x, size, kind), rtol=1e-6, atol=1e-6, err_msg=str(s))
+
+
+@pytest.mark.parametrize("kind", ["avg", "max"])
+def test_nan_and_inf_reach_torchs_outputs_only(kind):
+    res = onnxpoolfix.patch(make_leftover(kind, ("N", 2, "H", "W"), (5, 7)), target="portable", check=False)
+    g = np.random.default_rng(1)
+    for s in [(1, 2, 17, 13), (2, 2, 9, 23)]:
+        x = g.standard_normal(s).astype(np.float32)
+        x[0, 0, 0, 0] = np.nan
+        x[0, 1, 2, 3] = np.inf
+        x[1 % s[0], 1, -1, -1] = -np.inf
+        got, want = run(res.model, x), torch_pool(x, (5, 7), kind)
+        for test in (np.isnan, np.isposinf, np.isneginf):
+            np.testing.assert_array_equal(test(got), test(want), err_msg=f"{test.__name__} at {s}")
+        finite = np.isfinite(want)
+        np.testing.assert_allclose(got[finite], want[finite], rtol=1e-6, atol=1e-6)
+
+
+def test_the_bounds_are_proven_for_every_n(monkeypatch):
+    """The check runs the emitted bounds for every n up to its bound; an end one short for some n is caught
+    by that proof by name, even where the sizes the check runs the node at do not show it."""
+    res = onnxpoolfix.patch(make_leftover("avg", ("N", 2, "H", "W"), (5, 7)), target="portable")
+    assert res.report.check_passed
+    assert any("window_slices lowering proven up to n = 512" in str(n) for n in res.report.notes)
+    real = window_slices.WindowSlicesStep.bounds
+
+    def short_end_above_300(self, em, x):  # ends one short where n > 300 (no size the check picks is)
+        starts, ends = real(self, em, x)
+        if self.n is not None:
+            return starts, ends
+        n = em.op("Gather", [em.op("Shape", [x]), em.ints("axis", [self.axis])], axis=0)
+        cut = em.op("Cast", [em.op("Greater", [n, em.ints("limit", [300])])], to=onnx.TensorProto.INT64)
+        return starts, [em.op("Sub", [e, cut]) for e in ends]
+
+    monkeypatch.setattr(window_slices.WindowSlicesStep, "bounds", short_end_above_300)
+    with pytest.raises(CheckFailedError, match="window slices' bounds differ from windows.py at 301 -> 5"):
+        onnxpoolfix.patch(make_leftover("avg", ("N", 2, "H", "W"), (5, 7)), target="portable")
+
+
+def test_too_many_windows_refused_with_the_input_shape_hint():
+    n = window_slices.MAX_WINDOWS + 1
+    with pytest.raises(UnsupportedNodeError) as e:
+        onnxpoolfix.patch(make_leftover("avg", ("N", 2, "H", "W"), (n, 3)), target="portable")
+    assert f"has {n} windows" in str(e.value) and "input_shapes=" in e.value.hint
+    bound = onnxpoolfix.patch(make_leftover("avg", ("N", 2, "H", "W"), (n, 3)), target="portable",
+                              input_shapes={"x": [1, 2, 2 * n + 1, 7]})
+    assert bound.report.nodes[0].lowering != "window_slices"
+
+
+def test_a_size_computed_from_the_input_is_refused_with_the_input_shape_hint():
+    from runtime_size_modules import HalfThird
+
+    x = torch.randn(1, 3, 12, 18)
+    path = __import__("io").BytesIO()
+    torch.onnx.export(HalfThird(), (x,), path, dynamo=False, input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {2: "H", 3: "W"}},
+                      operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH)
+    model = onnx.load_from_string(path.getvalue())
+    with pytest.raises(UnsupportedNodeError) as e:
+        onnxpoolfix.patch(model, target="portable")
+    assert "computed from the input's size at run time" in str(e.value) and "input_shapes=" in e.value.hint
+    bound = onnxpoolfix.patch(model, target="portable", input_shapes={"x": [1, 3, 12, 18]})
+    got = run(bound.model, x.numpy())
+    np.testing.assert_allclose(got, HalfThird()(x).numpy(), rtol=1e-6, atol=1e-6)
+    assert math.prod(got.shape) == 3 * 6 * 6
