@@ -3,7 +3,8 @@
 
     python benchmarks/portable_speed.py [--rounds 15] [--cases avg_9to7,...] [--results]
 
-Per average case of cases.py: the FALLTHROUGH export patched with the default target (``onnxruntime``:
+Per average case of cases.py (and each dynamic-H/W case of cases_dynamic.py without an indices output, run at
+a size it was not traced at): the FALLTHROUGH export patched with the default target (``onnxruntime``:
 MatMul against constant 1/len pooling matrices where windows are not uniform) and with ``--target portable``
 (window sums: Pad + Gather + ReduceSum + Div, no weights: exact after int8 quantization and fp16 storage,
 NaN kept in its windows), timed interleaved with runners.time_interleaved beside the read-once floor (busy
@@ -23,6 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cases import CASES  # noqa: E402
+from cases_dynamic import DYNAMIC_CASES  # noqa: E402
 from floor import floor_model  # noqa: E402
 from results_md import write_section  # noqa: E402
 from runners import THREADS, export_fallthrough, med, ort_runner, ratio, time_interleaved  # noqa: E402
@@ -44,6 +46,12 @@ def avg_cases(names: list[str] | None):
     return out
 
 
+def symbolic_cases(names: list[str] | None):
+    """The dynamic-H/W cases without an indices output (the portable target refuses a read indices output
+    under symbolic sizes): the default target's ``dynamic`` lowering vs the portable ``window_slices``."""
+    return [c for c in DYNAMIC_CASES if "maxidx" not in c.name and (names is None or c.name in names)]
+
+
 def lowerings(model) -> str:
     return "+".join(sorted({n.lowering for n in model.report.nodes})) or "(exporter)"
 
@@ -51,13 +59,13 @@ def lowerings(model) -> str:
 def run(case, rounds: int) -> dict:
     torch.manual_seed(0)
     module = case.make().eval()
-    x = torch.randn(*case.shape)
-    base = export_fallthrough(module, x)
+    base = export_fallthrough(module, torch.randn(*case.shape), case.dynamic_axes)
+    x = torch.randn(*(case.run_shape or case.shape))  # a symbolic case runs at a size it was not traced at
     default = onnxpoolfix.patch(base, check=False)
     port = onnxpoolfix.patch(base, check=False, target="portable")
     xn = x.numpy()
     cands = {"default": ort_runner(default.model, xn), "portable": ort_runner(port.model, xn),
-             "floor": ort_runner(floor_model(case.shape), xn)}
+             "floor": ort_runner(floor_model(tuple(x.shape)), xn)}
     with torch.no_grad():
         want = module(x)
     want = [t.numpy() for t in (want if isinstance(want, tuple) else (want,))]
@@ -81,7 +89,8 @@ def main():
     lines = ["| case | default: lowering | default | portable: lowering | portable | portable/default | "
              "portable's error vs torch |", "|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
-    for case in avg_cases(args.cases.split(",") if args.cases else None):
+    names = args.cases.split(",") if args.cases else None
+    for case in avg_cases(names) + symbolic_cases(names):
         r = run(case, args.rounds)
         lines.append(f"| {r['case']} {r['desc']} | {r['default']} | {us(r['t_default'])} | {r['portable']} | "
                      f"{us(r['t_portable'])} | {r['ratio']:.2f}x | {r['error']:.1e} |")
@@ -95,7 +104,9 @@ def main():
                  "for averages that survive int8 quantization (quantize_dynamic: float32-exact; quantize_static: "
                  "at most the dynamo export's error), fp16 weight storage (exact) and NaN/inf (confined to their "
                  "windows as in torch); where every axis has uniform windows or integer upsampling both targets "
-                 "write the same AveragePool/Resize.")
+                 "write the same AveragePool/Resize. The `dyn_` cases keep H and W symbolic: the default target's "
+                 "`dynamic` lowering (runtime pooling matrices and window tables) against the portable "
+                 "`window_slices` (a Slice per window), run at a size they were not traced at.")
         write_section(RESULTS, HEADING, "\n".join([HEADING, "", intro, ""] + lines) + "\n")
 
 
