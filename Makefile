@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+RUNTIMES := $(VENV)/.runtimes-installed
 
 .PHONY: demo test test-all test-runtimes bench bench-tool clean fixtures dynamo-exports
 
@@ -33,10 +34,16 @@ test-all: $(STAMP)
 	$(VENV)/bin/ruff check onnxpoolfix tests benchmarks fixtures/make_fixtures.py
 	ONNXPOOLFIX_FUZZ_CASES=2000 $(PY) -m pytest -m "slow or not slow" -q
 
-## test-runtimes: the patched fixtures beyond onnxruntime (OpenVINO, tract; int8 quantize_dynamic/quantize_static,
-## fp16 weight storage, NaN/inf against torch), slow cases included (the dynamo exports each fixture is held to)
-test-runtimes: $(STAMP)
-	$(PY) -m pytest -m "slow or not slow" -q tests/test_runtimes.py tests/lowering/test_portable.py
+## test-runtimes: the patched fixtures beyond onnxruntime (OpenVINO, tract, TVM (installed on first use); int8
+## quantize_dynamic/quantize_static, fp16 weight storage, NaN/inf against torch), slow cases included
+test-runtimes: $(RUNTIMES)
+	$(PY) -m pytest -n auto --dist worksteal -m "slow or not slow" -q tests/test_runtimes.py \
+		tests/lowering/test_portable.py tests/lowering/test_window_slices.py
+
+# the runtimes extra (TVM, 300 MB) only where test-runtimes asks for it
+$(RUNTIMES): $(STAMP)
+	$(PY) -m pip install --no-compile --quiet --quiet -c constraints.txt -e '.[test,dynamo,runtimes]'
+	touch $(RUNTIMES)
 
 ## bench: speed of the patched graphs vs torch's kernel and the dynamo exporter (writes benchmarks/RESULTS.md),
 ## the plain dynamo export vs onnxpoolfix.export (writes benchmarks/RESULTS_dynamo_export.md), and dynamo

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
+from typing import Sequence
 
 import numpy as np
 from onnx import TensorProto
@@ -89,7 +90,8 @@ class ArgMaxStep(Step):
         emit_argmax(em, x, len(shape), [em.const(f"window_table_{j}", t) for j, t in enumerate(tables)],
                     prod(kmax), prod(self.m), elem, self.tie_safe, y, indices, flat, lazy=self.lazy,
                     separable=separable if any(a.table is not None for a in separable) else None,
-                    whole_windows=whole)
+                    whole_windows=whole,
+                    out_dims=list(self.m) + [d if isinstance(d, int) else None for d in shape[: self.first_axis]])
 
 
 def argmax_seconds(lead: int, gathered: int, gathers: int, itemsize: int, lazy: bool = False) -> float:
@@ -115,7 +117,7 @@ LAZY_OPS = ("ReduceSum", "Sub", "Not", "If") + FIRST_MAX_OPS + FIRST_MAX_WINDOWS
 def emit_argmax(em, x: str, rank: int, tables: list[str | None], kall: int | str, n_out: int | str, elem: int,
                 tie_safe: bool, y: str, indices: str | None, flat_index: str | None, *, lazy: bool = False,
                 separable: list[PooledAxis] | None = None, whole_windows: np.ndarray | str | None = None,
-                whole_windows_max: int = 0) -> None:
+                whole_windows_max: int = 0, out_dims: Sequence[int | None] | None = None) -> None:
     """Values (into ``y``) and torch's indices (into ``indices``) of max pooling ``x``'s last ``len(tables)``
     axes, each with its ``[m, kmax]`` window table (None: the axis keeps its length, its window is the
     element itself). ``kall`` is the window size (the product of the kmax), ``n_out`` the number of output
@@ -154,7 +156,7 @@ def emit_argmax(em, x: str, rank: int, tables: list[str | None], kall: int | str
 
         def exact_path(sub, outs):
             emit_argmax(sub, x, rank, tables, kall, n_out, elem, False, outs[0], outs[1] if indices else None,
-                        flat_index)
+                        flat_index, out_dims=out_dims)
 
         em.op("If", [takes_first_max(em, x, elem, separable)], out=[name for name, _ in outputs],
               then_branch=branch(em, "finite_inputs", outputs, finite_path),
@@ -174,7 +176,10 @@ def emit_argmax(em, x: str, rank: int, tables: list[str | None], kall: int | str
         win_pos.append(pos + 1)
         pos += 2
     lead_pos = list(range(pos, pos + lead))
-    keep_shape = em.op("Gather", [em.op("Shape", [g]), em.ints("out_and_lead", out_pos + lead_pos)], axis=0)
+    if out_dims is not None and None not in out_dims:  # every dim static: a constant (TVM's Relax takes no other;
+        keep_shape = em.ints("values_shape", out_dims)  # a -1 for a symbolic batch would stop at batch 0)
+    else:
+        keep_shape = em.op("Gather", [em.op("Shape", [g]), em.ints("out_and_lead", out_pos + lead_pos)], axis=0)
     if win_pos:
         g = em.op("Transpose", [g], perm=out_pos + win_pos + lead_pos)  # moves whole blocks of the leading dims
     # [output positions, kall, leading dims]: onnxruntime reduces a middle axis 3-6x faster than a first one

@@ -13,8 +13,9 @@ the other, the smaller output first read by the next.
 What the default target's runtime windows (:mod:`.dynamic`) use and the runtimes of docs/targets.md refuse
 is absent: no Range, no runtime pooling matrix or window table, no Reshape to a computed length, no Shape
 with ``start``/``end``, no If. No weights (int8 quantization and fp16 storage leave it exact), no
-multiplication of the data (a NaN or inf reaches only its windows). The price is ``2 m`` nodes per axis
-and a copy of each window: at most :data:`MAX_WINDOWS` windows per axis, so the graph stays small.
+multiplication of the data (a NaN or inf reaches only its windows). Measured: tract (symbolic input facts)
+and OpenVINO take it; TVM 0.27's ONNX frontend refuses the Gather of ``Shape`` (docs/targets.md). The price
+is ``2 m`` nodes per axis and a copy of each window: at most :data:`MAX_WINDOWS` windows per axis.
 """
 from __future__ import annotations
 
