@@ -176,7 +176,7 @@ def _inspect_node(node_plan, strategy: str) -> NodeInspection:
         info.blocker, info.hint = api_words(blocker), api_words(hint)  # as the patch's error would say it
         return info
     info.chosen, info.why = p.lowering.name, p.why
-    info.ops = [op for step in p.lowering.steps(s) for op in step.ops]
+    info.ops = p.lowering.ops(s)
     return info
 
 

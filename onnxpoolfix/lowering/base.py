@@ -102,7 +102,7 @@ class Lowering:
         reason = self._check(spec)
         if reason:
             return reason
-        ops = {op for s in self.steps(spec) for op in s.ops}
+        ops = set(self.ops(spec))
         if compute_dtype(spec) == TensorProto.DOUBLE and ops & NO_FLOAT64_KERNEL:
             return f"onnxruntime has no float64 kernel for {', '.join(sorted(ops & NO_FLOAT64_KERNEL))}"
         if spec.target == "portable":
@@ -130,6 +130,15 @@ class Lowering:
         if work != spec.dtype:
             return [CastStep(work)] + inner + [CastStep(spec.dtype)]
         return inner
+
+    def ops(self, spec: PoolSpec) -> list[str]:
+        """The op types this lowering writes for ``spec``, in step order, each once; the NaN test as
+        :meth:`Emitter.is_nan <onnxpoolfix.graph.emit.Emitter.is_nan>` spells it for the target."""
+        out: list[str] = []
+        for op in (op for s in self.steps(spec) for op in s.ops):
+            spelled = ("Equal", "Not") if op == "IsNaN" and spec.target == "portable" and spec.opset >= 11 else (op,)
+            out += [o for o in spelled if o not in out]
+        return out
 
     def cost(self, spec: PoolSpec) -> float:
         return run_cost(self.steps(spec), spec.input_shape, itemsize(compute_dtype(spec)))

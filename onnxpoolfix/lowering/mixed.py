@@ -22,14 +22,19 @@ from .steps import (
     run_cost,
 )
 from .sum_steps import WindowSumStep
+from .window_slices import WindowSlicesStep, pool_windows, slices_fit
 
 
 class _PerAxis(Lowering):
     general_method: str  # "matmul" | "pool_gather" | "window_gather"
 
     def _general_steps(self, spec, a):
-        if self.general_method == "matmul":  # the portable target: window sums (no weights; NaN kept in place)
-            return [WindowSumStep(a.axis, a.n, a.m) if spec.target == "portable" else MatMulStep(a.axis, a.n, a.m)]
+        if self.general_method == "matmul" and spec.target == "portable":  # no weights; NaN kept in place
+            if slices_fit(spec):  # Slices over Gathers: ncnn has no Gather layer
+                return [WindowSlicesStep(a.axis, a.n, a.m, "ReduceMean", pool_windows(spec, a.axis, a.n))]
+            return [WindowSumStep(a.axis, a.n, a.m)]
+        if self.general_method == "matmul":
+            return [MatMulStep(a.axis, a.n, a.m)]
         if self.general_method == "pool_gather":
             return [MaxPoolGatherStep(a.axis, spec.ndim - spec.k, a.n, a.m)]
         return [WindowGatherStep(a.axis, a.n, a.m)]

@@ -1,4 +1,7 @@
-"""Symbolic pooled sizes for the portable target: each output window a Slice of the input, reduced.
+"""The portable target's windows as Slices: each output window a Slice of the input, reduced.
+
+Symbolic pooled sizes (the bounds computed at run time) and static ones (constant bounds; ncnn has no Gather
+layer, so the portable target's averages take this form over the window sums wherever it applies).
 
 For one axis pooled ``n -> m`` (``m`` the node's constant, ``n`` read at run time as ``Gather(Shape(x),
 axis)``), window ``i`` is ``[start_i, end_i)`` with (int64, exact)::
@@ -22,10 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from onnx import TensorProto
 
+from .. import windows as W
 from ..spec import RuntimeDim
 from . import cost as C
-from .base import Lowering, axis_windows
+from .base import Lowering, axis_windows, compute_dtype
 from .runtime_windows import guess_len
 from .steps import OneAxisStep, ReduceStep, Step, numel
 
@@ -42,6 +47,8 @@ class WindowSlicesStep(OneAxisStep):
     n: int | None
     m: int
     op_type: str  # ReduceMean | ReduceMax
+    #: each window an AveragePool over its slice (kernel = its length) instead of a ReduceMean: see pool_windows()
+    pool_windows: bool = False
 
     def cost(self, shape, itemsize):
         dims = list(shape)
@@ -52,7 +59,7 @@ class WindowSlicesStep(OneAxisStep):
     def bounds(self, em, x) -> tuple[list[str], list[str]]:
         """The ``m`` windows' one-element start and end tensors (int64 ``[1]``)."""
         i = np.arange(self.m, dtype=np.int64)
-        if self.n is not None:  # a static axis of a partly symbolic node: constants
+        if self.n is not None:  # a static axis: constants
             starts = (i * self.n) // self.m
             ends = ((i + 1) * self.n + self.m - 1) // self.m
             return ([em.ints("window_start", [s]) for s in starts], [em.ints("window_end", [e]) for e in ends])
@@ -68,13 +75,19 @@ class WindowSlicesStep(OneAxisStep):
     def emit(self, em, x, shape, elem):
         starts, ends = self.bounds(em, x)
         axes = em.ints("axes", [self.axis])
-        pooled = [em.reduce(self.op_type, em.op("Slice", [x, s, e, axes], hint="window"), [self.axis], keepdims=1)
-                  for s, e in zip(starts, ends)]
+        windows = [em.op("Slice", [x, s, e, axes], hint="window") for s, e in zip(starts, ends)]
+        if self.pool_windows:
+            lengths = [e - s for s, e in W.windows(self.n, self.m)]
+            kernels = [[L if a == self.axis else 1 for a in range(2, len(shape))] for L in lengths]
+            pooled = [em.op("AveragePool", [w], kernel_shape=k) for w, k in zip(windows, kernels)]
+        else:
+            pooled = [em.reduce(self.op_type, w, [self.axis], keepdims=1) for w in windows]
         return pooled[0] if self.m == 1 else em.op("Concat", pooled, axis=self.axis)
 
     @property
     def ops(self):
-        return ("Shape", "Gather", "Mul", "Add", "Div", "Split", "Slice", self.op_type, "Concat")
+        bounds = ("Shape", "Gather", "Mul", "Add", "Div", "Split") if self.n is None else ()
+        return bounds + ("Slice", "AveragePool" if self.pool_windows else self.op_type, "Concat")
 
 
 def split_ones(em, v: str, m: int, hint: str) -> list[str]:
@@ -87,19 +100,29 @@ def split_ones(em, v: str, m: int, hint: str) -> list[str]:
     return list(em.nodes[-1].output)
 
 
+def pool_windows(spec, axis: int, n) -> bool:
+    """Whether a static average axis' windows are AveragePools over their slices rather than ReduceMeans: from
+    opset 18, pnnx (20261020) drops the axes of a Reduce whose axes are an input (opset 18's only form) when it
+    writes ncnn's Reduction, which then averages the wrong dims (measured); AveragePool converts to ncnn's
+    Pooling. Over a pooling op's spatial dims of a 1-D or 2-D pool only (no 3-D pooling op: MNN, TFLite)."""
+    return (spec.kind == "avg" and isinstance(n, int) and spec.opset >= 18 and spec.ndim in (3, 4) and axis >= 2
+            and compute_dtype(spec) != TensorProto.DOUBLE)  # (onnxruntime has no float64 AveragePool)
+
+
+def slices_fit(spec) -> bool:
+    """Every changed axis of ``spec`` is cut into at most :data:`MAX_WINDOWS` windows, from opset 10 (Slice's
+    bounds as inputs): window_slices applies, and the portable target prefers it to Gathers (ncnn has none)."""
+    return spec.opset >= 10 and all(a.keep or a.m <= MAX_WINDOWS for a in axis_windows(spec))
+
+
 class WindowSlicesLowering(Lowering):
     name = "window_slices"
-    summary = "per symbolic axis: a Slice per window (bounds from Shape), ReduceMean/ReduceMax, Concat"
+    summary = "per pooled axis: a Slice per window (bounds constant, or from Shape), ReduceMean/ReduceMax, Concat"
     dynamic = True
     min_opset = 10  # Slice with tensor starts/ends
     targets = frozenset({"portable"})
     other_targets_reason = ("for --target portable (no Range or runtime matrices); the dynamic lowering runs "
                             "faster in onnxruntime")
-
-    def check(self, spec):
-        if spec.static:
-            return "every pooled axis is static (the portable target's static lowerings apply)"
-        return super().check(spec)
 
     def _check(self, spec):
         for a, size in zip(axis_windows(spec), spec.node.output_size):
@@ -119,5 +142,6 @@ class WindowSlicesLowering(Lowering):
             steps.append(ReduceStep(op, whole))
         # the axis whose output is smallest relative to its input first: later axes slice less
         rest = sorted((a for a in changed if a.m != 1), key=lambda a: a.m / guess_len(a.n))
-        steps += [WindowSlicesStep(a.axis, a.n if isinstance(a.n, int) else None, a.m, op) for a in rest]
+        steps += [WindowSlicesStep(a.axis, a.n if isinstance(a.n, int) else None, a.m, op,
+                                   pool_windows(spec, a.axis, a.n)) for a in rest]
         return steps

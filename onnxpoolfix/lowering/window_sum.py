@@ -10,6 +10,7 @@ from .base import Lowering, axis_windows, compute_dtype, itemsize
 from .matmul import cheapest_order
 from .steps import run_cost
 from .sum_steps import FlatWindowSumStep, WindowSumStep
+from .window_slices import MAX_WINDOWS, slices_fit
 
 
 class WindowSumLowering(Lowering):
@@ -23,6 +24,9 @@ class WindowSumLowering(Lowering):
     def _check(self, spec):
         if all(a.keep for a in axis_windows(spec)):
             return "nothing to pool (every size is kept)"
+        if slices_fit(spec):
+            return (f"window_slices applies (at most {MAX_WINDOWS} windows per axis): its Slices convert for ncnn, "
+                    f"which has no Gather layer")
         return None
 
     def _steps(self, spec):

@@ -76,6 +76,19 @@ def test_every_candidate_is_listed_with_a_cost_or_a_reason() -> None:
     assert node.axes == ["8->5 non-uniform", "9->7 non-uniform"]
 
 
+@pytest.mark.parametrize("target", ["onnxruntime", "tensorrt", "portable"])
+@pytest.mark.parametrize("name", ["max2d", "max1d", "avg2d_8x9_to_5x7", "max2d_indices_output"])
+def test_listed_ops_are_what_the_patch_writes(name: str, target: str) -> None:
+    """Every op type the patch adds is among those inspect lists for the chosen lowering (the NaN test spelled
+    as the target writes it: Not(Equal(x, x)) for portable, which has no IsNaN)."""
+    model = fixture(name)
+    (node,) = inspect_model(model, target=target).nodes
+    before = {n.op_type for n in model.graph.node}
+    written = {n.op_type for n in onnxpoolfix.patch(model, target=target, check=False).model.graph.node} - before
+    assert written and written <= set(node.ops), (written - set(node.ops), node.ops)
+    assert ("IsNaN" in node.ops) == ("IsNaN" in written)
+
+
 def test_inspect_agrees_with_patch_on_every_fixture() -> None:
     for name in ALL_FIXTURES:
         model = fixture(name)

@@ -20,7 +20,7 @@ from onnxpoolfix.plan.planner import candidates
 F32, F16, F64, BF16 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16
 NP = {F32: np.float32, F16: np.float16, F64: np.float64}
 GLUE = {"Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze"}
-NAN_GUARD = {"IsNaN", "Less", "Greater", "Where", "Cast", "ReduceSum", "Sub", "Not", "If", "Identity"}  # max lowerings: NaN / -inf as torch has them
+NAN_GUARD = {"IsNaN", "Equal", "Less", "Greater", "Where", "Cast", "ReduceSum", "Sub", "Not", "If", "Identity"}  # max: NaN / -inf as torch (Equal: portable IsNaN)
 ARGMAX = {"Gather", "Transpose", "Reshape", "IsNaN", "Where", "ArgMax", "Cast", "ReduceMax", "Greater", "Mul",
           "GatherElements", "Add", "Shape", "Concat", "Unsqueeze", "Slice", "Equal", "Squeeze", "Sub", "Flatten", "Size", "And"}
 
@@ -108,13 +108,19 @@ CASES = [
     ("argmax", "max", (2, 3, 11, 13), (4, 5), {"ArgMax", "GatherElements"}),
     ("argmax", "max", (2, 2, 5, 6, 7), (3, 4, 5), {"ArgMax", "GatherElements"}),
     ("argmax", "max", (2, 3, 7), (3,), {"ArgMax", "GatherElements"}),
-    ("window_sum", "avg", (2, 3, 10, 11), (4, 4), {"Pad", "Gather", "ReduceSum", "Div"}),
-    ("window_sum", "avg", (2, 2, 5, 6, 7), (3, 4, 5), {"Pad", "Gather", "ReduceSum", "Div"}),
-    ("window_sum", "avg", (2, 3, 5), (6,), {"Pad", "Gather", "ReduceSum", "Div"}),  # non-integer upsample
-    ("window_sum", "avg", (3, 10, 11), (4, 4), {"Pad", "Gather", "ReduceSum", "Div"}),  # unbatched
+    # window sums: where an axis has more windows than window_slices cuts (64)
+    ("window_sum", "avg", (2, 3, 70, 11), (65, 4), {"Pad", "Gather", "ReduceSum", "Div"}),
+    ("window_sum", "avg", (2, 2, 5, 6, 70), (3, 4, 65), {"Pad", "Gather", "ReduceSum", "Div"}),
+    ("window_sum", "avg", (2, 3, 60), (66,), {"Pad", "Gather", "ReduceSum", "Div"}),  # non-integer upsample
+    ("window_sum", "avg", (3, 70, 11), (65, 4), {"Pad", "Gather", "ReduceSum", "Div"}),  # unbatched
+    ("window_slices", "avg", (2, 3, 10, 11), (4, 4), {"Slice", "ReduceMean", "Concat"}),
+    ("window_slices", "avg", (2, 2, 5, 6, 7), (3, 4, 5), {"Slice", "ReduceMean", "Concat"}),
+    ("window_slices", "avg", (2, 3, 5), (6,), {"Slice", "ReduceMean", "Concat"}),  # non-integer upsample
+    ("window_slices", "avg", (3, 10, 11), (4, 4), {"Slice", "ReduceMean", "Concat"}),  # unbatched
+    ("window_slices", "max", (2, 3, 11, 13), (4, 5), {"Slice", "ReduceMax", "Concat"}),
 ]
 # lowerings only the portable target plans (their cases run with it)
-PORTABLE_ONLY = {"window_sum"}
+PORTABLE_ONLY = {"window_sum", "window_slices"}
 
 
 def _cid(c):
@@ -151,7 +157,7 @@ def test_lowering(case, dtype):
 def test_every_lowering_has_cases():
     from onnxpoolfix.lowering import BY_NAME
 
-    static = {n for n, lw in BY_NAME.items() if not lw.dynamic}
+    static = {n for n, lw in BY_NAME.items() if not lw.dynamic} | {"window_slices"}  # (static and symbolic)
     assert static == {c[0] for c in CASES}
 
 
