@@ -6,8 +6,8 @@
 Per average case of cases.py (and each dynamic-H/W case of cases_dynamic.py without an indices output, run at
 a size it was not traced at): the FALLTHROUGH export patched with the default target (``onnxruntime``:
 MatMul against constant 1/len pooling matrices where windows are not uniform) and with ``--target portable``
-(window sums: Pad + Gather + ReduceSum + Div, no weights: exact after int8 quantization and fp16 storage,
-NaN kept in its windows), timed interleaved with runners.time_interleaved beside the read-once floor (busy
+(window Slices averaged by AveragePool runs or ReduceMeans, window sums beyond 64 windows; no weights: exact
+after int8 quantization and fp16 storage, NaN kept in its windows), timed interleaved with runners.time_interleaved beside the read-once floor (busy
 rounds discarded). The ratio is the median of per-round ratios portable/default. ``--results`` writes the
 table into benchmarks/RESULTS.md as the section under HEADING (every other section kept byte for byte).
 """
@@ -98,8 +98,8 @@ def main():
     if args.results:
         intro = (f"`python benchmarks/portable_speed.py --rounds {args.rounds}` on {time.strftime('%Y-%m-%d')}, "
                  f"onnxruntime, {THREADS} threads, fp32, interleaved (runners.time_interleaved), on a machine shared "
-                 "with other jobs. The default target keeps its MatMul lowerings: they are faster in onnxruntime, "
-                 "and its files are byte for byte what they were before the portable target existed (all "
+                 "with other jobs. The default target keeps its MatMul lowerings: they are faster in onnxruntime on all "
+                 "but the largest windows, and its files are byte for byte what they were before the portable target existed (all "
                  "shipped fixtures compared), so its speed is unchanged. `--target portable` pays the ratio below "
                  "for averages that survive int8 quantization (quantize_dynamic: float32-exact; quantize_static: "
                  "at most the dynamo export's error), fp16 weight storage (exact) and NaN/inf (confined to their "

@@ -134,6 +134,27 @@ def tvm_run(model: onnx.ModelProto, feed: dict, *, symbolic: bool) -> dict:
     return {o.name: r.numpy() for o, r in zip(model.graph.output, res)}
 
 
+def tvm_fails_a_lone_average_pool(model: onnx.ModelProto) -> bool:
+    """Whether some AveragePool of ``model``, alone in a graph of its own (same input shape and attributes),
+    fails TVM's LLVM module verification: TVM 0.27 vectorizes some pooled shapes (a [1, 4, 6, 3] output)
+    into IR that does not verify, whatever surrounds the op."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    typed = {vi.name: vi.type for vi in list(inferred.graph.value_info) + list(inferred.graph.input)}
+    for node in (n for n in model.graph.node if n.op_type == "AveragePool"):
+        dims = [d.dim_value for d in typed[node.input[0]].tensor_type.shape.dim]
+        lone = onnx.helper.make_model(onnx.helper.make_graph(
+            [onnx.helper.make_node("AveragePool", ["x"], ["y"], **{a.name: onnx.helper.get_attribute_value(a)
+                                                                   for a in node.attribute})],
+            "lone", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, dims)],
+            [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)]), opset_imports=model.opset_import)
+        try:
+            tvm_run(lone, {"x": np.zeros(dims, np.float32)}, symbolic=False)
+        except Exception as e:  # noqa: BLE001
+            if "does not dominate all uses" in str(e):
+                return True
+    return False
+
+
 #: what TVM 0.27's ONNX frontend says of each target's symbolic-size lowering (asserted: the test fails the day it
 #: takes one): runtime arithmetic on a Shape is a ShapeExpr its Mul/ReduceMax/Gather converters refuse
 _TVM_SYMBOLIC_REFUSES = {"onnxruntime": "ShapeExpr", "tensorrt": "ShapeExpr", "portable": "shape_of expects a tensor"}
@@ -152,11 +173,21 @@ def test_tvm_matches_torch(case, target):
         sfx, feed, _ = next(runs(case))
         with pytest.raises(Exception, match=_TVM_SYMBOLIC_REFUSES[target]):
             tvm_run(onnxpoolfix.patch(model, target=target, check=False).model, feed, symbolic=True)
+    tvm_bug = []
     for sfx, feed, want in runs(case):
         if sfx and not case["dynamic"]:
             continue
         shapes = {k: list(v.shape) for k, v in feed.items()} if case["dynamic"] else None
         patched = onnxpoolfix.patch(model, target=target, input_shapes=shapes, check=False).model
-        got = tvm_run(patched, feed, symbolic=False)
+        try:
+            got = tvm_run(patched, feed, symbolic=False)
+        except Exception as e:  # noqa: BLE001 - judged below
+            if "does not dominate all uses" in str(e) and tvm_fails_a_lone_average_pool(patched):
+                tvm_bug.append(sfx or "traced")
+                continue
+            raise
         for name, w in want.items():
             np.testing.assert_allclose(got[name], w, rtol=rtol, atol=atol, err_msg=f"{name} at {sfx or 'traced'}")
+    if tvm_bug:  # every other size compared above
+        pytest.xfail(f"at {', '.join(tvm_bug)}: TVM 0.27's LLVM codegen breaks on a lone AveragePool of the shape "
+                     f"this file pools (apache/tvm pull 20111)")

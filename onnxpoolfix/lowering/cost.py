@@ -37,6 +37,11 @@ fitted to:
   6x9 1.27x the separable's time): every choice right or within 10% of the faster;
 - everything else is memory traffic: bytes read and written at ``BANDWIDTH`` (a ReduceSum over 32 MB ran
   at 7.5-10 GB/s; small tensors stay in cache and run faster, which this ignores);
+- a pooling kernel longer than ``POOL_LONG_KERNEL`` along one axis slows in proportion to its length
+  (1x3x1024x1024, AveragePool k147x1 s146x1: 6.6 ms, 0.48 G reads/s; k2x1 on 1x2048x9x9: 4.3 G reads/s);
+- reductions (ReduceMean over one axis): streamed at ``BANDWIDTH`` where the elements after the axis are many
+  (1x3x1024x1024 over H: 180 us), but element by element, ``REDUCE_NARROW_READ`` each, where fewer than
+  ``REDUCE_NARROW_INNER`` follow it (1x2048x9x9 over H: 352 us for 166k elements);
 - every node costs ``NODE`` of fixed overhead.
 """
 from __future__ import annotations
@@ -57,4 +62,7 @@ ARGMAX_PASSES = 14  # passes over the gathered windows in the argmax constructio
 ARGMAX_PASSES_LAZY = 5  # the same on the finite path of its If-guarded form (ReduceSum, ArgMax, GatherElements)
 FIRST_MAX_WINDOWS_PASSES = 8  # passes over the windows in first_max_windows.py (Equal, Cast, Mul, ReduceMax x2)
 ARGMAX_OUT_OF_CACHE = 4  # their slowdown when the windows exceed CACHE_BYTES (8x256x64x64 -> 5x7: 34-131 ms)
+POOL_LONG_KERNEL = 16  # AveragePool kernels longer than this along one axis read POOL_RATE * 16 / length
+REDUCE_NARROW_INNER = 16  # a reduction over an axis followed by fewer elements than this runs element by element
+REDUCE_NARROW_READ = 2e-9  # seconds per element read there (1x2048x9x9, ReduceMean over H: 352 us; over W 58 us)
 NODE = 2e-6  # fixed per-node overhead

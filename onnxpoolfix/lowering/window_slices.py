@@ -1,4 +1,4 @@
-"""The portable target's windows as Slices: each output window a Slice of the input, reduced.
+"""The portable target's windows as Slices: each output window (or run of windows) a Slice of the input, reduced.
 
 Symbolic pooled sizes (the bounds computed at run time) and static ones (constant bounds; ncnn has no Gather
 layer, so the portable target's averages take this form over the window sums wherever it applies).
@@ -13,16 +13,22 @@ and each window is one ``Slice`` reduced by ReduceMean (average) or ReduceMax (m
 NaN / -inf wrapper), keepdims; one Concat puts the ``m`` windows back in order. Axes are pooled one after
 the other, the smaller output first read by the next.
 
+A static average over a 1-D or 2-D pool's spatial axis takes its windows in runs (:func:`window_runs`:
+consecutive windows of one length whose starts step evenly): one Slice and one AveragePool (kernel the
+length, stride the step) per run, so ``9 -> 7`` is three runs, not seven windows; windows longer than
+``cost.POOL_LONG_KERNEL`` stay a ReduceMean each below opset 18 (:meth:`WindowSlicesStep.at`).
+
 What the default target's runtime windows (:mod:`.dynamic`) use and the runtimes of docs/targets.md refuse
 is absent: no Range, no runtime pooling matrix or window table, no Reshape to a computed length, no Shape
-with ``start``/``end``, no If. No weights (int8 quantization and fp16 storage leave it exact), no
-multiplication of the data (a NaN or inf reaches only its windows). Measured: tract (symbolic input facts)
-and OpenVINO take it; TVM 0.27's ONNX frontend refuses the Gather of ``Shape`` (docs/targets.md). The price
-is ``2 m`` nodes per axis and a copy of each window: at most :data:`MAX_WINDOWS` windows per axis.
+with ``start``/``end``, no If, no Gather of the data. No weights (int8 quantization and fp16 storage leave it
+exact), no multiplication of the data (a NaN or inf reaches only its windows). Measured: tract (symbolic
+input facts) and OpenVINO take it; TVM 0.27's ONNX frontend refuses the Gather of ``Shape``
+(docs/targets.md). The price is up to ``2 m`` nodes per axis and a copy of each window: at most
+:data:`MAX_WINDOWS` windows per axis.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from onnx import TensorProto
@@ -53,8 +59,42 @@ class WindowSlicesStep(OneAxisStep):
     def cost(self, shape, itemsize):
         dims = list(shape)
         dims[self.axis] = guess_len(dims[self.axis])
-        copied = numel(tuple(dims)) + numel(self.out_shape(shape))  # every window copied (overlaps aside)
-        return (2 * self.m + 8) * C.NODE + 3 * copied * itemsize / C.BANDWIDTH
+        out = numel(self.out_shape(shape))
+        if self.pool_windows:
+            return self._runs_cost(tuple(dims), itemsize) + C.NODE + 2 * out * itemsize / C.BANDWIDTH
+        inner = numel(tuple(dims[self.axis + 1:]))
+        bounds = 8 * C.NODE if self.n is None else 0.0
+        # a Slice copies each window, its ReduceMean reads it: over an axis followed by fewer than
+        # REDUCE_NARROW_INNER elements onnxruntime's reduction runs element by element
+        read = C.REDUCE_NARROW_READ if inner < C.REDUCE_NARROW_INNER else 2 * itemsize / C.BANDWIDTH
+        windows = out * guess_len(dims[self.axis]) / self.m * (self.m if self.n is None else 1)
+        return bounds + (2 * self.m + 1) * C.NODE + numel(tuple(dims)) * itemsize / C.BANDWIDTH + windows * read
+
+    def _runs_cost(self, shape, itemsize) -> float:
+        """Each run's Slice (a copy of what it covers) and AveragePool (as :class:`~.steps.PoolStep` costs it)."""
+        total = 0.0
+        for run in window_runs(self.n, self.m):
+            covered = list(shape)
+            covered[self.axis] = (run.count - 1) * run.step + run.length
+            region = numel(tuple(covered))
+            pooled = region // covered[self.axis] * run.count
+            slow = max(1.0, run.length / C.POOL_LONG_KERNEL)
+            total += 2 * C.NODE + 2 * region * itemsize / C.BANDWIDTH + pooled * run.length * slow / C.POOL_RATE
+            if region * itemsize > C.CACHE_BYTES:
+                total += region * C.POOL_OUT_OF_CACHE
+        return total
+
+    def at(self, shape, itemsize, opset):
+        """Below opset 18, windows longer than ``POOL_LONG_KERNEL`` as a ReduceMean each: onnxruntime's
+        AveragePool slows with the kernel's length (1x3x1024x1024 -> 7 along H, kernel 147: 6.6 ms; the
+        ReduceMeans of the same windows 0.5 ms), while over short windows the runs win (1x2048x9x9 -> 7x7:
+        0.6 ms, a ReduceMean per window 2.2 ms). From opset 18 the runs whatever the length (pnnx drops opset
+        18's Reduce axes input when it writes ncnn: :func:`pool_windows`)."""
+        if not self.pool_windows or opset >= 18:
+            return self
+        if max(run.length for run in window_runs(self.n, self.m)) > C.POOL_LONG_KERNEL:
+            return replace(self, pool_windows=False)
+        return self
 
     def bounds(self, em, x) -> tuple[list[str], list[str]]:
         """The ``m`` windows' one-element start and end tensors (int64 ``[1]``)."""
@@ -73,21 +113,66 @@ class WindowSlicesStep(OneAxisStep):
         return split_ones(em, start, self.m, "window_start"), split_ones(em, end, self.m, "window_end")
 
     def emit(self, em, x, shape, elem):
+        if self.pool_windows:
+            return self._emit_runs(em, x, shape)
         starts, ends = self.bounds(em, x)
         axes = em.ints("axes", [self.axis])
-        windows = [em.op("Slice", [x, s, e, axes], hint="window") for s, e in zip(starts, ends)]
-        if self.pool_windows:
-            lengths = [e - s for s, e in W.windows(self.n, self.m)]
-            kernels = [[L if a == self.axis else 1 for a in range(2, len(shape))] for L in lengths]
-            pooled = [em.op("AveragePool", [w], kernel_shape=k) for w, k in zip(windows, kernels)]
-        else:
-            pooled = [em.reduce(self.op_type, w, [self.axis], keepdims=1) for w in windows]
+        pooled = [em.reduce(self.op_type, em.op("Slice", [x, s, e, axes], hint="window"), [self.axis], keepdims=1)
+                  for s, e in zip(starts, ends)]
         return pooled[0] if self.m == 1 else em.op("Concat", pooled, axis=self.axis)
+
+    def _emit_runs(self, em, x, shape):
+        """Per run of :func:`window_runs`: the Slice it covers (none where that is the whole axis), averaged by
+        one AveragePool whose kernel is the run's window length and stride its step along the axis (length 1:
+        the Slice alone, stepped); the runs joined by one Concat."""
+        axes = em.ints("axes", [self.axis])
+        parts = []
+        for run in window_runs(self.n, self.m):
+            stop = run.start + (run.count - 1) * run.step + run.length
+            if run.length == 1:
+                steps = [em.ints("step", [run.step])] if run.step != 1 else []
+                parts.append(em.op("Slice", [x, em.ints("run_start", [run.start]), em.ints("run_end", [stop]), axes]
+                                   + steps, hint="window"))
+                continue
+            xr = x if (run.start, stop) == (0, self.n) else em.op(
+                "Slice", [x, em.ints("run_start", [run.start]), em.ints("run_end", [stop]), axes], hint="window_run")
+            spatial = range(2, len(shape))
+            parts.append(em.op("AveragePool", [xr], kernel_shape=[run.length if a == self.axis else 1 for a in spatial],
+                               strides=[run.step if a == self.axis else 1 for a in spatial]))
+        return parts[0] if len(parts) == 1 else em.op("Concat", parts, axis=self.axis)
 
     @property
     def ops(self):
+        if self.pool_windows:
+            return ("Slice", "AveragePool", "Concat")
         bounds = ("Shape", "Gather", "Mul", "Add", "Div", "Split") if self.n is None else ()
-        return bounds + ("Slice", "AveragePool" if self.pool_windows else self.op_type, "Concat")
+        return bounds + ("Slice", self.op_type, "Concat")
+
+
+@dataclass(frozen=True)
+class WindowRun:
+    """``count`` consecutive windows of one ``length`` whose starts are ``start``, ``start + step``, ..."""
+
+    start: int
+    length: int
+    step: int
+    count: int
+
+
+def window_runs(n: int, m: int) -> list[WindowRun]:
+    """The windows of ``n -> m`` in order, as the fewest runs taken greedily: a window joins the run before it
+    where its length is the run's and its start is one step (>= 1) past the run's last."""
+    runs: list[WindowRun] = []
+    for s, e in W.windows(n, m):
+        if runs:
+            r = runs[-1]
+            last = r.start + (r.count - 1) * r.step
+            step = s - last if r.count == 1 else r.step
+            if e - s == r.length and step >= 1 and s == last + step:
+                runs[-1] = WindowRun(r.start, r.length, step, r.count + 1)
+                continue
+        runs.append(WindowRun(s, e - s, 1, 1))
+    return runs
 
 
 def split_ones(em, v: str, m: int, hint: str) -> list[str]:
@@ -101,12 +186,12 @@ def split_ones(em, v: str, m: int, hint: str) -> list[str]:
 
 
 def pool_windows(spec, axis: int, n) -> bool:
-    """Whether a static average axis' windows are AveragePools over their slices rather than ReduceMeans: from
-    opset 18, pnnx (20261020) drops the axes of a Reduce whose axes are an input (opset 18's only form) when it
-    writes ncnn's Reduction, which then averages the wrong dims (measured); AveragePool converts to ncnn's
-    Pooling. Over a pooling op's spatial dims of a 1-D or 2-D pool only (no 3-D pooling op: MNN, TFLite)."""
-    return (spec.kind == "avg" and isinstance(n, int) and spec.opset >= 18 and spec.ndim in (3, 4) and axis >= 2
-            and compute_dtype(spec) != TensorProto.DOUBLE)  # (onnxruntime has no float64 AveragePool)
+    """Whether a static average axis is pooled as runs of AveragePools (:meth:`WindowSlicesStep._emit_runs`)
+    rather than a ReduceMean per window: fewer nodes, each window read once. Over a pooling op's spatial dims of
+    a 1-D or 2-D pool (no 3-D pooling op: MNN, TFLite), where onnxruntime has an AveragePool kernel. (It also
+    keeps opset 18's ReduceMean away from pnnx, which drops a Reduce's axes input when it writes ncnn.)"""
+    return (spec.kind == "avg" and isinstance(n, int) and spec.ndim in (3, 4) and axis >= 2
+            and compute_dtype(spec) != TensorProto.DOUBLE)
 
 
 def slices_fit(spec) -> bool:

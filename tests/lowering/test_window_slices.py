@@ -85,6 +85,43 @@ def test_one_file_exact_at_every_size(kind, shape, size, sizes):
         np.testing.assert_allclose(got, loop_reference(x, size, kind), rtol=1e-6, atol=1e-6, err_msg=str(s))
 
 
+# static averages: (input shape, output size, opset, the reductions written). Short windows as runs of
+# AveragePools (kernel its length, stride its step); longer than 16 below opset 18 a ReduceMean per window;
+# from opset 18 runs whatever the length (pnnx drops the Reduce's axes input); 3-D and unbatched H: ReduceMeans
+STATIC = [
+    ((2, 3, 9, 9), (7, 7), 17, {"AveragePool"}),
+    ((1, 2, 11, 5), (4, 6), 13, {"AveragePool"}),  # W upsampled (windows of 1 and 2: stepped Slices)
+    ((1, 2, 101, 8), (3, 3), 17, {"ReduceMean", "AveragePool"}),  # H: windows of 34-35, W: 3-4
+    ((1, 2, 101, 8), (3, 3), 18, {"AveragePool"}),
+    ((2, 3, 200), (7,), 17, {"ReduceMean"}),
+    ((2, 3, 200), (7,), 21, {"AveragePool"}),
+    ((1, 2, 5, 7, 9), (2, 3, 4), 18, {"ReduceMean"}),
+    ((3, 10, 11), (4, 4), 17, {"ReduceMean", "AveragePool"}),
+]
+
+
+@pytest.mark.parametrize("shape,size,opset,reductions", STATIC, ids=[f"{_id(('avg',) + c[:2])}-o{c[2]}" for c in STATIC])
+def test_static_averages(shape, size, opset, reductions):
+    res = onnxpoolfix.patch(make_leftover("avg", shape, size, opset=opset), target="portable", check=False)
+    assert res.report.nodes[0].lowering in ("window_slices", "mixed")
+    ops = {n.op_type for n in res.model.graph.node}
+    assert ops & {"AveragePool", "ReduceMean", "ReduceSum"} == reductions
+    assert not ops & (NOT_PORTABLE | {"Gather"}), ops  # ncnn has no Gather layer
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    got = run(res.model, x)
+    np.testing.assert_allclose(got, torch_pool(x, size, "avg"), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got, loop_reference(x, size, "avg"), rtol=1e-6, atol=1e-6)
+
+
+def test_window_runs_cover_the_windows_in_order():
+    """Each run's windows, unrolled, are PyTorch's windows in order, for every n, m up to 40."""
+    for n in range(1, 41):
+        for m in range(1, 41):
+            unrolled = [(r.start + j * r.step, r.start + j * r.step + r.length)
+                        for r in window_slices.window_runs(n, m) for j in range(r.count)]
+            assert unrolled == [((i * n) // m, -(-((i + 1) * n) // m)) for i in range(m)], (n, m)
+
+
 @pytest.mark.parametrize("kind", ["avg", "max"])
 def test_nan_and_inf_reach_torchs_outputs_only(kind):
     res = onnxpoolfix.patch(make_leftover(kind, ("N", 2, "H", "W"), (5, 7)), target="portable", check=False)
