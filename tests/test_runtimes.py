@@ -3,37 +3,20 @@ install in seconds, in the fast suite), and Apache TVM (the `runtimes` extra, sl
 installs it). Every static fixture with every target, and the dynamic fixtures with the targets whose
 symbolic-size lowerings the runtime takes (one patched file run at every saved size; where it does not,
 the refusal is asserted and the documented remedy, bound sizes, is run), compared with torch's saved outputs.
-MNN, ncnn (through pnnx) and TFLite (through onnx2tf) are not run by the project yet."""
+ncnn (through pnnx): tests/test_runtime_ncnn.py. MNN and TFLite (through onnx2tf) are not run by the project yet."""
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
 
 import onnxpoolfix
 
 ov = pytest.importorskip("openvino")
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-CASES = [c for c in json.loads((FIXTURES / "manifest.json").read_text())["cases"] if c["dtype"] == "float32"]
-TARGETS = ("onnxruntime", "tensorrt", "portable")
-
-
-def runs(case):
-    """(input shape suffix, feed, expected) at the traced size and every extra saved size."""
-    data = np.load(FIXTURES / case["data_file"])
-    for sfx in [""] + [e["suffix"] for e in case.get("extra_sizes") or []]:
-        pick = [k for k in data.files if ("@" in k) == bool(sfx) and k.endswith(sfx)]
-        feed = {k.split(":", 1)[1][: len(k.split(":", 1)[1]) - len(sfx)]: data[k] for k in pick
-                if k.startswith("input:")}
-        want = {k.split(":", 1)[1][: len(k.split(":", 1)[1]) - len(sfx)]: data[k] for k in pick
-                if k.startswith("output:")}
-        yield sfx, feed, want
-
 
 def openvino_run(model: onnx.ModelProto, feed: dict) -> dict:
     core = ov.Core()

@@ -1,0 +1,107 @@
+"""ncnn, through pnnx (issue 33, item 3): every float32 fixture with every target, converted by pnnx at each
+saved size (ncnn takes one shape per conversion: bound sizes are the documented remedy for symbolic files)
+and run in ncnn, against torch's saved outputs. What ncnn cannot take is asserted as a failure, so the test
+fails the day it converts; pnnx's default fp16 weight storage is run on the portable target's averages.
+
+PyPI's `ncnn` and `pnnx` (the `runtimes` extra; `make test-runtimes`). pnnx imports torch, so it is not in
+the fast suite's environment."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from ncnn_runner import NcnnFailed, ncnn_run, pnnx_binary
+from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
+
+import onnxpoolfix
+
+pytest.importorskip("ncnn")
+if pnnx_binary() is None:
+    pytest.skip("pnnx is not installed (the runtimes extra: make test-runtimes)", allow_module_level=True)
+pytestmark = pytest.mark.slow
+
+
+def known_failure(case: dict, target: str) -> str | None:
+    """What ncnn (1.0.20261020, through pnnx 20261020) cannot run, measured: the test asserts it fails."""
+    if case["kind"] == "max":
+        # torch's NaN semantics need comparisons (Equal/Less/Greater: no ncnn layer), the windows a Gather (none
+        # either); the default target's If crashes pnnx
+        return "max pooling"
+    if case["rank"] == 3:
+        return "3-D pooling (a 4-D Crop, a Reshape)"
+    if target == "portable" and case["opset"] < 10:
+        return "window sums: a Gather (Slice takes its bounds as inputs from opset 10)"
+    return None
+
+
+def _runnable(case):
+    """The saved sizes ncnn can be fed: batch 1 (ncnn's Mat has no batch axis)."""
+    for sfx, feed, want in runs(case):
+        if sfx and not case["dynamic"]:
+            continue
+        if all(v.shape[:1] == (1,) for v in feed.values()):
+            yield sfx, feed, want
+
+
+def _patch(case, target, feed):
+    shapes = {k: list(v.shape) for k, v in feed.items()} if case["dynamic"] else None
+    model = onnx.load(FIXTURES / case["file"])
+    return onnxpoolfix.patch(model, target=target, input_shapes=shapes, check=False).model
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_ncnn_matches_torch(case, target):
+    rtol, atol = case["suggested_tolerance"]
+    sizes = list(_runnable(case))
+    if not sizes:
+        pytest.skip("every saved size has a batch above 1, which ncnn's Mat cannot hold")
+    failure = known_failure(case, target)
+    if failure:
+        sfx, feed, _ = sizes[0]
+        with pytest.raises(NcnnFailed):
+            ncnn_run(_patch(case, target, feed), feed)
+        return
+    compared = 0
+    for sfx, feed, want in sizes:
+        patched = _patch(case, target, feed)
+        if {n.op_type for n in patched.graph.node} == {"Identity"}:
+            continue  # pooling n -> n bound: the graph is one Identity, which pnnx cannot convert (nothing to run)
+        got = ncnn_run(patched, feed)
+        for name, w in want.items():
+            np.testing.assert_allclose(got[name].reshape(w.shape), w, rtol=rtol, atol=atol,
+                                       err_msg=f"{name} at {sfx or 'traced'}")
+        compared += 1
+    assert compared
+
+
+def _pool_only(case) -> bool:
+    """A fixture whose only float weights would be the lowering's (no Conv/Gemm weights of its own)."""
+    model = onnx.load(FIXTURES / case["file"])
+    return not any(t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16) for t in model.graph.initializer)
+
+
+FP16_CASES = [c for c in CASES if not c["dynamic"] and known_failure(c, "portable") is None and _pool_only(c)
+              and all(v.shape[:1] == (1,) for v in next(runs(c))[1].values())]
+
+
+@pytest.mark.parametrize("case", FP16_CASES, ids=[c["name"] for c in FP16_CASES])
+def test_pnnx_fp16_storage_keeps_the_portable_averages_exact(case):
+    """pnnx's default conversion stores weights as fp16: the portable target has none to round (float32-exact
+    against torch, with ncnn's default options), where the default target's 1/len pooling matrices round."""
+    rtol, atol = case["suggested_tolerance"]
+    sfx, feed, want = next(runs(case))
+    got = ncnn_run(_patch(case, "portable", feed), feed, fp16=True, ncnn_defaults=True)
+    for name, w in want.items():
+        np.testing.assert_allclose(got[name].reshape(w.shape), w, rtol=rtol, atol=atol)
+
+
+def test_pnnx_fp16_storage_rounds_the_default_targets_matrices():
+    """The difference the test above relies on: the default target's MatMul lowering of 8x9 -> 5x7, stored
+    in fp16 by pnnx, is off by the rounding of 1/len (about 1e-4 relative)."""
+    case = next(c for c in CASES if c["name"] == "avg2d_8x9_to_5x7")
+    sfx, feed, want = next(runs(case))
+    got = ncnn_run(_patch(case, "onnxruntime", feed), feed, fp16=True, ncnn_defaults=True)
+    (w,) = want.values()
+    (g,) = got.values()
+    assert np.abs(g.reshape(w.shape) - w).max() > 1e-5 * np.abs(w).max()
