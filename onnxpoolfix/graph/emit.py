@@ -19,7 +19,7 @@ class Emitter:
     def __init__(self, prefix: str, taken: set[str], opset: int, *, constant_nodes: bool = False,
                  portable: bool = False):
         self.prefix = prefix
-        # the portable target: NaN tests as Not(Equal(x, x)) (MNN and ncnn have no IsNaN), see is_nan
+        # the portable target: NaN tests without IsNaN (MNN and ncnn have none), see is_nan
         self.portable = portable
         # IR version < 4 requires every initializer to be a graph input too: use Constant nodes there
         self.constant_nodes = constant_nodes
@@ -100,11 +100,15 @@ class Emitter:
     def cast(self, x: str, to: int, out: str | None = None) -> str:
         return self.op("Cast", [x], out=out, to=to)
 
-    def is_nan(self, x: str) -> str:
-        """A bool mask of ``x``'s NaNs: ``IsNaN``, or for the portable target ``Not(Equal(x, x))`` (NaN is the
-        one value unequal to itself; MNN and ncnn have no IsNaN). Equal takes floats from opset 11."""
+    def is_nan(self, x: str, dtype=np.float32) -> str:
+        """A bool mask of ``x``'s NaNs (``dtype``: x's numpy dtype): ``IsNaN``; for the portable target (MNN and
+        ncnn have no IsNaN) the values that are neither ``x - x == 0`` (finite) nor ``|x| == inf``. That form
+        holds under IEEE comparisons and under MNN's, whose Equal compares bits (NaN == NaN there, so
+        ``Not(Equal(x, x))`` misses every NaN: measured). Equal takes floats from opset 11."""
         if self.portable and self.opset >= 11:
-            return self.op("Not", [self.op("Equal", [x, x])])
+            finite = self.op("Equal", [self.op("Sub", [x, x]), self.const("zero", np.zeros((), dtype))])
+            infinite = self.op("Equal", [self.op("Abs", [x]), self.const("inf", np.array(np.inf, dtype))])
+            return self.op("Not", [self.op("Or", [finite, infinite])], hint="is_nan")
         return self.op("IsNaN", [x])
 
     def sub(self) -> "Emitter":

@@ -232,7 +232,7 @@ def window_choice(em, w: str, kall: int | str, elem: int, tie_safe: bool) -> str
     """
     axis = 1
     fdt = np_dtype(elem)
-    nan = em.is_nan(w)
+    nan = em.is_nan(w, fdt)
     filled = em.op("Where", [nan, em.const("minus_inf", np.array(-np.inf, dtype=fdt)), w])
     nanf = em.cast(nan, TensorProto.FLOAT)
     if isinstance(kall, str):
@@ -256,8 +256,11 @@ def window_choice(em, w: str, kall: int | str, elem: int, tie_safe: bool) -> str
     # in onnxruntime where that axis is the last, and a runtime one's Range(kall - 1, -1, -1) is what
     # onnxruntime's Gather-to-Slice fusion gets wrong)
     last_nan = em.cast(em.reduce("ReduceMax", em.op("Mul", [nanf, pos]), [axis], keepdims=1), TensorProto.INT64)
-    any_nan = em.op("Greater", [em.reduce("ReduceMax", nanf, [axis], keepdims=1),
-                                em.const("zero", np.array(0, dtype=np.float32))])
+    most_nan = em.reduce("ReduceMax", nanf, [axis], keepdims=1)  # 1.0 or 0.0
+    if em.portable:  # MNN 3.6's Greater against a constant is wrong (measured); Equal is right
+        any_nan = em.op("Equal", [most_nan, em.const("one", np.array(1, dtype=np.float32))])
+    else:
+        any_nan = em.op("Greater", [most_nan, em.const("zero", np.array(0, dtype=np.float32))])
     return em.op("Where", [any_nan, last_nan, first_max])
 
 

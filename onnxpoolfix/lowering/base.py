@@ -125,7 +125,8 @@ class Lowering:
         inner = specialized(self._steps(spec), spec.input_shape, itemsize(compute_dtype(spec)), spec.opset)
         if (spec.kind == "max" and not any(s.exact_non_finite for s in inner) and spec.opset >= 9
                 and any(op in NON_FINITE_UNSAFE_MAX for s in inner for op in s.ops)):
-            inner = [NonFiniteMaxStep(tuple(inner), lazy=spec.target == "onnxruntime")]  # NaN/-inf as torch
+            inner = [NonFiniteMaxStep(tuple(inner), lazy=spec.target == "onnxruntime",  # NaN/-inf as torch
+                                      equal_masks=spec.target == "portable" and spec.opset >= 11)]
         work = compute_dtype(spec)
         if work != spec.dtype:
             return [CastStep(work)] + inner + [CastStep(spec.dtype)]
@@ -136,7 +137,8 @@ class Lowering:
         :meth:`Emitter.is_nan <onnxpoolfix.graph.emit.Emitter.is_nan>` spells it for the target."""
         out: list[str] = []
         for op in (op for s in self.steps(spec) for op in s.ops):
-            spelled = ("Equal", "Not") if op == "IsNaN" and spec.target == "portable" and spec.opset >= 11 else (op,)
+            portable_nan = op == "IsNaN" and spec.target == "portable" and spec.opset >= 11
+            spelled = ("Sub", "Equal", "Abs", "Or", "Not") if portable_nan else (op,)
             out += [o for o in spelled if o not in out]
         return out
 
@@ -162,9 +164,9 @@ def portable_rejection(ops: set[str], spec: PoolSpec) -> str | None:
     for op, why in NOT_PORTABLE.items():
         if op in ops:
             return f"not portable: {op} ({why})"
-    if "IsNaN" in ops and spec.opset < 11:  # Emitter.is_nan writes Not(Equal(x, x)) from opset 11
-        return needs_opset(11, f"not portable: IsNaN (MNN and ncnn lack it; Not(Equal(x, x)) needs opset 11), "
-                               f"the model has {spec.opset}")
+    if "IsNaN" in ops and spec.opset < 11:  # Emitter.is_nan writes Equal masks from opset 11
+        return needs_opset(11, f"not portable: IsNaN (MNN and ncnn lack it; the Equal masks written instead need "
+                               f"opset 11), the model has {spec.opset}")
     if spec.k >= 3 and ops & {"AveragePool", "MaxPool"}:
         return "not portable: a 3-D pooling op (MNN crashes on 3-D AveragePool, TFLite needs TensorFlow's Flex ops)"
     return None

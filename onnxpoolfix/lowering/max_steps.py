@@ -129,6 +129,9 @@ class NonFiniteMaxStep(Step):
 
     inner: tuple[Step, ...]
     lazy: bool = False
+    #: every mask an Equal (the portable target): MNN 3.6 compares a tensor with a constant wrongly in Less and
+    #: Greater (measured: Less(x, -1) false for x = -inf), and -inf, NaN's code and -inf's code are single values
+    equal_masks: bool = False
 
     def out_shape(self, shape):
         for s in self.inner:
@@ -144,7 +147,8 @@ class NonFiniteMaxStep(Step):
 
     @property
     def ops(self):
-        extra = ("Cast", "IsNaN", "Less", "Where", "Greater") + (("ReduceSum", "Sub", "Not", "If") if self.lazy else ())
+        masks = ("Equal",) if self.equal_masks else ("Less", "Greater")
+        extra = ("Cast", "IsNaN", "Where") + masks + (("ReduceSum", "Sub", "Not", "If") if self.lazy else ())
         return tuple(dict.fromkeys(op for s in self.inner for op in s.ops)) + extra
 
     def _plain(self, em, x, shape, elem):
@@ -162,13 +166,19 @@ class NonFiniteMaxStep(Step):
         two = em.const("code_two", np.array(2.0, np.float32))
         zero = em.const("code_zero", np.array(0.0, np.float32))
         # the masks are taken in x's own dtype: a float64 value below float32's range is not -inf
-        neg_inf = em.op("Less", [x, em.const("lowest", np.array(np.finfo(fdt).min, fdt))])
-        code = em.op("Where", [em.is_nan(x), two, em.op("Where", [neg_inf, zero, one])])
-        code = self._plain(em, code, shape, f32)
-        y = em.op("Where", [em.op("Less", [code, em.const("half", np.array(0.5, np.float32))]),
-                            em.const("minus_inf", np.array(-np.inf, fdt)), y])
-        return em.op("Where", [em.op("Greater", [code, em.const("one_half", np.array(1.5, np.float32))]),
-                               em.const("nan", np.array(np.nan, fdt)), y])
+        if self.equal_masks:
+            neg_inf = em.op("Equal", [x, em.const("minus_inf", np.array(-np.inf, fdt))])
+        else:
+            neg_inf = em.op("Less", [x, em.const("lowest", np.array(np.finfo(fdt).min, fdt))])
+        code = em.op("Where", [em.is_nan(x, fdt), two, em.op("Where", [neg_inf, zero, one])])
+        code = self._plain(em, code, shape, f32)  # each window's max of {0, 1, 2}: exactly one of them
+        if self.equal_masks:
+            only_neg_inf, has_nan = em.op("Equal", [code, zero]), em.op("Equal", [code, two])
+        else:
+            only_neg_inf = em.op("Less", [code, em.const("half", np.array(0.5, np.float32))])
+            has_nan = em.op("Greater", [code, em.const("one_half", np.array(1.5, np.float32))])
+        y = em.op("Where", [only_neg_inf, em.const("minus_inf", np.array(-np.inf, fdt)), y])
+        return em.op("Where", [has_nan, em.const("nan", np.array(np.nan, fdt)), y])
 
     def emit(self, em, x, shape, elem):
         if not self.lazy:

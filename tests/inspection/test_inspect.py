@@ -80,7 +80,7 @@ def test_every_candidate_is_listed_with_a_cost_or_a_reason() -> None:
 @pytest.mark.parametrize("name", ["max2d", "max1d", "avg2d_8x9_to_5x7", "max2d_indices_output"])
 def test_listed_ops_are_what_the_patch_writes(name: str, target: str) -> None:
     """Every op type the patch adds is among those inspect lists for the chosen lowering (the NaN test spelled
-    as the target writes it: Not(Equal(x, x)) for portable, which has no IsNaN)."""
+    as the target writes it: Sub/Equal/Abs/Or/Not for portable, which has no IsNaN)."""
     model = fixture(name)
     (node,) = inspect_model(model, target=target).nodes
     before = {n.op_type for n in model.graph.node}

@@ -20,7 +20,8 @@ from onnxpoolfix.plan.planner import candidates
 F32, F16, F64, BF16 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16
 NP = {F32: np.float32, F16: np.float16, F64: np.float64}
 GLUE = {"Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze"}
-NAN_GUARD = {"IsNaN", "Equal", "Less", "Greater", "Where", "Cast", "ReduceSum", "Sub", "Not", "If", "Identity"}  # max: NaN / -inf as torch (Equal: portable IsNaN)
+NAN_GUARD = {"IsNaN", "Equal", "Less", "Greater", "Where", "Cast", "ReduceSum", "Sub", "Not", "If", "Identity",
+             "Abs", "Or"}  # max: NaN / -inf as torch (Sub, Equal, Abs, Or, Not: the portable target's NaN test)
 ARGMAX = {"Gather", "Transpose", "Reshape", "IsNaN", "Where", "ArgMax", "Cast", "ReduceMax", "Greater", "Mul",
           "GatherElements", "Add", "Shape", "Concat", "Unsqueeze", "Slice", "Equal", "Squeeze", "Sub", "Flatten", "Size", "And"}
 

@@ -1,0 +1,70 @@
+"""MNN (issue 33, item 3): every float32 fixture with every target, converted by MNN's converter and run in
+MNN against torch's saved outputs; symbolic files as written, one conversion run at every saved size. What
+MNN cannot take is asserted as a failure, so the test fails the day it converts. NaN, inf and -inf in the
+portable target's files reach the outputs torch's do.
+
+PyPI's `MNN` (the `runtimes` extra; `make test-runtimes`)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from helpers import make_leftover
+from mnn_runner import MnnFailed, mnn_run
+from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
+
+import onnxpoolfix
+
+pytest.importorskip("MNN")
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow
+
+
+def known_failure(case: dict, target: str) -> str | None:
+    """What MNN 3.6 cannot convert, measured: the test asserts it fails."""
+    if case["kind"] == "max" and target != "portable":
+        return "IsNaN"  # the NaN guard; the portable target writes it from Sub/Equal/Abs/Or/Not
+    return None
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_mnn_matches_torch(case, target):
+    rtol, atol = case["suggested_tolerance"]
+    patched = onnxpoolfix.patch(onnx.load(FIXTURES / case["file"]), target=target, check=False).model
+    failure = known_failure(case, target)
+    for sfx, feed, want in runs(case):
+        if sfx and not case["dynamic"]:
+            continue
+        if failure:
+            with pytest.raises(MnnFailed, match=failure):
+                mnn_run(patched, feed)
+            return
+        got = mnn_run(patched, feed)
+        for name, w in want.items():
+            np.testing.assert_allclose(got[name].reshape(w.shape), w, rtol=rtol, atol=atol,
+                                       err_msg=f"{name} at {sfx or 'traced'}")
+
+
+def _torch_pool(kind: str, x: np.ndarray, size) -> np.ndarray:
+    fn = getattr(torch.nn.functional, f"adaptive_{kind}_pool{len(size)}d")
+    return fn(torch.from_numpy(x), size).numpy()
+
+
+@pytest.mark.parametrize("kind", ["avg", "max"])
+@pytest.mark.parametrize("shape,size", [((1, 2, 8, 9), (5, 7)), (("N", 2, "H", "W"), (5, 7)), ((2, 3, 11), (4,))],
+                         ids=["static", "symbolic", "1d"])
+def test_non_finite_values_reach_torchs_outputs(kind, shape, size):
+    """The portable target's NaN / -inf handling is written with Equal masks only: MNN's Less and Greater
+    against a constant were wrong (every negative value taken for -inf, measured)."""
+    patched = onnxpoolfix.patch(make_leftover(kind, shape, size), target="portable", check=False).model
+    run_shape = tuple(d if isinstance(d, int) else {"N": 2, "H": 13, "W": 10}[d] for d in shape)
+    x = np.random.default_rng(5).standard_normal(run_shape).astype(np.float32)
+    x[(0,) * (x.ndim - 1) + (0,)] = np.nan
+    x[(0, 1) + (2,) * (x.ndim - 2)] = np.inf
+    x[(0, 0) + (slice(None),) * (x.ndim - 3) + (slice(-2, None),)] = -np.inf  # whole windows of -inf
+    got, want = mnn_run(patched, {"x": x})["y"], _torch_pool(kind, x, size)
+    for test in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(test(got), test(want), err_msg=test.__name__)
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-6)
