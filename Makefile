@@ -34,13 +34,15 @@ test-all: $(STAMP)
 	$(VENV)/bin/ruff check onnxpoolfix tests benchmarks fixtures/make_fixtures.py
 	ONNXPOOLFIX_FUZZ_CASES=2000 $(PY) -m pytest -m "slow or not slow" -q
 
-## test-runtimes: the patched fixtures beyond onnxruntime (OpenVINO, tract; TVM, ncnn through pnnx, MNN (installed on first use); int8
+## test-runtimes: the patched fixtures beyond onnxruntime (OpenVINO, tract; TVM, ncnn through pnnx, MNN, TFLite through
+## onnx2tf (installed on first use, about 2 GB; 10 minutes); int8
 ## quantize_dynamic/quantize_static, fp16 weight storage, NaN/inf against torch), slow cases included
 test-runtimes: $(RUNTIMES)
-	$(PY) -m pytest -n auto --dist worksteal -m "slow or not slow" -q tests/test_runtimes.py tests/test_runtime_ncnn.py tests/test_runtime_mnn.py \
+	$(PY) -m pytest -n auto --dist worksteal -m "slow or not slow" -q tests/test_runtimes.py \
+		tests/test_runtime_ncnn.py tests/test_runtime_mnn.py tests/test_runtime_tflite.py \
 		tests/lowering/test_portable.py tests/lowering/test_window_slices.py
 
-# the runtimes extra (TVM, ncnn, pnnx, MNN: 450 MB) only where test-runtimes asks for it
+# the runtimes extra (TVM, ncnn, pnnx, MNN, TensorFlow: about 2 GB) only where test-runtimes asks for it
 $(RUNTIMES): $(STAMP)
 	$(PY) -m pip install --no-compile --quiet --quiet -c constraints.txt -e '.[test,dynamo,runtimes]'
 	touch $(RUNTIMES)

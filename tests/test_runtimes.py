@@ -3,8 +3,8 @@ install in seconds, in the fast suite), and Apache TVM (the `runtimes` extra, sl
 installs it). Every static fixture with every target, and the dynamic fixtures with the targets whose
 symbolic-size lowerings the runtime takes (one patched file run at every saved size; where it does not,
 the refusal is asserted and the documented remedy, bound sizes, is run), compared with torch's saved outputs.
-ncnn (through pnnx): tests/test_runtime_ncnn.py; MNN: tests/test_runtime_mnn.py. TFLite (through onnx2tf) and
-onnx2torch are not run by the project yet."""
+ncnn (through pnnx): tests/test_runtime_ncnn.py; MNN: tests/test_runtime_mnn.py; TFLite (through onnx2tf):
+tests/test_runtime_tflite.py. onnx2torch is not run by the project (it needs torchvision)."""
 from __future__ import annotations
 
 import tempfile
