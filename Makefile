@@ -35,10 +35,11 @@ test-all: $(STAMP)
 	ONNXPOOLFIX_FUZZ_CASES=2000 $(PY) -m pytest -m "slow or not slow" -q
 
 ## test-runtimes: the patched fixtures beyond onnxruntime (OpenVINO, tract; TVM, ncnn through pnnx, MNN, TFLite through
-## onnx2tf (installed on first use, about 2 GB; 10 minutes); int8
+## onnx2tf (installed on first use, about 2 GB; 10 minutes); writes docs/runtime-matrix.md; int8
 ## quantize_dynamic/quantize_static, fp16 weight storage, NaN/inf against torch), slow cases included
 test-runtimes: $(RUNTIMES)
-	$(PY) -m pytest -n auto --dist worksteal -m "slow or not slow" -q tests/test_runtimes.py \
+	ONNXPOOLFIX_RUNTIME_MATRIX=docs/runtime-matrix.md $(PY) -m pytest -n auto --dist worksteal -m "slow or not slow" -q \
+		tests/test_runtimes.py \
 		tests/test_runtime_ncnn.py tests/test_runtime_mnn.py tests/test_runtime_tflite.py \
 		tests/lowering/test_portable.py tests/lowering/test_window_slices.py
 

@@ -1,13 +1,17 @@
 """pytest hooks and fixtures only; the helpers the tests import live in tests/support/helpers.py."""
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import export_cache
 import pytest
+import runtime_matrix
 from helpers import ROUNDTRIP_COUNTS
 
 LIVE_EXPORTS: list[str] = []  # the workers' live dynamo exports (pytest-xdist), gathered by the controller
+MATRIX: list[tuple[str, str, str, str]] = []  # the workers' runtime verdicts, gathered by the controller
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -22,11 +26,13 @@ def pytest_runtest_setup(item):
 def pytest_sessionfinish(session):
     if hasattr(session.config, "workeroutput"):  # a pytest-xdist worker: hand them to the controller
         session.config.workeroutput["live_exports"] = list(export_cache.live_exports)
+        session.config.workeroutput["runtime_matrix"] = list(runtime_matrix.RECORDS)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
     LIVE_EXPORTS.extend(getattr(node, "workeroutput", {}).get("live_exports", []))
+    MATRIX.extend(tuple(r) for r in getattr(node, "workeroutput", {}).get("runtime_matrix", []))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -37,6 +43,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             f"another torch or an edited test exports live too, and `make dynamo-exports` records them again): "
             + ", ".join(sorted(set(live))[:8])
             + (" ..." if len(set(live)) > 8 else ""))
+    records = MATRIX + runtime_matrix.RECORDS
+    target = os.environ.get("ONNXPOOLFIX_RUNTIME_MATRIX")  # make test-runtimes: docs/runtime-matrix.md
+    if records and target:
+        table = runtime_matrix.render(records)
+        terminalreporter.write_line("")
+        for line in table.splitlines()[4:]:
+            terminalreporter.write_line(line)
+        Path(target).write_text(table)
+        terminalreporter.write_line(f"runtime matrix written to {target}")
     if ROUNDTRIP_COUNTS:
         c = ROUNDTRIP_COUNTS
         parts = ", ".join(f"{k}={v}" for k, v in sorted(c.items()) if k != "cases")

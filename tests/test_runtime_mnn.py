@@ -14,6 +14,7 @@ import pytest
 from helpers import make_leftover
 from mnn_runner import MnnFailed, mnn_run
 from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
+from runtime_matrix import record
 
 import onnxpoolfix
 
@@ -44,11 +45,13 @@ def test_mnn_matches_torch(case, target):
         if failure:
             with pytest.raises(MnnFailed, match=failure):
                 mnn_run(patched, feed)
+            record("MNN", case, target, "refused")
             return
         got = mnn_run(patched, feed)
         for name, w in want.items():
             np.testing.assert_allclose(got[name].reshape(w.shape), w, rtol=rtol, atol=atol,
                                        err_msg=f"{name} at {sfx or 'traced'}")
+    record("MNN", case, target, "exact")
 
 
 def _torch_pool(kind: str, x: np.ndarray, size) -> np.ndarray:

@@ -14,6 +14,7 @@ import onnx
 import pytest
 from ncnn_runner import NcnnFailed, ncnn_run, pnnx_binary
 from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
+from runtime_matrix import record
 
 import onnxpoolfix
 
@@ -60,12 +61,14 @@ def test_ncnn_matches_torch(case, target):
     rtol, atol = case["suggested_tolerance"]
     sizes = list(_runnable(case))
     if not sizes:
+        record("ncnn", case, target, "batch > 1")
         pytest.skip("every saved size has a batch above 1, which ncnn's Mat cannot hold")
     failure = known_failure(case, target)
     if failure:
         sfx, feed, _ = sizes[0]
         with pytest.raises(NcnnFailed):
             ncnn_run(_patch(case, target, feed), feed)
+        record("ncnn", case, target, "refused")
         return
     compared = 0
     for sfx, feed, want in sizes:
@@ -78,6 +81,7 @@ def test_ncnn_matches_torch(case, target):
                                        err_msg=f"{name} at {sfx or 'traced'}")
         compared += 1
     assert compared
+    record("ncnn", case, target, "exact, bound" if case["dynamic"] else "exact")
 
 
 def _pool_only(case) -> bool:

@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 import pytest
 from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
+from runtime_matrix import record
 from tflite_runner import TfliteFailed, tflite_run
 
 import onnxpoolfix
@@ -38,6 +39,7 @@ def test_tflite_matches_torch(case, target):
     rank, then `Mul`): bound with input_shapes at each saved size."""
     rtol, atol = case["suggested_tolerance"]
     model = onnx.load(FIXTURES / case["file"])
+    seen = set()
     for sfx, feed, want in runs(case):
         if sfx and not case["dynamic"]:
             continue
@@ -46,8 +48,12 @@ def test_tflite_matches_torch(case, target):
         if (case["name"], target) in KNOWN_FAILURES or any(n.op_type == "If" for n in patched.graph.node):
             with pytest.raises(TfliteFailed):
                 tflite_run(patched, feed)
+            seen.add("refused")
             continue
         got = tflite_run(patched, feed)
         for name, w in want.items():
             close = np.allclose(got[name].reshape(w.shape), w, rtol=rtol, atol=atol)
             assert close != ((case["name"], target, sfx) in KNOWN_WRONG), f"{name} at {sfx or 'traced'}"
+        seen.add("wrong at a size" if (case["name"], target, sfx) in KNOWN_WRONG else "exact")
+    verdict = next(v for v in ("refused", "wrong at a size", "exact") if v in seen)
+    record("TFLite", case, target, "exact, bound" if verdict == "exact" and case["dynamic"] else verdict)

@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import pytest
 from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
+from runtime_matrix import record
 
 import onnxpoolfix
 
@@ -40,6 +41,7 @@ def test_openvino_matches_torch(case, target):
         got = openvino_run(patched, feed)
         for name, w in want.items():
             np.testing.assert_allclose(got[name], w, rtol=rtol, atol=atol, err_msg=f"{name} at {sfx or 'traced'}")
+    record("OpenVINO", case, target, "exact")
 
 
 # --------------------------------------------------------------------------------------------------- tract
@@ -95,10 +97,12 @@ def test_tract_matches_torch(case, target):
 
             with pytest.raises(tract.TractError, match="If"):
                 tract_run(patched, feed)
+            record("tract", case, target, "refused")
             return
         got = tract_run(patched, feed, concrete=not symbolic)
         for name, w in want.items():
             np.testing.assert_allclose(got[name], w, rtol=rtol, atol=atol, err_msg=f"{name} at {sfx or 'traced'}")
+    record("tract", case, target, "exact")
 
 
 # ----------------------------------------------------------------------------------------------------- TVM
@@ -173,6 +177,8 @@ def test_tvm_matches_torch(case, target):
             raise
         for name, w in want.items():
             np.testing.assert_allclose(got[name], w, rtol=rtol, atol=atol, err_msg=f"{name} at {sfx or 'traced'}")
+    record("TVM", case, target, "runtime bug at a size" if tvm_bug else
+           "exact, bound; symbolic refused" if case["dynamic"] else "exact")
     if tvm_bug:  # every other size compared above
         pytest.xfail(f"at {', '.join(tvm_bug)}: TVM 0.27's LLVM codegen breaks on a lone AveragePool of the shape "
                      f"this file pools (apache/tvm pull 20111)")
