@@ -14,6 +14,15 @@ from onnx import TensorProto, helper, numpy_helper
 
 from . import nodes_deep
 
+#: the ops :meth:`Emitter.is_nan` writes for the portable target (see there), in order
+PORTABLE_NAN_OPS = ("Sub", "Equal", "Abs", "Or", "Not")
+
+
+def portable_nan_test(portable: bool, opset: int) -> bool:
+    """Whether NaN (and, in max pooling's guard, -inf) is tested with Equal masks instead of IsNaN/Less/Greater:
+    the portable target, from opset 11 (Equal on floats)."""
+    return portable and opset >= 11
+
 
 class Emitter:
     def __init__(self, prefix: str, taken: set[str], opset: int, *, constant_nodes: bool = False,
@@ -105,7 +114,7 @@ class Emitter:
         ncnn have no IsNaN) the values that are neither ``x - x == 0`` (finite) nor ``|x| == inf``. That form
         holds under IEEE comparisons and under MNN's, whose Equal compares bits (NaN == NaN there, so
         ``Not(Equal(x, x))`` misses every NaN: measured). Equal takes floats from opset 11."""
-        if self.portable and self.opset >= 11:
+        if portable_nan_test(self.portable, self.opset):
             finite = self.op("Equal", [self.op("Sub", [x, x]), self.const("zero", np.zeros((), dtype))])
             infinite = self.op("Equal", [self.op("Abs", [x]), self.const("inf", np.array(np.inf, dtype))])
             return self.op("Not", [self.op("Or", [finite, infinite])], hint="is_nan")

@@ -28,7 +28,7 @@ import numpy as np
 from onnx import TensorProto
 
 from .. import windows as W
-from ..graph.emit import np_dtype
+from ..graph.emit import np_dtype, portable_nan_test
 from . import cost as C
 from .base import Lowering, axis_windows, compute_dtype
 from .first_max import FIRST_MAX_OPS, PooledAxis, emit_first_max, first_max_seconds, takes_first_max
@@ -257,7 +257,7 @@ def window_choice(em, w: str, kall: int | str, elem: int, tie_safe: bool) -> str
     # onnxruntime's Gather-to-Slice fusion gets wrong)
     last_nan = em.cast(em.reduce("ReduceMax", em.op("Mul", [nanf, pos]), [axis], keepdims=1), TensorProto.INT64)
     most_nan = em.reduce("ReduceMax", nanf, [axis], keepdims=1)  # 1.0 or 0.0
-    if em.portable:  # MNN 3.6's Greater against a constant is wrong (measured); Equal is right
+    if portable_nan_test(em.portable, em.opset):  # MNN 3.6 compares bits: Greater(x, 0) is wrong, Equal right
         any_nan = em.op("Equal", [most_nan, em.const("one", np.array(1, dtype=np.float32))])
     else:
         any_nan = em.op("Greater", [most_nan, em.const("zero", np.array(0, dtype=np.float32))])

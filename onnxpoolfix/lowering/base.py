@@ -11,7 +11,7 @@ from typing import ClassVar, Sequence
 from onnx import TensorProto
 
 from .. import windows as W
-from ..graph.emit import COMPUTE_IN_FLOAT32, Emitter
+from ..graph.emit import COMPUTE_IN_FLOAT32, PORTABLE_NAN_OPS, Emitter, portable_nan_test
 from ..graph.shapes import PoolSpec, make_value_info
 from ..reason import needs_opset
 from ..tensorrt import SUPPORTED_OPS, GraphInfo, tensorrt_rejects
@@ -126,7 +126,7 @@ class Lowering:
         if (spec.kind == "max" and not any(s.exact_non_finite for s in inner) and spec.opset >= 9
                 and any(op in NON_FINITE_UNSAFE_MAX for s in inner for op in s.ops)):
             inner = [NonFiniteMaxStep(tuple(inner), lazy=spec.target == "onnxruntime",  # NaN/-inf as torch
-                                      equal_masks=spec.target == "portable" and spec.opset >= 11)]
+                                      equal_masks=portable_nan_test(spec.target == "portable", spec.opset))]
         work = compute_dtype(spec)
         if work != spec.dtype:
             return [CastStep(work)] + inner + [CastStep(spec.dtype)]
@@ -137,8 +137,8 @@ class Lowering:
         :meth:`Emitter.is_nan <onnxpoolfix.graph.emit.Emitter.is_nan>` spells it for the target."""
         out: list[str] = []
         for op in (op for s in self.steps(spec) for op in s.ops):
-            portable_nan = op == "IsNaN" and spec.target == "portable" and spec.opset >= 11
-            spelled = ("Sub", "Equal", "Abs", "Or", "Not") if portable_nan else (op,)
+            portable_nan = op == "IsNaN" and portable_nan_test(spec.target == "portable", spec.opset)
+            spelled = PORTABLE_NAN_OPS if portable_nan else (op,)
             out += [o for o in spelled if o not in out]
         return out
 
@@ -164,7 +164,7 @@ def portable_rejection(ops: set[str], spec: PoolSpec) -> str | None:
     for op, why in NOT_PORTABLE.items():
         if op in ops:
             return f"not portable: {op} ({why})"
-    if "IsNaN" in ops and spec.opset < 11:  # Emitter.is_nan writes Equal masks from opset 11
+    if "IsNaN" in ops and not portable_nan_test(True, spec.opset):  # Emitter.is_nan's Equal masks
         return needs_opset(11, f"not portable: IsNaN (MNN and ncnn lack it; the Equal masks written instead need "
                                f"opset 11), the model has {spec.opset}")
     if spec.k >= 3 and ops & {"AveragePool", "MaxPool"}:

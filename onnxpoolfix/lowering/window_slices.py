@@ -125,24 +125,23 @@ class WindowSlicesStep(OneAxisStep):
         """Per run of :func:`window_runs`: the Slice it covers (none where that is the whole axis), averaged by
         one AveragePool whose kernel is the run's window length and stride its step along the axis (length 1:
         the Slice alone, stepped); the runs joined by one Concat."""
-        axes: list[str] = []  # made at the first Slice (an unread initializer makes onnxruntime warn at each load)
+        axes: list[str] = []  # one constant, made at the first Slice (an unread one makes onnxruntime warn)
 
-        def axis():
+        def cut(start: int, stop: int, step: int, hint: str) -> str:
+            steps = [em.ints("step", [step])] if step != 1 else []
+            bounds = [em.ints("run_start", [start]), em.ints("run_end", [stop])]
             if not axes:
                 axes.append(em.ints("axes", [self.axis]))
-            return axes[0]
+            return em.op("Slice", [x, *bounds, axes[0], *steps], hint=hint)
 
+        spatial = range(2, len(shape))
         parts = []
         for run in window_runs(self.n, self.m):
             stop = run.start + (run.count - 1) * run.step + run.length
             if run.length == 1:
-                steps = [em.ints("step", [run.step])] if run.step != 1 else []
-                parts.append(em.op("Slice", [x, em.ints("run_start", [run.start]), em.ints("run_end", [stop]), axis()]
-                                   + steps, hint="window"))
+                parts.append(cut(run.start, stop, run.step, "window"))
                 continue
-            xr = x if (run.start, stop) == (0, self.n) else em.op(
-                "Slice", [x, em.ints("run_start", [run.start]), em.ints("run_end", [stop]), axis()], hint="window_run")
-            spatial = range(2, len(shape))
+            xr = x if (run.start, stop) == (0, self.n) else cut(run.start, stop, 1, "window_run")
             parts.append(em.op("AveragePool", [xr], kernel_shape=[run.length if a == self.axis else 1 for a in spatial],
                                strides=[run.step if a == self.axis else 1 for a in spatial]))
         return parts[0] if len(parts) == 1 else em.op("Concat", parts, axis=self.axis)

@@ -6,13 +6,13 @@ that script's wrapper sends a log of every conversion to a remote server and pip
 so. Both steps run in subprocesses: a crash (MNN segfaults on some graphs) must fail one case, not the session."""
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import onnx
+from runtime_fixtures import run_apart
 
 _CONVERT = r"""
 import sys
@@ -40,26 +40,20 @@ class MnnFailed(RuntimeError):
     """MNN's converter or runtime refused or crashed; the message says which and its last lines."""
 
 
-def _tail(text: str, n: int = 3) -> str:
-    return " | ".join(line for line in text.strip().splitlines()[-n:])
-
-
 def mnn_run(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """``model`` converted by MNN's converter and run on ``feed``. Raises :class:`MnnFailed`."""
     with tempfile.TemporaryDirectory() as d:
         path, converted = Path(d) / "model.onnx", Path(d) / "model.mnn"
         onnx.save(model, path)
-        conv = subprocess.run([sys.executable, "-c", _CONVERT, str(path), str(converted)], capture_output=True,
-                              text=True, timeout=300)
-        if conv.returncode or not converted.exists() or "Converted Success" not in conv.stdout + conv.stderr:
-            raise MnnFailed(f"MNN's converter: exit {conv.returncode}: {_tail(conv.stdout + conv.stderr)}")
+        rc, tail = run_apart([sys.executable, "-c", _CONVERT, str(path), str(converted)])
+        if rc or not converted.exists() or "Converted Success" not in tail:
+            raise MnnFailed(f"MNN's converter: exit {rc}: {tail}")
         ins = []
         for i, vi in enumerate(model.graph.input):
             ins.append(f"{vi.name}={Path(d) / f'in{i}.npy'}")
             np.save(ins[-1].split("=", 1)[1], feed[vi.name])
         outs = [f"{o.name}={Path(d) / f'out{i}.npy'}" for i, o in enumerate(model.graph.output)]
-        run = subprocess.run([sys.executable, "-c", _RUN, str(converted), str(len(ins)), *ins, *outs],
-                             capture_output=True, text=True, timeout=300)
-        if run.returncode:
-            raise MnnFailed(f"MNN: exit {run.returncode}: {_tail(run.stdout + run.stderr)}")
+        rc, tail = run_apart([sys.executable, "-c", _RUN, str(converted), str(len(ins)), *ins, *outs])
+        if rc:
+            raise MnnFailed(f"MNN: exit {rc}: {tail}")
         return {o.name: np.load(p.split("=", 1)[1]) for o, p in zip(model.graph.output, outs)}

@@ -7,13 +7,13 @@ drops a batch of 1, and a batch above 1 is not representable. Both run in subpro
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import onnx
+from runtime_fixtures import run_apart
 
 
 class NcnnFailed(RuntimeError):
@@ -53,10 +53,6 @@ for i, path in enumerate(outs):
 """
 
 
-def _tail(text: str, n: int = 3) -> str:
-    return " | ".join(line for line in text.strip().splitlines()[-n:])
-
-
 def ncnn_run(model: onnx.ModelProto, feed: dict[str, np.ndarray], *, fp16: bool = False,
              ncnn_defaults: bool = False) -> dict[str, np.ndarray]:
     """``model`` converted by pnnx at the feed's shapes (``fp16``: pnnx's default fp16 weight storage) and run
@@ -69,21 +65,19 @@ def ncnn_run(model: onnx.ModelProto, feed: dict[str, np.ndarray], *, fp16: bool 
         path = Path(d) / "model.onnx"
         onnx.save(model, path)
         shapes = ",".join(f"[{','.join(map(str, feed[n].shape))}]f32" for n in names)
-        conv = subprocess.run([str(pnnx_binary()), str(path), f"inputshape={shapes}", f"fp16={int(fp16)}"],
-                              cwd=d, capture_output=True, text=True, timeout=300)
+        rc, tail = run_apart([str(pnnx_binary()), str(path), f"inputshape={shapes}", f"fp16={int(fp16)}"], cwd=d)
         param, weights = path.with_suffix(".ncnn.param"), path.with_suffix(".ncnn.bin")
-        if conv.returncode or not param.exists():
-            raise NcnnFailed(f"pnnx: exit {conv.returncode}: {_tail(conv.stdout + conv.stderr)}")
+        if rc or not param.exists():
+            raise NcnnFailed(f"pnnx: exit {rc}: {tail}")
         ins = []
         for i, n in enumerate(names):
             ins.append(str(Path(d) / f"in{i}.npy"))
             np.save(ins[-1], feed[n][0])
         outs = [str(Path(d) / f"out{i}.npy") for i in range(len(model.graph.output))]
-        run = subprocess.run([sys.executable, "-c", _RUN, str(param), str(weights), str(int(ncnn_defaults)), str(len(ins)),
-                              *ins, *outs],
-                             capture_output=True, text=True, timeout=300)
-        if run.returncode:
-            raise NcnnFailed(f"ncnn: exit {run.returncode}: {_tail(run.stdout + run.stderr)} "
+        rc, tail = run_apart([sys.executable, "-c", _RUN, str(param), str(weights), str(int(ncnn_defaults)),
+                              str(len(ins)), *ins, *outs])
+        if rc:
+            raise NcnnFailed(f"ncnn: exit {rc}: {tail} "
                              f"(layers: {sorted(_layers(param))})")
         return {o.name: np.load(p)[None] for o, p in zip(model.graph.output, outs)}
 

@@ -11,13 +11,13 @@ writes one (random, fixed seed), so nothing is downloaded. Conversion and infere
 crash must fail one case, not the session)."""
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import onnx
+from runtime_fixtures import run_apart
 
 _RUN = r"""
 import sys
@@ -52,11 +52,6 @@ class TfliteFailed(RuntimeError):
     """onnx2tf or the TFLite interpreter refused or crashed; the message says which and its last lines."""
 
 
-def _tail(text: str, n: int = 3) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip() and not line.startswith(("I0000", "W0000"))]
-    return " | ".join(lines[-n:])
-
-
 def tflite_run(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """``model`` converted by onnx2tf at the feed's shapes and run by the TFLite interpreter (float32 model):
     each output flattened, in the ONNX file's element order. Raises :class:`TfliteFailed`."""
@@ -73,18 +68,17 @@ def tflite_run(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> dict[str,
         onnx.save(flat, path)
         np.save(Path(d) / SAMPLE_IMAGES, np.random.default_rng(0).random((20, 128, 128, 3), dtype=np.float32))
         shapes = [f"{vi.name}:{','.join(map(str, feed[vi.name].shape))}" for vi in model.graph.input]
-        conv = subprocess.run([sys.executable, "-m", "onnx2tf", "-i", str(path), "-o", str(Path(d) / "tf"), "-n",
-                               "-ois", *shapes], cwd=d, capture_output=True, text=True, timeout=600)
+        rc, tail = run_apart([sys.executable, "-m", "onnx2tf", "-i", str(path), "-o", str(Path(d) / "tf"), "-n",
+                              "-ois", *shapes], cwd=d, timeout=600)
         converted = Path(d) / "tf" / "model_float32.tflite"
-        if conv.returncode or not converted.exists():
-            raise TfliteFailed(f"onnx2tf: exit {conv.returncode}: {_tail(conv.stdout + conv.stderr)}")
+        if rc or not converted.exists():
+            raise TfliteFailed(f"onnx2tf: exit {rc}: {tail}")
         ins = []
         for i, vi in enumerate(model.graph.input):
             ins.append(str(Path(d) / f"in{i}.npy"))
             np.save(ins[-1], feed[vi.name])
         outs = [str(Path(d) / f"out{i}.npy") for i in range(len(model.graph.output))]
-        run = subprocess.run([sys.executable, "-c", _RUN, str(converted), str(len(ins)), *ins, *outs],
-                             capture_output=True, text=True, timeout=300)
-        if run.returncode:
-            raise TfliteFailed(f"TFLite: exit {run.returncode}: {_tail(run.stdout + run.stderr)}")
+        rc, tail = run_apart([sys.executable, "-c", _RUN, str(converted), str(len(ins)), *ins, *outs])
+        if rc:
+            raise TfliteFailed(f"TFLite: exit {rc}: {tail}")
         return {o.name: np.load(p) for o, p in zip(model.graph.output, outs)}
