@@ -53,8 +53,9 @@ def adaptive_avg_pool(x: np.ndarray, output_size: Sequence[int | None]) -> np.nd
     out = resolve_output_size(x.shape, output_size)
     k = len(out)
     y = x.astype(np.float64)
-    for j, m in enumerate(out):
-        y = _pool_axis(y, x.ndim - k + j, m, np.mean)
+    with np.errstate(invalid="ignore"):  # inf + -inf in a window: NaN, as torch gives it
+        for j, m in enumerate(out):
+            y = _pool_axis(y, x.ndim - k + j, m, np.mean)
     return y.astype(x.dtype)
 
 

@@ -61,3 +61,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 @pytest.fixture(scope="session")
 def torch_mod():
     return pytest.importorskip("torch")
+
+
+@pytest.fixture
+def bare_matmuls(monkeypatch):
+    """The default target's MatMul averages as their layout alone: pooling matrices written as constants
+    (no indicator and lengths) and no NaN/inf guard around them, for tests of the MatMul layouts (block,
+    kron, stacked) that read the matrices and op sequences. The guard and the indicator weights have their
+    own tests (tests/lowering/test_avg_non_finite.py)."""
+    from onnxpoolfix.graph import emit
+    from onnxpoolfix.lowering import base
+    from onnxpoolfix.rewrite import pyramid
+
+    monkeypatch.setattr(emit, "_window_lengths", lambda matrix: None)
+    monkeypatch.setattr(base, "guarded", lambda inner, *args: inner)
+    monkeypatch.setattr(pyramid, "guarded", lambda inner, *args: inner)

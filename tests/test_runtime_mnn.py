@@ -30,6 +30,8 @@ def known_failure(case: dict, target: str) -> str | None:
     """What MNN 3.6 cannot convert, measured: the test asserts it fails."""
     if case["kind"] == "max" and target != "portable":
         return "IsNaN"  # the NaN guard; the portable target writes it from Sub/Equal/Abs/Or/Not
+    if case["kind"] == "avg" and target == "onnxruntime" and case["opset"] in (9, 10):
+        return "IsNaN"  # the MatMul averages' guard: its Equal form needs opset 11 (Equal on floats)
     return None
 
 

@@ -64,6 +64,9 @@ def test_ncnn_matches_torch(case, target):
         record("ncnn", case, target, "batch > 1")
         pytest.skip("every saved size has a batch above 1, which ncnn's Mat cannot hold")
     failure = known_failure(case, target)
+    if failure is None and target == "onnxruntime" and "If" in {n.op_type for n in _patch(case, target,
+                                                                                            sizes[0][1]).graph.node}:
+        failure = "the default target's If (its MatMul averages' NaN guard) crashes pnnx"
     if failure:
         sfx, feed, _ = sizes[0]
         with pytest.raises(NcnnFailed):
@@ -97,7 +100,7 @@ FP16_CASES = [c for c in CASES if not c["dynamic"] and known_failure(c, "portabl
 @pytest.mark.parametrize("case", FP16_CASES, ids=[c["name"] for c in FP16_CASES])
 def test_pnnx_fp16_storage_keeps_the_portable_averages_exact(case):
     """pnnx's default conversion stores weights as fp16: the portable target has none to round (float32-exact
-    against torch, with ncnn's default options), where the default target's 1/len pooling matrices round."""
+    against torch, with ncnn's default options), where the tensorrt target's 1/len pooling matrices round."""
     rtol, atol = case["suggested_tolerance"]
     sfx, feed, want = next(runs(case))
     got = ncnn_run(_patch(case, "portable", feed), feed, fp16=True, ncnn_defaults=True)
@@ -105,12 +108,13 @@ def test_pnnx_fp16_storage_keeps_the_portable_averages_exact(case):
         np.testing.assert_allclose(got[name].reshape(w.shape), w, rtol=rtol, atol=atol)
 
 
-def test_pnnx_fp16_storage_rounds_the_default_targets_matrices():
-    """The difference the test above relies on: the default target's MatMul lowering of 8x9 -> 5x7, stored
-    in fp16 by pnnx, is off by the rounding of 1/len (about 1e-4 relative)."""
+def test_pnnx_fp16_storage_rounds_the_tensorrt_targets_matrices():
+    """The difference the test above relies on: the tensorrt target's MatMul lowering of 8x9 -> 5x7 (constant
+    1/len matrices; the default target's indicator and lengths would not round, but its If does not convert),
+    stored in fp16 by pnnx, is off by the rounding of 1/len (about 1e-4 relative)."""
     case = next(c for c in CASES if c["name"] == "avg2d_8x9_to_5x7")
     sfx, feed, want = next(runs(case))
-    got = ncnn_run(_patch(case, "onnxruntime", feed), feed, fp16=True, ncnn_defaults=True)
+    got = ncnn_run(_patch(case, "tensorrt", feed), feed, fp16=True, ncnn_defaults=True)
     (w,) = want.values()
     (g,) = got.values()
     assert np.abs(g.reshape(w.shape) - w).max() > 1e-5 * np.abs(w).max()

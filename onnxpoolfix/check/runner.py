@@ -239,7 +239,9 @@ def isolate(model: onnx.ModelProto, spec: PoolSpec) -> onnx.ModelProto | None:
 def structured_inputs(spec: PoolSpec, shape: tuple[int, ...], rng: np.random.Generator) -> list[np.ndarray]:
     """Ramps along each pooled axis (a window one element off moves an average by half a step, and moves a
     max's value and index); for max also falling ramps (the window starts) and NaN/-inf: NaN scattered,
-    one whole window of -inf and a band of -inf (the exact NaN/-inf path, which finite inputs never take)."""
+    one whole window of -inf and a band of -inf (the exact NaN/-inf path, which finite inputs never take);
+    for averages NaN, +inf and -inf scattered (kept in their windows: the MatMul guard's else-branch), but
+    with the tensorrt target, whose MatMuls are unguarded (docs/targets.md)."""
     dt = np.float32 if spec.dtype == TensorProto.BFLOAT16 else onnx.helper.tensor_dtype_to_np_dtype(spec.dtype)
     k = spec.k
     rank = len(shape)
@@ -258,6 +260,13 @@ def structured_inputs(spec: PoolSpec, shape: tuple[int, ...], rng: np.random.Gen
         band = [slice(None)] * rank
         band[rank - 1] = slice(shape[-1] // 2, shape[-1] // 2 + 2)
         x[tuple(band)] = -np.inf
+        out.append(x)
+    if spec.kind == "avg" and spec.opset >= 9 and spec.target != "tensorrt":
+        x = rng.standard_normal(shape).astype(dt)
+        r = rng.random(shape)
+        x[r < 0.02] = np.nan
+        x[(r >= 0.02) & (r < 0.04)] = np.inf
+        x[(r >= 0.04) & (r < 0.06)] = -np.inf
         out.append(x)
     return out
 

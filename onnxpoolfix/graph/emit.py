@@ -16,6 +16,8 @@ from . import nodes_deep
 
 #: the ops :meth:`Emitter.is_nan` writes for the portable target (see there), in order
 PORTABLE_NAN_OPS = ("Sub", "Equal", "Abs", "Or", "Not")
+#: the ops :meth:`Emitter.weights` writes beside a MatMul for the onnxruntime target (Cast of the indicator, Div)
+INDICATOR_WEIGHT_OPS = ("Cast", "Div")
 
 
 def portable_nan_test(portable: bool, opset: int) -> bool:
@@ -26,10 +28,11 @@ def portable_nan_test(portable: bool, opset: int) -> bool:
 
 class Emitter:
     def __init__(self, prefix: str, taken: set[str], opset: int, *, constant_nodes: bool = False,
-                 portable: bool = False):
+                 target: str | None = None):
         self.prefix = prefix
+        self.target = target  # None: a probe or a proof, whose constants are written as they are
         # the portable target: NaN tests without IsNaN (MNN and ncnn have none), see is_nan
-        self.portable = portable
+        self.portable = target == "portable"
         # IR version < 4 requires every initializer to be a graph input too: use Constant nodes there
         self.constant_nodes = constant_nodes
         self.taken = taken  # shared across emitters: every name in the graph, plus what we add
@@ -56,6 +59,22 @@ class Emitter:
         else:
             self.initializers.append(tensor)
         return name
+
+    def weights(self, hint: str, matrix: np.ndarray, elem: int) -> str:
+        """A pooling matrix (float64, entries 0 or 1/len) as a tensor of ``elem``.
+
+        For the onnxruntime target it is written as ``Div(Cast(indicator), lengths)``: a bool 0/1 window
+        indicator and the window lengths, both held exactly by any storage (fp16 included), and not an
+        initializer feeding a MatMul, so onnxruntime's ``quantize_dynamic`` leaves the pooling in float
+        (a quantized 1/len matrix costs 4e-3 to 8e-3 relative error: issue 33). onnxruntime folds the two
+        nodes at session start, so the MatMul runs as before. Every other case: the matrix itself.
+        """
+        typed_constants = not self.constant_nodes or self.opset >= 9  # Constant takes bool from opset 9
+        lengths = _window_lengths(matrix) if self.target == "onnxruntime" and typed_constants else None
+        if lengths is None or not np.array_equal(lengths.astype(np_dtype(elem)), lengths):
+            return self.const(hint, matrix.astype(np_dtype(elem)))
+        indicator = self.cast(self.const(f"{hint}_indicator", matrix != 0), elem)
+        return self.op("Div", [indicator, self.const(f"{hint}_lengths", lengths.astype(np_dtype(elem)))], hint=hint)
 
     def ints(self, hint: str, values: Sequence[int]) -> str:
         return self.const(hint, np.asarray(list(values), dtype=np.int64))
@@ -109,12 +128,13 @@ class Emitter:
     def cast(self, x: str, to: int, out: str | None = None) -> str:
         return self.op("Cast", [x], out=out, to=to)
 
-    def is_nan(self, x: str, dtype=np.float32) -> str:
+    def is_nan(self, x: str, dtype=np.float32, *, equal: bool | None = None) -> str:
         """A bool mask of ``x``'s NaNs (``dtype``: x's numpy dtype): ``IsNaN``; for the portable target (MNN and
         ncnn have no IsNaN) the values that are neither ``x - x == 0`` (finite) nor ``|x| == inf``. That form
         holds under IEEE comparisons and under MNN's, whose Equal compares bits (NaN == NaN there, so
-        ``Not(Equal(x, x))`` misses every NaN: measured). Equal takes floats from opset 11."""
-        if portable_nan_test(self.portable, self.opset):
+        ``Not(Equal(x, x))`` misses every NaN: measured). Equal takes floats from opset 11. ``equal``: that
+        form (True, from opset 11) or IsNaN (False) whatever the target."""
+        if portable_nan_test(self.portable if equal is None else equal, self.opset):
             finite = self.op("Equal", [self.op("Sub", [x, x]), self.const("zero", np.zeros((), dtype))])
             infinite = self.op("Equal", [self.op("Abs", [x]), self.const("inf", np.array(np.inf, dtype))])
             return self.op("Not", [self.op("Or", [finite, infinite])], hint="is_nan")
@@ -123,7 +143,20 @@ class Emitter:
     def sub(self) -> "Emitter":
         """An emitter for a subgraph (an If branch): the same names, opset, form of constants and target."""
         return Emitter(self.prefix, self.taken, self.opset, constant_nodes=self.constant_nodes,
-                       portable=self.portable)
+                       target=self.target)
+
+
+def _window_lengths(matrix: np.ndarray) -> np.ndarray | None:
+    """The lengths L (shape [rows, 1] or [1, cols]) with ``matrix == (matrix != 0) / L`` exactly, or None."""
+    ones = matrix != 0
+    if matrix.ndim != 2 or not ones.any():
+        return None
+    for axis in (1, 0):  # each row one window (P: [m, n]), or each column (P^T, the kron and stacked forms)
+        reach = ones.any(axis=axis, keepdims=True)
+        lengths = np.where(reach, ones.sum(axis=axis, keepdims=True), 1).astype(np.float64)
+        if np.allclose(matrix, ones / lengths, rtol=1e-12, atol=0):  # (kron products: 1/a * 1/b, to an ulp)
+            return lengths
+    return None
 
 
 def np_dtype(elem: int) -> np.dtype:

@@ -11,10 +11,11 @@ from typing import ClassVar, Sequence
 from onnx import TensorProto
 
 from .. import windows as W
-from ..graph.emit import COMPUTE_IN_FLOAT32, PORTABLE_NAN_OPS, Emitter, portable_nan_test
+from ..graph.emit import COMPUTE_IN_FLOAT32, INDICATOR_WEIGHT_OPS, PORTABLE_NAN_OPS, Emitter, portable_nan_test
 from ..graph.shapes import PoolSpec, make_value_info
 from ..reason import needs_opset
 from ..tensorrt import SUPPORTED_OPS, GraphInfo, tensorrt_rejects
+from .avg_non_finite import guarded
 from .max_steps import NON_FINITE_UNSAFE_MAX, NonFiniteMaxStep
 from .steps import CastStep, Step, emit_steps, run_cost
 
@@ -127,6 +128,7 @@ class Lowering:
                 and any(op in NON_FINITE_UNSAFE_MAX for s in inner for op in s.ops)):
             inner = [NonFiniteMaxStep(tuple(inner), lazy=spec.target == "onnxruntime",  # NaN/-inf as torch
                                       equal_masks=portable_nan_test(spec.target == "portable", spec.opset))]
+        inner = guarded(inner, spec.kind, spec.target, spec.opset)
         work = compute_dtype(spec)
         if work != spec.dtype:
             return [CastStep(work)] + inner + [CastStep(spec.dtype)]
@@ -134,11 +136,14 @@ class Lowering:
 
     def ops(self, spec: PoolSpec) -> list[str]:
         """The op types this lowering writes for ``spec``, in step order, each once; the NaN test as
-        :meth:`Emitter.is_nan <onnxpoolfix.graph.emit.Emitter.is_nan>` spells it for the target."""
+        :meth:`Emitter.is_nan <onnxpoolfix.graph.emit.Emitter.is_nan>` spells it for the target, a MatMul's
+        weights as :meth:`Emitter.weights <onnxpoolfix.graph.emit.Emitter.weights>` writes them."""
         out: list[str] = []
         for op in (op for s in self.steps(spec) for op in s.ops):
             portable_nan = op == "IsNaN" and portable_nan_test(spec.target == "portable", spec.opset)
             spelled = PORTABLE_NAN_OPS if portable_nan else (op,)
+            if op == "MatMul" and spec.target == "onnxruntime":
+                spelled = INDICATOR_WEIGHT_OPS + spelled
             out += [o for o in spelled if o not in out]
         return out
 
@@ -153,8 +158,7 @@ class Lowering:
 # what the portable target leaves out, and why (issue 33: measured in onnxruntime, OpenVINO, tract, MNN,
 # ncnn through pnnx, TFLite through onnx2tf, TVM and onnx2torch)
 NOT_PORTABLE = {
-    "MatMul": "its constant 1/len pooling matrix does not survive int8 quantization or fp16 storage, and 0 * NaN "
-              "spreads a NaN beyond its windows",
+    "MatMul": "quantize_static quantizes both its inputs, and its NaN guard needs If",
     "If": "onnx2torch refuses If, pnnx crashes on it and onnx2tf loses its branches' outer-scope initializers",
 }
 

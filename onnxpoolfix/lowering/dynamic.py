@@ -204,8 +204,7 @@ class DynamicMatMulStep(Step):
                     pt = runtime_matrix_t(a, n, m)
                     return pt if t == 1 else kron_identity(em, pt, m, t, elem)
                 pt = W.pooling_matrix(n, m, dtype=np.float64).T
-                return em.const("pool_matrix_t" if t == 1 else "kron_matrix_t",
-                                np.kron(pt, np.eye(t)).astype(np_dtype(elem)))
+                return em.weights("pool_matrix_t" if t == 1 else "kron_matrix_t", np.kron(pt, np.eye(t)), elem)
 
             if form == "last":
                 cur = em.op("MatMul", [cur, matrix_t()])
@@ -233,7 +232,7 @@ class DynamicMatMulStep(Step):
             elif form == "planes":
                 p = (em.op("Transpose", [matrix_t()], perm=[1, 0], hint="pool_matrix")
                      if n is None or isinstance(m, RuntimeDim) else
-                     em.const("pool_matrix", W.pooling_matrix(n, m, dtype=np.float64).astype(np_dtype(elem))))
+                     em.weights("pool_matrix", W.pooling_matrix(n, m, dtype=np.float64), elem))
                 if a == rank - 2:
                     cur = em.op("MatMul", [p, cur])
                 elif (sum(not isinstance(d, int) for d in dims[:a]) == 1

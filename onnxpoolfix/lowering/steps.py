@@ -16,7 +16,7 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from .. import windows as W
-from ..graph.emit import Emitter, np_dtype
+from ..graph.emit import Emitter
 from . import cost as C
 
 Shape = tuple
@@ -282,26 +282,26 @@ class MatMulStep(OneAxisStep):
     def emit(self, em, x, shape, elem):
         g, kron = self.layout(shape)
         n, m = self.n // g, self.m // g
-        p = W.pooling_matrix(self.n, self.m, dtype=np.float64)[:m, :n].astype(np_dtype(elem))
+        p = W.pooling_matrix(self.n, self.m, dtype=np.float64)[:m, :n]  # written by em.weights, in elem
         pos = len(shape) - 1 - self.axis
         tail = list(shape[self.axis + 1:])
         if kron:
             t = self._tail(shape)
             blocks = reshape_keep(em, x, self.axis, ([g] if g > 1 else []) + [n * t])
             k = np.kron(p.T, np.eye(t, dtype=p.dtype))  # [n*t, m*t]: P's entries, copied exactly
-            y = em.op("MatMul", [blocks, em.const("kron_matrix_t", k)])
+            y = em.op("MatMul", [blocks, em.weights("kron_matrix_t", k, elem)])
             return reshape_keep(em, y, self.axis, [self.m] + tail)
         if g == 1 and pos == 0:
-            return em.op("MatMul", [x, em.const("pool_matrix_t", p.T)])
+            return em.op("MatMul", [x, em.weights("pool_matrix_t", p.T, elem)])
         if g == 1 and pos == 1:
-            return em.op("MatMul", [em.const("pool_matrix", p), x])
+            return em.op("MatMul", [em.weights("pool_matrix", p, elem), x])
         if pos == 0:
             blocks = reshape_keep(em, x, self.axis, [g, n])
-            y = em.op("MatMul", [blocks, em.const("pool_block_t", p.T)])
+            y = em.op("MatMul", [blocks, em.weights("pool_block_t", p.T, elem)])
         else:
             # the tail's length spelled out, not -1: a copied 0 (a batch of 0) leaves -1 undetermined
             blocks = reshape_keep(em, x, self.axis, ([g] if g > 1 else []) + [n, numel(tail)])
-            y = em.op("MatMul", [em.const("pool_block" if g > 1 else "pool_matrix", p), blocks])
+            y = em.op("MatMul", [em.weights("pool_block" if g > 1 else "pool_matrix", p, elem), blocks])
         return reshape_keep(em, y, self.axis, [self.m] + tail)
 
     ops = ("MatMul",)
@@ -336,7 +336,7 @@ class KroneckerStep(Step):
         for n, m in zip(self.n, self.m):
             k = np.kron(k, W.pooling_matrix(n, m, dtype=np.float64))
         flat = reshape_keep(em, x, self.first_axis, [prod(self.n)])  # not -1: see BlockPoolStep (a batch of 0)
-        y = em.op("MatMul", [flat, em.const("kron_matrix_t", k.T.astype(np_dtype(elem)))])
+        y = em.op("MatMul", [flat, em.weights("kron_matrix_t", k.T, elem)])
         return reshape_keep(em, y, self.first_axis, list(self.m))
 
     ops = ("Reshape", "MatMul")

@@ -29,7 +29,6 @@ from typing import Sequence
 import numpy as np
 
 from .. import windows as W
-from ..graph.emit import np_dtype
 from ..graph.shapes import PoolSpec
 from ..lowering.base import compute_dtype, itemsize
 from ..lowering.steps import MatMulStep, Step, reshape_keep, run_cost
@@ -199,20 +198,20 @@ class StackedMatMulStep(Step):
         step = MatMulStep(self.axis, self.n, 16 if self.width > 8 else self.width)
         return step._cost(shape, itemsize, 1)
 
-    def matrix(self, elem) -> np.ndarray:
+    def matrix(self) -> np.ndarray:
+        """Every level's pooling matrix, stacked and padded with zero rows to ``width`` (float64)."""
         rows = np.concatenate([W.pooling_matrix(self.n, m, dtype=np.float64) for m in self.sizes], axis=0)
-        rows = np.pad(rows, ((0, self.width - rows.shape[0]), (0, 0)))
-        return rows.astype(np_dtype(elem))
+        return np.pad(rows, ((0, self.width - rows.shape[0]), (0, 0)))
 
     def emit(self, em, x, shape, elem):
-        p = self.matrix(elem)
+        p = self.matrix()
         pos = len(shape) - 1 - self.axis
         if pos == 0:
-            return em.op("MatMul", [x, em.const("pool_matrices_t", p.T)], hint="stacked_matmul")
+            return em.op("MatMul", [x, em.weights("pool_matrices_t", p.T, elem)], hint="stacked_matmul")
         if pos == 1:
-            return em.op("MatMul", [em.const("pool_matrices", p), x], hint="stacked_matmul")
+            return em.op("MatMul", [em.weights("pool_matrices", p, elem), x], hint="stacked_matmul")
         flat = reshape_keep(em, x, self.axis, [self.n, -1])
-        y = em.op("MatMul", [em.const("pool_matrices", p), flat], hint="stacked_matmul")
+        y = em.op("MatMul", [em.weights("pool_matrices", p, elem), flat], hint="stacked_matmul")
         return reshape_keep(em, y, self.axis, [self.width] + list(shape[self.axis + 1:]))
 
     ops = ("MatMul", "Reshape")

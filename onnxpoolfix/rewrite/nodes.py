@@ -54,7 +54,7 @@ def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[
     for p in plans:
         node = p.spec.node
         em = Emitter(node.name, taken, p.spec.opset, constant_nodes=constant_nodes,
-                     portable=p.spec.target == "portable")
+                     target=p.spec.target)
         p.lowering.build(em, p.spec, node.input, node.output, node.indices_output)
         mark_emitted(em.nodes, f"'{p.lowering.name}' lowering of {node.label}")
         replacement[node.index] = em.nodes

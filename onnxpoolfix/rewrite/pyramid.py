@@ -4,6 +4,7 @@ its pooled source where it has one."""
 from __future__ import annotations
 
 from ..graph.emit import Emitter, op_types
+from ..lowering.avg_non_finite import guarded
 from ..plan.pyramid import GroupPlan, stacked_steps
 
 __all__ = ["build_group"]
@@ -18,10 +19,10 @@ def build_group(g: GroupPlan, taken: set[str], opset: int, constant_nodes: bool)
     if stacked_levels:
         first = stacked_levels[0].spec
         em = Emitter(f"{first.node.name}/stacked", taken, opset, constant_nodes=constant_nodes,
-                     portable=first.target == "portable")
+                     target=first.target)
         stacked = x
         shape = first.input_shape
-        for step in stacked_steps([lv.spec for lv in stacked_levels]):
+        for step in guarded(stacked_steps([lv.spec for lv in stacked_levels]), "avg", first.target, opset):
             stacked = step.emit(em, stacked, shape, first.dtype)
             shape = step.out_shape(shape)
         nodes += em.nodes
@@ -29,7 +30,7 @@ def build_group(g: GroupPlan, taken: set[str], opset: int, constant_nodes: bool)
         stacked_ops = op_types(em.nodes)
     for lv in g.levels:
         s = lv.spec
-        em = Emitter(s.node.name, taken, opset, constant_nodes=constant_nodes, portable=s.target == "portable")
+        em = Emitter(s.node.name, taken, opset, constant_nodes=constant_nodes, target=s.target)
         if lv.source is not None:
             lv.sub.lowering.build(em, lv.sub.spec, g.levels[lv.source].spec.node.output, s.node.output)
         elif lv.shared is not None:

@@ -72,7 +72,11 @@ def test_every_candidate_is_listed_with_a_cost_or_a_reason() -> None:
     assert {"matmul", "kronecker"} <= {c.name for c in applicable}
     pool = next(c for c in node.candidates if c.name == "pool")
     assert pool.reason and "\n" not in pool.reason
-    assert node.why and node.ops and set(node.ops) <= {"MatMul", "Reshape", "Transpose"}
+    # the MatMuls, their weights as Div(Cast(indicator), lengths), and the If keeping NaN/inf in their windows
+    assert node.why and {"MatMul", "Div", "If"} <= set(node.ops) <= {"MatMul", "Reshape", "Transpose", "Cast", "Div",
+                                                                   "ReduceSum", "Sub", "IsNaN", "Not", "If", "Identity",
+                                                                   "Greater", "Less", "Or", "And", "Where", "Equal",
+                                                                   "Abs"}
     assert node.axes == ["8->5 non-uniform", "9->7 non-uniform"]
 
 

@@ -14,6 +14,8 @@ import onnxpoolfix
 from onnxpoolfix import reference
 from onnxpoolfix.lowering.steps import MatMulStep
 
+pytestmark = pytest.mark.usefixtures("bare_matmuls")  # the layouts' matrices and op sequences, unguarded
+
 
 def _patched(shape, size, **kw):
     model = make_leftover("avg", list(shape), size)

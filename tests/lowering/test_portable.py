@@ -1,9 +1,15 @@
-"""The portable target (issue 33): what users do next with OUT, against torch and a numpy loop reference.
+"""What users do next with OUT (issue 33), against torch and a numpy loop reference, for the portable target
+and, for the averages, the default (onnxruntime) target too:
 
 - a NaN and an inf in one window of each average fixture reach exactly the outputs torch's do;
 - onnxruntime's quantize_dynamic / quantize_static leave the pooling as exact as the dynamo export's is;
 - weights stored as fp16 (pnnx's default) change nothing beyond the fp16 rounding of the input;
-- only ops every runtime of docs/targets.md takes; symbolic pooled sizes stay symbolic (one file, every size).
+- portable: only ops every runtime of docs/targets.md takes; symbolic pooled sizes stay symbolic (one file,
+  every size).
+
+The default target below opset 9 (no IsNaN, no Where; Constant nodes without bool before IR 4) keeps plain
+1/len MatMuls: those cases assert that it still spreads a NaN, so the limitation docs/targets.md names is
+the one measured.
 
 Every expectation comes from torch (``F.adaptive_avg_pool*``, the fixtures' saved outputs) or from
 :func:`loop_reference` below, never from the patched graph.
@@ -83,7 +89,19 @@ def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
 
 
 def portable(case, **kw) -> onnx.ModelProto:
-    return onnxpoolfix.patch(onnx.load(FIXTURES / case["file"]), target="portable", **kw).model
+    return patched(case, "portable", **kw)
+
+
+def patched(case, target: str, **kw) -> onnx.ModelProto:
+    return onnxpoolfix.patch(onnx.load(FIXTURES / case["file"]), target=target, **kw).model
+
+
+TARGETS = ["portable", "onnxruntime"]
+
+
+def unguarded(case, target: str) -> bool:
+    """The default target's MatMul averages below opset 9: no NaN guard, 1/len weights (see the docstring)."""
+    return target == "onnxruntime" and case["opset"] < 9
 
 
 def assert_same_non_finite_and_close(got, want, rtol):
@@ -114,25 +132,31 @@ def with_non_finite(case, x: np.ndarray, which: str) -> np.ndarray:
     return x
 
 
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("which", ["nan", "inf", "both"])
 @pytest.mark.parametrize("case", STATIC_AVG, ids=ids(STATIC_AVG))
-def test_non_finite_reaches_torchs_outputs_only(case, which):
+def test_non_finite_reaches_torchs_outputs_only(case, which, target):
     if case["dtype"] == "bfloat16":
         pytest.skip("numpy has no bfloat16 to feed; the float32, float16 and float64 cases cover the lowering")
     x, _ = saved(case)
     rtol = 1e-3 if case["dtype"] == "float16" else 1e-5
-    model = portable(case)
+    model = patched(case, target)
     xn = with_non_finite(case, x, which)
     got = run(model, xn)
+    if unguarded(case, target):
+        assert np.isnan(got).sum() > np.isnan(torch_pool(case, xn)).sum()  # 0 * NaN / 0 * inf spread
+        return
     assert_same_non_finite_and_close(got, torch_pool(case, xn), rtol)
     assert_same_non_finite_and_close(got, loop_reference(xn, output_size(case)), rtol)
 
 
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("which", ["nan", "inf", "both"])
 @pytest.mark.parametrize("case", DYNAMIC_AVG, ids=ids(DYNAMIC_AVG))
-def test_non_finite_dynamic_fixture_one_file_every_size(case, which):
-    """Symbolic sizes stay symbolic (window_slices): one patched file, at every saved size."""
-    model = portable(case, check=False)  # torch and the loop judge
+def test_non_finite_dynamic_fixture_one_file_every_size(case, which, target):
+    """Symbolic sizes stay symbolic (window_slices; the default target's runtime matrices): one patched file,
+    at every saved size."""
+    model = patched(case, target, check=False)  # torch and the loop judge
     for extra in case["extra_sizes"]:
         x, _ = saved(case, extra["suffix"])
         xn = with_non_finite(case, x, which)
@@ -209,13 +233,15 @@ def quantized(model: onnx.ModelProto, x: np.ndarray, mode: str, tmp_path: Path) 
 STATIC_BOUND = 2.8e-2
 
 
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 @pytest.mark.parametrize("case", STATIC_AVG_F32, ids=ids(STATIC_AVG_F32))
-def test_quantized_portable_stays_exact(case, mode, tmp_path):
+def test_quantized_stays_exact(case, mode, target, tmp_path):
     x, want = saved(case)
-    err = relative_error(run(quantized(portable(case), x, mode, tmp_path), x), want)
-    # dynamic: nothing of the pooling is quantized (no weights): float32 exact; static: the input's own
-    # quantization step, as for the dynamo export's AveragePool/Gather
+    err = relative_error(run(quantized(patched(case, target), x, mode, tmp_path), x), want)
+    # dynamic: nothing of the pooling is quantized (no weights; the default target's MatMul reads its weights
+    # from a Div, not an initializer): float32 exact; static: the input's own quantization step, as for the
+    # dynamo export's AveragePool/Gather
     assert err <= (1e-6 if mode == "dynamic" else STATIC_BOUND), err
 
 
@@ -230,24 +256,32 @@ def dynamo_file(case, x: np.ndarray) -> onnx.ModelProto | None:
 
 
 QUICK = {"avg2d_8x9_to_5x7", "avg1d"}
+# measured over the bar, asserted so a change either way is seen: quantize_static puts Q/DQ on both inputs of
+# the default target's MatMul, and its kron matrix's 1/(a*b*c) entries round in uint8 (1.18e-2 against a bar
+# of 1.13e-2; the portable target's window sums: 1.02e-2)
+OVER_THE_BAR = {("avg3d", "static", "onnxruntime")}
 
 
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 @pytest.mark.parametrize("case", [pytest.param(c, marks=() if c["name"] in QUICK else pytest.mark.slow)
                                   for c in STATIC_AVG_F32], ids=ids(STATIC_AVG_F32))
-def test_quantized_no_worse_than_dynamo(case, mode, tmp_path):
+def test_quantized_no_worse_than_dynamo(case, mode, target, tmp_path):
     """Issue 33's bar: error no worse than 1.5x the plain dynamo export's; where torch cannot export it (3D),
     1.5x what quantizing the input and the output alone costs (:func:`quantization_floor`: 7.5e-3 for avg3d,
     whose window sums measure 1.02e-2)."""
     x, want = saved(case)
-    ours = relative_error(run(quantized(portable(case), x, mode, tmp_path), x), want)
+    ours = relative_error(run(quantized(patched(case, target), x, mode, tmp_path), x), want)
     dyn = dynamo_file(case, x)
     if dyn is not None:
         bar = 1.5 * relative_error(run(quantized(dyn, x, mode, tmp_path), x), want)
     else:
         bar = 1.5 * quantization_floor(case, x, want) if mode == "static" else 0.0
+    if (case["name"], mode, target) in OVER_THE_BAR:
+        assert bar < ours <= 1.1 * bar, (ours, bar)
+        return
     assert ours <= max(bar, 1e-6), (ours, bar)
-    record(f"ORT int8 {mode}", case, "portable", "quantized within the bar")
+    record(f"ORT int8 {mode}", case, target, "quantized within the bar")
 
 
 def quantization_floor(case, x: np.ndarray, want: np.ndarray) -> float:
@@ -289,11 +323,15 @@ def weights_as_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("case", STATIC_AVG_F32, ids=ids(STATIC_AVG_F32))
-def test_fp16_weights_exact_to_the_inputs_rounding(case):
+def test_fp16_weights_exact_to_the_inputs_rounding(case, target):
     x, _ = saved(case)
     x16 = x.astype(np.float16).astype(np.float32)  # the input's fp16 rounding: the only error allowed
-    got = run(weights_as_fp16(portable(case)), x16)
+    got = run(weights_as_fp16(patched(case, target)), x16)
+    if unguarded(case, target):  # its 1/len weights round in fp16
+        assert not np.allclose(got, torch_pool(case, x16), rtol=1e-5, atol=1e-6)
+        return
     np.testing.assert_allclose(got, torch_pool(case, x16), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got, loop_reference(x16, output_size(case)), rtol=1e-5, atol=1e-6)
 

@@ -155,7 +155,7 @@ def test_psp_64_shares_one_matmul():
     ops = [n.op_type for n in result.model.graph.node]
     assert _readers(result.model, "x") == ["MatMul"]
     assert ops.count("MatMul") >= 1 and "GlobalAveragePool" not in ops and "AveragePool" not in ops
-    shared = [t for t in result.model.graph.initializer if t.name.endswith("pool_matrices_t")]
+    shared = [t for t in result.model.graph.initializer if t.name.endswith("pool_matrices_t_indicator")]
     assert len(shared) == 1 and list(shared[0].dims) == [64, 16]  # 1 + 2 + 3 + 6 columns, padded to 16
     _compare(module, x, result.model, "avg")
     # without the flag the two leftovers still share their MatMul; the exporter's two nodes stay

@@ -1,0 +1,100 @@
+"""The NaN/inf guard of the onnxruntime target's MatMul averages (:class:`NonFiniteAvgStep`).
+
+A MatMul against a pooling matrix multiplies every input element by every output's weight, 0 included, and
+``0 * NaN = 0 * inf = NaN``: one NaN or inf in the input turns whole rows of the output into NaN. torch
+keeps each to the windows that hold it: NaN there, +inf or -inf where a window holds only infinities of one
+sign, NaN where it holds both.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..graph.emit import np_dtype
+from . import cost as C
+from .max_steps import if_branch
+from .steps import Step, numel, run_cost
+
+#: the ops whose result at a window reads values outside it (a NaN or inf there would reach the window)
+SPREADS_NON_FINITE = frozenset({"MatMul"})
+
+
+@dataclass(frozen=True)
+class NonFiniteAvgStep(Step):
+    """Wraps average steps that spread NaN/inf (MatMul) so non-finite values stay in their windows.
+
+    The plain steps run first; their output is finite exactly when the input is (every input element lies in
+    some window, and a finite average of finite values is finite): one ReduceSum over the pooled OUTPUT
+    tells. Finite: the If's then-branch hands the plain result on. Otherwise the else-branch recomputes
+    from the input with every NaN/inf zeroed, pools three 0/1 masks (NaN, +inf, -inf) with the same steps
+    (a window's mask average is > 0 iff the window holds one), and writes torch's value where a mask
+    reached. Needs opset 9 (IsNaN, Where).
+
+    From opset 11 every test is an Equal (:func:`~onnxpoolfix.graph.emit.portable_nan_test`'s form): MNN has no
+    IsNaN and compares floats by their bits in Less/Greater, and the finite path should not cost a file its
+    runtime; the masks' averages are compared with Greater against +0.0, which bits order as values."""
+
+    inner: tuple[Step, ...]
+    equal_masks: bool = False  # every test an Equal (from opset 11; see above)
+
+    def out_shape(self, shape):
+        for s in self.inner:
+            shape = s.out_shape(shape)
+        return shape
+
+    def cost(self, shape, itemsize):  # priced for the finite path: the plain steps, one read of y, the If
+        read = numel(self.out_shape(shape)) * itemsize / C.BANDWIDTH
+        return run_cost(self.inner, shape, itemsize) + 4 * C.NODE + read
+
+    @property
+    def ops(self):
+        tests = ("Sub", "Equal", "Abs", "Or", "Not") if self.equal_masks else ("Sub", "IsNaN", "Not", "Less")
+        extra = ("ReduceSum",) + tests + ("If", "Identity", "Greater", "Or", "And", "Where", "Cast")
+        return tuple(dict.fromkeys(op for s in self.inner for op in s.ops)) + extra
+
+    def _plain(self, em, x, shape, elem):
+        for s in self.inner:
+            x = s.emit(em, x, shape, elem)
+            shape = s.out_shape(shape)
+        return x
+
+    def _exact(self, em, x, shape, elem):
+        fdt = np_dtype(elem)
+        inf, minus_inf = em.const("inf", np.array(np.inf, fdt)), em.const("minus_inf", np.array(-np.inf, fdt))
+        nan = em.is_nan(x, fdt, equal=self.equal_masks)
+        if self.equal_masks:
+            pos_inf, neg_inf = em.op("Equal", [x, inf]), em.op("Equal", [x, minus_inf])
+        else:
+            pos_inf = em.op("Greater", [x, em.const("highest", np.array(np.finfo(fdt).max, fdt))])
+            neg_inf = em.op("Less", [x, em.const("lowest", np.array(np.finfo(fdt).min, fdt))])
+        bad = em.op("Or", [nan, em.op("Or", [pos_inf, neg_inf])])
+        zero = em.const("zero", np.array(0, fdt))
+        y = self._plain(em, em.op("Where", [bad, zero, x]), shape, elem)
+
+        def reached(mask):  # the windows holding a mask element: their 0/1 average is > 0
+            return em.op("Greater", [self._plain(em, em.cast(mask, elem), shape, elem), zero])
+
+        has_nan, has_pos, has_neg = reached(nan), reached(pos_inf), reached(neg_inf)
+        y = em.op("Where", [has_neg, minus_inf, em.op("Where", [has_pos, inf, y])])
+        to_nan = em.op("Or", [has_nan, em.op("And", [has_pos, has_neg])])  # inf + -inf = NaN
+        return em.op("Where", [to_nan, em.const("nan", np.array(np.nan, fdt)), y])
+
+    def emit(self, em, x, shape, elem):
+        y = self._plain(em, x, shape, elem)
+        total = em.op("ReduceSum", [y], keepdims=0)  # NaN iff y holds a NaN or an inf (or both signs)
+        finite = em.op("Not", [em.is_nan(em.op("Sub", [total, total]), np_dtype(elem), equal=self.equal_masks)])
+        then_branch = if_branch(em, "finite_pooled", elem, lambda sub: y)
+        else_branch = if_branch(em, "non_finite_pooled", elem, lambda sub: self._exact(sub, x, shape, elem))
+        return em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)
+
+
+def guarded(inner: list[Step], kind: str, target: str, opset: int) -> list[Step]:
+    """``inner`` wrapped in :class:`NonFiniteAvgStep` where it spreads NaN/inf: averages of the onnxruntime
+    target from opset 9 (the tensorrt target's If is a conditional layer that runs both branches; the
+    portable target writes no MatMul)."""
+    if (kind == "avg" and target == "onnxruntime" and opset >= 9
+            and any(op in SPREADS_NON_FINITE for s in inner for op in s.ops)):
+        return [NonFiniteAvgStep(tuple(inner), equal_masks=opset >= 11)]
+    return inner
+
