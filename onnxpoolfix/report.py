@@ -16,7 +16,7 @@ JSON schema (``schema_version`` 1)::
         "name": str, "op": str, "kind": "avg" | "max",
         "encoding": "aten-op" | "ATen-attr" | "standard" | "dynamo",   # standard: an exporter pool
                                        # (--optimize-exporter-pools); dynamo: a decomposition the dynamo
-                                       # exporter wrote (onnxpoolfix/frontends/dynamo.py)
+                                       # exporter wrote (onnxpoolfix/frontends/dynamo/front_end.py)
         "evidence": str,               # dynamo: why it is adaptive pooling ("metadata: <module class>",
                                        # "stack trace: <source line>", "structure"); "" otherwise
         "input_shape": [int | str | null], "output_shape": [int | str | null],   # str = symbolic dim
@@ -56,7 +56,7 @@ NOTHING_TO_PATCH = "nothing to patch"
 NOT_CHECKED = "--no-check"
 
 
-# the words of the note a frozen pool sized from the given traced size alone gets (frontends/dynamo.py); the
+# the words of the note a frozen pool sized from the given traced size alone gets (frontends/dynamo/front_end.py); the
 # check's hint looks for them
 RESTS_ON_TRACED = "rests on the given traced size alone"
 

@@ -166,7 +166,7 @@ def test_export_refuses_a_text_file_before_exporting(tmp_path):
 
 def test_seed_reaches_every_random_input_drawn(monkeypatch):
     """patch(seed=...) and inspect_model(seed=...) seed the dynamo front end's proof as well as the check."""
-    from onnxpoolfix.frontends import dynamo
+    from onnxpoolfix.frontends.dynamo import front_end as dynamo
     from onnxpoolfix.inspection.model import inspect_model
 
     seen = []

@@ -4,8 +4,8 @@ seam, :data:`FRONTENDS`, which the planner (:func:`onnxpoolfix.plan.model.plan_m
 - :mod:`.aten`: PyTorch's leftover ``org.pytorch.aten`` adaptive pooling nodes (found by :mod:`.leftovers`);
 - :mod:`.exporter_repair`: the exporter's own pooling nodes that cannot run as written (an unbatched
   input's kernel rank, float64 pools onnxruntime has no kernel for), always; repaired, never kept;
-- :mod:`.dynamo`: the decompositions the dynamo exporter wrote instead (regions cut by :mod:`.dynamo_graph`,
-  each proven numerically by :mod:`.dynamo_proof`); their other nodes go in the apply step
+- :mod:`.dynamo` (a folder): the decompositions the dynamo exporter wrote instead (regions cut by
+  :mod:`.dynamo.dataflow`, each proven numerically by :mod:`.dynamo.proof`); their other nodes go in the apply step
   (``FrontEndResult.regions`` -> ``Found.regions`` -> :mod:`onnxpoolfix.rewrite.regions`), and what
   was suspected and left is ``FrontEndResult.suspects`` (the report and ``inspect`` list them);
 - :mod:`.exporter_pools`: the exporter's own GlobalAveragePool/AveragePool nodes with adaptive windows

@@ -144,7 +144,7 @@ class Inspection:
         exporter = sum(node.encoding == "standard" for node in self.nodes)
         dynamo = sum(node.encoding == "dynamo" for node in self.nodes)
         n = len(self.nodes) - exporter - dynamo
-        if dynamo:  # regions the dynamo exporter decomposed (onnxpoolfix/frontends/dynamo.py)
+        if dynamo:  # regions the dynamo exporter decomposed (onnxpoolfix/frontends/dynamo/front_end.py)
             lines.append(f"{dynamo} adaptive pooling region{'s' if dynamo != 1 else ''} decomposed by the dynamo "
                          "exporter, proven and replaceable")
         if dynamo and not n and not exporter:

@@ -30,7 +30,7 @@ main()
 
 @pytest.mark.parametrize("where", [
     "onnxpoolfix.cli.args:parse_shapes",  # click's flag parsing: outside the command's own handler
-    "onnxpoolfix.frontends.dynamo:prove_all",  # the dynamo proof search
+    "onnxpoolfix.frontends.dynamo.front_end:prove_all",  # the dynamo proof search
     "onnxruntime:InferenceSession",  # an onnxruntime session of the search or the check
 ])
 def test_sigint_is_exit_130_with_nothing_written(where, tmp_path):

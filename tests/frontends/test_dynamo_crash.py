@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 import onnxpoolfix
 from onnxpoolfix.cli import main
-from onnxpoolfix.frontends import dynamo
+from onnxpoolfix.frontends.dynamo import front_end as dynamo
 
 
 def _with_average_pool(h, w):

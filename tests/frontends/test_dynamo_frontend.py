@@ -1,5 +1,5 @@
 """Graphs the dynamo exporter wrote (torch 2.13 + onnxscript): its adaptive pooling decompositions are found,
-proven and replaced (onnxpoolfix/frontends/dynamo.py). Every model here is a real ``torch.onnx.export(...,
+proven and replaced (onnxpoolfix/frontends/dynamo/front_end.py). Every model here is a real ``torch.onnx.export(...,
 dynamo=True)`` export, made once per module (each takes seconds); outputs are compared with torch itself."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ nn, F = torch.nn, torch.nn.functional
 from onnxpoolfix import patch
 from onnxpoolfix.cli import main
 from onnxpoolfix.errors import ShapeError, UnsupportedNodeError
-from onnxpoolfix.frontends.dynamo import find_decomposed_pools
+from onnxpoolfix.frontends.dynamo.front_end import find_decomposed_pools
 from onnxpoolfix.graph.emit import EMITTED_BY
 from onnxpoolfix.inspection.model import inspect_model
 
@@ -566,7 +566,7 @@ def test_a_pool_of_a_computed_tensor_is_replaced_from_that_tensor(crop, symbolic
 
 def test_the_frozen_note_does_not_ask_to_bind_sizes_already_bound():
     from onnxpoolfix.frontends.base import Suspect
-    from onnxpoolfix.frontends.dynamo import region_notes
+    from onnxpoolfix.frontends.dynamo.front_end import region_notes
 
     left = [Suspect("y", "structure", "under symbolic sizes, no input size found", True)]
     assert "give that size with --traced-shape" in region_notes([], left)[-1]

@@ -158,7 +158,7 @@ def test_a_size_known_only_at_the_traced_size_is_refused_then_exact_with_it(expo
 
 def test_read_indices_are_replaced_with_the_exporters_index_arithmetic(exports):
     """The exporter turns the MaxPool's flat indices into torch's through a kernel-1 MaxPool, a Slice and a Sub
-    (frontends/frozen_indices.py): that chain goes with the pool, and OUT's indices are torch's at every size
+    (frontends/dynamo/frozen_indices.py): that chain goes with the pool, and OUT's indices are torch's at every size
     (an index one off is 1/180 of the largest, far above the tolerance)."""
     module, model = exports["indices"]
     assert max(_errors(module, model, SIZES).values()) > 1e-3  # as exported: frozen values and indices

@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from onnxpoolfix.frontends.dynamo_search import SizeSpace
+from onnxpoolfix.frontends.dynamo.search import SizeSpace
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")

@@ -16,7 +16,7 @@ from dynamo_exports import errors_vs_torch, export_symbolic_hw
 from onnxpoolfix import patch
 from onnxpoolfix.cli import main
 from onnxpoolfix.errors import ShapeError, UnsupportedNodeError
-from onnxpoolfix.frontends import dynamo_frozen
+from onnxpoolfix.frontends.dynamo import frozen as dynamo_frozen
 
 
 class _Conv(nn.Module):

@@ -113,7 +113,8 @@ def test_a_frozen_average_pool_without_a_size_computation_is_still_refused(expor
 def test_a_size_tensor_taken_for_the_wrong_axis_is_refused_not_written(exports, monkeypatch):
     """The proof checks the result's length against the size tensor at every size: a hint pointing H at W's
     size (right only where both are equal) must end in a refusal, never in an exit 0 (the promise)."""
-    from onnxpoolfix.frontends import dynamo_graph, dynamo_search
+    from onnxpoolfix.frontends.dynamo import dataflow as dynamo_graph
+    from onnxpoolfix.frontends.dynamo import search as dynamo_search
 
     def swapped(g, region, result, a, info):
         return dynamo_search.range_limit(g, region, result, a ^ 1, info)

@@ -1,4 +1,4 @@
-"""The per-axis size search of the dynamo front end (onnxpoolfix/frontends/dynamo_search.py), a source
+"""The per-axis size search of the dynamo front end (onnxpoolfix/frontends/dynamo/search.py), a source
 line's output size (source_line: the line parsed as Python) and the check's declared step, without torch."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from onnx import helper
 
 from onnxpoolfix.check.sizes import declared_step
-from onnxpoolfix.frontends.dynamo_search import SizeSpace, branch_class, evaluate, symbols
-from onnxpoolfix.frontends.source_line import COMPUTED, source_line, submodules
+from onnxpoolfix.frontends.dynamo.metadata import COMPUTED, source_line, submodules
+from onnxpoolfix.frontends.dynamo.search import SizeSpace, branch_class, evaluate, symbols
 
 
 def test_declared_dim_expressions_evaluate_as_python_integers():

@@ -1,15 +1,15 @@
 """A dynamo region traced at a size whose classes lie far down the per-axis search (a 19x26 map pooled to
 3x3: ~15 and ~22 classes in, ~700 pairs): torch unrolled its window sums at the traced size, so the search
 of the smallest classes first met only onnxruntime failures until its budget ran out, and refused the file
-("none found") though --traced-shape proved it at once. The unroll probe (dynamo_probe.
+("none found") though --traced-shape proved it at once. The unroll probe (frontends/dynamo/probe.py,
 probe_unrolled_windows) bounds the traced windows from where the region stops failing. Real torch 2.13
 dynamo exports, and the probe on a model of such a region."""
 from __future__ import annotations
 
 import pytest
 
-from onnxpoolfix.frontends.dynamo_probe import PROBE_TRIES, probe_unrolled_windows
-from onnxpoolfix.frontends.dynamo_search import SizeSpace, branch_class
+from onnxpoolfix.frontends.dynamo.probe import PROBE_TRIES, probe_unrolled_windows
+from onnxpoolfix.frontends.dynamo.search import SizeSpace, branch_class
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")

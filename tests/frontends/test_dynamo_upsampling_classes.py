@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 
-from onnxpoolfix.frontends.dynamo_search import SizeSpace, branch_class
+from onnxpoolfix.frontends.dynamo.search import SizeSpace, branch_class
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")

@@ -1,4 +1,4 @@
-"""The dynamo front end's proof: a region found by :mod:`.dynamo_graph` is replaced only when it, run alone
+"""The dynamo front end's proof: a region found by :mod:`.dataflow` is replaced only when it, run alone
 in onnxruntime, equals adaptive average pooling (:mod:`onnxpoolfix.reference`) at a size where the export
 is right, compared exactly as the check compares a replacement (:func:`onnxpoolfix.check.compare.compare`,
 the same tolerance, float16/bfloat16 included).
@@ -18,15 +18,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ..check.compare import NodeCheck, compare
-from ..errors import PoolFixError
-from ..graph.shapes import apply_input_shapes, infer, infer_at, light_copy, make_value_info
-from ..progress import phase
-from ..sessions import ort_session
-from ..spec import InputDim, PoolNode, PoolSpec, RuntimeDim
-from .dynamo_graph import Candidate, DataflowGraph
-from .dynamo_probe import probe_unrolled_windows
-from .dynamo_search import (
+from ...check.compare import NodeCheck, compare
+from ...errors import PoolFixError
+from ...graph.shapes import apply_input_shapes, infer, infer_at, light_copy, make_value_info
+from ...progress import phase
+from ...sessions import ort_session
+from ...spec import InputDim, PoolNode, PoolSpec, RuntimeDim
+from .dataflow import Candidate, DataflowGraph
+from .probe import probe_unrolled_windows
+from .search import (
     SizeSpace,
     branch_class,
     completed_binding,
@@ -38,7 +38,7 @@ from .dynamo_search import (
 logger = logging.getLogger(__name__)
 
 _SEARCH_BUDGET = 600  # proof runs at most, over all regions of a model
-_PROBE_AFTER = 20  # failed runs (onnxruntime) before the unroll probe (dynamo_probe.probe_unrolled_windows)
+_PROBE_AFTER = 20  # failed runs (onnxruntime) before the unroll probe (probe.probe_unrolled_windows)
 #: the proof runs the reference in float64 on three inputs: a pooled tensor beyond this many elements is left
 _PROOF_MAX_ELEMENTS = 1 << 25
 #: the whole-model search infers the model once per size tried: its tries are counted in nodes inferred, so a
@@ -218,7 +218,7 @@ def _try(c: Candidate, dtypes, shapes, xs: tuple[int, ...], rng) -> str | None:
 
 def _search_alone(c: Candidate, space: SizeSpace, env0: Mapping[str, int], dtypes, rng) -> None:
     """The region alone at the bound size (``env0``: the symbols' values there, empty when nothing is bound),
-    then at each pair of branch classes (:mod:`.dynamo_search`) until it proved, within the budget."""
+    then at each pair of branch classes (:mod:`.search`) until it proved, within the budget."""
     if env0:
         got = space.at(env0)
         if got is None:

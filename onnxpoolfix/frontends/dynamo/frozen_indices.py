@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from .dynamo_graph import DataflowGraph
+from .dataflow import DataflowGraph
 from .frozen_readings import constant_value
 
 

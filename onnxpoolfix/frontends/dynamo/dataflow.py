@@ -1,6 +1,6 @@
 """The dynamo front end's graph side: what a node's metadata says, the graph's dataflow, and where a
-decomposed adaptive average pool begins and ends (:mod:`.dynamo` has the whole story; the numeric proof is
-:mod:`.dynamo_proof`).
+decomposed adaptive average pool begins and ends (:mod:`.front_end` has the whole story; the numeric proof is
+:mod:`.proof`).
 
 1. Tensors are *size-only* when they are computed from constants, initializers and ``Shape`` of anything
    (the window tables, the symbolic sizes computed at the top of the graph); every other tensor is *data*.
@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from ..graph import subgraphs
-from ..graph.emit import EMITTED_BY
-from ..graph.shapes import SUPPORTED_DTYPES, Dim, infer
-from ..spec import InputDim
-from .base import Suspect
-from .dynamo_search import range_limit
-from .source_line import module_pool, source_line
+from ...graph import subgraphs
+from ...graph.emit import EMITTED_BY
+from ...graph.shapes import SUPPORTED_DTYPES, Dim, infer
+from ...spec import InputDim
+from ..base import Suspect
+from .metadata import module_pool, source_line
+from .search import range_limit
 
 ENCODING = "dynamo"  # the encoding reported for these regions
 FOLLOWS_INPUT = "its output size is not static"  # (None, m): an output axis that follows the input
@@ -45,7 +45,7 @@ _NONDETERMINISTIC = ("Random", "Bernoulli", "Multinomial")
 #: largest region (nodes) considered: a 13 -> 6 AlexNet pool is ~200 nodes; a corrupt graph is bounded
 _MAX_REGION = 20000
 
-# --- metadata (read by .source_line) ----------------------------------------------------------------------
+# --- metadata (read by .metadata) ----------------------------------------------------------------------
 
 def node_evidence(node: onnx.NodeProto) -> tuple[str, int | None] | None:
     """What the node's metadata says about adaptive pooling: (evidence text, pooled rank or None): its module is

@@ -1,4 +1,4 @@
-"""The unroll probe of the dynamo search (:mod:`.dynamo_search`): where a region traced at a large size
+"""The unroll probe of the dynamo search (:mod:`.search`): where a region traced at a large size
 fails at every small size tried, find its traced classes from where it stops failing
 (:func:`probe_unrolled_windows`)."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from math import prod
 
-from .dynamo_search import SizeSpace, branch_class
+from .search import SizeSpace, branch_class
 
 #: tries the unroll probe may take per region (a binary search per axis, then the classes at its bound), and
 #: the classes per axis it searches (a traced size up to ~200 times the output size)

@@ -1,5 +1,5 @@
 """Where a dynamo region under symbolic sizes is right: a search over the pooled tensor's size, per axis,
-on the region alone (:mod:`.dynamo_proof` runs each try; README.md, "Dynamic dynamo exports").
+on the region alone (:mod:`.proof` runs each try; README.md, "Dynamic dynamo exports").
 
 torch's decomposition branches in Python per pooled axis, at the traced size: whether ``m`` divides ``n``,
 whether windows of two lengths occur (``adaptive = not (n % m == 0 or m % (n % m) == 0)``), and the
@@ -13,7 +13,7 @@ No whole-model shape inference per try: the exporter declares the pooled tensor'
 the input's symbols (``(((H - 1)//2)) + 1``, ``(W//4)``; the ``value_info`` it writes), and the tensors a
 region reads only the shape of (the graph input, for its window arithmetic) likewise; both are evaluated
 at each binding of the symbols (:func:`evaluate`). A graph without those declarations (stripped by a
-simplifier) falls back on the whole-model search in :mod:`.dynamo_proof`.
+simplifier) falls back on the whole-model search in :mod:`.proof`.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import onnx
 
-from ..spec import InputDim, RuntimeDim
+from ...spec import InputDim, RuntimeDim
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
         ast.Mod: operator.mod}

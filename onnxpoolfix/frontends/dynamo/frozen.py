@@ -1,5 +1,5 @@
 """The dynamo exporter's pooling ops frozen at the traced size under symbolic sizes (part of the dynamo
-front end, :mod:`.dynamo`): an AveragePool/MaxPool whose kernel and strides were computed from the traced
+front end, :mod:`.front_end`): an AveragePool/MaxPool whose kernel and strides were computed from the traced
 input. Each node's readings (:mod:`.frozen_readings`: genuine pool, adaptive pool of a written or traced size,
 area resize by scale_factor, unknown) are narrowed by the traced size and by what other nodes of the same
 tensor imply; a node is replaced only where one adaptive reading of a known output size is left, stays where
@@ -13,15 +13,14 @@ from math import prod
 
 import onnx
 
-from ..errors import ShapeError
-from ..graph import read_names
-from ..graph.emit import EMITTED_BY
-from ..graph.shapes import SUPPORTED_DTYPES, infer_at
-from ..spec import InputDim, PoolNode, PoolSpec
-from .base import EXPORT, STRIPPED, TRACED, FrontEndResult, Region, Suspect
-from .dynamo_graph import ENCODING, DataflowGraph
-from .dynamo_search import declared_dims, evaluate, symbol_binding
-from .exporter_pools import adaptive_sizes
+from ...errors import ShapeError
+from ...graph import read_names
+from ...graph.emit import EMITTED_BY
+from ...graph.shapes import SUPPORTED_DTYPES, infer_at
+from ...spec import InputDim, PoolNode, PoolSpec
+from ..base import EXPORT, STRIPPED, TRACED, FrontEndResult, Region, Suspect
+from ..exporter_pools import adaptive_sizes
+from .dataflow import ENCODING, DataflowGraph
 from .frozen_indices import IndicesChain, index_chains
 from .frozen_readings import (
     GENUINE,
@@ -33,7 +32,8 @@ from .frozen_readings import (
     node_readings,
     window_attrs,
 )
-from .source_line import COMPUTED, has_metadata, submodules
+from .metadata import COMPUTED, has_metadata, submodules
+from .search import declared_dims, evaluate, symbol_binding
 
 __all__ = ["frozen_pool_ops", "size_text", "contradiction_hint"]
 

@@ -11,8 +11,8 @@ becomes a :class:`~onnxpoolfix.spec.PoolSpec` (encoding ``dynamo``, its evidence
 (``dynamic`` where the size is symbolic, which makes the export exact at every size); the apply step
 removes the region's nodes nothing reads any more (:mod:`onnxpoolfix.rewrite.regions`).
 
-Where the regions are (:mod:`.dynamo_graph`; metadata only names the evidence), and the proof that each is
-adaptive pooling (:mod:`.dynamo_proof`; the numbers decide). A region that does not prove out, or an
+Where the regions are (:mod:`.dataflow`; metadata only names the evidence), and the proof that each is
+adaptive pooling (:mod:`.proof`; the numbers decide). A region that does not prove out, or an
 exporter AveragePool frozen at the traced size whose output size is unknown, is a :class:`~.base.Suspect`:
 left as it is, with why, in the notes, the report and ``inspect``.
 
@@ -21,7 +21,7 @@ AveragePool (k1 s1 for AlexNet's 6 -> 6 at 224). Its metadata names the module
 (``class_hierarchy``: AdaptiveAvgPool2d) but not the output size: ``fx_node`` is the already decomposed
 ``aten.avg_pool2d(x, kernel, stride)`` and the stack trace is the caller's line (``self.avgpool(x)``).
 So only the traced size, bound with ``input_shapes``, gives it; then the node's windows must be exactly
-the adaptive ones at that size. Those nodes are read in :mod:`.dynamo_frozen`.
+the adaptive ones at that size. Those nodes are read in :mod:`.frozen`.
 """
 from __future__ import annotations
 
@@ -31,15 +31,14 @@ from dataclasses import replace
 
 import onnx
 
-from ..errors import ShapeError, UnsupportedNodeError
-from ..graph import nodes_deep, subgraphs
-from ..graph.emit import EMITTED_BY
-from ..graph.shapes import model_opset, output_shape
-from ..report import RESTS_ON_TRACED, WarningNote
-from ..spec import PoolNode, PoolSpec
-from .base import EXPORT, STRIPPED, TRACED, FrontEndResult, PlanOptions, Region, Suspect
-from .dynamo_frozen import contradiction_hint, frozen_pool_ops, size_text
-from .dynamo_graph import (
+from ...errors import ShapeError, UnsupportedNodeError
+from ...graph import nodes_deep, subgraphs
+from ...graph.emit import EMITTED_BY
+from ...graph.shapes import model_opset, output_shape
+from ...report import RESTS_ON_TRACED, WarningNote
+from ...spec import PoolNode, PoolSpec
+from ..base import EXPORT, STRIPPED, TRACED, FrontEndResult, PlanOptions, Region, Suspect
+from .dataflow import (
     ENCODING,
     FOLLOWS_INPUT,
     SELECT_OPS,
@@ -50,10 +49,11 @@ from .dynamo_graph import (
     is_end,
     node_evidence,
 )
-from .dynamo_proof import prove_all
-from .dynamo_search import declared_dims, evaluate
+from .frozen import contradiction_hint, frozen_pool_ops, size_text
 from .frozen_readings import GENUINE, node_readings, window_attrs
-from .source_line import has_metadata
+from .metadata import has_metadata
+from .proof import prove_all
+from .search import declared_dims, evaluate
 
 logger = logging.getLogger(__name__)
 

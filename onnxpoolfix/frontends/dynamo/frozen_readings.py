@@ -1,5 +1,5 @@
 """The readings of a pooling node the dynamo exporter may have frozen at the traced size: every way the
-evidence allows to read it, and which of them the traced size leaves (part of :mod:`.dynamo_frozen`).
+evidence allows to read it, and which of them the traced size leaves (part of :mod:`.frozen`).
 
 A frozen ``AveragePool(kernel=K, strides=S)`` under symbolic sizes is one of: a genuine pool
 (``F.avg_pool2d(f, 2)``, right at every size as written), an adaptive pool of some output size frozen where
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import onnx
 
-from .exporter_pools import adaptive_sizes
-from .source_line import COMPUTED, has_metadata, module_pool, source_line
+from ..exporter_pools import adaptive_sizes
+from .metadata import COMPUTED, has_metadata, module_pool, source_line
 
 __all__ = ["ADAPTIVE", "GENUINE", "SCALES", "UNKNOWN", "Reading", "node_readings", "implied_traced", "at_traced",
            "window_attrs", "classifier_features"]
@@ -58,7 +58,7 @@ def node_readings(node: onnx.NodeProto, kind: str, k: int, lifted: bool,
                   modules: dict[tuple[str, ...], frozenset[str]] | None = None) -> list[Reading]:
     """Every reading the node's metadata allows (before any size is known). ``lifted``: a 2D node of an
     (N, C, 1, L) input whose first axis has single-element windows: a 1D pool may have written it.
-    ``modules``: the graph's :func:`.source_line.submodules` (without it every ``self.name(...)`` call may hold
+    ``modules``: the graph's :func:`.metadata.submodules` (without it every ``self.name(...)`` call may hold
     the pool)."""
     if not has_metadata(node):
         return [Reading(UNKNOWN, "its exporter metadata is gone (onnxslim, onnxsim and the like drop it)")]

@@ -1,0 +1,30 @@
+"""The dynamo front end: adaptive pooling that ``torch.onnx.export(..., dynamo=True)`` wrote as torch's
+decomposition (or as a pooling op frozen at the traced size), found, proven and handed to the planner as
+:class:`~onnxpoolfix.spec.PoolSpec` records, like a leftover node. docs/dynamo-files.md is the guide.
+
+A region's life, module by module:
+
+1. :mod:`.metadata` reads what a node's metadata says about the torch call that wrote it (the module class,
+   the source line and its calls): the only reader of ``pkg.torch.onnx.*`` metadata.
+2. :mod:`.dataflow` cuts candidate regions out of the graph: from the Div by the window lengths (or the
+   ReduceMean of equal windows) back to the one tensor every data path passes through, with the window
+   tables and the size arithmetic they read (:class:`~.dataflow.Candidate`).
+3. :mod:`.search` chooses the sizes a region is tried at (the branch classes of torch's decomposition, per
+   axis, bounded by a count of tries, never by time); :mod:`.probe` finds a large traced size's classes.
+4. :mod:`.proof` runs each candidate alone in onnxruntime at those sizes and keeps it only where it equals
+   the reference (:mod:`onnxpoolfix.reference`) exactly as the check compares a replacement.
+5. :mod:`.frozen` (with :mod:`.frozen_readings` and :mod:`.frozen_indices`) treats the exporter's pooling
+   ops frozen at the traced size: every reading the evidence allows, narrowed by the traced size; two
+   readings that differ at some size are a refusal, not a guess.
+6. :mod:`.front_end` ties them together (:func:`~.front_end.dynamo_specs`): proven regions become specs and
+   ``regions`` to delete, the rest ``suspects`` with why (the report and ``inspect`` list them).
+
+Glossary: *region* - the nodes of one decomposed pool; *candidate* - a region not yet proven; *suspect* - a
+region or frozen op left as it is, with its reason; *traced size* - the input size the export ran at;
+*branch class* - which of torch's Python branches a pooled axis took (m divides n, upsampling, ...).
+"""
+from __future__ import annotations
+
+from .front_end import dynamo_specs, frozen_error, partial_lines
+
+__all__ = ["dynamo_specs", "frozen_error", "partial_lines"]
