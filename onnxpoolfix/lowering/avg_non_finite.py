@@ -50,7 +50,7 @@ class NonFiniteAvgStep(Step):
     @property
     def ops(self):
         tests = ("Sub", "Equal", "Abs", "Or", "Not") if self.equal_masks else ("Sub", "IsNaN", "Not", "Less")
-        extra = ("ReduceSum",) + tests + ("If", "Identity", "Greater", "Or", "And", "Where", "Cast")
+        extra = ("ReduceSum",) + tests + ("If", "Identity", "Greater", "Or", "And", "Where", "Cast", "Constant")
         return tuple(dict.fromkeys(op for s in self.inner for op in s.ops)) + extra
 
     def _plain(self, em, x, shape, elem):
@@ -85,7 +85,8 @@ class NonFiniteAvgStep(Step):
         total = em.op("ReduceSum", [y], keepdims=0)  # NaN iff y holds a NaN or an inf (or both signs)
         finite = em.op("Not", [em.is_nan(em.op("Sub", [total, total]), np_dtype(elem), equal=self.equal_masks)])
         then_branch = if_branch(em, "finite_pooled", elem, lambda sub: y)
-        else_branch = if_branch(em, "non_finite_pooled", elem, lambda sub: self._exact(sub, x, shape, elem))
+        else_branch = if_branch(em, "non_finite_pooled", elem, lambda sub: self._exact(sub, x, shape, elem),
+                                own_constants=True)  # Constant nodes: what onnx2tf converts (see Emitter.sub)
         return em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)
 
 

@@ -212,11 +212,12 @@ def branch(em: Emitter, hint: str, outputs: list[tuple[str, int]], build) -> Gra
                              [helper.make_tensor_value_info(n, elem, None) for n, (_, elem) in zip(names, outputs)])
 
 
-def if_branch(em: Emitter, hint: str, elem: int, build) -> GraphProto:
-    """A subgraph for If, built by ``build(sub_emitter) -> output``; its constants live in the outer graph."""
+def if_branch(em: Emitter, hint: str, elem: int, build, own_constants: bool = False) -> GraphProto:
+    """A subgraph for If, built by ``build(sub_emitter) -> output``; its constants live in the outer graph, or
+    with ``own_constants`` in the branch (:meth:`Emitter.sub`)."""
     from onnx import helper
 
-    sub = em.sub()
+    sub = em.sub(own_constants)
     out = build(sub)
     if out not in {o for n in sub.nodes for o in n.output}:  # a branch must produce its output itself
         out = sub.op("Identity", [out])

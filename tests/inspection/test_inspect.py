@@ -76,7 +76,7 @@ def test_every_candidate_is_listed_with_a_cost_or_a_reason() -> None:
     assert node.why and {"MatMul", "Div", "If"} <= set(node.ops) <= {"MatMul", "Reshape", "Transpose", "Cast", "Div",
                                                                    "ReduceSum", "Sub", "IsNaN", "Not", "If", "Identity",
                                                                    "Greater", "Less", "Or", "And", "Where", "Equal",
-                                                                   "Abs"}
+                                                                   "Abs", "Constant"}
     assert node.axes == ["8->5 non-uniform", "9->7 non-uniform"]
 
 

@@ -26,7 +26,7 @@ NAN_GUARD = {"IsNaN", "Equal", "Less", "Greater", "Where", "Cast", "ReduceSum", 
 # averages of the onnxruntime target through a MatMul: the weights as Div(Cast(indicator), lengths), and the If
 # whose else-branch keeps NaN/inf in their windows (tests/lowering/test_avg_non_finite.py)
 AVG_GUARD = {"Div", "ReduceSum", "Sub", "IsNaN", "Equal", "Abs", "Not", "If", "Identity", "Greater", "Less", "Or",
-             "And", "Where", "Cast"}
+             "And", "Where", "Cast", "Constant"}
 ARGMAX = {"Gather", "Transpose", "Reshape", "IsNaN", "Where", "ArgMax", "Cast", "ReduceMax", "Greater", "Mul",
           "GatherElements", "Add", "Shape", "Concat", "Unsqueeze", "Slice", "Equal", "Squeeze", "Sub", "Flatten", "Size", "And"}
 

@@ -23,8 +23,8 @@ LEGEND = {
     "batch > 1": "every saved size has a batch above 1, which the runtime cannot hold",
     "quantized within the bar": "onnxruntime's quantize_dynamic / quantize_static of the file: its error at most "
                                 "1.5x the plain dynamo export's quantized (issue 33's bar; tests/lowering/"
-                                "test_portable.py). Run for the portable target only: the default target's 1/len "
-                                "pooling matrices quantize to errors of 0.3 to 1.0 (docs/targets.md)",
+                                "test_portable.py). Run for the default and portable targets (the tensorrt "
+                                "target's constant 1/len matrices are quantized: docs/targets.md)",
 }
 _SHORT = {"exact": "✓", "exact, bound": "✓ b", "exact, bound; symbolic refused": "✓ b*", "refused": "✗",
           "wrong at a size": "✗ size", "runtime bug at a size": "✓ bug", "batch > 1": "n/a",
