@@ -14,14 +14,14 @@ import numpy as np
 from ..graph.emit import np_dtype
 from . import cost as C
 from .max_steps import if_branch
-from .steps import Step, numel, run_cost
+from .steps import Step, WrappedSteps, numel, run_cost
 
 #: the ops whose result at a window reads values outside it (a NaN or inf there would reach the window)
 SPREADS_NON_FINITE = frozenset({"MatMul"})
 
 
 @dataclass(frozen=True)
-class NonFiniteAvgStep(Step):
+class NonFiniteAvgStep(WrappedSteps):
     """Wraps average steps that spread NaN/inf (MatMul) so non-finite values stay in their windows.
 
     The plain steps run first; their output is finite exactly when the input is (every input element lies in
@@ -35,13 +35,7 @@ class NonFiniteAvgStep(Step):
     IsNaN and compares floats by their bits in Less/Greater, and the finite path should not cost a file its
     runtime; the masks' averages are compared with Greater against +0.0, which bits order as values."""
 
-    inner: tuple[Step, ...]
     equal_masks: bool = False  # every test an Equal (from opset 11; see above)
-
-    def out_shape(self, shape):
-        for s in self.inner:
-            shape = s.out_shape(shape)
-        return shape
 
     def cost(self, shape, itemsize):  # priced for the finite path: the plain steps, one read of y, the If
         read = numel(self.out_shape(shape)) * itemsize / C.BANDWIDTH
@@ -51,13 +45,7 @@ class NonFiniteAvgStep(Step):
     def ops(self):
         tests = ("Sub", "Equal", "Abs", "Or", "Not") if self.equal_masks else ("Sub", "IsNaN", "Not", "Less")
         extra = ("ReduceSum",) + tests + ("If", "Identity", "Greater", "Or", "And", "Where", "Cast", "Constant")
-        return tuple(dict.fromkeys(op for s in self.inner for op in s.ops)) + extra
-
-    def _plain(self, em, x, shape, elem):
-        for s in self.inner:
-            x = s.emit(em, x, shape, elem)
-            shape = s.out_shape(shape)
-        return x
+        return self.inner_ops() + extra
 
     def _exact(self, em, x, shape, elem):
         fdt = np_dtype(elem)
@@ -70,10 +58,10 @@ class NonFiniteAvgStep(Step):
             neg_inf = em.op("Less", [x, em.const("lowest", np.array(np.finfo(fdt).min, fdt))])
         bad = em.op("Or", [nan, em.op("Or", [pos_inf, neg_inf])])
         zero = em.const("zero", np.array(0, fdt))
-        y = self._plain(em, em.op("Where", [bad, zero, x]), shape, elem)
+        y = self.plain(em, em.op("Where", [bad, zero, x]), shape, elem)
 
         def reached(mask):  # the windows holding a mask element: their 0/1 average is > 0
-            return em.op("Greater", [self._plain(em, em.cast(mask, elem), shape, elem), zero])
+            return em.op("Greater", [self.plain(em, em.cast(mask, elem), shape, elem), zero])
 
         has_nan, has_pos, has_neg = reached(nan), reached(pos_inf), reached(neg_inf)
         y = em.op("Where", [has_neg, minus_inf, em.op("Where", [has_pos, inf, y])])
@@ -81,7 +69,7 @@ class NonFiniteAvgStep(Step):
         return em.op("Where", [to_nan, em.const("nan", np.array(np.nan, fdt)), y])
 
     def emit(self, em, x, shape, elem):
-        y = self._plain(em, x, shape, elem)
+        y = self.plain(em, x, shape, elem)
         total = em.op("ReduceSum", [y], keepdims=0)  # NaN iff y holds a NaN or an inf (or both signs)
         finite = em.op("Not", [em.is_nan(em.op("Sub", [total, total]), np_dtype(elem), equal=self.equal_masks)])
         then_branch = if_branch(em, "finite_pooled", elem, lambda sub: y)

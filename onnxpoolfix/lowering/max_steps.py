@@ -11,7 +11,7 @@ from onnx import GraphProto, TensorProto
 from .. import windows as W
 from ..graph.emit import Emitter, np_dtype
 from . import cost as C
-from .steps import OneAxisStep, Step, gather_cost, numel, run_cost
+from .steps import OneAxisStep, WrappedSteps, gather_cost, numel, run_cost
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ NON_FINITE_UNSAFE_MAX = frozenset({"MaxPool", "GlobalMaxPool", "ReduceMax"})
 
 
 @dataclass(frozen=True)
-class NonFiniteMaxStep(Step):
+class NonFiniteMaxStep(WrappedSteps):
     """Wraps max steps so NaN and -inf come out as torch's.
 
     Exact form: the same steps also run on a per-element code (2 = NaN, 0 = -inf, 1 = anything else),
@@ -127,16 +127,10 @@ class NonFiniteMaxStep(Step):
     gets the eager form (its If is a conditional layer that evaluates both branches anyway).
     Needs opset 9 (IsNaN, Where)."""
 
-    inner: tuple[Step, ...]
     lazy: bool = False
     #: every mask an Equal (the portable target): MNN 3.6 compares a tensor with a constant wrongly in Less and
     #: Greater (measured: Less(x, -1) false for x = -inf), and -inf, NaN's code and -inf's code are single values
     equal_masks: bool = False
-
-    def out_shape(self, shape):
-        for s in self.inner:
-            shape = s.out_shape(shape)
-        return shape
 
     def cost(self, shape, itemsize):
         if self.lazy:  # priced for the finite path: the plain steps + one read of x + If
@@ -149,17 +143,10 @@ class NonFiniteMaxStep(Step):
     def ops(self):
         masks = ("Equal",) if self.equal_masks else ("Less", "Greater")
         extra = ("Cast", "IsNaN", "Where") + masks + (("ReduceSum", "Sub", "Not", "If") if self.lazy else ())
-        return tuple(dict.fromkeys(op for s in self.inner for op in s.ops)) + extra
-
-    def _plain(self, em, x, shape, elem):
-        y, sh = x, shape
-        for s in self.inner:
-            y = s.emit(em, y, sh, elem)
-            sh = s.out_shape(sh)
-        return y
+        return self.inner_ops() + extra
 
     def _exact(self, em, x, shape, elem):
-        y = self._plain(em, x, shape, elem)
+        y = self.plain(em, x, shape, elem)
         f32 = TensorProto.FLOAT
         fdt = np_dtype(elem)
         one = em.const("code_one", np.array(1.0, np.float32))
@@ -171,7 +158,7 @@ class NonFiniteMaxStep(Step):
         else:
             neg_inf = em.op("Less", [x, em.const("lowest", np.array(np.finfo(fdt).min, fdt))])
         code = em.op("Where", [em.is_nan(x, fdt), two, em.op("Where", [neg_inf, zero, one])])
-        code = self._plain(em, code, shape, f32)  # each window's max of {0, 1, 2}: exactly one of them
+        code = self.plain(em, code, shape, f32)  # each window's max of {0, 1, 2}: exactly one of them
         if self.equal_masks:
             only_neg_inf, has_nan = em.op("Equal", [code, zero]), em.op("Equal", [code, two])
         else:
@@ -186,7 +173,7 @@ class NonFiniteMaxStep(Step):
         # sum(x) is finite iff x holds no NaN/inf (an overflowing sum only sends us down the exact branch);
         # float16 sums overflow early, so it is summed in float32
         finite = finite_input(em, x, elem)
-        then_branch = if_branch(em, "finite_inputs", elem, lambda sub: self._plain(sub, x, shape, elem))
+        then_branch = if_branch(em, "finite_inputs", elem, lambda sub: self.plain(sub, x, shape, elem))
         else_branch = if_branch(em, "non_finite_inputs", elem, lambda sub: self._exact(sub, x, shape, elem))
         return em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)
 

@@ -72,6 +72,28 @@ class Step:
         return self
 
 
+@dataclass(frozen=True)
+class WrappedSteps(Step):
+    """Steps run as one, with something around them (the NaN/inf guards of lowering/max_steps.py and
+    lowering/avg_non_finite.py): ``inner`` emitted in order by :meth:`plain`."""
+
+    inner: tuple[Step, ...]
+
+    def out_shape(self, shape):
+        for s in self.inner:
+            shape = s.out_shape(shape)
+        return shape
+
+    def inner_ops(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(op for s in self.inner for op in s.ops))
+
+    def plain(self, em: Emitter, x: str, shape: Shape, elem: int) -> str:
+        for s in self.inner:
+            x = s.emit(em, x, shape, elem)
+            shape = s.out_shape(shape)
+        return x
+
+
 class OneAxisStep(Step):
     """A step that maps one axis (``self.axis``) to length ``self.m`` and leaves the others."""
 
