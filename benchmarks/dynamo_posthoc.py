@@ -14,7 +14,6 @@ median of 20 calls, 2 threads, unpatched and patched interleaved. Errors: "crash
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import statistics
 import time
@@ -26,7 +25,7 @@ import onnx
 import onnxruntime as ort
 import torch
 import torch.nn.functional as F
-from results_md import write_section
+from results_md import table_args, write_table
 from torch import nn
 
 import onnxpoolfix
@@ -92,10 +91,7 @@ def error(sess, module, x):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--results", action="store_true", help="also write the table into benchmarks/RESULTS.md")
-    args = ap.parse_args()
+    args = table_args(__doc__, None, rounds=30)
     lines = []
     torch.manual_seed(0)
     cases = [("AlexNet-like", AlexNetLike().eval(), (256, 256), [(224, 224), (512, 384), (300, 200)]),
@@ -134,7 +130,7 @@ def main():
                  "real `torch.onnx.export(..., dynamo=True)` files before and after `onnxpoolfix IN OUT` (symbolic "
                  "ones bound to the traced size for the proof). Latency: median over rounds of the median of 20 "
                  "calls, 2 threads; \"crash\": onnxruntime fails on the export at that size.")
-        write_section(RESULTS, HEADING, "\n".join([HEADING, "", intro, ""] + lines) + "\n")
+        write_table(RESULTS, HEADING, intro, lines)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ ratio is the median of per-round ratios. Only cases whose default lowering carri
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from floor import floor_model  # noqa: E402
 from portable_speed import avg_cases, lowerings, symbolic_cases, us  # noqa: E402
-from results_md import write_section  # noqa: E402
+from results_md import table_args, write_table  # noqa: E402
 from runners import THREADS, export_fallthrough, med, ort_runner, ratio, time_interleaved  # noqa: E402
 
 import onnxpoolfix  # noqa: E402
@@ -82,16 +81,11 @@ def run(case, rounds: int) -> dict | None:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--cases", help="comma-separated case names (default: every average case)")
-    ap.add_argument("--results", action="store_true", help="also write the table into benchmarks/RESULTS.md")
-    args = ap.parse_args()
+    args = table_args(__doc__, "comma-separated case names (default: every average case)")
     lines = ["| case | default: lowering | without guard | with guard | guarded/plain | portable: lowering | "
              "portable | portable/guarded |", "|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
-    names = args.cases.split(",") if args.cases else None
-    for case in avg_cases(names) + symbolic_cases(names):
+    for case in avg_cases(args.cases) + symbolic_cases(args.cases):
         if case.name.startswith("dyn_max"):
             continue
         r = run(case, args.rounds)
@@ -106,7 +100,7 @@ def main():
                  "\"without guard\" is the same patched file with each guard's If replaced by its then-branch: "
                  "what the default target wrote before the guard existed. The guard's finite path adds one "
                  "ReduceSum over the pooled output and an If.")
-        write_section(RESULTS, HEADING, "\n".join([HEADING, "", intro, ""] + lines) + "\n")
+        write_table(RESULTS, HEADING, intro, lines)
 
 
 if __name__ == "__main__":

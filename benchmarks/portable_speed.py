@@ -13,7 +13,6 @@ table into benchmarks/RESULTS.md as the section under HEADING (every other secti
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cases import CASES  # noqa: E402
 from cases_dynamic import DYNAMIC_CASES  # noqa: E402
 from floor import floor_model  # noqa: E402
-from results_md import write_section  # noqa: E402
+from results_md import table_args, write_table  # noqa: E402
 from runners import THREADS, export_fallthrough, med, ort_runner, ratio, time_interleaved  # noqa: E402
 
 import onnxpoolfix  # noqa: E402
@@ -81,16 +80,11 @@ def us(s: float) -> str:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--cases", help="comma-separated case names (default: every static average case)")
-    ap.add_argument("--results", action="store_true", help="also write the table into benchmarks/RESULTS.md")
-    args = ap.parse_args()
+    args = table_args(__doc__, "comma-separated case names (default: every static average case)")
     lines = ["| case | default: lowering | default | portable: lowering | portable | portable/default | "
              "portable's error vs torch |", "|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
-    names = args.cases.split(",") if args.cases else None
-    for case in avg_cases(names) + symbolic_cases(names):
+    for case in avg_cases(args.cases) + symbolic_cases(args.cases):
         r = run(case, args.rounds)
         lines.append(f"| {r['case']} {r['desc']} | {r['default']} | {us(r['t_default'])} | {r['portable']} | "
                      f"{us(r['t_portable'])} | {r['ratio']:.2f}x | {r['error']:.1e} |")
@@ -107,7 +101,7 @@ def main():
                  "write the same AveragePool/Resize. The `dyn_` cases keep H and W symbolic: the default target's "
                  "`dynamic` lowering (runtime pooling matrices and window tables) against the portable "
                  "`window_slices` (a Slice per window), run at a size they were not traced at.")
-        write_section(RESULTS, HEADING, "\n".join([HEADING, "", intro, ""] + lines) + "\n")
+        write_table(RESULTS, HEADING, intro, lines)
 
 
 if __name__ == "__main__":
