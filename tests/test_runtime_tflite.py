@@ -33,9 +33,9 @@ def onnx2tf_refuses(model: onnx.ModelProto) -> str | None:
 
     - a MatMul average's NaN guard: onnx2tf hands its else-branch the outer input in its channels-last
       layout ("Dimensions must be equal, but are 8 and 9 ... [5,8], [1,8,9,2]");
-    - max pooling with indices (argmax): its If branches read the window tables from the outer graph's
-      initializers, which onnx2tf drops (KeyError: '.../window_table_0'). Constants made in a branch are that
-      branch's own Constant nodes, which it keeps: the max pooling guards convert."""
+    - an If branch reading the outer graph's initializers, which onnx2tf drops (KeyError: '.../window_table_0',
+      measured when max pooling's branches read their window tables so); every branch we write now holds its
+      constants as its own Constant nodes, which onnx2tf keeps: the max pooling guards convert."""
     from onnxpoolfix.graph import nodes_deep
 
     ifs = [n for n in model.graph.node if n.op_type == "If"]

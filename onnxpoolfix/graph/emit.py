@@ -140,12 +140,11 @@ class Emitter:
             return self.op("Not", [self.op("Or", [finite, infinite])], hint="is_nan")
         return self.op("IsNaN", [x])
 
-    def sub(self, own_constants: bool = False) -> "Emitter":
-        """An emitter for a subgraph (an If branch): the same names, opset, form of constants and target;
-        ``own_constants``: its constants are Constant nodes of the branch itself (onnx2tf drops a branch's
-        reads of the outer graph's initializers; measured)."""
-        return Emitter(self.prefix, self.taken, self.opset, constant_nodes=self.constant_nodes or own_constants,
-                       target=self.target)
+    def sub(self) -> "Emitter":
+        """An emitter for a subgraph (an If branch): the same names, opset and target; its constants are
+        Constant nodes of the branch itself (onnx2tf drops a branch's reads of the outer graph's initializers,
+        and pnnx crashed on them: measured; with them in the branch, TFLite runs every If we write)."""
+        return Emitter(self.prefix, self.taken, self.opset, constant_nodes=True, target=self.target)
 
 
 def _window_lengths(matrix: np.ndarray) -> np.ndarray | None:

@@ -111,7 +111,7 @@ def argmax_seconds(lead: int, gathered: int, gathers: int, itemsize: int, lazy: 
 ARGMAX_OPS = ("Transpose", "Gather", "Shape", "IsNaN", "Where", "Cast", "ReduceMax", "Mul", "Greater",
               "GatherElements", "Reshape", "Concat", "Unsqueeze", "Add", "Range")
 #: what the ``lazy`` form adds: the finiteness test, the If and the finite inputs' construction
-LAZY_OPS = ("ReduceSum", "Sub", "Not", "If") + FIRST_MAX_OPS + FIRST_MAX_WINDOWS_OPS
+LAZY_OPS = ("ReduceSum", "Sub", "Not", "If", "Constant") + FIRST_MAX_OPS + FIRST_MAX_WINDOWS_OPS
 
 
 def emit_argmax(em, x: str, rank: int, tables: list[str | None], kall: int | str, n_out: int | str, elem: int,

@@ -73,8 +73,7 @@ class NonFiniteAvgStep(WrappedSteps):
         total = em.op("ReduceSum", [y], keepdims=0)  # NaN iff y holds a NaN or an inf (or both signs)
         finite = em.op("Not", [em.is_nan(em.op("Sub", [total, total]), np_dtype(elem), equal=self.equal_masks)])
         then_branch = if_branch(em, "finite_pooled", elem, lambda sub: y)
-        else_branch = if_branch(em, "non_finite_pooled", elem, lambda sub: self._exact(sub, x, shape, elem),
-                                own_constants=True)  # Constant nodes: what onnx2tf converts (see Emitter.sub)
+        else_branch = if_branch(em, "non_finite_pooled", elem, lambda sub: self._exact(sub, x, shape, elem))
         return em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)
 
 

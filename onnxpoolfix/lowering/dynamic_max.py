@@ -149,7 +149,7 @@ class DynamicWindowMaxStep(Step):
     def ops(self):
         tables = ("Shape", "Gather", "Mul", "Add", "Div", "Sub", "ReduceMin", "Range", "Max", "Min", "Less", "Where",
                   "Unsqueeze", "Cast")  # runtime_window_tables / runtime_window_table (Where/Less before opset 12)
-        return tables + ("ReduceMax", "Transpose") + (("Size", "If") if self.by_size else ())
+        return tables + ("ReduceMax", "Transpose") + (("Size", "If", "Constant") if self.by_size else ())
 
 
 @dataclass(frozen=True)

@@ -142,7 +142,8 @@ class NonFiniteMaxStep(WrappedSteps):
     @property
     def ops(self):
         masks = ("Equal",) if self.equal_masks else ("Less", "Greater")
-        extra = ("Cast", "IsNaN", "Where") + masks + (("ReduceSum", "Sub", "Not", "If") if self.lazy else ())
+        lazy = ("ReduceSum", "Sub", "Not", "If", "Constant") if self.lazy else ()  # (the branches' own constants)
+        extra = ("Cast", "IsNaN", "Where") + masks + lazy
         return self.inner_ops() + extra
 
     def _exact(self, em, x, shape, elem):
@@ -194,19 +195,17 @@ def branch(em: Emitter, hint: str, outputs: list[tuple[str, int]], build) -> Gra
     sub = em.sub()
     names = [em.fresh(f"{hint}_{out.rsplit('/', 1)[-1]}") for out, _ in outputs]
     build(sub, names)
-    em.initializers.extend(sub.initializers)
     return helper.make_graph(sub.nodes, em.fresh(hint), [],
                              [helper.make_tensor_value_info(n, elem, None) for n, (_, elem) in zip(names, outputs)])
 
 
-def if_branch(em: Emitter, hint: str, elem: int, build, own_constants: bool = False) -> GraphProto:
-    """A subgraph for If, built by ``build(sub_emitter) -> output``; its constants live in the outer graph, or
-    with ``own_constants`` in the branch (:meth:`Emitter.sub`)."""
+def if_branch(em: Emitter, hint: str, elem: int, build) -> GraphProto:
+    """A subgraph for If, built by ``build(sub_emitter) -> output``; its constants are its own Constant nodes
+    (:meth:`Emitter.sub`)."""
     from onnx import helper
 
-    sub = em.sub(own_constants)
+    sub = em.sub()
     out = build(sub)
     if out not in {o for n in sub.nodes for o in n.output}:  # a branch must produce its output itself
         out = sub.op("Identity", [out])
-    em.initializers.extend(sub.initializers)
     return helper.make_graph(sub.nodes, em.fresh(hint), [], [helper.make_tensor_value_info(out, elem, None)])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from helpers import force_first_max, make_leftover, ort_run
+from helpers import constant_tensors, force_first_max, make_leftover, ort_run
 from onnx import TensorProto, numpy_helper
 
 import onnxpoolfix
@@ -30,7 +30,7 @@ def _replace(model, pick):
     out = onnx.ModelProto()
     out.CopyFrom(model)
     hit = 0
-    for t in out.graph.initializer:
+    for t in constant_tensors(out):
         a = numpy_helper.to_array(t)
         new = pick(t.name, a)
         if new is not None:
@@ -132,9 +132,9 @@ def _indices_one_window_off(model):
     onnxruntime target's else-branch) its flat-index table, in the separable first maximum (the onnxruntime
     target's then-branch) the innermost axis's window starts, which only the final index reads, in the
     whole-windows one (the other then-branch) the position weights. The values stay right."""
-    starts = [t.name for t in model.graph.initializer if _short(t.name).startswith("start_plus_kmax")]
+    starts = [t.name for t in constant_tensors(model) if _short(t.name).startswith("start_plus_kmax")]
     innermost = starts[-1] if starts else None  # created outermost axis first
-    base = [numpy_helper.to_array(t).reshape(-1) for t in model.graph.initializer
+    base = [numpy_helper.to_array(t).reshape(-1) for t in constant_tensors(model)
             if _short(t.name).startswith("window_base")]
     kall = int(base[0][1] - base[0][0]) if base else 0  # elements per window
 
@@ -162,8 +162,8 @@ def _last_instead_of_first_maximum(model):
     # onnxruntime target, then-branch (separable first maximum): per axis, position weights [kmax..1] and
     # coordinate = (start + kmax) - ReduceMax(hit * weights); the last maximum is weights [1..kmax] and
     # coordinate = (start - 1) + ReduceMax(hit * weights)
-    weights = [t for t in out.graph.initializer if _short(t.name).startswith("descending")]
-    starts = [t for t in out.graph.initializer if _short(t.name).startswith("start_plus_kmax")]
+    weights = [t for t in constant_tensors(out) if _short(t.name).startswith("descending")]
+    starts = [t for t in constant_tensors(out) if _short(t.name).startswith("start_plus_kmax")]
     for w, st in zip(weights, starts):  # both created outermost axis first
         wa = numpy_helper.to_array(w)
         kmax = int(wa.reshape(-1)[0])
@@ -175,8 +175,8 @@ def _last_instead_of_first_maximum(model):
     assert len(weights) == len(starts) == len(coordinate_subs)
     # then-branch (every window at once): first = top - ReduceMax(hit * (top - position)); the last maximum
     # is -1 + ReduceMax(hit * (position + 1))
-    whole = [t for t in out.graph.initializer if _short(t.name).startswith("reversed_position")]
-    tops = [t for t in out.graph.initializer if _short(t.name).startswith("top")]
+    whole = [t for t in constant_tensors(out) if _short(t.name).startswith("reversed_position")]
+    tops = [t for t in constant_tensors(out) if _short(t.name).startswith("top")]
     for w, top in zip(whole, tops):
         t = numpy_helper.to_array(top)
         w.CopyFrom(numpy_helper.from_array(t - numpy_helper.to_array(w) + np.float32(1), w.name))

@@ -22,7 +22,7 @@ F32, F16, F64, BF16 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE
 NP = {F32: np.float32, F16: np.float16, F64: np.float64}
 GLUE = {"Cast", "Reshape", "Transpose", "Squeeze", "Unsqueeze"}
 NAN_GUARD = {"IsNaN", "Equal", "Less", "Greater", "Where", "Cast", "ReduceSum", "Sub", "Not", "If", "Identity",
-             "Abs", "Or"}  # max: NaN / -inf as torch (Sub, Equal, Abs, Or, Not: the portable target's NaN test)
+             "Abs", "Or", "Constant"}  # max: NaN / -inf as torch (Sub, Equal, Abs, Or, Not: the portable target's NaN test)
 # averages of the onnxruntime target through a MatMul: the weights as Div(Cast(indicator), lengths), and the If
 # whose else-branch keeps NaN/inf in their windows (tests/lowering/test_avg_non_finite.py)
 AVG_GUARD = {"Div", "ReduceSum", "Sub", "IsNaN", "Equal", "Abs", "Not", "If", "Identity", "Greater", "Less", "Or",

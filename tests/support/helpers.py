@@ -125,6 +125,17 @@ def finite_branch_construction(model: onnx.ModelProto) -> str:
     return "chosen at run time" if whole and separable else "whole_windows" if whole else "separable"
 
 
+def constant_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
+    """Every constant a patched graph holds, in place (editing one edits the model): the main graph's
+    initializers, then the value of each Constant node at any depth (an If branch writes its own constants
+    as Constant nodes; each value's name is the node's output, as the emitter writes it)."""
+    from onnxpoolfix.graph import nodes_deep
+
+    values = [a.t for n in nodes_deep(model.graph.node) if n.op_type == "Constant"
+              for a in n.attribute if a.name == "value"]
+    return list(model.graph.initializer) + values
+
+
 def leftover_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     from onnxpoolfix.frontends.leftovers import is_pool_leftover
 
