@@ -159,7 +159,7 @@ class Lowering:
 # ncnn through pnnx, TFLite through onnx2tf, TVM and onnx2torch)
 NOT_PORTABLE = {
     "MatMul": "quantize_static quantizes both its inputs, and its NaN guard needs If",
-    "If": "onnx2torch refuses If, pnnx crashes on it and onnx2tf loses its branches' outer-scope initializers",
+    "If": "onnx2torch refuses If, ncnn has no layer for its guard's comparisons, onnx2tf mostly fails on it",
 }
 
 
