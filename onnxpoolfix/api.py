@@ -22,14 +22,15 @@ from .check.differential import (
     redefined_by_plan,
     redefined_in,
 )
-from .errors import ArgumentError, InvalidModelError, api_words
+from .errors import ArgumentError, InvalidModelError
 from .frontends.dynamo import frozen_error, partial_lines
 from .graph.shapes import light_copy, model_opset, validate_input_shape
 from .plan.model import PlanOptions, no_lowering_hint, plan_model
 from .plan.planner import AUTO, check_strategy
 from .progress import phase, shapes_detail
-from .report import NOT_CHECKED, NOTHING_TO_PATCH, NodeReport, PatchReport, WarningNote
+from .report import NOT_CHECKED, NOTHING_TO_PATCH, NodeReport, Note, PatchReport, WarningNote
 from .rewrite.model import apply_model_plan
+from .words import API, CHECK_SHAPES, INPUT_SHAPES, TRACED_SHAPES, render_all
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,19 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     replaced by the exact lowering of the adaptive pool they stand for
     (:mod:`onnxpoolfix.frontends.exporter_repair`; their ``why`` says "repaired: ...").
     """
+    return render_all(patch_as_written(
+        model, check=check, strategy=strategy, target=target, input_shapes=input_shapes,
+        keep_input_shapes=keep_input_shapes, check_shapes=check_shapes, inplace=inplace, model_dir=model_dir, seed=seed,
+        optimize_exporter_pools=optimize_exporter_pools, traced_shapes=traced_shapes, allow_partial=allow_partial), API)
+
+
+def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, target: str = "onnxruntime",
+          input_shapes: Mapping[str, Sequence[int]] | None = None, keep_input_shapes: bool = False,
+          check_shapes: Sequence[Mapping[str, Sequence[int]]] | None = None, inplace: bool = False,
+          model_dir: str | None = None, seed: int = 0, optimize_exporter_pools: bool = False,
+          traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False) -> PatchResult:
+    """:func:`patch`, its report's texts as written: references to what the caller can change unrendered
+    (:mod:`onnxpoolfix.words`), for a caller that speaks other words than the API (the CLI, ``export``)."""
     check_arguments("patch", model, target, strategy)
     check_seed(seed)
     check_flags(check=check, keep_input_shapes=keep_input_shapes, inplace=inplace,
@@ -105,12 +119,12 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     check_input(model)
     # before any work: a typo in a bound or a check size is not worth a patch
     for name, dims in (input_shapes or {}).items():
-        validate_input_shape(model, name, dims, "--input-shape")
+        validate_input_shape(model, name, dims, INPUT_SHAPES)
     for name, dims in (traced_shapes or {}).items():
-        validate_input_shape(model, name, dims, "--traced-shape")
+        validate_input_shape(model, name, dims, TRACED_SHAPES)
     for shapes in check_shapes or ():
         for name, dims in shapes.items():
-            validate_input_shape(model, name, dims, "--check-shape")
+            validate_input_shape(model, name, dims, CHECK_SHAPES)
     report = PatchReport(opset=model_opset(model), target=target)
     options = PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
                           keep_input_shapes=keep_input_shapes, optimize_exporter_pools=optimize_exporter_pools,
@@ -130,22 +144,24 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     notes += found.notes + mp.notes
     report.suspects = [asdict(s) for s in found.suspects]  # what a front end suspected and left, with why
     report.partial = partial_lines(found.suspects)
-    notes += [WarningNote(p) for p in report.partial]  # printed first: OUT is right only where these say
+    notes += [WarningNote(p, "partial") for p in report.partial]  # printed first: OUT is right only where these say
     nested = bool(mp.body_nodes)  # leftovers inside If/Loop/Scan bodies, planned with the rest
     if not mp.nodes and not nested:
         notes.append(NOTHING_TO_PATCH)  # after the front ends' notes: e.g. a frozen dynamo export
-        return PatchResult(model, in_api_words(report))
+        return PatchResult(model, report)
     if found.inlined:
-        notes.insert(0, f"inlined the local function(s) {', '.join(found.inlined)} that held leftovers")
+        notes.insert(0, Note(f"inlined the local function(s) {', '.join(found.inlined)} that held leftovers",
+                             "inlined-functions"))
     for n in mp.blocked:  # the first node no lowering applies to stops the patch
         if n.error.hint is None:
             n.error.hint = no_lowering_hint(n.spec, n.candidates)
         raise n.error
     if mp.kept:
-        notes.append(f"kept {len(mp.kept)} exporter pool(s) as they are (already the fastest exact form)")
+        notes.append(Note(f"kept {len(mp.kept)} exporter pool(s) as they are (already the fastest exact form)",
+                          "exporter-pools-kept", count=len(mp.kept)))
     if not mp.separate and not mp.groups and not nested:
         notes.append(NOTHING_TO_PATCH)
-        return PatchResult(model, in_api_words(report))
+        return PatchResult(model, report)
     # where the original file is known right (its static size, the given traced size) and the dynamo front end
     # read frozen pools or regions in it: its outputs there, before the rewrite, for OUT to equal
     original = None
@@ -185,12 +201,13 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             with phase("compare", shapes_detail(right_at)):
                 compare_with_original(model, *original, model_dir=model_dir, where=where,
                                       got=extra.got if extra is not None and extra.got else None)
-            notes.append(f"OUT equals the original file at {where}, where the exporter's graph is right "
-                         "(every tensor onnxpoolfix wrote that the rest of the graph reads, so every output)")
+            notes.append(Note(f"OUT equals the original file at {where}, where the exporter's graph is right "
+                              "(every tensor onnxpoolfix wrote that the rest of the graph reads, so every output)",
+                              "equals-original"))
     else:
         report.nodes.extend(body_rows(in_bodies))
         notes.append(NOT_CHECKED)
-    return PatchResult(model, in_api_words(report))
+    return PatchResult(model, report)
 
 
 #: the largest dim an input shape may bind (int32: what TensorRT and most kernels index with)
@@ -236,19 +253,6 @@ def check_choices(target: str, strategy: str) -> None:
     if not isinstance(target, str) or target not in TARGETS:
         raise ArgumentError(f"target must be one of {TARGETS}, not {target!r}", f"choose one of: {', '.join(TARGETS)}")
     check_strategy(strategy)
-
-
-def in_api_words(report: PatchReport) -> PatchReport:
-    """``report`` with its notes, partial lines and whys naming the Python API's arguments, as its errors do
-    (they are written once, in the CLI's words; the CLI prints them back in its own: cli.patch_cmd)."""
-    def words(lines):
-        return [type(line)(api_words(line)) for line in lines]  # a WarningNote stays one
-
-    report.notes, report.partial = words(report.notes), words(report.partial)
-    for node in report.nodes:
-        node.why = api_words(node.why)
-    report.suspects = [{k: api_words(v) if isinstance(v, str) else v for k, v in s.items()} for s in report.suspects]
-    return report
 
 
 def check_flags(**flags) -> None:

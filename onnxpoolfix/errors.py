@@ -12,74 +12,39 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# How an error names what the caller can change: the CLI's flags and the Python API's arguments, phrase by
-# phrase (the longer phrases first). An error speaks the API's words (it is raised through patch(),
-# inspect_model(), export()); the CLI prints it in its own (cli_words). A message may be written in either.
-_WORDS = (
-    ("--check-shape NAME:D0,D1,... (several inputs: in one flag, separated by spaces)",
-     "check_shapes=[{'NAME': [D0, D1, ...]}] (several inputs: in one mapping)"),
-    ("--check-shape NAME:D0,D1,... (repeatable)", "check_shapes=[{'NAME': [D0, D1, ...]}, ...]"),
-    ("--check-shape NAME:D0,D1,...", "check_shapes=[{'NAME': [D0, D1, ...]}]"),
-    ("--input-shape NAME:D0,D1,... (API: input_shapes=...)", "input_shapes={'NAME': [D0, D1, ...]}"),
-    ("--input-shape NAME:D0,D1,...", "input_shapes={'NAME': [D0, D1, ...]}"),
-    ("--traced-shape NAME:D0,D1,...", "traced_shapes={'NAME': [D0, D1, ...]}"),
-    ("--traced-shape", "traced_shapes"),
-    ("--allow-partial", "allow_partial=True"),
-    ("--check-shape", "check_shapes"),
-    ("--input-shape", "input_shapes"),
-    ("--no-check", "check=False"),
-    ("drop --strategy", "drop strategy= (or strategy='auto')"),
-    ("forced by --strategy", "forced by the strategy argument"),
-    ("--strategy", "strategy="),
-    ("--target tensorrt", "target='tensorrt'"),
-    ("--target onnxruntime", "target='onnxruntime'"),
-    ("--target portable", "target='portable'"),
-    ("--in-place", "inplace=True"),
-    ("--optimize-exporter-pools", "optimize_exporter_pools=True"),
-    ("--keep-input-shapes", "keep_input_shapes=True"),
-    ("(rerun with -v)", "(with logging at DEBUG level)"),
-)
-
-
-def api_words(text: str | None) -> str | None:
-    """``text`` with the CLI's flags named as the Python API's arguments."""
-    if text:
-        for cli, api in _WORDS:
-            text = text.replace(cli, api)
-    return text
-
-
-def cli_words(text: str | None) -> str | None:
-    """``text`` with the API's arguments named as the CLI's flags (what the CLI prints). A phrase that names the
-    API beside the flag (``(API: input_shapes=...)``) is read one way only: turned back, its API name would
-    become a flag too (``(API: --input-shape=...)``); the plain flag's phrase turns that text back."""
-    if text:
-        for cli, api in _WORDS:
-            if "(API: " not in cli:
-                text = text.replace(api, cli)
-    return text
+from .words import API, render
 
 
 class PoolFixError(Exception):
-    """Base class. ``str(err)`` is the one-line message; ``err.hint`` says what to do. Both name the Python
-    API's arguments (``input_shapes=``, ``check=False``); the CLI prints them with its flags
-    (:func:`cli_words`)."""
+    """Base class. ``str(err)`` is the one-line message; ``err.hint`` says what to do. Both are written once,
+    naming what the caller can change by reference (:mod:`onnxpoolfix.words`), and read in the words of
+    ``err.audience``: the Python API's arguments (``input_shapes=``, ``check=False``) unless a caller that
+    speaks other words (the CLI's flags, ``export``'s arguments) renders them itself (:meth:`render`)."""
 
     exit_code = 1
 
-    def __init__(self, message: str, hint: str | None = None):
-        message = api_words(message)
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
+    def __init__(self, message: str, hint: str | None = None, **data):
+        super().__init__(render(message))
+        self.text = message  # as written, references and all
+        self.hint_text = hint
+        self.audience = API
+        self.data = data  # what code acts on (``opset``: the smallest opset that would do)
+
+    @property
+    def message(self) -> str:
+        return render(self.text, self.audience)
 
     @property
     def hint(self) -> str | None:
-        return self._hint
+        return render(self.hint_text, self.audience)
 
     @hint.setter
     def hint(self, value: str | None) -> None:
-        self._hint = api_words(value)
+        self.hint_text = value
+
+    def render(self, audience: str) -> tuple[str, str | None]:
+        """(message on one line, hint) in ``audience``'s words."""
+        return " ".join(render(self.text, audience).split()), render(self.hint_text, audience)
 
     def __str__(self) -> str:  # keep it one line, whatever the caller passed
         return " ".join(self.message.split())

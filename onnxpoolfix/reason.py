@@ -24,6 +24,9 @@ class Reason(str):
         self.code, self.data = code, dict(data)
         return self
 
+    def with_text(self, message: str) -> "Reason":  # the same reason, its text rendered (onnxpoolfix.words)
+        return Reason(message, self.code, **self.data)
+
     def __reduce__(self):  # pickles (and copies) keep code and data
         return (_rebuild, (str(self), self.code, self.data))
 

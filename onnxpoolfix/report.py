@@ -2,10 +2,13 @@
 the notes, one a line, warnings first (:meth:`PatchReport.note_lines`), and the same content as JSON
 (``--report``; ``check_note`` is the notes joined).
 
-JSON schema (``schema_version`` 1)::
+Texts name what the reader can change by reference (:mod:`onnxpoolfix.words`): every method that says
+something takes the ``audience`` to say it to (the API's arguments by default, the CLI's flags for the CLI).
+
+JSON schema (``schema_version`` 2; 1 had no ``notes``)::
 
     {
-      "schema_version": 1,
+      "schema_version": 2,
       "tool": "onnxpoolfix", "version": "0.1.0",
       "status": "patched" | "nothing-to-patch",
       "checked": bool,                 # the onnxruntime check ran
@@ -36,9 +39,12 @@ JSON schema (``schema_version`` 1)::
                     "remedy": "traced-shape" | "export" | "stripped"}],  # what would decide it
       "partial": [str],  # allow_partial / --allow-partial: per region left frozen, where OUT is right;
                          # empty: OUT is exact at every size it accepts (check_passed covers the replaced nodes)
-      "windows_proven_to": int | null   # the dynamic lowering's window-building subgraphs ran alone and matched
+      "windows_proven_to": int | null,  # the dynamic lowering's window-building subgraphs ran alone and matched
                          # PyTorch's windows for every input length up to this (the notes say how); null: no
                          # dynamic lowering, or not checked
+      "notes": [{"severity": "note" | "warning",   # what the run has to say, in order (check_note joins
+                 "code": str,                      # their texts); code: what it is about ("not-checked",
+                 "text": str, "data": {}}]          # "nothing-to-patch", "checked-sizes", ...; "other")
     }
 """
 from __future__ import annotations
@@ -48,32 +54,65 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from .version import __version__
+from .words import API, NO_CHECK, render, render_all
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-#: what the notes end with where the check did not run; the result line says it (not repeated as a note)
-NOTHING_TO_PATCH = "nothing to patch"
-NOT_CHECKED = "--no-check"
+class Note(str):
+    """One thing a run has to say, as a record: ``severity`` (``note`` or ``warning``), ``code`` (what it is
+    about, for code to act on), ``data`` and its text (the ``str`` itself: a report's notes still read, join
+    and compare as text). The JSON report writes each as ``{"severity", "code", "text", "data"}``."""
 
+    severity = "note"
+    code: str
+    data: dict
+
+    def __new__(cls, text: str, code: str = "other", **data) -> "Note":
+        self = super().__new__(cls, text)
+        self.code, self.data = code, dict(data)
+        return self
+
+    def with_text(self, text: str) -> "Note":  # the same record, its text rendered (onnxpoolfix.words)
+        return type(self)(text, self.code, **self.data)
+
+    def __reduce__(self):
+        return (_rebuild_note, (type(self), str(self), self.code, self.data))
+
+    def record(self) -> dict:
+        return {"severity": self.severity, "code": self.code, "text": str(self), "data": self.data}
+
+
+def _rebuild_note(cls, text, code, data):
+    return cls(text, code, **data)
+
+
+class WarningNote(Note):
+    """A note the reader must not miss (a region left frozen, wrong at other sizes; a node left that cannot
+    run; the input shapes kept bound in OUT): printed before the other notes, marked ``warning:``, on stderr."""
+
+    severity = "warning"
+
+
+def as_note(text: str) -> Note:
+    return text if isinstance(text, Note) else Note(text)
+
+
+#: what the notes end with where the check did not run: the result line says it (not repeated as a note)
+NOTHING_TO_PATCH = Note("nothing to patch", "nothing-to-patch")
+NOT_CHECKED = Note(NO_CHECK, "not-checked")
+_SAID_BY_THE_RESULT_LINE = {NOTHING_TO_PATCH.code, NOT_CHECKED.code}
 
 # the words of the note a frozen pool sized from the given traced size alone gets (frontends/dynamo/front_end.py); the
 # check's hint looks for them
 RESTS_ON_TRACED = "rests on the given traced size alone"
 
 
-class WarningNote(str):
-    """A note the reader must not miss (a region left frozen, wrong at other sizes; a node left that cannot
-    run; the input shapes kept bound in OUT): printed before the other notes, marked ``warning:``, on stderr.
-    It is still a ``str``, so a front end's or the report's notes (``check_note`` in the JSON, ``notes`` in
-    ``inspect --json``) hold its text as before."""
-
-    __slots__ = ()
-
-
-def note_lines(notes) -> tuple[list[str], list[str]]:
+def note_lines(notes, audience: str = API) -> tuple[list[str], list[str]]:
     """(warnings, notes) as a run prints them, one a line: ``warning: ...`` first, then ``note: ...``."""
-    warnings = [f"warning: {n}" for n in notes if isinstance(n, WarningNote)]
-    plain = [f"note: {n}" for n in notes if not isinstance(n, WarningNote) and n not in (NOTHING_TO_PATCH, NOT_CHECKED)]
+    notes = [as_note(n) for n in notes]
+    warnings = [f"warning: {render(n, audience)}" for n in notes if n.severity == "warning"]
+    plain = [f"note: {render(n, audience)}" for n in notes
+             if n.severity != "warning" and n.code not in _SAID_BY_THE_RESULT_LINE]
     return warnings, plain
 
 
@@ -117,9 +156,9 @@ class PatchReport:
         check was skipped, what a front end left, ..."""
         return "; ".join(self.notes)
 
-    def note_lines(self) -> tuple[list[str], list[str]]:
+    def note_lines(self, audience: str = API) -> tuple[list[str], list[str]]:
         """(warnings, notes) as the command line prints them after :meth:`summary`, one a line."""
-        return note_lines(self.notes)
+        return note_lines(self.notes, audience)
 
     @property
     def status(self) -> str:
@@ -130,11 +169,12 @@ class PatchReport:
         errs = [n.max_error for n in self.nodes if n.max_error is not None]
         return max(errs) if errs else None
 
-    def to_dict(self) -> dict:
+    def to_dict(self, audience: str = API) -> dict:
+        """The JSON report's content, its texts in ``audience``'s words."""
         by: dict[str, int] = {}
         for n in self.nodes:
             by[n.lowering] = by.get(n.lowering, 0) + 1
-        return {
+        content = {
             "schema_version": SCHEMA_VERSION,
             "tool": "onnxpoolfix",
             "version": __version__,
@@ -149,14 +189,16 @@ class PatchReport:
             "suspects": self.suspects,
             "partial": self.partial,
             "windows_proven_to": self.windows_proven_to,
+            "notes": [as_note(n).record() for n in self.notes],
         }
+        return render_all(content, audience)
 
-    def to_json(self) -> str:
+    def to_json(self, audience: str = API) -> str:
         """Strict JSON: a non-finite error (indices that differ are an infinite error) is written as null,
         with ``check_passed`` false beside it."""
-        return json.dumps(_finite_or_null(self.to_dict()), indent=2, allow_nan=False)
+        return json.dumps(_finite_or_null(self.to_dict(audience)), indent=2, allow_nan=False)
 
-    def format_table(self) -> str:
+    def format_table(self, audience: str = API) -> str:
         if not self.nodes:
             return "no leftover adaptive pooling nodes: nothing to patch"
         rows = [("node", "op", "in -> out", "lowering", "max err", "why")]
@@ -164,19 +206,19 @@ class PatchReport:
             shape = f"{_shape(n.input_shape)} -> {_shape(n.output_shape)}"
             err = "-" if n.max_error is None else f"{n.max_error:.1e}" if n.max_error else "0"
             op = n.op + (" +idx" if n.indices == "computed" else "")
-            rows.append((n.name, op, shape, n.lowering, err, n.why))
+            rows.append((n.name, op, shape, n.lowering, err, render(n.why, audience)))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
 
-    def summary(self) -> str:
+    def summary(self, audience: str = API) -> str:
         """The result line: what was replaced and the check's verdict (the notes are :meth:`note_lines`); a
         partial fix (``allow_partial``) says so first, and so do pools sized from the given traced size alone."""
         resting = sum(n.rests_on_traced_shape for n in self.nodes)
-        return ("PARTIAL fix, OUT is not right at every size: " if self.partial else "") + (
+        return render(("PARTIAL fix, OUT is not right at every size: " if self.partial else "") + (
             f"OUT rests on the given traced size for {resting} pool{'s' if resting != 1 else ''} (nothing in the "
-            "graph confirms it): " if resting else "") + self._summary()
+            "graph confirms it): " if resting else "") + self._summary(), audience)
 
     def _summary(self) -> str:
         if not self.nodes:

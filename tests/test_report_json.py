@@ -22,7 +22,7 @@ OPT_NUM = (int, float, type(None))
 TOP = {
     "schema_version": int, "tool": str, "version": str, "status": str, "checked": bool,
     "check_passed": (bool, type(None)), "check_note": str, "opset": int, "target": str, "nodes": list,
-    "totals": dict, "suspects": list, "partial": list, "windows_proven_to": (int, type(None)),
+    "totals": dict, "suspects": list, "partial": list, "windows_proven_to": (int, type(None)), "notes": list,
 }
 NODE = {
     "name": str, "op": str, "kind": str, "encoding": str, "input_shape": list, "output_shape": list,
@@ -31,6 +31,7 @@ NODE = {
 }
 SUSPECT = {"result": str, "evidence": str, "why": str, "frozen": bool, "right_at": str, "remedy": str}
 TOTALS = {"nodes": int, "max_error": OPT_NUM, "by_lowering": dict}
+NOTE = {"severity": str, "code": str, "text": str, "data": dict}
 
 
 def _is(value, types) -> bool:
@@ -44,7 +45,7 @@ def validate(doc: dict) -> None:
     assert set(doc) == set(TOP), f"top-level keys {sorted(doc)} != {sorted(TOP)}"
     for k, t in TOP.items():
         assert _is(doc[k], t), f"{k}: {doc[k]!r} is not {t}"
-    assert doc["schema_version"] == report_mod.SCHEMA_VERSION == 1
+    assert doc["schema_version"] == report_mod.SCHEMA_VERSION == 2
     assert doc["tool"] == "onnxpoolfix" and doc["version"] == onnxpoolfix.__version__
     assert doc["status"] in ("patched", "nothing-to-patch")
     assert doc["target"] in ("onnxruntime", "tensorrt")
@@ -71,6 +72,12 @@ def validate(doc: dict) -> None:
             assert n["max_error"] <= n["tolerance"]
         else:
             assert n["max_error"] is None and n["tolerance"] is None and n["checked_shapes"] == []
+    for note in doc["notes"]:
+        assert set(note) == set(NOTE) and all(_is(note[k], t) for k, t in NOTE.items()), note
+        assert note["severity"] in ("note", "warning") and note["code"] != "other" and "\x1e" not in note["text"]
+    assert doc["check_note"] == "; ".join(note["text"] for note in doc["notes"])
+    not_checked = any(note["code"] == "not-checked" for note in doc["notes"])
+    assert not_checked == (not doc["checked"] and doc["status"] == "patched")
     for s in doc["suspects"]:
         assert set(s) == set(SUSPECT) and all(_is(s[k], t) for k, t in SUSPECT.items()), s
     t = doc["totals"]
@@ -87,7 +94,7 @@ def validate(doc: dict) -> None:
 def test_every_documented_key_is_validated() -> None:
     """The schema in report.py's docstring and this test's tables name the same keys."""
     doc = report_mod.__doc__
-    for key in list(TOP) + list(NODE) + list(TOTALS) + list(SUSPECT):
+    for key in list(TOP) + list(NODE) + list(TOTALS) + list(SUSPECT) + list(NOTE):
         assert f'"{key}"' in doc, f"{key} is not documented in report.py"
 
 

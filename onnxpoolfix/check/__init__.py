@@ -18,7 +18,8 @@ from onnx import helper
 from ..errors import ArgumentError, CheckFailedError, CheckTooLargeError, PoolFixError
 from ..graph import nodes_deep
 from ..graph.shapes import type_dims, validate_input_shape
-from ..report import RESTS_ON_TRACED, PatchReport, WarningNote
+from ..report import RESTS_ON_TRACED, Note, PatchReport, WarningNote
+from ..words import CHECK_SHAPES, CHECK_SHAPES_FORM, INPUT_SHAPES, NO_CHECK, STRATEGY, TRACED_SHAPES, VERBOSE
 from .compare import NodeCheck, compare
 from .consistency import layers_after_refuse
 from .feeds import graph_inputs
@@ -44,7 +45,7 @@ def refuse_huge_check(specs) -> None:
                 raise CheckTooLargeError(
                     f"{s.node.label}: its {what} {s.describe_shape(shape)} has {n:.3g} elements, too many to run "
                     f"the onnxruntime check (limit {CHECK_MAX_ELEMENTS:.3g})",
-                    "check at smaller sizes with --check-shape NAME:D0,D1,..., or skip the check with --no-check")
+                    f"check at smaller sizes with {CHECK_SHAPES_FORM}, or skip the check with {NO_CHECK}")
 
 
 #: a check at sizes the caller chose is refused when its random inputs alone would take more than this share
@@ -77,9 +78,9 @@ def refuse_beyond_memory(model, check_shapes) -> None:
         if total > CHECK_MEMORY_SHARE * avail:
             text = " ".join(f"{k}:{','.join(map(str, v))}" for k, v in shapes.items())
             raise CheckTooLargeError(
-                f"--check-shape {text}: the check's inputs alone take {total / 2**30:.1f} GiB, more than "
+                f"{CHECK_SHAPES} {text}: the check's inputs alone take {total / 2**30:.1f} GiB, more than "
                 f"{CHECK_MEMORY_SHARE:.0%} of the {avail / 2**30:.1f} GiB of memory available",
-                "check at smaller sizes with --check-shape NAME:D0,D1,..., or skip the check with --no-check")
+                f"check at smaller sizes with {CHECK_SHAPES_FORM}, or skip the check with {NO_CHECK}")
 
 
 #: the op domains onnxruntime's CPU build has kernels in (tests/check/test_cut.py compares with onnxruntime's list)
@@ -136,7 +137,7 @@ def _refuse_against_binding(model, name: str, dims, bound) -> None:
         if b != d and axis < len(fixed) and fixed[axis] == b:
             text = ",".join(map(str, bound))
             raise ArgumentError(
-                f"--check-shape {name}:{','.join(map(str, dims))}: dim {axis} is bound to {b} by your --input-shape "
+                f"{CHECK_SHAPES} {name}:{','.join(map(str, dims))}: dim {axis} is bound to {b} by your {INPUT_SHAPES} "
                 f"{name}:{text}, and the patched model keeps that binding (the static lowering holds at that size)",
                 f"check at the bound size ({name}:{text}), or bind the size you want to check")
 
@@ -147,11 +148,11 @@ def _refused_hint(report: PatchReport) -> str:
     it, which the original graph never showed (it runs at its traced size), so the binding is named first."""
     resting = [n for n in report.notes if isinstance(n, WarningNote) and RESTS_ON_TRACED in n]
     if resting:
-        return ("a frozen pool's output size was read off the given --traced-shape alone: if the file was not "
+        return (f"a frozen pool's output size was read off the given {TRACED_SHAPES} alone: if the file was not "
                 "exported at that size, give the export call's example input there; otherwise the rest of the "
-                "model may be invalid for onnxruntime; skip the check with --no-check to write OUT anyway")
+                f"model may be invalid for onnxruntime; skip the check with {NO_CHECK} to write OUT anyway")
     return ("the rest of the model may be invalid for onnxruntime (it would refuse the original too); "
-            "skip the check with --no-check to write OUT anyway")
+            f"skip the check with {NO_CHECK} to write OUT anyway")
 
 
 def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, model_dir, seed,
@@ -161,7 +162,7 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
     for shapes in check_shapes or ():  # again on the patched signature (an --input-shape may have stayed bound)
         for name, dims in shapes.items():
             _refuse_against_binding(model, name, dims, (input_shapes or {}).get(name))
-            validate_input_shape(model, name, dims, "--check-shape")
+            validate_input_shape(model, name, dims, CHECK_SHAPES)
     if check_shapes:
         refuse_beyond_memory(model, check_shapes)
     try:
@@ -178,8 +179,8 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
         raise
     except MemoryError:
         raise CheckTooLargeError("not enough memory to run the onnxruntime check at the model's input sizes",
-                                 "check at smaller sizes with --check-shape NAME:D0,D1,..., or skip the check with "
-                                 "--no-check") from None
+                                 f"check at smaller sizes with {CHECK_SHAPES_FORM}, or skip the check with "
+                                 f"{NO_CHECK}") from None
     except Exception as e:  # onnxruntime refusing the model, wherever in the check it is first loaded or run
         if not type(e).__module__.startswith("onnxruntime"):
             raise
@@ -200,35 +201,38 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
     failed += proof_failed
     upstream += [False] * len(proof_failed)  # a window construction that differs is the replacement's own
     report.check_passed = not failed
-    report.notes.append(note)  # the sizes checked
+    report.notes.append(Note(note, "checked-sizes"))
     foreign = foreign_ops(model)
     if foreign:
         report.notes.append(WarningNote(
             f"OUT keeps {sum(foreign.values())} node(s) of a domain onnxruntime has no kernels in "
             f"({', '.join(sorted(foreign)[:3])}{', ...' if len(foreign) > 3 else ''}) as the input had them: the "
-            "check ran the part of the graph that computes the replaced nodes, which holds none of them"))
+            "check ran the part of the graph that computes the replaced nodes, which holds none of them",
+            "foreign-domains", domains=sorted(foreign)))
     rounded = sum(1 for r in results.values() if r.input_rounding)
     if rounded:
-        report.notes.append(f"{rounded} half-precision subgraph(s) fed unrounded float32 values by onnxruntime "
-                            "(the ops before them run in float32): exact alone on the fetched input, and in the "
-                            "model within its rounding")
+        report.notes.append(Note(f"{rounded} half-precision subgraph(s) fed unrounded float32 values by onnxruntime "
+                                 "(the ops before them run in float32): exact alone on the fetched input, and in the "
+                                 "model within its rounding", "half-precision-inputs", subgraphs=rounded))
     alone = sum(1 for r in results.values() if r.structured)
     if alone:
-        report.notes.append(f"{alone} of {len(results)} replaced subgraph(s) also run alone on structured inputs")
+        report.notes.append(Note(f"{alone} of {len(results)} replaced subgraph(s) also run alone on structured inputs",
+                                 "structured-inputs", subgraphs=alone))
     reached = [kd for kd in ("downsampling", "equal", "upsampling")
                if any(kd in r.size_kinds for r in results.values())]
     if reached:
-        report.notes.append(f"the output sizes the graph computes reached: {', '.join(reached)}")
+        report.notes.append(Note(f"the output sizes the graph computes reached: {', '.join(reached)}", "size-kinds",
+                                 kinds=reached))
     if proven:
-        report.notes.append(proven)
+        report.notes.append(Note(proven, "windows-proven", up_to=report.windows_proven_to))
     if failed and all(upstream):  # the replacement alone is exact on the very input it failed on in the model
         raise CheckFailedError(
             f"onnxruntime check failed for {len(failed)} node(s): {failed[0]}",
             "the replaced subgraph alone is exact on that input: in the model onnxruntime computes what it "
             "consumes differently from the fetched tensor (float16 ops run in float32); compare the whole model "
-            "with torch (onnxpoolfix.export does), or skip the check with --no-check", report=report)
+            f"with torch (onnxpoolfix.export does), or skip the check with {NO_CHECK}", report=report)
     if failed:
         raise CheckFailedError(
             f"onnxruntime check failed for {len(failed)} node(s): {failed[0]}",
-            "this is a bug in onnxpoolfix: please report it with the model (rerun with -v); "
-            "--strategy can force another lowering meanwhile", report=report)
+            f"this is a bug in onnxpoolfix: please report it with the model {VERBOSE}; "
+            f"{STRATEGY} can force another lowering meanwhile", report=report)

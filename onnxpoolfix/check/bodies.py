@@ -13,9 +13,10 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import CheckFailedError
-from ..report import NodeReport, PatchReport
+from ..report import NodeReport, Note, PatchReport
 from ..sessions import ort_session, ort_value
 from ..spec import PoolSpec
+from ..words import NO_CHECK, STRATEGY, VERBOSE
 from .compare import NodeCheck, compare
 from .runner import STRUCTURED_MAX_ELEMENTS, structured_inputs
 from .sizes import WINDOW_KINDS, window_targets
@@ -28,7 +29,7 @@ def check_in_bodies(model: onnx.ModelProto, patched: Sequence, report: PatchRepo
         ort_session(model, model_dir)
     except Exception as e:  # noqa: BLE001 - onnxruntime's words
         raise CheckFailedError(f"onnxruntime cannot load the patched model: {' '.join(str(e).split())[:300]}",
-                               "skip the check with --no-check to write OUT anyway") from None
+                               f"skip the check with {NO_CHECK} to write OUT anyway") from None
     try:
         rows = check_nested(model, patched, seed=seed)
     except CheckFailedError as e:
@@ -42,7 +43,7 @@ def check_in_bodies(model: onnx.ModelProto, patched: Sequence, report: PatchRepo
     shapes = sum(len(r.checked_shapes) for r in rows)
     note = (f"{len(rows)} leftover(s) inside If/Loop/Scan bodies replaced and each replaced subgraph run alone "
             f"(random and structured inputs, {shapes} shape(s) in all)")
-    report.notes.append(note)
+    report.notes.append(Note(note, "bodies-checked", subgraphs=len(rows)))
 
 
 def check_shapes(spec: PoolSpec) -> list[tuple[int, ...]]:
@@ -105,8 +106,8 @@ def check_nested(model: onnx.ModelProto, patched: Sequence, *, seed: int = 0) ->
             failed.append(f"{s.node.label} (in a body): {check.detail}")
     if failed:
         err = CheckFailedError(f"onnxruntime check failed for {len(failed)} node(s): {failed[0]}",
-                               "this is a bug in onnxpoolfix: please report it with the model (rerun with -v); "
-                               "--strategy can force another lowering meanwhile")
+                               f"this is a bug in onnxpoolfix: please report it with the model {VERBOSE}; "
+                               f"{STRATEGY} can force another lowering meanwhile")
         err.rows = rows
         raise err
     return rows

@@ -21,6 +21,7 @@ from ..graph import outer_reads
 from ..graph.emit import EMITTED_BY
 from ..graph.shapes import PoolSpec
 from ..sessions import ort_session
+from ..words import TRACED_SHAPES_FORM
 from .cut import cut_bytes
 from .feeds import random_feed, symbolic_inputs
 
@@ -124,7 +125,7 @@ def _differs(name: str, what: str, where: str) -> None:
     message = f"OUT differs from the original file at {where}, where the original is right: tensor '{name}' has {what}"
     if where.startswith("the traced size"):  # the given size contradicts the graph, or a pool was misread
         raise ShapeError(message, "give the size the model was exported at (the export call's example input) with "
-                         "--traced-shape NAME:D0,D1,...; if it is that size, a pool was misread (please report it "
+                         f"{TRACED_SHAPES_FORM}; if it is that size, a pool was misread (please report it "
                          "with the file), and exporting through onnxpoolfix.export avoids the reading")
     raise CheckFailedError(message, "a frozen pool or region was read as something it is not; please report it with "
                            "the file. Exporting through onnxpoolfix.export makes every adaptive pool's output size "

@@ -9,6 +9,7 @@ from onnx import TensorProto
 
 from ..errors import CheckTooLargeError, ShapeError
 from ..graph.shapes import type_dims
+from ..words import CHECK_SHAPES_FORM, NO_CHECK
 
 
 def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -33,8 +34,8 @@ def random_feed(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], rng
         text = ", ".join(f"{k}:{','.join(map(str, v))}" for k, v in shapes.items())
         raise CheckTooLargeError(f"cannot make the check's random inputs at {text or 'the declared shapes'}: "
                                  f"{' '.join(str(e).split())[:120] or type(e).__name__}",
-                                 "check at smaller sizes with --check-shape NAME:D0,D1,..., or skip the check with "
-                                 "--no-check") from None
+                                 f"check at smaller sizes with {CHECK_SHAPES_FORM}, or skip the check with "
+                                 f"{NO_CHECK}") from None
 
 
 def _random_feed(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], rng: np.random.Generator) -> dict:
@@ -44,8 +45,8 @@ def _random_feed(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], rn
         shape = tuple(shapes[vi.name]) if vi.name in shapes else tuple(dims or ())
         if any(not isinstance(d, int) for d in shape):
             raise ShapeError(f"input '{vi.name}' has symbolic dims {shape} and no concrete shape to check with",
-                             "give every symbolic input's shape with --check-shape NAME:D0,D1,... "
-                             "(several inputs: in one flag, separated by spaces), or skip the check with --no-check")
+                             f"give every symbolic input's shape with {CHECK_SHAPES_FORM} "
+                             f"(several inputs: in one flag, separated by spaces), or skip the check with {NO_CHECK}")
         if elem == TensorProto.BFLOAT16:
             import ml_dtypes
 

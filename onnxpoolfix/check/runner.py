@@ -30,6 +30,7 @@ from ..io import has_external_data
 from ..progress import each, shapes_detail
 from ..sessions import ort_session, ort_value
 from ..spec import RuntimeDim, bind_runtime_sizes
+from ..words import CHECK_SHAPES, CHECK_SHAPES_FORM, NO_CHECK
 from .compare import NodeCheck, compare, out_sizes, torch_size
 from .cut import cut_bytes, cut_nodes
 from .feeds import graph_inputs, random_feed
@@ -91,7 +92,7 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
         hint = ("the model's weights are in external data that onnxruntime looked for beside the current "
                 "folder: pass model_dir= (the folder of the .onnx file)" if model_dir is None and
                 has_external_data(model) else
-                "if the model holds other ops onnxruntime lacks, skip the check with --no-check")
+                f"if the model holds other ops onnxruntime lacks, skip the check with {NO_CHECK}")
         raise CheckFailedError(f"onnxruntime cannot load the patched model: {' '.join(str(e).split())[:300]}",
                                hint) from None
     session_inputs = {i.name for i in sess.get_inputs()}
@@ -109,7 +110,7 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
             shapes_txt = ", ".join(f"{k}:{'x'.join(map(str, v.shape))}" for k, v in feed.items())
             raise CheckFailedError(
                 f"onnxruntime failed to run the patched model at {shapes_txt}: {' '.join(str(e).split())[:300]}",
-                "choose other check sizes with --check-shape, or skip the check with --no-check") from None
+                f"choose other check sizes with {CHECK_SHAPES}, or skip the check with {NO_CHECK}") from None
         got = {n: r.numpy() for n, r in zip(out_names, results)}
         values = {name: got[out] for name, out in fetch.items()}
         values.update(feed)
@@ -119,7 +120,7 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
                 raise CheckFailedError(
                     f"{s.node.label}: its input is empty ({'x'.join(map(str, values[s.node.input].shape))}) "
                     f"at {shapes_txt}: adaptive pooling has no windows there to check",
-                    "choose larger sizes with --check-shape NAME:D0,D1,..., or skip the check with --no-check")
+                    f"choose larger sizes with {CHECK_SHAPES_FORM}, or skip the check with {NO_CHECK}")
         for s in specs:
             idx = values.get(s.node.indices_output) if s.node.indices_output else None
             c = checks[s.node.index]

@@ -16,6 +16,7 @@ from ..graph.shapes import PoolSpec, light_copy, onnx_inferred
 from ..lowering.dynamic_max import IN_PLACE_MIN_ELEMENTS
 from ..report import dim_label
 from ..sessions import ort_session, ort_value
+from ..words import CHECK_OR_INPUT_SHAPES, CHECK_SHAPES_REPEATABLE, NO_CHECK
 from .cut import cut_bytes
 from .feeds import graph_inputs, random_feed, symbolic_inputs
 
@@ -73,7 +74,7 @@ def default_check_shapes(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
     if unresolved:
         raise ShapeError(
             f"cannot choose sizes for the check: symbolic dims {', '.join(unresolved)}",
-            "give them with --check-shape NAME:D0,D1,... or --input-shape, or skip the check with --no-check")
+            f"give them with {CHECK_OR_INPUT_SHAPES}, or skip the check with {NO_CHECK}")
     return [binding], ("symbolic dims bound to " + ", ".join(f"{k}:{','.join(map(str, v))}" for k, v in binding.items())
                        + how)
 
@@ -164,7 +165,7 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
     if unresolved:
         raise ShapeError(
             f"cannot choose sizes for the check: input(s) {', '.join(unresolved)} have no known rank",
-            "give them with --check-shape NAME:D0,D1,... (repeatable), or skip the check with --no-check")
+            f"give them with {CHECK_SHAPES_REPEATABLE}, or skip the check with {NO_CHECK}")
     free = {name: dims for name, dims in sym.items() if name not in binding}
     spatial = {name: [a for a, d in enumerate(dims) if not isinstance(d, int) and a != 0]
                for name, dims in free.items()}
@@ -197,7 +198,7 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
             raise ShapeError(
                 "cannot choose sizes for the check: the model ran at none of the input sizes tried "
                 f"({', '.join(map(str, _PROBE_BASES))} on the symbolic dims)",
-                "give them with --check-shape NAME:D0,D1,... (repeatable), or skip the check with --no-check")
+                f"give them with {CHECK_SHAPES_REPEATABLE}, or skip the check with {NO_CHECK}")
         step = declared  # base and 2*base run, so some power of two (times the declared step) up to base does
         while step < base and probe.pooled(shapes_for([base + step] * k, 1)) is None:
             step *= 2
@@ -271,7 +272,7 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
         raise ShapeError(
             f"cannot choose sizes for the check: the model ran at only {len(chosen)} of the input sizes tried "
             f"(a symbolic pooled axis needs {_MIN_DYNAMIC_CHECKS})",
-            "give them with --check-shape NAME:D0,D1,... (repeatable), or skip the check with --no-check")
+            f"give them with {CHECK_SHAPES_REPEATABLE}, or skip the check with {NO_CHECK}")
     kinds = {window_kind(got[s.node.input][a], m) for got in pooled for s in dyn
              for a, m in zip(s.axes, s.out_sizes) if isinstance(m, int)}
     batches = sorted({v[0] for c in chosen for name, v in c.items()

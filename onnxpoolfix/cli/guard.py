@@ -10,7 +10,8 @@ from typing import Callable, Iterator
 
 import click
 
-from ..errors import EXIT_INTERNAL, PoolFixError, cli_words
+from ..errors import EXIT_INTERNAL, PoolFixError
+from ..words import CLI
 
 
 class Interrupted(BaseException):
@@ -35,10 +36,11 @@ def interrupted(signum: int) -> None:
 def fail(err: Exception, verbose: bool) -> None:
     if verbose:
         traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
-    if isinstance(err, PoolFixError):  # raised in the API's words: printed with the CLI's flags
-        click.echo(f"onnxpoolfix: error: {cli_words(str(err))}", err=True)
-        if err.hint:
-            click.echo(f"  hint: {cli_words(err.hint)}", err=True)
+    if isinstance(err, PoolFixError):  # said with the CLI's flags
+        message, hint = err.render(CLI)
+        click.echo(f"onnxpoolfix: error: {message}", err=True)
+        if hint:
+            click.echo(f"  hint: {hint}", err=True)
         sys.exit(err.exit_code)
     click.echo(f"onnxpoolfix: internal error: {type(err).__name__}: {' '.join(str(err).split())}", err=True)
     click.echo("  hint: this is a bug; rerun with -v and report the traceback", err=True)

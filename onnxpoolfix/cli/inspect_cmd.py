@@ -7,12 +7,13 @@ from pathlib import Path
 
 import click
 
-from ..errors import cli_words, exit_codes_epilog
+from ..errors import exit_codes_epilog
 from ..frontends.input_check import check_input_model
-from ..inspection.model import inspect_model
+from ..inspection.model import inspect_as_written
 from ..inspection.windows import render_inspection
 from ..io import has_external_data, load_model
 from ..progress import phase
+from ..words import CLI
 from .app import main
 from .args import InspectView, Logging, Plan, PlanChoice, Seed, Verbosity, ViewChoice, command
 from .guard import reported
@@ -28,13 +29,12 @@ def inspect_cmd(src: str, plan: PlanChoice, view: ViewChoice, seed: int, verbosi
             model = load_model(src)
         check_input_model(model, src)  # the same exit 3 as patch for a model the ONNX checker rejects
         plan.check_against(model)  # the same exit 2 as patch for an --input-shape that does not fit
-        result = inspect_model(model, target=plan.target, strategy=plan.strategy, input_shapes=plan.input_shapes,
+        result = inspect_as_written(model, target=plan.target, strategy=plan.strategy, input_shapes=plan.input_shapes,
                                name=src, optimize_exporter_pools=plan.optimize_exporter_pools, seed=seed,
                                traced_shapes=plan.traced_shapes, allow_partial=plan.allow_partial,
                                model_dir=str(Path(src).resolve().parent) if has_external_data(model) else None)
-    # a blocker's hint names the API's arguments (inspect_model's words): here, the flags
-    if view.windows:
-        click.echo(cli_words(render_inspection(result, as_json=view.as_json, verbose=verbosity.verbose)))
+    if view.windows:  # said with the CLI's flags
+        click.echo(render_inspection(result, as_json=view.as_json, verbose=verbosity.verbose, audience=CLI))
     else:  # -v also lists the lowerings that do not apply, with the reason (the JSON always has them)
-        click.echo(cli_words(result.to_json() if view.as_json else result.format_text(verbosity.verbose)))
+        click.echo(result.to_json(CLI) if view.as_json else result.format_text(verbosity.verbose, CLI))
     sys.exit(result.exit_code)

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import click
 
-from ..api import patch
-from ..errors import cli_words, exit_codes_epilog
+from ..api import patch_as_written
+from ..errors import exit_codes_epilog
 from ..frontends.input_check import check_input_model
 from ..io import has_external_data, load_model, preflight_output, preflight_report, save_model
 from ..io import write_report as write_report_file
 from ..progress import phase
 from ..report import PatchReport
+from ..words import CLI
 from .app import main
 from .args import Check, CheckChoice, Logging, Plan, PlanChoice, Save, SaveChoice, Seed, Verbosity, command
 from .guard import reported
@@ -38,7 +39,7 @@ def patch_cmd(src: Path, dst: Path, plan: PlanChoice, check: CheckChoice, save: 
     def show_failed_check(err: Exception) -> None:
         report = getattr(err, "report", None)
         if report is not None and not verbosity.quiet:
-            click.echo(cli_words(report.format_table()), err=True)
+            click.echo(report.format_table(CLI), err=True)
 
     with reported(verbosity.verbose, before=show_failed_check), shown(verbosity.quiet):
         with phase("load", str(src)):
@@ -49,7 +50,7 @@ def patch_cmd(src: Path, dst: Path, plan: PlanChoice, check: CheckChoice, save: 
         if save.report_path is not None:
             preflight_report(save.report_path, src, dst, model)
         external = has_external_data(model)
-        result = patch(model, check=check.check, strategy=plan.strategy, target=plan.target,
+        result = patch_as_written(model, check=check.check, strategy=plan.strategy, target=plan.target,
                        input_shapes=plan.input_shapes, keep_input_shapes=save.keep_input_shapes,
                        check_shapes=check.check_shapes, inplace=True,
                        model_dir=str(Path(src).resolve().parent) if external else None, seed=seed,
@@ -60,7 +61,7 @@ def patch_cmd(src: Path, dst: Path, plan: PlanChoice, check: CheckChoice, save: 
         written: list[Path] = []
 
         def write_report(_tmp_model: Path) -> None:
-            target = write_report_file(save.report_path, cli_words(result.report.to_json()))
+            target = write_report_file(save.report_path, result.report.to_json(CLI))
             if not target.special:  # a device or FIFO has taken it; there is nothing to take back
                 written.append(target.path)
 
@@ -79,12 +80,12 @@ def show(report: PatchReport, dst: Path, quiet: bool = False) -> None:
     """The table, the result line, then a line per note (warnings first, marked, on stderr). ``quiet``
     (-q): the warnings only, since a warning (a partial fix, a size resting on --traced-shape alone) is what
     a script that silenced the rest still has to see."""
-    warnings, notes = report.note_lines()  # (patch() writes them in the API's words: cli_words says them here)
+    warnings, notes = report.note_lines(CLI)
     if not quiet:
-        click.echo(cli_words(report.format_table()))
-        click.echo(cli_words(f"{report.summary()}; wrote {dst}"))
+        click.echo(report.format_table(CLI))
+        click.echo(f"{report.summary(CLI)}; wrote {dst}")
     for line in warnings:
-        click.echo(cli_words(line), err=True)
+        click.echo(line, err=True)
     if not quiet:
         for line in notes:
-            click.echo(cli_words(line))
+            click.echo(line)

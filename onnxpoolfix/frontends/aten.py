@@ -51,5 +51,5 @@ def bind_and_resolve(model, nodes, *, opset, target, input_shapes, keep_input_sh
     if any(f is None or not f.static for f in free):
         apply_input_shapes(model, input_shapes)
         notes.append(WarningNote("input shapes kept as bound: a pooled axis was symbolic and the static lowering "
-                                 "holds only at the bound size"))
+                                 "holds only at the bound size", "input-shapes-kept"))
     return specs, notes

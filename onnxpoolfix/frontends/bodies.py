@@ -38,6 +38,7 @@ from ..graph.shapes import (
     typed_spec,
 )
 from ..spec import Dim, PoolNode, PoolSpec
+from ..words import INPUT_SHAPES_FORM
 from .leftovers import find_pool_nodes, is_pool_leftover
 
 logger = logging.getLogger(__name__)
@@ -219,7 +220,7 @@ def resolve_nested(model: onnx.ModelProto, found: Sequence[NestedLeftover], *, o
     if missing:
         raise ShapeError(f"{missing[0].label} (inside an If/Loop/Scan body): the shape of its input "
                          f"'{missing[0].input}' cannot be inferred",
-                         "give the graph inputs' shapes with --input-shape NAME:D0,D1,... (API: input_shapes=...)")
+                         f"give the graph inputs' shapes with {INPUT_SHAPES_FORM}")
     return [specs[i] for i in range(len(found))]
 
 

@@ -15,6 +15,7 @@ from onnx import TensorProto
 
 from ..errors import ArgumentError, ShapeError, UnsupportedNodeError
 from ..spec import SUPPORTED_DTYPES, Dim, InputDim, PoolNode, PoolSpec, RuntimeDim, dtype_name  # noqa: F401  (re-exported)
+from ..words import CHECK_SHAPES, INPUT_SHAPES, INPUT_SHAPES_FORM
 from . import default_opset, is_repeated
 from .shape_values import fold_size_chains
 
@@ -122,14 +123,14 @@ def validate_input_shape(model: onnx.ModelProto, name: str, dims: Sequence[int],
         if isinstance(o, int) and o != n:
             raise ArgumentError(f"{flag} {name}: dim {axis} is fixed to {o} in the model, not {n}",
                                 f"give {o} for dim {axis}: only symbolic dims take other sizes"
-                                + (" (--check-shape checks at sizes the model accepts)" if "check" in flag else ""))
+                                + (f" ({flag} checks at sizes the model accepts)" if flag == CHECK_SHAPES else ""))
     return vi
 
 
 def apply_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> None:
     """Bind graph inputs to concrete shapes (``--input-shape``), in place. Validates names and ranks."""
     for name, dims in shapes.items():
-        vi = validate_input_shape(model, name, dims, "--input-shape")
+        vi = validate_input_shape(model, name, dims, INPUT_SHAPES)
         shape = vi.type.tensor_type.shape
         shape.ClearField("dim")
         for n in dims:
@@ -292,18 +293,18 @@ def output_shape(node: PoolNode, input_shape: Sequence[Dim]) -> tuple[Dim, ...]:
         raise UnsupportedNodeError(
             f"{node.label}: input has rank {r}; {node.op} needs rank {k + 1} (unbatched) or {k + 2}",
             "the model's shapes are inconsistent with the pooling op; re-export it, or fix the input's "
-            "declared shape (or bind it with --input-shape)")
+            f"declared shape (or bind it with {INPUT_SHAPES})")
     for axis, d in enumerate(input_shape):
         if isinstance(d, int) and d < 1:
             raise UnsupportedNodeError(
                 f"{node.label}: its input {'x'.join(map(str, input_shape))} has an axis of length {d}",
                 "an empty (or negative) axis is a broken declared shape; fix the model's input shape, or bind "
-                "it with --input-shape NAME:D0,D1,...")
+                f"it with {INPUT_SHAPES_FORM}")
         if isinstance(d, int) and axis >= r - k and d > MAX_POOLED_LENGTH:
             raise UnsupportedNodeError(
                 f"{node.label}: its input's pooled axis {axis} has length {d}, beyond the {MAX_POOLED_LENGTH} "
                 "onnxpoolfix lowers", "check the model's declared input shape (a corrupt dim?), or bind it "
-                "with --input-shape NAME:D0,D1,...")
+                f"with {INPUT_SHAPES_FORM}")
     for size in node.output_size:
         if isinstance(size, int) and size > MAX_POOLED_LENGTH:
             raise UnsupportedNodeError(
@@ -365,5 +366,5 @@ def resolve_specs(model: onnx.ModelProto, nodes: Sequence[PoolNode], *, opset: i
         n = missing[0]
         raise ShapeError(
             f"{n.label}: the shape of its input '{n.input}' cannot be inferred",
-            "give the graph inputs' shapes with --input-shape NAME:D0,D1,... (API: input_shapes=...)")
+            f"give the graph inputs' shapes with {INPUT_SHAPES_FORM}")
     return [specs[n.index] for n in nodes]

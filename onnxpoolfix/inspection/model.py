@@ -26,7 +26,7 @@ import onnx
 from onnx import TensorProto
 
 from ..api import check_arguments, check_flags, check_input, check_seed, shape_map
-from ..errors import ArgumentError, InvalidModelError, PoolFixError, UnsupportedNodeError, api_words
+from ..errors import ArgumentError, InvalidModelError, PoolFixError, UnsupportedNodeError
 from ..frontends.bodies import describe_path, has_nested_leftovers, nested_leftover_nodes
 from ..frontends.dynamo import frozen_error
 from ..frontends.leftovers import aten_operator, is_pool_leftover
@@ -36,9 +36,10 @@ from ..lowering.base import axis_windows
 from ..plan.model import PlanOptions, no_lowering_hint, plan_model
 from ..plan.planner import plan
 from ..plan.pyramid import NAME as PYRAMID
-from ..report import dim_label
+from ..report import Note, dim_label
 from ..rewrite.model import apply_model_plan
 from ..tensorrt import lint_tensorrt
+from ..words import API, INPUT_SHAPES, INPUT_SHAPES_FORM, TARGET_ONNXRUNTIME, TRACED_SHAPES, render_all
 from .report import (  # noqa: F401  (EXIT_*, SCHEMA_VERSION: re-exported)
     EXIT_BLOCKED,
     EXIT_INVALID,
@@ -72,6 +73,19 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     ``model`` is not modified. The onnxruntime check is not run; ``seed`` is that of the dynamo front end's
     proof (as patch's); ``model_dir`` the folder of its external data, as patch's.
     """
+    return render_all(inspect_as_written(
+        model, target=target, strategy=strategy, input_shapes=input_shapes, name=name,
+        optimize_exporter_pools=optimize_exporter_pools, seed=seed, traced_shapes=traced_shapes,
+        allow_partial=allow_partial, model_dir=model_dir), API)
+
+
+def inspect_as_written(model: onnx.ModelProto, *, target: str = "onnxruntime", strategy: str = "auto",
+                       input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
+                       optimize_exporter_pools: bool = False, seed: int = 0,
+                       traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False,
+                       model_dir: str | None = None) -> Inspection:
+    """:func:`inspect_model`, its texts as written (references unrendered: :mod:`onnxpoolfix.words`), for
+    the CLI to say with its flags."""
     check_arguments("inspect_model", model, target, strategy)
     check_seed(seed)
     check_flags(optimize_exporter_pools=optimize_exporter_pools, allow_partial=allow_partial)
@@ -80,16 +94,16 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     result = Inspection(target=target, strategy=strategy, model=name, opset=model_opset(model))
     if not model.HasField("graph"):  # as patch() says it
         err = InvalidModelError("the model has no graph", "the file is not a complete ONNX model; re-export it")
-        result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
+        result.blocker, result.hint, result.blocker_exit_code = err.text, err.hint_text, err.exit_code
         return result
     check_input(model)  # raises the InvalidModelError the CLI exits 3 with
     try:  # as patch() does, before any work (an ArgumentError: exit 2)
         for name, dims in (input_shapes or {}).items():
-            validate_input_shape(model, name, dims, "--input-shape")
+            validate_input_shape(model, name, dims, INPUT_SHAPES)
         for name, dims in (traced_shapes or {}).items():
-            validate_input_shape(model, name, dims, "--traced-shape")
+            validate_input_shape(model, name, dims, TRACED_SHAPES)
     except ArgumentError as err:
-        result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
+        result.blocker, result.hint, result.blocker_exit_code = err.text, err.hint_text, err.exit_code
         return result
     # the planner binds the inputs, and types what torch left untyped around leftovers in bodies, in
     # place: not in the caller's model
@@ -102,17 +116,17 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
                                        seed=int(seed), traced_shapes=traced_shapes, model_dir=model_dir))
     found = mp.found
     if found.inlined:
-        result.notes.append(f"the local function(s) {', '.join(found.inlined)} hold leftovers: the patch inlines "
-                            "them")
+        result.notes.append(Note(f"the local function(s) {', '.join(found.inlined)} hold leftovers: the patch inlines "
+                            "them", "inlined-functions"))
     result.notes.extend(found.notes + mp.notes)
     result.suspects = [asdict(s) for s in found.suspects]
     if found.blocker is None and not allow_partial:  # the refusal patch() gives (exit 4), with the same line
         err = frozen_error(found.suspects, traced=bool(traced_shapes))
         if err is not None:
-            result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
+            result.blocker, result.hint, result.blocker_exit_code = err.text, err.hint_text, err.exit_code
     if found.blocker is not None:
         err = found.blocker
-        result.blocker, result.hint, result.blocker_exit_code = str(err), err.hint, err.exit_code
+        result.blocker, result.hint, result.blocker_exit_code = err.text, err.hint_text, err.exit_code
         result.nodes = [_bare(n, i) for i, n in enumerate(mp.model.graph.node) if is_pool_leftover(n)]
         for path, i, n in nested_leftover_nodes(mp.model):
             result.nodes.append(_bare(n, i))
@@ -128,9 +142,9 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
         info.body = describe_path(mp.model, b.path)
         result.nodes.append(info)
     if mp.body_nodes:
-        result.notes.append(f"{len(mp.body_nodes)} leftover(s) inside If/Loop/Scan bodies: each planned alone "
-                            "(no pyramids); the patch checks each replaced subgraph alone (an input takes one "
-                            "branch only)")
+        result.notes.append(Note(f"{len(mp.body_nodes)} leftover(s) inside If/Loop/Scan bodies: each planned alone "
+                                 "(no pyramids); the patch checks each replaced subgraph alone (an input takes one "
+                                 "branch only)", "leftovers-in-bodies", count=len(mp.body_nodes)))
     if target == "tensorrt":
         result.tensorrt = _lint(mp, result)
     return result
@@ -143,8 +157,9 @@ def _inspect_groups(mp, result: Inspection) -> None:
         for lv in g.levels:
             info = by_node[lv.spec.node.index]
             info.chosen, info.why = PYRAMID, g.why(lv)
-        result.notes.append(f"{len(g.levels)} nodes pool '{g.levels[0].spec.node.input}': planned together, "
-                            f"the input read once (est. {g.cost * 1e6:.0f} us vs {g.separate_cost * 1e6:.0f} us)")
+        result.notes.append(Note(f"{len(g.levels)} nodes pool '{g.levels[0].spec.node.input}': planned together, "
+                                 f"the input read once (est. {g.cost * 1e6:.0f} us vs {g.separate_cost * 1e6:.0f} us)",
+                                 "pyramid", input=g.levels[0].spec.node.input, nodes=len(g.levels)))
 
 
 def _bare(node: onnx.NodeProto, index: int) -> NodeInspection:
@@ -173,7 +188,7 @@ def _inspect_node(node_plan, strategy: str) -> NodeInspection:
         return info
     if p is None:
         blocker, hint = _node_blocker(node_plan, "auto" if node_plan.optional else strategy)
-        info.blocker, info.hint = api_words(blocker), api_words(hint)  # as the patch's error would say it
+        info.blocker, info.hint = blocker, hint  # as the patch's error would say it
         return info
     info.chosen, info.why = p.lowering.name, p.why
     info.ops = p.lowering.ops(s)
@@ -183,11 +198,11 @@ def _inspect_node(node_plan, strategy: str) -> NodeInspection:
 def _node_blocker(node_plan, strategy: str) -> tuple[str, str | None]:
     spec, err = node_plan.spec, node_plan.error
     if strategy != "auto":
-        return str(err), err.hint
+        return err.text, err.hint_text
     if not spec.static:
         dims = format_shape(spec.input_shape)
         return (f"a pooled axis is symbolic (input {dims}) and no lowering handles symbolic sizes",
-                "bind the input's shape with --input-shape NAME:D0,D1,... (the patched model then keeps that "
+                f"bind the input's shape with {INPUT_SHAPES_FORM} (the patched model then keeps that "
                 "shape), or re-export with static spatial dims")
     if spec.target == "tensorrt":
         try:
@@ -196,9 +211,9 @@ def _node_blocker(node_plan, strategy: str) -> tuple[str, str | None]:
             other = None
         if other is not None:
             return ("no exact lowering uses only ops TensorRT's ONNX parser accepts",
-                    f"--target onnxruntime would use '{other.lowering.name}'")
+                    f"{TARGET_ONNXRUNTIME} would use '{other.lowering.name}'")
     # the hint the patch gives (api.patch fills a missing one the same way)
-    return "no exact lowering applies (reasons above)", err.hint or no_lowering_hint(spec, node_plan.candidates)
+    return "no exact lowering applies (reasons above)", err.hint_text or no_lowering_hint(spec, node_plan.candidates)
 
 
 def _lint(mp, result: Inspection) -> TensorRTLint:
@@ -218,7 +233,8 @@ def _lint(mp, result: Inspection) -> TensorRTLint:
             linted = "patched"
         except PoolFixError as err:  # should not happen once every node was planned; say so, lint the original
             logger.debug("in-memory patch failed: %s", err)
-            result.notes.append(f"the in-memory patch failed ({err}); linted the original graph")
+            result.notes.append(Note(f"the in-memory patch failed ({err.text}); linted the original graph",
+                                     "linted-original"))
             target_model = model
     findings = []
     for f in lint_tensorrt(target_model):

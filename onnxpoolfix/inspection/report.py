@@ -1,14 +1,14 @@
 """What ``onnxpoolfix inspect`` found, as records, as text and as JSON (the library side is
 :mod:`onnxpoolfix.inspection.model`).
 
-JSON (``--json``, ``schema_version`` 1)::
+JSON (``--json``, ``schema_version`` 2; in 1 the notes were strings)::
 
     {
-      "schema_version": 1, "tool": "onnxpoolfix", "version": str,
+      "schema_version": 2, "tool": "onnxpoolfix", "version": str,
       "model": str | null, "opset": int, "target": str, "strategy": str,
       "would_patch": bool,            # every node has an exact lowering (the onnxruntime check is not run)
       "blocker": str | null, "hint": str | null,   # model-level (e.g. a non-constant output size)
-      "notes": [str],
+      "notes": [{"severity": "note" | "warning", "code": str, "text": str, "data": {}}],  # as patch's report
       "nodes": [{
         "name": str, "op": str, "kind": "avg" | "max", "encoding": str, "dtype": str,
         "input_shape": [int | str | null], "output_shape": [int | str | null],
@@ -39,10 +39,11 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from .. import errors
-from ..report import dim_label, note_lines
+from ..report import as_note, dim_label, note_lines
 from ..version import __version__
+from ..words import API, render, render_all
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # the verdict's exit codes, from the one table (onnxpoolfix.errors.EXIT_CODES)
 EXIT_OK = errors.EXIT_OK
 EXIT_INVALID = errors.InvalidModelError.exit_code
@@ -125,15 +126,17 @@ class Inspection:
         return {
             "schema_version": SCHEMA_VERSION, "tool": "onnxpoolfix", "version": __version__,
             "model": self.model, "opset": self.opset, "target": self.target, "strategy": self.strategy,
-            "would_patch": self.would_patch, "blocker": self.blocker, "hint": self.hint, "notes": self.notes,
+            "would_patch": self.would_patch, "blocker": self.blocker, "hint": self.hint,
+            "notes": [as_note(n).record() for n in self.notes],
             "nodes": [asdict(n) for n in self.nodes], "suspects": self.suspects, "tensorrt": trt,
             "exit_code": self.exit_code,
         }
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+    def to_json(self, audience: str = API) -> str:
+        """The JSON view, its texts in ``audience``'s words (:mod:`onnxpoolfix.words`)."""
+        return json.dumps(render_all(self.to_dict(), audience), indent=2)
 
-    def format_text(self, verbose: bool = False) -> str:
+    def format_text(self, verbose: bool = False, audience: str = API) -> str:
         """The text ``inspect`` prints. Per node: the chosen lowering and the other exact ones with their costs;
         the lowerings that do not apply (and why) only with ``verbose``, or where none applies (then their
         reasons are the explanation). :meth:`to_dict` keeps every candidate either way."""
@@ -168,14 +171,14 @@ class Inspection:
             lines.append(f"BLOCKED: {self.blocker}")
             if self.hint:
                 lines.append(f"  hint: {self.hint}")
-        warnings, notes = note_lines(self.notes)  # warnings first, marked
+        warnings, notes = note_lines(self.notes, audience)  # warnings first, marked
         lines.extend(warnings + notes)
         if self.tensorrt is not None:
             lines.append("")
             lines.extend(_format_tensorrt(self.tensorrt))
         lines.append("")
         lines.append(self.verdict())
-        return "\n".join(lines)
+        return render("\n".join(lines), audience)
 
     def verdict(self) -> str:
         if self.blocker is not None:

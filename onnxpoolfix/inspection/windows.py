@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ..words import API, render, render_all
 from .window_view import MAX_SIZE, SYMBOLIC, axis_view, format_axis
 
 
@@ -66,14 +67,14 @@ def inspection_windows_dicts(inspection) -> list[list[dict]]:
     return out
 
 
-def render_inspection(inspection, *, as_json: bool, verbose: bool = False) -> str:
+def render_inspection(inspection, *, as_json: bool, verbose: bool = False, audience: str = API) -> str:
     """``inspect --windows``: the inspection, the windows, the verdict (JSON: a ``windows`` list in every node)."""
     if as_json:
-        d = inspection.to_dict()
+        d = render_all(inspection.to_dict(), audience)
         for node, wins in zip(d["nodes"], inspection_windows_dicts(inspection)):
             node["windows"] = wins
         return json.dumps(d, indent=2)
-    text, verdict = inspection.format_text(verbose), inspection.verdict()
+    text, verdict = inspection.format_text(verbose, audience), render(inspection.verdict(), audience)
     head = text[:-len(verdict)].rstrip("\n") if text.endswith(verdict) else text
     windows_text = inspection_windows_text(inspection)
     # the verdict stays the last line, as without --windows

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from ..errors import OutputError
+from ..words import IN_PLACE
 from .outfile import OutputTarget, commit, resolve_output, same_file
 from .tensors import PathLike
 
@@ -44,7 +45,7 @@ def check_out_path(out: Path) -> Path:
 def refuse_input_as_output(out: Path, src: Path | None, in_place: bool) -> None:
     if src is not None and same_file(out, src) and not in_place:
         raise OutputError(f"{out}: is the input model itself; refusing to overwrite it",
-                          "choose another output path, or pass --in-place to replace the input")
+                          f"choose another output path, or pass {IN_PLACE} to replace the input")
 
 
 def preflight_output(out_path: PathLike, *, source_path: PathLike | None = None, in_place: bool = False) -> None:

@@ -35,6 +35,7 @@ from onnx import TensorProto
 
 from .. import windows as W
 from ..spec import RuntimeDim
+from ..words import TARGET_PORTABLE
 from . import cost as C
 from .base import Lowering, axis_windows, compute_dtype
 from .runtime_windows import guess_len
@@ -211,7 +212,7 @@ class WindowSlicesLowering(Lowering):
     dynamic = True
     min_opset = 10  # Slice with tensor starts/ends
     targets = frozenset({"portable"})
-    other_targets_reason = ("for --target portable (no Range or runtime matrices); the dynamic lowering runs "
+    other_targets_reason = (f"for {TARGET_PORTABLE} (no Range or runtime matrices); the dynamic lowering runs "
                             "faster in onnxruntime")
 
     def _check(self, spec):

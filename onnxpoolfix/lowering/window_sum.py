@@ -6,6 +6,7 @@ and a NaN or inf reaches only its own windows, as in torch. onnxruntime runs the
 """
 from __future__ import annotations
 
+from ..words import TARGET_PORTABLE
 from .base import Lowering, axis_windows, compute_dtype, itemsize
 from .matmul import cheapest_order
 from .steps import run_cost
@@ -18,7 +19,7 @@ class WindowSumLowering(Lowering):
     summary = "per changed axis: Gather of the window table, ReduceSum, Div by the window lengths"
     kinds = frozenset({"avg"})
     targets = frozenset({"portable"})
-    other_targets_reason = ("for --target portable (no weights to quantize, NaN kept in its windows); MatMul runs "
+    other_targets_reason = (f"for {TARGET_PORTABLE} (no weights to quantize, NaN kept in its windows); MatMul runs "
                             "faster in onnxruntime")
 
     def _check(self, spec):

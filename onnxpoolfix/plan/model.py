@@ -27,6 +27,7 @@ from ..graph.shapes import PoolSpec, model_opset
 from ..progress import phase
 from ..reason import opset_needed
 from ..report import WarningNote
+from ..words import BIND_SYMBOLIC_DIMS, VERBOSE, ref
 from .planner import AUTO, Candidate, Plan, candidates, plan
 from .pyramid import GroupPlan, plan_groups
 
@@ -189,7 +190,8 @@ def decide(found: Found, options: PlanOptions) -> ModelPlan:
     # an optional node is planned as auto: a forced lowering is a comparison of the required nodes
     mp.nodes = [_plan_node(n, AUTO if n.optional else options.strategy) for n in found.nodes]
     mp.notes = [WarningNote(f"{n.spec.node.label} cannot run as written ({n.repair}), and no exact lowering "
-                            "applies: left as it is") for n in mp.nodes if n.repair and n.plan is None]
+                            "applies: left as it is", "cannot-run-left", node=n.spec.node.label)
+                for n in mp.nodes if n.repair and n.plan is None]
     if found.blocker is None:  # even where a top-level node is blocked: inspect lists them all
         mp.body_nodes = [BodyNodePlan(path, _plan_node(FoundNode(s, None), options.strategy))
                          for path, s in found.bodies]
@@ -228,12 +230,11 @@ def no_lowering_hint(spec: PoolSpec, cands: tuple[Candidate, ...]) -> str:
     """What would make some lowering apply to ``spec``: a newer opset (from the reasons' structured
     data), binding the symbolic dims, or neither."""
     opsets = sorted({n for n in map(opset_needed, (c.reason for c in cands)) if n is not None and n > spec.opset})
-    bind = "bind the symbolic input dims with --input-shape NAME:D0,D1,... (a static lowering then applies)"
+    bind = f"{BIND_SYMBOLIC_DIMS} (a static lowering then applies)"
     if opsets:
         n = opsets[0]
-        convert = (f"convert the model to opset {n} or newer first "
-                   f"(onnx.version_converter.convert_version(model, {n}))")
+        convert = ref("convert_opset", n)
         return f"{convert}, or {bind}" if not spec.static else convert
     if not spec.static:
         return bind
-    return "this variant is not supported; please report it with the model (rerun with -v)"
+    return f"this variant is not supported; please report it with the model {VERBOSE}"

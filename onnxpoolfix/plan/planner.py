@@ -16,7 +16,9 @@ from ..graph.shapes import PoolSpec
 from ..lowering import BY_NAME, LOWERINGS, Lowering
 from ..lowering.base import AxisWindows
 from ..lowering.calibration import in_use as costs_in_use
+from ..reason import opset_needed
 from ..report import dim_label
+from ..words import BIND_INPUT_SIZES, DROP_STRATEGY, FORCED_BY_STRATEGY
 from . import tuning
 
 AUTO = "auto"
@@ -66,8 +68,8 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
         chosen = next(c for c in cands if c.name == strategy)
         if chosen.reason:
             raise UnsupportedNodeError(f"strategy '{strategy}' is not exact for {spec.node.label}: {chosen.reason}",
-                                       "drop --strategy to let the planner choose")
-        return Plan(spec, BY_NAME[strategy], cands, "forced by --strategy")
+                                       f"{DROP_STRATEGY} to let the planner choose", opset=opset_needed(chosen.reason))
+        return Plan(spec, BY_NAME[strategy], cands, FORCED_BY_STRATEGY)
     ok = sorted((c for c in cands if c.reason is None), key=lambda c: c.cost)
     if not ok:
         if not spec.static:
@@ -78,8 +80,9 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
             raise UnsupportedNodeError(
                 f"no exact lowering applies to {spec.node.label}: pooled axes {', '.join(symbolic) or '?'} are "
                 f"symbolic" + (f" ({dyn})" if dyn else ""),
-                "bind the input sizes with --input-shape NAME:D0,D1,... (API: input_shapes=...); "
-                "a static lowering then applies at that size")
+                f"{BIND_INPUT_SIZES}; a static lowering then applies at that size",
+                opset=min((n for n in (opset_needed(c.reason) for c in cands if BY_NAME[c.name].dynamic)
+                           if n is not None and n > spec.opset), default=None))
         reasons = "; ".join(f"{c.name}: {c.reason}" for c in cands)
         raise UnsupportedNodeError(f"no exact lowering applies to {spec.node.label} ({reasons})")
     best = ok[0]

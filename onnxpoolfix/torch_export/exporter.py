@@ -26,7 +26,6 @@ import contextlib
 import io
 import logging
 import os
-import re
 import shutil
 import tempfile
 import warnings
@@ -36,7 +35,8 @@ from typing import Any, BinaryIO, Union
 from ..api import check_choices, check_flags, check_seed, patch
 from ..errors import PoolFixError, ShapeError
 from ..io import has_external_data, load_model, preflight_output, save_model
-from ..report import PatchReport, WarningNote
+from ..report import Note, PatchReport, WarningNote
+from ..words import EXPORT, EXPORT_TORCHSCRIPT
 from .declared import SPECIALISED_HINT, declared_dims, specialised_dims
 from .torch_check import torch_sizes, verify_against_torch
 from .translation import translation_table
@@ -125,35 +125,15 @@ def _refuse_dynamo_conflicts(torch, kwargs: dict) -> None:
                          "drop it, or pass dynamo=False to use the TorchScript path on purpose")
 
 
-_EXPORT_WORDS = (
-    # "check_shapes=[...] or input_shapes": both are sizes to check at, which export declares as Dim ranges
-    (re.compile(r"(check_shapes=\[\{'NAME': \[D0, D1, \.\.\.\]\}(, \.\.\.)?\]( \([^)]*\))?) or input_shapes\b"), r"\1"),
-    (re.compile(r"bind the (?:input sizes|symbolic input dims) with input_shapes=\{'NAME': \[D0, D1, \.\.\.\]\}"),
-     "export those dims static (leave them out of dynamic_shapes / dynamic_axes)"),
-    (re.compile(r"input_shapes=\{'NAME': \[D0, D1, \.\.\.\]\}"),
-     "static sizes (leave those dims out of dynamic_shapes / dynamic_axes)"),
-    (re.compile(r"check_shapes=\[\{'NAME': \[D0, D1, \.\.\.\]\}(, \.\.\.)?\]( \([^)]*\))?"),
-     "Dim ranges (min/max in dynamic_shapes) that keep to sizes the model takes"),
-    (re.compile(r"convert the model to opset (\d+) or newer first \(onnx\.version_converter\.convert_version\(model, "
-                r"\d+\)\)"), r"export with opset_version=\1 or later"),
-)
-
-
-def export_words(hint: str | None, message: str = "", dynamo: bool = True) -> str | None:
-    """A hint of :func:`onnxpoolfix.patch` in the words of ``export``'s own arguments (export takes no
-    input_shapes= or check_shapes=: it declares dims through dynamic_shapes, and picks the opset itself;
-    ``dynamo=False``: dynamic_axes, which has no ranges)."""
-    if not hint:
-        return hint
-    for pattern, words in _EXPORT_WORDS:
-        hint = pattern.sub(words, hint)
-    if not dynamo:
-        hint = hint.replace("Dim ranges (min/max in dynamic_shapes) that keep to sizes the model takes",
-                            "static sizes for those dims (leave them out of dynamic_axes)")
-    needed = re.search(r"needs opset (\d+)", message)
-    if needed and "opset_version" not in hint:
-        hint += f"; or export with opset_version={needed.group(1)} or later"
-    return hint
+def in_export_words(err: PoolFixError, dynamo: bool) -> None:
+    """``err`` said in the words of ``export``'s own arguments (:mod:`onnxpoolfix.words`: export takes no
+    input_shapes= or check_shapes=, it declares dims through dynamic_shapes, or ``dynamo=False``'s
+    dynamic_axes, and picks the opset itself), with the opset that would let a forced strategy apply."""
+    err.audience = EXPORT if dynamo else EXPORT_TORCHSCRIPT
+    needed = err.data.get("opset")
+    if needed and "opset_version" not in (err.hint or ""):
+        more = f"export with opset_version={needed} or later"
+        err.hint = f"{err.hint_text}; or {more}" if err.hint_text else more
 
 
 def _example_args(torch, args: Any, kwargs: dict, dynamo: bool) -> tuple[tuple, dict]:
@@ -293,10 +273,10 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                            model_dir=tmp if has_data else None, optimize_exporter_pools=optimize_exporter_pools,
                            check_shapes=check_shapes, seed=seed)
         except PoolFixError as e:  # patch's hints name patch's arguments; export takes other ones
-            e.hint = export_words(e.hint, str(e), dynamo)
+            in_export_words(e, dynamo)
             raise
         # allowed (allow_specialized_dims): the report says so too, as a warning
-        result.report.notes[:0] = [WarningNote(f"allowed: {sp.describe()}") for sp in specialised]
+        result.report.notes[:0] = [WarningNote(f"allowed: {sp.describe()}", "specialised-dims") for sp in specialised]
         logger.info("%s", result.report.summary())
 
         def against_torch(path: Path) -> None:
@@ -305,7 +285,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             checked = verify_against_torch(path, runnable, call_args, call_kwargs, declared=declared, seed=seed)
             logger.info("%s", checked.note())
             if checked.note():
-                result.report.notes.append(checked.note())
+                result.report.notes.append(Note(checked.note(), "matched-torch"))
 
         if hasattr(f, "write"):
             patched = Path(tmp) / "patched.onnx"

@@ -117,7 +117,7 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
         return _verify(path, module, args, kwargs, ranges=ranges, declared=declared, seed=seed)
     except TorchMismatchError as e:
         if getattr(module, "training", False):  # dropout/batch-norm statistics differ run to run
-            raise TorchMismatchError(e.message, "the module is in training mode: call module.eval() before "
+            raise TorchMismatchError(e.text, "the module is in training mode: call module.eval() before "
                                      "exporting (or pass verify=False)") from None
         raise
 

@@ -108,7 +108,7 @@ def test_report_json(tmp_path: Path) -> None:
     r = cli(FIXTURES / "max2d_indices_output.onnx", out, "--report", rep)
     assert r.exit_code == 0, r.output
     data = json.loads(rep.read_text())
-    assert data["schema_version"] == 1 and data["tool"] == "onnxpoolfix" and data["status"] == "patched"
+    assert data["schema_version"] == 2 and data["tool"] == "onnxpoolfix" and data["status"] == "patched"
     assert data["checked"] is True and data["check_passed"] is True and data["target"] == "onnxruntime"
     (node,) = data["nodes"]
     assert node["name"] == "/adaptive_max_pool2d" and node["kind"] == "max" and node["lowering"] == "argmax"

@@ -567,8 +567,9 @@ def test_a_pool_of_a_computed_tensor_is_replaced_from_that_tensor(crop, symbolic
 def test_the_frozen_note_does_not_ask_to_bind_sizes_already_bound():
     from onnxpoolfix.frontends.base import Suspect
     from onnxpoolfix.frontends.dynamo.front_end import region_notes
+    from onnxpoolfix.words import CLI, render
 
     left = [Suspect("y", "structure", "under symbolic sizes, no input size found", True)]
-    assert "give that size with --traced-shape" in region_notes([], left)[-1]
-    bound = region_notes([], left, bound=True)[-1]
+    assert "give that size with --traced-shape" in render(region_notes([], left)[-1], CLI)
+    bound = render(region_notes([], left, bound=True)[-1], CLI)
     assert "--traced-shape" not in bound and "not proven at the given traced size" in bound

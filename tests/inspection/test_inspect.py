@@ -292,7 +292,7 @@ def test_cli_inspect_json() -> None:
     r = inspect_cli(FIXTURES / "max2d_indices_output.onnx", "--json", "--target", "tensorrt")
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
-    assert data["schema_version"] == 1 and data["would_patch"] and data["exit_code"] == 0
+    assert data["schema_version"] == 2 and data["would_patch"] and data["exit_code"] == 0
     assert data["target"] == "tensorrt" and data["tensorrt"]["clean"] and data["tensorrt"]["linted"] == "patched"
     (node,) = data["nodes"]
     assert node["chosen"] == "argmax" and node["kind"] == "max"

@@ -304,7 +304,7 @@ def test_inspect_shows_the_pyramid_and_the_exporter_pools():
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
     assert sorted(n["encoding"] for n in data["nodes"]) == ["aten-op", "aten-op", "standard", "standard"]
-    assert any("planned together" in note for note in data["notes"])
+    assert any("planned together" in note["text"] for note in data["notes"])
 
 
 def test_export_passes_optimize_exporter_pools(tmp_path):

@@ -35,8 +35,9 @@ from ...errors import ShapeError, UnsupportedNodeError
 from ...graph import nodes_deep, subgraphs
 from ...graph.emit import EMITTED_BY
 from ...graph.shapes import model_opset, output_shape
-from ...report import RESTS_ON_TRACED, WarningNote
+from ...report import RESTS_ON_TRACED, Note, WarningNote
 from ...spec import PoolNode, PoolSpec
+from ...words import ALLOW_PARTIAL, TRACED_SHAPES_FORM
 from ..base import EXPORT, STRIPPED, TRACED, FrontEndResult, PlanOptions, Region, Suspect
 from .dataflow import (
     ENCODING,
@@ -72,12 +73,13 @@ def dynamo_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence[P
     return result
 
 
-def region_notes(regions: Sequence[Region], suspects: Sequence[Suspect], *, bound: bool = False) -> list[str]:
-    out = [f"dynamo region '{r.result}' ({r.nodes} nodes, pooling '{r.pooled}' to {size_text(r.output_size)}): "
-           f"{r.evidence}; " + (f"proven at {'x'.join(map(str, r.proven_at))}" if r.proven_at
-                                else "output size from its source line")
+def region_notes(regions: Sequence[Region], suspects: Sequence[Suspect], *, bound: bool = False) -> list[Note]:
+    out = [Note(f"dynamo region '{r.result}' ({r.nodes} nodes, pooling '{r.pooled}' to {size_text(r.output_size)}): "
+                f"{r.evidence}; " + (f"proven at {'x'.join(map(str, r.proven_at))}" if r.proven_at
+                                     else "output size from its source line"), "dynamo-region", result=r.result)
            for r in regions]
-    out += [f"left the suspected region '{s.result}' ({s.evidence}): {s.why}" for s in suspects]
+    out += [Note(f"left the suspected region '{s.result}' ({s.evidence}): {s.why}", "suspect-left", result=s.result)
+            for s in suspects]
     frozen = sum(s.frozen for s in suspects)
     sized = all(s.remedy == TRACED for s in suspects if s.frozen)  # what the traced size would decide
     if frozen:  # the sizes were bound and still did not prove it: binding them again is no advice
@@ -86,8 +88,9 @@ def region_notes(regions: Sequence[Region], suspects: Sequence[Suspect], *, boun
             f"stay{'s' if frozen == 1 else ''} frozen at the export's traced size (wrong or crashing at "
             "other sizes)" + (": no size given to onnxpoolfix decides what they are" if not sized else
                               ", not proven at the given traced size either" if bound else
-                              ": give that size with --traced-shape NAME:D0,D1,... so onnxpoolfix can "
-                              f"prove and replace {'them' if frozen != 1 else 'it'}")))
+                              f": give that size with {TRACED_SHAPES_FORM} so onnxpoolfix can "
+                              f"prove and replace {'them' if frozen != 1 else 'it'}"), "regions-left-frozen",
+            regions=frozen))
     return out
 
 
@@ -100,7 +103,7 @@ def frozen_error(suspects: Sequence[Suspect], *, traced: bool) -> UnsupportedNod
         return None
     names = ", ".join(f"'{s.result}' (right {s.right_at or 'only at the traced size'})" for s in frozen)
     remedies = {s.remedy for s in frozen}
-    partial = "; --allow-partial writes the partial fix anyway"
+    partial = f"; {ALLOW_PARTIAL} writes the partial fix anyway"
     if STRIPPED in remedies:
         hint = ("the file was simplified after the exporter (onnxslim and onnxsim drop the metadata that tells an "
                 "adaptive pool from a genuine one, and may rewrite a decomposition): run onnxpoolfix on the file "
@@ -112,7 +115,7 @@ def frozen_error(suspects: Sequence[Suspect], *, traced: bool) -> UnsupportedNod
     else:
         what = ("the given traced size did not prove them (is it the export call's example input?); give it with "
                 if traced else "give the size the model was exported at (the export call's example input) with ")
-        hint = what + "--traced-shape NAME:D0,D1,..., or export through onnxpoolfix.export" + partial
+        hint = what + f"{TRACED_SHAPES_FORM}, or export through onnxpoolfix.export" + partial
     return UnsupportedNodeError(
         f"{len(frozen)} pooling region(s) of this export would stay frozen at its traced size, so OUT "
         f"would be wrong or crash at other input sizes: {names}", hint)
@@ -330,4 +333,4 @@ def _rests(findings: FrontEndResult, resting: list, candidates: list[Candidate])
                                 for r in findings.regions]
             findings.notes.append(WarningNote(
                 f"the output size of the frozen {op} '{result}' ({size_text(output_size)}) {RESTS_ON_TRACED}: "
-                "the graph cannot tell whether the file was exported at it"))
+                "the graph cannot tell whether the file was exported at it", "rests-on-traced-shape", result=result))

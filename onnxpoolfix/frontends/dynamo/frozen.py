@@ -18,6 +18,7 @@ from ...graph import read_names
 from ...graph.emit import EMITTED_BY
 from ...graph.shapes import SUPPORTED_DTYPES, infer_at
 from ...spec import InputDim, PoolNode, PoolSpec
+from ...words import TRACED_SHAPES
 from ..base import EXPORT, STRIPPED, TRACED, FrontEndResult, Region, Suspect
 from ..exporter_pools import adaptive_sizes
 from .dataflow import ENCODING, DataflowGraph
@@ -301,6 +302,6 @@ def contradiction_hint(pointed: str | None) -> str:
     """What to do when the graph contradicts a bound or traced size (``pointed``: a size it is right at)."""
     return ((f"the graph is right at {pointed} (the traced size's branches), not at the given one; " if pointed
              else "")
-            + "give the size the model was exported at (the export call's example input) with --traced-shape "
+            + f"give the size the model was exported at (the export call's example input) with {TRACED_SHAPES} "
             "NAME:D0,D1,..., or export through onnxpoolfix.export")
 

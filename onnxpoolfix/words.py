@@ -1,0 +1,134 @@
+"""How a message names what its reader can change, written once and spelled for each reader.
+
+A message (an error, its hint, a note, a plan's ``why``) that names a flag or an argument holds a
+*reference* to it: :func:`ref` (``f"skip the check with {NO_CHECK}"``), a marker no other text contains.
+:func:`render` spells each reference for its reader, and touches nothing else in the text:
+
+==================  ===========================================  =======================================
+reader              ``NO_CHECK``                                 ``INPUT_SHAPES_FORM``
+==================  ===========================================  =======================================
+``cli``             ``--no-check``                               ``--input-shape NAME:D0,D1,...``
+``api``             ``check=False``                              ``input_shapes={'NAME': [D0, D1, ...]}``
+``export``          ``check=False``                              how ``onnxpoolfix.export`` says it:
+                                                                 static sizes in ``dynamic_shapes``
+==================  ===========================================  =======================================
+
+The library renders for ``api`` (``str(err)``, what :func:`onnxpoolfix.patch` returns), the CLI for
+``cli`` (its output, its JSON report), :func:`onnxpoolfix.export` for ``export`` (``export-torchscript``:
+the TorchScript exporter's ``dynamic_axes``, which has no ranges). A leaf module.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+CLI, API, EXPORT, EXPORT_TORCHSCRIPT = "cli", "api", "export", "export-torchscript"
+AUDIENCES = (CLI, API, EXPORT, EXPORT_TORCHSCRIPT)
+
+_MARK, _ARG = "\x1e", "\x1f"  # ASCII record/unit separators: in no message, shape or name we print
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One thing a reader can change, as each reader spells it (``{arg}``: the reference's argument;
+    ``export`` None: as ``api``; ``export_torchscript`` None: as ``export``)."""
+
+    cli: str
+    api: str
+    export: str | None = None
+    export_torchscript: str | None = None
+
+    def spelled(self, audience: str, arg: str) -> str:
+        text = {CLI: self.cli, API: self.api, EXPORT: self.export or self.api,
+                EXPORT_TORCHSCRIPT: self.export_torchscript or self.export or self.api}[audience]
+        return text.format(arg=arg)
+
+
+_STATIC = "static sizes (leave those dims out of dynamic_shapes / dynamic_axes)"
+_RANGES = "Dim ranges (min/max in dynamic_shapes) that keep to sizes the model takes"
+_RANGES_TS = "static sizes for those dims (leave them out of dynamic_axes)"
+
+KNOBS: dict[str, Knob] = {
+    "input_shapes": Knob("--input-shape", "input_shapes"),
+    "input_shapes_form": Knob("--input-shape NAME:D0,D1,...", "input_shapes={{'NAME': [D0, D1, ...]}}", _STATIC),
+    # "bind the {arg} with ...": export() cannot bind; it exports the dims static
+    "bind": Knob("bind the {arg} with --input-shape NAME:D0,D1,...",
+                 "bind the {arg} with input_shapes={{'NAME': [D0, D1, ...]}}",
+                 "export those dims static (leave them out of dynamic_shapes / dynamic_axes)"),
+    "check_shapes": Knob("--check-shape", "check_shapes"),
+    "check_shapes_form": Knob("--check-shape NAME:D0,D1,...", "check_shapes=[{{'NAME': [D0, D1, ...]}}]",
+                              _RANGES, _RANGES_TS),
+    "check_shapes_repeatable": Knob("--check-shape NAME:D0,D1,... (repeatable)",
+                                    "check_shapes=[{{'NAME': [D0, D1, ...]}}, ...]", _RANGES, _RANGES_TS),
+    "check_shapes_several": Knob("--check-shape NAME:D0,D1,... (several inputs: in one flag, separated by spaces)",
+                                 "check_shapes=[{{'NAME': [D0, D1, ...]}}] (several inputs: in one mapping)",
+                                 _RANGES, _RANGES_TS),
+    "check_or_input_shapes": Knob("--check-shape NAME:D0,D1,... or --input-shape",
+                                  "check_shapes=[{{'NAME': [D0, D1, ...]}}] or input_shapes", _RANGES, _RANGES_TS),
+    "traced_shapes": Knob("--traced-shape", "traced_shapes"),
+    "traced_shapes_form": Knob("--traced-shape NAME:D0,D1,...", "traced_shapes={{'NAME': [D0, D1, ...]}}"),
+    "allow_partial": Knob("--allow-partial", "allow_partial=True"),
+    "no_check": Knob("--no-check", "check=False"),
+    "strategy": Knob("--strategy", "strategy="),
+    "drop_strategy": Knob("drop --strategy", "drop strategy= (or strategy='auto')"),
+    "forced_by_strategy": Knob("forced by --strategy", "forced by the strategy argument"),
+    "target": Knob("--target {arg}", "target='{arg}'"),
+    "in_place": Knob("--in-place", "inplace=True"),
+    "optimize_exporter_pools": Knob("--optimize-exporter-pools", "optimize_exporter_pools=True"),
+    "keep_input_shapes": Knob("--keep-input-shapes", "keep_input_shapes=True"),
+    "verbose": Knob("(rerun with -v)", "(with logging at DEBUG level)"),
+    "convert_opset": Knob(*(["convert the model to opset {arg} or newer first "
+                             "(onnx.version_converter.convert_version(model, {arg}))"] * 2),
+                          "export with opset_version={arg} or later"),
+}
+
+
+def ref(key: str, arg: object = "") -> str:
+    """The reference to ``KNOBS[key]`` (with ``arg`` where its spelling takes one) to write into a message."""
+    if key not in KNOBS:
+        raise KeyError(f"no knob {key!r}")
+    return f"{_MARK}{key}{_ARG}{arg}{_MARK}"
+
+
+INPUT_SHAPES, INPUT_SHAPES_FORM = ref("input_shapes"), ref("input_shapes_form")
+CHECK_SHAPES, CHECK_SHAPES_FORM = ref("check_shapes"), ref("check_shapes_form")
+CHECK_SHAPES_REPEATABLE, CHECK_SHAPES_SEVERAL = ref("check_shapes_repeatable"), ref("check_shapes_several")
+TRACED_SHAPES, TRACED_SHAPES_FORM = ref("traced_shapes"), ref("traced_shapes_form")
+NO_CHECK, ALLOW_PARTIAL, IN_PLACE, VERBOSE = ref("no_check"), ref("allow_partial"), ref("in_place"), ref("verbose")
+STRATEGY, DROP_STRATEGY, FORCED_BY_STRATEGY = ref("strategy"), ref("drop_strategy"), ref("forced_by_strategy")
+CHECK_OR_INPUT_SHAPES = ref("check_or_input_shapes")
+BIND_INPUT_SIZES, BIND_SYMBOLIC_DIMS = ref("bind", "input sizes"), ref("bind", "symbolic input dims")
+OPTIMIZE_EXPORTER_POOLS, KEEP_INPUT_SHAPES = ref("optimize_exporter_pools"), ref("keep_input_shapes")
+TARGET_TENSORRT, TARGET_ONNXRUNTIME = ref("target", "tensorrt"), ref("target", "onnxruntime")
+TARGET_PORTABLE = ref("target", "portable")
+
+
+def render(text, audience: str = API):
+    """``text`` with every reference spelled for ``audience``; a str subclass with ``with_text`` (a note
+    record, a reason) stays one. Text without references comes back as it is."""
+    if not isinstance(text, str) or _MARK not in text:
+        return text
+    parts = text.split(_MARK)
+    for i in range(1, len(parts), 2):
+        key, _, arg = parts[i].partition(_ARG)
+        parts[i] = KNOBS[key].spelled(audience, arg)
+    out = "".join(parts)
+    return text.with_text(out) if hasattr(text, "with_text") else out
+
+
+def render_all(value, audience: str = API):
+    """``value`` with every text in it rendered (:func:`render`): strings, lists, tuples, dicts and
+    dataclass records (copied), at any depth; anything else as it is."""
+    if isinstance(value, str):
+        return render(value, audience)
+    if isinstance(value, list):
+        return [render_all(v, audience) for v in value]
+    if isinstance(value, tuple):
+        items = [render_all(v, audience) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, dict):
+        return {k: render_all(v, audience) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: render_all(getattr(value, f.name), audience) for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **fields)
+    return value
