@@ -16,7 +16,7 @@ fails there: "n/a" and why), and time in ONE interleaved run:
 - ``lw:<name>``: onnxruntime on the model patched with ``strategy=<name>``, for every lowering that is exact
   for the case (to see whether the planner picked the fastest),
 - ``calibrated``: where the planner chooses otherwise with the cost constants ``onnxpoolfix calibrate``
-  measures on this machine at the start of the run (``ONNXPOOLFIX_COSTS``), that model; where it chooses the
+  measures on this machine at the start of the run (``--costs``), that model; where it chooses the
   same, the two choices share one time.
 
 One script per job, beside this one: cases.py (the cases; cases_dynamic.py the dynamic ones), runners.py
@@ -32,11 +32,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -152,8 +150,7 @@ def run_case(case: Case, rounds: int = 15, batch_s: float = 0.02, budget_s: floa
 
     calibrated = None
     if costs and n_left:
-        with costs_in_use(costs):
-            cal = onnxpoolfix.patch(base, check=False, optimize_exporter_pools=True, **case.patch_kwargs)
+        cal = onnxpoolfix.patch(base, check=False, optimize_exporter_pools=True, costs=costs, **case.patch_kwargs)
         calibrated = "+".join(sorted({n.lowering for n in cal.report.nodes}))
         row["chosen_calibrated"] = calibrated
         if cal.model.SerializeToString() != ours.SerializeToString():
@@ -204,20 +201,6 @@ def run_case(case: Case, rounds: int = 15, batch_s: float = 0.02, budget_s: floa
     else:
         row["fastest"], row["chosen_vs_fastest"], row["choice_ok"] = None, None, None
     return row
-
-
-@contextmanager
-def costs_in_use(path: str):
-    """The planner's costs from ``path`` (as ``ONNXPOOLFIX_COSTS=path`` does) inside the block."""
-    old = os.environ.get(calibration.ENV)
-    os.environ[calibration.ENV] = path
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(calibration.ENV)
-        else:
-            os.environ[calibration.ENV] = old
 
 
 def calibrate(path: Path) -> dict[str, float]:

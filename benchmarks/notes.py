@@ -113,7 +113,7 @@ NOTES = """## Notes (analysis of the run that produced this file; numbers move o
   1.28x matmul; 1.23-1.43x in earlier runs). `onnxpoolfix calibrate --threads 2` on the quiet machine:
   NODE 0.24x the built-in, BANDWIDTH 2.5x, MAC_RATE 3.6x, POOL_RATE 1.5x, GATHER_RATE 1.8x, GATHER_BLOCK
   0.75x: not a uniform scale (MLAS is relatively much faster here than the built-ins assume), which is what
-  tips avg1d. With those costs (`ONNXPOOLFIX_COSTS=...`), the 11 static cases with a choice run in one
+  tips avg1d. With those costs (`--costs ...`), the 11 static cases with a choice run in one
   bench: every one within 15% (avg1d 1.12x). Setting the built-ins to these values instead regrouped the
   small 16-channel PSP test (a structural test pins one shared MatMul there) and was not done this late;
   the default stays the deterministic built-in set, calibration is one command. Why avg1d tips: a narrow
@@ -123,7 +123,7 @@ NOTES = """## Notes (analysis of the run that produced this file; numbers move o
   choice within 15% in one bench (avg1d 1.00x, avg_128to3 1.13x) but moved three structural tests' choices
   on small inputs (a 16-channel pyramid, a kron form), so it is left for a refit of the constants together
   (noted in the issue). Earlier runs:
-  `ONNXPOOLFIX_TUNE=1` (candidates timed at patch time) 9 of 11 within 15% under load.
+  `--tune` (candidates timed at patch time) 9 of 11 within 15% under load.
 - **Dynamic rows (earlier machine)**: dyn_max_33to8 (max without indices; its static form is one MaxPool k5 s4) stays
   MISSED: 2.0-2.9x static in the runs of this evening (target max(2x, +50 us)); see the next bullet. The max
   with indices rows are 1.3-2.0x their static form (the runtime tables and int64 index math cost ~100-300 us

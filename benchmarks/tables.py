@@ -135,7 +135,7 @@ def markdown(rows, fixture, args, calibrated: dict | None = None) -> str:
              "**choice**: the chosen lowering's time over the fastest forced lowering's (ok within 15%; for "
              "`pyramid`, the group plan against every node forced to one lowering); **choice (calibrated)**: the "
              "same for the planner's choice with the cost constants measured on this machine at the start of "
-             "the run (`onnxpoolfix calibrate`, used where `ONNXPOOLFIX_COSTS` names its file; the lowering "
+             "the run (`onnxpoolfix calibrate`, used where `--costs` names its file; the lowering "
              "named where it differs from the built-in costs' choice).\n")
     if calibrated:
         L.append("Calibrated here: " + ", ".join(f"`{k}` {v:.3g} ({v / BUILT_IN[k]:.2f}x built-in)"

@@ -7,6 +7,7 @@ hint; the library never prints.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
@@ -25,6 +26,7 @@ from .check.differential import (
 from .errors import ArgumentError, InvalidModelError
 from .frontends.dynamo import frozen_error, partial_lines
 from .graph.shapes import light_copy, model_opset, validate_input_shape
+from .lowering.calibration import CostModel
 from .plan.model import PlanOptions, no_lowering_hint, plan_model
 from .plan.planner import AUTO, check_strategy
 from .progress import phase, shapes_detail
@@ -47,7 +49,8 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
           input_shapes: Mapping[str, Sequence[int]] | None = None, keep_input_shapes: bool = False,
           check_shapes: Sequence[Mapping[str, Sequence[int]]] | None = None, inplace: bool = False,
           model_dir: str | None = None, seed: int = 0, optimize_exporter_pools: bool = False,
-          traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False) -> PatchResult:
+          traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False,
+          costs: str | os.PathLike | None = None, tune: bool = False, tune_threads: int | None = None) -> PatchResult:
     """Replace every leftover adaptive pooling node of ``model`` with an exact standard-ONNX subgraph.
 
     Args:
@@ -76,6 +79,10 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         allow_partial: write the fix even where some dynamo region stays frozen at the traced size (by default
             that raises :class:`UnsupportedNodeError`: OUT would be wrong at other sizes); the report's
             ``partial`` then says, per region, where OUT is right.
+        costs: a file ``onnxpoolfix calibrate`` wrote: the planner ranks the lowerings with the cost constants
+            measured on this machine (default: the built-in ones); each node's ``why`` then names the file.
+        tune: time every exact lowering of each static node in onnxruntime and keep the fastest, with
+            ``tune_threads`` intra-op threads (default: onnxruntime's); ``why`` then says "tuned".
 
     Nodes that pool the same tensor are planned together (:mod:`onnxpoolfix.plan.pyramid`) unless ``strategy``
     forces a lowering. Leftovers inside If/Loop/Scan bodies are patched too, planned one by one
@@ -88,20 +95,23 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     return render_all(patch_as_written(
         model, check=check, strategy=strategy, target=target, input_shapes=input_shapes,
         keep_input_shapes=keep_input_shapes, check_shapes=check_shapes, inplace=inplace, model_dir=model_dir, seed=seed,
-        optimize_exporter_pools=optimize_exporter_pools, traced_shapes=traced_shapes, allow_partial=allow_partial), API)
+        optimize_exporter_pools=optimize_exporter_pools, traced_shapes=traced_shapes, allow_partial=allow_partial,
+        costs=costs, tune=tune, tune_threads=tune_threads), API)
 
 
 def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, target: str = "onnxruntime",
           input_shapes: Mapping[str, Sequence[int]] | None = None, keep_input_shapes: bool = False,
           check_shapes: Sequence[Mapping[str, Sequence[int]]] | None = None, inplace: bool = False,
           model_dir: str | None = None, seed: int = 0, optimize_exporter_pools: bool = False,
-          traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False) -> PatchResult:
+          traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False,
+          costs: str | os.PathLike | None = None, tune: bool = False, tune_threads: int | None = None) -> PatchResult:
     """:func:`patch`, its report's texts as written: references to what the caller can change unrendered
     (:mod:`onnxpoolfix.words`), for a caller that speaks other words than the API (the CLI, ``export``)."""
     check_arguments("patch", model, target, strategy)
     check_seed(seed)
     check_flags(check=check, keep_input_shapes=keep_input_shapes, inplace=inplace,
-                optimize_exporter_pools=optimize_exporter_pools, allow_partial=allow_partial)
+                optimize_exporter_pools=optimize_exporter_pools, allow_partial=allow_partial, tune=tune)
+    cost_model = CostModel.of(costs, tune, tune_threads)
     input_shapes = shape_map(input_shapes, "input_shapes")
     traced_shapes = shape_map(traced_shapes, "traced_shapes")
     if check_shapes is not None:
@@ -128,7 +138,8 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
     report = PatchReport(opset=model_opset(model), target=target)
     options = PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
                           keep_input_shapes=keep_input_shapes, optimize_exporter_pools=optimize_exporter_pools,
-                          patch_bodies=True, seed=int(seed), traced_shapes=traced_shapes, model_dir=model_dir)
+                          patch_bodies=True, seed=int(seed), traced_shapes=traced_shapes, model_dir=model_dir,
+                          cost_model=cost_model)
     mp = plan_model(model, options)
     found = mp.found
     if found.inlined and inplace:  # the inliner builds a new model: inplace means the caller's object

@@ -77,6 +77,8 @@ KNOBS: dict[str, Knob] = {
     "optimize_exporter_pools": Knob("--optimize-exporter-pools", "optimize_exporter_pools=True"),
     "keep_input_shapes": Knob("--keep-input-shapes", "keep_input_shapes=True"),
     "verbose": Knob("(rerun with -v)", "(with logging at DEBUG level)"),
+    "costs": Knob("--costs", "costs="),
+    "tune_threads": Knob("--tune-threads", "tune_threads="),
     "convert_opset": Knob(*(["convert the model to opset {arg} or newer first "
                              "(onnx.version_converter.convert_version(model, {arg}))"] * 2),
                           "export with opset_version={arg} or later"),

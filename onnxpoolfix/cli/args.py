@@ -30,6 +30,7 @@ import click
 
 from ..api import MAX_DIM, TARGETS
 from ..graph.shapes import validate_input_shape
+from ..lowering.calibration import CostModel
 from ..plan.planner import AUTO, STRATEGIES
 
 
@@ -99,10 +100,19 @@ class PlanChoice:
     optimize_exporter_pools: bool
     traced_shapes: dict[str, list[int]] | None = None  # a dynamo export's traced size (binds nothing)
     allow_partial: bool = False  # write the fix even where a dynamo region stays frozen
+    costs: str | None = None  # a file `onnxpoolfix calibrate` wrote
+    tune: bool = False
+    tune_threads: int | None = None
+
+    @property
+    def cost_arguments(self) -> dict:
+        return {"costs": self.costs, "tune": self.tune, "tune_threads": self.tune_threads}
 
     def check_against(self, model) -> None:
         """``--input-shape`` / ``--traced-shape`` against the loaded model (a name that is no input, a wrong
-        rank, a fixed dim changed): :class:`~onnxpoolfix.errors.ArgumentError`, exit 2, before any work."""
+        rank, a fixed dim changed), ``--costs`` read: :class:`~onnxpoolfix.errors.ArgumentError`, exit 2, before
+        any work."""
+        CostModel.of(**self.cost_arguments)
         for name, dims in (self.input_shapes or {}).items():
             validate_input_shape(model, name, dims, "--input-shape")
         for name, dims in (self.traced_shapes or {}).items():
@@ -130,13 +140,22 @@ class Plan(ArgGroup):
         click.option("--allow-partial", is_flag=True,
                      help="Write the fix even where a dynamo region stays frozen at the traced size (OUT then "
                           "right only where the report's 'partial' says); refused by default."),
+        click.option("--costs", metavar="FILE",
+                     help="Rank the lowerings with the cost constants `onnxpoolfix calibrate` measured on this "
+                          "machine (default: the built-in ones)."),
+        click.option("--tune", is_flag=True,
+                     help="Time every exact lowering of each static node in onnxruntime and keep the fastest "
+                          "(slower; the choice may differ between runs on a busy machine)."),
+        click.option("--tune-threads", type=click.IntRange(min=1), metavar="N",
+                     help="With --tune: the intra-op threads the model will run with (default: onnxruntime's)."),
     )
 
     def parse(self, values):
         shapes = parse_shapes(values.pop("input_shape"), "--input-shape")
         traced = parse_shapes(values.pop("traced_shape"), "--traced-shape")
         return PlanChoice(values.pop("target"), values.pop("strategy"), shapes or None,
-                          values.pop("optimize_exporter_pools"), traced or None, values.pop("allow_partial"))
+                          values.pop("optimize_exporter_pools"), traced or None, values.pop("allow_partial"),
+                          values.pop("costs"), values.pop("tune"), values.pop("tune_threads"))
 
 
 # ----------------------------------------------------------------------------------------- Check (patch)

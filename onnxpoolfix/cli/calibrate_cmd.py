@@ -1,5 +1,5 @@
 """``onnxpoolfix calibrate``: measure the planner's cost constants on this machine and write them to a file
-that ``$ONNXPOOLFIX_COSTS`` then names (the measuring is :mod:`onnxpoolfix.lowering.calibration`'s)."""
+that ``--costs FILE`` then names (the measuring is :mod:`onnxpoolfix.lowering.calibration`'s)."""
 from __future__ import annotations
 
 import os
@@ -25,7 +25,7 @@ def default_path() -> Path:
 def calibrate_cmd(out, threads):
     """Time a few onnxruntime probes and write the planner's cost constants measured here.
 
-    The planner uses them only where ONNXPOOLFIX_COSTS names the file (the default stays the built-in,
+    The planner uses them only where --costs names the file (the default stays the built-in,
     deterministic constants); each node's `why` then names the file.
     """
     from ..lowering import calibration
@@ -40,4 +40,4 @@ def calibrate_cmd(out, threads):
     for name in calibration.MEASURED:
         built = calibration.BUILT_IN[name]
         click.echo(f"{name:13s} {found[name]:10.3g}  (built-in {built:.3g}, {found[name] / built:.2f}x)")
-    click.echo(f"wrote {path}; use it with: ONNXPOOLFIX_COSTS={path} onnxpoolfix IN OUT")
+    click.echo(f"wrote {path}; use it with: onnxpoolfix IN OUT --costs {path}")

@@ -30,9 +30,10 @@ def inspect_cmd(src: str, plan: PlanChoice, view: ViewChoice, seed: int, verbosi
         check_input_model(model, src)  # the same exit 3 as patch for a model the ONNX checker rejects
         plan.check_against(model)  # the same exit 2 as patch for an --input-shape that does not fit
         result = inspect_as_written(model, target=plan.target, strategy=plan.strategy, input_shapes=plan.input_shapes,
-                               name=src, optimize_exporter_pools=plan.optimize_exporter_pools, seed=seed,
-                               traced_shapes=plan.traced_shapes, allow_partial=plan.allow_partial,
-                               model_dir=str(Path(src).resolve().parent) if has_external_data(model) else None)
+                                    name=src, optimize_exporter_pools=plan.optimize_exporter_pools, seed=seed,
+                                    traced_shapes=plan.traced_shapes, allow_partial=plan.allow_partial,
+                                    model_dir=str(Path(src).resolve().parent) if has_external_data(model) else None,
+                                    **plan.cost_arguments)
     if view.windows:  # said with the CLI's flags
         click.echo(render_inspection(result, as_json=view.as_json, verbose=verbosity.verbose, audience=CLI))
     else:  # -v also lists the lowerings that do not apply, with the reason (the JSON always has them)

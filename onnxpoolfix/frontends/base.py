@@ -28,6 +28,7 @@ from typing import Callable
 
 import onnx
 
+from ..lowering.calibration import BUILT_IN_COSTS, CostModel
 from ..spec import PoolSpec
 
 REPAIRED = "repaired: "  # the why of a node in FrontEndResult.repairs starts with this, then what was wrong
@@ -52,6 +53,8 @@ class PlanOptions:
     # the folder of the model's external data (its file's folder): a dynamo region whose window tables are
     # external (torch writes them to the .data file) is run alone against it, never against the working folder
     model_dir: str | None = None
+    # how the planner ranks the exact lowerings (--costs, --tune): installed for plan_model's run
+    cost_model: CostModel = BUILT_IN_COSTS
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ The records, their text and the ``--json`` schema are in :mod:`onnxpoolfix.inspe
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import asdict, replace
 from typing import Mapping, Sequence
 
@@ -33,6 +34,7 @@ from ..frontends.leftovers import aten_operator, is_pool_leftover
 from ..graph import nodes_deep
 from ..graph.shapes import model_opset, validate_input_shape
 from ..lowering.base import axis_windows
+from ..lowering.calibration import CostModel
 from ..plan.model import PlanOptions, no_lowering_hint, plan_model
 from ..plan.planner import plan
 from ..plan.pyramid import NAME as PYRAMID
@@ -64,7 +66,8 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
                   input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
                   optimize_exporter_pools: bool = False, seed: int = 0,
                   traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False,
-                  model_dir: str | None = None) -> Inspection:
+                  model_dir: str | None = None, costs: str | os.PathLike | None = None, tune: bool = False,
+                  tune_threads: int | None = None) -> Inspection:
     """What :func:`onnxpoolfix.patch` would do to ``model`` with these arguments, without doing it.
 
     Never raises for a model-level problem it can describe (non-constant output size, uninferable shape,
@@ -76,19 +79,21 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
     return render_all(inspect_as_written(
         model, target=target, strategy=strategy, input_shapes=input_shapes, name=name,
         optimize_exporter_pools=optimize_exporter_pools, seed=seed, traced_shapes=traced_shapes,
-        allow_partial=allow_partial, model_dir=model_dir), API)
+        allow_partial=allow_partial, model_dir=model_dir, costs=costs, tune=tune, tune_threads=tune_threads), API)
 
 
 def inspect_as_written(model: onnx.ModelProto, *, target: str = "onnxruntime", strategy: str = "auto",
                        input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
                        optimize_exporter_pools: bool = False, seed: int = 0,
                        traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False,
-                       model_dir: str | None = None) -> Inspection:
+                       model_dir: str | None = None, costs: str | os.PathLike | None = None, tune: bool = False,
+                       tune_threads: int | None = None) -> Inspection:
     """:func:`inspect_model`, its texts as written (references unrendered: :mod:`onnxpoolfix.words`), for
     the CLI to say with its flags."""
     check_arguments("inspect_model", model, target, strategy)
     check_seed(seed)
-    check_flags(optimize_exporter_pools=optimize_exporter_pools, allow_partial=allow_partial)
+    check_flags(optimize_exporter_pools=optimize_exporter_pools, allow_partial=allow_partial, tune=tune)
+    cost_model = CostModel.of(costs, tune, tune_threads)  # (costs, tune: as patch's)
     input_shapes = shape_map(input_shapes, "input_shapes")
     traced_shapes = shape_map(traced_shapes, "traced_shapes")
     result = Inspection(target=target, strategy=strategy, model=name, opset=model_opset(model))
@@ -113,7 +118,8 @@ def inspect_as_written(model: onnx.ModelProto, *, target: str = "onnxruntime", s
         model = work
     mp = plan_model(model, PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
                                        optimize_exporter_pools=optimize_exporter_pools, patch_bodies=True,
-                                       seed=int(seed), traced_shapes=traced_shapes, model_dir=model_dir))
+                                       seed=int(seed), traced_shapes=traced_shapes, model_dir=model_dir,
+                                       cost_model=cost_model))
     found = mp.found
     if found.inlined:
         result.notes.append(Note(f"the local function(s) {', '.join(found.inlined)} hold leftovers: the patch inlines "

@@ -15,29 +15,31 @@ onnxruntime, each dominated by the cost term of one constant, and derives that c
 =================  ===========================================================================
 
 The others (the 3D pool rate, the out-of-cache pool cost, the argmax passes, GEMM call and packing costs)
-stay as fitted. :func:`save` writes them as a small JSON file; the planner uses such a file only when
-the environment variable ``ONNXPOOLFIX_COSTS`` names it (:func:`in_use`), so the default stays
-deterministic, and every node's ``why`` in the report then says which file's costs chose its lowering.
+stay as fitted. :func:`save` writes them as a small JSON file; the planner uses such a file only where
+the options name it (``--costs FILE``, API ``costs=``: :class:`CostModel`, installed for one planning by
+:func:`in_use`), so the default stays deterministic, and every node's ``why`` in the report then says
+which file's costs chose its lowering.
 """
 from __future__ import annotations
 
 import json
-import logging
 import os
 import platform
 import time
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
 from ..sessions import ort_session
 from . import cost as C
 
-ENV = "ONNXPOOLFIX_COSTS"
 SCHEMA = 1
 MEASURED = ("NODE", "BANDWIDTH", "MAC_RATE", "POOL_RATE", "GATHER_RATE", "GATHER_BLOCK")
 BUILT_IN = {name: getattr(C, name) for name in dir(C) if name.isupper()}
-log = logging.getLogger(__name__)
 
 
 def _session(model, threads: int):
@@ -138,30 +140,66 @@ def load(path: str | os.PathLike) -> dict[str, float]:
     return {k: float(v) for k, v in found.items()}
 
 
-_loaded: dict = {"key": None, "label": None}
+@dataclass(frozen=True)
+class CostModel:
+    """How the planner ranks the exact lowerings of a node: the built-in constants of :mod:`.cost`, or those a
+    file of ``onnxpoolfix calibrate`` holds (``--costs FILE``, API ``costs=``), and whether to time the
+    candidates in onnxruntime instead (``--tune``, ``tune=True``; ``tune_threads``: the intra-op threads the
+    model will run with, None: onnxruntime's default). A value of the options, never the environment's."""
 
+    constants: tuple[tuple[str, float], ...] = ()  # () = the built-in ones
+    source: str | None = None  # the file they came from
+    tune: bool = False
+    tune_threads: int | None = None
 
-def in_use() -> str | None:
-    """Install the constants of the file ``$ONNXPOOLFIX_COSTS`` names into :mod:`.cost` (the built-in ones
-    where the variable is unset) and say which: None for the built-in constants, else a label for the
-    report. A file that cannot be read leaves the built-in constants, and the label says why."""
-    path = os.environ.get(ENV)
-    try:
-        key = (path, os.stat(path).st_mtime_ns) if path else None
-    except OSError:
-        key = (path, None)
-    if key == _loaded["key"]:
-        return _loaded["label"]
-    for name, value in BUILT_IN.items():
-        setattr(C, name, value)
-    label = None
-    if path:
+    @classmethod
+    def of(cls, costs: str | os.PathLike | None = None, tune: bool = False,
+           tune_threads: int | None = None) -> "CostModel":
+        """The cost model of these arguments, checked: an ArgumentError (exit 2) for a costs file that cannot
+        be read or is not one, or a thread count that is not a positive int."""
+        from ..errors import ArgumentError
+        from ..words import ref
+
+        if tune_threads is not None and (isinstance(tune_threads, bool) or not isinstance(tune_threads, int)
+                                         or tune_threads < 1):
+            raise ArgumentError(f"{ref('tune_threads')} takes a positive number of threads, not {tune_threads!r}",
+                                "give the intra-op thread count the model will run with")
+        if costs is None:
+            return cls(tune=bool(tune), tune_threads=tune_threads)
         try:
-            for name, value in load(path).items():
-                setattr(C, name, value)
-            label = f"costs calibrated in {path}"
+            found = load(costs)
         except (OSError, ValueError) as e:
-            log.warning("%s=%s not used: %s", ENV, path, e)
-            label = f"built-in costs ({ENV} not used: {e})"
-    _loaded.update(key=key, label=label)
-    return label
+            raise ArgumentError(f"{ref('costs')} {costs}: {' '.join(str(e).split())[:200]}",
+                                "give a file `onnxpoolfix calibrate` wrote") from None
+        return cls(tuple(sorted(found.items())), str(costs), bool(tune), tune_threads)
+
+    @property
+    def label(self) -> str | None:
+        """What a plan's ``why`` says of its costs (None: the built-in ones)."""
+        return f"costs calibrated in {self.source}" if self.source else None
+
+
+BUILT_IN_COSTS = CostModel()
+_active: ContextVar[CostModel] = ContextVar("cost_model", default=BUILT_IN_COSTS)
+
+
+def active() -> CostModel:
+    """The cost model of the planning under way (:func:`in_use`), else the built-in one."""
+    return _active.get()
+
+
+@contextmanager
+def in_use(model: CostModel) -> Iterator[CostModel]:
+    """Plan with ``model`` inside the block: its constants installed in :mod:`.cost` (the lowerings' estimates
+    read them there), the built-in ones back after it."""
+    token = _active.set(model)
+    values = dict(BUILT_IN) | dict(model.constants)
+    previous = {name: getattr(C, name) for name in values}
+    for name, value in values.items():
+        setattr(C, name, value)
+    try:
+        yield model
+    finally:
+        for name, value in previous.items():
+            setattr(C, name, value)
+        _active.reset(token)

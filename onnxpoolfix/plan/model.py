@@ -24,6 +24,7 @@ from ..frontends.bodies import BodyPath, body_specs, has_nested_leftovers
 from ..frontends.functions import inline_functions_holding_leftovers
 from ..frontends.leftovers import is_pool_leftover
 from ..graph.shapes import PoolSpec, model_opset
+from ..lowering.calibration import in_use as costs_in_use
 from ..progress import phase
 from ..reason import opset_needed
 from ..report import WarningNote
@@ -152,7 +153,7 @@ def plan_model(model: onnx.ModelProto, options: PlanOptions) -> ModelPlan:
     ``options.patch_bodies``, where torch left the types around leftovers in bodies out (see the ATen front
     end); local functions holding leftovers are inlined into a new model (:attr:`Found.model`).
     """
-    with phase("find"):
+    with phase("find"), costs_in_use(options.cost_model):  # the front ends plan too (the exporter's pools)
         return decide(find(model, options), options)
 
 

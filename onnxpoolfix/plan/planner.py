@@ -1,8 +1,9 @@
 """Choosing the lowering for each node: every exact candidate, its estimated cost, the cheapest wins.
 
-The estimates come from lowering/cost.py (one place, fitted to measurements; ``$ONNXPOOLFIX_COSTS`` may
-name constants measured on this machine by ``onnxpoolfix calibrate``: lowering/calibration.py, and each
-plan's ``why`` then says so; ``$ONNXPOOLFIX_TUNE=1`` times the exact candidates instead: plan/tuning.py).
+The estimates come from lowering/cost.py (one place, fitted to measurements; ``--costs FILE`` may name
+constants measured on this machine by ``onnxpoolfix calibrate``, and each plan's ``why`` then says so;
+``--tune`` times the exact candidates instead: plan/tuning.py). Which is the options' cost model
+(:class:`~onnxpoolfix.lowering.calibration.CostModel`), in use for the planning under way.
 ``strategy`` forces one
 lowering by name (for comparisons and benchmarks); it must still be exact for the node, or the planner
 refuses with the lowering's own reason.
@@ -15,7 +16,7 @@ from ..errors import ArgumentError, UnsupportedNodeError
 from ..graph.shapes import PoolSpec
 from ..lowering import BY_NAME, LOWERINGS, Lowering
 from ..lowering.base import AxisWindows
-from ..lowering.calibration import in_use as costs_in_use
+from ..lowering.calibration import active as cost_model
 from ..reason import opset_needed
 from ..report import dim_label
 from ..words import BIND_INPUT_SIZES, DROP_STRATEGY, FORCED_BY_STRATEGY
@@ -41,7 +42,6 @@ class Plan:
 
 
 def candidates(spec: PoolSpec) -> tuple[Candidate, ...]:
-    costs_in_use()  # the constants of $ONNXPOOLFIX_COSTS, or the built-in ones
     out = []
     for lw in LOWERINGS:
         reason = lw.check(spec)
@@ -88,15 +88,15 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
     best = ok[0]
     if len(ok) == 1:
         why = "the only exact lowering"
-    elif tuning.enabled() and tuning.tunable(spec):
-        measured = tuning.measure(spec, [BY_NAME[c.name] for c in ok])
+    elif cost_model().tune and tuning.tunable(spec):
+        measured = tuning.measure(spec, [BY_NAME[c.name] for c in ok], cost_model().tune_threads)
         ranked = sorted(ok, key=lambda c: measured[c.name])
         best, runner = ranked[0], ranked[1]
         why = f"tuned: measured {_us(measured[best.name])} vs {runner.name} {_us(measured[runner.name])}"
     else:
         runner = ok[1]
         why = f"est. {_us(best.cost)} vs {runner.name} {_us(runner.cost)}"
-    source = costs_in_use()
+    source = cost_model().label
     return Plan(spec, BY_NAME[best.name], cands, f"{describe_axes(spec)}; {why}" + (f" ({source})" if source else ""))
 
 

@@ -1,7 +1,7 @@
 """Tuning: the planner's choice by timing the exact candidates in onnxruntime, as TensorRT times its tactics.
 
-Off by default (the cost model's choice is deterministic); ``ONNXPOOLFIX_TUNE=1`` turns it on, with
-onnxruntime's default thread count unless ``ONNXPOOLFIX_TUNE_THREADS=N`` says how many intra-op threads the
+Off by default (the cost model's choice is deterministic); ``--tune`` (API ``tune=True``) turns it on, with
+onnxruntime's default thread count unless ``--tune-threads N`` says how many intra-op threads the
 model will run with (the ranking can depend on it: MatMul scales with threads better than pooling). Each exact
 lowering of a node with static sizes is built alone into a one-node model, run on a random input of the
 node's shape (symbolic leading dims as 1), interleaved with the others for a few rounds; the fastest call
@@ -10,7 +10,6 @@ numpy cannot draw (bfloat16) and symbolic pooled axes keep the estimate's choice
 """
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from typing import Sequence
@@ -22,16 +21,10 @@ from ..graph.emit import Emitter, np_dtype
 from ..graph.shapes import PoolSpec, make_value_info
 from ..sessions import ort_session
 
-ENV = "ONNXPOOLFIX_TUNE"
-THREADS_ENV = "ONNXPOOLFIX_TUNE_THREADS"
 MAX_BYTES = 256 << 20
 ROUNDS = 7
 CALLS = 3
 TUNABLE = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
-
-
-def enabled() -> bool:
-    return os.environ.get(ENV, "") not in ("", "0")
 
 
 def tunable(spec: PoolSpec) -> bool:
@@ -41,9 +34,9 @@ def tunable(spec: PoolSpec) -> bool:
     return int(np.prod(shape)) * np.dtype(np_dtype(spec.dtype)).itemsize <= MAX_BYTES
 
 
-def _session(lowering, spec: PoolSpec, shape: list[int]):
+def _session(lowering, spec: PoolSpec, shape: list[int], threads: int | None):
     indices = "indices" if spec.node.indices_output and lowering.computes_indices else None
-    em = Emitter("tune", {"x", "y", "indices"}, spec.opset)
+    em = Emitter("tune", {"x", "y", "indices"}, spec.opset, target=spec.target)  # as the rewrite writes it
     lowering.build(em, spec, "x", "y", indices)
     outputs = [make_value_info("y", spec.dtype, None)]
     if indices:
@@ -51,17 +44,16 @@ def _session(lowering, spec: PoolSpec, shape: list[int]):
     graph = helper.make_graph(em.nodes, "tune", [make_value_info("x", spec.dtype, shape)], outputs,
                               initializer=em.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", spec.opset)])
-    threads = os.environ.get(THREADS_ENV, "")
-    return ort_session(model, threads=int(threads) if threads.isdigit() and int(threads) > 0 else None, log_level=3)
+    return ort_session(model, threads=threads, log_level=3)
 
 
-def measure(spec: PoolSpec, lowerings: Sequence) -> dict[str, float]:
+def measure(spec: PoolSpec, lowerings: Sequence, threads: int | None = None) -> dict[str, float]:
     """Median over rounds of the fastest of ``CALLS`` calls, per lowering name (seconds)."""
     shape = [d if isinstance(d, int) else 1 for d in spec.input_shape]
     x = np.random.default_rng(0).standard_normal(shape).astype(np_dtype(spec.dtype))
     runs = {}
     for lw in lowerings:
-        sess = _session(lw, spec, shape)
+        sess = _session(lw, spec, shape, threads)
         sess.run(None, {"x": x})  # warm-up
         runs[lw.name] = sess
     per: dict[str, list[float]] = {name: [] for name in runs}

@@ -1,5 +1,5 @@
 """Cost constants measured on the machine (lowering/calibration.py, `onnxpoolfix calibrate`): used only
-where $ONNXPOOLFIX_COSTS names the file (the default stays the built-in constants, deterministic), and the
+where --costs (API costs=) names the file (the default stays the built-in constants, deterministic), and the
 report's `why` then says so. No timing is asserted, only that the measured constants are sane numbers."""
 from __future__ import annotations
 
@@ -14,57 +14,60 @@ from onnxpoolfix.lowering import calibration
 from onnxpoolfix.lowering import cost as C
 
 
-def _node(model):
-    (node,) = onnxpoolfix.patch(model, check=False).report.nodes
+def _node(model, costs=None):
+    (node,) = onnxpoolfix.patch(model, check=False, costs=costs).report.nodes
     return node
 
 
-def test_default_is_the_built_in_constants(monkeypatch):
-    monkeypatch.delenv(calibration.ENV, raising=False)
+def test_default_is_the_built_in_constants(monkeypatch, tmp_path):
+    path = tmp_path / "costs.json"
+    calibration.save(dict(calibration.BUILT_IN, POOL_RATE=C.POOL_RATE / 1000), path)
+    monkeypatch.setenv("ONNXPOOLFIX_COSTS", str(path))  # (what once chose them: the environment no longer does)
     node = _node(make_leftover("avg", [1, 256, 33, 33], (8, 8)))
     assert node.lowering == "pool" and "costs" not in node.why
     assert all(getattr(C, k) == v for k, v in calibration.BUILT_IN.items())
 
 
-def test_a_costs_file_is_used_and_named_then_dropped(monkeypatch, tmp_path):
+def test_a_costs_file_is_used_and_named_then_dropped(tmp_path):
     path = tmp_path / "costs.json"
     # a machine whose pooling ops were 1000x slower: the planner must leave AveragePool for the MatMul
     calibration.save(dict(calibration.BUILT_IN, POOL_RATE=C.POOL_RATE / 1000), path)
-    monkeypatch.setenv(calibration.ENV, str(path))
-    node = _node(make_leftover("avg", [1, 256, 33, 33], (8, 8)))
+    node = _node(make_leftover("avg", [1, 256, 33, 33], (8, 8)), costs=path)
     assert node.lowering != "pool" and f"costs calibrated in {path}" in node.why
-    monkeypatch.delenv(calibration.ENV)
+    assert C.POOL_RATE == calibration.BUILT_IN["POOL_RATE"]  # installed for that planning only
     node = _node(make_leftover("avg", [1, 256, 33, 33], (8, 8)))
     assert node.lowering == "pool" and "costs" not in node.why
-    assert C.POOL_RATE == calibration.BUILT_IN["POOL_RATE"]
 
 
-def test_an_unreadable_costs_file_leaves_the_built_in_constants_and_says_so(monkeypatch, tmp_path):
+def test_an_unreadable_costs_file_is_a_usage_error(tmp_path):
+    import pytest
+
     path = tmp_path / "costs.json"
     path.write_text(json.dumps({"schema": 1, "constants": {"POOL_RATE": "fast"}}))
-    monkeypatch.setenv(calibration.ENV, str(path))
-    node = _node(make_leftover("avg", [1, 256, 33, 33], (8, 8)))
-    assert node.lowering == "pool" and "not used" in node.why
+    for bad in (path, tmp_path / "missing.json"):
+        with pytest.raises(onnxpoolfix.ArgumentError, match="costs="):
+            _node(make_leftover("avg", [1, 256, 33, 33], (8, 8)), costs=bad)
+        src = tmp_path / "m.onnx"
+        import onnx
+        onnx.save(make_leftover("avg", [1, 256, 33, 33], (8, 8)), src)
+        r = CliRunner().invoke(main, [str(src), str(tmp_path / "o.onnx"), "--costs", str(bad)])
+        assert r.exit_code == 2 and f"--costs {bad}" in r.stderr and not (tmp_path / "o.onnx").exists(), r.output
     assert C.POOL_RATE == calibration.BUILT_IN["POOL_RATE"]
-    monkeypatch.setenv(calibration.ENV, str(tmp_path / "missing.json"))
-    assert "not used" in _node(make_leftover("avg", [1, 256, 33, 33], (8, 8))).why
-    monkeypatch.delenv(calibration.ENV)
-    calibration.in_use()
 
 
-def test_calibrate_command_writes_a_file_the_planner_reads(monkeypatch, tmp_path):
-    monkeypatch.delenv(calibration.ENV, raising=False)
+def test_calibrate_command_writes_a_file_the_planner_reads(tmp_path):
     path = tmp_path / "sub" / "costs.json"
     result = CliRunner().invoke(main, ["calibrate", "--out", str(path), "--threads", "1"])
     assert result.exit_code == 0, result.output
     found = calibration.load(path)
     assert set(found) == set(calibration.MEASURED)
     assert all(0 < v < float("inf") for k, v in found.items() if k != "GATHER_BLOCK")
-    assert f"ONNXPOOLFIX_COSTS={path}" in result.output
-    monkeypatch.setenv(calibration.ENV, str(path))
-    assert "costs calibrated" in _node(make_leftover("max", [1, 8, 10, 10], (7, 7))).why
-    monkeypatch.delenv(calibration.ENV)
-    calibration.in_use()
+    assert f"--costs {path}" in result.output
+    src = tmp_path / "m.onnx"
+    import onnx
+    onnx.save(make_leftover("max", [1, 8, 10, 10], (7, 7)), src)
+    r = CliRunner().invoke(main, ["inspect", str(src), "--costs", str(path)])
+    assert r.exit_code == 0 and "costs calibrated" in r.stdout, r.output
 
 
 def test_calibrate_to_an_unwritable_file_is_an_output_error(tmp_path):
