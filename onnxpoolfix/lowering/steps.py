@@ -350,8 +350,12 @@ class KroneckerStep(Step):
         planes = numel(shape[: self.first_axis])
         macs = planes * self.matrix_entries()
         out = numel(self.out_shape(shape))
+        # the constant matrix is not charged as traffic (as MatMulStep's is not): onnxruntime prepacks it once,
+        # and its reads are the GEMM's own (measured, 2 threads: 1x2x5x7x9 -> 3x7x4 17 us vs the separable
+        # 18 us, where charging its 106 KB at BANDWIDTH estimated 28 vs 18; the large matrices, 64x64 -> 5x7 or
+        # 100x100 -> 7x7, still lose to the separable form on their MACs)
         return (3 * C.NODE + _gemm_seconds(macs, prod(self.m)) + C.GEMM_CALL
-                + (numel(shape) + out + self.matrix_entries()) * itemsize / C.BANDWIDTH)
+                + (numel(shape) + out) * itemsize / C.BANDWIDTH)
 
     def emit(self, em, x, shape, elem):
         k = np.ones((1, 1))
