@@ -83,11 +83,11 @@ class ArgMaxStep(Step):
         kmax = [t.shape[1] for t in tables]
         # flat input index of every (output position, window element), output-major
         positions = window_positions(self.n, tables) if indices else None
-        flat = em.const("flat_index", positions.reshape(-1)) if indices else None
+        flat = positions.reshape(-1) if indices else None  # (tables and flat index: made where they are read)
         separable = [PooledAxis(None if n == m else t, t.shape[1], m, n) for n, m, t in zip(self.n, self.m, tables)]
         costs = self._finite_costs(numel(shape[: self.first_axis]), kmax, np_dtype(elem).itemsize)
         whole = positions if indices and min(costs, key=costs.get) == "whole_windows" else None
-        emit_argmax(em, x, len(shape), [em.const(f"window_table_{j}", t) for j, t in enumerate(tables)],
+        emit_argmax(em, x, len(shape), tables,
                     prod(kmax), prod(self.m), elem, self.tie_safe, y, indices, flat, lazy=self.lazy,
                     separable=separable if any(a.table is not None for a in separable) else None,
                     whole_windows=whole,
@@ -114,8 +114,9 @@ ARGMAX_OPS = ("Transpose", "Gather", "Shape", "IsNaN", "Where", "Cast", "ReduceM
 LAZY_OPS = ("ReduceSum", "Sub", "Not", "If", "Constant") + FIRST_MAX_OPS + FIRST_MAX_WINDOWS_OPS
 
 
-def emit_argmax(em, x: str, rank: int, tables: list[str | None], kall: int | str, n_out: int | str, elem: int,
-                tie_safe: bool, y: str, indices: str | None, flat_index: str | None, *, lazy: bool = False,
+def emit_argmax(em, x: str, rank: int, tables: Sequence[str | np.ndarray | None], kall: int | str, n_out: int | str,
+                elem: int, tie_safe: bool, y: str, indices: str | None, flat_index: str | np.ndarray | None, *,
+                lazy: bool = False,
                 separable: list[PooledAxis] | None = None, whole_windows: np.ndarray | str | None = None,
                 whole_windows_max: int = 0, out_dims: Sequence[int | None] | None = None) -> None:
     """Values (into ``y``) and torch's indices (into ``indices``) of max pooling ``x``'s last ``len(tables)``
@@ -162,6 +163,11 @@ def emit_argmax(em, x: str, rank: int, tables: list[str | None], kall: int | str
               then_branch=branch(em, "finite_inputs", outputs, finite_path),
               else_branch=branch(em, "non_finite_inputs", outputs, exact_path))
         return
+    # constants made here, by the emitter that reads them (inside an If branch: the branch's own, which onnx2tf
+    # keeps; it drops a branch's reads of the outer graph's initializers)
+    tables = [em.const(f"window_table_{j}", t) if isinstance(t, np.ndarray) else t for j, t in enumerate(tables)]
+    if isinstance(flat_index, np.ndarray):
+        flat_index = em.const("flat_index", flat_index)
     k = len(tables)
     lead = rank - k
     # the pooled axes first: every Gather below then copies whole blocks of the leading dims

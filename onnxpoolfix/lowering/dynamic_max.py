@@ -277,9 +277,8 @@ class DynamicArgMaxStep(Step):
             for t in terms[1:]:
                 acc = em.op("Add", [acc, t])
             flat = em.op("Reshape", [acc, em.ints("flat", [-1])], hint="flat_index")
-        table_names = [None if j not in tables else
-                       (em.const(f"window_table_{j}", tables[j]) if isinstance(tables[j], np.ndarray) else tables[j])
-                       for j in range(k)]
+        # a static axis's table stays an array: made a constant by the emitter that reads it (an If branch's own)
+        table_names = [tables.get(j) for j in range(k)]
         separable = [PooledAxis(table_names[j] if j in tables else None, kmax.get(j, 1),
                                 ms[j] if j in tables else n_j, n_j)
                      for j, n_j in ((j, self.n[j] if isinstance(self.n[j], int) else length(j)) for j in range(k))]
