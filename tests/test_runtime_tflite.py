@@ -55,8 +55,8 @@ KNOWN_WRONG = {("dynamic_classifier", "onnxruntime", "@1x3x33x31"), ("dynamic_cl
                ("dynamic_classifier", "onnxruntime", "@1x3x4x4"), ("dynamic_classifier_out_axes", "onnxruntime",
                                                                    "@1x3x4x4")}
 #: (fixture, target, size) whose guarded MatMul onnx2tf converts all the same, measured (a 3-D input; 4x4 -> 6x6;
-#: avg3d's one Kronecker MatMul over its flattened D, H, W)
-GUARD_CONVERTS = {("avg1d", "onnxruntime", ""), ("avg3d", "onnxruntime", ""),
+#: the one Kronecker MatMul of avg3d, over its flattened D, H, W, and of avg2d_batch4)
+GUARD_CONVERTS = {("avg1d", "onnxruntime", ""), ("avg3d", "onnxruntime", ""), ("avg2d_batch4", "onnxruntime", ""),
                   ("dynamic_classifier", "onnxruntime", "@1x3x4x4"), ("dynamic_classifier_out_axes", "onnxruntime",
                                                                       "@1x3x4x4")}
 
