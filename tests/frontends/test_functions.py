@@ -16,7 +16,7 @@ from onnxpoolfix.frontends.leftovers import ATEN_DOMAIN
 def test_leftover_inside_a_local_function_is_inlined_and_patched():
     result = onnxpoolfix.patch(model_with_function())
     assert result.report.status == "patched" and result.report.check_passed
-    assert "inlined" in result.report.check_note
+    assert [n.code for n in result.report.notes][0] == "inlined-functions"
     model = result.model
     assert not model.functions or not any(n.domain == ATEN_DOMAIN for f in model.functions for n in f.node)
     assert not any(n.domain in (ATEN_DOMAIN, "local") for n in model.graph.node)
@@ -60,7 +60,8 @@ def test_a_leftover_in_a_function_called_by_a_function_is_inlined_down_to_the_gr
     said 'nothing to patch' and wrote a model onnxruntime refuses."""
     result = onnxpoolfix.patch(_nested_functions())
     assert result.report.status == "patched" and result.report.check_passed
-    assert "Inner" in result.report.check_note and "Outer" in result.report.check_note
+    (inlined,) = [n for n in result.report.notes if n.code == "inlined-functions"]
+    assert "Inner" in inlined and "Outer" in inlined
     model = result.model
     assert not any(n.domain == ATEN_DOMAIN for f in model.functions for n in f.node)
     assert not any(n.domain in (ATEN_DOMAIN, "local") for n in model.graph.node)
