@@ -111,10 +111,16 @@ def render(text, audience: str = API):
     if not isinstance(text, str) or _MARK not in text:
         return text
     parts = text.split(_MARK)
-    for i in range(1, len(parts), 2):
-        key, _, arg = parts[i].partition(_ARG)
-        parts[i] = KNOBS[key].spelled(audience, arg)
-    out = "".join(parts)
+    out = parts[0]
+    i = 1
+    while i < len(parts):
+        key, sep, arg = parts[i].partition(_ARG)
+        if i + 1 < len(parts) and sep and key in KNOBS:  # a reference
+            out += KNOBS[key].spelled(audience, arg) + parts[i + 1]
+            i += 2
+        else:  # a separator that came with a name from the model: its text as it is
+            out += _MARK + parts[i]
+            i += 1
     return text.with_text(out) if hasattr(text, "with_text") else out
 
 

@@ -137,3 +137,13 @@ def test_a_warning_record_is_said_in_each_readers_words(tmp_path: Path) -> None:
     assert r.exit_code == 0 and "give that size with --traced-shape NAME:D0,D1,..." in r.stderr, r.stderr
     (record,) = [n for n in json.loads(out.read_text())["notes"] if n["code"] == "regions-left-frozen"]
     assert "--traced-shape NAME:D0,D1,..." in record["text"] and record["severity"] == "warning"
+
+
+def test_a_name_holding_the_reference_mark_is_said_as_it_is() -> None:
+    """A model's names may hold any character, the reference marker too: rendering keeps such text as written
+    and still spells the references around it."""
+    from onnxpoolfix.words import CLI, NO_CHECK, render
+
+    odd = "x\x1ey\x1fz\x1e"
+    assert render(f"input '{odd}': skip the check with {NO_CHECK}", CLI) == f"input '{odd}': skip the check with --no-check"
+    assert render(f"{NO_CHECK} then '\x1eno_check\x1e'", "api") == "check=False then '\x1eno_check\x1e'"
