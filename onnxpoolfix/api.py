@@ -100,13 +100,16 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
 
 
 def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, target: str = "onnxruntime",
-          input_shapes: Mapping[str, Sequence[int]] | None = None, keep_input_shapes: bool = False,
-          check_shapes: Sequence[Mapping[str, Sequence[int]]] | None = None, inplace: bool = False,
-          model_dir: str | None = None, seed: int = 0, optimize_exporter_pools: bool = False,
-          traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False,
-          costs: str | os.PathLike | None = None, tune: bool = False, tune_threads: int | None = None) -> PatchResult:
+                     input_shapes: Mapping[str, Sequence[int]] | None = None, keep_input_shapes: bool = False,
+                     check_shapes: Sequence[Mapping[str, Sequence[int]]] | None = None, inplace: bool = False,
+                     model_dir: str | None = None, seed: int = 0, optimize_exporter_pools: bool = False,
+                     traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False,
+                     costs: str | os.PathLike | None = None, tune: bool = False, tune_threads: int | None = None,
+                     input_checked: bool = False) -> PatchResult:
     """:func:`patch`, its report's texts as written: references to what the caller can change unrendered
-    (:mod:`onnxpoolfix.words`), for a caller that speaks other words than the API (the CLI, ``export``)."""
+    (:mod:`onnxpoolfix.words`), for a caller that speaks other words than the API (the CLI, ``export``).
+    ``input_checked``: the caller ran :func:`~onnxpoolfix.frontends.input_check.check_input_model` on this
+    model itself (the CLI, naming the file): the ONNX checker runs once per run, not twice."""
     check_arguments("patch", model, target, strategy)
     check_seed(seed)
     check_flags(check=check, keep_input_shapes=keep_input_shapes, inplace=inplace,
@@ -126,7 +129,8 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
         model = copy
     if not model.HasField("graph"):
         raise InvalidModelError("the model has no graph", "the file is not a complete ONNX model; re-export it")
-    check_input(model)
+    if not input_checked:
+        check_input(model)
     # before any work: a typo in a bound or a check size is not worth a patch
     for name, dims in (input_shapes or {}).items():
         validate_input_shape(model, name, dims, INPUT_SHAPES)

@@ -33,7 +33,7 @@ def inspect_cmd(src: str, plan: PlanChoice, view: ViewChoice, seed: int, verbosi
                                     name=src, optimize_exporter_pools=plan.optimize_exporter_pools, seed=seed,
                                     traced_shapes=plan.traced_shapes, allow_partial=plan.allow_partial,
                                     model_dir=str(Path(src).resolve().parent) if has_external_data(model) else None,
-                                    **plan.cost_arguments)
+                                    input_checked=True, **plan.cost_arguments)
     if view.windows:  # said with the CLI's flags
         click.echo(render_inspection(result, as_json=view.as_json, verbose=verbosity.verbose, audience=CLI))
     else:  # -v also lists the lowerings that do not apply, with the reason (the JSON always has them)

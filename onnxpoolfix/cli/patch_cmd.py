@@ -51,11 +51,12 @@ def patch_cmd(src: Path, dst: Path, plan: PlanChoice, check: CheckChoice, save: 
             preflight_report(save.report_path, src, dst, model)
         external = has_external_data(model)
         result = patch_as_written(model, check=check.check, strategy=plan.strategy, target=plan.target,
-                       input_shapes=plan.input_shapes, keep_input_shapes=save.keep_input_shapes,
-                       check_shapes=check.check_shapes, inplace=True,
-                       model_dir=str(Path(src).resolve().parent) if external else None, seed=seed,
-                       optimize_exporter_pools=plan.optimize_exporter_pools, traced_shapes=plan.traced_shapes,
-                       allow_partial=plan.allow_partial, **plan.cost_arguments)
+                                  input_shapes=plan.input_shapes, keep_input_shapes=save.keep_input_shapes,
+                                  check_shapes=check.check_shapes, inplace=True,
+                                  model_dir=str(Path(src).resolve().parent) if external else None, seed=seed,
+                                  optimize_exporter_pools=plan.optimize_exporter_pools,
+                                  traced_shapes=plan.traced_shapes, allow_partial=plan.allow_partial,
+                                  input_checked=True, **plan.cost_arguments)
         # the report is written once OUT is complete but before it is renamed into place: a report that
         # cannot be written leaves no OUT, and a failed commit takes the report away again
         written: list[Path] = []

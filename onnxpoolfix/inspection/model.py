@@ -87,9 +87,9 @@ def inspect_as_written(model: onnx.ModelProto, *, target: str = "onnxruntime", s
                        optimize_exporter_pools: bool = False, seed: int = 0,
                        traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False,
                        model_dir: str | None = None, costs: str | os.PathLike | None = None, tune: bool = False,
-                       tune_threads: int | None = None) -> Inspection:
+                       tune_threads: int | None = None, input_checked: bool = False) -> Inspection:
     """:func:`inspect_model`, its texts as written (references unrendered: :mod:`onnxpoolfix.words`), for
-    the CLI to say with its flags."""
+    the CLI to say with its flags (``input_checked``: as :func:`~onnxpoolfix.api.patch_as_written`'s)."""
     check_arguments("inspect_model", model, target, strategy)
     check_seed(seed)
     check_flags(optimize_exporter_pools=optimize_exporter_pools, allow_partial=allow_partial, tune=tune)
@@ -101,7 +101,8 @@ def inspect_as_written(model: onnx.ModelProto, *, target: str = "onnxruntime", s
         err = InvalidModelError("the model has no graph", "the file is not a complete ONNX model; re-export it")
         result.blocker, result.hint, result.blocker_exit_code = err.text, err.hint_text, err.exit_code
         return result
-    check_input(model)  # raises the InvalidModelError the CLI exits 3 with
+    if not input_checked:
+        check_input(model)  # raises the InvalidModelError the CLI exits 3 with
     try:  # as patch() does, before any work (an ArgumentError: exit 2)
         for name, dims in (input_shapes or {}).items():
             validate_input_shape(model, name, dims, INPUT_SHAPES)

@@ -319,3 +319,17 @@ def test_version_loads_no_command():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [f"onnxpoolfix, version {onnxpoolfix.__version__}", "[]"]
+
+
+@pytest.mark.parametrize("command", [[], ["inspect"]])
+def test_the_onnx_checker_runs_once_per_run(monkeypatch, tmp_path, command):
+    """The CLI checks IN itself (naming the file) and tells patch / inspect so: one checker run, not two."""
+    import onnx.checker
+
+    calls = []
+    real = onnx.checker.check_model
+    monkeypatch.setattr(onnx.checker, "check_model", lambda *a, **k: calls.append(1) or real(*a, **k))
+    args = [str(FIXTURES / "small_convnet.onnx")] + ([str(tmp_path / "o.onnx")] if not command else [])
+    r = CliRunner().invoke(main, command + args)
+    assert r.exit_code == 0, r.output
+    assert len(calls) == 1
