@@ -16,12 +16,14 @@ OUT's data file) and is written by :func:`write_report`; OUT's own checks are :m
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import stat
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
+from typing import Iterator, Union
 
 from ..errors import OutputError
 from .tensors import external_data_files
@@ -62,12 +64,29 @@ def resolve_output(out_path: PathLike, what: str = "the output") -> OutputTarget
     return OutputTarget(Path(os.path.realpath(out)) if out.is_symlink() else out, False)
 
 
-def temp_folder(target: OutputTarget) -> Path:
-    """A private temporary folder for the content before it is committed: beside a regular file (the
-    rename must stay on one filesystem), in the system's temp folder for a special file (/dev may not be
-    writable, and nothing is renamed there)."""
-    return Path(tempfile.mkdtemp(prefix=f".{target.path.name}.", suffix=TMP_SUFFIX,
-                                 dir=None if target.special else target.path.parent))
+@contextmanager
+def temp_folder(target: OutputTarget) -> Iterator[Path]:
+    """A private temporary folder for the content before it is committed, removed when the block ends,
+    however it ends: beside a regular file (the rename must stay on one filesystem), in the system's temp
+    folder for a special file (/dev may not be writable, and nothing is renamed there). Its name is chosen
+    before it is made, so that a signal landing between the mkdir and the block (SIGTERM: an exception
+    raised by the CLI's handler) still finds it to remove; mkdtemp made it before naming it to anyone."""
+    parent = Path(tempfile.gettempdir()) if target.special else target.path.parent
+    for _ in range(100):  # (random names: a clash is a freak; bounded all the same)
+        path = parent / f".{target.path.name}.{secrets.token_hex(4)}{TMP_SUFFIX}"
+        clash = False
+        try:
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                clash = True
+                continue
+            yield path
+            return
+        finally:
+            if not clash:
+                shutil.rmtree(path, ignore_errors=True)
+    raise FileExistsError(f"no free temporary folder name in {parent}")
 
 
 def write_into(target: OutputTarget, complete: Path) -> None:
@@ -90,8 +109,7 @@ def write_text(out_path: PathLike, text: str, what: str = "the report") -> Outpu
     """Write ``text`` to ``out_path`` by the same rules as OUT: atomically for a regular file (through a
     link), into a FIFO or character device. Returns where it went; nothing is left half-written."""
     target = resolve_output(out_path, what)
-    tmp_dir = temp_folder(target)
-    try:
+    with temp_folder(target) as tmp_dir:
         tmp = tmp_dir / target.path.name
         tmp.write_text(text)
         if not target.special:
@@ -100,8 +118,6 @@ def write_text(out_path: PathLike, text: str, what: str = "the report") -> Outpu
             except OSError:
                 pass  # a new file: keep the umask-derived mode
         commit(target, tmp)
-    finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
     return target
 
 

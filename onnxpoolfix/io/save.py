@@ -175,24 +175,25 @@ def save_model(
     out = target.path
     plan = plan_save(model, out, source_path=source_path, save_as_external_data=save_as_external_data,
                      in_place=in_place, special=target.special, size_threshold=size_threshold)
+    made = False
     try:
-        tmp_dir = temp_folder(target)
+        with temp_folder(target) as tmp_dir:
+            made = True
+            try:
+                tmp_model, tmp_data = write_files(model, plan, tmp_dir, size_threshold)
+            except OSError as e:
+                raise _not_written(out, e) from e
+            if before_commit is not None:  # its exceptions, OSError included, propagate unchanged
+                before_commit(tmp_model)
+            try:
+                return commit_files(tmp_model, target, tmp_data, plan.folder / plan.data_name, tmp_dir)
+            except OSError as e:
+                raise _not_written(out, e) from e
     except OSError as e:
+        if made:  # not the temporary folder's own making
+            raise
         raise OutputError(f"{out}: cannot write to folder {plan.folder} ({e.strerror})",
                           "check the folder's permissions and free space, or choose another output path") from None
-    try:
-        try:
-            tmp_model, tmp_data = write_files(model, plan, tmp_dir, size_threshold)
-        except OSError as e:
-            raise _not_written(out, e) from e
-        if before_commit is not None:  # its exceptions, OSError included, propagate unchanged
-            before_commit(tmp_model)
-        try:
-            return commit_files(tmp_model, target, tmp_data, plan.folder / plan.data_name, tmp_dir)
-        except OSError as e:
-            raise _not_written(out, e) from e
-    finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
 
 
 def _not_written(out: Path, e: OSError) -> OutputError:

@@ -235,16 +235,14 @@ def test_unwritable_output_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     folder.mkdir()
     folder.chmod(0o555)
     if os.geteuid() == 0:  # root writes anywhere: make the OS say what it says to everyone else
-        import tempfile
+        real = os.mkdir
 
-        real = tempfile.mkdtemp
+        def denied(path, *args, **kwargs):  # the tool's temporary folder beside OUT
+            if Path(path).parent == folder:
+                raise PermissionError(13, "Permission denied", str(path))
+            return real(path, *args, **kwargs)
 
-        def denied(suffix=None, prefix=None, dir=None):
-            if dir is not None and Path(dir) == folder:
-                raise PermissionError(13, "Permission denied", str(dir))
-            return real(suffix, prefix, dir)
-
-        monkeypatch.setattr(tempfile, "mkdtemp", denied)
+        monkeypatch.setattr(os, "mkdir", denied)
     out = folder / "out.onnx"
     try:
         assert_clean_failure(run_cli([CONVNET, out, "--no-check"]), 6, out, "cannot write", "permissions")

@@ -458,3 +458,28 @@ def test_over_2gb_external_model(tmp_path: Path, request: pytest.FixtureRequest)
               f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10} MiB")
     finally:
         shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_a_signal_landing_right_after_the_temporary_folder_is_made_leaves_nothing(tmp_path, monkeypatch):
+    """The CLI's SIGTERM handler raises where the signal lands; landing between the mkdir of OUT's temporary
+    folder and the code that removes it left the folder behind (mkdtemp names it only once made)."""
+    import os
+
+    from onnxpoolfix.io.outfile import resolve_output, temp_folder
+
+    class Landed(BaseException):
+        pass
+
+    real = os.mkdir
+
+    def mkdir_then_signal(path, *args, **kwargs):
+        real(path, *args, **kwargs)
+        raise Landed
+
+    monkeypatch.setattr(os, "mkdir", mkdir_then_signal)
+    try:
+        with temp_folder(resolve_output(tmp_path / "o.onnx")):
+            raise AssertionError("not reached")
+    except Landed:
+        pass
+    assert list(tmp_path.iterdir()) == []
