@@ -34,7 +34,9 @@ from typing import Iterator
 
 import numpy as np
 
+from ..errors import ArgumentError
 from ..sessions import ort_session
+from ..words import ref
 from . import cost as C
 
 SCHEMA = 1
@@ -157,9 +159,6 @@ class CostModel:
            tune_threads: int | None = None) -> "CostModel":
         """The cost model of these arguments, checked: an ArgumentError (exit 2) for a costs file that cannot
         be read or is not one, or a thread count that is not a positive int."""
-        from ..errors import ArgumentError
-        from ..words import ref
-
         if tune_threads is not None and (isinstance(tune_threads, bool) or not isinstance(tune_threads, int)
                                          or tune_threads < 1):
             raise ArgumentError(f"{ref('tune_threads')} takes a positive number of threads, not {tune_threads!r}",

@@ -85,18 +85,18 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
                            if n is not None and n > spec.opset), default=None))
         reasons = "; ".join(f"{c.name}: {c.reason}" for c in cands)
         raise UnsupportedNodeError(f"no exact lowering applies to {spec.node.label} ({reasons})")
-    best = ok[0]
+    best, model = ok[0], cost_model()
     if len(ok) == 1:
         why = "the only exact lowering"
-    elif cost_model().tune and tuning.tunable(spec):
-        measured = tuning.measure(spec, [BY_NAME[c.name] for c in ok], cost_model().tune_threads)
+    elif model.tune and tuning.tunable(spec):
+        measured = tuning.measure(spec, [BY_NAME[c.name] for c in ok], model.tune_threads)
         ranked = sorted(ok, key=lambda c: measured[c.name])
         best, runner = ranked[0], ranked[1]
         why = f"tuned: measured {_us(measured[best.name])} vs {runner.name} {_us(measured[runner.name])}"
     else:
         runner = ok[1]
         why = f"est. {_us(best.cost)} vs {runner.name} {_us(runner.cost)}"
-    source = cost_model().label
+    source = model.label
     return Plan(spec, BY_NAME[best.name], cands, f"{describe_axes(spec)}; {why}" + (f" ({source})" if source else ""))
 
 
