@@ -14,16 +14,19 @@ from onnx import TensorProto, helper, numpy_helper
 
 from . import nodes_deep
 
-#: the ops :meth:`Emitter.is_nan` writes for the portable target (see there), in order
-PORTABLE_NAN_OPS = ("Sub", "Equal", "Abs", "Or", "Not")
+#: the ops :meth:`Emitter.is_nan` writes in its Equal form (see there), in order
+EQUAL_NAN_OPS = ("Sub", "Equal", "Abs", "Or", "Not")
 #: the ops :meth:`Emitter.weights` writes beside a MatMul for the onnxruntime target (Cast of the indicator, Div)
 INDICATOR_WEIGHT_OPS = ("Cast", "Div")
 
 
-def portable_nan_test(portable: bool, opset: int) -> bool:
-    """Whether NaN (and, in max pooling's guard, -inf) is tested with Equal masks instead of IsNaN/Less/Greater:
-    the portable target, from opset 11 (Equal on floats)."""
-    return portable and opset >= 11
+def equal_nan_tests(target: str | None, opset: int) -> bool:
+    """Whether NaN and inf are tested with Equal alone instead of IsNaN/Less/Greater: from opset 11 (Equal on
+    floats), for the onnxruntime and portable targets. MNN has no IsNaN and compares floats by their bits in
+    Less/Greater, ncnn has neither (measured); the onnxruntime target's tests sit in If conditions on one scalar
+    and in branches only non-finite inputs take, so the form costs its finite path nothing. The tensorrt target
+    keeps IsNaN (one TensorRT layer, on its always-evaluated guard)."""
+    return target in ("onnxruntime", "portable") and opset >= 11
 
 
 class Emitter:
@@ -31,8 +34,7 @@ class Emitter:
                  target: str | None = None):
         self.prefix = prefix
         self.target = target  # None: a probe or a proof, whose constants are written as they are
-        # the portable target: NaN tests without IsNaN (MNN and ncnn have none), see is_nan
-        self.portable = target == "portable"
+        self.equal_nan = equal_nan_tests(target, opset)  # NaN/inf tests without IsNaN, Less, Greater: is_nan
         # IR version < 4 requires every initializer to be a graph input too: use Constant nodes there
         self.constant_nodes = constant_nodes
         self.taken = taken  # shared across emitters: every name in the graph, plus what we add
@@ -128,17 +130,23 @@ class Emitter:
     def cast(self, x: str, to: int, out: str | None = None) -> str:
         return self.op("Cast", [x], out=out, to=to)
 
-    def is_nan(self, x: str, dtype=np.float32, *, equal: bool | None = None) -> str:
-        """A bool mask of ``x``'s NaNs (``dtype``: x's numpy dtype): ``IsNaN``; for the portable target (MNN and
-        ncnn have no IsNaN) the values that are neither ``x - x == 0`` (finite) nor ``|x| == inf``. That form
-        holds under IEEE comparisons and under MNN's, whose Equal compares bits (NaN == NaN there, so
-        ``Not(Equal(x, x))`` misses every NaN: measured). Equal takes floats from opset 11. ``equal``: that
-        form (True, from opset 11) or IsNaN (False) whatever the target."""
-        if portable_nan_test(self.portable if equal is None else equal, self.opset):
-            finite = self.op("Equal", [self.op("Sub", [x, x]), self.const("zero", np.zeros((), dtype))])
+    def is_nan(self, x: str, dtype=np.float32) -> str:
+        """A bool mask of ``x``'s NaNs (``dtype``: x's numpy dtype): ``IsNaN``, or in the Equal form
+        (:func:`equal_nan_tests`) the values that are neither ``x - x == 0`` (finite) nor ``|x| == inf``. That
+        form holds under IEEE comparisons and under MNN's, whose Equal compares bits (NaN == NaN there, so
+        ``Not(Equal(x, x))`` misses every NaN: measured)."""
+        if self.equal_nan:
+            finite = self.is_finite(x, dtype)
             infinite = self.op("Equal", [self.op("Abs", [x]), self.const("inf", np.array(np.inf, dtype))])
             return self.op("Not", [self.op("Or", [finite, infinite])], hint="is_nan")
         return self.op("IsNaN", [x])
+
+    def is_finite(self, x: str, dtype=np.float32) -> str:
+        """A bool mask of ``x``'s finite values: ``x - x == 0`` (NaN for NaN and inf; +0.0 otherwise, which
+        MNN's bitwise Equal agrees on), or ``Not(IsNaN(x - x))`` below the Equal form."""
+        if self.equal_nan:
+            return self.op("Equal", [self.op("Sub", [x, x]), self.const("zero", np.zeros((), dtype))], hint="finite")
+        return self.op("Not", [self.op("IsNaN", [self.op("Sub", [x, x])])], hint="finite")
 
     def sub(self) -> "Emitter":
         """An emitter for a subgraph (an If branch): the same names, opset and target; its constants are

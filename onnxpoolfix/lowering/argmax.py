@@ -28,7 +28,7 @@ import numpy as np
 from onnx import TensorProto
 
 from .. import windows as W
-from ..graph.emit import np_dtype, portable_nan_test
+from ..graph.emit import np_dtype
 from . import cost as C
 from .base import Lowering, axis_windows, compute_dtype
 from .first_max import FIRST_MAX_OPS, PooledAxis, emit_first_max, first_max_seconds, takes_first_max
@@ -111,7 +111,7 @@ def argmax_seconds(lead: int, gathered: int, gathers: int, itemsize: int, lazy: 
 ARGMAX_OPS = ("Transpose", "Gather", "Shape", "IsNaN", "Where", "Cast", "ReduceMax", "Mul", "Greater",
               "GatherElements", "Reshape", "Concat", "Unsqueeze", "Add", "Range")
 #: what the ``lazy`` form adds: the finiteness test, the If and the finite inputs' construction
-LAZY_OPS = ("ReduceSum", "Sub", "Not", "If", "Constant") + FIRST_MAX_OPS + FIRST_MAX_WINDOWS_OPS
+LAZY_OPS = ("ReduceSum", "Sub", "Equal", "Not", "If", "Constant") + FIRST_MAX_OPS + FIRST_MAX_WINDOWS_OPS
 
 
 def emit_argmax(em, x: str, rank: int, tables: Sequence[str | np.ndarray | None], kall: int | str, n_out: int | str,
@@ -219,9 +219,9 @@ def lazy_window_choice(em, w: str, kall: int | str, elem: int) -> str:
     overflowing sum only sends us down the exact branch) torch's choice is the first maximum, a plain
     ArgMax (onnxruntime's ArgMax takes the first of equal values, ``select_last_index`` 0); otherwise the
     NaN-aware choice. float16 windows are summed in float32 (a float16 sum overflows early)."""
-    ws = em.cast(w, TensorProto.FLOAT) if elem == TensorProto.FLOAT16 else w
-    total = em.op("ReduceSum", [ws], keepdims=0)
-    finite = em.op("Not", [em.is_nan(em.op("Sub", [total, total]))])
+    summed = TensorProto.FLOAT if elem == TensorProto.FLOAT16 else elem
+    ws = em.cast(w, summed) if summed != elem else w
+    finite = em.is_finite(em.op("ReduceSum", [ws], keepdims=0), np_dtype(summed))
     then_branch = if_branch(em, "finite_windows", TensorProto.INT64,
                             lambda sub: sub.op("ArgMax", [w], axis=1, keepdims=1))
     else_branch = if_branch(em, "non_finite_windows", TensorProto.INT64,
@@ -263,7 +263,7 @@ def window_choice(em, w: str, kall: int | str, elem: int, tie_safe: bool) -> str
     # onnxruntime's Gather-to-Slice fusion gets wrong)
     last_nan = em.cast(em.reduce("ReduceMax", em.op("Mul", [nanf, pos]), [axis], keepdims=1), TensorProto.INT64)
     most_nan = em.reduce("ReduceMax", nanf, [axis], keepdims=1)  # 1.0 or 0.0
-    if portable_nan_test(em.portable, em.opset):  # MNN 3.6 compares bits: Greater(x, 0) is wrong, Equal right
+    if em.equal_nan:  # MNN 3.6 compares bits: Greater(x, 0) is wrong, Equal right
         any_nan = em.op("Equal", [most_nan, em.const("one", np.array(1, dtype=np.float32))])
     else:
         any_nan = em.op("Greater", [most_nan, em.const("zero", np.array(0, dtype=np.float32))])

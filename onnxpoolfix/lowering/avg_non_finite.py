@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..graph.emit import np_dtype
+from ..graph.emit import equal_nan_tests, np_dtype
 from . import cost as C
 from .max_steps import if_branch
 from .steps import Step, WrappedSteps, numel, run_cost
@@ -31,7 +31,7 @@ class NonFiniteAvgStep(WrappedSteps):
     (a window's mask average is > 0 iff the window holds one), and writes torch's value where a mask
     reached. Needs opset 9 (IsNaN, Where).
 
-    From opset 11 every test is an Equal (:func:`~onnxpoolfix.graph.emit.portable_nan_test`'s form): MNN has no
+    From opset 11 every test is an Equal (:func:`~onnxpoolfix.graph.emit.equal_nan_tests`): MNN has no
     IsNaN and compares floats by their bits in Less/Greater, and the finite path should not cost a file its
     runtime; the masks' averages are compared with Greater against +0.0, which bits order as values."""
 
@@ -50,7 +50,7 @@ class NonFiniteAvgStep(WrappedSteps):
     def _exact(self, em, x, shape, elem):
         fdt = np_dtype(elem)
         inf, minus_inf = em.const("inf", np.array(np.inf, fdt)), em.const("minus_inf", np.array(-np.inf, fdt))
-        nan = em.is_nan(x, fdt, equal=self.equal_masks)
+        nan = em.is_nan(x, fdt)
         if self.equal_masks:
             pos_inf, neg_inf = em.op("Equal", [x, inf]), em.op("Equal", [x, minus_inf])
         else:
@@ -71,7 +71,7 @@ class NonFiniteAvgStep(WrappedSteps):
     def emit(self, em, x, shape, elem):
         y = self.plain(em, x, shape, elem)
         total = em.op("ReduceSum", [y], keepdims=0)  # NaN iff y holds a NaN or an inf (or both signs)
-        finite = em.op("Not", [em.is_nan(em.op("Sub", [total, total]), np_dtype(elem), equal=self.equal_masks)])
+        finite = em.is_finite(total, np_dtype(elem))
         then_branch = if_branch(em, "finite_pooled", elem, lambda sub: y)
         else_branch = if_branch(em, "non_finite_pooled", elem, lambda sub: self._exact(sub, x, shape, elem))
         return em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)
@@ -83,6 +83,6 @@ def guarded(inner: list[Step], kind: str, target: str, opset: int) -> list[Step]
     portable target writes no MatMul)."""
     if (kind == "avg" and target == "onnxruntime" and opset >= 9
             and any(op in SPREADS_NON_FINITE for s in inner for op in s.ops)):
-        return [NonFiniteAvgStep(tuple(inner), equal_masks=opset >= 11)]
+        return [NonFiniteAvgStep(tuple(inner), equal_masks=equal_nan_tests(target, opset))]
     return inner
 

@@ -11,7 +11,7 @@ from typing import ClassVar, Sequence
 from onnx import TensorProto
 
 from .. import windows as W
-from ..graph.emit import COMPUTE_IN_FLOAT32, INDICATOR_WEIGHT_OPS, PORTABLE_NAN_OPS, Emitter, portable_nan_test
+from ..graph.emit import COMPUTE_IN_FLOAT32, EQUAL_NAN_OPS, INDICATOR_WEIGHT_OPS, Emitter, equal_nan_tests
 from ..graph.shapes import PoolSpec, make_value_info
 from ..reason import needs_opset
 from ..tensorrt import SUPPORTED_OPS, GraphInfo, tensorrt_rejects
@@ -127,7 +127,7 @@ class Lowering:
         if (spec.kind == "max" and not any(s.exact_non_finite for s in inner) and spec.opset >= 9
                 and any(op in NON_FINITE_UNSAFE_MAX for s in inner for op in s.ops)):
             inner = [NonFiniteMaxStep(tuple(inner), lazy=spec.target == "onnxruntime",  # NaN/-inf as torch
-                                      equal_masks=portable_nan_test(spec.target == "portable", spec.opset))]
+                                      equal_masks=equal_nan_tests(spec.target, spec.opset))]
         inner = guarded(inner, spec.kind, spec.target, spec.opset)
         work = compute_dtype(spec)
         if work != spec.dtype:
@@ -140,8 +140,8 @@ class Lowering:
         weights as :meth:`Emitter.weights <onnxpoolfix.graph.emit.Emitter.weights>` writes them."""
         out: list[str] = []
         for op in (op for s in self.steps(spec) for op in s.ops):
-            portable_nan = op == "IsNaN" and portable_nan_test(spec.target == "portable", spec.opset)
-            spelled = PORTABLE_NAN_OPS if portable_nan else (op,)
+            equal_nan = op == "IsNaN" and equal_nan_tests(spec.target, spec.opset)
+            spelled = EQUAL_NAN_OPS if equal_nan else (op,)
             if op == "MatMul" and spec.target == "onnxruntime":
                 spelled = INDICATOR_WEIGHT_OPS + spelled
             out += [o for o in spelled if o not in out]
@@ -168,7 +168,7 @@ def portable_rejection(ops: set[str], spec: PoolSpec) -> str | None:
     for op, why in NOT_PORTABLE.items():
         if op in ops:
             return f"not portable: {op} ({why})"
-    if "IsNaN" in ops and not portable_nan_test(True, spec.opset):  # Emitter.is_nan's Equal masks
+    if "IsNaN" in ops and not equal_nan_tests("portable", spec.opset):  # Emitter.is_nan's Equal masks
         return needs_opset(11, f"not portable: IsNaN (MNN and ncnn lack it; the Equal masks written instead need "
                                f"opset 11), the model has {spec.opset}")
     if spec.k >= 3 and ops & {"AveragePool", "MaxPool"}:
@@ -197,7 +197,7 @@ def tensorrt_rejection(lowering: Lowering, spec: PoolSpec) -> str | None:
     from onnx import helper
 
     indices = "indices" if spec.node.indices_output and lowering.computes_indices else None
-    em = Emitter("lowering", {"x", "y", "indices"}, spec.opset)
+    em = Emitter("lowering", {"x", "y", "indices"}, spec.opset, target=spec.target)
     try:
         lowering.build(em, spec, "x", "y", indices)
         outputs = [make_value_info("y", spec.dtype, spec.output_shape)]

@@ -142,7 +142,8 @@ class NonFiniteMaxStep(WrappedSteps):
     @property
     def ops(self):
         masks = ("Equal",) if self.equal_masks else ("Less", "Greater")
-        lazy = ("ReduceSum", "Sub", "Not", "If", "Constant") if self.lazy else ()  # (the branches' own constants)
+        finite_test = ("Sub", "Equal") if self.equal_masks else ("Sub", "Not")  # (Constant: the branches' own)
+        lazy = ("ReduceSum",) + finite_test + ("If", "Constant") if self.lazy else ()
         extra = ("Cast", "IsNaN", "Where") + masks + lazy
         return self.inner_ops() + extra
 
@@ -182,9 +183,9 @@ class NonFiniteMaxStep(WrappedSteps):
 def finite_input(em: Emitter, x: str, elem: int) -> str:
     """A bool scalar: ``sum(x)`` is finite, i.e. ``x`` holds no NaN or inf (an overflowing sum only sends a
     finite ``x`` down the exact branch); float16 is summed in float32 (its sums overflow early)."""
-    xs = em.cast(x, TensorProto.FLOAT) if elem == TensorProto.FLOAT16 else x
-    total = em.op("ReduceSum", [xs], keepdims=0)
-    return em.op("Not", [em.is_nan(em.op("Sub", [total, total]))])
+    summed = TensorProto.FLOAT if elem == TensorProto.FLOAT16 else elem
+    xs = em.cast(x, summed) if summed != elem else x
+    return em.is_finite(em.op("ReduceSum", [xs], keepdims=0), np_dtype(summed))
 
 
 def branch(em: Emitter, hint: str, outputs: list[tuple[str, int]], build) -> GraphProto:
