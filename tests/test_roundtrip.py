@@ -239,8 +239,9 @@ def _compare(c: dict, got: list[np.ndarray], want, x_np: np.ndarray, what: str) 
 
 
 # lowerings planned only for another target (window_sum: portable): forced with that target
-OTHER_TARGET = {name: sorted(lw.targets)[0] for name, lw in BY_NAME.items()
-                if lw.targets is not None and "onnxruntime" not in lw.targets}
+# (window_sum is the onnxruntime target's below opset 9 only, which these cases do not reach: its portable run)
+OTHER_TARGET = {name: sorted(lw.targets - {"onnxruntime"})[0] for name, lw in BY_NAME.items()
+                if lw.targets is not None and lw.targets - {"onnxruntime"}}
 
 
 def _applicable(model: onnx.ModelProto, input_shapes, target: str = "onnxruntime") -> list[str]:

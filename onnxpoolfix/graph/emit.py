@@ -52,8 +52,15 @@ class Emitter:
         return name
 
     def const(self, hint: str, value: np.ndarray) -> str:
-        name = self.fresh(hint)
         value = np.asarray(value)  # (np.ascontiguousarray would turn a 0-d scalar into shape [1])
+        if self.constant_nodes and self.opset < 9 and value.dtype.kind not in "f":
+            # Constant takes only float types before opset 9: the integers (window tables, shapes) as float64,
+            # exact below 2**53, cast back
+            if value.size and np.abs(value.astype(np.float64)).max() >= 2.0**53:
+                raise ValueError(f"{hint}: an integer constant past 2**53 cannot be written before opset 9")
+            return self.cast(self.const(f"{hint}_float", value.astype(np.float64)),
+                             helper.np_dtype_to_tensor_dtype(value.dtype))
+        name = self.fresh(hint)
         tensor = numpy_helper.from_array(value if value.ndim == 0 else np.ascontiguousarray(value), name)
         if self.constant_nodes:
             self.nodes.append(helper.make_node("Constant", [], [name], name=self.fresh(f"{hint}_constant"),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..graph.emit import equal_nan_tests, np_dtype
+from ..reason import needs_opset
 from . import cost as C
 from .max_steps import if_branch
 from .steps import Step, WrappedSteps, numel, run_cost
@@ -77,11 +78,24 @@ class NonFiniteAvgStep(WrappedSteps):
         return em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)
 
 
+#: IsNaN and Where, which the guard needs, come with opset 9
+GUARD_MIN_OPSET = 9
+
+
+def unguardable(ops, kind: str, target: str, opset: int) -> str | None:
+    """Why the onnxruntime target does not take average steps writing ``ops`` below opset 9, or None: their
+    MatMul would carry a NaN or inf beyond its windows with nothing to keep it there (the window sums do not)."""
+    if kind == "avg" and target == "onnxruntime" and opset < GUARD_MIN_OPSET and set(ops) & SPREADS_NON_FINITE:
+        return needs_opset(GUARD_MIN_OPSET, f"a MatMul carries a NaN or inf beyond its windows, and its guard needs "
+                                            f"opset {GUARD_MIN_OPSET} (IsNaN, Where), the model has {opset}")
+    return None
+
+
 def guarded(inner: list[Step], kind: str, target: str, opset: int) -> list[Step]:
     """``inner`` wrapped in :class:`NonFiniteAvgStep` where it spreads NaN/inf: averages of the onnxruntime
     target from opset 9 (the tensorrt target's If is a conditional layer that runs both branches; the
     portable target writes no MatMul)."""
-    if (kind == "avg" and target == "onnxruntime" and opset >= 9
+    if (kind == "avg" and target == "onnxruntime" and opset >= GUARD_MIN_OPSET
             and any(op in SPREADS_NON_FINITE for s in inner for op in s.ops)):
         return [NonFiniteAvgStep(tuple(inner), equal_masks=equal_nan_tests(target, opset))]
     return inner

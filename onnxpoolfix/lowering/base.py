@@ -15,7 +15,7 @@ from ..graph.emit import COMPUTE_IN_FLOAT32, EQUAL_NAN_OPS, INDICATOR_WEIGHT_OPS
 from ..graph.shapes import PoolSpec, make_value_info
 from ..reason import needs_opset
 from ..tensorrt import SUPPORTED_OPS, GraphInfo, tensorrt_rejects
-from .avg_non_finite import guarded
+from .avg_non_finite import guarded, unguardable
 from .max_steps import NON_FINITE_UNSAFE_MAX, NonFiniteMaxStep
 from .steps import CastStep, Step, emit_steps, run_cost
 
@@ -108,6 +108,8 @@ class Lowering:
             return f"onnxruntime has no float64 kernel for {', '.join(sorted(ops & NO_FLOAT64_KERNEL))}"
         if spec.target == "portable":
             return portable_rejection(ops, spec)
+        if spec.target == "onnxruntime":
+            return unguardable(ops, spec.kind, spec.target, spec.opset)
         if spec.target == "tensorrt":
             missing = ops - SUPPORTED_OPS
             if missing:

@@ -30,6 +30,7 @@ import numpy as np
 
 from .. import windows as W
 from ..graph.shapes import PoolSpec
+from ..lowering.avg_non_finite import unguardable
 from ..lowering.base import compute_dtype, itemsize
 from ..lowering.steps import MatMulStep, Step, reshape_keep, run_cost
 from .planner import Plan, plan_or_none
@@ -149,7 +150,8 @@ def _plan_group(members: list[Plan]) -> GroupPlan | None:
             subs.append(None)
     direct = [i for i, src in enumerate(sources) if src is None]
     # the portable target takes no MatMul against a pooling matrix (int8 quantization, fp16 storage, NaN)
-    stackable = average and len(direct) >= 2 and spec0.target != "portable"
+    stackable = (average and len(direct) >= 2 and spec0.target != "portable"
+                 and unguardable(["MatMul"], "avg", spec0.target, spec0.opset) is None)
     stacked_cost = _stacked_cost([members[i].spec for i in direct], size) if stackable else float("inf")
     direct_cost = sum(_cost(members[i]) for i in direct)
     use_stacked = stacked_cost < direct_cost * GROUP_GAIN

@@ -7,9 +7,8 @@ and, for the averages, the default (onnxruntime) target too:
 - portable: only ops every runtime of docs/targets.md takes; symbolic pooled sizes stay symbolic (one file,
   every size).
 
-The default target below opset 9 (no IsNaN, no Where; Constant nodes without bool before IR 4) keeps plain
-1/len MatMuls: those cases assert that it still spreads a NaN, so the limitation docs/targets.md names is
-the one measured.
+The default target below opset 9 (no IsNaN or Where for a MatMul's guard) writes window sums, as the portable
+target does: those cases are held to the same expectations.
 
 Every expectation comes from torch (``F.adaptive_avg_pool*``, the fixtures' saved outputs) or from
 :func:`loop_reference` below, never from the patched graph.
@@ -99,11 +98,6 @@ def patched(case, target: str, **kw) -> onnx.ModelProto:
 TARGETS = ["portable", "onnxruntime"]
 
 
-def unguarded(case, target: str) -> bool:
-    """The default target's MatMul averages below opset 9: no NaN guard, 1/len weights (see the docstring)."""
-    return target == "onnxruntime" and case["opset"] < 9
-
-
 def assert_same_non_finite_and_close(got, want, rtol):
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg="NaN positions differ")
@@ -143,9 +137,6 @@ def test_non_finite_reaches_torchs_outputs_only(case, which, target):
     model = patched(case, target)
     xn = with_non_finite(case, x, which)
     got = run(model, xn)
-    if unguarded(case, target):
-        assert np.isnan(got).sum() > np.isnan(torch_pool(case, xn)).sum()  # 0 * NaN / 0 * inf spread
-        return
     assert_same_non_finite_and_close(got, torch_pool(case, xn), rtol)
     assert_same_non_finite_and_close(got, loop_reference(xn, output_size(case)), rtol)
 
@@ -329,9 +320,6 @@ def test_fp16_weights_exact_to_the_inputs_rounding(case, target):
     x, _ = saved(case)
     x16 = x.astype(np.float16).astype(np.float32)  # the input's fp16 rounding: the only error allowed
     got = run(weights_as_fp16(patched(case, target)), x16)
-    if unguarded(case, target):  # its 1/len weights round in fp16
-        assert not np.allclose(got, torch_pool(case, x16), rtol=1e-5, atol=1e-6)
-        return
     np.testing.assert_allclose(got, torch_pool(case, x16), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got, loop_reference(x16, output_size(case)), rtol=1e-5, atol=1e-6)
 
