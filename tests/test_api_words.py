@@ -147,3 +147,18 @@ def test_a_name_holding_the_reference_mark_is_said_as_it_is() -> None:
     odd = "x\x1ey\x1fz\x1e"
     assert render(f"input '{odd}': skip the check with {NO_CHECK}", CLI) == f"input '{odd}': skip the check with --no-check"
     assert render(f"{NO_CHECK} then '\x1eno_check\x1e'", "api") == "check=False then '\x1eno_check\x1e'"
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "tensorrt", "portable"])
+@pytest.mark.parametrize("kind", ["avg", "max"])
+def test_an_if_in_out_is_named_with_the_target_that_writes_none(kind: str, target: str) -> None:
+    """Users take OUT to TFLite/ncnn next: where OUT holds an If (the default target's NaN guard), a note says
+    which converters refuse it and names the portable target, in the reader's words; counted from OUT's graph."""
+    from onnxpoolfix.graph import nodes_deep
+
+    result = onnxpoolfix.patch(make_leftover(kind, (1, 2, 8, 9), (5, 7)), target=target, check=False)
+    ifs = [n for n in nodes_deep(result.model.graph.node) if n.op_type == "If"]
+    notes = [n for n in result.report.notes if n.code == "if-guards"]
+    assert bool(ifs) == bool(notes) == (target == "onnxruntime")
+    if notes:
+        assert "target='portable'" in notes[0] and notes[0].data == {"nodes": 1}
