@@ -85,9 +85,11 @@ def runtime_tensors(c: Candidate) -> list[str]:
 
 def _feeds(shape: tuple[int, ...], elem: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Random, ramp and wide-range inputs, as the region's dtype holds them (half: rounded, as float32)."""
-    ramp = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
-    raw = [rng.standard_normal(shape), ramp / max(1.0, ramp.size), rng.uniform(-100, 100, shape)]
-    if elem == TensorProto.DOUBLE:
+    ftype = np.float64 if elem == TensorProto.DOUBLE else np.float32  # drawn as float32 unless the region's is wider
+    ramp = np.arange(int(np.prod(shape)), dtype=ftype).reshape(shape)
+    raw = [rng.standard_normal(shape, dtype=ftype), ramp / ftype(max(1.0, ramp.size)),
+           rng.random(shape, dtype=ftype) * ftype(200) - ftype(100)]
+    if elem in (TensorProto.DOUBLE, TensorProto.FLOAT):
         return raw
     if elem == TensorProto.FLOAT16:
         return [x.astype(np.float16).astype(np.float32) for x in raw]
