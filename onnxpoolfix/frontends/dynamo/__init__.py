@@ -8,11 +8,13 @@ A region's life, module by module:
    the source line and its calls): the only reader of ``pkg.torch.onnx.*`` metadata.
 2. :mod:`.dataflow` cuts candidate regions out of the graph: from the Div by the window lengths (or the
    ReduceMean of equal windows) back to the one tensor every data path passes through, with the window
-   tables and the size arithmetic they read (:class:`~.dataflow.Candidate`).
+   tables and the size arithmetic they read (:class:`~.dataflow.Candidate`, a frozen record: what was
+   found never changes).
 3. :mod:`.search` chooses the sizes a region is tried at (the branch classes of torch's decomposition, per
    axis, bounded by a count of tries, never by time); :mod:`.probe` finds a large traced size's classes.
 4. :mod:`.proof` runs each candidate alone in onnxruntime at those sizes and keeps it only where it equals
-   the reference (:mod:`onnxpoolfix.reference`) exactly as the check compares a replacement.
+   the reference (:mod:`onnxpoolfix.reference`) exactly as the check compares a replacement; what it learns
+   is the candidate's :class:`~.proof.Proof` (sizes tried, proven at, why not), returned beside it.
 5. :mod:`.frozen` (with :mod:`.frozen_readings` and :mod:`.frozen_indices`) treats the exporter's pooling
    ops frozen at the traced size: every reading the evidence allows, narrowed by the traced size; two
    readings that differ at some size are a refusal, not a guess.

@@ -15,7 +15,7 @@ decomposed adaptive average pool begins and ends (:mod:`.front_end` has the whol
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 import onnx
 
@@ -171,41 +171,24 @@ def is_end(g: DataflowGraph, i: int) -> bool:
 
 
 
-@dataclass
+@dataclass(frozen=True)
 class Candidate:
+    """A region the dataflow found: what it pools, from where to where, and why it was taken for pooling. It
+    never changes; what the proof learns about it is its :class:`~.proof.Proof`."""
+
     end: int
     result: str
     pooled: str
-    region: list[int]
+    region: tuple[int, ...]
     evidence: str
     rank: int
     output_size: tuple  # int, or InputDim: the axis follows the input
     x_shape: tuple[Dim, ...]
     y_shape: tuple[Dim, ...]
     elem: int
-    session: object = None
-    sources: list[str] = field(default_factory=list)
-    why: str = ""
     # the smaller regions of the same end (from a tensor further in, largest first): tried when this one
     # does not prove out, as where the pooled tensor is a Slice, Relu or Mul of x that the region took along
-    smaller: list[Candidate] = field(default_factory=list)
-    proven_at: tuple[int, ...] | None = None
-    tried: set = field(default_factory=set)
-    proofs: list = field(default_factory=list)  # sizes of the pooled tensor where it equalled the reference
-    last: str = ""  # why the last size tried did not prove it
-    searched: str = ""  # how the sizes were searched (the notes say it)
-    # with a binding (the traced size given): the pooled shape there, and why it did not prove there ("" where
-    # it did; None: nothing bound); contradicts: a size it proved at instead (the binding is then wrong)
-    bound_at: tuple[int, ...] | None = None
-    bound_why: str | None = None
-    contradicts: tuple[int, ...] | None = None
-    # per pooled axis whose output size the graph computes: the branch classes of the (n, m) proven at
-    branches: dict = field(default_factory=dict)
-    last_sizes: tuple = ()  # the output size the last proof run computed
-    uneven: bool = False  # proven at a size where the computed output lengths of two axes differ
-    lengths: dict = field(default_factory=dict)  # per such axis, the output lengths proven at
-    mismatch: str = ""  # a run whose result is not of the output size the graph computes: never proven
-    proof_envs: dict = field(default_factory=dict)  # pooled shape proven -> the input symbols' values there
+    smaller: tuple[Candidate, ...] = ()
 
 
 class LazyInfo:
@@ -271,10 +254,9 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
             why = why or fit
             continue
         k, x_shape, y_shape, elem, sizes = fit
-        fits.append(Candidate(end, result, t, region, evidence, k, sizes, x_shape, y_shape, elem))
+        fits.append(Candidate(end, result, t, tuple(region), evidence, k, sizes, x_shape, y_shape, elem))
     if fits:
-        fits[0].smaller = fits[1:_MAX_SMALLER + 1]
-        return fits[0]
+        return replace(fits[0], smaller=tuple(fits[1:_MAX_SMALLER + 1]))
     ev = first_evidence if first_evidence not in (None, "structure") else (node_evidence(g.nodes[end]) or ("",))[0]
     # a lone ReduceMean (a global average) is exact as it is; a Div of a model is no concern without evidence
     if ev and not (g.nodes[end].op_type == "ReduceMean" and first_evidence is None):

@@ -53,7 +53,7 @@ from .dataflow import (
 from .frozen import contradiction_hint, frozen_pool_ops, size_text
 from .frozen_readings import GENUINE, node_readings, window_attrs
 from .metadata import has_metadata
-from .proof import prove_all
+from .proof import Proof, prove_all
 from .search import declared_dims, evaluate
 
 logger = logging.getLogger(__name__)
@@ -227,33 +227,35 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
             raise contradictions[0]
         _rests(findings, resting, [])
         return findings
-    prove_all(model, g, candidates, input_shapes, seed, info.inferred(), model_dir=model_dir)
-    pending = [c for c in candidates if c.why and c.smaller]
+    proven = list(zip(candidates, prove_all(model, g, candidates, input_shapes, seed, info.inferred(),
+                                            model_dir=model_dir)))
+    smaller = [list(c.smaller) for c in candidates]  # per end, the smaller regions left to try, largest first
+    pending = [i for i, (c, p) in enumerate(proven) if p.why and smaller[i]]
     while pending:  # an unproven region: the next smaller one of its end, until one proves or none is left
-        tries = [(c, c.smaller.pop(0)) for c in pending]
-        prove_all(model, g, [t for _, t in tries], input_shapes, seed, info.inferred(), model_dir=model_dir)
-        for c, t in tries:
-            if not t.why:
-                candidates[candidates.index(c)] = t
-        pending = [c for c, t in tries if t.why and c.smaller]
-    against = [c for c in candidates if c.contradicts]
+        tries = [smaller[i].pop(0) for i in pending]
+        proofs = prove_all(model, g, tries, input_shapes, seed, info.inferred(), model_dir=model_dir)
+        for i, t, p in zip(pending, tries, proofs):
+            if not p.why:
+                proven[i] = (t, p)
+        pending = [i for i, p in zip(pending, proofs) if p.why and smaller[i]]
+    against = [(c, p) for c, p in proven if p.contradicts]
     if against:  # regions right only elsewhere: the binding is not the traced size
-        c = against[0]
+        c, p = against[0]
         raise ShapeError(
             f"the given traced size contradicts the graph: {len(against)} dynamo region(s) "
-            f"({', '.join(repr(c.result) for c in against)}) differ from adaptive pooling there, though "
-            f"'{c.result}' equals it at {'x'.join(map(str, c.contradicts))}",
-            contradiction_hint(_input_text(model, c.proof_envs.get(c.contradicts))
-                               or f"a pooled size like {'x'.join(map(str, c.contradicts))} for '{c.pooled}'"))
+            f"({', '.join(repr(c.result) for c, _ in against)}) differ from adaptive pooling there, though "
+            f"'{c.result}' equals it at {'x'.join(map(str, p.contradicts))}",
+            contradiction_hint(_input_text(model, p.proof_envs.get(p.contradicts))
+                               or f"a pooled size like {'x'.join(map(str, p.contradicts))} for '{c.pooled}'"))
     if contradictions:
         raise contradictions[0]
-    _rests(findings, resting, candidates)
-    for c in candidates:
-        if c.why:
+    _rests(findings, resting, proven)
+    for c, p in proven:
+        if p.why:
             frozen = any(not isinstance(d, int) for d in c.x_shape)
-            right_at = (f"only at sizes that take the traced branches (right at {'x'.join(map(str, c.proofs[0]))})"
-                        if c.proofs else "only at the size the model was exported at (none found)")
-            findings.suspects.append(Suspect(c.result, c.evidence, c.why, frozen, right_at if frozen else "",
+            right_at = (f"only at sizes that take the traced branches (right at {'x'.join(map(str, p.proofs[0]))})"
+                        if p.proofs else "only at the size the model was exported at (none found)")
+            findings.suspects.append(Suspect(c.result, c.evidence, p.why, frozen, right_at if frozen else "",
                                              STRIPPED if stripped else TRACED))
             continue
         size_nodes, _ = g.size_ancestors(c.region)
@@ -267,7 +269,7 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
                       evidence=c.evidence)
         findings.specs.append(PoolSpec(pn, c.x_shape, output_shape(pn, c.x_shape), c.elem, opset, target))
         findings.regions.append(Region(c.result, c.pooled, outs, reads, c.evidence, c.output_size,
-                                       tuple(c.proven_at), len(c.region)))
+                                       tuple(p.proven_at), len(c.region)))
     return findings
 
 
@@ -323,10 +325,10 @@ def _input_text(model, env) -> str | None:
     return "sizes such as " + " ".join(parts) if parts else None
 
 
-def _rests(findings: FrontEndResult, resting: list, candidates: list[Candidate]) -> None:
+def _rests(findings: FrontEndResult, resting: list, proven: list[tuple[Candidate, Proof]]) -> None:
     """A note per frozen AveragePool (or MaxPool) whose output size rests on the given traced size alone: none of the
     decomposed regions of the same pooled tensor proved at that size (which would confirm it)."""
-    confirmed = {c.pooled for c in candidates if c.bound_why == "" and not c.why}
+    confirmed = {c.pooled for c, p in proven if p.bound_why == "" and not p.why}
     for result, pooled, output_size, op in resting:
         if pooled not in confirmed:
             findings.regions = [replace(r, rests_on_traced=True) if r.result == result else r

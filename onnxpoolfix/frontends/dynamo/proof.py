@@ -12,7 +12,9 @@ not recorded in the file), within a budget of runs and seconds.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -47,6 +49,40 @@ _WHOLE_MODEL_NODES = 200_000
 _HALF = {TensorProto.FLOAT16: np.float16, TensorProto.BFLOAT16: "bfloat16"}
 _FED = "onnxpoolfix_proof_input"  # the float32 input a half region's input is cast from
 _FETCHED = "onnxpoolfix_proof_output"  # the float32 output a half region's result is cast to
+
+
+@dataclass
+class Proof:
+    """What the proof learned about one :class:`~.dataflow.Candidate`, which itself never changes: ``proven_at``
+    where it equalled the reference (the pooled tensor's shape), else ``why``; the rest says how it got there."""
+
+    sources: list[str]  # the tensors the region reads only the shape of (fed as zeros)
+    why: str = ""
+    proven_at: tuple[int, ...] | None = None
+    tried: set = field(default_factory=set)  # the pooled sizes run
+    proofs: list = field(default_factory=list)  # sizes of the pooled tensor where it equalled the reference
+    last: str = ""  # why the last size tried did not prove it
+    searched: str = ""  # how the sizes were searched (the notes say it)
+    # with a binding (the traced size given): the pooled shape there, and why it did not prove there ("" where
+    # it did; None: nothing bound); contradicts: a size it proved at instead (the binding is then wrong)
+    bound_at: tuple[int, ...] | None = None
+    bound_why: str | None = None
+    contradicts: tuple[int, ...] | None = None
+    # per pooled axis whose output size the graph computes: the branch classes of the (n, m) proven at
+    branches: dict = field(default_factory=dict)
+    last_sizes: tuple = ()  # the output size the last proof run computed
+    uneven: bool = False  # proven at a size where the computed output lengths of two axes differ
+    lengths: dict = field(default_factory=dict)  # per such axis, the output lengths proven at
+    mismatch: str = ""  # a run whose result is not of the output size the graph computes: never proven
+    proof_envs: dict = field(default_factory=dict)  # pooled shape proven -> the input symbols' values there
+
+
+class Trial(NamedTuple):
+    """A candidate under proof: its proof so far and its onnxruntime session (None: it cannot run alone)."""
+
+    candidate: Candidate
+    proof: Proof
+    session: object
 
 
 def isolated(model: onnx.ModelProto, g: DataflowGraph, c: Candidate, dtypes: Mapping[str, int]
@@ -113,14 +149,14 @@ def _spec(c: Candidate, x_shape: tuple[int, ...], values: Mapping[str, np.ndarra
     return PoolSpec(pn, x_shape, tuple(x_shape[:lead]) + out, c.elem, 0)
 
 
-def prove(session, c: Candidate, source_dtypes: Mapping[str, int], shapes: Mapping[str, tuple],
+def prove(session, c: Candidate, p: Proof, source_dtypes: Mapping[str, int], shapes: Mapping[str, tuple],
           x_shape: tuple[int, ...], rng) -> str | None:
-    """None when the region equals the reference at this size, else why not."""
+    """None when the region equals the reference at this size, else why not (``p``: the output sizes read)."""
     size = "x".join(map(str, x_shape))
     if int(np.prod(x_shape)) > _PROOF_MAX_ELEMENTS:
         return f"its input {size} is too large to prove ({_PROOF_MAX_ELEMENTS} elements at most)"
     extra = {}
-    for s in c.sources:
+    for s in p.sources:
         if s not in shapes:
             return f"the shape of '{s}' it reads is unknown"
         np_t = onnx.helper.tensor_dtype_to_np_dtype(source_dtypes.get(s, TensorProto.FLOAT))
@@ -133,11 +169,11 @@ def prove(session, c: Candidate, source_dtypes: Mapping[str, int], shapes: Mappi
         except Exception as e:  # noqa: BLE001 - the exporter's own graph crashing at this size is an answer
             return f"onnxruntime fails on it at {size} ({' '.join(str(e).split())[:80]})"
         spec = _spec(c, x_shape, dict(zip(names, got)))
-        c.last_sizes = tuple(spec.out_sizes)
+        p.last_sizes = tuple(spec.out_sizes)
         if names and (any(m < 1 for m in spec.out_sizes) or tuple(y.shape) != tuple(spec.output_shape)):
-            c.mismatch = (f"at {size} its result is {_x(y.shape)}, not of the output size the graph computes "
+            p.mismatch = (f"at {size} its result is {_x(y.shape)}, not of the output size the graph computes "
                           f"({_x(spec.output_shape)})")
-            return c.mismatch
+            return p.mismatch
         check = NodeCheck(c.result)
         compare(spec, x, y, None, check)
         if not check.passed:
@@ -145,89 +181,95 @@ def prove(session, c: Candidate, source_dtypes: Mapping[str, int], shapes: Mappi
     return None
 
 
-def prove_all(model, g: DataflowGraph, candidates: list[Candidate], input_shapes, seed: int,
-              info0: Mapping[str, tuple[int, tuple | None]], *, model_dir: str | None = None) -> None:
-    """Prove every candidate (module doc): ``c.proven_at`` where it proved out, else ``c.why``. ``info0``:
+def prove_all(model, g: DataflowGraph, candidates: Sequence[Candidate], input_shapes, seed: int,
+              info0: Mapping[str, tuple[int, tuple | None]], *, model_dir: str | None = None) -> list[Proof]:
+    """Prove every candidate (module doc): a :class:`Proof` each, in order (``proven_at`` where it proved out,
+    else ``why``). ``info0``:
     :func:`~onnxpoolfix.graph.shapes.infer` of ``model`` as the front end already has it (not inferred again).
     ``model_dir``: where the region's external initializers resolve (onnxruntime reads a proto's relative
     locations against the working folder otherwise)."""
     with phase("search", str(len(candidates))):
-        _prove_all(model, g, candidates, input_shapes, seed, info0, model_dir=model_dir)
+        return _prove_all(model, g, candidates, input_shapes, seed, info0, model_dir=model_dir)
 
 
-def _prove_all(model, g: DataflowGraph, candidates: list[Candidate], input_shapes, seed: int,
-               info0: Mapping[str, tuple[int, tuple | None]], *, model_dir: str | None = None) -> None:
+def _prove_all(model, g: DataflowGraph, candidates: Sequence[Candidate], input_shapes, seed: int,
+               info0: Mapping[str, tuple[int, tuple | None]], *, model_dir: str | None = None) -> list[Proof]:
     rng = np.random.default_rng(seed)
     dtypes = {k: v[0] for k, v in info0.items()}
+    trials = []  # the sessions live as long as this search
     for c in candidates:
-        iso, c.sources = isolated(model, g, c, dtypes)
+        iso, sources = isolated(model, g, c, dtypes)
+        p, session = Proof(sources), None
         try:
             # quiet: the exporter's graph failing at a size is expected
-            c.session = ort_session(iso, model_dir, optimize=False)
+            session = ort_session(iso, model_dir, optimize=False)
         except Exception as e:  # noqa: BLE001
-            c.why = f"onnxruntime cannot run it alone ({' '.join(str(e).split())[:100]})"
-    pending = [c for c in candidates if not c.why]
-    static = [c for c in pending if all(isinstance(d, int) for d in c.x_shape)]
-    for c in static:
-        shapes = {s: info0.get(s, (0, None))[1] for s in c.sources}
+            p.why = f"onnxruntime cannot run it alone ({' '.join(str(e).split())[:100]})"
+        trials.append(Trial(c, p, session))
+    pending = [t for t in trials if not t.proof.why]
+    static = [t for t in pending if all(isinstance(d, int) for d in t.candidate.x_shape)]
+    for c, p, session in static:
+        shapes = {s: info0.get(s, (0, None))[1] for s in p.sources}
         shapes = {s: tuple(d) for s, d in shapes.items() if d is not None and all(isinstance(v, int) for v in d)}
-        why = prove(c.session, c, dtypes, shapes, c.x_shape, rng)
+        why = prove(session, c, p, dtypes, shapes, c.x_shape, rng)
         if why:
-            c.why = f"not proven: {why}"
+            p.why = f"not proven: {why}"
         else:
-            c.proven_at = c.x_shape
-    symbolic = [c for c in pending if c not in static]
+            p.proven_at = c.x_shape
+    symbolic = [t for t in pending if not any(t is u for u in static)]
     if not symbolic:
-        return
+        return [t.proof for t in trials]
     declared = declared_dims(model)
     env0 = symbol_binding(model, declared, input_shapes) if input_shapes else {}
     whole = []  # regions whose sizes are not declared as expressions: the whole-model search
     inferred: list = []  # the whole model inferred at the bound shapes, once, where a region needs it
-    for c in symbolic:
-        space = SizeSpace.of(declared, c.pooled, c.sources, c.output_size) if env0 is not None else None
+    for t in symbolic:
+        c = t.candidate
+        space = SizeSpace.of(declared, c.pooled, t.proof.sources, c.output_size) if env0 is not None else None
         if space is None:
-            whole.append(c)
+            whole.append(t)
         else:
             env = env0
             if env0 and not set(space.axis_symbols) <= set(env0):
                 if not inferred:  # the whole model at the bound shapes, inferred once for every region
                     inferred.append(_inferred_at(model, input_shapes))
                 env = completed_binding(inferred[0], env0, space, c.pooled)
-            _search_alone(c, space, env, dtypes, rng)
+            _search_alone(t, space, env, dtypes, rng)
     if whole:
         _search_whole_model(model, whole, input_shapes, dtypes, rng)
-    for c in symbolic:
-        _conclude(c, bool(input_shapes))
-    for c in candidates:
-        c.session = None
+    for c, p, _ in symbolic:
+        _conclude(c, p, bool(input_shapes))
+    return [t.proof for t in trials]
 
 
-def _try(c: Candidate, dtypes, shapes, xs: tuple[int, ...], rng) -> str | None:
-    c.tried.add(xs[-c.rank:])
-    why = prove(c.session, c, dtypes, shapes, xs, rng)
+def _try(t: Trial, dtypes, shapes, xs: tuple[int, ...], rng) -> str | None:
+    c, p, session = t
+    p.tried.add(xs[-c.rank:])
+    why = prove(session, c, p, dtypes, shapes, xs, rng)
     if why is None:
-        c.proofs.append(xs)
-        pairs = _runtime_pairs(c, xs)
+        p.proofs.append(xs)
+        pairs = _runtime_pairs(c, p, xs)
         for a, (n, m) in pairs.items():
-            c.branches.setdefault(a, set()).add(branch_class(n, m))
-        c.uneven = c.uneven or len({m for _, m in pairs.values()}) > 1
+            p.branches.setdefault(a, set()).add(branch_class(n, m))
+        p.uneven = p.uneven or len({m for _, m in pairs.values()}) > 1
         for a, (_, m) in pairs.items():
-            c.lengths.setdefault(a, set()).add(m)
+            p.lengths.setdefault(a, set()).add(m)
     else:
-        c.last = why
+        p.last = why
     return why
 
 
-def _search_alone(c: Candidate, space: SizeSpace, env0: Mapping[str, int], dtypes, rng) -> None:
+def _search_alone(t: Trial, space: SizeSpace, env0: Mapping[str, int], dtypes, rng) -> None:
     """The region alone at the bound size (``env0``: the symbols' values there, empty when nothing is bound),
     then at each pair of branch classes (:mod:`.search`) until it proved, within the budget."""
+    c, p, _ = t
     if env0:
         got = space.at(env0)
         if got is None:
-            c.bound_why = "its input size at the bound input shapes is not positive"
+            p.bound_why = "its input size at the bound input shapes is not positive"
         else:
-            c.bound_at = got[0]
-            c.bound_why = _try(c, dtypes, got[1], got[0], rng) or ""
+            p.bound_at = got[0]
+            p.bound_why = _try(t, dtypes, got[1], got[0], rng) or ""
     need = _proofs_needed(c)
     budget, failed = _SEARCH_BUDGET, 0
     outcome: dict[tuple, str | None] = {}  # per pooled size tried: run's answer
@@ -237,12 +279,12 @@ def _search_alone(c: Candidate, space: SizeSpace, env0: Mapping[str, int], dtype
         got = space.at(env)
         if got is None:
             return "skip"
-        if got[0][-c.rank:] in c.tried:
+        if got[0][-c.rank:] in p.tried:
             return outcome.get(got[0][-c.rank:], "skip")
         budget -= 1
-        why = _try(c, dtypes, got[1], got[0], rng)
+        why = _try(t, dtypes, got[1], got[0], rng)
         if why is None:
-            c.proof_envs[got[0]] = dict(env)
+            p.proof_envs[got[0]] = dict(env)
         elif why.startswith("onnxruntime fails"):
             failed += 1
             why = "failed"
@@ -251,22 +293,22 @@ def _search_alone(c: Candidate, space: SizeSpace, env0: Mapping[str, int], dtype
 
     probed = False
     for env in space.bindings(identity=c.evidence != "structure"):
-        if _enough(c, need) or c.mismatch or budget <= 0:
+        if _enough(c, p, need) or p.mismatch or budget <= 0:
             break
         run(env)
-        if not probed and failed >= _PROBE_AFTER and not c.proofs:
+        if not probed and failed >= _PROBE_AFTER and not p.proofs:
             probed = True  # the region fails at the smallest classes: an unroll longer than their windows
             probe_unrolled_windows(space, run)
-    c.searched = "per axis, on the region alone"
+    p.searched = "per axis, on the region alone"
 
 
-def _search_whole_model(model, todo_all: list[Candidate], input_shapes, dtypes, rng) -> None:
+def _search_whole_model(model, todo_all: list[Trial], input_shapes, dtypes, rng) -> None:
     """Sizes bound on the whole model and inferred (a graph that does not declare its sizes as expressions)."""
     budget = min(_SEARCH_BUDGET, max(8, _WHOLE_MODEL_NODES // max(1, len(model.graph.node))))
     light = light_copy(model)  # each size is bound on a copy: without the weights' bytes
     first = bool(input_shapes)
     for binding in whole_model_bindings(model, input_shapes):
-        todo = [c for c in todo_all if not _enough(c, _proofs_needed(c)) or first]
+        todo = [t for t in todo_all if not _enough(t.candidate, t.proof, _proofs_needed(t.candidate)) or first]
         if not todo or budget <= 0:
             break
         bound = onnx.ModelProto()
@@ -278,53 +320,55 @@ def _search_whole_model(model, todo_all: list[Candidate], input_shapes, dtypes, 
             first = False
             continue
         info = infer(bound)
-        for c in todo:
+        for t in todo:
+            c, p, _ = t
             _, xs = info.get(c.pooled, (0, None))
             if xs is None or not all(isinstance(d, int) and d >= 1 for d in xs):
                 if first:
-                    c.bound_why = "its input size at the bound input shapes is unknown"
+                    p.bound_why = "its input size at the bound input shapes is unknown"
                 continue
             xs = tuple(xs)
-            if not first and (any(n == m for n, m in zip(xs[-c.rank:], c.output_size)) or xs[-c.rank:] in c.tried):
+            if not first and (any(n == m for n, m in zip(xs[-c.rank:], c.output_size)) or xs[-c.rank:] in p.tried):
                 continue  # an axis of identity windows proves nothing; each size is tried once
             budget -= 1
-            shapes = {s: tuple(info[s][1]) for s in c.sources if s in info and info[s][1] is not None
+            shapes = {s: tuple(info[s][1]) for s in p.sources if s in info and info[s][1] is not None
                       and all(isinstance(d, int) for d in info[s][1])}
-            why = _try(c, dtypes, shapes, xs, rng)
+            why = _try(t, dtypes, shapes, xs, rng)
             if first:
-                c.bound_at, c.bound_why = xs, why or ""
+                p.bound_at, p.bound_why = xs, why or ""
         first = False
-    for c in todo_all:
-        c.searched = f"on the whole model, {len(c.tried)} sizes"
+    for _, p, _ in todo_all:
+        p.searched = f"on the whole model, {len(p.tried)} sizes"
 
 
-def _conclude(c: Candidate, bound: bool) -> None:
-    """``c.proven_at`` or ``c.why`` from the sizes it equalled the reference at. With a binding, the region
+def _conclude(c: Candidate, p: Proof, bound: bool) -> None:
+    """``p.proven_at`` or ``p.why`` from the sizes it equalled the reference at. With a binding, the region
     must be right there (it is the traced size): one right only elsewhere contradicts the binding."""
     need = _proofs_needed(c)
-    if c.mismatch:  # the size tensor taken for its output size is not it: nothing else says which is
-        c.why = f"not proven: {c.mismatch}"
+    if p.mismatch:  # the size tensor taken for its output size is not it: nothing else says which is
+        p.why = f"not proven: {p.mismatch}"
         return
-    if bound and c.bound_why is not None:
-        if c.bound_why == "" and _enough(c, need):
-            c.proven_at = c.bound_at
+    if bound and p.bound_why is not None:
+        if p.bound_why == "" and _enough(c, p, need):
+            p.proven_at = p.bound_at
             return
-        if c.bound_why:
+        if p.bound_why:
             # too large to prove there says nothing against the binding
-            elsewhere = next((p for p in c.proofs if p != c.bound_at), None) if "too large" not in c.bound_why else None
-            c.why = f"not proven at the bound size {_x(c.bound_at) if c.bound_at else ''}: {c.bound_why}"
+            elsewhere = (next((xs for xs in p.proofs if xs != p.bound_at), None)
+                         if "too large" not in p.bound_why else None)
+            p.why = f"not proven at the bound size {_x(p.bound_at) if p.bound_at else ''}: {p.bound_why}"
             if elsewhere:
-                c.contradicts = elsewhere
-                c.why += f", though it equals adaptive average pooling at {_x(elsewhere)}"
+                p.contradicts = elsewhere
+                p.why += f", though it equals adaptive average pooling at {_x(elsewhere)}"
             return
-    if _enough(c, need):
-        c.proven_at = c.proofs[0]
-    elif c.proofs:
-        c.why = (f"under symbolic sizes it equals adaptive average pooling at {_x(c.proofs[0])} only, and "
+    if _enough(c, p, need):
+        p.proven_at = p.proofs[0]
+    elif p.proofs:
+        p.why = (f"under symbolic sizes it equals adaptive average pooling at {_x(p.proofs[0])} only, and "
                  "without metadata one size is not enough")
     else:
-        c.why = (f"under symbolic sizes, no input size found where it equals adaptive average pooling "
-                 f"({len(c.tried)} sizes tried, {c.searched}; last: {c.last or 'none run'})")
+        p.why = (f"under symbolic sizes, no input size found where it equals adaptive average pooling "
+                 f"({len(p.tried)} sizes tried, {p.searched}; last: {p.last or 'none run'})")
 
 
 def _x(shape) -> str:
@@ -339,12 +383,12 @@ def _inferred_at(model: onnx.ModelProto, input_shapes) -> dict:
         return {}
 
 
-def _runtime_pairs(c: Candidate, xs: tuple[int, ...]) -> dict[int, tuple[int, int]]:
+def _runtime_pairs(c: Candidate, p: Proof, xs: tuple[int, ...]) -> dict[int, tuple[int, int]]:
     """Per pooled axis whose output size the graph computes: (n, m) at the pooled size ``xs`` (m as the last
-    proof run read it, ``c.last_sizes``)."""
+    proof run read it, ``p.last_sizes``)."""
     lead = len(xs) - c.rank
-    return {a: (xs[lead + a], c.last_sizes[a]) for a, m in enumerate(c.output_size)
-            if isinstance(m, RuntimeDim) and a < len(c.last_sizes)}
+    return {a: (xs[lead + a], p.last_sizes[a]) for a, m in enumerate(c.output_size)
+            if isinstance(m, RuntimeDim) and a < len(p.last_sizes)}
 
 
 #: branch classes each axis of a computed output size is proven in, one of them uneven (not n % m == 0)
@@ -352,21 +396,21 @@ _RUNTIME_CLASSES = 3
 _ONE_CLASS_LENGTHS = 6  # ... or, where every size tried proved, this many output lengths per axis
 
 
-def _enough(c: Candidate, need: int) -> bool:
+def _enough(c: Candidate, p: Proof, need: int) -> bool:
     """Proven at enough sizes: ``need`` of them, and where the graph computes an output size, on each such
     axis in several branch classes of torch's decomposition (one with uneven windows; or, with no size failed,
     at many output lengths) and output lengths, and
     at a size where two such axes' lengths differ (a size tensor taken for the wrong axis shows there)."""
-    if len(c.proofs) < need:
+    if len(p.proofs) < need:
         return False
     axes = [a for a, m in enumerate(c.output_size) if isinstance(m, RuntimeDim)]
-    if c.mismatch or len(axes) > 1 and not c.uneven:  # some proof where those axes' sizes differ from each other
+    if p.mismatch or len(axes) > 1 and not p.uneven:  # some proof where those axes' sizes differ from each other
         return False
     if not axes:
         return True
     # upsampling (n < m) takes one branch class at every size: there, many lengths and no size it failed at
-    return all(len(c.lengths.get(a, ())) >= 2 and (len(c.branches.get(a, ())) >= _RUNTIME_CLASSES and any(
-        not b[0] for b in c.branches.get(a, ())) or len(c.lengths.get(a, ())) >= _ONE_CLASS_LENGTHS and not c.last)
+    return all(len(p.lengths.get(a, ())) >= 2 and (len(p.branches.get(a, ())) >= _RUNTIME_CLASSES and any(
+        not b[0] for b in p.branches.get(a, ())) or len(p.lengths.get(a, ())) >= _ONE_CLASS_LENGTHS and not p.last)
         for a in axes)
 
 
