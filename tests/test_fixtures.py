@@ -123,18 +123,19 @@ def test_patched_graph_has_no_dead_nodes(case):
 @pytest.mark.parametrize("kind,shape,size", [("avg", (1, 2, 8, 9), (5, 7)), ("avg", (2, 3, 11), (4,)),
                                              ("max", (1, 2, 8, 9), (5, 7))])
 def test_old_opsets_get_a_valid_file_with_every_target(kind, shape, size, opset, target):
-    """Before opset 9 Constant takes float types only, and an IR 3 file's weights are Constant nodes: the window
-    tables the window sums (and max pooling's Gathers) read are written as float Constants cast to int64.
-    onnx's full check (which the patch's own does not run on OUT) and torch judge."""
+    """Before opset 9 Constant takes float types only, and IR 3 lists every initializer as a graph input: OUT
+    is IR 4, whose initializers hold the window tables the window sums (and max pooling's Gathers) read, and
+    no new graph input. onnx's full check (which the patch's own does not run on OUT) and torch judge."""
     import torch
     from helpers import make_leftover
 
     model = make_leftover(kind, shape, size, opset=opset)
-    model.ir_version = 3  # an initializer is a graph input too, and OUT's constants are Constant nodes
+    model.ir_version = 3  # an initializer is a graph input too
     for t in model.graph.initializer:
         model.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
     out = onnxpoolfix.patch(model, target=target, check=False).model
     onnx.checker.check_model(out, full_check=True)
+    assert [i.name for i in out.graph.input] == ["x"]  # (the size initializer's entry goes with it)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     got = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     want = getattr(torch.nn.functional, f"adaptive_{kind}_pool{len(size)}d")(torch.from_numpy(x), size)

@@ -50,7 +50,12 @@ def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[
     graph = model.graph if graph is None else graph
     replacement: dict[int, list[onnx.NodeProto]] = {}
     emitted_ops: list[list[str]] = []
-    constant_nodes = model.ir_version < 4
+    constant_nodes = model.ir_version < 4  # IR 3 lists every initializer as a graph input: Constant nodes instead
+    specs = [p.spec for p in plans] + [lv.spec for g in groups for lv in g.levels]
+    if constant_nodes and graph is model.graph and any(s.opset < 9 for s in specs):
+        # before opset 9 Constant holds float types only (the window tables are int64): IR 4, where an
+        # initializer need not be an input and nothing else changes, takes them as initializers
+        model.ir_version, constant_nodes = 4, False
     for p in plans:
         node = p.spec.node
         em = Emitter(node.name, taken, p.spec.opset, constant_nodes=constant_nodes,
@@ -71,7 +76,6 @@ def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[
         replacement[g.index] = new
         graph.initializer.extend(inits)
         group_ops.extend(ops)
-    specs = [p.spec for p in plans] + [lv.spec for g in groups for lv in g.levels]
 
     # the new nodes are appended, then every node moves into place by pointer (nothing copied: linear time)
     n_old = len(graph.node)
