@@ -12,9 +12,10 @@ A region's life, module by module:
    found never changes).
 3. :mod:`.search` chooses the sizes a region is tried at (the branch classes of torch's decomposition, per
    axis, bounded by a count of tries, never by time); :mod:`.probe` finds a large traced size's classes.
-4. :mod:`.proof` runs each candidate alone in onnxruntime at those sizes and keeps it only where it equals
-   the reference (:mod:`onnxpoolfix.reference`) exactly as the check compares a replacement; what it learns
-   is the candidate's :class:`~.proof.Proof` (sizes tried, proven at, why not), returned beside it.
+4. :mod:`.proof` runs a candidate alone in onnxruntime at one size and compares it with the reference
+   (:mod:`onnxpoolfix.reference`) exactly as the check compares a replacement; :mod:`.proof_search` runs it
+   at the sizes :mod:`.search` chooses and keeps it only where it proves out. What it learns is the
+   candidate's :class:`~.proof.Proof` (sizes tried, proven at, why not), returned beside it.
 5. :mod:`.frozen` (with :mod:`.frozen_readings` and :mod:`.frozen_indices`) treats the exporter's pooling
    ops frozen at the traced size: every reading the evidence allows, narrowed by the traced size; two
    readings that differ at some size are a refusal, not a guess.

@@ -53,7 +53,8 @@ from .dataflow import (
 from .frozen import contradiction_hint, frozen_pool_ops, size_text
 from .frozen_readings import GENUINE, node_readings, window_attrs
 from .metadata import has_metadata
-from .proof import Proof, prove_all
+from .proof import Proof
+from .proof_search import prove_all
 from .search import declared_dims, evaluate
 
 logger = logging.getLogger(__name__)

@@ -5,47 +5,25 @@ the same tolerance, float16/bfloat16 included).
 
 The region alone is its data nodes plus the size-only nodes they read; a tensor it reads only the shape of
 is fed as zeros. It runs on random, ramp and wide-range inputs in its own dtype (float16/bfloat16 values
-fed through an exact Cast from float32, numpy has no bfloat16) at: the declared size when static; with
-symbolic sizes the size the caller bound (``input_shapes``), else a search over sizes (the traced size is
-not recorded in the file), within a budget of runs and seconds.
+fed through an exact Cast from float32, numpy has no bfloat16), at the sizes :mod:`.proof_search` chooses
+(the traced size is not recorded in the file). What the proof learns about a candidate is its :class:`Proof`.
 """
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
 from ...check.compare import NodeCheck, compare
-from ...errors import PoolFixError
-from ...graph.shapes import apply_input_shapes, infer, infer_at, light_copy, make_value_info
-from ...progress import phase
-from ...sessions import ort_session
+from ...graph.shapes import make_value_info
 from ...spec import InputDim, PoolNode, PoolSpec, RuntimeDim
 from .dataflow import Candidate, DataflowGraph
-from .probe import probe_unrolled_windows
-from .search import (
-    SizeSpace,
-    branch_class,
-    completed_binding,
-    declared_dims,
-    symbol_binding,
-    whole_model_bindings,
-)
 
-logger = logging.getLogger(__name__)
-
-_SEARCH_BUDGET = 600  # proof runs at most, over all regions of a model
-_PROBE_AFTER = 20  # failed runs (onnxruntime) before the unroll probe (probe.probe_unrolled_windows)
 #: the proof runs the reference in float64 on three inputs: a pooled tensor beyond this many elements is left
 _PROOF_MAX_ELEMENTS = 1 << 25
-#: the whole-model search infers the model once per size tried: its tries are counted in nodes inferred, so a
-#: large graph gets fewer (a count, never seconds: the same file gets the same verdict on any machine)
-_WHOLE_MODEL_NODES = 200_000
 _HALF = {TensorProto.FLOAT16: np.float16, TensorProto.BFLOAT16: "bfloat16"}
 _FED = "onnxpoolfix_proof_input"  # the float32 input a half region's input is cast from
 _FETCHED = "onnxpoolfix_proof_output"  # the float32 output a half region's result is cast to
@@ -75,14 +53,6 @@ class Proof:
     lengths: dict = field(default_factory=dict)  # per such axis, the output lengths proven at
     mismatch: str = ""  # a run whose result is not of the output size the graph computes: never proven
     proof_envs: dict = field(default_factory=dict)  # pooled shape proven -> the input symbols' values there
-
-
-class Trial(NamedTuple):
-    """A candidate under proof: its proof so far and its onnxruntime session (None: it cannot run alone)."""
-
-    candidate: Candidate
-    proof: Proof
-    session: object
 
 
 def isolated(model: onnx.ModelProto, g: DataflowGraph, c: Candidate, dtypes: Mapping[str, int]
@@ -171,8 +141,8 @@ def prove(session, c: Candidate, p: Proof, source_dtypes: Mapping[str, int], sha
         spec = _spec(c, x_shape, dict(zip(names, got)))
         p.last_sizes = tuple(spec.out_sizes)
         if names and (any(m < 1 for m in spec.out_sizes) or tuple(y.shape) != tuple(spec.output_shape)):
-            p.mismatch = (f"at {size} its result is {_x(y.shape)}, not of the output size the graph computes "
-                          f"({_x(spec.output_shape)})")
+            p.mismatch = (f"at {size} its result is {shape_text(y.shape)}, not of the output size the graph computes "
+                          f"({shape_text(spec.output_shape)})")
             return p.mismatch
         check = NodeCheck(c.result)
         compare(spec, x, y, None, check)
@@ -181,244 +151,5 @@ def prove(session, c: Candidate, p: Proof, source_dtypes: Mapping[str, int], sha
     return None
 
 
-def prove_all(model, g: DataflowGraph, candidates: Sequence[Candidate], input_shapes, seed: int,
-              info0: Mapping[str, tuple[int, tuple | None]], *, model_dir: str | None = None) -> list[Proof]:
-    """Prove every candidate (module doc): a :class:`Proof` each, in order (``proven_at`` where it proved out,
-    else ``why``). ``info0``:
-    :func:`~onnxpoolfix.graph.shapes.infer` of ``model`` as the front end already has it (not inferred again).
-    ``model_dir``: where the region's external initializers resolve (onnxruntime reads a proto's relative
-    locations against the working folder otherwise)."""
-    with phase("search", str(len(candidates))):
-        return _prove_all(model, g, candidates, input_shapes, seed, info0, model_dir=model_dir)
-
-
-def _prove_all(model, g: DataflowGraph, candidates: Sequence[Candidate], input_shapes, seed: int,
-               info0: Mapping[str, tuple[int, tuple | None]], *, model_dir: str | None = None) -> list[Proof]:
-    rng = np.random.default_rng(seed)
-    dtypes = {k: v[0] for k, v in info0.items()}
-    trials = []  # the sessions live as long as this search
-    for c in candidates:
-        iso, sources = isolated(model, g, c, dtypes)
-        p, session = Proof(sources), None
-        try:
-            # quiet: the exporter's graph failing at a size is expected
-            session = ort_session(iso, model_dir, optimize=False)
-        except Exception as e:  # noqa: BLE001
-            p.why = f"onnxruntime cannot run it alone ({' '.join(str(e).split())[:100]})"
-        trials.append(Trial(c, p, session))
-    pending = [t for t in trials if not t.proof.why]
-    static = [t for t in pending if all(isinstance(d, int) for d in t.candidate.x_shape)]
-    for c, p, session in static:
-        shapes = {s: info0.get(s, (0, None))[1] for s in p.sources}
-        shapes = {s: tuple(d) for s, d in shapes.items() if d is not None and all(isinstance(v, int) for v in d)}
-        why = prove(session, c, p, dtypes, shapes, c.x_shape, rng)
-        if why:
-            p.why = f"not proven: {why}"
-        else:
-            p.proven_at = c.x_shape
-    symbolic = [t for t in pending if not any(t is u for u in static)]
-    if not symbolic:
-        return [t.proof for t in trials]
-    declared = declared_dims(model)
-    env0 = symbol_binding(model, declared, input_shapes) if input_shapes else {}
-    whole = []  # regions whose sizes are not declared as expressions: the whole-model search
-    inferred: list = []  # the whole model inferred at the bound shapes, once, where a region needs it
-    for t in symbolic:
-        c = t.candidate
-        space = SizeSpace.of(declared, c.pooled, t.proof.sources, c.output_size) if env0 is not None else None
-        if space is None:
-            whole.append(t)
-        else:
-            env = env0
-            if env0 and not set(space.axis_symbols) <= set(env0):
-                if not inferred:  # the whole model at the bound shapes, inferred once for every region
-                    inferred.append(_inferred_at(model, input_shapes))
-                env = completed_binding(inferred[0], env0, space, c.pooled)
-            _search_alone(t, space, env, dtypes, rng)
-    if whole:
-        _search_whole_model(model, whole, input_shapes, dtypes, rng)
-    for c, p, _ in symbolic:
-        _conclude(c, p, bool(input_shapes))
-    return [t.proof for t in trials]
-
-
-def _try(t: Trial, dtypes, shapes, xs: tuple[int, ...], rng) -> str | None:
-    c, p, session = t
-    p.tried.add(xs[-c.rank:])
-    why = prove(session, c, p, dtypes, shapes, xs, rng)
-    if why is None:
-        p.proofs.append(xs)
-        pairs = _runtime_pairs(c, p, xs)
-        for a, (n, m) in pairs.items():
-            p.branches.setdefault(a, set()).add(branch_class(n, m))
-        p.uneven = p.uneven or len({m for _, m in pairs.values()}) > 1
-        for a, (_, m) in pairs.items():
-            p.lengths.setdefault(a, set()).add(m)
-    else:
-        p.last = why
-    return why
-
-
-def _search_alone(t: Trial, space: SizeSpace, env0: Mapping[str, int], dtypes, rng) -> None:
-    """The region alone at the bound size (``env0``: the symbols' values there, empty when nothing is bound),
-    then at each pair of branch classes (:mod:`.search`) until it proved, within the budget."""
-    c, p, _ = t
-    if env0:
-        got = space.at(env0)
-        if got is None:
-            p.bound_why = "its input size at the bound input shapes is not positive"
-        else:
-            p.bound_at = got[0]
-            p.bound_why = _try(t, dtypes, got[1], got[0], rng) or ""
-    need = _proofs_needed(c)
-    budget, failed = _SEARCH_BUDGET, 0
-    outcome: dict[tuple, str | None] = {}  # per pooled size tried: run's answer
-
-    def run(env) -> str | None:
-        nonlocal budget, failed
-        got = space.at(env)
-        if got is None:
-            return "skip"
-        if got[0][-c.rank:] in p.tried:
-            return outcome.get(got[0][-c.rank:], "skip")
-        budget -= 1
-        why = _try(t, dtypes, got[1], got[0], rng)
-        if why is None:
-            p.proof_envs[got[0]] = dict(env)
-        elif why.startswith("onnxruntime fails"):
-            failed += 1
-            why = "failed"
-        outcome[got[0][-c.rank:]] = why
-        return why
-
-    probed = False
-    for env in space.bindings(identity=c.evidence != "structure"):
-        if _enough(c, p, need) or p.mismatch or budget <= 0:
-            break
-        run(env)
-        if not probed and failed >= _PROBE_AFTER and not p.proofs:
-            probed = True  # the region fails at the smallest classes: an unroll longer than their windows
-            probe_unrolled_windows(space, run)
-    p.searched = "per axis, on the region alone"
-
-
-def _search_whole_model(model, todo_all: list[Trial], input_shapes, dtypes, rng) -> None:
-    """Sizes bound on the whole model and inferred (a graph that does not declare its sizes as expressions)."""
-    budget = min(_SEARCH_BUDGET, max(8, _WHOLE_MODEL_NODES // max(1, len(model.graph.node))))
-    light = light_copy(model)  # each size is bound on a copy: without the weights' bytes
-    first = bool(input_shapes)
-    for binding in whole_model_bindings(model, input_shapes):
-        todo = [t for t in todo_all if not _enough(t.candidate, t.proof, _proofs_needed(t.candidate)) or first]
-        if not todo or budget <= 0:
-            break
-        bound = onnx.ModelProto()
-        bound.CopyFrom(light)
-        try:
-            apply_input_shapes(bound, binding)
-        except PoolFixError as e:  # a size the model's fixed dims refuse
-            logger.debug("not trying %s: %s", binding, e)
-            first = False
-            continue
-        info = infer(bound)
-        for t in todo:
-            c, p, _ = t
-            _, xs = info.get(c.pooled, (0, None))
-            if xs is None or not all(isinstance(d, int) and d >= 1 for d in xs):
-                if first:
-                    p.bound_why = "its input size at the bound input shapes is unknown"
-                continue
-            xs = tuple(xs)
-            if not first and (any(n == m for n, m in zip(xs[-c.rank:], c.output_size)) or xs[-c.rank:] in p.tried):
-                continue  # an axis of identity windows proves nothing; each size is tried once
-            budget -= 1
-            shapes = {s: tuple(info[s][1]) for s in p.sources if s in info and info[s][1] is not None
-                      and all(isinstance(d, int) for d in info[s][1])}
-            why = _try(t, dtypes, shapes, xs, rng)
-            if first:
-                p.bound_at, p.bound_why = xs, why or ""
-        first = False
-    for _, p, _ in todo_all:
-        p.searched = f"on the whole model, {len(p.tried)} sizes"
-
-
-def _conclude(c: Candidate, p: Proof, bound: bool) -> None:
-    """``p.proven_at`` or ``p.why`` from the sizes it equalled the reference at. With a binding, the region
-    must be right there (it is the traced size): one right only elsewhere contradicts the binding."""
-    need = _proofs_needed(c)
-    if p.mismatch:  # the size tensor taken for its output size is not it: nothing else says which is
-        p.why = f"not proven: {p.mismatch}"
-        return
-    if bound and p.bound_why is not None:
-        if p.bound_why == "" and _enough(c, p, need):
-            p.proven_at = p.bound_at
-            return
-        if p.bound_why:
-            # too large to prove there says nothing against the binding
-            elsewhere = (next((xs for xs in p.proofs if xs != p.bound_at), None)
-                         if "too large" not in p.bound_why else None)
-            p.why = f"not proven at the bound size {_x(p.bound_at) if p.bound_at else ''}: {p.bound_why}"
-            if elsewhere:
-                p.contradicts = elsewhere
-                p.why += f", though it equals adaptive average pooling at {_x(elsewhere)}"
-            return
-    if _enough(c, p, need):
-        p.proven_at = p.proofs[0]
-    elif p.proofs:
-        p.why = (f"under symbolic sizes it equals adaptive average pooling at {_x(p.proofs[0])} only, and "
-                 "without metadata one size is not enough")
-    else:
-        p.why = (f"under symbolic sizes, no input size found where it equals adaptive average pooling "
-                 f"({len(p.tried)} sizes tried, {p.searched}; last: {p.last or 'none run'})")
-
-
-def _x(shape) -> str:
+def shape_text(shape) -> str:
     return "x".join(map(str, shape))
-
-
-def _inferred_at(model: onnx.ModelProto, input_shapes) -> dict:
-    try:
-        return infer_at(model, input_shapes)
-    except PoolFixError as e:
-        logger.debug("binding %s: %s", input_shapes, e)
-        return {}
-
-
-def _runtime_pairs(c: Candidate, p: Proof, xs: tuple[int, ...]) -> dict[int, tuple[int, int]]:
-    """Per pooled axis whose output size the graph computes: (n, m) at the pooled size ``xs`` (m as the last
-    proof run read it, ``p.last_sizes``)."""
-    lead = len(xs) - c.rank
-    return {a: (xs[lead + a], p.last_sizes[a]) for a, m in enumerate(c.output_size)
-            if isinstance(m, RuntimeDim) and a < len(p.last_sizes)}
-
-
-#: branch classes each axis of a computed output size is proven in, one of them uneven (not n % m == 0)
-_RUNTIME_CLASSES = 3
-_ONE_CLASS_LENGTHS = 6  # ... or, where every size tried proved, this many output lengths per axis
-
-
-def _enough(c: Candidate, p: Proof, need: int) -> bool:
-    """Proven at enough sizes: ``need`` of them, and where the graph computes an output size, on each such
-    axis in several branch classes of torch's decomposition (one with uneven windows; or, with no size failed,
-    at many output lengths) and output lengths, and
-    at a size where two such axes' lengths differ (a size tensor taken for the wrong axis shows there)."""
-    if len(p.proofs) < need:
-        return False
-    axes = [a for a, m in enumerate(c.output_size) if isinstance(m, RuntimeDim)]
-    if p.mismatch or len(axes) > 1 and not p.uneven:  # some proof where those axes' sizes differ from each other
-        return False
-    if not axes:
-        return True
-    # upsampling (n < m) takes one branch class at every size: there, many lengths and no size it failed at
-    return all(len(p.lengths.get(a, ())) >= 2 and (len(p.branches.get(a, ())) >= _RUNTIME_CLASSES and any(
-        not b[0] for b in p.branches.get(a, ())) or len(p.lengths.get(a, ())) >= _ONE_CLASS_LENGTHS and not p.last)
-        for a in axes)
-
-
-def _proofs_needed(c: Candidate) -> int:
-    """Sizes a symbolic region must be right at. Its replacement changes what it computes at every other
-    size: with metadata saying adaptive pooling one size proves the windows; from structure alone two
-    different sizes are asked for (a fixed-kernel pooling written with gathers can equal adaptive pooling at
-    one size, not at two with the same output size)."""
-    # an output size the graph computes: its length checked at several sizes, taking different branches
-    runtime = any(isinstance(m, RuntimeDim) for m in c.output_size)
-    return (1 if c.evidence != "structure" else 2) + (2 if runtime else 0)
