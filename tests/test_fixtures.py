@@ -140,3 +140,20 @@ def test_old_opsets_get_a_valid_file_with_every_target(kind, shape, size, opset,
     got = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     want = getattr(torch.nn.functional, f"adaptive_{kind}_pool{len(size)}d")(torch.from_numpy(x), size)
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("opset", [7, 8])
+@pytest.mark.parametrize("shape,size", [((1, 3, 7, 7), (3, 3)), ((1, 2, 6, 7, 5), (4, 3, 2)), ((2, 3, 12), (4,))])
+def test_float64_max_pooling_before_opset_8(shape, size, opset):
+    """onnxruntime's MaxPool-1 to -7 kernels take float only: a float64 max pooling at opset 7 was written as
+    MaxPool and failed the check (exit 5, "cannot load the patched model"); the window Gathers take it there."""
+    import torch
+    from helpers import make_leftover
+
+    result = onnxpoolfix.patch(make_leftover("max", shape, size, dtype=onnx.TensorProto.DOUBLE, opset=opset))
+    ops = {n.op_type for n in result.model.graph.node}
+    assert ("MaxPool" in ops) <= (opset >= 8)
+    x = np.random.default_rng(1).standard_normal(shape)
+    got = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    want = getattr(torch.nn.functional, f"adaptive_max_pool{len(size)}d")(torch.from_numpy(x), size).numpy()
+    np.testing.assert_array_equal(got, want)

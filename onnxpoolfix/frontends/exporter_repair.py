@@ -40,7 +40,7 @@ from onnx import TensorProto
 
 from ..graph import read_names
 from ..graph.shapes import Dim, PoolSpec, infer, model_opset
-from ..lowering.base import NO_FLOAT64_KERNEL
+from ..lowering.base import no_float64_kernel
 from .base import REPAIRED, FrontEndResult, PlanOptions
 from .exporter_pools import adaptive_output_sizes, exporter_pool_spec, standard_pools
 
@@ -61,7 +61,8 @@ def find_broken_exporter_pools(model: onnx.ModelProto,
         k, wrong = _pooled_rank(node, len(dims))
         if k is None:
             continue
-        no_kernel = target == "onnxruntime" and elem == TensorProto.DOUBLE and node.op_type in NO_FLOAT64_KERNEL
+        no_kernel = (target == "onnxruntime" and elem == TensorProto.DOUBLE
+                     and no_float64_kernel([node.op_type], opset))
         if wrong is None and no_kernel:
             wrong = f"onnxruntime has no float64 kernel for {node.op_type}"
         if wrong is None:

@@ -21,6 +21,14 @@ from .steps import CastStep, Step, emit_steps, run_cost
 
 # ops onnxruntime's CPU provider has no float64 kernel for (measured: onnxruntime 1.16-1.32)
 NO_FLOAT64_KERNEL = frozenset({"AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize"})
+# ... before the opset given (MaxPool-1 to -7 take float only: a float64 file at opset 7 failed to load; every op
+# the lowerings write forced at opsets 7-21, float64, with each target: this the only other one)
+NO_FLOAT64_KERNEL_BEFORE = {"MaxPool": 8}
+
+
+def no_float64_kernel(ops, opset: int) -> list[str]:
+    """The ops of ``ops`` onnxruntime's CPU provider has no float64 kernel for at ``opset``, sorted."""
+    return sorted(op for op in set(ops) if op in NO_FLOAT64_KERNEL or opset < NO_FLOAT64_KERNEL_BEFORE.get(op, 0))
 
 
 @dataclass(frozen=True)
@@ -104,8 +112,10 @@ class Lowering:
         if reason:
             return reason
         ops = set(self.ops(spec))
-        if compute_dtype(spec) == TensorProto.DOUBLE and ops & NO_FLOAT64_KERNEL:
-            return f"onnxruntime has no float64 kernel for {', '.join(sorted(ops & NO_FLOAT64_KERNEL))}"
+        missing = no_float64_kernel(ops, spec.opset) if compute_dtype(spec) == TensorProto.DOUBLE else []
+        if missing:
+            return f"onnxruntime has no float64 kernel for {', '.join(missing)}" + (
+                f" at opset {spec.opset}" if set(missing) & set(NO_FLOAT64_KERNEL_BEFORE) else "")
         if spec.target == "portable":
             return portable_rejection(ops, spec)
         if spec.target == "onnxruntime":

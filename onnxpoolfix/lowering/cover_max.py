@@ -28,7 +28,7 @@ from .. import windows as W
 from . import cost as C
 from .base import Lowering, axis_windows
 from .max_steps import WindowGatherStep
-from .pool import pool_rank_reason
+from .pool import pool_op_reason
 from .steps import Step, gather_cost, numel
 
 MAX_MISSED = 2  # at most this many missed elements per window (beyond it the Gather is no longer small)
@@ -150,7 +150,7 @@ class CoverMaxLowering(Lowering):
         if all(cover(a.n, a.m) is None for a in general):
             return (f"no grid fits inside the windows of {', '.join(a.describe() for a in general)} with at most "
                     f"{MAX_MISSED} missed elements per window")
-        return pool_rank_reason(spec)
+        return pool_op_reason(spec)
 
     def _steps(self, spec):
         axes = [a for a in axis_windows(spec) if not a.keep]

@@ -12,7 +12,7 @@ from onnx import TensorProto
 from .base import Lowering, axis_windows, compute_dtype, itemsize
 from .matmul import cheapest_order
 from .max_steps import MaxPoolGatherStep, WindowGatherStep
-from .pool import for_target, pool_rank_reason
+from .pool import for_target, pool_op_reason
 from .steps import (
     GatherStep,
     MatMulStep,
@@ -41,7 +41,7 @@ class _PerAxis(Lowering):
 
     def _steps(self, spec):
         axes = [a for a in axis_windows(spec) if not a.keep]
-        pools_ok = pool_rank_reason(spec) is None
+        pools_ok = pool_op_reason(spec) is None
         uniform = [a for a in axes if a.uniform and pools_ok and a.m < a.n]
         upsample = [a for a in axes if a.upsample]
         general = [a for a in axes if a not in uniform and a not in upsample]
@@ -79,9 +79,9 @@ class MixedLowering(_PerAxis):
             return "nothing to pool (every size is kept)"
         if spec.kind == "max" and any(a.general for a in axes):
             return "a max-pooled axis has non-uniform windows (that is 'pool_gather' or 'window_gather')"
-        if spec.kind == "max" and any(a.uniform for a in axes) and pool_rank_reason(spec):
+        if spec.kind == "max" and any(a.uniform for a in axes) and pool_op_reason(spec):
             # without MaxPool a uniform axis would fall to the general method, which is MatMul here
-            return pool_rank_reason(spec)
+            return pool_op_reason(spec)
         special = [a for a in axes if a.uniform or a.upsample]
         if not special:
             return "no axis has uniform windows or an integer upsample (that is plain 'matmul')"
@@ -104,7 +104,7 @@ class MaxPoolGatherLowering(_PerAxis):
             return "nothing to pool (every size is kept)"
         if not any(a.general for a in axes):
             return "no axis has non-uniform windows (that is plain 'pool' or 'resize')"
-        return pool_rank_reason(spec)
+        return pool_op_reason(spec)
 
 
 class WindowGatherLowering(_PerAxis):
@@ -118,6 +118,6 @@ class WindowGatherLowering(_PerAxis):
         axes = [a for a in axis_windows(spec) if not a.keep]
         if not axes:
             return "nothing to pool (every size is kept)"
-        if not any(a.general for a in axes) and pool_rank_reason(spec) is None:
+        if not any(a.general for a in axes) and pool_op_reason(spec) is None:
             return "no axis has non-uniform windows (that is plain 'pool' or 'resize')"
         return None

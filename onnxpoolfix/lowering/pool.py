@@ -5,16 +5,21 @@ k3 s2, 10->4 has equal lengths but uneven starts and is not uniform). See window
 """
 from __future__ import annotations
 
-from .base import Lowering, axis_windows, compute_dtype, itemsize
+from onnx import TensorProto
+
+from .base import Lowering, axis_windows, compute_dtype, itemsize, no_float64_kernel
 from .plane_pool import planes_form
 from .steps import PoolStep, Step
 
 
-def pool_rank_reason(spec) -> str | None:
+def pool_op_reason(spec) -> str | None:
+    """Why no AveragePool/MaxPool can pool ``spec``'s axes, or None."""
     if spec.ndim != spec.k + 2:
         return f"input rank {spec.ndim} is not N, C + {spec.k} spatial axes (pooling ops need that layout)"
     if spec.target == "portable" and spec.k >= 3:
         return "not portable: a 3-D pooling op (MNN crashes on 3-D AveragePool, TFLite needs TensorFlow's Flex ops)"
+    if spec.kind == "max" and compute_dtype(spec) == TensorProto.DOUBLE and no_float64_kernel(["MaxPool"], spec.opset):
+        return f"onnxruntime has no float64 kernel for MaxPool at opset {spec.opset}"
     return None
 
 
@@ -29,7 +34,7 @@ class PoolLowering(Lowering):
         bad = [a for a in axes if not a.keep and a.uniform is None]
         if bad:
             return f"axis {bad[0].describe()} has no single kernel/stride"
-        return pool_rank_reason(spec)
+        return pool_op_reason(spec)
 
     def _steps(self, spec):
         wins = tuple((a.axis, a.uniform) for a in axis_windows(spec) if not a.keep)
