@@ -200,11 +200,11 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
             lowering=d.lowering, why=d.why, ops=d.ops, evidence=s.node.evidence,
             indices="computed" if s.node.indices_output else "dropped" if s.node.unused_outputs else "none",
             rests_on_traced_shape=s.node.output in resting))
-    guarded = sum(1 for n in report.nodes if "If" in n.ops)
-    if guarded:  # measured (docs/targets.md): the converters of the runtimes beyond onnxruntime refuse them
-        notes.append(Note(f"{guarded} replaced node(s) keep NaN and inf in their windows behind an If that finite "
-                          "inputs skip, which pnnx (ncnn) and onnx2torch do not take (nor onnx2tf, around a MatMul): "
-                          f"{TARGET_PORTABLE} writes none", "if-guards", nodes=guarded))
+    ifs = sum(d.ops.count("If") for d in applied)  # the bodies' replacements too, and Ifs inside our branches
+    if ifs:  # measured (docs/targets.md): the converters of the runtimes beyond onnxruntime refuse them
+        notes.append(Note(f"OUT holds {ifs} If node(s) onnxpoolfix wrote (NaN/inf guards, which finite inputs skip), "
+                          "which pnnx (ncnn) and onnx2torch do not take (nor onnx2tf, around a MatMul): "
+                          f"{TARGET_PORTABLE} writes none", "if-guards", ifs=ifs))
     if check:
         # OUT's run for the differential check goes with the node check's (one session of OUT's cut)
         extra = ExtraRun(original[0], sorted(redefined_in(model))) if original is not None else None
