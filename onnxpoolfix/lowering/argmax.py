@@ -40,7 +40,7 @@ from .first_max_windows import (
     whole_windows_apply,
     window_positions,
 )
-from .max_steps import branch, if_branch
+from .max_steps import branch, finite_input, if_branch
 from .steps import Step, numel
 
 
@@ -219,9 +219,7 @@ def lazy_window_choice(em, w: str, kall: int | str, elem: int) -> str:
     overflowing sum only sends us down the exact branch) torch's choice is the first maximum, a plain
     ArgMax (onnxruntime's ArgMax takes the first of equal values, ``select_last_index`` 0); otherwise the
     NaN-aware choice. float16 windows are summed in float32 (a float16 sum overflows early)."""
-    summed = TensorProto.FLOAT if elem == TensorProto.FLOAT16 else elem
-    ws = em.cast(w, summed) if summed != elem else w
-    finite = em.is_finite(em.op("ReduceSum", [ws], keepdims=0), np_dtype(summed))
+    finite = finite_input(em, w, elem)
     then_branch = if_branch(em, "finite_windows", TensorProto.INT64,
                             lambda sub: sub.op("ArgMax", [w], axis=1, keepdims=1))
     else_branch = if_branch(em, "non_finite_windows", TensorProto.INT64,
