@@ -5,11 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from helpers import make_leftover
+from helpers import leftovers_in_if_branches, make_leftover
 
 import onnxpoolfix
 from onnxpoolfix.cli import main
@@ -169,23 +168,9 @@ def test_an_if_in_out_is_named_with_the_target_that_writes_none(kind: str, targe
 def test_the_if_note_counts_the_guards_written_inside_a_users_if(check: bool) -> None:
     """Leftovers inside the user's own If branches get guards too: the note counts every If onnxpoolfix wrote,
     in bodies as well (it counted the top-level replacements only: a review found it), not the user's own If."""
-    from onnx import TensorProto, helper
-
     from onnxpoolfix.graph import nodes_deep
 
-    def branch(name):
-        return helper.make_graph(
-            [helper.make_node("adaptive_avg_pool2d", ["x", "size"], [f"y_{name}"], domain="org.pytorch.aten")],
-            name, [], [helper.make_tensor_value_info(f"y_{name}", TensorProto.FLOAT, None)])
-
-    graph = helper.make_graph(
-        [helper.make_node("If", ["c"], ["y"], then_branch=branch("then"), else_branch=branch("else"), name="users")],
-        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 9]),
-              helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 5, 7])],
-        initializer=[onnx.numpy_helper.from_array(np.array([5, 7], np.int64), "size")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid("org.pytorch.aten", 1)], ir_version=8)
+    model = leftovers_in_if_branches()
     result = onnxpoolfix.patch(model, check=check)
     written = [n for n in nodes_deep(result.model.graph.node) if n.op_type == "If" and n.name != "users"]
     (note,) = [n for n in result.report.notes if n.code == "if-guards"]

@@ -13,7 +13,7 @@ import onnx
 import pytest
 from click.testing import CliRunner
 from control_flow_models import chained_modules, export_scripted, if_modules, loop_modules
-from helpers import assert_avg_close, assert_bits_equal, leftover_nodes, ort_run
+from helpers import assert_avg_close, assert_bits_equal, leftover_nodes, leftovers_in_if_branches, ort_run
 
 import onnxpoolfix
 from onnxpoolfix.cli import main
@@ -297,22 +297,9 @@ def test_a_branch_below_opset_9_in_an_ir3_file_is_valid(torch_mod):
     """A branch's new constants are Constant nodes (a body cannot take new inputs), and before opset 9 a Constant
     holds float types only: the window sums' int64 tables are float Constants cast back. onnx's full check and a
     torch on each branch judge (the top level of such a file goes to IR 4: tests/test_fixtures.py)."""
-    from onnx import TensorProto, helper
+    from onnx import TensorProto
 
-    def branch(name):
-        return helper.make_graph(
-            [helper.make_node("adaptive_avg_pool2d", ["x", "size"], [f"y_{name}"], domain="org.pytorch.aten")],
-            name, [], [helper.make_tensor_value_info(f"y_{name}", TensorProto.FLOAT, None)])
-
-    size = onnx.numpy_helper.from_array(np.array([5, 7], np.int64), "size")
-    graph = helper.make_graph(
-        [helper.make_node("If", ["c"], ["y"], then_branch=branch("then"), else_branch=branch("else"))], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 9]),
-         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("size", TensorProto.INT64, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 5, 7])], initializer=[size])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 8),
-                                                    helper.make_opsetid("org.pytorch.aten", 1)], ir_version=3)
+    model = leftovers_in_if_branches(opset=8, ir_version=3)
     result = onnxpoolfix.patch(model)
     _no_leftover_anywhere(result.model)
     onnx.checker.check_model(result.model, full_check=True)

@@ -198,3 +198,23 @@ def model_with_function() -> onnx.ModelProto:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 5, 7])])
     return helper.make_model(graph, functions=[fn], opset_imports=[
         helper.make_opsetid("", 17), helper.make_opsetid(ATEN, 1), helper.make_opsetid("local", 1)])
+
+
+def leftovers_in_if_branches(*, opset: int = 17, ir_version: int = 8) -> onnx.ModelProto:
+    """x [1, 2, 8, 9], c (bool) -> the user's If 'users', each branch one leftover adaptive_avg_pool2d of the
+    outer x to 5x7 (the size an outer initializer, listed as a graph input too below IR 4) -> y."""
+    def branch(name):
+        return helper.make_graph(
+            [helper.make_node("adaptive_avg_pool2d", ["x", "size"], [f"y_{name}"], domain=ATEN)],
+            name, [], [helper.make_tensor_value_info(f"y_{name}", TensorProto.FLOAT, None)])
+
+    size = numpy_helper.from_array(np.array([5, 7], np.int64), "size")
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 9]),
+              helper.make_tensor_value_info("c", TensorProto.BOOL, [])]
+    if ir_version < 4:
+        inputs.append(helper.make_tensor_value_info("size", TensorProto.INT64, [2]))
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch("then"), else_branch=branch("else"), name="users")],
+        "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 5, 7])], initializer=[size])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(ATEN, 1)],
+                             ir_version=ir_version)
