@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 
 from .check import ExtraRun, run_check
-from .check.bodies import body_rows, check_in_bodies
+from .check.bodies import check_in_bodies
 from .check.differential import (
     compare_with_original,
     known_right_shapes,
@@ -160,8 +160,8 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
     report.suspects = [asdict(s) for s in found.suspects]  # what a front end suspected and left, with why
     report.partial = partial_lines(found.suspects)
     notes += [WarningNote(p, "partial") for p in report.partial]  # printed first: OUT is right only where these say
-    nested = bool(mp.body_nodes)  # leftovers inside If/Loop/Scan bodies, planned with the rest
-    if not mp.nodes and not nested:
+    nested = bool(mp.in_bodies)  # leftovers inside If/Loop/Scan bodies, planned with the rest
+    if not mp.nodes:
         notes.append(NOTHING_TO_PATCH)  # after the front ends' notes: e.g. a frozen dynamo export
         return PatchResult(model, report)
     if found.inlined:
@@ -188,16 +188,16 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
     # the input file's graph without its weights, for the check of the layers after the replaced nodes
     input_light = light_copy(model) if check else None
     applied = apply_model_plan(model, mp)
-    done = [d for d in applied if d.body is None]
-    in_bodies = [d for d in applied if d.body is not None]
+    done = [d for d in applied if not d.in_body]  # (first: the top level's)
+    in_bodies = [d for d in applied if d.in_body]
     specs = [d.spec for d in done]
     resting = {r.result for r in found.regions if r.rests_on_traced}
-    for d in done:
+    for d in applied:
         s = d.spec
         report.nodes.append(NodeReport(
             name=s.node.name, op=s.node.op, kind=s.kind, encoding=s.node.encoding,
-            input_shape=list(s.input_shape), output_shape=list(s.output_shape),
-            lowering=d.lowering, why=d.why, ops=d.ops, evidence=s.node.evidence,
+            input_shape=list(s.input_shape), output_shape=list(s.output_shape), lowering=d.lowering,
+            why=d.why + (" (inside a control-flow body)" if d.in_body else ""), ops=d.ops, evidence=s.node.evidence,
             indices="computed" if s.node.indices_output else "dropped" if s.node.unused_outputs else "none",
             rests_on_traced_shape=s.node.output in resting))
     ifs = sum(d.ops.count("If") for d in applied)  # the bodies' replacements too, and Ifs inside our branches
@@ -214,7 +214,7 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
                       input_shapes=input_shapes or (traced_shapes if report.partial else None),
                       model_dir=model_dir, seed=seed, extra=extra, input_light=input_light)
         if in_bodies:
-            check_in_bodies(model, in_bodies, report, model_dir=model_dir, seed=seed)
+            check_in_bodies(model, in_bodies, report.nodes[len(done):], report, model_dir=model_dir, seed=seed)
         if original is not None:
             where = ("its static size" if not right_at else "the traced size "
                      + " ".join(f"{k}:{','.join(map(str, v))}" for k, v in right_at.items()))
@@ -225,7 +225,6 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
                               "(every tensor onnxpoolfix wrote that the rest of the graph reads, so every output)",
                               "equals-original"))
     else:
-        report.nodes.extend(body_rows(in_bodies))
         notes.append(NOT_CHECKED)
     return PatchResult(model, report)
 

@@ -10,6 +10,9 @@ from typing import Sequence
 from onnx import TensorProto
 
 Dim = int | str | None  # int: static; str: a symbolic name; None: unknown
+#: where a node's graph is: (node index, attribute index, graph index in the attribute) per level from the
+#: top-level graph down to the If/Loop/Scan body holding it; () for the top-level graph
+BodyPath = tuple[tuple[int, int, int], ...]
 
 SUPPORTED_DTYPES = {
     TensorProto.FLOAT: "float32",
@@ -69,6 +72,7 @@ class PoolNode:
     # other nodes whose outputs the lowering writes, their places left empty (the index arithmetic the dynamo
     # exporter writes after a MaxPool: the lowering writes torch's indices itself)
     replaces: tuple[int, ...] = ()
+    body: BodyPath = ()  # the graph ``index`` counts in: () the top level, else an If/Loop/Scan body
 
     @property
     def label(self) -> str:

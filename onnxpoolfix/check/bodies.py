@@ -1,8 +1,9 @@
 """The check of leftovers replaced inside If/Loop/Scan bodies (:mod:`onnxpoolfix.rewrite.bodies`): a random
 input picks one branch only, so each replaced subgraph is run ALONE, isolated from its body, on random and
 structured inputs at its own shape (for symbolic pooled axes: sizes aimed at uniform, non-uniform and
-upsampling windows) and compared with the reference. ``patched`` arguments are
-:class:`onnxpoolfix.rewrite.bodies.NestedPatch` records (path, spec, lowering, why, ops, alone)."""
+upsampling windows) and compared with the reference. ``patched`` arguments are the
+:class:`onnxpoolfix.rewrite.model.AppliedNode` records of those leftovers (spec, ..., alone), ``rows`` their
+report rows, filled in here."""
 from __future__ import annotations
 
 from math import prod
@@ -22,22 +23,21 @@ from .runner import STRUCTURED_MAX_ELEMENTS, structured_inputs
 from .sizes import WINDOW_KINDS, window_targets
 
 
-def check_in_bodies(model: onnx.ModelProto, patched: Sequence, report: PatchReport, *, model_dir, seed) -> None:
+def check_in_bodies(model: onnx.ModelProto, patched: Sequence, rows: Sequence[NodeReport], report: PatchReport, *,
+                    model_dir, seed) -> None:
     """The leftovers replaced inside If/Loop/Scan bodies: each replaced subgraph alone (a random input takes
-    one branch only), and the whole model loaded once by onnxruntime. Fills ``report``."""
+    one branch only), and the whole model loaded once by onnxruntime. Fills ``rows`` and ``report``."""
     try:
         ort_session(model, model_dir)
     except Exception as e:  # noqa: BLE001 - onnxruntime's words
         raise CheckFailedError(f"onnxruntime cannot load the patched model: {' '.join(str(e).split())[:300]}",
                                f"skip the check with {NO_CHECK} to write OUT anyway") from None
     try:
-        rows = check_nested(model, patched, seed=seed)
+        check_nested(patched, rows, seed=seed)
     except CheckFailedError as e:
-        report.nodes.extend(e.rows)
         report.checked, report.check_passed = True, False
         e.report = report
         raise
-    report.nodes.extend(rows)
     report.checked = True
     report.check_passed = report.check_passed is not False
     shapes = sum(len(r.checked_shapes) for r in rows)
@@ -70,12 +70,12 @@ def check_shapes(spec: PoolSpec) -> list[tuple[int, ...]]:
     return shapes
 
 
-def check_nested(model: onnx.ModelProto, patched: Sequence, *, seed: int = 0) -> list[NodeReport]:
-    """Run each replaced subgraph alone and compare it with the reference; the report rows, errors filled.
+def check_nested(patched: Sequence, rows: Sequence[NodeReport], *, seed: int = 0) -> None:
+    """Run each replaced subgraph alone and compare it with the reference; fills their report ``rows``.
     Raises ``CheckFailedError`` (with nothing else to say than the first failure) on a mismatch."""
     rng = np.random.default_rng(seed)
-    rows, failed = [], []
-    for p in patched:
+    failed = []
+    for p, row in zip(patched, rows):
         s = p.spec
         check = NodeCheck(s.node.name)
         isolated = p.alone
@@ -98,32 +98,15 @@ def check_nested(model: onnx.ModelProto, patched: Sequence, *, seed: int = 0) ->
                         break
                 if not check.passed:
                     break
-        row = _row(p)
         row.max_error, row.tolerance = check.max_error, check.tolerance
         row.checked_shapes = [list(x) for x in check.shapes]
-        rows.append(row)
         if not check.passed:
             failed.append(f"{s.node.label} (in a body): {check.detail}")
     if failed:
         err = CheckFailedError(f"onnxruntime check failed for {len(failed)} node(s): {failed[0]}",
                                f"this is a bug in onnxpoolfix: please report it with the model {VERBOSE}; "
                                f"{STRATEGY} can force another lowering meanwhile")
-        err.rows = rows
         raise err
-    return rows
-
-
-def _row(p) -> NodeReport:
-    s = p.spec
-    return NodeReport(name=s.node.name, op=s.node.op, kind=s.kind, encoding=s.node.encoding,
-                      input_shape=list(s.input_shape), output_shape=list(s.output_shape), lowering=p.lowering,
-                      why=p.why + " (inside a control-flow body)", ops=p.ops,
-                      indices="computed" if s.node.indices_output else "dropped" if s.node.unused_outputs else "none")
-
-
-def body_rows(patched: Sequence) -> list[NodeReport]:
-    """The report rows of leftovers replaced in bodies, unchecked."""
-    return [_row(p) for p in patched]
 
 
 def _run_alone(sess, names, spec: PoolSpec, x: np.ndarray, check) -> None:

@@ -18,7 +18,7 @@ planner may do with its nodes (lower, keep, repair, leave suspects) is said by t
 
 Leftovers inside If/Loop/Scan bodies (:mod:`.bodies`, with ``PlanOptions.patch_bodies``) are not a front
 end's specs: each belongs to a body (a path, not a top-level node index), so ``plan_model`` plans them
-apart (``ModelPlan.body_nodes``: one by one, no pyramids), after the front ends, with the top-level
+apart (``ModelPlan.in_bodies``: one by one, no pyramids), after the front ends, with the top-level
 leftovers' output types seeded (a body may pool one); the ATen front end types the bodies first (a
 top-level leftover may pool an If's untyped result).
 """

@@ -14,13 +14,14 @@ The rest of the pipeline for bodies: :mod:`onnxpoolfix.rewrite.bodies` (plan nod
 grouping; rewrite deepest bodies first) and :mod:`onnxpoolfix.check.bodies` (each replaced subgraph run
 alone: a random input picks one branch only).
 
-A body is addressed by its path from the top-level graph: (node index, attribute index, graph index
-in the attribute) per level, stable across copies of the model.
+A body is addressed by its path from the top-level graph (:data:`~onnxpoolfix.spec.BodyPath`, each found
+node's ``body``): (node index, attribute index, graph index in the attribute) per level, stable across copies
+of the model.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Iterator, Sequence
 
 import onnx
@@ -37,13 +38,11 @@ from ..graph.shapes import (
     type_dims,
     typed_spec,
 )
-from ..spec import Dim, PoolNode, PoolSpec
+from ..spec import BodyPath, Dim, PoolNode, PoolSpec
 from ..words import INPUT_SHAPES_FORM
 from .leftovers import find_pool_nodes, is_pool_leftover
 
 logger = logging.getLogger(__name__)
-
-BodyPath = tuple[tuple[int, int, int], ...]
 
 
 def _bodies(graph: onnx.GraphProto) -> Iterator[tuple[tuple[int, int, int], onnx.GraphProto]]:
@@ -106,17 +105,12 @@ def _clear_empty_types(graph: onnx.GraphProto) -> None:
             vi.ClearField("type")
 
 
-@dataclass(frozen=True)
-class NestedLeftover:
-    path: BodyPath
-    node: PoolNode
-
-
-def find_nested(model: onnx.ModelProto, opset: int) -> list[NestedLeftover]:
+def find_nested(model: onnx.ModelProto, opset: int) -> list[PoolNode]:
+    """The leftovers inside bodies, each with its ``body``."""
     found = []
     for path, body, outer in walk(model.graph):
         if any(is_pool_leftover(n) for n in body.node):
-            found += [NestedLeftover(path, n) for n in find_pool_nodes(body, opset, nested=True, scope=outer)]
+            found += [replace(n, body=path) for n in find_pool_nodes(body, opset, nested=True, scope=outer)]
     return found
 
 
@@ -177,8 +171,8 @@ def _seed_untyped_loop_state(light: onnx.ModelProto, inferred: onnx.ModelProto) 
 
 
 def body_specs(model: onnx.ModelProto, *, opset: int, target: str, outer_specs: Sequence[PoolSpec] = ()
-               ) -> list[tuple[BodyPath, PoolSpec]]:
-    """Every leftover inside a body of ``model``, as (its body's path, its spec). ``outer_specs``: the
+               ) -> list[PoolSpec]:
+    """Every leftover inside a body of ``model`` (its node's ``body`` says which). ``outer_specs``: the
     top-level leftovers, not yet replaced: their outputs' types are seeded (a body may pool one)."""
     found = find_nested(model, opset)
     if not found:
@@ -188,11 +182,10 @@ def body_specs(model: onnx.ModelProto, *, opset: int, target: str, outer_specs: 
         outer[s.node.output] = (s.dtype, s.output_shape)
         if s.node.indices_output:
             outer[s.node.indices_output] = (TensorProto.INT64, s.output_shape)
-    specs = resolve_nested(model, found, opset=opset, target=target, outer=outer)
-    return [(f.path, s) for f, s in zip(found, specs)]
+    return resolve_nested(model, found, opset=opset, target=target, outer=outer)
 
 
-def resolve_nested(model: onnx.ModelProto, found: Sequence[NestedLeftover], *, opset: int, target: str,
+def resolve_nested(model: onnx.ModelProto, found: Sequence[PoolNode], *, opset: int, target: str,
                    outer: dict[str, tuple[int, tuple[Dim, ...]]] | None = None) -> list[PoolSpec]:
     """:func:`~onnxpoolfix.graph.shapes.resolve_specs` for leftovers in bodies. ``outer``: types to seed into
     the top-level graph (the outputs of top-level leftovers not replaced yet)."""
@@ -202,21 +195,19 @@ def resolve_nested(model: onnx.ModelProto, found: Sequence[NestedLeftover], *, o
         inferred = _infer(model, seeds)
         infos: dict[BodyPath, dict] = {}
         progressed = False
-        pending = {(f.path, o) for i, f in enumerate(found) if i not in specs
-                   for o in (f.node.output, f.node.indices_output) if o}
-        for i, f in enumerate(found):
-            n = f.node
-            if i in specs or any(n.input == o for _, o in pending):  # waits for a pool it reads
+        pending = {o for i, n in enumerate(found) if i not in specs for o in (n.output, n.indices_output) if o}
+        for i, n in enumerate(found):
+            if i in specs or n.input in pending:  # waits for a pool it reads
                 continue
-            info = infos.setdefault(f.path, _scoped_info(inferred, f.path))
+            info = infos.setdefault(n.body, _scoped_info(inferred, n.body))
             elem, dims = info.get(n.input, (0, None))
             if dims is None or not elem:
                 continue
-            specs[i] = typed_spec(n, elem, dims, opset=opset, target=target, seeds=seeds.setdefault(f.path, {}))
+            specs[i] = typed_spec(n, elem, dims, opset=opset, target=target, seeds=seeds.setdefault(n.body, {}))
             progressed = True
         if len(specs) == len(found) or not progressed:
             break
-    missing = [f.node for i, f in enumerate(found) if i not in specs]
+    missing = [n for i, n in enumerate(found) if i not in specs]
     if missing:
         raise ShapeError(f"{missing[0].label} (inside an If/Loop/Scan body): the shape of its input "
                          f"'{missing[0].input}' cannot be inferred",
@@ -301,11 +292,12 @@ def type_bodies(model: onnx.ModelProto) -> bool:
     except PoolFixError as e:
         logger.debug("cannot type the leftovers in bodies yet: %s", e)
         return False
-    for f, s in zip(found, specs):
-        body = graph_at(model, f.path)
-        typed = {f.node.output: make_value_info(f.node.output, s.dtype, s.output_shape)}
-        if f.node.indices_output:
-            typed[f.node.indices_output] = make_value_info(f.node.indices_output, TensorProto.INT64, s.output_shape)
+    for s in specs:
+        n = s.node
+        body = graph_at(model, n.body)
+        typed = {n.output: make_value_info(n.output, s.dtype, s.output_shape)}
+        if n.indices_output:
+            typed[n.indices_output] = make_value_info(n.indices_output, TensorProto.INT64, s.output_shape)
         for o in body.output:
             if o.name in typed:
                 o.CopyFrom(typed.pop(o.name))

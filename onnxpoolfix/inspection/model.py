@@ -138,20 +138,20 @@ def inspect_as_written(model: onnx.ModelProto, *, target: str = "onnxruntime", s
         for path, i, n in nested_leftover_nodes(mp.model):
             result.nodes.append(_bare(n, i))
             result.nodes[-1].body = describe_path(mp.model, path)
-    for node_plan in mp.nodes if found.blocker is None else ():
+    for node_plan in mp.top_level if found.blocker is None else ():
         info = _inspect_node(node_plan, strategy)
         if node_plan.keepable:
             info.why = f"kept as it is unless it joins a pyramid ({info.why})"
         result.nodes.append(info)
     _inspect_groups(mp, result)
-    for b in mp.body_nodes:  # after the top level, as the patch writes and reports them
-        info = _inspect_node(b.node, strategy)
-        info.body = describe_path(mp.model, b.path)
+    for n in mp.in_bodies:  # after the top level, as the patch writes and reports them
+        info = _inspect_node(n, strategy)
+        info.body = describe_path(mp.model, n.spec.node.body)
         result.nodes.append(info)
-    if mp.body_nodes:
-        result.notes.append(Note(f"{len(mp.body_nodes)} leftover(s) inside If/Loop/Scan bodies: each planned alone "
+    if mp.in_bodies:
+        result.notes.append(Note(f"{len(mp.in_bodies)} leftover(s) inside If/Loop/Scan bodies: each planned alone "
                                  "(no pyramids); the patch checks each replaced subgraph alone (an input takes one "
-                                 "branch only)", "leftovers-in-bodies", count=len(mp.body_nodes)))
+                                 "branch only)", "leftovers-in-bodies", count=len(mp.in_bodies)))
     if target == "tensorrt":
         result.tensorrt = _lint(mp, result)
     return result
@@ -159,7 +159,7 @@ def inspect_as_written(model: onnx.ModelProto, *, target: str = "onnxruntime", s
 
 def _inspect_groups(mp, result: Inspection) -> None:
     """Nodes that pool the same tensor and would be planned together (onnxpoolfix/pyramid.py)."""
-    by_node = {n.spec.node.index: info for n, info in zip(mp.nodes, result.nodes)}  # (names may repeat)
+    by_node = {n.spec.node.index: info for n, info in zip(mp.top_level, result.nodes)}  # (names may repeat)
     for g in mp.groups:
         for lv in g.levels:
             info = by_node[lv.spec.node.index]

@@ -20,7 +20,7 @@ import onnx
 from ..errors import PoolFixError, UnsupportedNodeError
 from ..frontends import FRONTENDS, FrontEnd, PlanOptions
 from ..frontends.base import REPAIRED, Region, Suspect
-from ..frontends.bodies import BodyPath, body_specs, has_nested_leftovers
+from ..frontends.bodies import body_specs, has_nested_leftovers
 from ..frontends.functions import inline_functions_holding_leftovers
 from ..frontends.leftovers import is_pool_leftover
 from ..graph.shapes import PoolSpec, model_opset
@@ -35,7 +35,7 @@ from .pyramid import GroupPlan, plan_groups
 logger = logging.getLogger(__name__)
 
 __all__ = ["PlanOptions", "Found", "FoundNode", "NodePlan", "ModelPlan", "plan_model", "find", "decide",
-           "no_lowering_hint", "BodyNodePlan"]
+           "no_lowering_hint"]
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ class Found:
     """What the front ends found in a model: the first half of :func:`plan_model`, before any choice.
 
     ``model`` is the model they read (a new one where local functions holding leftovers were ``inlined``):
-    the found nodes index its graph. ``nodes`` are in front-end order, then graph order; ``bodies`` are the
-    leftovers inside If/Loop/Scan bodies (with ``PlanOptions.patch_bodies``), each with its body's path.
+    the found nodes index its graph. ``nodes`` are in front-end order, then graph order, then the leftovers
+    inside If/Loop/Scan bodies (with ``PlanOptions.patch_bodies``; each node's ``body`` says where).
     ``regions`` are the nodes some specs stand for beyond their own (a dynamo decomposition: the rest goes
     once the spec is rewritten); ``suspects`` what looked like pooling and is left, with why; ``notes`` the
     front ends' (WarningNote: a warning). ``blocker``: a front end could not read the model, and nothing is
@@ -72,7 +72,6 @@ class Found:
     inlined: list[str] = field(default_factory=list)
     leftovers: list[onnx.NodeProto] = field(default_factory=list)
     nodes: list[FoundNode] = field(default_factory=list)
-    bodies: list[tuple[BodyPath, PoolSpec]] = field(default_factory=list)
     regions: list[Region] = field(default_factory=list)
     suspects: list[Suspect] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -103,29 +102,20 @@ class NodePlan:
 
 
 @dataclass
-class BodyNodePlan:
-    """A leftover inside an If/Loop/Scan body (``path``: see :mod:`onnxpoolfix.frontends.bodies`)."""
-
-    path: BodyPath
-    node: NodePlan
-
-
-@dataclass
 class ModelPlan:
     """What the planner decided for what the front ends ``found``: the second half of :func:`plan_model`.
 
-    ``nodes`` has a :class:`NodePlan` per found top-level node (same order), ``body_nodes`` one per leftover
-    in a body (planned one by one, no pyramids; written before the top level by
-    :mod:`onnxpoolfix.rewrite.bodies`). Where the patch would go ahead, ``groups`` are the nodes planned
-    together (pyramids), ``separate`` the plans written one by one and ``kept`` the plans of optional nodes
-    whose best form is the node itself (left as they are). ``notes``: the planner's (a node that cannot run
+    ``nodes`` has a :class:`NodePlan` per found node (same order; :attr:`top_level`, then :attr:`in_bodies`:
+    planned one by one, no pyramids, written before the top level by :mod:`onnxpoolfix.rewrite.bodies`).
+    Where the patch would go ahead, ``groups`` are the top-level nodes planned together (pyramids),
+    ``separate`` the top-level plans written one by one and ``kept`` the plans of optional nodes whose best
+    form is the node itself (left as they are). ``notes``: the planner's (a node that cannot run
     as written and that no lowering fixes, left), after the front ends' (``found.notes``).
     """
 
     found: Found
     options: PlanOptions
     nodes: list[NodePlan] = field(default_factory=list)
-    body_nodes: list[BodyNodePlan] = field(default_factory=list)
     groups: list[GroupPlan] = field(default_factory=list)
     separate: list[Plan] = field(default_factory=list)
     kept: list[Plan] = field(default_factory=list)
@@ -136,9 +126,18 @@ class ModelPlan:
         return self.found.model
 
     @property
+    def top_level(self) -> list[NodePlan]:
+        return [n for n in self.nodes if not n.spec.node.body]
+
+    @property
+    def in_bodies(self) -> list[NodePlan]:
+        """The leftovers inside If/Loop/Scan bodies."""
+        return [n for n in self.nodes if n.spec.node.body]
+
+    @property
     def blocked(self) -> list[NodePlan]:
         """Nodes that must be lowered and cannot be."""
-        return [n for n in self.nodes + [b.node for b in self.body_nodes] if not n.optional and n.plan is None]
+        return [n for n in self.nodes if not n.optional and n.plan is None]
 
     @property
     def would_patch(self) -> bool:
@@ -178,7 +177,8 @@ def find(model: onnx.ModelProto, options: PlanOptions) -> Found:
     if options.patch_bodies and has_nested_leftovers(model):
         tops = [n.spec for n in found.nodes if not n.optional]
         try:
-            found.bodies = body_specs(model, opset=opset, target=options.target, outer_specs=tops)
+            found.nodes += [FoundNode(s, None) for s in body_specs(model, opset=opset, target=options.target,
+                                                                   outer_specs=tops)]
         except PoolFixError as err:
             found.blocker = err
     return found
@@ -193,9 +193,6 @@ def decide(found: Found, options: PlanOptions) -> ModelPlan:
     mp.notes = [WarningNote(f"{n.spec.node.label} cannot run as written ({n.repair}), and no exact lowering "
                             "applies: left as it is", "cannot-run-left", node=n.spec.node.label)
                 for n in mp.nodes if n.repair and n.plan is None]
-    if found.blocker is None:  # even where a top-level node is blocked: inspect lists them all
-        mp.body_nodes = [BodyNodePlan(path, _plan_node(FoundNode(s, None), options.strategy))
-                         for path, s in found.bodies]
     if mp.would_patch:
         _group(mp)
     return mp
@@ -214,16 +211,17 @@ def _plan_node(node: FoundNode, strategy: str) -> NodePlan:
 
 
 def _group(mp: ModelPlan) -> None:
-    plans = [n.plan for n in mp.nodes if n.plan is not None and not n.repair]
+    top = mp.top_level
+    plans = [n.plan for n in top if n.plan is not None and not n.repair]
     if mp.options.strategy == AUTO:
         mp.groups, rest = plan_groups(plans)
     else:  # a forced lowering is a comparison of that lowering: no grouping
         mp.groups, rest = [], plans
-    keepable = {id(n.plan) for n in mp.nodes if n.keepable}
+    keepable = {id(n.plan) for n in top if n.keepable}
     mp.kept = [p for p in rest if id(p) in keepable]
     kept = {id(p) for p in mp.kept}
     # a repaired node: neither kept (it cannot run as written) nor grouped (its why says what was repaired)
-    repaired = [n.plan for n in mp.nodes if n.plan is not None and n.repair]
+    repaired = [n.plan for n in top if n.plan is not None and n.repair]
     mp.separate = [p for p in rest if id(p) not in kept] + repaired
 
 

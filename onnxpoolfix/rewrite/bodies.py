@@ -6,52 +6,40 @@ bodies); :func:`~onnxpoolfix.rewrite.model.apply_model_plan` writes them here wi
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Sequence
 
 import onnx
 
 from ..check.runner import isolate
-from ..frontends.bodies import BodyPath, fill_untyped, graph_at, walk
+from ..frontends.bodies import fill_untyped, graph_at, walk
 from ..plan.planner import Plan
-from ..spec import PoolSpec
+from ..spec import BodyPath, PoolSpec
 from .nodes import apply_plans, drop_dead_size_constants
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class NestedPatch:
-    """One replaced leftover in a body: where, what, how."""
-
-    path: BodyPath  # where the body was found (node indices shift as outer graphs are rewritten)
-    spec: PoolSpec
-    lowering: str
-    why: str
-    ops: list[str]
-    alone: onnx.ModelProto | None  # the replacement as a model of its own (None: it reads other tensors)
-
-
-def apply_body_plans(model: onnx.ModelProto, planned: Sequence[tuple[BodyPath, Plan]]) -> list[NestedPatch]:
-    """Write each body leftover's plan into its body (in place), deepest bodies first: see the module
-    docstring. Runs before the top-level graph is rewritten (the paths index its nodes as planned);
-    :func:`finish_bodies` runs after it."""
+def apply_body_plans(model: onnx.ModelProto, plans: Sequence[Plan]
+                     ) -> list[tuple[list[str], onnx.ModelProto | None]]:
+    """Write each plan of a leftover in a body (its node's ``body``) into that body, in place, deepest bodies
+    first: see the module docstring. Runs before the top-level graph is rewritten (the paths index its nodes
+    as planned); :func:`finish_bodies` runs after it. Returns, per plan, the op types written and the
+    replacement as a model of its own (None: it reads other tensors than the pooled input), for its check."""
     by_path: dict[BodyPath, list[int]] = {}
-    for i, (path, _) in enumerate(planned):
-        by_path.setdefault(path, []).append(i)
-    done: dict[int, NestedPatch] = {}
+    for i, p in enumerate(plans):
+        by_path.setdefault(p.spec.node.body, []).append(i)
+    done: dict[int, tuple[list[str], onnx.ModelProto | None]] = {}
     for path in sorted(by_path, key=len, reverse=True):
         members = by_path[path]
         body = graph_at(model, path)
-        emitted, _ = apply_plans(model, [planned[i][1] for i in members], graph=body)
+        emitted, _ = apply_plans(model, [plans[i] for i in members], graph=body)
         view = onnx.ModelProto()  # the body as a model, to cut each replacement out of for the check
         view.ir_version = model.ir_version
         view.opset_import.extend(model.opset_import)
         view.graph.CopyFrom(body)
         for i, ops in zip(members, emitted):
-            p = planned[i][1]
-            done[i] = NestedPatch(path, p.spec, p.lowering.name, p.why, ops, isolate(view, p.spec))
-    return [done[i] for i in range(len(planned))]
+            done[i] = (ops, isolate(view, plans[i].spec))
+    return [done[i] for i in range(len(plans))]
 
 
 def finish_bodies(model: onnx.ModelProto, specs: Sequence[PoolSpec]) -> None:

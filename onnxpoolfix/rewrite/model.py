@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from ..frontends.bodies import BodyPath, fill_untyped, walk
+from ..frontends.bodies import fill_untyped, walk
 from ..graph.shapes import PoolSpec
 from ..plan.model import ModelPlan
 from ..plan.pyramid import NAME as PYRAMID
@@ -24,15 +24,20 @@ class AppliedNode:
     lowering: str
     why: str
     ops: list[str]
-    body: BodyPath | None = None  # the body it was in (None: the top-level graph)
     alone: onnx.ModelProto | None = None  # a body's replacement as a model of its own, for its check
+
+    @property
+    def in_body(self) -> bool:
+        """It was inside an If/Loop/Scan body (``spec.node.body``)."""
+        return bool(self.spec.node.body)
 
 
 def apply_model_plan(model: onnx.ModelProto, mp: ModelPlan) -> list[AppliedNode]:
     """Write ``mp``'s replacements into ``model`` (``mp.model`` or a copy of it), in place. Returns what
     replaced each node: the top-level graph's in graph order, then the bodies'."""
     # bodies first: their paths index the top-level nodes as planned
-    in_bodies = apply_body_plans(model, [(b.path, b.node.plan) for b in mp.body_nodes]) if mp.body_nodes else []
+    body_plans = [n.plan for n in mp.in_bodies]
+    in_bodies = apply_body_plans(model, body_plans) if body_plans else []
     emitted, group_ops = apply_plans(model, mp.separate, mp.groups)
     done = [AppliedNode(p.spec, p.lowering.name, p.why, ops) for p, ops in zip(mp.separate, emitted)]
     levels = [(g, lv) for g in mp.groups for lv in g.levels]
@@ -40,9 +45,10 @@ def apply_model_plan(model: onnx.ModelProto, mp: ModelPlan) -> list[AppliedNode]
     done.sort(key=lambda d: d.spec.node.index)
     if mp.found.regions:  # the rest of each replaced decomposition, where nothing reads it any more
         drop_dead_region_nodes(model, mp.found.regions)
-    if mp.body_nodes:
-        finish_bodies(model, [b.node.spec for b in mp.body_nodes])
+    if body_plans:
+        finish_bodies(model, [p.spec for p in body_plans])
     elif next(walk(model.graph), None) is not None:
         fill_untyped(model)  # a leftover torch hoisted out of a Loop left the Loop's result untyped
-    done += [AppliedNode(p.spec, p.lowering, p.why, p.ops, body=p.path, alone=p.alone) for p in in_bodies]
+    done += [AppliedNode(p.spec, p.lowering.name, p.why, ops, alone=alone)
+             for p, (ops, alone) in zip(body_plans, in_bodies)]
     return done
