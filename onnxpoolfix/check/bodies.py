@@ -2,7 +2,7 @@
 input picks one branch only, so each replaced subgraph is run ALONE, isolated from its body, on random and
 structured inputs at its own shape (for symbolic pooled axes: sizes aimed at uniform, non-uniform and
 upsampling windows) and compared with the reference. ``patched`` arguments are the
-:class:`onnxpoolfix.rewrite.model.AppliedNode` records of those leftovers (spec, ..., alone), ``rows`` their
+:class:`onnxpoolfix.rewrite.model.AppliedNode` records of those leftovers (spec, ..., body_view), ``rows`` their
 report rows, filled in here."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ..sessions import ort_session, ort_value
 from ..spec import PoolSpec
 from ..words import NO_CHECK, STRATEGY, VERBOSE
 from .compare import NodeCheck, compare
-from .runner import STRUCTURED_MAX_ELEMENTS, structured_inputs
+from .runner import STRUCTURED_MAX_ELEMENTS, isolate, structured_inputs
 from .sizes import WINDOW_KINDS, window_targets
 
 
@@ -78,7 +78,7 @@ def check_nested(patched: Sequence, rows: Sequence[NodeReport], *, seed: int = 0
     for p, row in zip(patched, rows):
         s = p.spec
         check = NodeCheck(s.node.name)
-        isolated = p.alone
+        isolated = isolate(p.body_view, s)
         if isolated is None:  # the emitted nodes read only the input and their own constants
             check.passed, check.detail = False, "its replacement reads tensors other than the pooled input"
         else:

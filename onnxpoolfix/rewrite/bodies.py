@@ -10,7 +10,6 @@ from typing import Sequence
 
 import onnx
 
-from ..check.runner import isolate
 from ..frontends.bodies import fill_untyped, graph_at, walk
 from ..plan.planner import Plan
 from ..spec import BodyPath, PoolSpec
@@ -23,8 +22,9 @@ def apply_body_plans(model: onnx.ModelProto, plans: Sequence[Plan]
                      ) -> list[tuple[list[str], onnx.ModelProto | None]]:
     """Write each plan of a leftover in a body (its node's ``body``) into that body, in place, deepest bodies
     first: see the module docstring. Runs before the top-level graph is rewritten (the paths index its nodes
-    as planned); :func:`finish_bodies` runs after it. Returns, per plan, the op types written and the
-    replacement as a model of its own (None: it reads other tensors than the pooled input), for its check."""
+    as planned); :func:`finish_bodies` runs after it. Returns, per plan, the op types written and its body as
+    written, as a model of its own (shared by the plans of one body), to cut the replacement out of for the
+    check (a body's tensors cannot be fetched from a run of the whole model)."""
     by_path: dict[BodyPath, list[int]] = {}
     for i, p in enumerate(plans):
         by_path.setdefault(p.spec.node.body, []).append(i)
@@ -33,12 +33,12 @@ def apply_body_plans(model: onnx.ModelProto, plans: Sequence[Plan]
         members = by_path[path]
         body = graph_at(model, path)
         emitted, _ = apply_plans(model, [plans[i] for i in members], graph=body)
-        view = onnx.ModelProto()  # the body as a model, to cut each replacement out of for the check
+        view = onnx.ModelProto()
         view.ir_version = model.ir_version
         view.opset_import.extend(model.opset_import)
         view.graph.CopyFrom(body)
         for i, ops in zip(members, emitted):
-            done[i] = (ops, isolate(view, plans[i].spec))
+            done[i] = (ops, view)
     return [done[i] for i in range(len(plans))]
 
 

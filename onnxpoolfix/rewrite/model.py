@@ -24,7 +24,7 @@ class AppliedNode:
     lowering: str
     why: str
     ops: list[str]
-    alone: onnx.ModelProto | None = None  # a body's replacement as a model of its own, for its check
+    body_view: onnx.ModelProto | None = None  # its body as written, as a model (the check cuts it out of it)
 
     @property
     def in_body(self) -> bool:
@@ -49,6 +49,6 @@ def apply_model_plan(model: onnx.ModelProto, mp: ModelPlan) -> list[AppliedNode]
         finish_bodies(model, [p.spec for p in body_plans])
     elif next(walk(model.graph), None) is not None:
         fill_untyped(model)  # a leftover torch hoisted out of a Loop left the Loop's result untyped
-    done += [AppliedNode(p.spec, p.lowering.name, p.why, ops, alone=alone)
-             for p, (ops, alone) in zip(body_plans, in_bodies)]
+    done += [AppliedNode(p.spec, p.lowering.name, p.why, ops, body_view=view)
+             for p, (ops, view) in zip(body_plans, in_bodies)]
     return done
