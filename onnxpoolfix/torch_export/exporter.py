@@ -38,6 +38,7 @@ from ..io import has_external_data, load_model, preflight_output, save_model
 from ..report import Note, PatchReport, WarningNote
 from ..words import EXPORT, EXPORT_TORCHSCRIPT
 from .declared import SPECIALISED_HINT, declared_dims, specialised_dims
+from .opset import KEEPS_METADATA_FROM, convert_keeping_metadata
 from .torch_check import torch_sizes, verify_against_torch
 from .translation import translation_table
 
@@ -238,6 +239,12 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             from .symbolic_sizes import symbolic_pool_sizes, symbolic_translations
 
             table = {**translation_table(), **symbolic_translations(), **user_table}
+            # below opset 18 torch's conversion drops the metadata the dynamo front end reads: done here instead
+            convert_to = kwargs.get("opset_version")
+            if convert_to is not None and convert_to < KEEPS_METADATA_FROM:
+                kwargs = {k: v for k, v in kwargs.items() if k != "opset_version"}
+            else:
+                convert_to = None
             captured = io.StringIO()
             # the exporter prints its progress (the library never does); sizes computed from symbolic ones kept
             with contextlib.redirect_stdout(captured), symbolic_pool_sizes(), _quiet_own_translations():
@@ -246,6 +253,9 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                                             external_data=external and not hasattr(f, "write"),
                                             custom_translation_table=table, **kwargs)
             logger.debug("torch.onnx.export: %s", captured.getvalue().strip())
+            if convert_to is not None:
+                convert_keeping_metadata(program, convert_to)
+                program.save(str(exported), external_data=external and not hasattr(f, "write"))
             declared = declared_dims(torch, program)
         else:
             with warnings.catch_warnings():

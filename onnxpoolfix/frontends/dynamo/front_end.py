@@ -106,9 +106,11 @@ def frozen_error(suspects: Sequence[Suspect], *, traced: bool) -> UnsupportedNod
     remedies = {s.remedy for s in frozen}
     partial = f"; {ALLOW_PARTIAL} writes the partial fix anyway"
     if STRIPPED in remedies:
-        hint = ("the file was simplified after the exporter (onnxslim and onnxsim drop the metadata that tells an "
-                "adaptive pool from a genuine one, and may rewrite a decomposition): run onnxpoolfix on the file "
-                "the exporter wrote, then simplify, or export through onnxpoolfix.export" + partial)
+        hint = ("the file lacks the dynamo exporter's node metadata, which tells an adaptive pool from a genuine "
+                "one: torch drops it converting to an opset_version below 18, onnxslim and onnxsim drop it (and may "
+                "rewrite a decomposition); run onnxpoolfix on the file the exporter wrote at opset 18 or later (its "
+                "default), before any simplifier, or export through onnxpoolfix.export, which keeps it at any "
+                "opset_version" + partial)
     elif EXPORT in remedies:
         why = next(s.why for s in frozen if s.remedy == EXPORT)
         hint = (f"no size given to onnxpoolfix decides it ({why}): export through onnxpoolfix.export, which keeps "
