@@ -16,10 +16,10 @@ from onnx import TensorProto
 from ..errors import CheckFailedError
 from ..report import NodeReport, Note, PatchReport
 from ..sessions import ort_session, ort_value
-from ..spec import PoolSpec
+from ..spec import PoolSpec, RuntimeDim, bind_runtime_sizes
 from ..words import NO_CHECK, STRATEGY, VERBOSE
 from .compare import NodeCheck, compare
-from .runner import STRUCTURED_MAX_ELEMENTS, isolate, structured_inputs
+from .runner import STRUCTURED_MAX_ELEMENTS, isolate, runtime_size_tensors, structured_inputs
 from .sizes import WINDOW_KINDS, window_targets
 
 
@@ -46,28 +46,44 @@ def check_in_bodies(model: onnx.ModelProto, patched: Sequence, rows: Sequence[No
     report.notes.append(Note(note, "bodies-checked", subgraphs=len(rows)))
 
 
-def check_shapes(spec: PoolSpec) -> list[tuple[int, ...]]:
-    """Input shapes to run a replaced body subgraph alone at: its own when static (symbolic leading dims
-    as 2: planes mixed up show), else sizes aimed at uniform, non-uniform and upsampling windows, each
-    kind on every symbolic pooled axis in turn."""
+#: (input length, output length) per window kind (uniform, non-uniform, upsampling) for an output length the
+#: graph computes at run time (a :class:`~onnxpoolfix.spec.RuntimeDim`), fed to the replacement alone
+RUNTIME_WINDOWS = ((6, 3), (7, 3), (3, 5))
+
+
+def check_shapes(spec: PoolSpec) -> list[tuple[tuple[int, ...], dict[str, np.ndarray]]]:
+    """Input shapes to run a replaced body subgraph alone at, each with the runtime output sizes to feed
+    (the size tensors by name, int64; a body leftover's is computed outside the body): its own shape when
+    static (symbolic leading dims as 2: planes mixed up show), else sizes aimed at uniform, non-uniform and
+    upsampling windows, each kind on every symbolic pooled axis in turn."""
     lead = tuple(d if isinstance(d, int) else 2 for d in spec.lead)
     if spec.static:
-        return [lead + tuple(spec.in_sizes)]
-    shapes: list[tuple[int, ...]] = []
+        return [(lead + tuple(spec.in_sizes), {})]
+    runs: list[tuple[tuple[int, ...], dict[str, np.ndarray]]] = []
     for r in range(len(WINDOW_KINDS)):
-        pooled = []
-        for j, (n, m) in enumerate(zip(spec.in_sizes, spec.out_sizes)):
-            if isinstance(n, int):
+        pooled, sizes = [], {}
+        for j, (n, m, size) in enumerate(zip(spec.in_sizes, spec.out_sizes, spec.node.output_size)):
+            kind = (r + j) % len(WINDOW_KINDS)
+            if isinstance(size, RuntimeDim):
+                n_kind, m_kind = RUNTIME_WINDOWS[kind]
+                n = n if isinstance(n, int) else n_kind
+                m = m_kind if not isinstance(n, int) or n == n_kind else (max(1, n // 2), max(1, n - 2), n + 2)[kind]
+                length = max(s.index for s in spec.node.output_size if isinstance(s, RuntimeDim)
+                             and s.tensor == size.tensor) + 1
+                t = sizes.setdefault(size.tensor, np.ones((), np.int64) if size.scalar else np.ones(length, np.int64))
+                t.reshape(-1)[size.index] = m
+                pooled.append(n)
+            elif isinstance(n, int):
                 pooled.append(n)
             elif isinstance(m, int):
-                target = window_targets(m)[WINDOW_KINDS[(r + j) % len(WINDOW_KINDS)]]
+                target = window_targets(m)[WINDOW_KINDS[kind]]
                 pooled.append(target if target is not None else 2 * m + 1)
             else:  # the output follows the input: any length
                 pooled.append((5, 7, 3)[r])
-        shape = lead + tuple(pooled)
-        if shape not in shapes:
-            shapes.append(shape)
-    return shapes
+        run = (lead + tuple(pooled), sizes)
+        if all(run[0] != s or any(not np.array_equal(v, f.get(k)) for k, v in run[1].items()) for s, f in runs):
+            runs.append(run)
+    return runs
 
 
 def check_nested(patched: Sequence, rows: Sequence[NodeReport], *, seed: int = 0) -> None:
@@ -78,7 +94,7 @@ def check_nested(patched: Sequence, rows: Sequence[NodeReport], *, seed: int = 0
     for p, row in zip(patched, rows):
         s = p.spec
         check = NodeCheck(s.node.name)
-        isolated = isolate(p.body_view, s)
+        isolated = isolate(p.body_view, s, feed_sizes=True)
         if isolated is None:  # the emitted nodes read only the input and their own constants
             check.passed, check.detail = False, "its replacement reads tensors other than the pooled input"
         else:
@@ -88,12 +104,14 @@ def check_nested(patched: Sequence, rows: Sequence[NodeReport], *, seed: int = 0
                 sess = None
                 check.passed, check.detail = False, f"does not load alone: {' '.join(str(e).split())[:200]}"
             names = [o.name for o in isolated.graph.output]
-            for shape in check_shapes(s) if sess is not None else ():
+            fed = {i.name for i in isolated.graph.input[1:]}  # runtime sizes computed outside the body
+            for shape, sizes in check_shapes(s) if sess is not None else ():
+                sizes = {k: v for k, v in sizes.items() if k in fed}
                 xs = [rng.standard_normal(shape)]
-                if prod(shape) <= STRUCTURED_MAX_ELEMENTS:
-                    xs += structured_inputs(s, shape, rng)
+                if prod(shape) <= STRUCTURED_MAX_ELEMENTS:  # (the windows of the sizes fed, where they are)
+                    xs += structured_inputs(bind_runtime_sizes(s, sizes) if sizes else s, shape, rng)
                 for x in xs:
-                    _run_alone(sess, names, s, x, check)
+                    _run_alone(sess, names, s, x, sizes, check)
                     if not check.passed:
                         break
                 if not check.passed:
@@ -109,7 +127,9 @@ def check_nested(patched: Sequence, rows: Sequence[NodeReport], *, seed: int = 0
         raise err
 
 
-def _run_alone(sess, names, spec: PoolSpec, x: np.ndarray, check) -> None:
+def _run_alone(sess, names, spec: PoolSpec, x: np.ndarray, sizes: dict[str, np.ndarray], check) -> None:
+    """One run of the replacement alone on ``x`` (``sizes``: the runtime output sizes fed), compared with the
+    reference at the output sizes of that run (fetched as the isolated model's last outputs)."""
     dt = onnx.helper.tensor_dtype_to_np_dtype(spec.dtype) if spec.dtype != TensorProto.BFLOAT16 else np.float32
     x = np.ascontiguousarray(x, dtype=dt)
     feed = x
@@ -118,7 +138,11 @@ def _run_alone(sess, names, spec: PoolSpec, x: np.ndarray, check) -> None:
 
         feed = x.astype(ml_dtypes.bfloat16)
         x = feed.astype(np.float32)
-    got = [r.numpy() for r in sess.run_with_ort_values(names, {spec.node.input: ort_value(feed)})]
-    compare(spec, x, got[0], got[1] if len(got) > 1 else None, check)
+    feeds = {spec.node.input: ort_value(feed), **{k: ort_value(v) for k, v in sizes.items()}}
+    got = [r.numpy() for r in sess.run_with_ort_values(names, feeds)]
+    runtime = runtime_size_tensors([spec])
+    bound = bind_runtime_sizes(spec, dict(zip(runtime, got[len(got) - len(runtime):])))
+    got = got[:len(got) - len(runtime)]
+    compare(bound, x, got[0], got[1] if len(got) > 1 else None, check)
     if not check.passed:
         check.detail += " (the replaced subgraph alone)"

@@ -202,20 +202,24 @@ def _half_input(model, spec: PoolSpec, x, y, idx, check: NodeCheck, before: tupl
 STRUCTURED_MAX_ELEMENTS = 1 << 22
 
 
-def isolate(model: onnx.ModelProto, spec: PoolSpec) -> onnx.ModelProto | None:
+def isolate(model: onnx.ModelProto, spec: PoolSpec, *, feed_sizes: bool = False) -> onnx.ModelProto | None:
     """The nodes computing ``spec``'s output (and indices) from its input alone, as a model of their own; None
-    when they read anything else (then only the in-model check covers the node)."""
+    when they read anything else (then only the in-model check covers the node). ``feed_sizes``: a runtime
+    output size the cut does not compute (a body leftover's, computed in an outer graph) is an int64 input of
+    the model instead (the lowering reads it through a Cast to int64), which the caller feeds: every runtime
+    size is then fed, the graph's own arithmetic for it (torch's, not the replacement) left out."""
     g = model.graph
     inits = {t.name: t for t in g.initializer}
     outs = [spec.node.output] + ([spec.node.indices_output] if spec.node.indices_output else [])
-    picked, reads = cut_nodes(g, outs, stop=[spec.node.input])
-    used = reads - {spec.node.input}
+    sizes = runtime_size_tensors([spec])
+    picked, reads = cut_nodes(g, outs, stop=[spec.node.input] + (sizes if feed_sizes else []))
+    made = {o for k in picked for o in g.node[k].output}
+    fed = [name for name in sizes if feed_sizes and name not in made]
+    used = reads - {spec.node.input} - set(fed)
     if any(name not in inits or inits[name].data_location == TensorProto.EXTERNAL for name in used):
         return None
-    made = {o for k in picked for o in g.node[k].output}
-    sizes = runtime_size_tensors([spec])
-    for name in sizes:  # the runtime output size: fetched as int64 (it is computed inside, from the input)
-        if name not in made:
+    for name in sizes:  # the runtime output size: fetched as int64 (computed inside, from the input, or fed)
+        if name not in made and name not in fed:
             return None
     nodes = [g.node[k] for k in picked]  # graph order is topological
     size_outs = []
@@ -228,7 +232,8 @@ def isolate(model: onnx.ModelProto, spec: PoolSpec) -> onnx.ModelProto | None:
         y, y_type = "onnxpoolfix_isolated_float32", TensorProto.FLOAT
         nodes.append(onnx.helper.make_node("Cast", [spec.node.output], [y], to=TensorProto.FLOAT))
     graph = onnx.helper.make_graph(
-        nodes, "isolated", [make_value_info(spec.node.input, spec.dtype, None)],
+        nodes, "isolated", [make_value_info(spec.node.input, spec.dtype, None)]
+        + [make_value_info(name, TensorProto.INT64, None) for name in fed],
         [make_value_info(y, y_type, None)]
         + ([make_value_info(spec.node.indices_output, TensorProto.INT64, None)] if spec.node.indices_output else [])
         + size_outs, initializer=[inits[n] for n in sorted(used)])

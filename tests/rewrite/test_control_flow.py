@@ -312,3 +312,57 @@ def test_a_branch_below_opset_9_in_an_ir3_file_is_valid(torch_mod):
         got = ort_run(result.model, {"x": x, "c": np.array(c)})[0]
         want = torch_mod.nn.functional.adaptive_avg_pool2d(torch_mod.from_numpy(x), (5, 7)).numpy()
         assert_avg_close(got, want, x)
+
+
+@pytest.mark.parametrize("pool", ["avg", "max"])
+def test_a_size_computed_from_the_input_outside_the_branch(torch_mod, pool):
+    """``h = x.shape[-1] // 2`` computed before an If, a branch pooling to (h, 3): the replacement reads a size
+    tensor of the outer graph, which its check alone is fed (uniform, non-uniform, upsampling). OUT matches
+    torch on both branches at sizes the test picks; a wrong reference fails the check of that node."""
+    torch = torch_mod
+    f = torch.nn.functional.adaptive_avg_pool2d if pool == "avg" else torch.nn.functional.adaptive_max_pool2d
+
+    class Half(torch.nn.Module):
+        def forward(self, x):
+            h = x.shape[-1] // 2
+            if h > 3:
+                y = f(x, [h, 3])
+            else:
+                y = f(x, [3, 3])
+            return y
+
+    module = torch.jit.script(Half())
+    exported = export_scripted(torch, module, (torch.randn(1, 3, 9, 10),), ["x"],
+                               dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}})
+    result = onnxpoolfix.patch(exported)
+    assert result.report.check_passed and all(len(n.checked_shapes) == 3 for n in result.report.nodes)
+    _no_leftover_anywhere(result.model)
+    rng = np.random.default_rng(5)
+    for shape in [(1, 3, 9, 10), (2, 3, 7, 13), (1, 3, 4, 6), (1, 3, 20, 11), (1, 3, 5, 30)]:  # h > 3 and not
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = ort_run(result.model, {"x": x})[0]
+        with torch.no_grad():
+            want = module(torch.from_numpy(x)).numpy()
+        _compare(got, want, x, pool)
+
+
+def test_the_check_of_a_fed_size_catches_a_wrong_reference(torch_mod, monkeypatch):
+    torch = torch_mod
+
+    class Half(torch.nn.Module):
+        def forward(self, x):
+            h = x.shape[-1] // 2
+            if h > 3:
+                y = torch.nn.functional.adaptive_avg_pool2d(x, [h, 3])
+            else:
+                y = torch.nn.functional.adaptive_avg_pool2d(x, [3, 3])
+            return y
+
+    exported = export_scripted(torch, torch.jit.script(Half()), (torch.randn(1, 3, 9, 10),), ["x"],
+                               dynamic_axes={"x": {2: "H", 3: "W"}})
+    from onnxpoolfix import reference
+
+    real = reference.adaptive_avg_pool
+    monkeypatch.setattr(reference, "adaptive_avg_pool", lambda x, size: real(x, size) * 1.01)
+    with pytest.raises(CheckFailedError, match="adaptive_avg_pool2d"):
+        onnxpoolfix.patch(exported)
