@@ -216,11 +216,13 @@ def resolve_nested(model: onnx.ModelProto, found: Sequence[PoolNode], *, opset: 
 
 
 def _incomplete(vi: onnx.ValueInfoProto) -> bool:
-    """Untyped (``type {}``), or a tensor without a shape: what torch writes for If/Loop results."""
+    """Untyped (``type {}``), a tensor without a shape, or a shape without an element type (an If's result
+    where one branch returns its input as it is): what torch writes for If/Loop results."""
     if not vi.HasField("type"):
         return False
     which = vi.type.WhichOneof("value")
-    return which is None or (which == "tensor_type" and not vi.type.tensor_type.HasField("shape"))
+    t = vi.type.tensor_type
+    return which is None or (which == "tensor_type" and (not t.HasField("shape") or not t.elem_type))
 
 
 def fill_untyped(model: onnx.ModelProto) -> None:

@@ -366,3 +366,30 @@ def test_the_check_of_a_fed_size_catches_a_wrong_reference(torch_mod, monkeypatc
     monkeypatch.setattr(reference, "adaptive_avg_pool", lambda x, size: real(x, size) * 1.01)
     with pytest.raises(CheckFailedError, match="adaptive_avg_pool2d"):
         onnxpoolfix.patch(exported)
+
+
+def test_a_branch_returning_its_input_as_it_is(torch_mod):
+    """torch declares such an If's result with the example's shape and no element type, which the ONNX
+    checker rejects: the file is taken (its declarations completed from inference, as for untyped body
+    outputs) and OUT, valid, matches torch on both branches."""
+    torch = torch_mod
+
+    class PoolOrNot(torch.nn.Module):
+        def forward(self, x, flag: bool):
+            if flag:
+                y = torch.nn.functional.adaptive_avg_pool2d(x, [5, 3])
+            else:
+                y = x
+            return y
+
+    module = torch.jit.script(PoolOrNot())
+    exported = export_scripted(torch, module, (torch.randn(1, 3, 9, 10), True), ["x", "flag"])
+    assert not exported.graph.output[0].type.tensor_type.elem_type  # what the test is about
+    result = onnxpoolfix.patch(exported)
+    _no_leftover_anywhere(result.model)
+    x = np.random.default_rng(0).standard_normal((1, 3, 9, 10)).astype(np.float32)
+    for flag in (True, False):
+        got = ort_run(result.model, {"x": x, "flag": np.array(flag)})[0]
+        with torch.no_grad():
+            want = module(torch.from_numpy(x), flag).numpy()
+        _compare(got, want, x, "avg")
