@@ -239,10 +239,11 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             from .symbolic_sizes import symbolic_pool_sizes, symbolic_translations
 
             table = {**translation_table(), **symbolic_translations(), **user_table}
-            # below opset 18 torch's conversion drops the metadata the dynamo front end reads: done here instead
-            convert_to = kwargs.get("opset_version")
+            # below opset 18 torch exports at 18, converts (dropping the metadata the dynamo front end reads)
+            # and optimizes: the same steps here, the metadata given back
+            convert_to, optimize = kwargs.get("opset_version"), kwargs.get("optimize", True)
             if convert_to is not None and convert_to < KEEPS_METADATA_FROM:
-                kwargs = {k: v for k, v in kwargs.items() if k != "opset_version"}
+                kwargs = {**kwargs, "opset_version": KEEPS_METADATA_FROM, "optimize": False}
             else:
                 convert_to = None
             captured = io.StringIO()
@@ -255,6 +256,8 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             logger.debug("torch.onnx.export: %s", captured.getvalue().strip())
             if convert_to is not None:
                 convert_keeping_metadata(program, convert_to)
+                if optimize:
+                    program.optimize()
                 program.save(str(exported), external_data=external and not hasattr(f, "write"))
             declared = declared_dims(torch, program)
         else:

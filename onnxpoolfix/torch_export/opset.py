@@ -4,9 +4,11 @@ torch builds the graph at opset 18 or later and converts it down with onnx's C A
 (onnxscript's own converts upward only), which drops every node's ``metadata_props``: the stack trace and module
 hierarchy that tell an adaptive pool from a genuine one. Without them the dynamo front end cannot tell a genuine
 ``MaxPool2d(2, 2)`` on symbolic H/W from an adaptive pool frozen at the traced size, and refuses (VGG at
-``opset_version=17``, measured). :func:`onnxpoolfix.export` therefore asks torch for its own opset and converts
-the same way torch does, then gives each converted node the metadata of the node of the same name (the
-converter keeps node names; a node it adds has none, as in torch's own file)."""
+``opset_version=17``, measured). :func:`onnxpoolfix.export` therefore takes torch's steps itself: the export at
+opset 18 unoptimized, this conversion, then torch's optimizer; the conversion gives each converted node the
+metadata of the node of the same name (the converter keeps node names; a node it adds has none, as in torch's
+own file). Where the converter fails, the model stays at opset 18, as torch leaves it (converting from a later
+opset instead can "succeed" with nodes left invalid at the target: measured on torchvision's MNASNet)."""
 from __future__ import annotations
 
 import logging

@@ -66,3 +66,30 @@ def test_export_below_opset_18_keeps_what_tells_the_pools_apart(tmp_path: Path, 
         with torch.no_grad():
             want = m(x).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"at {hw}")
+
+
+def test_a_graph_the_converter_cannot_take_stays_valid(tmp_path: Path) -> None:
+    """A mean over [2, 3] (ReduceMean with its axes as an input from opset 18) that onnx's converter cannot
+    take to opset 17: the file stays at opset 18 as torch leaves it, valid, and matches torch (converted from a
+    later opset, torchvision's MNASNet came out at 17 with ReduceMean-18's attributes: measured)."""
+    torch.manual_seed(0)
+
+    class MeanHead(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.pool = nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d((5, 7))
+
+        def forward(self, x):
+            y = self.conv(x)
+            return self.pool(y), y.mean([2, 3])
+
+    m, out = MeanHead().eval(), tmp_path / "mean.onnx"
+    onnxpoolfix.export(m, (torch.randn(*X),), out, opset_version=17, input_names=["x"])
+    model = onnx.load(str(out))
+    onnx.checker.check_model(model, full_check=True)
+    x = torch.randn(*X)
+    got = ort_session(model).run(None, {"x": x.numpy()})
+    with torch.no_grad():
+        want = [t.numpy() for t in m(x)]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
