@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import onnx
 
 from ..graph.shapes import apply_input_shapes, model_opset, resolve_specs
-from ..graph.size_subgraph import fold_static_sizes
+from ..graph.size_subgraph import fold_static_sizes, size_precision_error
 from ..report import WarningNote
 from ..spec import PoolSpec
 from .base import FrontEndResult, PlanOptions
@@ -25,6 +25,7 @@ def leftover_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence
         type_bodies(model)  # a top-level leftover may pool an If's result: torch leaves it untyped
     specs, notes = bind_and_resolve(model, nodes, opset=opset, target=options.target,
                                     input_shapes=options.input_shapes, keep_input_shapes=options.keep_input_shapes)
+    size_precision_error(model, specs)  # a computed size in float32 that torch computes otherwise: refused
     return FrontEndResult(fold_static_sizes(model, specs), notes)
 
 

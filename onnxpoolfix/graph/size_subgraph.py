@@ -77,3 +77,100 @@ def fold_static_sizes(model: onnx.ModelProto, specs: list) -> list:
         out.append(replace(s, node=replace(s.node, output_size=tuple(sizes)),
                            output_shape=tuple(s.output_shape[:lead]) + tuple(sizes)))
     return out
+
+
+#: input lengths the float32 size arithmetic is compared with torch's double at (a count, never a time)
+PRECISION_N = 2048
+_FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+
+
+def in_double(sub: onnx.ModelProto) -> onnx.ModelProto | None:
+    """``sub`` (a :func:`size_subgraph`) with its floating-point arithmetic in float64, as torch computes a size
+    from ``scale_factor`` (Python floats): each Cast to a float type casts to double, each float constant is the
+    double its shortest decimal reads as (the literal the exporter rounded to float32: 0.7, not 0.699999988).
+    None where it computes nothing in floating point."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    def widen(t: onnx.TensorProto) -> onnx.TensorProto | None:
+        if t.data_type not in _FLOATS:
+            return None
+        a = numpy_helper.to_array(t).astype(np.float32)
+        wide = [float(str(np.float32(v))) for v in a.reshape(-1).tolist()]  # str: the shortest decimal
+        return numpy_helper.from_array(np.array(wide, np.float64).reshape(a.shape), t.name)
+
+    out = onnx.ModelProto()
+    out.CopyFrom(sub)
+    changed = False
+    for node in out.graph.node:
+        for a in node.attribute:
+            if node.op_type == "Cast" and a.name == "to" and a.i in _FLOATS:
+                a.i, changed = onnx.TensorProto.DOUBLE, True
+            elif node.op_type == "Constant" and a.name == "value" and (w := widen(a.t)) is not None:
+                a.t.CopyFrom(w)
+                changed = True
+            elif node.op_type == "Constant" and a.name == "value_float":
+                node.attribute.remove(a)
+                node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(
+                    np.array(float(str(np.float32(a.f))), np.float64))))
+                changed = True
+                break
+    for i, t in enumerate(out.graph.initializer):
+        if (w := widen(t)) is not None:
+            out.graph.initializer[i].CopyFrom(w)
+            changed = True
+    return out if changed else None
+
+
+def size_precision_error(model: onnx.ModelProto, specs: list) -> None:
+    """Raise :class:`~onnxpoolfix.errors.UnsupportedNodeError` where a computed output size (a
+    :class:`~onnxpoolfix.spec.RuntimeDim`) comes out of the graph's float32 arithmetic other than torch's double
+    arithmetic gives it, at some input length up to :data:`PRECISION_N` (the bound one where the input is
+    bound). Both exporters write ``Cast(Shape(x)[2], float) * 0.7`` for ``scale_factor=0.7``, where torch
+    computes ``floor(90 * 0.7) = 62`` in double and the file 63: the replaced pool would be exact at the
+    file's size, and that size wrong at one n in ten. Two readings that differ: refused."""
+    import numpy as np
+
+    from ..errors import UnsupportedNodeError
+    from ..sessions import ort_session
+    from ..spec import RuntimeDim
+
+    for s in specs:
+        for tensor in dict.fromkeys(e.tensor for e in s.node.output_size if isinstance(e, RuntimeDim)):
+            sub = size_subgraph(model, tensor, s.node.input, s.dtype)
+            wide = in_double(sub) if sub is not None else None
+            if wide is None:
+                continue
+            try:
+                file, torch_like = ort_session(sub), ort_session(wide)
+            except Exception:  # noqa: BLE001 - not a subgraph onnxruntime takes alone: nothing to compare
+                continue
+            lead = s.ndim - s.k
+            dt = np.float32 if s.dtype == onnx.TensorProto.BFLOAT16 else helper.tensor_dtype_to_np_dtype(s.dtype)
+            for j, e in enumerate(s.node.output_size):
+                if not isinstance(e, RuntimeDim) or e.tensor != tensor:
+                    continue
+                n_in = s.in_sizes[j]
+                lengths = [n_in] if isinstance(n_in, int) else range(1, PRECISION_N + 1)
+                differ = []
+                for n in lengths:
+                    shape = [d if isinstance(d, int) else 1 for d in s.input_shape[:lead]]
+                    shape += [d if isinstance(d, int) else 7 for d in s.in_sizes]
+                    shape[lead + j] = n
+                    x = {s.node.input: np.zeros(shape, dt)}
+                    try:
+                        a, b = (int(np.asarray(sess.run(None, x)[0]).reshape(-1)[e.index])
+                                for sess in (file, torch_like))
+                    except Exception:  # noqa: BLE001 - a length the size arithmetic refuses: not compared
+                        continue
+                    if a != b:
+                        differ.append((n, a, b))
+                if differ:
+                    n, a, b = differ[0]
+                    more = f" and {len(differ) - 1} more up to {lengths[-1]}" if len(differ) > 1 else ""
+                    raise UnsupportedNodeError(
+                        f"{s.node.label}: the exporter computes its output size '{tensor}' in float32, torch in "
+                        f"double, and they differ: at length {n} on axis {lead + j} the file's size is {a}, "
+                        f"torch's {b}{more}",
+                        "give the pool an integer size (F.interpolate(size=...)) or a scale_factor exact in "
+                        "float32 (0.5, 0.25, 0.75, ...), then export again: the two then agree at every length")

@@ -64,3 +64,19 @@ def test_a_none_entry_of_a_max_pool_stays_dynamic(tmp_path: Path):
         with torch.no_grad():
             got = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
             np.testing.assert_allclose(got, module(x).numpy(), rtol=1e-5, atol=1e-6)  # (the Conv rounds)
+
+
+@pytest.mark.parametrize("route", ["onnxpoolfix.export", "torch.onnx.export then patch"])
+def test_a_size_torch_computes_in_double_otherwise_is_refused(route, tmp_path: Path):
+    """scale_factor=0.7: both exporters compute the size in float32 (90 x 0.7 -> 63) where torch computes
+    62 in double; never a file whose output has the wrong size at such lengths."""
+    module, out = Area(0.7), tmp_path / "area.onnx"
+    dims = {"x": {2: Dim("H", min=2, max=400), 3: Dim("W", min=3, max=400)}}
+    assert module(torch.zeros(1, 1, 90, 5)).shape[2] == 62  # torch's own arithmetic, the premise
+    with pytest.raises(onnxpoolfix.PoolFixError, match="float32"):
+        if route == "onnxpoolfix.export":
+            onnxpoolfix.export(module, (torch.randn(1, 3, 20, 17),), out, dynamic_shapes=dims)
+        else:
+            torch.onnx.export(module, (torch.randn(1, 3, 20, 17),), str(out), dynamo=True, dynamic_shapes=dims)
+            onnxpoolfix.patch(onnx.load(out), traced_shapes={"x": [1, 3, 20, 17]})
+    assert route != "onnxpoolfix.export" or not out.exists()

@@ -35,6 +35,7 @@ from ...errors import ShapeError, UnsupportedNodeError
 from ...graph import nodes_deep, subgraphs
 from ...graph.emit import EMITTED_BY
 from ...graph.shapes import model_opset, output_shape
+from ...graph.size_subgraph import size_precision_error
 from ...report import RESTS_ON_TRACED, Note, WarningNote
 from ...spec import PoolNode, PoolSpec
 from ...words import ALLOW_PARTIAL, TRACED_SHAPES_FORM
@@ -87,7 +88,7 @@ def region_notes(regions: Sequence[Region], suspects: Sequence[Suspect], *, boun
         out.append(WarningNote(
             f"{frozen} adaptive pooling region{'s' if frozen != 1 else ''} under symbolic sizes "
             f"stay{'s' if frozen == 1 else ''} frozen at the export's traced size (wrong or crashing at "
-            "other sizes)" + (": no size given to onnxpoolfix decides what they are" if not sized else
+            "other sizes)" + (": a traced size, given or not, does not decide what they are" if not sized else
                               ", not proven at the given traced size either" if bound else
                               f": give that size with {TRACED_SHAPES_FORM} so onnxpoolfix can "
                               f"prove and replace {'them' if frozen != 1 else 'it'}"), "regions-left-frozen",
@@ -113,7 +114,7 @@ def frozen_error(suspects: Sequence[Suspect], *, traced: bool) -> UnsupportedNod
                 "opset_version" + partial)
     elif EXPORT in remedies:
         why = next(s.why for s in frozen if s.remedy == EXPORT)
-        hint = (f"no size given to onnxpoolfix decides it ({why}): export through onnxpoolfix.export, which keeps "
+        hint = (f"no traced size would decide it ({why}): export through onnxpoolfix.export, which keeps "
                 "every adaptive pool's output size" + partial)
     else:
         what = ("the given traced size did not prove them (is it the export call's example input?); give it with "
@@ -273,6 +274,7 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
         findings.specs.append(PoolSpec(pn, c.x_shape, output_shape(pn, c.x_shape), c.elem, opset, target))
         findings.regions.append(Region(c.result, c.pooled, outs, reads, c.evidence, c.output_size,
                                        tuple(p.proven_at), len(c.region)))
+    size_precision_error(model, findings.specs)  # a computed size in float32 that torch computes otherwise
     return findings
 
 

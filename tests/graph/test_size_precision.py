@@ -1,0 +1,69 @@
+"""Output sizes the exporter computes in float32 (``F.interpolate(x, scale_factor=s, mode="area")`` under dynamic
+H/W: ``Floor(Cast(Shape(x)[2], float) * s)``) where torch computes them in double: at 90 x 0.7 torch's size is
+62 (90 * 0.7 = 62.99999999999999), the file's 63. Where the two differ at some length the file is refused;
+where they agree, OUT matches torch. The expected sizes come from torch itself."""
+from __future__ import annotations
+
+import contextlib
+import io
+
+import numpy as np
+import pytest
+from helpers import ort_run
+
+import onnxpoolfix
+from onnxpoolfix.errors import UnsupportedNodeError
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+
+def _area(scale: float, dynamic: bool = True):
+    import onnx
+
+    class Area(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.interpolate(x, scale_factor=scale, mode="area")
+
+    f = io.BytesIO()
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        torch.onnx.export(Area(), (torch.randn(1, 2, 20, 20),), f, dynamo=False, opset_version=17, input_names=["x"],
+                          operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH,
+                          dynamic_axes={"x": {2: "H", 3: "W"}} if dynamic else None)
+    return Area(), onnx.load_from_string(f.getvalue())
+
+
+def _torch_size(module, n: int) -> int:
+    return module(torch.zeros(1, 1, n, 5)).shape[2]
+
+
+def test_a_size_torch_computes_otherwise_is_refused():
+    module, model = _area(0.7)
+    assert _torch_size(module, 90) == 62  # torch's own arithmetic, the premise
+    with pytest.raises(UnsupportedNodeError, match="float32"):
+        onnxpoolfix.patch(model)
+    with pytest.raises(UnsupportedNodeError, match="float32"):  # bound where they differ
+        onnxpoolfix.patch(model, input_shapes={"x": [1, 2, 90, 90]})
+
+
+@pytest.mark.parametrize("scale", [0.6, 1 / 3, 0.5])
+def test_a_size_both_compute_alike_is_exact(scale):
+    module, model = _area(scale)
+    out = onnxpoolfix.patch(model).model
+    rng = np.random.default_rng(0)
+    for n in (90, 97, 20, 3, 171):
+        x = rng.standard_normal((1, 2, n, n + 7)).astype(np.float32)
+        got = ort_run(out, {"x": x})[0]
+        with torch.no_grad():
+            want = module(torch.from_numpy(x)).numpy()
+        assert got.shape == want.shape, (n, got.shape, want.shape)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_bound_where_both_agree_is_exact():
+    module, model = _area(0.7)
+    out = onnxpoolfix.patch(model, input_shapes={"x": [1, 2, 91, 30]}).model  # 63 and 21: torch's too
+    x = np.random.default_rng(1).standard_normal((1, 2, 91, 30)).astype(np.float32)
+    with torch.no_grad():
+        want = module(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(ort_run(out, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
