@@ -364,7 +364,11 @@ def resolve_specs(model: onnx.ModelProto, nodes: Sequence[PoolNode], *, opset: i
     missing = [n for n in nodes if n.index not in specs]
     if missing:
         n = missing[0]
-        raise ShapeError(
+        static = all(d is not None and not isinstance(d, str) for i in model.graph.input
+                     for d in (type_dims(i.type)[1] or (None,)))
+        raise ShapeError(  # every input static already: binding them again is no advice
             f"{n.label}: the shape of its input '{n.input}' cannot be inferred",
-            f"give the graph inputs' shapes with {INPUT_SHAPES_FORM}")
+            f"give the graph inputs' shapes with {INPUT_SHAPES_FORM}" if not static else
+            "onnx's shape inference cannot follow the graph to it although every input's shape is known (a "
+            "Loop's result whose shape changes across iterations, say): such a pool is not supported")
     return [specs[n.index] for n in nodes]
