@@ -393,3 +393,27 @@ def test_a_branch_returning_its_input_as_it_is(torch_mod):
         with torch.no_grad():
             want = module(torch.from_numpy(x), flag).numpy()
         _compare(got, want, x, "avg")
+
+
+def test_a_pool_of_a_loop_result_growing_per_iteration_is_refused_without_useless_advice(torch_mod):
+    """The pooled tensor doubles along H at each of a data-dependent number of iterations: onnx's inference
+    cannot give it a shape, with the inputs bound or not. Refused (no file); once bound, the hint does not
+    advise binding again."""
+    torch = torch_mod
+    from onnxpoolfix.errors import ShapeError
+
+    class LoopGrow(torch.nn.Module):
+        def forward(self, x):
+            y = x
+            for _ in range(int(x.shape[2]) % 3 + 1):
+                y = torch.cat([y, y], 2)
+            return torch.nn.functional.adaptive_avg_pool2d(y, [3, 5])
+
+    exported = export_scripted(torch, LoopGrow(), (torch.randn(1, 3, 9, 7),), ["x"],
+                               dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}})
+    with pytest.raises(ShapeError) as free:
+        onnxpoolfix.patch(exported)
+    assert "input_shapes" in free.value.hint  # symbolic inputs: binding them is the advice
+    with pytest.raises(ShapeError) as bound:
+        onnxpoolfix.patch(exported, input_shapes={"x": [1, 3, 9, 7]})
+    assert "input_shapes" not in (bound.value.hint or "")
