@@ -369,6 +369,6 @@ def resolve_specs(model: onnx.ModelProto, nodes: Sequence[PoolNode], *, opset: i
         raise ShapeError(  # every input static already: binding them again is no advice
             f"{n.label}: the shape of its input '{n.input}' cannot be inferred",
             f"give the graph inputs' shapes with {INPUT_SHAPES_FORM}" if not static else
-            "onnx's shape inference cannot follow the graph to it although every input's shape is known (a "
-            "Loop's result whose shape changes across iterations, say): such a pool is not supported")
+            "onnx's shape inference cannot follow the graph to it although every input's shape is known (an op "
+            "of another domain, a Loop's result changing shape across iterations): such a pool is not supported")
     return [specs[n.index] for n in nodes]
