@@ -29,6 +29,10 @@ from .search import range_limit
 
 ENCODING = "dynamo"  # the encoding reported for these regions
 FOLLOWS_INPUT = "its output size is not static"  # (None, m): an output axis that follows the input
+POOLS_NO_AXIS = "it pools no axis"
+#: why a suspect is right as written at every size (an identity); any other suspect under symbolic sizes is
+#: torch's decomposition frozen at the traced size
+KEPT_AS_WRITTEN = frozenset({POOLS_NO_AXIS})
 
 #: ops a decomposition's data path goes through (torch 2.13 + onnxscript 0.7 wrote these; the proof is
 #: what makes a region safe, this list only bounds the search)
@@ -296,7 +300,7 @@ def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info, r
         else:
             return FOLLOWS_INPUT
     if all(isinstance(m, InputDim) for m in sizes):
-        return "it pools no axis"
+        return POOLS_NO_AXIS
     if any(isinstance(d, int) and d < 1 for d in x_shape):
         return "its input has an empty axis"
     return k, tuple(x_shape), tuple(y_shape), x_elem, tuple(sizes)

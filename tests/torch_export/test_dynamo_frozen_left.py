@@ -1,0 +1,74 @@
+"""Plain dynamo exports under symbolic H/W whose adaptive pool no region of the front end models: never
+"nothing to patch" or a partial patch with the pool left frozen at the traced size (wrong or crashing at other
+sizes, shown here against torch); refused, while onnxpoolfix.export (which keeps the pools) is exact."""
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import onnxpoolfix
+from onnxpoolfix.errors import UnsupportedNodeError
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxscript")
+nn = torch.nn
+pytestmark = pytest.mark.torch
+
+
+class ChannelsLast(nn.Module):
+    """A pool of a permuted tensor (a linear layer on channels-last features, then NCHW)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear, self.pool = nn.Linear(4, 3), nn.AdaptiveAvgPool2d((5, 3))
+
+    def forward(self, x):
+        return self.pool(self.linear(x).permute(0, 3, 1, 2))
+
+
+def chained() -> nn.Module:
+    return nn.Sequential(nn.AdaptiveAvgPool2d((9, 7)), nn.AdaptiveAvgPool2d((4, 3))).eval()
+
+
+CASES = {"channels_last": (ChannelsLast, (1, 37, 23, 4), (1, 64, 64, 4), {1: "H", 2: "W"}),
+         "chained": (chained, (1, 3, 37, 23), (1, 3, 64, 64), {2: "H", 3: "W"})}
+
+
+def _dims(axes):
+    return ({a: torch.export.Dim(n, min=16, max=200) for a, n in axes.items()},)  # (positional: Sequential's
+    # argument is named input)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_file_torch_writes_is_refused(name, tmp_path: Path):
+    make, traced, other, axes = CASES[name]
+    m, path = make().eval(), tmp_path / "in.onnx"
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.onnx.export(m, (torch.randn(*traced),), str(path), dynamo=True, input_names=["x"],
+                          dynamic_shapes=_dims(axes))
+    x = torch.randn(*other)  # the premise: torch's file is wrong (or crashes) away from the traced size
+    try:
+        got = ort.InferenceSession(str(path)).run(None, {"x": x.numpy()})[0]
+        assert not np.allclose(got, m(x).detach().numpy(), atol=1e-4)
+    except Exception as e:  # noqa: BLE001 - onnxruntime's out-of-bounds Gather
+        assert "out of bounds" in str(e) or "invalid" in str(e).lower(), e
+    with pytest.raises(UnsupportedNodeError, match="frozen"):
+        onnxpoolfix.patch(onnx.load(str(path)), traced_shapes={"x": list(traced)})
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_export_keeps_them_and_is_exact(name, tmp_path: Path):
+    make, traced, other, axes = CASES[name]
+    m, out = make().eval(), tmp_path / "out.onnx"
+    onnxpoolfix.export(m, (torch.randn(*traced),), out, input_names=["x"], dynamic_shapes=_dims(axes))
+    sess = ort.InferenceSession(str(out))
+    for shape in (traced, other, tuple(d + 3 if i in axes else d for i, d in enumerate(traced))):
+        x = torch.randn(*shape)
+        np.testing.assert_allclose(sess.run(None, {"x": x.numpy()})[0], m(x).detach().numpy(), rtol=1e-5, atol=1e-6)
