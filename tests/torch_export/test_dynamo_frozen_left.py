@@ -37,6 +37,10 @@ def chained() -> nn.Module:
     return nn.Sequential(nn.AdaptiveAvgPool2d((9, 7)), nn.AdaptiveAvgPool2d((4, 3))).eval()
 
 
+def chained_1d() -> nn.Module:
+    return nn.Sequential(nn.AdaptiveAvgPool1d(9), nn.AdaptiveAvgPool1d(4)).eval()
+
+
 CASES = {"channels_last": (ChannelsLast, (1, 37, 23, 4), (1, 64, 64, 4), {1: "H", 2: "W"}),
          "chained": (chained, (1, 3, 37, 23), (1, 3, 64, 64), {2: "H", 3: "W"})}
 
@@ -61,6 +65,26 @@ def test_the_file_torch_writes_is_refused(name, tmp_path: Path):
         assert "out of bounds" in str(e) or "invalid" in str(e).lower(), e
     with pytest.raises(UnsupportedNodeError, match="frozen"):
         onnxpoolfix.patch(onnx.load(str(path)), traced_shapes={"x": list(traced)})
+    with pytest.raises(UnsupportedNodeError, match="frozen"):  # nor without the traced size
+        onnxpoolfix.patch(onnx.load(str(path)))
+
+
+def test_a_chain_is_never_taken_for_one_pool_proven_where_planes_hold_one_element(tmp_path: Path):
+    """Two chained 1-D pools (torch decomposes the first with windows computed from the symbolic length) were
+    taken whole for one pool L -> 4, "proven" at L = 1, where every average of one element is that element:
+    OUT was wrong at every length, the traced one included. Now patched exactly or refused, never wrong."""
+    m, path = chained_1d(), tmp_path / "in.onnx"
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.onnx.export(m, (torch.randn(2, 3, 37),), str(path), dynamo=True, input_names=["x"],
+                          dynamic_shapes=({2: torch.export.Dim("L", min=2, max=200)},))
+    try:
+        out = onnxpoolfix.patch(onnx.load(str(path))).model
+    except UnsupportedNodeError:
+        return
+    sess = ort.InferenceSession(out.SerializeToString())
+    for n in (37, 8, 64, 5):
+        x = torch.randn(2, 3, n)
+        np.testing.assert_allclose(sess.run(None, {"x": x.numpy()})[0], m(x).numpy(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", list(CASES))
