@@ -60,14 +60,14 @@ def check_shapes(spec: PoolSpec) -> list[tuple[tuple[int, ...], dict[str, np.nda
     if spec.static:
         return [(lead + tuple(spec.in_sizes), {})]
     runs: list[tuple[tuple[int, ...], dict[str, np.ndarray]]] = []
+    seen: list = []  # (shape, sizes) of the runs so far
     for r in range(len(WINDOW_KINDS)):
         pooled, sizes = [], {}
         for j, (n, m, size) in enumerate(zip(spec.in_sizes, spec.out_sizes, spec.node.output_size)):
             kind = (r + j) % len(WINDOW_KINDS)
-            if isinstance(size, RuntimeDim):
-                n_kind, m_kind = RUNTIME_WINDOWS[kind]
-                n = n if isinstance(n, int) else n_kind
-                m = m_kind if not isinstance(n, int) or n == n_kind else (max(1, n // 2), max(1, n - 2), n + 2)[kind]
+            if isinstance(size, RuntimeDim):  # a static length of another size gets an m of that kind for it
+                n, m = RUNTIME_WINDOWS[kind] if n in (None, RUNTIME_WINDOWS[kind][0]) or isinstance(n, str) else \
+                    (n, (max(1, n // 2), max(1, n - 2), n + 2)[kind])
                 length = max(s.index for s in spec.node.output_size if isinstance(s, RuntimeDim)
                              and s.tensor == size.tensor) + 1
                 t = sizes.setdefault(size.tensor, np.ones((), np.int64) if size.scalar else np.ones(length, np.int64))
@@ -80,9 +80,11 @@ def check_shapes(spec: PoolSpec) -> list[tuple[tuple[int, ...], dict[str, np.nda
                 pooled.append(target if target is not None else 2 * m + 1)
             else:  # the output follows the input: any length
                 pooled.append((5, 7, 3)[r])
-        run = (lead + tuple(pooled), sizes)
-        if all(run[0] != s or any(not np.array_equal(v, f.get(k)) for k, v in run[1].items()) for s, f in runs):
-            runs.append(run)
+        shape = lead + tuple(pooled)
+        key = (shape, sorted((k, v.tolist()) for k, v in sizes.items()))
+        if key not in seen:
+            seen.append(key)
+            runs.append((shape, sizes))
     return runs
 
 

@@ -26,7 +26,7 @@ from onnx import TensorProto, helper
 
 from .. import windows as W
 from ..graph.emit import Emitter, np_dtype
-from ..graph.size_subgraph import size_subgraph
+from ..graph.size_subgraph import size_subgraph, sizes_at_lengths
 from ..lowering.base import compute_dtype
 from ..lowering.dynamic import runtime_pooling_matrices_t, runtime_size_matrix_t
 from ..lowering.runtime_windows import runtime_window_table, runtime_window_tables
@@ -195,14 +195,10 @@ def yielded_sizes(model: onnx.ModelProto, spec: PoolSpec, j: int, n_max: int) ->
     dt = np.float32 if spec.dtype == TensorProto.BFLOAT16 else np_dtype(spec.dtype)
     pairs = set()
     for other in (7, 23):
-        for n in range(1, n_max + 1):
-            shape = [1] * lead + [other] * spec.k
-            shape[lead + j] = n
-            try:
-                (value,) = sess.run(None, {x: np.zeros(shape, dt)})
-            except Exception:  # noqa: BLE001
+        for n, m in sizes_at_lengths(sess, x, dt, [1] * lead + [other] * spec.k, lead + j, size.index,
+                                     range(1, n_max + 1)):
+            if m is None:
                 return None
-            m = int(np.asarray(value).reshape(-1)[size.index])
             if m >= 1:
                 pairs.add((n, m))
     return sorted(pairs)

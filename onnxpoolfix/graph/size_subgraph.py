@@ -79,6 +79,23 @@ def fold_static_sizes(model: onnx.ModelProto, specs: list) -> list:
     return out
 
 
+def sizes_at_lengths(sess, x: str, dtype, base: list[int], axis: int, index: int, lengths):
+    """Entry ``index`` of the size a :func:`size_subgraph` session computes with its input ``x`` (numpy
+    ``dtype``) of shape ``base`` whose ``axis`` takes each length in ``lengths``: ``(n, size)`` pairs, ``size``
+    None where the subgraph fails at that length."""
+    import numpy as np
+
+    for n in lengths:
+        shape = list(base)
+        shape[axis] = n
+        try:
+            (value,) = sess.run(None, {x: np.zeros(shape, dtype)})
+        except Exception:  # noqa: BLE001 - a length the size arithmetic refuses
+            yield n, None
+            continue
+        yield n, int(np.asarray(value).reshape(-1)[index])
+
+
 #: input lengths the float32 size arithmetic is compared with torch's double at (a count, never a time)
 PRECISION_N = 2048
 _FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
@@ -152,19 +169,11 @@ def size_precision_error(model: onnx.ModelProto, specs: list) -> None:
                     continue
                 n_in = s.in_sizes[j]
                 lengths = [n_in] if isinstance(n_in, int) else range(1, PRECISION_N + 1)
-                differ = []
-                for n in lengths:
-                    shape = [d if isinstance(d, int) else 1 for d in s.input_shape[:lead]]
-                    shape += [d if isinstance(d, int) else 7 for d in s.in_sizes]
-                    shape[lead + j] = n
-                    x = {s.node.input: np.zeros(shape, dt)}
-                    try:
-                        a, b = (int(np.asarray(sess.run(None, x)[0]).reshape(-1)[e.index])
-                                for sess in (file, torch_like))
-                    except Exception:  # noqa: BLE001 - a length the size arithmetic refuses: not compared
-                        continue
-                    if a != b:
-                        differ.append((n, a, b))
+                base = [d if isinstance(d, int) else 1 for d in s.input_shape[:lead]]
+                base += [d if isinstance(d, int) else 7 for d in s.in_sizes]
+                runs = [sizes_at_lengths(sess, s.node.input, dt, base, lead + j, e.index, lengths)
+                        for sess in (file, torch_like)]
+                differ = [(n, a, b) for (n, a), (_, b) in zip(*runs) if a is not None and b is not None and a != b]
                 if differ:
                     n, a, b = differ[0]
                     more = f" and {len(differ) - 1} more up to {lengths[-1]}" if len(differ) > 1 else ""
