@@ -137,7 +137,7 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int
             shape.dim.add().dim_value = int(n)
 
 
-def infer(model: onnx.ModelProto, seeds: Mapping[str, tuple[int, tuple[Dim, ...]]] = {}
+def infer(model: onnx.ModelProto, seeds: Mapping[str, tuple[int, tuple[Dim, ...]]] = {}, *, declared: bool = True
           ) -> dict[str, tuple[int, tuple[Dim, ...] | None]]:
     """Type and shape of every tensor that onnx can infer, with ``seeds`` forced for the given names.
 
@@ -146,11 +146,12 @@ def infer(model: onnx.ModelProto, seeds: Mapping[str, tuple[int, tuple[Dim, ...]
     declarations of tensors that standard ops produce are dropped before inference (onnx recomputes them
     from the inputs) and only fill the gaps it leaves: a dim onnx knows, as a value or a symbol, wins over
     the declared one. Outputs of other domains' nodes (aten leftovers, custom ops) keep their declarations,
-    which inference cannot derive and needs to get past them.
+    which inference cannot derive and needs to get past them. ``declared=False``: onnx's answer alone, for
+    claims that rest on a dim being fixed (a dim it leaves unknown stays unknown).
     """
     light = light_copy(model)
     g = light.graph
-    declared = {vi.name: type_dims(vi.type) for vi in list(g.value_info) + list(g.output)}
+    declared_types = {vi.name: type_dims(vi.type) for vi in list(g.value_info) + list(g.output)} if declared else {}
     standard = {o for n in g.node if n.domain in ("", "ai.onnx") for o in n.output if o}
     kept = [vi for vi in g.value_info if vi.name not in standard]
     del g.value_info[:]
@@ -168,7 +169,7 @@ def infer(model: onnx.ModelProto, seeds: Mapping[str, tuple[int, tuple[Dim, ...]
         elem, dims = type_dims(vi.type)
         if elem:
             out[vi.name] = (elem, dims)
-    for name, (elem, dims) in declared.items():  # the declarations fill what inference left unknown
+    for name, (elem, dims) in declared_types.items():  # the declarations fill what inference left unknown
         if not elem:
             continue
         have = out.get(name)

@@ -201,7 +201,7 @@ class LazyInfo:
     checks the result's shape, so a stale declaration cannot slip through."""
 
     def __init__(self, model: onnx.ModelProto):
-        self.model, self.info = model, None
+        self.model, self.info, self.own = model, None, None
         self.declared, self.params = {}, {}
         for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
             dims = vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else []
@@ -222,6 +222,13 @@ class LazyInfo:
             self.info = infer(self.model)
         return self.info
 
+    def fixed_dims(self, name: str) -> tuple | None:
+        """The dims onnx's inference alone gives ``name`` (no declaration standing in: a claim that a dim is
+        fixed rests on them), or None."""
+        if self.own is None:
+            self.own = infer(self.model, declared=False)
+        return self.own.get(name, (0, None))[1]
+
     def get(self, name: str, default=None):
         got = self.inferred().get(name, default)
         declared = self.declared.get(name)
@@ -230,6 +237,53 @@ class LazyInfo:
                          for d, dd in zip(got[1], declared))
             got = (got[0], dims)
         return got
+
+
+def selects_fixed_axes(g: DataflowGraph, end: int, info: LazyInfo) -> bool:
+    """Whether every window selection on the data path into ``end`` picks positions no input size moves: fixed
+    indices along an axis whose length the graph fixes. Then torch's decomposition, frozen at the traced
+    size, is right as written at every size the file takes (its symbolic dims are axes it does not pool: a
+    batch); a selection along a symbolic axis, or one the inference cannot size, says frozen."""
+    selects = [i for i in _closure(g, end) if g.nodes[i].op_type in SELECT_OPS]
+    for i in selects:
+        n = g.nodes[i]
+        dims = info.fixed_dims(n.input[0])
+        _, shape_sources = g.size_ancestors([i])
+        axes = _selected_axes(g, n, len(dims), info) if dims is not None and not shape_sources else None
+        if axes is None or not all(isinstance(dims[a], int) for a in axes):
+            return False
+    return bool(selects)
+
+
+def _selected_axes(g: DataflowGraph, n: onnx.NodeProto, rank: int, info: LazyInfo) -> list[int] | None:
+    """The data axes a select op picks positions along, or None where its inputs do not say."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+    if n.op_type in ("Gather", "GatherElements"):
+        return [attrs.get("axis", 0) % rank] if rank else None
+    if n.op_type == "GatherND":
+        index_dims = info.fixed_dims(n.input[1])
+        if not index_dims or not isinstance(index_dims[-1], int):
+            return None
+        return list(range(attrs.get("batch_dims", 0) + index_dims[-1]))
+    # Slice: axes given as a constant, or the first len(starts)
+    axes = _constant(g, n.input[3]) if len(n.input) > 3 and n.input[3] else None
+    if axes is None:
+        starts = _constant(g, n.input[1])
+        return None if starts is None or (len(n.input) > 3 and n.input[3]) else list(range(starts.size))
+    return [int(a) % rank for a in axes.reshape(-1)] if rank else None
+
+
+def _constant(g: DataflowGraph, name: str):
+    """The value of an initializer or a Constant node's output, else None."""
+    if name in g.initializers:
+        return onnx.numpy_helper.to_array(g.initializers[name])
+    p = g.producer.get(name)
+    if p is None or g.nodes[p].op_type != "Constant":
+        return None
+    for a in g.nodes[p].attribute:
+        if a.name == "value":
+            return onnx.numpy_helper.to_array(a.t)
+    return None
 
 
 def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | None:

@@ -51,6 +51,7 @@ from .dataflow import (
     find_candidate,
     is_end,
     node_evidence,
+    selects_fixed_axes,
 )
 from .frozen import contradiction_hint, frozen_pool_ops, size_text
 from .frozen_readings import GENUINE, node_readings, window_attrs
@@ -215,11 +216,13 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
             continue  # (x - mean) / std: no adaptive average divides by anything but window lengths
         c = find_candidate(g, end, info)
         if isinstance(c, Suspect):
-            if c.why == FOLLOWS_INPUT and symbolic:  # (None, m) decomposed: its other axes are frozen
+            if not symbolic or c.why in KEPT_AS_WRITTEN or selects_fixed_axes(g, end, info):
+                pass  # right as written at every size the file takes
+            elif c.why == FOLLOWS_INPUT:  # (None, m) decomposed: its other axes are frozen
                 c = replace(c, frozen=True, right_at="only at sizes that take the traced branches",
                             remedy=STRIPPED if stripped else TRACED)
-            elif symbolic and c.why not in KEPT_AS_WRITTEN:  # torch's decomposition, frozen at the traced size,
-                c = replace(c, frozen=True, remedy=EXPORT)  # that no region models (a pool of a permuted tensor)
+            else:  # torch's decomposition, frozen at the traced size, that no region models (a pool of a
+                c = replace(c, frozen=True, remedy=EXPORT)  # permuted tensor)
             findings.suspects.append(c)
             continue
         if c is None or c.result in busy:
@@ -249,7 +252,8 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
         replaced = {i for c, p in proven if not p.why for i in c.region}
         for first, (c, p) in zip(candidates, proven):
             for i in sorted(set(first.region) - set(c.region) - replaced) if c is not first else ():
-                if is_end(g, i) and _may_divide_by_window_lengths(g, i, opset, model_dir):
+                if is_end(g, i) and _may_divide_by_window_lengths(g, i, opset, model_dir) \
+                        and not selects_fixed_axes(g, i, info):
                     findings.suspects.append(Suspect(
                         g.nodes[i].output[0], first.evidence, "a region inside a larger one (chained pools) that "
                         "was not searched on its own", True, "only at the size the model was exported at", EXPORT))
@@ -267,7 +271,7 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
     _rests(findings, resting, proven)
     for c, p in proven:
         if p.why:
-            frozen = any(not isinstance(d, int) for d in c.x_shape)
+            frozen = any(not isinstance(d, int) for d in c.x_shape) and not selects_fixed_axes(g, c.end, info)
             right_at = (f"only at sizes that take the traced branches (right at {'x'.join(map(str, p.proofs[0]))})"
                         if p.proofs else "only at the size the model was exported at (none found)")
             findings.suspects.append(Suspect(c.result, c.evidence, p.why, frozen, right_at if frozen else "",
