@@ -117,6 +117,50 @@ def _quiet_own_translations():
         schemas.removeFilter(quiet)
 
 
+@contextlib.contextmanager
+def _global_max_falls_through(torch):
+    """The TorchScript exporter lowers an adaptive max pool to all-ones output as GlobalMaxPool without its
+    indices where the input sizes are not all static, and then stops ('returned None for the output 1') if
+    they are used: for the export, such a pool falls through as its aten node (a symbolic returning None),
+    which the patch lowers with the indices; every other one goes to torch's own symbolic. A caller's own
+    symbolic for these ops is left in charge."""
+    from torch.onnx import symbolic_helper, symbolic_opset9
+
+    def keep(builtin):
+        def symbolic(g, x, output_size):
+            try:
+                ones = all(m == 1 for m in symbolic_helper._parse_arg(output_size, "is"))
+            except Exception:  # noqa: BLE001 - a size that is no constant: torch's symbolic says so itself
+                ones = False
+            sizes = symbolic_helper._get_tensor_sizes(x)
+            if ones and (sizes is None or any(d is None for d in sizes[2:])) and _indices_used(g):
+                return None
+            return builtin(g, x, output_size)
+        return symbolic
+
+    names = [f"aten::adaptive_max_pool{k}d" for k in (1, 2, 3)]
+    try:
+        from torch.onnx._internal.torchscript_exporter import registration
+        owned = [n for n in names if not (registration.registry.get_function_group(n)
+                                          and registration.registry.get_function_group(n)._functions.overridden(9))]
+    except (ImportError, AttributeError):  # another torch's layout: register as the public API allows
+        owned = names
+    for n in owned:
+        torch.onnx.register_custom_op_symbolic(n, keep(getattr(symbolic_opset9, n[6:])), 9)
+    try:
+        yield
+    finally:
+        for n in owned:
+            torch.onnx.unregister_custom_op_symbolic(n, 9)
+
+
+def _indices_used(g) -> bool:
+    try:
+        return bool(list(g.original_node.outputs())[1].uses())
+    except (AttributeError, IndexError, RuntimeError):  # cannot tell: keep them
+        return True
+
+
 def _refuse_dynamo_conflicts(torch, kwargs: dict) -> None:
     if "operator_export_type" in kwargs:
         raise ValueError("operator_export_type applies to the TorchScript exporter only (dynamo=False); "
@@ -261,7 +305,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                 program.save(str(exported), external_data=external and not hasattr(f, "write"))
             declared = declared_dims(torch, program)
         else:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), _global_max_falls_through(torch):
                 # we chose the TorchScript exporter on purpose: its deprecation notice is not the caller's concern
                 warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export",
                                         category=DeprecationWarning)

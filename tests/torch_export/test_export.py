@@ -109,6 +109,25 @@ def test_export_max_pool_with_indices(torch_mod, tmp_path: Path) -> None:
 
 
 @pytest.mark.torch
+@pytest.mark.parametrize("k", [1, 2])
+def test_export_global_max_pool_indices_under_dynamic_sizes(torch_mod, tmp_path: Path, k) -> None:
+    """torch's TorchScript exporter stops on an all-ones adaptive max pool whose indices are used once the sizes
+    are dynamic (its GlobalMaxPool has none); the export now keeps that node for the patch."""
+    nn = torch_mod.nn
+    m = (nn.AdaptiveMaxPool2d(1, return_indices=True) if k == 2 else nn.AdaptiveMaxPool1d(1, return_indices=True)).eval()
+    axes = {2: "h", 3: "w"} if k == 2 else {2: "l"}
+    out = tmp_path / "m.onnx"
+    onnxpoolfix.export(m, (torch_mod.randn(1, 2, *(9, 8)[:k]),), out, dynamo=False, input_names=["x"],
+                       output_names=["values", "indices"], dynamic_axes={"x": axes})
+    for size in ((9, 8), (5, 13), (1, 1)):
+        x = torch_mod.randn(1, 2, *size[:k])
+        values, indices = ort_run(onnx.load(out), {"x": x.numpy()})
+        want_v, want_i = m(x)
+        np.testing.assert_array_equal(values, want_v.numpy())
+        np.testing.assert_array_equal(indices, want_i.numpy())
+
+
+@pytest.mark.torch
 @pytest.mark.parametrize("kwargs, needle", [
     ({"operator_export_type": "ONNX"}, "operator_export_type"),
     ({"operator_export_type": "ONNX_ATEN_FALLBACK"}, "operator_export_type"),
