@@ -265,6 +265,9 @@ def _selected_axes(g: DataflowGraph, n: onnx.NodeProto, rank: int, info: LazyInf
         if not index_dims or not isinstance(index_dims[-1], int):
             return None
         return list(range(attrs.get("batch_dims", 0) + index_dims[-1]))
+    if len(n.input) < 2:  # Slice-1: attributes
+        axes = attrs.get("axes", range(len(attrs.get("starts", ()))))
+        return [int(a) % rank for a in axes] if rank else None
     # Slice: axes given as a constant, or the first len(starts)
     axes = _constant(g, n.input[3]) if len(n.input) > 3 and n.input[3] else None
     if axes is None:
