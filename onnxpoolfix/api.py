@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import onnx
 
-from .check import ExtraRun, run_check
+from .check import ExtraRun, foreign_ops, run_check
 from .check.bodies import check_in_bodies
 from .check.differential import (
     compare_with_original,
@@ -99,6 +99,20 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         costs=costs, tune=tune, tune_threads=tune_threads), API)
 
 
+def _foreign_kept(model: onnx.ModelProto) -> list[Note]:
+    """Nothing replaced, yet nodes no onnxruntime kernel runs stay (an ``org.pytorch.aten::avg_pool2d`` whose
+    kernel is the input's dynamic size, say: no adaptive pool): OUT will not load there, which the user learns
+    now rather than from the runtime."""
+    foreign = foreign_ops(model)
+    if not foreign:
+        return []
+    return [WarningNote(f"OUT keeps {sum(foreign.values())} node(s) of a domain onnxruntime has no kernels in "
+                        f"({', '.join(sorted(foreign)[:3])}{', ...' if len(foreign) > 3 else ''}), none of them an "
+                        "adaptive pool onnxpoolfix replaces: onnxruntime loads OUT only with a custom-op library "
+                        "for them",
+                        "foreign-domains", domains=sorted(foreign))]
+
+
 def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, target: str = "onnxruntime",
                      input_shapes: Mapping[str, Sequence[int]] | None = None, keep_input_shapes: bool = False,
                      check_shapes: Sequence[Mapping[str, Sequence[int]]] | None = None, inplace: bool = False,
@@ -163,6 +177,7 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
     nested = bool(mp.in_bodies)  # leftovers inside If/Loop/Scan bodies, planned with the rest
     if not mp.nodes:
         notes.append(NOTHING_TO_PATCH)  # after the front ends' notes: e.g. a frozen dynamo export
+        notes += _foreign_kept(model)
         return PatchResult(model, report)
     if found.inlined:
         notes.insert(0, Note(f"inlined the local function(s) {', '.join(found.inlined)} that held leftovers",
@@ -176,6 +191,7 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
                           "exporter-pools-kept", count=len(mp.kept)))
     if not mp.separate and not mp.groups and not nested:
         notes.append(NOTHING_TO_PATCH)
+        notes += _foreign_kept(model)
         return PatchResult(model, report)
     # where the original file is known right (its static size, the given traced size) and the dynamo front end
     # read frozen pools or regions in it: its outputs there, before the rewrite, for OUT to equal

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Union
 
 from ..api import check_choices, check_flags, check_seed, patch
-from ..errors import PoolFixError, ShapeError
+from ..check import foreign_ops
+from ..errors import PoolFixError, ShapeError, UnsupportedNodeError
 from ..io import has_external_data, load_model, preflight_output, save_model
 from ..report import Note, PatchReport, WarningNote
 from ..words import EXPORT, EXPORT_TORCHSCRIPT
@@ -335,6 +336,14 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         # allowed (allow_specialized_dims): the report says so too, as a warning
         result.report.notes[:0] = [WarningNote(f"allowed: {sp.describe()}", "specialised-dims") for sp in specialised]
         logger.info("%s", result.report.summary())
+
+        foreign = foreign_ops(result.model) if verify else {}
+        if foreign:  # onnxruntime cannot load the file: there is nothing to compare with torch
+            raise UnsupportedNodeError(
+                f"the exported file keeps {sum(foreign.values())} node(s) onnxruntime has no kernels in "
+                f"({', '.join(sorted(foreign)[:3])}), none of them an adaptive pool onnxpoolfix replaces, so it "
+                "cannot be run against torch", "change the module so that torch exports that part in standard "
+                "ONNX ops, or pass verify=False to write the file as it is")
 
         def against_torch(path: Path) -> None:
             if not verify:

@@ -100,3 +100,18 @@ def test_a_stop_tensor_ends_the_walk_and_is_read_from_outside():
     model, _ = _two_branch_model(np.random.default_rng(0))
     picked, outside = cut_nodes(model.graph, ["c"], stop=["b"])
     assert [model.graph.node[k].name for k in picked] == ["mm2"] and outside == {"b", "w2"}
+
+
+def test_nothing_to_patch_with_nodes_onnxruntime_lacks_says_so():
+    """A leftover aten node that is no adaptive pool (a TorchScript export's avg_pool2d whose kernel is the dynamic
+    input size): nothing is replaced, and OUT would not load in onnxruntime; the report warns instead of a bare
+    "nothing to patch"."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "H", "W"])
+    node = helper.make_node("avg_pool2d", ["x"], ["y"], name="pool", domain="org.pytorch.aten")
+    model = helper.make_model(helper.make_graph([node], "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                                              [1, 3, 1, 1])]),
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("org.pytorch.aten", 1)])
+    report = onnxpoolfix.patch(model).report
+    assert not report.nodes
+    warned = [n for n in report.notes if n.code == "foreign-domains"]
+    assert warned and warned[0].severity == "warning" and "org.pytorch.aten::avg_pool2d" in warned[0]

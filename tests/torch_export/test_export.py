@@ -14,6 +14,7 @@ import pytest
 from helpers import ort_run
 
 import onnxpoolfix
+from onnxpoolfix.errors import UnsupportedNodeError
 from onnxpoolfix.frontends.leftovers import find_pool_nodes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -300,3 +301,22 @@ def test_a_module_failing_in_the_comparison_says_why(torch_mod, tmp_path: Path) 
     with pytest.raises(onnxpoolfix.TorchMismatchError, match="refusing to run outside an export"):
         onnxpoolfix.export(OnlyWhileExporting(), (torch.randn(1, 2, 8, 9),), out, dynamo=False)
     assert not out.exists()
+
+
+@pytest.mark.torch
+def test_export_keeping_nodes_onnxruntime_cannot_run_is_refused_not_a_raw_runtime_error(torch_mod, tmp_path: Path):
+    """F.avg_pool2d with the dynamic input size as kernel stays an org.pytorch.aten node (no adaptive pool): the
+    file cannot be run against torch, which export says as a PoolFixError, writing nothing (verify=False writes)."""
+    F = torch_mod.nn.functional
+
+    class GlobalByKernel(torch_mod.nn.Module):
+        def forward(self, x):
+            return F.avg_pool2d(x, kernel_size=(x.shape[2], x.shape[3])) + F.adaptive_avg_pool2d(x, (5, 7)).mean(
+                (2, 3), keepdim=True)
+
+    out, kwargs = tmp_path / "m.onnx", dict(dynamo=False, input_names=["x"], dynamic_axes={"x": {2: "H", 3: "W"}})
+    with pytest.raises(UnsupportedNodeError, match="org.pytorch.aten::avg_pool2d"):
+        onnxpoolfix.export(GlobalByKernel().eval(), (torch_mod.randn(1, 3, 16, 14),), out, **kwargs)
+    assert not out.exists()
+    onnxpoolfix.export(GlobalByKernel().eval(), (torch_mod.randn(1, 3, 16, 14),), out, verify=False, **kwargs)
+    assert out.exists()
