@@ -19,6 +19,7 @@ from onnx import TensorProto, helper
 
 from ...check.compare import NodeCheck, compare
 from ...graph.shapes import make_value_info
+from ...sessions import ort_value
 from ...spec import InputDim, PoolNode, PoolSpec, RuntimeDim
 from .dataflow import Candidate, DataflowGraph
 
@@ -130,7 +131,7 @@ def prove(session, c: Candidate, p: Proof, source_dtypes: Mapping[str, int], sha
         if s not in shapes:
             return f"the shape of '{s}' it reads is unknown"
         np_t = onnx.helper.tensor_dtype_to_np_dtype(source_dtypes.get(s, TensorProto.FLOAT))
-        extra[s] = np.zeros(shapes[s], dtype=np_t)
+        extra[s] = ort_value(np.zeros(shapes[s], dtype=np_t))  # (bfloat16 through its bits)
     fed = _FED if c.elem in _HALF else c.pooled
     names = runtime_tensors(c)
     for x in _feeds(x_shape, c.elem, rng):
