@@ -114,23 +114,44 @@ def declared_dims(torch, program) -> DeclaredDims | None:
 
 @dataclass
 class Specialised:
-    """A dim the caller declared dynamic that the export made static."""
+    """A dim the caller declared dynamic that the export made static, or whose declared range it narrowed."""
 
     input: str  # the file's input name
     axis: int
     declared: str  # how it was declared: the Dim's name, Dim.DYNAMIC, a name string
-    value: int  # the size torch pinned it to
+    value: int | None  # the size torch pinned it to (None: narrowed, not pinned)
     reason: str = ""  # torch's own words, where it gives them
+    ranges: tuple = ()  # narrowed: (the declared (min, max), the exported (min, max)); max None: unbounded
+    symbol: str = ""  # narrowed: torch's symbol for the dim
 
     def describe(self) -> str:
+        torch_says = f" (torch: {self.reason})" if self.reason else ""
+        if self.value is None:
+            (lo, hi), (lo2, hi2) = self.ranges
+            lo2 = max(lo2, min(lo, 2))  # torch's range starts at 0 where its guard says 2
+            return (f"dim {self.axis} of input '{self.input}' was declared dynamic over {_span(lo, hi)} "
+                    f"({self.declared}) but torch narrowed it to {_span(lo2, hi2)}: the exported file follows the "
+                    f"module only there (outside it, it may crash or compute another branch){torch_says}")
         return (f"dim {self.axis} of input '{self.input}' was declared dynamic ({self.declared}) but torch "
-                f"specialised it to {self.value}: the exported file accepts only {self.value} there"
-                + (f" (torch: {self.reason})" if self.reason else ""))
+                f"specialised it to {self.value}: the exported file accepts only {self.value} there{torch_says}")
+
+
+def _span(lo: int, hi: int | None) -> str:
+    return f"[{lo}, {hi if hi is not None else 'inf'}]"
 
 
 SPECIALISED_HINT = ("make the module keep that dim symbolic (torch's reason says where it pins it), or declare "
                     "it static (leave it out of dynamic_shapes, or Dim.AUTO to let torch decide); "
                     "allow_specialized_dims=True exports it static anyway, with a warning")
+
+
+NARROWED_HINT = ("declare the range torch holds (torch.export.Dim(..., min=, max=)) if the module is meant only for "
+                 "it, or change the module so that torch keeps the whole range (torch's reason names the guard); "
+                 "allow_specialized_dims=True exports it anyway, with a warning")
+
+
+def hint_for(found: list[Specialised]) -> str:
+    return NARROWED_HINT if found[0].value is None else SPECIALISED_HINT
 
 
 def _label(torch, d) -> str | None:
@@ -145,8 +166,18 @@ def _label(torch, d) -> str | None:
     return None
 
 
-def _declared_positions(torch, module, args: tuple, kwargs: dict, dynamic_shapes) -> dict[tuple[int, int], str]:
-    """(flat tensor input index, axis) -> label of every dim ``dynamic_shapes`` declares dynamic."""
+def _declared_range(torch, d) -> tuple[int, int | None] | None:
+    """The (min, max) a named ``Dim`` declares (max None: unbounded); None for a derived dim, Dim.DYNAMIC or a
+    name (no range of the caller's)."""
+    if not isinstance(d, torch.export.Dim) or not hasattr(d, "min") or hasattr(d, "root"):
+        return None
+    return max(_finite_int(d.min) or 0, 0), _finite_int(d.max)
+
+
+def _declared_positions(torch, module, args: tuple, kwargs: dict, dynamic_shapes
+                        ) -> dict[tuple[int, int], tuple[str, tuple | None]]:
+    """(flat tensor input index, axis) -> (label, declared range or None) of every dim ``dynamic_shapes``
+    declares dynamic."""
     from torch.export.dynamic_shapes import _combine_args, _tree_map_with_path
 
     combined = _combine_args(module, args, kwargs)
@@ -164,7 +195,7 @@ def _declared_positions(torch, module, args: tuple, kwargs: dict, dynamic_shapes
         for axis, d in axes:
             label = _label(torch, d)
             if label is not None:
-                out[(i, int(axis))] = label
+                out[(i, int(axis))] = (label, _declared_range(torch, d))
         return None
 
     _tree_map_with_path(visit, combined, dynamic_shapes, tree_name="inputs")
@@ -178,7 +209,7 @@ def _torch_refusal(torch, module, args: tuple, kwargs: dict, dynamic_shapes) -> 
         torch.export.export(module, args, kwargs=kwargs or None, dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as e:  # noqa: BLE001 - the refusal is what we are after
         lines = [" ".join(line.split()).lstrip("- ") for line in str(e).splitlines()]
-        return [line for line in lines if "specializ" in line]
+        return [line for line in lines if "specializ" in line or "generated guard" in line]
     return []
 
 
@@ -186,6 +217,22 @@ def _reason(lines: list[str], label: str) -> str:
     name = label.strip("'")
     hit = [line for line in lines if re.search(rf"\b{re.escape(name)}\b", line)]
     return (hit or [""])[0].split(". ")[0][:300]  # its first sentence: what was pinned, to what
+
+
+def _exported_range(ep, d) -> tuple[int, int | None] | None:
+    """The range the export holds for a dim that is one symbol of its own (None otherwise)."""
+    expr = getattr(getattr(d, "node", None), "expr", None)
+    if not getattr(expr, "is_Symbol", False) or expr not in ep.range_constraints:
+        return None
+    vr = ep.range_constraints[expr]
+    return _finite_int(vr.lower) or 0, _finite_int(vr.upper)
+
+
+def _narrower(got: tuple[int, int | None], wanted: tuple[int, int | None]) -> bool:
+    """The exported range leaves out sizes the declared one holds (torch's own floor of 2 for a dynamic dim,
+    where 0 and 1 are specialised, is no narrowing of the caller's)."""
+    (lo, hi), (wlo, whi) = got, wanted
+    return lo > max(wlo, 2) or (hi is not None and (whi is None or hi < whi))
 
 
 def specialised_dims(torch, module, args: tuple, kwargs: dict, program, model, export_kwargs: Mapping
@@ -208,12 +255,15 @@ def specialised_dims(torch, module, args: tuple, kwargs: dict, program, model, e
         return found
     if len(placeholders) != len(inputs):
         return found
-    for (i, axis), label in sorted(declared.items()):
+    for (i, axis), (label, wanted) in sorted(declared.items()):
         if i >= len(placeholders):
             continue
         d = placeholders[i].meta["val"].shape[axis] if axis < placeholders[i].meta["val"].dim() else None
         if isinstance(d, int):
             found.append(Specialised(inputs[i].name, axis, label, d))
+        elif wanted is not None and (got := _exported_range(ep, d)) is not None and _narrower(got, wanted):
+            found.append(Specialised(inputs[i].name, axis, label, None, ranges=(wanted, got),
+                                     symbol=str(d.node.expr)))
     if found:
         lines = _torch_refusal(torch, module, args, kwargs, spec)
         for s in found:

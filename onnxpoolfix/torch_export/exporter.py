@@ -38,8 +38,9 @@ from ..errors import PoolFixError, ShapeError, UnsupportedNodeError
 from ..io import has_external_data, load_model, preflight_output, save_model
 from ..report import Note, PatchReport, WarningNote
 from ..words import EXPORT, EXPORT_TORCHSCRIPT
-from .declared import SPECIALISED_HINT, declared_dims, specialised_dims
+from .declared import declared_dims, hint_for, specialised_dims
 from .opset import KEEPS_METADATA_FROM, convert_keeping_metadata
+from .sizes import runs_outside
 from .torch_check import torch_sizes, verify_against_torch
 from .translation import translation_table
 
@@ -315,10 +316,13 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         if dynamo:
             if not isinstance(module, exported_program):
                 specialised = specialised_dims(torch, module, call_args, call_kwargs, program, model, kwargs)
+                inputs = [vi for vi in model.graph.input if vi.name not in {t.name for t in model.graph.initializer}]
+                specialised = [sp for sp in specialised if sp.value is not None or runs_outside(
+                    torch, module, call_args, call_kwargs, inputs, declared, sp, seed)]
             del program
             if specialised and not allow_specialized_dims:
                 more = f" (and {len(specialised) - 1} more)" if len(specialised) > 1 else ""
-                raise ShapeError(specialised[0].describe() + more, SPECIALISED_HINT)
+                raise ShapeError(specialised[0].describe() + more, hint_for(specialised))
             for sp in specialised:
                 logger.warning("%s", sp.describe())
         has_data = has_external_data(model)

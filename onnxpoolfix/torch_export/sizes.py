@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 
 from ..check.sizes import WINDOW_KINDS, window_targets
 from ..errors import TorchMismatchError
-from .declared import DeclaredDims
+from .declared import DeclaredDims, Specialised
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +160,24 @@ class TorchRunner:
             self.last_error = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
             return None
         return tensors, _tensor_leaves(torch, out), list(rec.calls)
+
+
+def runs_outside(torch, module, args: tuple, kwargs: dict, model_inputs: Sequence, declared: DeclaredDims | None,
+                 narrowed: Specialised, seed: int = 0) -> bool:
+    """Whether torch runs the module at a size the caller's range holds and torch's narrowed one leaves out (one
+    past each end it moved): the file, made for the narrowed range, is not the module there. True where that
+    cannot be tried; False where torch itself fails there (a range narrowed to what the module can take)."""
+    (lo, hi), (lo2, hi2) = narrowed.ranges
+    tries = ([hi2 + 1] if hi2 is not None and (hi is None or hi2 < hi) else []) + \
+        ([lo2 - 1] if lo2 > max(lo, 2) else [])
+    if declared is None or not narrowed.symbol:
+        return True
+    try:
+        runner = TorchRunner(torch, module, args, kwargs, model_inputs, seed, declared)
+        return any(runner.run(runner.inputs({narrowed.symbol: v})) is not None for v in tries)
+    except Exception:  # noqa: BLE001 - inputs torch's helpers do not map: say it, as if it ran
+        logger.debug("cannot try the module outside the narrowed range", exc_info=True)
+        return True
 
 
 def _symbolic_dims(model_inputs) -> list[list[str | None]]:

@@ -201,6 +201,46 @@ def test_dims_that_stay_dynamic_are_not_flagged(tmp_path: Path) -> None:
     assert "specialised" not in report.check_note and report.nodes[0].lowering == "dynamic"
 
 
+class _BranchOnH(nn.Module):
+    """A branch on H: torch.export guards H < 64 and narrows the declared range to it (torch.onnx.export retries
+    with the narrower range, silently): its file computes the h < 64 branch at every size."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d((5, 7))
+
+    def forward(self, input):
+        y = self.pool(input)
+        if input.shape[2] < 64:
+            return y * 2
+        return y
+
+
+def test_a_range_torch_narrowed_where_the_module_runs_is_an_error(tmp_path: Path) -> None:
+    """The file would be wrong at H = 100, where torch runs: named with both ranges, nothing written."""
+    m, out = _BranchOnH().eval(), tmp_path / "m.onnx"
+    H, W = torch.export.Dim("H", min=2, max=4096), torch.export.Dim("W", min=2, max=4096)
+    with pytest.raises(onnxpoolfix.ShapeError) as info:
+        onnxpoolfix.export(m, (torch.randn(1, 3, 40, 45),), out, dynamic_shapes={"input": {2: H, 3: W}})
+    message = str(info.value)
+    assert "dim 2 of input 'input'" in message and "[2, 4096]" in message and "narrowed it to [2, 63]" in message
+    assert "allow_specialized_dims=True" in info.value.hint and "min=" in info.value.hint
+    assert not out.exists()
+    report = onnxpoolfix.export(m, (torch.randn(1, 3, 40, 45),), out, dynamic_shapes={"input": {2: H, 3: W}},
+                                allow_specialized_dims=True)
+    assert "narrowed it to [2, 63]" in report.check_note
+    _assert_matches(out, m, [(1, 3, 40, 45), (1, 3, 63, 20)])
+
+
+def test_a_range_narrowed_to_where_torch_runs_is_no_error(tmp_path: Path) -> None:
+    """A 5x5 convolution: torch narrows H and W from 2 to 5, below which torch itself fails: nothing lost."""
+    m = nn.Sequential(nn.Conv2d(3, 4, 5), nn.AdaptiveAvgPool2d((5, 7))).eval()
+    H, W = torch.export.Dim("H", min=2, max=4096), torch.export.Dim("W", min=2, max=4096)
+    report = onnxpoolfix.export(m, (torch.randn(1, 3, 40, 45),), tmp_path / "m.onnx",
+                                dynamic_shapes={"input": {2: H, 3: W}})
+    assert "narrowed" not in report.check_note and report.nodes[0].lowering == "dynamic"
+
+
 def test_an_export_hint_names_what_export_takes(tmp_path: Path) -> None:
     """Symbolic pooled axes at opset 9 (the TorchScript path keeps it): export takes no input_shapes=;
     the hint says to export those dims static, or at a newer opset."""
