@@ -67,3 +67,35 @@ def test_bound_where_both_agree_is_exact():
     with torch.no_grad():
         want = module(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(ort_run(out, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_size_that_first_differs_past_2048_is_refused():
+    """Scale 0.94: float32 and torch's double first differ at 2150 (2021 against torch's 2020), past the lengths
+    onnxruntime runs the subgraph at: the numpy reading of the lengths beyond refuses it."""
+    module, model = _area(0.94)
+    assert _torch_size(module, 2150) == 2020  # torch's own size, the premise
+    assert all(_torch_size(module, n) == int(np.float32(n) * np.float32(0.94)) for n in (90, 500, 2048))
+    with pytest.raises(UnsupportedNodeError, match="at length 2150 on axis 2"):
+        onnxpoolfix.patch(model)
+
+
+@pytest.mark.parametrize("scale", [0.94, 0.7, 2.3])
+def test_the_numpy_reading_of_a_size_subgraph_is_onnxruntimes(scale):
+    """graph/size_vectors.py evaluates the subgraph at every length at once; where it is used, it must read each
+    length as onnxruntime does (here every length to 600, the file's float32 and the double reading both)."""
+    import onnx
+
+    from onnxpoolfix.graph.size_subgraph import in_double, size_subgraph, sizes_at_lengths
+    from onnxpoolfix.graph.size_vectors import size_at_lengths
+    from onnxpoolfix.sessions import ort_session
+
+    _, model = _area(scale)
+    pool = next(n for n in model.graph.node if n.domain == "org.pytorch.aten")
+    sub = size_subgraph(model, pool.input[1], pool.input[0], onnx.TensorProto.FLOAT)
+    lengths = np.arange(1, 601)
+    for m in (sub, in_double(sub)):
+        for axis, index in ((2, 0), (3, 1)):
+            want = [v for _, v in sizes_at_lengths(ort_session(m), pool.input[0], np.float32, [1, 2, 7, 7], axis,
+                                                   index, lengths)]
+            np.testing.assert_array_equal(size_at_lengths(m, [1, 2, 7, 7], axis, index, lengths), want)
+
