@@ -139,7 +139,10 @@ def window_targets(m: int) -> dict[str, int | None]:
 
 
 def window_kind(n: int, m: int) -> str:
-    """The kind of windows an adaptive pool of length ``n`` -> ``m`` has (what the checks report as covered)."""
+    """The kind of windows an adaptive pool of length ``n`` -> ``m`` has (what the checks report as covered);
+    "empty" where either is 0 (torch's floor(2 * 0.25) for a scale_factor: no window at all)."""
+    if n < 1 or m < 1:
+        return "empty"
     if n == m:
         return "kept"
     if n < m:

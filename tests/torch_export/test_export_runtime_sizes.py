@@ -80,3 +80,19 @@ def test_a_size_torch_computes_in_double_otherwise_is_refused(route, tmp_path: P
             torch.onnx.export(module, (torch.randn(1, 3, 20, 17),), str(out), dynamo=True, dynamic_shapes=dims)
             onnxpoolfix.patch(onnx.load(out), traced_shapes={"x": [1, 3, 20, 17]})
     assert route != "onnxpoolfix.export" or not out.exists()
+
+
+@pytest.mark.torch
+def test_a_size_of_zero_inside_the_declared_range_is_compared_not_a_crash(tmp_path):
+    """scale_factor=0.25 over H, W >= 2: at 2 torch's output length is floor(0.5) = 0, an empty output, which the
+    comparison with torch reached and could not name a window kind for (a bare ValueError): now compared."""
+    class Quarter(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.interpolate(x, scale_factor=0.25, mode="area")
+
+    dims = ({2: torch.export.Dim("H", min=2, max=512), 3: torch.export.Dim("W", min=2, max=512)},)
+    out = tmp_path / "m.onnx"
+    report = onnxpoolfix.export(Quarter().eval(), (torch.randn(1, 3, 17, 13),), out, dynamic_shapes=dims)
+    assert "matched torch" in report.check_note
+    got = ort_session(onnx.load(str(out))).run(None, {"x": np.ones((1, 3, 2, 13), np.float32)})[0]
+    assert got.shape == (1, 3, 0, 3)
