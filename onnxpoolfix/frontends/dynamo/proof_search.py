@@ -14,10 +14,12 @@ from typing import NamedTuple
 import numpy as np
 import onnx
 
+from ...check.cut import cut_bytes
+from ...check.feeds import random_feed
 from ...errors import PoolFixError
 from ...graph.shapes import apply_input_shapes, infer, infer_at, light_copy
 from ...progress import phase
-from ...sessions import ort_session
+from ...sessions import ort_session, ort_value
 from ...spec import RuntimeDim
 from .dataflow import Candidate, DataflowGraph
 from .probe import probe_unrolled_windows
@@ -103,7 +105,7 @@ def _prove_all(model, g: DataflowGraph, candidates: Sequence[Candidate], input_s
                 env = completed_binding(inferred[0], env0, space, c.pooled)
             _search_alone(t, space, env, dtypes, rng)
     if whole:
-        _search_whole_model(model, whole, input_shapes, dtypes, rng)
+        _search_whole_model(model, whole, input_shapes, dtypes, rng, model_dir)
     for c, p, _ in symbolic:
         _conclude(c, p, bool(input_shapes))
     return [t.proof for t in trials]
@@ -172,7 +174,21 @@ def _search_alone(t: Trial, space: SizeSpace, env0: Mapping[str, int], dtypes, r
     p.searched = "per axis, on the region alone"
 
 
-def _search_whole_model(model, todo_all: list[Trial], input_shapes, dtypes, rng) -> None:
+def _run_shape(model, name: str, elem: int, binding, model_dir, rng) -> list[int] | None:
+    """The shape of tensor ``name`` when the part of the model computing it runs at the input shapes
+    ``binding`` (random inputs), where onnx's inference cannot size it (a Pad by amounts computed from the
+    input's shape, as Swin pads to its window); None where that does not run."""
+    try:
+        sess = ort_session(cut_bytes(model, [onnx.helper.make_tensor_value_info(name, elem, None)]), model_dir)
+        wanted = {i.name for i in sess.get_inputs()}
+        feed = {k: ort_value(v) for k, v in random_feed(model, binding, rng).items() if k in wanted}
+        return list(sess.run_with_ort_values([name], feed)[0].numpy().shape)
+    except Exception:  # noqa: BLE001 - a part onnxruntime cannot run alone: the size stays unknown
+        logger.debug("cannot run the model up to %s at %s", name, binding, exc_info=True)
+        return None
+
+
+def _search_whole_model(model, todo_all: list[Trial], input_shapes, dtypes, rng, model_dir=None) -> None:
     """Sizes bound on the whole model and inferred (a graph that does not declare its sizes as expressions)."""
     budget = min(_SEARCH_BUDGET, max(8, _WHOLE_MODEL_NODES // max(1, len(model.graph.node))))
     light = light_copy(model)  # each size is bound on a copy: without the weights' bytes
@@ -193,6 +209,8 @@ def _search_whole_model(model, todo_all: list[Trial], input_shapes, dtypes, rng)
         for t in todo:
             c, p, _ = t
             _, xs = info.get(c.pooled, (0, None))
+            if first and (xs is None or not all(isinstance(d, int) for d in xs)):  # the traced size: run it
+                xs = _run_shape(model, c.pooled, c.elem, binding, model_dir, rng)
             if xs is None or not all(isinstance(d, int) and d >= 1 for d in xs):
                 if first:
                     p.bound_why = "its input size at the bound input shapes is unknown"
