@@ -134,3 +134,22 @@ def test_only_the_batch_symbolic_keeps_torchs_right_file(name, tmp_path: Path):
     for b in (1, 3, 5):
         x = torch.randn(b, *traced[1:])
         np.testing.assert_allclose(sess.run(None, {"x": x.numpy()})[0], m(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_region_right_only_where_traced_is_refused_with_the_remedy_that_works(tmp_path: Path):
+    """F.interpolate(scale_factor=0.25, mode="area") at 17x13: every window has one length there, and torch's
+    decomposition is a mean frozen on that branch. Refused with the traced size given; the hint no longer asks
+    whether the traced size is the export's (it is, and it proves the region there) but names the export."""
+
+    class Quarter(nn.Module):
+        def forward(self, x):
+            return nn.functional.interpolate(x, scale_factor=0.25, mode="area")
+
+    path = tmp_path / "in.onnx"
+    dims = {2: torch.export.Dim("H", min=2, max=512), 3: torch.export.Dim("W", min=2, max=512)}
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.onnx.export(Quarter(), (torch.randn(1, 3, 17, 13),), str(path), dynamo=True, input_names=["x"],
+                          dynamic_shapes=(dims,))
+    with pytest.raises(UnsupportedNodeError, match="frozen") as info:
+        onnxpoolfix.patch(onnx.load(str(path)), traced_shapes={"x": [1, 3, 17, 13]})
+    assert "did not prove" not in info.value.hint and "onnxpoolfix.export" in info.value.hint, info.value.hint

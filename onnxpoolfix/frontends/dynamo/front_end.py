@@ -118,6 +118,10 @@ def frozen_error(suspects: Sequence[Suspect], *, traced: bool) -> UnsupportedNod
         why = next(s.why for s in frozen if s.remedy == EXPORT)
         hint = (f"no traced size would decide it ({why}): export through onnxpoolfix.export, which keeps "
                 "every adaptive pool's output size" + partial)
+    elif traced and all("(right at " in s.right_at for s in frozen):  # proven where traced, nowhere else
+        hint = ("they equal adaptive pooling at a traced size, but torch's decomposition is frozen on the branches "
+                "that size took (other sizes need windows it did not write), which no traced size repairs: export "
+                "through onnxpoolfix.export, which keeps every adaptive pool's output size" + partial)
     else:
         what = ("the given traced size did not prove them (is it the export call's example input?); give it with "
                 if traced else "give the size the model was exported at (the export call's example input) with ")
