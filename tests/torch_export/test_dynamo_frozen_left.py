@@ -153,3 +153,28 @@ def test_a_region_right_only_where_traced_is_refused_with_the_remedy_that_works(
     with pytest.raises(UnsupportedNodeError, match="frozen") as info:
         onnxpoolfix.patch(onnx.load(str(path)), traced_shapes={"x": [1, 3, 17, 13]})
     assert "did not prove" not in info.value.hint and "onnxpoolfix.export" in info.value.hint, info.value.hint
+
+
+def test_a_mean_of_a_pooled_tensor_is_no_region(tmp_path: Path):
+    """nn.AdaptiveAvgPool2d((3, 5))(x).mean((2, 3)) under symbolic H/W: the ReduceMean of the pool's result, on
+    the pool's source line, was taken for a region of its own that no input fits and refused as frozen; it holds
+    no window table. The pool is patched and OUT equals torch at other sizes."""
+
+    class PoolThenMean(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pool = nn.AdaptiveAvgPool2d((3, 5))
+
+        def forward(self, x):
+            return self.pool(x).mean((2, 3))
+
+    m, path = PoolThenMean().eval(), tmp_path / "in.onnx"
+    dims = {2: torch.export.Dim("H", min=2, max=512), 3: torch.export.Dim("W", min=2, max=512)}
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.onnx.export(m, (torch.randn(1, 3, 17, 13),), str(path), dynamo=True, input_names=["x"],
+                          dynamic_shapes=(dims,))
+    out = onnxpoolfix.patch(onnx.load(str(path)), traced_shapes={"x": [1, 3, 17, 13]}).model
+    sess = ort.InferenceSession(out.SerializeToString())
+    for shape in ((1, 3, 17, 13), (1, 3, 40, 9), (1, 3, 4, 30)):
+        x = torch.randn(*shape)
+        np.testing.assert_allclose(sess.run(None, {"x": x.numpy()})[0], m(x).detach().numpy(), rtol=1e-5, atol=1e-6)

@@ -195,6 +195,27 @@ def _symbolic(graph: onnx.GraphProto) -> bool:
                for d in i.type.tensor_type.shape.dim)
 
 
+_RELAYOUT = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
+
+
+def _mean_of_a_result(g: DataflowGraph, end: int) -> bool:
+    """A ReduceMean of another end's result (through layout ops only): the mean of whole axes of a pooled
+    tensor, which no window table enters; never a decomposition, whose means read gathered windows."""
+    if g.nodes[end].op_type != "ReduceMean":
+        return False
+    t = g.nodes[end].input[0]
+    for _ in range(8):
+        p = g.producer.get(t)
+        if p is None:
+            return False
+        if is_end(g, p):
+            return True
+        if g.nodes[p].op_type not in _RELAYOUT:
+            return False
+        t = g.nodes[p].input[0]
+    return False
+
+
 def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, model_dir) -> FrontEndResult:
     findings = FrontEndResult()
     graph = model.graph
@@ -218,6 +239,8 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
             continue
         if not _may_divide_by_window_lengths(g, end, opset, model_dir):
             continue  # (x - mean) / std: no adaptive average divides by anything but window lengths
+        if _mean_of_a_result(g, end):
+            continue  # pool(x).mean((2, 3)): whole axes of a region's result, right at every size as written
         c = find_candidate(g, end, info)
         if isinstance(c, Suspect):
             if not symbolic or c.why in KEPT_AS_WRITTEN or selects_fixed_axes(g, end, info):
