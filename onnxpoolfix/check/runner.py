@@ -14,6 +14,7 @@ rounding of a float32 result) and ``L + 1`` steps of the subnormal grid; see
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field, replace
 from math import prod
 from typing import Mapping, Sequence
@@ -24,7 +25,7 @@ from onnx import TensorProto
 
 from .. import reference
 from ..errors import CheckFailedError
-from ..graph.emit import Emitter
+from ..graph.emit import EMITTED_BY, Emitter
 from ..graph.shapes import PoolSpec, make_value_info
 from ..io import has_external_data
 from ..progress import each, shapes_detail
@@ -108,9 +109,13 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
             results = sess.run_with_ort_values(out_names, ort_feed)
         except Exception as e:
             shapes_txt = ", ".join(f"{k}:{'x'.join(map(str, v.shape))}" for k, v in feed.items())
+            theirs = _exporters_node(model, str(e))
+            where = f" in '{theirs}', a node of the input file, not one onnxpoolfix wrote" if theirs else ""
             raise CheckFailedError(
-                f"onnxruntime failed to run the patched model at {shapes_txt}: {' '.join(str(e).split())[:300]}",
-                f"choose other check sizes with {CHECK_SHAPES}, or skip the check with {NO_CHECK}") from None
+                f"onnxruntime failed to run the patched model at {shapes_txt}{where}: "
+                f"{' '.join(str(e).split())[:300]}",
+                ("the input file fails at that size too (its export does not take it): " if theirs else "")
+                + f"choose other check sizes with {CHECK_SHAPES}, or skip the check with {NO_CHECK}") from None
         got = {n: r.numpy() for n, r in zip(out_names, results)}
         values = {name: got[out] for name, out in fetch.items()}
         values.update(feed)
@@ -139,6 +144,16 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
         if check.passed and check.shapes:
             _check_isolated(model, s, check.shapes[0], check, rng)
     return checks
+
+
+def _exporters_node(model: onnx.ModelProto, error: str) -> str | None:
+    """The node onnxruntime names in ``error`` ("... running Add node. Name:'node_add_3' ...") where it is one
+    of the input file's own (not written by onnxpoolfix), else None."""
+    found = re.search(r"Name:'([^']*)'", error)
+    if not found:
+        return None
+    node = next((n for n in model.graph.node if n.name == found.group(1)), None)
+    return node.name if node is not None and not node.doc_string.startswith(EMITTED_BY) else None
 
 
 def runtime_size_tensors(specs: Sequence[PoolSpec]) -> list[str]:

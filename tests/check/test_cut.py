@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from helpers import make_leftover
 from onnx import TensorProto, helper, numpy_helper
 
@@ -115,3 +116,17 @@ def test_nothing_to_patch_with_nodes_onnxruntime_lacks_says_so():
     assert not report.nodes
     warned = [n for n in report.notes if n.code == "foreign-domains"]
     assert warned and warned[0].severity == "warning" and "org.pytorch.aten::avg_pool2d" in warned[0]
+
+
+def test_a_check_run_failing_in_the_input_files_own_node_says_so():
+    """The input file itself fails at a check size (an Add of a constant of the traced size, as a frozen export
+    does): the check's error names that node as the input file's, not one onnxpoolfix wrote."""
+    model = make_leftover("avg", [1, 3, "H", "W"], [5, 7])
+    pool = model.graph.node[-1]
+    pool.input[0] = "x_plus"
+    model.graph.node.insert(len(model.graph.node) - 1, helper.make_node("Add", ["x", "frozen"], ["x_plus"],
+                                                                        name="exporters_add"))
+    model.graph.initializer.append(numpy_helper.from_array(np.zeros((1, 3, 17, 13), np.float32), "frozen"))
+    with pytest.raises(onnxpoolfix.CheckFailedError, match="'exporters_add', a node of the input file") as info:
+        onnxpoolfix.patch(model, check_shapes=[{"x": [1, 3, 17, 13]}, {"x": [1, 3, 20, 20]}])
+    assert "fails at that size too" in info.value.hint
