@@ -43,3 +43,29 @@ def errors_vs_torch(module, model: onnx.ModelProto, sizes, *, seed: int, relativ
         out[hw] = max(float(np.abs(g - w).max()) / (max(1.0, float(np.abs(w).max())) if relative else 1.0)
                       if g.shape == w.shape else float("inf") for g, w in zip(got, want))
     return out
+
+
+def export_live(module, example, path, dims: dict) -> onnx.ModelProto:
+    """``module`` exported now by the dynamo exporter (no cache: the tests/torch_export way) from ``example``
+    with input ``x`` and ``dims`` ({axis: Dim}) symbolic, its progress prints silenced; the file as loaded."""
+    import contextlib
+    import io
+
+    import torch
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.onnx.export(module, (example,), str(path), dynamo=True, input_names=["x"], dynamic_shapes=(dims,))
+    return onnx.load(str(path))
+
+
+def assert_matches_torch(model: onnx.ModelProto, module, shapes, *, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """``model`` in onnxruntime equals ``module`` on random inputs ``x`` of each of ``shapes``."""
+    import onnxruntime as ort
+    import torch
+
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for shape in shapes:
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            want = module(x).numpy()
+        np.testing.assert_allclose(sess.run(None, {"x": x.numpy()})[0], want, rtol=rtol, atol=atol)

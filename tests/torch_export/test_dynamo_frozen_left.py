@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from dynamo_exports import assert_matches_torch, export_live
 
 import onnxpoolfix
 from onnxpoolfix.errors import UnsupportedNodeError
@@ -125,15 +126,9 @@ def test_only_the_batch_symbolic_keeps_torchs_right_file(name, tmp_path: Path):
     """Only the batch symbolic: the pooled axes are fixed, so torch's decomposition (which no region models) is
     right at every batch; it was refused as frozen. Now OUT is written and equals torch at other batches."""
     make, traced = BATCH_ONLY[name]
-    m, path = make().eval(), tmp_path / "in.onnx"
-    with contextlib.redirect_stdout(io.StringIO()):
-        torch.onnx.export(m, (torch.randn(*traced),), str(path), dynamo=True, input_names=["x"],
-                          dynamic_shapes=({0: torch.export.Dim("B", min=1, max=64)},))
-    out = onnxpoolfix.patch(onnx.load(str(path))).model
-    sess = ort.InferenceSession(out.SerializeToString())
-    for b in (1, 3, 5):
-        x = torch.randn(b, *traced[1:])
-        np.testing.assert_allclose(sess.run(None, {"x": x.numpy()})[0], m(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+    m = make().eval()
+    model = export_live(m, torch.randn(*traced), tmp_path / "in.onnx", {0: torch.export.Dim("B", min=1, max=64)})
+    assert_matches_torch(onnxpoolfix.patch(model).model, m, [(b, *traced[1:]) for b in (1, 3, 5)])
 
 
 def test_a_region_right_only_where_traced_is_refused_with_the_remedy_that_works(tmp_path: Path):
@@ -145,13 +140,10 @@ def test_a_region_right_only_where_traced_is_refused_with_the_remedy_that_works(
         def forward(self, x):
             return nn.functional.interpolate(x, scale_factor=0.25, mode="area")
 
-    path = tmp_path / "in.onnx"
     dims = {2: torch.export.Dim("H", min=2, max=512), 3: torch.export.Dim("W", min=2, max=512)}
-    with contextlib.redirect_stdout(io.StringIO()):
-        torch.onnx.export(Quarter(), (torch.randn(1, 3, 17, 13),), str(path), dynamo=True, input_names=["x"],
-                          dynamic_shapes=(dims,))
+    model = export_live(Quarter(), torch.randn(1, 3, 17, 13), tmp_path / "in.onnx", dims)
     with pytest.raises(UnsupportedNodeError, match="frozen") as info:
-        onnxpoolfix.patch(onnx.load(str(path)), traced_shapes={"x": [1, 3, 17, 13]})
+        onnxpoolfix.patch(model, traced_shapes={"x": [1, 3, 17, 13]})
     assert "did not prove" not in info.value.hint and "onnxpoolfix.export" in info.value.hint, info.value.hint
 
 
@@ -168,13 +160,8 @@ def test_a_mean_of_a_pooled_tensor_is_no_region(tmp_path: Path):
         def forward(self, x):
             return self.pool(x).mean((2, 3))
 
-    m, path = PoolThenMean().eval(), tmp_path / "in.onnx"
+    m = PoolThenMean().eval()
     dims = {2: torch.export.Dim("H", min=2, max=512), 3: torch.export.Dim("W", min=2, max=512)}
-    with contextlib.redirect_stdout(io.StringIO()):
-        torch.onnx.export(m, (torch.randn(1, 3, 17, 13),), str(path), dynamo=True, input_names=["x"],
-                          dynamic_shapes=(dims,))
-    out = onnxpoolfix.patch(onnx.load(str(path)), traced_shapes={"x": [1, 3, 17, 13]}).model
-    sess = ort.InferenceSession(out.SerializeToString())
-    for shape in ((1, 3, 17, 13), (1, 3, 40, 9), (1, 3, 4, 30)):
-        x = torch.randn(*shape)
-        np.testing.assert_allclose(sess.run(None, {"x": x.numpy()})[0], m(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+    model = export_live(m, torch.randn(1, 3, 17, 13), tmp_path / "in.onnx", dims)
+    out = onnxpoolfix.patch(model, traced_shapes={"x": [1, 3, 17, 13]}).model
+    assert_matches_torch(out, m, [(1, 3, 17, 13), (1, 3, 40, 9), (1, 3, 4, 30)])
