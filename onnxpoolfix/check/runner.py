@@ -153,7 +153,10 @@ def _exporters_node(model: onnx.ModelProto, error: str) -> str | None:
     if not found:
         return None
     node = next((n for n in model.graph.node if n.name == found.group(1)), None)
-    return node.name if node is not None and not node.doc_string.startswith(EMITTED_BY) else None
+    if node is None or node.doc_string.startswith(EMITTED_BY):
+        return None
+    emitted = {o for n in model.graph.node if n.doc_string.startswith(EMITTED_BY) for o in n.output}
+    return None if emitted & set(node.input) else node.name  # one reading a replacement's result: ours too
 
 
 def runtime_size_tensors(specs: Sequence[PoolSpec]) -> list[str]:

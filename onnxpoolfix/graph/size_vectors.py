@@ -91,10 +91,15 @@ def _op(node: onnx.NodeProto, ins: list, n: int, shape_rows: np.ndarray) -> _Val
         raise Unsupported(op)
     if op in _UNARY:
         return _Value(_UNARY[op](x.a), x.batched)
+    if op in ("Max", "Min") and len(ins) > 2:  # variadic: folded pairwise
+        folded = x
+        for y in ins[1:]:
+            folded = _op(onnx.helper.make_node(op, ["a", "b"], ["c"]), [folded, y], n, shape_rows)
+        return folded
     if op in _BINARY or op == "Mod":
-        y = ins[1] if len(ins) > 1 else None
+        y = ins[1] if len(ins) == 2 else None
         if y is None:
-            raise Unsupported(op)
+            raise Unsupported(f"{op} of {len(ins)} inputs")
         # an unbatched operand gets the length axis as a 1: numpy then aligns the real dims as ONNX does
         a = x.a if x.batched or not y.batched else x.a[..., None]
         b = y.a if y.batched or not x.batched else y.a[..., None]

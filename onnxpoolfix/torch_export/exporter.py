@@ -145,14 +145,16 @@ def _global_max_falls_through(torch):
         from torch.onnx._internal.torchscript_exporter import registration
         owned = [n for n in names if not (registration.registry.get_function_group(n)
                                           and registration.registry.get_function_group(n)._functions.overridden(9))]
-    except (ImportError, AttributeError):  # another torch's layout: register as the public API allows
-        owned = names
-    for n in owned:
-        torch.onnx.register_custom_op_symbolic(n, keep(getattr(symbolic_opset9, n[6:])), 9)
+    except (ImportError, AttributeError):  # another torch's layout: a caller's symbolic cannot be told, so
+        owned = []  # none is registered (torch's own behaviour)
+    registered = []
     try:
+        for n in owned:
+            torch.onnx.register_custom_op_symbolic(n, keep(getattr(symbolic_opset9, n[6:])), 9)
+            registered.append(n)
         yield
     finally:
-        for n in owned:
+        for n in registered:
             torch.onnx.unregister_custom_op_symbolic(n, 9)
 
 

@@ -174,18 +174,22 @@ def _search_alone(t: Trial, space: SizeSpace, env0: Mapping[str, int], dtypes, r
     p.searched = "per axis, on the region alone"
 
 
-def _run_shape(model, name: str, elem: int, binding, model_dir, rng) -> list[int] | None:
-    """The shape of tensor ``name`` when the part of the model computing it runs at the input shapes
-    ``binding`` (random inputs), where onnx's inference cannot size it (a Pad by amounts computed from the
-    input's shape, as Swin pads to its window); None where that does not run."""
+def _run_shapes(model, tensors: Mapping[str, int], binding, model_dir, rng) -> dict[str, list[int]]:
+    """The shapes of ``tensors`` (name -> dtype) when the part of the model computing them runs once at the
+    input shapes ``binding`` (random inputs), where onnx's inference cannot size them (a Pad by amounts computed
+    from the input's shape, as Swin pads to its window); empty where that does not run."""
+    if not tensors:
+        return {}
+    names = list(tensors)
     try:
-        sess = ort_session(cut_bytes(model, [onnx.helper.make_tensor_value_info(name, elem, None)]), model_dir)
+        sess = ort_session(cut_bytes(model, [onnx.helper.make_tensor_value_info(n, tensors[n], None)
+                                             for n in names]), model_dir)
         wanted = {i.name for i in sess.get_inputs()}
         feed = {k: ort_value(v) for k, v in random_feed(model, binding, rng).items() if k in wanted}
-        return list(sess.run_with_ort_values([name], feed)[0].numpy().shape)
-    except Exception:  # noqa: BLE001 - a part onnxruntime cannot run alone: the size stays unknown
-        logger.debug("cannot run the model up to %s at %s", name, binding, exc_info=True)
-        return None
+        return {n: list(v.numpy().shape) for n, v in zip(names, sess.run_with_ort_values(names, feed))}
+    except Exception:  # noqa: BLE001 - a part onnxruntime cannot run alone: the sizes stay unknown
+        logger.debug("cannot run the model up to %s at %s", names, binding, exc_info=True)
+        return {}
 
 
 def _search_whole_model(model, todo_all: list[Trial], input_shapes, dtypes, rng, model_dir=None) -> None:
@@ -206,11 +210,13 @@ def _search_whole_model(model, todo_all: list[Trial], input_shapes, dtypes, rng,
             first = False
             continue
         info = infer(bound)
+        unsized = {t.candidate.pooled: t.candidate.elem for t in todo
+                   if not all(isinstance(d, int) for d in info.get(t.candidate.pooled, (0, None))[1] or [None])}
+        ran = _run_shapes(model, unsized, binding, model_dir, rng) if first else {}  # the traced size: run it
         for t in todo:
             c, p, _ = t
             _, xs = info.get(c.pooled, (0, None))
-            if first and (xs is None or not all(isinstance(d, int) for d in xs)):  # the traced size: run it
-                xs = _run_shape(model, c.pooled, c.elem, binding, model_dir, rng)
+            xs = ran.get(c.pooled, xs)
             if xs is None or not all(isinstance(d, int) and d >= 1 for d in xs):
                 if first:
                     p.bound_why = "its input size at the bound input shapes is unknown"
