@@ -37,7 +37,7 @@ _BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": _trunc_
            "Min": np.minimum, "Equal": np.equal, "Less": np.less, "Greater": np.greater,
            "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal, "And": np.logical_and,
            "Or": np.logical_or}
-_UNARY = {"Floor": np.floor, "Ceil": np.ceil, "Neg": np.negative, "Abs": np.abs, "Round": np.round,
+_UNARY = {"Floor": np.floor, "Ceil": np.ceil, "Neg": np.negative, "Abs": np.abs, "Round": np.round, "Sign": np.sign,
           "Not": np.logical_not, "Identity": lambda a: a}
 
 

@@ -119,3 +119,27 @@ def test_a_fraction_is_read_as_the_fraction_torch_holds():
             got = ort_run(out, {"x": x})[0]
             assert got.shape == want.shape, (scale, n, got.shape, want.shape)
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_numpy_reading_takes_dynamos_truncation():
+    """The dynamo exporter truncates a float size as Sign(v) * Floor(Abs(v)) (TruncToInt): read at every length
+    as onnxruntime reads it (built here, no torch needed)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnxpoolfix.graph.size_subgraph import sizes_at_lengths
+    from onnxpoolfix.graph.size_vectors import size_at_lengths
+    from onnxpoolfix.sessions import ort_session
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"], start=2, end=3),
+             helper.make_node("Cast", ["s"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["f", "k"], ["v"]),
+             helper.make_node("Sign", ["v"], ["sg"]), helper.make_node("Abs", ["v"], ["a"]),
+             helper.make_node("Floor", ["a"], ["fl"]), helper.make_node("Mul", ["sg", "fl"], ["t"]),
+             helper.make_node("Cast", ["t"], ["size"], to=TensorProto.INT64)]
+    graph = helper.make_graph(nodes, "size", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("size", TensorProto.INT64, None)],
+                              [numpy_helper.from_array(np.array([0.94], np.float32), "k")])
+    sub = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    lengths = np.arange(1, 400)
+    want = [v for _, v in sizes_at_lengths(ort_session(sub), "x", np.float32, [1, 1, 7], 2, 0, lengths)]
+    np.testing.assert_array_equal(size_at_lengths(sub, [1, 1, 7], 2, 0, lengths), want)
