@@ -42,8 +42,7 @@ def chained_1d() -> nn.Module:
     return nn.Sequential(nn.AdaptiveAvgPool1d(9), nn.AdaptiveAvgPool1d(4)).eval()
 
 
-CASES = {"channels_last": (ChannelsLast, (1, 37, 23, 4), (1, 64, 64, 4), {1: "H", 2: "W"}),
-         "chained": (chained, (1, 3, 37, 23), (1, 3, 64, 64), {2: "H", 3: "W"})}
+CASES = {"channels_last": (ChannelsLast, (1, 37, 23, 4), (1, 64, 64, 4), {1: "H", 2: "W"})}
 
 
 def _dims(axes):
@@ -165,3 +164,27 @@ def test_a_mean_of_a_pooled_tensor_is_no_region(tmp_path: Path):
     model = export_live(m, torch.randn(1, 3, 17, 13), tmp_path / "in.onnx", dims)
     out = onnxpoolfix.patch(model, traced_shapes={"x": [1, 3, 17, 13]}).model
     assert_matches_torch(out, m, [(1, 3, 17, 13), (1, 3, 40, 9), (1, 3, 4, 30)])
+
+
+def chained_mean_branch() -> nn.Module:
+    """At 18x16 both pools' windows have one length each: torch writes each as a mean of gathered windows."""
+    return nn.Sequential(nn.AdaptiveAvgPool2d((3, 3)), nn.AdaptiveAvgPool2d((2, 2))).eval()
+
+
+def chained_three() -> nn.Module:
+    return nn.Sequential(nn.AdaptiveAvgPool2d((13, 11)), nn.AdaptiveAvgPool2d((9, 7)),
+                         nn.AdaptiveAvgPool2d((4, 3))).eval()
+
+
+@pytest.mark.parametrize("make, traced", [(chained, (1, 3, 37, 23)), (chained_mean_branch, (1, 3, 18, 16)),
+                                          (chained_three, (1, 3, 37, 23))])
+@pytest.mark.parametrize("given", [False, True])
+def test_chained_pools_are_each_a_region_and_exact(make, traced, given, tmp_path: Path):
+    """Pools chained under symbolic H/W: a region reaching over another pool's end was taken whole for one pool
+    (two chained mean-branch pools at 18x16 went out with exit 0, wrong at every size, the traced one included),
+    or refused. Each end is now a region of its own: every pool patched, OUT equals torch at other sizes."""
+    m = make()
+    dims = {2: torch.export.Dim("H", min=16, max=300), 3: torch.export.Dim("W", min=16, max=300)}
+    model = export_live(m, torch.randn(*traced), tmp_path / "in.onnx", dims)
+    out = onnxpoolfix.patch(model, traced_shapes={"x": list(traced)} if given else None).model
+    assert_matches_torch(out, m, [traced, (1, 3, 41, 29), (1, 3, 80, 61), (1, 3, 17, 16)], rtol=1e-4, atol=1e-5)

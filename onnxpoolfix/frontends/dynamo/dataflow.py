@@ -308,6 +308,9 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
         region = _region_from(g, end, t, closure)
         if region is None or not any(g.nodes[i].op_type in SELECT_OPS for i in region):
             continue
+        if any(i != end and is_end(g, i) for i in region):
+            continue  # another pool's end inside: pools chained, which no one adaptive pool computes (though it
+            # may equal one at some sizes); each end is a region of its own
         evidence, meta_rank = _region_evidence([g.nodes[i] for i in region])
         first_evidence = first_evidence or evidence
         fit = _fit(t, result, evidence, meta_rank, info, lambda a, r=region: range_limit(g, r, result, a, info))

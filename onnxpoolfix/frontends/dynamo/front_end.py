@@ -275,15 +275,6 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
             if not p.why:
                 proven[i] = (t, p)
         pending = [i for i, p in zip(pending, proofs) if p.why and smaller[i]]
-    if symbolic:  # a smaller region proved: the ends inside the larger one were never searched on their own
-        replaced = {i for c, p in proven if not p.why for i in c.region}
-        for first, (c, p) in zip(candidates, proven):
-            for i in sorted(set(first.region) - set(c.region) - replaced) if c is not first else ():
-                if is_end(g, i) and _may_divide_by_window_lengths(g, i, opset, model_dir) \
-                        and not selects_fixed_axes(g, i, info):
-                    findings.suspects.append(Suspect(
-                        g.nodes[i].output[0], first.evidence, "a region inside a larger one (chained pools) that "
-                        "was not searched on its own", True, "only at the size the model was exported at", EXPORT))
     against = [(c, p) for c, p in proven if p.contradicts]
     if against:  # regions right only elsewhere: the binding is not the traced size
         c, p = against[0]
