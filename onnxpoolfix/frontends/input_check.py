@@ -9,7 +9,7 @@ import logging
 from onnx import ModelProto
 
 from ..errors import InvalidModelError
-from ..graph.shapes import infer, light_copy, make_value_info
+from ..graph.shapes import drop_standard_declarations, infer, light_copy, make_value_info
 from ..io.checker import POOL_SHAPE_ERROR, UNTYPED_VALUE_INFO, check_model_light
 from ..io.tensors import PathLike
 from .bodies import typed_copy
@@ -26,10 +26,7 @@ def _undeclared(model: ModelProto) -> ModelProto:
     outputs' shapes as inferred), as :func:`onnxpoolfix.graph.shapes.infer` reads every model."""
     light = light_copy(model)
     g = light.graph
-    standard = {o for n in g.node if n.domain in ("", "ai.onnx") for o in n.output if o}
-    kept = [vi for vi in g.value_info if vi.name not in standard]
-    del g.value_info[:]
-    g.value_info.extend(kept)
+    standard = drop_standard_declarations(g)
     inferred = infer(light)
     for i, vi in enumerate(g.output):
         elem, dims = inferred.get(vi.name, (0, None))

@@ -152,10 +152,7 @@ def infer(model: onnx.ModelProto, seeds: Mapping[str, tuple[int, tuple[Dim, ...]
     light = light_copy(model)
     g = light.graph
     declared_types = {vi.name: type_dims(vi.type) for vi in list(g.value_info) + list(g.output)} if declared else {}
-    standard = {o for n in g.node if n.domain in ("", "ai.onnx") for o in n.output if o}
-    kept = [vi for vi in g.value_info if vi.name not in standard]
-    del g.value_info[:]
-    g.value_info.extend(kept)
+    standard = drop_standard_declarations(g)
     seed_types(g, seeds)
     for vi in g.output:
         if vi.name not in seeds and vi.name in standard and vi.type.HasField("tensor_type"):
@@ -182,6 +179,16 @@ def infer(model: onnx.ModelProto, seeds: Mapping[str, tuple[int, tuple[Dim, ...]
     for name, v in seeds.items():
         out[name] = v
     return out
+
+
+def drop_standard_declarations(graph: onnx.GraphProto) -> set[str]:
+    """Drop (in place) the value_info of standard ops' outputs, which onnx infers itself and an exporter may have
+    declared stale; returns those outputs' names (other domains' outputs keep their declarations)."""
+    standard = {o for n in graph.node if n.domain in ("", "ai.onnx") for o in n.output if o}
+    kept = [vi for vi in graph.value_info if vi.name not in standard]
+    del graph.value_info[:]
+    graph.value_info.extend(kept)
+    return standard
 
 
 def infer_at(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
