@@ -2,7 +2,10 @@
 exported with FALLTHROUGH at their shape and with every dim dynamic, patched, run in onnxruntime and compared
 with torch.
 
-Nothing may be refused, come out wrong, or be returned by the API unrunnable: where torch's exporter lowered
+Nothing may come out wrong, or be returned by the API unrunnable, and nothing be refused but area interpolation
+by a scale a double cannot hold (1.7, 0.6) under dynamic dims: the file holds the scale in float32, which does
+not say which double torch held, and the doubles beside 1.7 floor otherwise at some length
+(tests/graph/test_size_precision.py). Where torch's exporter lowered
 an unbatched pool itself into pools onnxruntime cannot run, the API raises the InvalidModelError the CLI
 exits 3 with ("invalid"); only the runnable ones over the wrong axes are excused, since the graph does not
 record what they should have pooled (README, "The exporter's own pools"), and the dynamic exports torch
@@ -33,7 +36,7 @@ def _sweep(torch, dtypes, area: bool | None = None, every: int = 1):
                 chosen.append((op, dt, s))
     outcomes = [run_sample(torch, op, dt, s, mode) for op, dt, s in chosen for mode in ("static", "dynamic")]
     counts = Counter((o.mode, o.status) for o in outcomes)
-    bad = [str(o) for o in outcomes if o.status in ("refused", "wrong", "unrunnable")]
+    bad = [str(o) for o in outcomes if o.status in ("refused", "wrong", "unrunnable") and not _scale_refusal(o)]
     assert not bad, "\n".join(bad[:20])
     # torch's exporter refuses these itself (no model to patch); nothing else may fail to export
     for o in outcomes:
@@ -49,6 +52,11 @@ def _sweep(torch, dtypes, area: bool | None = None, every: int = 1):
     return counts
 
 
+def _scale_refusal(o) -> bool:
+    return (o.status == "refused" and o.mode == "dynamic" and o.op.startswith("interpolate")
+            and any(f"'scale_factor': {v}" in o.args for v in (1.7, 0.6)) and "in float32, torch in double" in o.detail)
+
+
 def test_opinfo_samples_float64_every_third(torch_mod):
     """Every third float64 sample of each of the six pools (all of them: the slow test below)."""
     counts = _sweep(torch_mod, ("float64",), area=False, every=3)
@@ -59,14 +67,16 @@ def test_opinfo_samples_float64_every_third(torch_mod):
 
 
 def test_opinfo_area_interpolation_float32_every_second(torch_mod):
-    """Every second sample exact, static and dynamic (all 22, 12 of them by scale_factor with their size computed
-    at run time: the slow test below)."""
+    """Every second sample exact, static and dynamic (all 22: the slow test below), but the dynamic ones by
+    scale_factor 1.7 or 0.6 (their size computed at run time), refused."""
     counts = _sweep(torch_mod, ("float32",), area=True, every=2)
-    assert counts == {("static", "ok"): 11, ("dynamic", "ok"): 11}, counts
+    assert counts == {("static", "ok"): 11, ("dynamic", "ok"): 5, ("dynamic", "refused"): 6}, counts
 
 
 @pytest.mark.slow
 def test_opinfo_samples_every_dtype(torch_mod):
     counts = _sweep(torch_mod, ("float32", "float64", "float16"))
-    # (the six pools: >= 165 static and 200 dynamic exact; area interpolation: all 66 of each)
-    assert counts[("static", "ok")] >= 165 + 66 and counts[("dynamic", "ok")] >= 200 + 66, counts
+    # (the six pools: >= 165 static and 200 dynamic exact; area interpolation: all 66 static, and the 30 dynamic
+    # ones by size; the 36 by scale_factor refused)
+    assert counts[("static", "ok")] >= 165 + 66 and counts[("dynamic", "ok")] >= 200 + 30, counts
+    assert counts[("dynamic", "refused")] == 36, counts

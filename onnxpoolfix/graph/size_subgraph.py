@@ -112,30 +112,53 @@ _FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BF
 
 #: what a float32 constant of a size subgraph may have been in torch, which computes in double: decimals of up
 #: to this many significant digits (0.09090909 is 1/11 rounded, not a literal), fractions p/q up to this
-#: denominator (counts, never times)
+#: denominator, and the doubles this many units in the last place either side of one that only rounds its value
+#: (counts, never times)
 _SHORT_DIGITS = 6
 _MAX_DENOMINATOR = 1000
+_ULPS = 2
 
 
 def torch_readings(v: float) -> list[float]:
     """The doubles torch may have held where the file holds float32 ``v`` (an exporter rounded a Python float
     to float32): the shortest decimal of up to 6 significant digits and every fraction p/q (q <= 1000) that
     round to ``v``, e.g. 0.7 for 0.699999988, 3/11 = 0.2727272727272727 for 0.27272728; where there is none,
-    ``v``'s shortest decimal and ``v`` itself. Every one of them must give the file's sizes."""
+    ``v``'s shortest decimal and ``v`` itself. Every one of them must give the file's sizes.
+
+    A value a double cannot hold (0.7, 10/13) is also read as the doubles up to 2 units in the last place either
+    side of its nearest: a scale torch computed lands there (``1/1.3`` is 10/13's nearest double less one unit,
+    ``0.3 * 3`` 0.9's), and where the two floor differently (at 39 x 10/13: 30 against 29) the file cannot say
+    which torch holds. A value a double holds exactly (0.5, 0.75, 3/8) is read as itself alone."""
+    import math
+    from fractions import Fraction
+
     import numpy as np
 
     v32 = np.float32(v)
-    out: list[float] = []
+    if not np.isfinite(v32):
+        return [float(v32)]
+    exact: list[Fraction] = []
     for digits in range(1, _SHORT_DIGITS + 1):
-        short = float(f"{float(v32):.{digits}g}")
-        if np.float32(short) == v32:
-            out.append(short)
+        short = f"{float(v32):.{digits}g}"
+        if np.float32(float(short)) == v32:
+            exact.append(Fraction(short))
             break
     for q in range(1, _MAX_DENOMINATOR + 1):
         p = round(float(v32) * q)
-        if p and np.float32(p / q) == v32 and p / q not in out:
-            out.append(p / q)
-    return out or list(dict.fromkeys([float(str(v32)), float(v32)]))
+        if p and np.float32(p / q) == v32:
+            exact.append(Fraction(p, q))
+    if not exact:
+        exact = [Fraction(str(v32)), Fraction(float(v32))]
+    out: list[float] = []
+    for e in dict.fromkeys(exact):
+        near = float(e)
+        out.append(near)
+        if Fraction(near) != e:
+            lo = hi = near
+            for _ in range(_ULPS):
+                lo, hi = math.nextafter(lo, -math.inf), math.nextafter(hi, math.inf)
+                out += [d for d in (lo, hi) if np.float32(d) == v32]
+    return list(dict.fromkeys(out))
 
 
 def in_double(sub: onnx.ModelProto) -> list[onnx.ModelProto]:
@@ -162,6 +185,10 @@ def in_double(sub: onnx.ModelProto) -> list[onnx.ModelProto]:
                     values += numpy_helper.to_array(a.t).reshape(-1).tolist()
                 elif node.op_type == "Constant" and a.name == "value_float":
                     values.append(a.f)
+                elif node.op_type == "Constant" and a.name == "value_floats":
+                    values += list(a.floats)
+                elif node.op_type == "ConstantOfShape" and a.name == "value" and a.t.data_type in _FLOATS:
+                    values += numpy_helper.to_array(a.t).reshape(-1).tolist()
         return values
 
     variants = max((len(torch_readings(v)) for v in constants(sub)), default=1)
@@ -174,14 +201,16 @@ def in_double(sub: onnx.ModelProto) -> list[onnx.ModelProto]:
             for a in node.attribute:
                 if node.op_type == "Cast" and a.name == "to" and a.i in _FLOATS:
                     a.i, changed = onnx.TensorProto.DOUBLE, True
-                elif node.op_type == "Constant" and a.name == "value" and (w := widen(a.t, i)) is not None:
+                elif (node.op_type in ("Constant", "ConstantOfShape") and a.name == "value"
+                      and (w := widen(a.t, i)) is not None):
                     a.t.CopyFrom(w)
                     changed = True
-                elif node.op_type == "Constant" and a.name == "value_float":
-                    r = torch_readings(a.f)
+                elif node.op_type == "Constant" and a.name in ("value_float", "value_floats"):
+                    values = [a.f] if a.name == "value_float" else list(a.floats)
+                    wide = [(r := torch_readings(v))[min(i, len(r) - 1)] for v in values]
                     node.attribute.remove(a)
                     node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(
-                        np.array(r[min(i, len(r) - 1)], np.float64))))
+                        np.array(wide[0] if a.name == "value_float" else wide, np.float64))))
                     changed = True
                     break
         for k, t in enumerate(out.graph.initializer):
@@ -222,9 +251,16 @@ def _compare_readings(s, tensor: str, sub, wide) -> None:
     from ..spec import RuntimeDim
 
     try:
-        file, torch_like = ort_session(sub), ort_session(wide)
+        file = ort_session(sub)
     except Exception:  # noqa: BLE001 - not a subgraph onnxruntime takes alone: nothing to compare
         return
+    try:
+        torch_like = ort_session(wide)
+    except Exception as e:  # noqa: BLE001 - a reading not taken is no agreement
+        raise UnsupportedNodeError(
+            f"{s.node.label}: the exporter computes its output size '{tensor}' in float32, torch in double, and "
+            f"the size subgraph does not run in double to compare ({' '.join(str(e).split())[:120]})",
+            "give the pool an integer size (F.interpolate(size=...)), then export again") from None
     lead = s.ndim - s.k
     dt = np.float32 if s.dtype == onnx.TensorProto.BFLOAT16 else helper.tensor_dtype_to_np_dtype(s.dtype)
     for j, e in enumerate(s.node.output_size):

@@ -36,19 +36,19 @@ class Avg3d(torch.nn.Module):
 
 # name: (module, traced shape, run shapes: incl. an output larger than the input and one equal to it)
 CASES = {
-    "area2d_0.6": (Area(0.6), (1, 3, 20, 17), [(1, 3, 20, 17), (2, 3, 7, 9), (1, 3, 33, 5), (1, 3, 1, 4)]),
+    "area2d_0.625": (Area(0.625), (1, 3, 20, 17), [(1, 3, 20, 17), (2, 3, 7, 9), (1, 3, 33, 5), (1, 3, 1, 4)]),
     "avg2d_h2_w3": (HalfThird(), (1, 3, 20, 17), [(1, 3, 20, 17), (2, 3, 7, 9), (1, 3, 33, 5), (1, 3, 2, 3)]),
     "max2d_h3p1_5_indices": (MaxThirdPlusOne(True), (1, 3, 20, 17),
                              [(1, 3, 20, 17), (2, 3, 7, 3), (1, 3, 33, 2), (1, 3, 2, 5)]),
     "max2d_h3p1_5": (MaxThirdPlusOne(False), (1, 3, 20, 17), [(1, 3, 20, 17), (2, 3, 7, 3), (1, 3, 1, 5)]),
-    "area1d_1.7": (Area(1.7), (1, 3, 20), [(1, 3, 20), (2, 3, 7), (1, 3, 33), (1, 3, 1)]),
+    "area1d_1.75": (Area(1.75), (1, 3, 20), [(1, 3, 20), (2, 3, 7), (1, 3, 33), (1, 3, 1)]),
     "max3d": (Max3d(), (1, 2, 3, 4, 5), [(1, 2, 3, 4, 5), (2, 2, 5, 2, 9), (1, 2, 2, 3, 1)]),
     "avg3d": (Avg3d(), (1, 2, 3, 4, 5), [(1, 2, 3, 4, 5), (2, 2, 1, 3, 9), (1, 2, 2, 3, 1)]),
 }
 
 
-# the kinds the output sizes take at the run shapes where not all three (n * 0.6, n // 2 never exceed n)
-KINDS = {"area2d_0.6": {"down"}, "avg2d_h2_w3": {"down"}, "area1d_1.7": {"up", "equal"}}
+# the kinds the output sizes take at the run shapes where not all three (n * 0.625, n // 2 never exceed n)
+KINDS = {"area2d_0.625": {"down"}, "avg2d_h2_w3": {"down"}, "area1d_1.75": {"up", "equal"}}
 
 
 def export(module, shape, opset: int = 17) -> onnx.ModelProto:
@@ -102,13 +102,13 @@ def test_runtime_output_size_matches_torch(name, exported):
 
 
 def test_empty_output_where_torch_computes_size_zero(exported):
-    """floor(1 * 0.6) = 0: torch returns an empty tensor; so does the patched graph (no division by zero)."""
-    model = onnxpoolfix.patch(exported["area2d_0.6"]).model
+    """floor(1 * 0.625) = 0: torch returns an empty tensor; so does the patched graph (no division by zero)."""
+    model = onnxpoolfix.patch(exported["area2d_0.625"]).model
     got = ort_session(model).run(None, {"x": np.ones((1, 3, 1, 4), np.float32)})[0]
     assert got.shape == (1, 3, 0, 2)
 
 
-@pytest.mark.parametrize("name", ["area2d_0.6", "max2d_h3p1_5_indices", "max2d_h3p1_5", "avg3d"])
+@pytest.mark.parametrize("name", ["area2d_0.625", "max2d_h3p1_5_indices", "max2d_h3p1_5", "avg3d"])
 def test_runtime_output_size_tensorrt_target(name, exported):
     module, _, shapes = CASES[name]
     result = onnxpoolfix.patch(exported[name], target="tensorrt")
@@ -120,10 +120,10 @@ def test_runtime_output_size_tensorrt_target(name, exported):
 
 def test_cli_patches_a_runtime_size_and_matches_torch(exported, tmp_path, capsys):
     src, out = tmp_path / "area.onnx", tmp_path / "out.onnx"
-    onnx.save(exported["area1d_1.7"], src)
+    onnx.save(exported["area1d_1.75"], src)
     result = CliRunner().invoke(main, [str(src), str(out), "-q"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    module, _, shapes = CASES["area1d_1.7"]
+    module, _, shapes = CASES["area1d_1.75"]
     assert assert_matches_torch(onnx.load(out), module, shapes) >= {"up"}
 
 
@@ -135,8 +135,8 @@ def test_a_static_entry_beside_a_runtime_one_stays_a_constant(exported):
 
 # the kinds a computed output size can take at all (n // 2 never equals n; H + 1 always exceeds H): the check
 # must reach each of them, and say so
-REACHABLE = {"area2d_0.6": "downsampling", "avg2d_h2_w3": "downsampling", "max2d_h3p1_5_indices": "downsampling, equal",
-             "max2d_h3p1_5": "downsampling, equal", "area1d_1.7": "equal, upsampling",
+REACHABLE = {"area2d_0.625": "downsampling", "avg2d_h2_w3": "downsampling", "max2d_h3p1_5_indices": "downsampling, equal",
+             "max2d_h3p1_5": "downsampling, equal", "area1d_1.75": "equal, upsampling",
              "max3d": "downsampling, upsampling", "avg3d": "downsampling, upsampling"}
 
 
@@ -146,7 +146,7 @@ def test_the_check_reaches_every_kind_of_computed_size_and_says_so(name, exporte
     assert f"the output sizes the graph computes reached: {REACHABLE[name]};" in note
 
 
-@pytest.mark.parametrize("name,shape", [("area2d_0.6", (1, 3, 20, 17)), ("max2d_h3p1_5_indices", (2, 3, 11, 4))])
+@pytest.mark.parametrize("name,shape", [("area2d_0.625", (1, 3, 20, 17)), ("max2d_h3p1_5_indices", (2, 3, 11, 4))])
 def test_a_bound_input_folds_the_computed_size_to_a_constant(name, shape, exported):
     """--input-shape makes the pooled size static: the computed size is folded, a static lowering applies."""
     module = CASES[name][0]
@@ -158,7 +158,7 @@ def test_a_bound_input_folds_the_computed_size_to_a_constant(name, shape, export
 
 
 @pytest.mark.parametrize("opset", [11, 13])
-@pytest.mark.parametrize("name", ["area2d_0.6", "max2d_h3p1_5_indices", "max2d_h3p1_5"])
+@pytest.mark.parametrize("name", ["area2d_0.625", "max2d_h3p1_5_indices", "max2d_h3p1_5"])
 def test_runtime_output_size_older_opsets(name, opset):
     """Opset 11 (Range's first; no int64 Min/Max: Where) and 13 (no Shape slices: Gather)."""
     module, traced, shapes = CASES[name]
