@@ -163,13 +163,17 @@ def _label(torch, d) -> str | None:
         return getattr(d, "__name__", "a Dim")
     if d is getattr(Dim, "DYNAMIC", object()):
         return "Dim.DYNAMIC"
+    if d is getattr(Dim, "AUTO", object()):
+        return "Dim.AUTO"
     return None
 
 
 def _declared_range(torch, d) -> tuple[int, int | None] | None:
-    """The (min, max) a named ``Dim`` declares (max None: unbounded); None for a derived dim, Dim.DYNAMIC or a
-    name (no range of the caller's)."""
-    if not isinstance(d, torch.export.Dim) or not hasattr(d, "min") or hasattr(d, "root"):
+    """The (min, max) a dynamic dim is declared over (max None: unbounded): a named ``Dim``'s own, every size
+    for Dim.DYNAMIC, Dim.AUTO or a name; None for a derived dim (its root's range holds it)."""
+    if isinstance(d, str) or not isinstance(d, torch.export.Dim):
+        return (0, None) if _label(torch, d) is not None else None
+    if not hasattr(d, "min") or hasattr(d, "root"):
         return None
     return max(_finite_int(d.min) or 0, 0), _finite_int(d.max)
 
@@ -235,37 +239,60 @@ def _narrower(got: tuple[int, int | None], wanted: tuple[int, int | None]) -> bo
     return lo > max(wlo, 2) or (hi is not None and (whi is None or hi < whi))
 
 
-def specialised_dims(torch, module, args: tuple, kwargs: dict, program, model, export_kwargs: Mapping
-                     ) -> list[Specialised]:
-    """The dims ``dynamic_shapes`` (of ``export_kwargs``) declares dynamic that the export ``program`` (the
-    dynamo exporter's ONNXProgram), and so the file ``model``, has static. (``dynamic_axes``, which torch
-    turns into Dim.DYNAMIC, is refused by torch itself where it specialises: not silent.)"""
+def _caller_dims(torch, module, args: tuple, kwargs: dict, program, model, spec) -> list[tuple]:
+    """Each dim ``spec`` (dynamic_shapes) declares dynamic, as the export holds it: (the file's input name,
+    axis, how it was declared, the declared range or None, torch's size: an int where it is static, else its
+    SymInt). Empty where torch's own helpers do not map the spec to the inputs."""
     init = {t.name for t in model.graph.initializer}
     inputs = [vi for vi in model.graph.input if vi.name not in init]
-    found: list[Specialised] = []
-    spec = export_kwargs.get("dynamic_shapes")
     ep = getattr(program, "exported_program", None)
     if spec is None or ep is None:
-        return found
+        return []
     try:
         declared = _declared_positions(torch, module, args, kwargs, spec)
         placeholders = user_placeholders(torch, ep)
     except Exception:  # noqa: BLE001 - a structure torch's own helpers do not map: nothing to say
         logger.debug("cannot map dynamic_shapes to the inputs", exc_info=True)
-        return found
+        return []
     if len(placeholders) != len(inputs):
-        return found
-    for (i, axis), (label, wanted) in sorted(declared.items()):
-        if i >= len(placeholders):
-            continue
-        d = placeholders[i].meta["val"].shape[axis] if axis < placeholders[i].meta["val"].dim() else None
+        return []
+    return [(inputs[i].name, axis, label, wanted,
+             placeholders[i].meta["val"].shape[axis] if axis < placeholders[i].meta["val"].dim() else None)
+            for (i, axis), (label, wanted) in sorted(declared.items()) if i < len(placeholders)]
+
+
+def specialised_dims(torch, module, args: tuple, kwargs: dict, program, model, export_kwargs: Mapping
+                     ) -> list[Specialised]:
+    """The dims ``dynamic_shapes`` (of ``export_kwargs``) declares dynamic that the export ``program`` (the
+    dynamo exporter's ONNXProgram), and so the file ``model``, has static, or over a narrower range than
+    declared (a Dim.DYNAMIC, Dim.AUTO or name declares every size). A Dim.AUTO torch made static is no
+    finding: the file then takes that size alone. (``dynamic_axes``, which torch turns into Dim.DYNAMIC, is
+    refused by torch itself where it specialises: not silent.)"""
+    spec = export_kwargs.get("dynamic_shapes")
+    ep = getattr(program, "exported_program", None)
+    found: list[Specialised] = []
+    for name, axis, label, wanted, d in _caller_dims(torch, module, args, kwargs, program, model, spec):
         if isinstance(d, int):
-            found.append(Specialised(inputs[i].name, axis, label, d))
+            if label != "Dim.AUTO":
+                found.append(Specialised(name, axis, label, d))
         elif wanted is not None and (got := _exported_range(ep, d)) is not None and _narrower(got, wanted):
-            found.append(Specialised(inputs[i].name, axis, label, None, ranges=(wanted, got),
-                                     symbol=str(d.node.expr)))
+            found.append(Specialised(name, axis, label, None, ranges=(wanted, got), symbol=str(d.node.expr)))
     if found:
         lines = _torch_refusal(torch, module, args, kwargs, spec)
         for s in found:
             s.reason = _reason(lines, s.declared)
     return found
+
+
+def symbols_declared_at_one(torch, module, args: tuple, kwargs: dict, program, model, export_kwargs: Mapping
+                            ) -> list[str]:
+    """torch's symbols of the dims declared down to 1 (or 0): torch traces a dynamic dim as other than 1 (a
+    branch on ``H == 1`` is decided as not taken, with or without a guard saying so, and its range may start at
+    2), while the file takes 1 too, so the comparison with torch runs there as well."""
+    out: list[str] = []
+    for _, _, _, wanted, d in _caller_dims(torch, module, args, kwargs, program, model,
+                                           export_kwargs.get("dynamic_shapes")):
+        expr = getattr(getattr(d, "node", None), "expr", None)
+        if wanted is not None and wanted[0] <= 1 and getattr(expr, "is_Symbol", False):
+            out.append(str(expr))
+    return list(dict.fromkeys(out))

@@ -38,7 +38,7 @@ from ..errors import PoolFixError, ShapeError, UnsupportedNodeError
 from ..io import has_external_data, load_model, preflight_output, save_model
 from ..report import Note, PatchReport, WarningNote
 from ..words import EXPORT, EXPORT_TORCHSCRIPT
-from .declared import declared_dims, hint_for, specialised_dims
+from .declared import declared_dims, hint_for, specialised_dims, symbols_declared_at_one
 from .opset import KEEPS_METADATA_FROM, convert_keeping_metadata
 from .sizes import runs_outside
 from .torch_check import torch_sizes, verify_against_torch
@@ -282,7 +282,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
 
     with tempfile.TemporaryDirectory(prefix="onnxpoolfix-export-") as tmp:
         exported = Path(tmp) / "exported.onnx"
-        declared, specialised = None, []
+        declared, specialised, at_one = None, [], []
         if dynamo:
             from .symbolic_sizes import symbolic_pool_sizes, symbolic_translations
 
@@ -321,6 +321,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                 inputs = [vi for vi in model.graph.input if vi.name not in {t.name for t in model.graph.initializer}]
                 specialised = [sp for sp in specialised if sp.value is not None or runs_outside(
                     torch, module, call_args, call_kwargs, inputs, declared, sp, seed)]
+                at_one = symbols_declared_at_one(torch, module, call_args, call_kwargs, program, model, kwargs)
             del program
             if specialised and not allow_specialized_dims:
                 more = f" (and {len(specialised) - 1} more)" if len(specialised) > 1 else ""
@@ -354,7 +355,8 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         def against_torch(path: Path) -> None:
             if not verify:
                 return
-            checked = verify_against_torch(path, runnable, call_args, call_kwargs, declared=declared, seed=seed)
+            checked = verify_against_torch(path, runnable, call_args, call_kwargs, declared=declared, at_one=at_one,
+                                           seed=seed)
             logger.info("%s", checked.note())
             if checked.note():
                 result.report.notes.append(Note(checked.note(), "matched-torch"))

@@ -162,14 +162,35 @@ class TorchRunner:
         return tensors, _tensor_leaves(torch, out), list(rec.calls)
 
 
+#: how far past a narrowed range's moved end torch is tried: the first sizes one by one, then doubling
+_OUTSIDE_STEPS = 4
+_OUTSIDE_DOUBLINGS = 5
+
+
+def outside_sizes(narrowed: Specialised) -> list[int]:
+    """The sizes the caller's range holds and torch's narrowed one leaves out that :func:`runs_outside` tries
+    (a count, never a time): the first few past each moved end, then doubling away from it (with the odd
+    size after each), and the declared end itself."""
+    (lo, hi), (lo2, hi2) = narrowed.ranges
+    out: list[int] = []
+    if hi2 is not None and (hi is None or hi2 < hi):
+        far = [hi2 * 2 ** k + j for k in range(1, _OUTSIDE_DOUBLINGS + 1) for j in (0, 1)]
+        out += [v for v in [hi2 + j for j in range(1, _OUTSIDE_STEPS + 1)] + far + [hi or 0]
+                if v > hi2 and (hi is None or v <= hi)]
+    floor = max(lo, 2)
+    if lo2 > floor:
+        out += [v for v in [lo2 - j for j in range(1, _OUTSIDE_STEPS + 1)] + [(floor + lo2) // 2, floor]
+                if floor <= v < lo2]
+    return list(dict.fromkeys(out))
+
+
 def runs_outside(torch, module, args: tuple, kwargs: dict, model_inputs: Sequence, declared: DeclaredDims | None,
                  narrowed: Specialised, seed: int = 0) -> bool:
-    """Whether torch runs the module at a size the caller's range holds and torch's narrowed one leaves out (one
-    past each end it moved): the file, made for the narrowed range, is not the module there. True where that
-    cannot be tried; False where torch itself fails there (a range narrowed to what the module can take)."""
-    (lo, hi), (lo2, hi2) = narrowed.ranges
-    tries = ([hi2 + 1] if hi2 is not None and (hi is None or hi2 < hi) else []) + \
-        ([lo2 - 1] if lo2 > max(lo, 2) else [])
+    """Whether torch runs the module at a size the caller's range holds and torch's narrowed one leaves out
+    (:func:`outside_sizes`): the file, made for the narrowed range, is not the module there. True where that
+    cannot be tried; False where torch itself fails at each of them (a range narrowed to what the module can
+    take)."""
+    tries = outside_sizes(narrowed)
     if declared is None or not narrowed.symbol:
         return True
     try:

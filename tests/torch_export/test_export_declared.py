@@ -241,6 +241,74 @@ def test_a_range_narrowed_to_where_torch_runs_is_no_error(tmp_path: Path) -> Non
     assert "narrowed" not in report.check_note and report.nodes[0].lowering == "dynamic"
 
 
+class _OtherBranchFailsAtOddH(nn.Module):
+    """torch narrows H to [2, 64]; past it the module runs only at even H (found by a review: trying torch one
+    past the moved end alone, at 65, where it fails, took the narrowing for what the module can take, and the
+    file computed the H <= 64 branch at 66 and 90)."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d((3, 5))
+
+    def forward(self, x):
+        if x.shape[2] <= 64:
+            return self.pool(x)
+        b, c, h, w = x.shape
+        return self.pool(x.reshape(b, c, h // 2, 2, w).mean(3)) * 2.0
+
+
+def test_a_narrowed_range_is_tried_past_one_size_beyond_it(tmp_path: Path) -> None:
+    from onnxpoolfix.torch_export.declared import Specialised
+    from onnxpoolfix.torch_export.sizes import outside_sizes
+
+    m, out = _OtherBranchFailsAtOddH().eval(), tmp_path / "m.onnx"
+    assert m(torch.randn(1, 2, 66, 17)).shape == (1, 2, 3, 5)  # the premise: torch runs past 65
+    H, W = torch.export.Dim("H", min=2, max=512), torch.export.Dim("W", min=2, max=512)
+    with pytest.raises(onnxpoolfix.ShapeError, match=r"narrowed it to \[2, 64\]"):
+        onnxpoolfix.export(m, (torch.randn(1, 2, 20, 17),), out, dynamic_shapes={"x": {2: H, 3: W}})
+    assert not out.exists()
+    tried = outside_sizes(Specialised("x", 2, "H", None, ranges=((2, 512), (2, 64))))
+    assert tried[:4] == [65, 66, 67, 68] and 512 in tried and all(64 < v <= 512 for v in tried)
+    assert outside_sizes(Specialised("x", 2, "H", None, ranges=((2, None), (9, None)))) == [8, 7, 6, 5, 2]
+
+
+@pytest.mark.parametrize("dim", ["DYNAMIC", "AUTO"])
+def test_a_dim_declared_unbounded_that_torch_narrowed_is_an_error(tmp_path: Path, dim: str) -> None:
+    """Dim.DYNAMIC and Dim.AUTO declare every size: a narrowing torch makes of them without a word (found by a
+    review: not looked at, the file computed the H < 64 branch at 65 and 90)."""
+    m, out = _BranchOnH().eval(), tmp_path / "m.onnx"
+    d = getattr(torch.export.Dim, dim)
+    with pytest.raises(onnxpoolfix.ShapeError, match=rf"\(Dim.{dim}\) but torch narrowed it to \[0, 63\]"):
+        onnxpoolfix.export(m, (torch.randn(1, 3, 40, 45),), out, dynamic_shapes={"input": {2: d, 3: d}})
+    assert not out.exists()
+
+
+class _BranchOnHOfOne(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d((3, 5))
+
+    def forward(self, x):
+        if x.shape[2] == 1:
+            return self.pool(x) * 3.0
+        return self.pool(x)
+
+
+def test_a_dim_declared_from_one_is_compared_with_torch_at_one(tmp_path: Path) -> None:
+    """torch traces a dynamic H as other than 1 (the branch on H == 1 decided at the example), the file takes
+    H = 1 as declared: the comparison with torch runs there too (found by a review: the file was 0.67 off at
+    1x21, exported with no error)."""
+    m, out = _BranchOnHOfOne().eval(), tmp_path / "m.onnx"
+    H, W = torch.export.Dim("H", min=1, max=512), torch.export.Dim("W", min=1, max=512)
+    with pytest.raises(onnxpoolfix.TorchMismatchError, match=r"at x:1x2x1x17"):
+        onnxpoolfix.export(m, (torch.randn(1, 2, 20, 17),), out, dynamic_shapes=({2: H, 3: W},))
+    assert not out.exists()
+    m2 = nn.AdaptiveAvgPool2d((3, 5)).eval()  # no branch on 1: exact there, and compared there
+    report = onnxpoolfix.export(m2, (torch.randn(1, 2, 20, 17),), out, dynamic_shapes=({2: H, 3: W},))
+    assert "1x17" in report.check_note or "x:1x2x1" in report.check_note, report.check_note
+    _assert_matches(out, m2, [(1, 2, 1, 17), (1, 2, 20, 1), (1, 2, 1, 1)])
+
+
 def test_an_export_hint_names_what_export_takes(tmp_path: Path) -> None:
     """Symbolic pooled axes at opset 9 (the TorchScript path keeps it): export takes no input_shapes=;
     the hint says to export those dims static, or at a newer opset."""
