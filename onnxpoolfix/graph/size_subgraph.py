@@ -6,6 +6,9 @@ sizes occur."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import onnx
 from onnx import helper
@@ -119,9 +122,26 @@ _MAX_DENOMINATOR = 1000
 _ULPS = 2
 
 
+#: the doubles torch held, where the caller knows them (onnxpoolfix.export reads them from the exported
+#: program): a float32 constant one of them rounds to is read as that double alone (:func:`torch_doubles`)
+_KNOWN: ContextVar[tuple[float, ...]] = ContextVar("onnxpoolfix_torch_doubles", default=())
+
+
+@contextmanager
+def torch_doubles(values) -> Iterator[None]:
+    """Read the size subgraphs' float constants inside the block as these doubles of torch's, where one rounds
+    to the constant: what torch computed with is then known, not guessed (:func:`torch_readings`)."""
+    token = _KNOWN.set(tuple(float(v) for v in values))
+    try:
+        yield
+    finally:
+        _KNOWN.reset(token)
+
+
 def torch_readings(v: float) -> list[float]:
     """The doubles torch may have held where the file holds float32 ``v`` (an exporter rounded a Python float
-    to float32): the shortest decimal of up to 6 significant digits and every fraction p/q (q <= 1000) that
+    to float32): those of :func:`torch_doubles` that round to ``v``, where the caller knows them; else the
+    shortest decimal of up to 6 significant digits and every fraction p/q (q <= 1000) that
     round to ``v``, e.g. 0.7 for 0.699999988, 3/11 = 0.2727272727272727 for 0.27272728; where there is none,
     ``v``'s shortest decimal and ``v`` itself. Every one of them must give the file's sizes.
 
@@ -137,6 +157,9 @@ def torch_readings(v: float) -> list[float]:
     v32 = np.float32(v)
     if not np.isfinite(v32):
         return [float(v32)]
+    known = [d for d in _KNOWN.get() if np.float32(d) == v32]
+    if known:
+        return list(dict.fromkeys(known))
     exact: list[Fraction] = []
     for digits in range(1, _SHORT_DIGITS + 1):
         short = f"{float(v32):.{digits}g}"
@@ -289,8 +312,10 @@ def _compare_readings(s, tensor: str, sub, wide) -> None:
                 f"{s.node.label}: the exporter computes its output size '{tensor}' in float32, torch in "
                 f"double, and they differ: at length {n} on axis {lead + j} the file's size is {a}, torch's {b} "
                 f"(its scale read as {', '.join(map(repr, scales))}){more}",
-                "give the pool an integer size (F.interpolate(size=...)) or a scale_factor exact in "
-                "float32 (0.5, 0.25, 0.75, ...), then export again: the two then agree at every length")
+                "give the pool an integer size (F.interpolate(size=...)) or a scale_factor that float32 and "
+                "double both hold (0.5, 0.25, 0.75, 0.625, ...), then export again: the two then agree at every "
+                "length. onnxpoolfix.export (dynamo) reads the double torch holds from the module, and refuses "
+                "only where the file's float32 arithmetic differs from it")
 
 
 def _differ_beyond(sub, wide, base: list[int], axis: int, index: int, near: list) -> tuple[list, int]:

@@ -35,6 +35,7 @@ from typing import Any, BinaryIO, Union
 from ..api import check_choices, check_flags, check_seed, patch
 from ..check import foreign_ops
 from ..errors import PoolFixError, ShapeError, UnsupportedNodeError
+from ..graph.size_subgraph import torch_doubles
 from ..io import has_external_data, load_model, preflight_output, save_model
 from ..report import Note, PatchReport, WarningNote
 from ..words import EXPORT, EXPORT_TORCHSCRIPT
@@ -282,9 +283,9 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
 
     with tempfile.TemporaryDirectory(prefix="onnxpoolfix-export-") as tmp:
         exported = Path(tmp) / "exported.onnx"
-        declared, specialised, at_one = None, [], []
+        declared, specialised, at_one, doubles = None, [], [], ()
         if dynamo:
-            from .symbolic_sizes import symbolic_pool_sizes, symbolic_translations
+            from .symbolic_sizes import program_doubles, symbolic_pool_sizes, symbolic_translations
 
             table = {**translation_table(), **symbolic_translations(), **user_table}
             # below opset 18 torch exports at 18, converts (dropping the metadata the dynamo front end reads)
@@ -322,6 +323,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                 specialised = [sp for sp in specialised if sp.value is not None or runs_outside(
                     torch, module, call_args, call_kwargs, inputs, declared, sp, seed)]
                 at_one = symbols_declared_at_one(torch, module, call_args, call_kwargs, program, model, kwargs)
+            doubles = program_doubles(program)
             del program
             if specialised and not allow_specialized_dims:
                 more = f" (and {len(specialised) - 1} more)" if len(specialised) > 1 else ""
@@ -334,9 +336,10 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         if check and declared is not None and declared.related:  # W = 2*h, 32*h: the graph alone cannot tell
             check_shapes = torch_sizes(model, runnable, call_args, call_kwargs, declared, seed=seed) or None
         try:
-            result = patch(model, check=check, strategy=strategy, target=target, inplace=True,
-                           model_dir=tmp if has_data else None, optimize_exporter_pools=optimize_exporter_pools,
-                           check_shapes=check_shapes, seed=seed)
+            with torch_doubles(doubles):  # a float32 scale in the file read as the double torch held
+                result = patch(model, check=check, strategy=strategy, target=target, inplace=True,
+                               model_dir=tmp if has_data else None, optimize_exporter_pools=optimize_exporter_pools,
+                               check_shapes=check_shapes, seed=seed)
         except PoolFixError as e:  # patch's hints name patch's arguments; export takes other ones
             in_export_words(e, dynamo)
             raise

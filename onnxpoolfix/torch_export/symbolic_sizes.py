@@ -98,3 +98,31 @@ def symbolic_translations() -> dict:
     _custom_ops()
     return {getattr(torch.ops.onnxpoolfix, name).default: aten_translation(name, outputs)
             for name, (outputs, _) in _OPS.items()}
+
+
+def program_doubles(program) -> tuple[float, ...]:
+    """Every Python float the exported program computes sizes with (the ``0.7692307692307692`` of
+    ``TruncToInt(0.769230769230769*ToFloat(s0))`` for ``scale_factor=1/1.3``): the doubles torch held, which the
+    file keeps only rounded to float32 (:func:`onnxpoolfix.graph.size_subgraph.torch_doubles`)."""
+    import sympy
+    import torch
+
+    found: dict[float, None] = {}
+
+    def walk(v) -> None:
+        if isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+        elif isinstance(v, torch.Tensor):
+            walk(list(v.shape))
+        elif isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            found.update(dict.fromkeys(float(f) for f in v.node.expr.atoms(sympy.Float)))
+        elif isinstance(v, float):
+            found[v] = None
+
+    ep = getattr(program, "exported_program", None)
+    for node in ep.graph.nodes if ep is not None else ():
+        walk(node.meta.get("val"))
+        walk(list(node.args) + list(node.kwargs.values()))
+    return tuple(found)
+

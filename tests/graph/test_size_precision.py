@@ -185,3 +185,15 @@ def test_readings_of_a_non_finite_constant_are_itself():
     assert torch_readings(float("inf")) == [float("inf")] and torch_readings(float("-inf")) == [float("-inf")]
     assert [np.isnan(v) for v in torch_readings(float("nan"))] == [True]
     assert torch_readings(0.5) == [0.5] and 0.7 in torch_readings(0.7) and 1 / 1.3 in torch_readings(0.7692308)
+
+
+def test_a_double_torch_is_known_to_hold_is_read_alone():
+    """onnxpoolfix.export passes the doubles the exported program computes with: a float32 constant one of them
+    rounds to is read as that double only (no neighbours, no fractions); others as before."""
+    from onnxpoolfix.graph.size_subgraph import torch_doubles, torch_readings
+
+    with torch_doubles([0.6, 1 / 1.3]):
+        assert torch_readings(0.6) == [0.6] and torch_readings(0.7692308) == [1 / 1.3]
+        assert len(torch_readings(0.7)) > 1
+    assert len(torch_readings(0.6)) > 1
+

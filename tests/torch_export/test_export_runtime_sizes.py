@@ -27,6 +27,11 @@ CASES = {  # module, example, dynamic shapes, sizes checked here
     "avg2d_h2_w3": (HalfThird(), (1, 3, 20, 17), HW, [(1, 3, 7, 9), (1, 3, 33, 5), (1, 3, 2, 3)]),
     "max2d_h3p1_5": (MaxThirdPlusOne(), (1, 3, 20, 17), HW, [(1, 3, 7, 3), (1, 3, 33, 5), (1, 3, 2, 4)]),
     "area1d_1.75": (Area(1.75), (1, 3, 20), {"x": {2: Dim("L", min=2, max=600)}}, [(1, 3, 21), (1, 3, 566), (1, 3, 3)]),
+    # scales a double cannot hold: the file alone is refused (tests/graph/test_size_precision.py); export reads
+    # torch's double from the module, and its sizes are the file's float32 ones at every length (5 x 0.6 = 3,
+    # 10 x 1.7 = 17: where a double beside the scale would floor one lower)
+    "area2d_0.6": (Area(0.6), (1, 3, 20, 17), HW, [(1, 3, 5, 10), (1, 3, 33, 5), (1, 3, 64, 63)]),
+    "area1d_1.7": (Area(1.7), (1, 3, 20), {"x": {2: Dim("L", min=2, max=600)}}, [(1, 3, 10), (1, 3, 566), (1, 3, 3)]),
 }
 
 
@@ -49,7 +54,17 @@ def test_export_keeps_a_computed_size_and_matches_torch(name, tmp_path: Path):
         if len(want) > 1:
             assert np.array_equal(got[1], want[1].numpy())
         kinds |= {"down" if m < n else "up" if m > n else "equal" for n, m in zip(shape[2:], want[0].shape[2:])}
-    assert "up" in kinds or name in ("area2d_0.625", "avg2d_h2_w3")
+    assert "up" in kinds or name in ("area2d_0.625", "area2d_0.6", "avg2d_h2_w3")
+
+
+def test_export_refuses_a_scale_where_the_files_float32_differs_from_torchs_double(tmp_path: Path):
+    """scale_factor=1/1.3: torch's double gives 29 rows at 39, the file's float32 arithmetic 30. export knows
+    the double, and the two really differ: refused (the hint names the remedy), nothing written."""
+    out = tmp_path / "m.onnx"
+    assert Area(1 / 1.3)(torch.randn(1, 3, 39, 8)).shape[2] == 29  # the premise
+    with pytest.raises(onnxpoolfix.UnsupportedNodeError, match=r"at length 39 on axis 2 the file's size is 30, torch's 29"):
+        onnxpoolfix.export(Area(1 / 1.3), (torch.randn(1, 3, 20, 17),), out, dynamic_shapes=HW)
+    assert not out.exists()
 
 
 def test_a_none_entry_of_a_max_pool_stays_dynamic(tmp_path: Path):
