@@ -52,9 +52,7 @@ class Emitter:
         self.taken.add(name)
         return name
 
-    def const(self, hint: str, value: np.ndarray, *, node: bool = False) -> str:
-        """A constant named after ``hint``: an initializer, or a Constant node where ``node`` or the emitter
-        writes every constant as one (If branches, IR 3)."""
+    def const(self, hint: str, value: np.ndarray) -> str:
         value = np.asarray(value)  # (np.ascontiguousarray would turn a 0-d scalar into shape [1])
         if self.constant_nodes and self.opset < 9 and value.dtype.kind not in "f":
             # Constant takes only float types before opset 9: the integers (window tables, shapes) as float64,
@@ -65,7 +63,7 @@ class Emitter:
                              helper.np_dtype_to_tensor_dtype(value.dtype))
         name = self.fresh(hint)
         tensor = numpy_helper.from_array(value if value.ndim == 0 else np.ascontiguousarray(value), name)
-        if self.constant_nodes or node:
+        if self.constant_nodes:
             self.nodes.append(helper.make_node("Constant", [], [name], name=self.fresh(f"{hint}_constant"),
                                                value=tensor))
         else:
@@ -79,14 +77,12 @@ class Emitter:
         indicator and the window lengths, both held exactly by any storage (fp16 included), and not an
         initializer feeding a MatMul, so onnxruntime's ``quantize_dynamic`` leaves the pooling in float
         (a quantized 1/len matrix costs 4e-3 to 8e-3 relative error: issue 33). onnxruntime folds the two
-        nodes at session start, so the MatMul runs as before. Every other case: the matrix itself, as a
-        Constant node (never an initializer, which ``quantize_dynamic`` would quantize): TensorRT's parser
-        reads it as the same weights, and onnx2tf converts it where it cannot convert the computed form.
+        nodes at session start, so the MatMul runs as before. Every other case: the matrix itself.
         """
         typed_constants = not self.constant_nodes or self.opset >= 9  # Constant takes bool from opset 9
         lengths = _window_lengths(matrix) if self.target == "onnxruntime" and typed_constants else None
         if lengths is None or not np.array_equal(lengths.astype(np_dtype(elem)), lengths):
-            return self.const(hint, matrix.astype(np_dtype(elem)), node=True)
+            return self.const(hint, matrix.astype(np_dtype(elem)))
         indicator = self.cast(self.const(f"{hint}_indicator", matrix != 0), elem)
         return self.op("Div", [indicator, self.const(f"{hint}_lengths", lengths.astype(np_dtype(elem)))], hint=hint)
 
