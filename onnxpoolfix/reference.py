@@ -34,8 +34,11 @@ def resolve_output_size(input_shape: Sequence[int], output_size: Sequence[int | 
 
 
 def _pool_axis(x: np.ndarray, axis: int, m: int, reduce) -> np.ndarray:
-    """``reduce`` over every window of one axis (the others untouched): m vectorised slices."""
+    """``reduce`` over every window of one axis (the others untouched): m vectorised slices; m = 0 gives an
+    empty axis, as torch does (``F.interpolate(x, scale_factor=1/32, mode="area")`` at 20)."""
     n = x.shape[axis]
+    if m == 0:
+        return np.take(x, np.arange(0), axis=axis)
     parts = []
     for i in range(m):
         a, b = _bounds(n, m, i)

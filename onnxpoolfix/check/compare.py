@@ -108,6 +108,8 @@ def compare(spec: PoolSpec, x: np.ndarray, y: np.ndarray, idx: np.ndarray | None
             check.passed, check.detail = False, f"output shape {yf.shape}, expected {ref.shape}"
             check.max_error = float("inf")
             return
+        if ref.size == 0:  # an output length of 0 (torch gives it too): equal shapes are all there is
+            return
         tol = tolerance(spec, x, ref, input_rounding)
         both_nan = np.isnan(ref) & np.isnan(yf)
         same_inf = np.isinf(ref) & (yf.astype(np.float64) == ref)

@@ -197,3 +197,28 @@ def test_a_double_torch_is_known_to_hold_is_read_alone():
         assert len(torch_readings(0.7)) > 1
     assert len(torch_readings(0.6)) > 1
 
+
+
+def test_a_computed_output_length_of_zero_is_torchs_empty_output():
+    """Scale 1/32 under a dynamic length: torch gives an empty output below 32 (floor(18 / 32) = 0), and the check
+    aims at such lengths; its reference crashed there (exit 1, a review found it). OUT matches torch on both sides."""
+    import onnx
+
+    class Area(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.interpolate(x, scale_factor=1 / 32, mode="area")
+
+    f = io.BytesIO()
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        torch.onnx.export(Area(), (torch.randn(1, 2, 3000),), f, dynamo=False, opset_version=17, input_names=["x"],
+                          operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH,
+                          dynamic_axes={"x": {2: "L"}})
+    out = onnxpoolfix.patch(onnx.load_from_string(f.getvalue())).model
+    rng = np.random.default_rng(0)
+    for n in (1, 18, 31, 32, 65, 3000):
+        x = rng.standard_normal((1, 2, n)).astype(np.float32)
+        with torch.no_grad():
+            want = Area()(torch.from_numpy(x)).numpy()
+        got = ort_run(out, {"x": x})[0]
+        assert got.shape == want.shape, (n, got.shape, want.shape)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
