@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import onnx
 
 from ..graph.shapes import apply_input_shapes, model_opset, resolve_specs
-from ..graph.size_subgraph import fold_static_sizes, size_precision_error
+from ..graph.size_precision import size_precision_error
+from ..graph.size_subgraph import fold_static_sizes
 from ..report import WarningNote
 from ..spec import PoolSpec
 from .base import FrontEndResult, PlanOptions

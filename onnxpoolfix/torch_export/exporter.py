@@ -35,7 +35,7 @@ from typing import Any, BinaryIO, Union
 from ..api import check_choices, check_flags, check_seed, patch
 from ..check import foreign_ops
 from ..errors import PoolFixError, ShapeError, UnsupportedNodeError
-from ..graph.size_subgraph import torch_doubles
+from ..graph.size_precision import torch_doubles
 from ..io import has_external_data, load_model, preflight_output, save_model
 from ..report import Note, PatchReport, WarningNote
 from ..words import EXPORT, EXPORT_TORCHSCRIPT

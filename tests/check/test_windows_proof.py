@@ -14,7 +14,7 @@ from onnx import helper
 
 import onnxpoolfix
 from onnxpoolfix.check import windows_proof
-from onnxpoolfix.errors import CheckFailedError
+from onnxpoolfix.errors import CheckFailedError, UnsupportedNodeError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
@@ -48,11 +48,22 @@ def test_the_report_states_the_bound_of_a_constant_output_size(name, needle):
     assert "every window of the dynamic lowering proven up to n = 512" in note and needle in note
 
 
-@pytest.mark.parametrize("kind,scale,kinds", [("avg", 1.75, "(equal, up)"), ("max", 0.625, "(down)")])
+@pytest.mark.parametrize("kind,scale,kinds", [("avg", 1.75, "(equal, up)"), ("max", 0.5, "(down)")])
 def test_a_computed_output_size_is_proven_at_every_size_the_graph_computes(kind, scale, kinds):
     note = onnxpoolfix.patch(_runtime_size_model(kind, scale)).report.check_note
     assert "every window of the dynamic lowering proven up to n = " in note
     assert "each with the m the graph computes " + kinds in note
+
+
+def test_a_max_pooling_sized_by_a_float32_product_is_compared_as_far_as_it_runs():
+    """Max pooling to floor(L * 0.625): its runtime window tables grow with L alone, so OUT runs at any length,
+    and at 3,355,451 the file's float32 product gives one more than torch's double (checked here in numpy, as
+    torch computes: double). An average there would need a 7e12-entry matrix and cannot run: it is exact
+    wherever it runs (above); the max is refused, naming that length."""
+    n = 3_355_451
+    assert int(np.floor(np.float32(n) * np.float32(0.625))) != int(np.floor(n * 0.625))  # the premise
+    with pytest.raises(UnsupportedNodeError, match=f"at length {n} on axis 2"):
+        onnxpoolfix.patch(_runtime_size_model("max", 0.625))
 
 
 def _broken_at(n_bad: int):

@@ -89,7 +89,8 @@ def test_the_numpy_reading_of_a_size_subgraph_is_onnxruntimes(scale):
     length as onnxruntime does (here every length to 600, the file's float32 and the double reading both)."""
     import onnx
 
-    from onnxpoolfix.graph.size_subgraph import in_double, size_subgraph, sizes_at_lengths
+    from onnxpoolfix.graph.size_precision import in_double
+    from onnxpoolfix.graph.size_subgraph import size_subgraph, sizes_at_lengths
     from onnxpoolfix.graph.size_vectors import size_at_lengths
     from onnxpoolfix.sessions import ort_session
 
@@ -180,7 +181,7 @@ def test_every_constant_form_is_read_in_double(form):
 def test_readings_of_a_non_finite_constant_are_itself():
     """A size subgraph may hold an inf or NaN constant (a clamp): read as itself, no error of the reading's own
     (round(inf * q) raised)."""
-    from onnxpoolfix.graph.size_subgraph import torch_readings
+    from onnxpoolfix.graph.size_precision import torch_readings
 
     assert torch_readings(float("inf")) == [float("inf")] and torch_readings(float("-inf")) == [float("-inf")]
     assert [np.isnan(v) for v in torch_readings(float("nan"))] == [True]
@@ -190,7 +191,7 @@ def test_readings_of_a_non_finite_constant_are_itself():
 def test_a_double_torch_is_known_to_hold_is_read_alone():
     """onnxpoolfix.export passes the doubles the exported program computes with: a float32 constant one of them
     rounds to is read as that double only (no neighbours, no fractions); others as before."""
-    from onnxpoolfix.graph.size_subgraph import torch_doubles, torch_readings
+    from onnxpoolfix.graph.size_precision import torch_doubles, torch_readings
 
     with torch_doubles([0.6, 1 / 1.3]):
         assert torch_readings(0.6) == [0.6] and torch_readings(0.7692308) == [1 / 1.3]
@@ -222,3 +223,41 @@ def test_a_computed_output_length_of_zero_is_torchs_empty_output():
         got = ort_run(out, {"x": x})[0]
         assert got.shape == want.shape, (n, got.shape, want.shape)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _behind_relu(scale: float):
+    """_area's file with a Relu in front of the pool, the size still read from the graph input's shape: what a
+    dynamo file holds for a pool behind a layer (it reads sizes from the input's symbols)."""
+    from onnx import helper
+
+    module, model = _area(scale)
+    pool = next(n for n in model.graph.node if n.domain == "org.pytorch.aten")
+    model.graph.node.insert(0, helper.make_node("Relu", [pool.input[0]], ["x_relu"]))
+    pool.input[0] = "x_relu"
+    return model
+
+
+def test_a_size_read_from_another_tensors_shape_is_compared_too():
+    """The size subgraph could only be cut from the pooled tensor's own Shape; one reading the graph input's was
+    not compared at all, and 0.7 and 1/1.3 behind a convolution went out with exit 0 (found by review: 30 rows
+    at 39 where torch gives 29). Now that tensor's axes are swept: refused, naming it; 0.5 exact as torch."""
+    module, _ = _area(0.7)
+    assert _torch_size(module, 90) == 62  # torch's own size, the premise (the file's float32 gives 63)
+    with pytest.raises(UnsupportedNodeError, match="at length 90 on axis 2 of 'x'"):
+        onnxpoolfix.patch(_behind_relu(0.7))
+    half, _ = _area(0.5)
+    out = onnxpoolfix.patch(_behind_relu(0.5)).model
+    x = np.random.default_rng(2).standard_normal((1, 2, 97, 20)).astype(np.float32)
+    with torch.no_grad():
+        want = half(torch.relu(torch.from_numpy(x))).numpy()
+    np.testing.assert_allclose(ort_run(out, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_sizes_are_compared_as_far_as_an_average_can_run():
+    """Scale 0.0636: float32 and torch's double first differ at 66,761, where the runtime pooling matrix has 2.8e8
+    entries and OUT runs; the comparison stopped at 65,536 and OUT went out wrong there (found by review)."""
+    module, model = _area(0.0636)
+    n = 66_761
+    assert _torch_size(module, n) != int(np.float32(n) * np.float32(0.0636))  # the premise
+    with pytest.raises(UnsupportedNodeError, match=f"at length {n} on axis 2"):
+        onnxpoolfix.patch(model)

@@ -35,7 +35,7 @@ from ...errors import ShapeError, UnsupportedNodeError
 from ...graph import nodes_deep, subgraphs
 from ...graph.emit import EMITTED_BY
 from ...graph.shapes import model_opset, output_shape
-from ...graph.size_subgraph import size_precision_error
+from ...graph.size_precision import size_precision_error
 from ...report import RESTS_ON_TRACED, Note, WarningNote
 from ...spec import PoolNode, PoolSpec
 from ...words import ALLOW_PARTIAL, TRACED_SHAPES_FORM
