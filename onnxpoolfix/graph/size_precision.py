@@ -176,22 +176,19 @@ def size_precision_error(model: onnx.ModelProto, specs: list) -> None:
             indices = [(j, e.index) for j, e in enumerate(s.node.output_size)
                        if isinstance(e, RuntimeDim) and e.tensor == tensor]
             sub = size_subgraph(model, tensor, s.node.input, s.dtype)
-            if sub is not None:
-                lead = s.ndim - s.k
-                base = [d if isinstance(d, int) else 1 for d in s.input_shape[:lead]]
-                base += [d if isinstance(d, int) else 7 for d in s.in_sizes]
-                sweeps = [(lead + j, i, [s.in_sizes[j]] if isinstance(s.in_sizes[j], int) else None)
-                          for j, i in indices]
-            else:  # the size reads another tensor's shape (the graph input's, the pool behind a convolution)
+            dims = list(s.input_shape) if sub is not None else None
+            if sub is None:  # the size reads another tensor's shape (the graph input's, a pool behind a conv)
                 sub = size_subgraph(model, tensor, None, 0)
                 dims = value_type(model, sub.graph.input[0].name)[1] if sub is not None else None
-                if dims is None:
-                    if sub is not None or _computes_in_float(model, tensor):
-                        raise _uncompared(s, tensor, "the subgraph reads shapes the file does not declare")
-                    continue
-                base = [d if isinstance(d, int) else 7 for d in dims]
-                sweeps = [(a, i, None) for _, i in indices for a, d in enumerate(dims) if not isinstance(d, int)]
-                sweeps = sweeps or [(0, i, [base[0]]) for _, i in indices if base]
+            if dims is None:
+                if sub is not None or _computes_in_float(model, tensor):
+                    raise _uncompared(s, tensor, "the size reads the shapes of several tensors, or of one whose "
+                                      "rank the file does not declare")
+                continue
+            # every symbolic axis for every entry: an entry may read another axis than its own (x.size(3) for H)
+            base = [d if isinstance(d, int) else 7 for d in dims]
+            sweeps = [(a, i, None) for _, i in indices for a, d in enumerate(dims) if not isinstance(d, int)]
+            sweeps = sweeps or [(0, i, [base[0]]) for _, i in indices if base]
             for wide in in_double(sub):
                 _compare_readings(s, tensor, sub, wide, base, sweeps)
 
@@ -254,6 +251,7 @@ def _compare_readings(s, tensor: str, sub, wide, base: list[int], sweeps: list) 
             n, a, b = differ[0]
             more = f" and {len(differ) - 1} more up to {last}" if len(differ) > 1 else ""
             of = "" if x == s.node.input else f" of '{x}'"
+            at = f"length {n} on axis {axis}{of}" if every else f"input shape {'x'.join(map(str, base))}{of}"
             scales = sorted({v for t in wide.graph.initializer if t.data_type == onnx.TensorProto.DOUBLE
                              for v in numpy_helper.to_array(t).reshape(-1).tolist()}
                             | {v for nd in wide.graph.node for at in nd.attribute
@@ -262,7 +260,7 @@ def _compare_readings(s, tensor: str, sub, wide, base: list[int], sweeps: list) 
                                for v in numpy_helper.to_array(at.t).reshape(-1).tolist()})
             raise UnsupportedNodeError(
                 f"{s.node.label}: the exporter computes its output size '{tensor}' in float32, torch in "
-                f"double, and they differ: at length {n} on axis {axis}{of} the file's size is {a}, torch's {b} "
+                f"double, and they differ: at {at} the file's size is {a}, torch's {b} "
                 f"(its scale read as {', '.join(map(repr, scales))}){more}",
                 "give the pool an integer size (F.interpolate(size=...)) or a scale_factor that float32 and "
                 "double both hold (0.5, 0.25, 0.75, 0.625, ...), then export again: the two then agree at every "
@@ -279,7 +277,9 @@ def _fed_by_shape(sub: onnx.ModelProto) -> onnx.ModelProto:
     x = out.graph.input[0].name
     out.graph.input[0].CopyFrom(helper.make_tensor_value_info(_SHAPE, onnx.TensorProto.INT64, None))
     for k, nd in enumerate(out.graph.node):
-        if nd.op_type == "Shape" and nd.input[0] == x:
+        if nd.op_type == "Shape" and nd.input[0] == x and not nd.attribute:  # the whole shape (any opset)
+            out.graph.node[k].CopyFrom(helper.make_node("Identity", [_SHAPE], list(nd.output)))
+        elif nd.op_type == "Shape" and nd.input[0] == x:  # start/end: opset 15 on, Slice takes inputs there
             at = {a.name: a.i for a in nd.attribute}
             bounds = [f"{nd.output[0]}_{b}" for b in ("start", "end")]
             for name, v in zip(bounds, (at.get("start", 0), at.get("end", 2 ** 62))):

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 
-def _area(scale: float, dynamic: bool = True):
+def _area(scale: float, dynamic: bool = True, opset: int = 17):
     import onnx
 
     class Area(torch.nn.Module):
@@ -27,8 +27,8 @@ def _area(scale: float, dynamic: bool = True):
 
     f = io.BytesIO()
     with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-        torch.onnx.export(Area(), (torch.randn(1, 2, 20, 20),), f, dynamo=False, opset_version=17, input_names=["x"],
-                          operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH,
+        torch.onnx.export(Area(), (torch.randn(1, 2, 20, 20),), f, dynamo=False, opset_version=opset,
+                          input_names=["x"], operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH,
                           dynamic_axes={"x": {2: "H", 3: "W"}} if dynamic else None)
     return Area(), onnx.load_from_string(f.getvalue())
 
@@ -64,7 +64,7 @@ def test_bound_where_both_agree_is_exact():
     """0.7 bound at 91 x 31: every double torch may hold gives 63 and 21 (at 30, 0.7 gives 21 and a double two
     units below it 20: refused)."""
     module, model = _area(0.7)
-    with pytest.raises(UnsupportedNodeError, match="at length 30 on axis 3"):
+    with pytest.raises(UnsupportedNodeError, match="at input shape 1x2x91x30"):
         onnxpoolfix.patch(model, input_shapes={"x": [1, 2, 91, 30]})
     out = onnxpoolfix.patch(model, input_shapes={"x": [1, 2, 91, 31]}).model  # 63 and 21: torch's too
     x = np.random.default_rng(1).standard_normal((1, 2, 91, 31)).astype(np.float32)
@@ -261,3 +261,48 @@ def test_sizes_are_compared_as_far_as_an_average_can_run():
     assert _torch_size(module, n) != int(np.float32(n) * np.float32(0.0636))  # the premise
     with pytest.raises(UnsupportedNodeError, match=f"at length {n} on axis 2"):
         onnxpoolfix.patch(model)
+
+
+def test_an_entry_sized_from_another_axis_is_compared_on_that_axis():
+    """adaptive_avg_pool2d(x, (floor(W * 0.7), floor(H * 0.7))): each entry reads the other axis, and only its own
+    was swept (the other held at 7), so 0.7 went out with exit 0, 63 rows at W = 90 where torch gives 62 (found by
+    review). Every symbolic axis is swept for every entry now: refused at W = 90; 0.5 exact as torch."""
+    import onnx
+
+    def swapped(scale):
+        _, model = _area(scale)
+        first, second = [next(c for c in model.graph.node if c.output[0] == g.input[1])
+                         for g in model.graph.node if g.op_type == "Gather"]
+        a, b = onnx.AttributeProto(), onnx.AttributeProto()
+        a.CopyFrom(first.attribute[0])
+        b.CopyFrom(second.attribute[0])
+        first.attribute[0].CopyFrom(b)
+        second.attribute[0].CopyFrom(a)
+        return model
+
+    def module(x):
+        h, w = x.shape[2:]
+        return torch.nn.functional.adaptive_avg_pool2d(x, (int(w * 0.5), int(h * 0.5)))
+
+    with pytest.raises(UnsupportedNodeError, match="at length 90 on axis 3"):
+        onnxpoolfix.patch(swapped(0.7))
+    out = onnxpoolfix.patch(swapped(0.5)).model
+    rng = np.random.default_rng(3)
+    for h, w in ((20, 20), (13, 41), (40, 9)):
+        x = rng.standard_normal((1, 2, h, w)).astype(np.float32)
+        with torch.no_grad():
+            want = module(torch.from_numpy(x)).numpy()
+        got = ort_run(out, {"x": x})[0]
+        assert got.shape == want.shape, ((h, w), got.shape, want.shape)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_an_opset_9_size_is_compared_too():
+    """Opset 9 (Shape has no start/end, Slice no bound inputs): the size subgraph fed its input's shape must still
+    run there; an opset-9 file bound with input_shapes was refused as "does not run" (found by review)."""
+    module, model = _area(0.5, opset=9)
+    out = onnxpoolfix.patch(model, input_shapes={"x": [1, 2, 21, 30]}).model
+    x = np.random.default_rng(4).standard_normal((1, 2, 21, 30)).astype(np.float32)
+    with torch.no_grad():
+        want = module(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(ort_run(out, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
