@@ -133,7 +133,10 @@ def runtime_kinds(model, dyn, fits, k: int) -> list[dict[int, str] | None]:
 
 
 def window_targets(m: int) -> dict[str, int | None]:
-    """Pooled input lengths that give each kind of window for output length ``m`` (None: impossible)."""
+    """Pooled input lengths that give each kind of window for output length ``m`` (None: impossible; every
+    kind where ``m`` is 0, torch's empty output of ``floor(20 / 32)``)."""
+    if m < 1:
+        return {"uniform": None, "non-uniform": None, "upsampling": None}
     nonuniform = next((n for n in range(m + 1, 3 * m + 3) if W.uniform_windows(n, m) is None), None)
     return {"uniform": 2 * m, "non-uniform": nonuniform, "upsampling": (m - 1 if m >= 3 else 1) if m > 1 else None}
 

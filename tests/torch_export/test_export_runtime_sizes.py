@@ -32,6 +32,10 @@ CASES = {  # module, example, dynamic shapes, sizes checked here
     # 10 x 1.7 = 17: where a double beside the scale would floor one lower)
     "area2d_0.6": (Area(0.6), (1, 3, 20, 17), HW, [(1, 3, 5, 10), (1, 3, 33, 5), (1, 3, 64, 63)]),
     "area1d_1.7": (Area(1.7), (1, 3, 20), {"x": {2: Dim("L", min=2, max=600)}}, [(1, 3, 10), (1, 3, 566), (1, 3, 3)]),
+    # traced where torch's output is empty (floor(20 / 32) = 0): the check's sizes were aimed from that 0 and
+    # crashed (found by review)
+    "area1d_0.03125_empty": (Area(1 / 32), (1, 3, 20), {"x": {2: Dim("L", min=1, max=600)}},
+                             [(1, 3, 5), (1, 3, 32), (1, 3, 100)]),
 }
 
 
@@ -54,7 +58,7 @@ def test_export_keeps_a_computed_size_and_matches_torch(name, tmp_path: Path):
         if len(want) > 1:
             assert np.array_equal(got[1], want[1].numpy())
         kinds |= {"down" if m < n else "up" if m > n else "equal" for n, m in zip(shape[2:], want[0].shape[2:])}
-    assert "up" in kinds or name in ("area2d_0.625", "area2d_0.6", "avg2d_h2_w3")
+    assert "up" in kinds or name in ("area2d_0.625", "area2d_0.6", "avg2d_h2_w3", "area1d_0.03125_empty")
 
 
 def test_export_refuses_a_scale_where_the_files_float32_differs_from_torchs_double(tmp_path: Path):
