@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from math import ceil, prod
 
 import numpy as np
+from onnx import TensorProto
 
 from .. import windows as W
 from ..spec import RuntimeDim
@@ -192,7 +193,7 @@ class DynamicArgMaxStep(Step):
 
     @property
     def ops(self):
-        tables = ("Div", "Sub", "Min", "Less", "Cast")  # runtime_window_table (Where/Less before opset 12)
+        tables = ("Div", "Sub", "Min", "Less", "Cast", "Equal", "Slice", "Concat")  # runtime_window_table; length 0
         choice = ("Equal", "ReduceMin") if self.tie_safe else ("ArgMax",) + LAZY_OPS  # lazy: onnxruntime target
         return tuple(dict.fromkeys(ARGMAX_OPS + tables + choice))
 
@@ -228,6 +229,12 @@ class DynamicArgMaxStep(Step):
         kmax: dict[int, int | str] = {}
         # each output length as an int, or a 0-d int64 tensor (read from the graph's size tensor)
         ms = {j: runtime_size(em, self.m[j]) if isinstance(self.m[j], RuntimeDim) else self.m[j] for j in changed}
+        # a runtime output length may be 0 (torch's empty output of floor(18 / 32)), where the flat layout cannot
+        # be reshaped: computed at 1 there and sliced back to 0 at the end
+        empty_able = {j: ms[j] for j in changed if isinstance(ms[j], str)} if indices else {}
+        for j in empty_able:
+            zero = em.op("Equal", [ms[j], int64_scalar(em, "zero", 0)])
+            ms[j] = em.op("Add", [ms[j], em.cast(zero, TensorProto.INT64)], hint="output_length_at_least_1")
         for j in changed:
             if isinstance(self.n[j], int) and isinstance(ms[j], int):
                 tables[j] = W.window_table(self.n[j], ms[j])
@@ -284,6 +291,12 @@ class DynamicArgMaxStep(Step):
                      for j, n_j in ((j, self.n[j] if isinstance(self.n[j], int) else length(j)) for j in range(k))]
         # over 2+ pooled axes, finite inputs whose windows are small AT RUN TIME take every window at once
         whole = flat if indices and len(changed) >= 2 and not self.tie_safe and self.whole_windows_max else None
-        emit_argmax(em, x, len(shape), table_names, kall, n_out, elem, self.tie_safe, y, indices, flat,
+        outs = [em.fresh("values_at_least_1"), em.fresh("indices_at_least_1")] if empty_able else [y, indices]
+        emit_argmax(em, x, len(shape), table_names, kall, n_out, elem, self.tie_safe, outs[0], outs[1], flat,
                     lazy=not self.tie_safe, separable=separable if changed else None, whole_windows=whole,
                     whole_windows_max=self.whole_windows_max)
+        if empty_able:
+            ends = em.op("Concat", [em.unsqueeze(m, [0]) for m in empty_able.values()], axis=0)
+            bounds = [em.ints("zeros", [0] * len(empty_able)), ends, em.ints("axes", [lead + j for j in empty_able])]
+            for full, out in zip(outs, (y, indices)):
+                em.op("Slice", [full, *bounds], out=out)

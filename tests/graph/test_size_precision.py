@@ -306,3 +306,33 @@ def test_an_opset_9_size_is_compared_too():
     with torch.no_grad():
         want = module(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(ort_run(out, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_max_pooling_with_indices_to_a_computed_length_of_zero_is_torchs_empty_output():
+    """adaptive_max_pool2d(x, (floor(H / 32), floor(W / 4)), return_indices=True): torch gives empty values and
+    indices below 32 rows or 4 columns; the lowering's window layout could not be reshaped there (onnxruntime
+    failed, the check too: exit 5; with the check off OUT went out failing; found by review). Values and
+    indices as torch's on both sides."""
+    import onnx
+
+    class MaxIdx(torch.nn.Module):
+        def forward(self, x):
+            h = torch.floor(torch.tensor(x.size(2)) * (1 / 32)).long()
+            w = torch.floor(torch.tensor(x.size(3)) * 0.25).long()
+            return torch.nn.functional.adaptive_max_pool2d(x, (h, w), return_indices=True)
+
+    f = io.BytesIO()
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        torch.onnx.export(MaxIdx(), (torch.randn(1, 2, 64, 40),), f, dynamo=False, opset_version=17,
+                          input_names=["x"], operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH,
+                          dynamic_axes={"x": {2: "H", 3: "W"}})
+    out = onnxpoolfix.patch(onnx.load_from_string(f.getvalue())).model
+    rng = np.random.default_rng(5)
+    for h, w in ((18, 18), (1, 1), (40, 3), (31, 9), (32, 4), (70, 33), (64, 40)):
+        x = rng.standard_normal((1, 2, h, w)).astype(np.float32)
+        with torch.no_grad():
+            want = [t.numpy() for t in MaxIdx()(torch.from_numpy(x))]
+        got = ort_run(out, {"x": x})
+        assert [g.shape for g in got] == [v.shape for v in want], ((h, w), [g.shape for g in got])
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
