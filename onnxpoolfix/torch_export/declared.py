@@ -6,13 +6,14 @@
   comparison with torch runs at (:mod:`.sizes`) are chosen over these symbols, so they keep to ``W = 2H``
   or to multiples of 32 instead of treating each dim as free with step 1.
 * :func:`specialised_dims`: the dims the caller declared dynamic in ``dynamic_shapes`` (a ``Dim``,
-  ``Dim.DYNAMIC``, a name) that came out static: torch.onnx.export retries a refused spec
-  with torch's suggested fix (the dim pinned to the example's size) without a word.
+  ``Dim.DYNAMIC``, a name) that came out static, narrowed, or one with a dim declared apart: torch.onnx.export
+  retries a refused spec with torch's suggested fix (the dim pinned to the example's size) without a word.
 
 torch is imported by the caller; nothing here imports it at import time.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from dataclasses import dataclass, field
@@ -59,6 +60,16 @@ class DeclaredDims:
             if v < lo or (hi is not None and v > hi):
                 return False
         return True
+
+    def apart(self, key: tuple[int, int], name: str) -> "DeclaredDims":
+        """The same dims with the one at ``key`` given a symbol of its own, ``name`` (its example value and
+        range kept): two dims torch unified, run at different sizes."""
+        import sympy
+
+        lo_hi = self.ranges.get(str(self.exprs[key]), (1, None))
+        return dataclasses.replace(self, exprs={**self.exprs, key: sympy.Symbol(name)},
+                                   example={**self.example, name: self.size(key, {})},
+                                   ranges={**self.ranges, name: lo_hi})
 
 
 def _finite_int(bound) -> int | None:
@@ -123,9 +134,14 @@ class Specialised:
     reason: str = ""  # torch's own words, where it gives them
     ranges: tuple = ()  # narrowed: (the declared (min, max), the exported (min, max)); max None: unbounded
     symbol: str = ""  # narrowed: torch's symbol for the dim
+    same_as: str = ""  # unified: the dim declared apart from this one that torch made the same symbol
 
     def describe(self) -> str:
         torch_says = f" (torch: {self.reason})" if self.reason else ""
+        if self.same_as:
+            return (f"dim {self.axis} of input '{self.input}' ({self.declared}) was declared apart from "
+                    f"{self.same_as} but torch made them one dim: the exported file follows the module only where "
+                    f"they are equal (elsewhere, it may crash or compute another branch){torch_says}")
         if self.value is None:
             (lo, hi), (lo2, hi2) = self.ranges
             lo2 = max(lo2, min(lo, 2))  # torch's range starts at 0 where its guard says 2
@@ -150,8 +166,20 @@ NARROWED_HINT = ("declare the range torch holds (torch.export.Dim(..., min=, max
                  "allow_specialized_dims=True exports it anyway, with a warning")
 
 
-def hint_for(found: list[Specialised]) -> str:
-    return NARROWED_HINT if found[0].value is None else SPECIALISED_HINT
+UNIFIED_HINT = ("declare them as one dim (the same Dim or name) if the module is meant only for equal sizes, or "
+                "change the module so that torch keeps them apart (torch's reason names the guard); "
+                "allow_specialized_dims=True exports it anyway, with a warning")
+
+#: dynamic_axes has no ranges nor shared dims to declare
+DYNAMIC_AXES_HINT = ("export with dynamo=True and declare in dynamic_shapes what torch holds (a Dim's min/max, one Dim "
+                     "for equal dims), or leave the dim out of dynamic_axes; allow_specialized_dims=True exports it "
+                     "anyway, with a warning")
+
+
+def hint_for(found: list[Specialised], dynamic_axes: bool = False) -> str:
+    if dynamic_axes:
+        return DYNAMIC_AXES_HINT
+    return UNIFIED_HINT if found[0].same_as else NARROWED_HINT if found[0].value is None else SPECIALISED_HINT
 
 
 def _label(torch, d) -> str | None:
@@ -271,12 +299,21 @@ def specialised_dims(torch, module, args: tuple, kwargs: dict, program, model, e
     spec = export_kwargs.get("dynamic_shapes")
     ep = getattr(program, "exported_program", None)
     found: list[Specialised] = []
+    seen: dict[Any, tuple[str, int, str]] = {}  # torch's symbol -> the first dim declared as it
     for name, axis, label, wanted, d in _caller_dims(torch, module, args, kwargs, program, model, spec):
         if isinstance(d, int):
             if label != "Dim.AUTO":
                 found.append(Specialised(name, axis, label, d))
-        elif wanted is not None and (got := _exported_range(ep, d)) is not None and _narrower(got, wanted):
+            continue
+        if wanted is not None and (got := _exported_range(ep, d)) is not None and _narrower(got, wanted):
             found.append(Specialised(name, axis, label, None, ranges=(wanted, got), symbol=str(d.node.expr)))
+        expr = getattr(getattr(d, "node", None), "expr", None)
+        if wanted is None or not getattr(expr, "is_Symbol", False):
+            continue
+        first = seen.setdefault(expr, (name, axis, label))  # declared apart: other names, or two anonymous ones
+        if first[:2] != (name, axis) and (first[2] != label or label in ("Dim.DYNAMIC", "Dim.AUTO")):
+            found.append(Specialised(name, axis, label, None, ranges=(wanted, (int(d.node.hint),) * 2),
+                                     symbol=f"{expr}@{name}[{axis}]", same_as=f"dim {first[1]} of input '{first[0]}'"))
     if found:
         lines = _torch_refusal(torch, module, args, kwargs, spec)
         for s in found:
@@ -296,3 +333,33 @@ def symbols_declared_at_one(torch, module, args: tuple, kwargs: dict, program, m
         if wanted is not None and wanted[0] <= 1 and getattr(expr, "is_Symbol", False):
             out.append(str(expr))
     return list(dict.fromkeys(out))
+
+
+
+def dynamic_axes_spec(torch, args: tuple, kwargs: dict, model_inputs) -> Any:
+    """``dynamic_shapes`` saying what ``dynamic_axes`` does (every size of each dim, each its own): Dim.DYNAMIC
+    at each symbolic dim of the file's inputs ``model_inputs`` (0 and 1 at the example aside, which torch pins);
+    None where the example's tensors are not the file's inputs."""
+    from torch.utils._pytree import tree_flatten, tree_unflatten
+
+    leaves, tree = tree_flatten(tuple(args))
+    if kwargs or sum(isinstance(t, torch.Tensor) for t in leaves) != len(model_inputs):
+        return None
+    files = iter(model_inputs)
+    return tree_unflatten([{a: torch.export.Dim.DYNAMIC for a, d in enumerate(next(files).type.tensor_type.shape.dim)
+                            if not d.HasField("dim_value") and a < t.dim() and t.shape[a] > 1} or None
+                           if isinstance(t, torch.Tensor) else None for t in leaves], tree)
+
+
+def dynamic_axes_probe(torch, module, args: tuple, spec) -> Any:
+    """For the TorchScript exporter, torch.export of ``module`` at :func:`dynamic_axes_spec`'s ``spec``, whose
+    guards say where the branches the trace took hold (as an ONNXProgram holds it, for :func:`specialised_dims`);
+    None where torch.export cannot take it."""
+    from types import SimpleNamespace
+
+    try:
+        return SimpleNamespace(exported_program=torch.export.export(module, tuple(args), dynamic_shapes=spec,
+                                                                    strict=False))
+    except Exception:  # noqa: BLE001 - a module torch.export cannot trace this way: nothing more to check
+        logger.debug("cannot export the module with dynamic_axes' dims to read its guards", exc_info=True)
+        return None

@@ -39,7 +39,14 @@ from ..graph.size_precision import torch_doubles
 from ..io import has_external_data, load_model, preflight_output, save_model
 from ..report import Note, PatchReport, WarningNote
 from ..words import EXPORT, EXPORT_TORCHSCRIPT
-from .declared import declared_dims, hint_for, specialised_dims, symbols_declared_at_one
+from .declared import (
+    declared_dims,
+    dynamic_axes_probe,
+    dynamic_axes_spec,
+    hint_for,
+    specialised_dims,
+    symbols_declared_at_one,
+)
 from .opset import KEEPS_METADATA_FROM, convert_keeping_metadata
 from .sizes import runs_outside
 from .torch_check import torch_sizes, verify_against_torch
@@ -223,10 +230,10 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         target: ``"onnxruntime"``, ``"tensorrt"`` or ``"portable"`` (docs/targets.md).
         optimize_exporter_pools: also plan the pools the exporter lowered itself (see
             :func:`onnxpoolfix.patch`).
-        allow_specialized_dims: with ``dynamo=True``, a dim ``dynamic_shapes`` declares dynamic (a ``Dim``,
-            ``Dim.DYNAMIC``, a name) that torch specialised to the example's size
-            (torch.onnx.export retries a refused spec with torch's suggested fix, silently) raises
-            :class:`ShapeError` naming the dim and torch's reason; True exports it static anyway, with a
+        allow_specialized_dims: a dim ``dynamic_shapes`` (or ``dynamic_axes``) declares dynamic (a ``Dim``,
+            ``Dim.DYNAMIC``, a name) that torch specialised to the example's size, narrowed, or made one with
+            another (torch.onnx.export retries a refused spec with torch's suggested fix, silently) raises
+            :class:`ShapeError` naming the dim and torch's reason; True exports it anyway, with a
             logged warning and a warning note in the report (``check_note``).
         seed: seed of every random input drawn: the patch's (its check, the dynamo proof) and the
             comparison with torch's.
@@ -316,20 +323,30 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                                         category=DeprecationWarning)
                 torch.onnx.export(module, args, str(exported), dynamo=False, **kwargs)
         model = load_model(exported)
+        inputs = [vi for vi in model.graph.input if vi.name not in {t.name for t in model.graph.initializer}]
+        spec = kwargs  # dynamic_axes (every size) gets the same checks, from torch.export's guards on its dims
+        if kwargs.get("dynamic_axes") and not kwargs.get("dynamic_shapes"):
+            spec = {"dynamic_shapes": dynamic_axes_spec(torch, call_args, call_kwargs, inputs)}
+        probe = program if dynamo else None if not spec.get("dynamic_shapes") or isinstance(
+            module, (torch.jit.ScriptModule, torch.jit.ScriptFunction)) else dynamic_axes_probe(
+            torch, module, call_args, spec["dynamic_shapes"])
+        if probe is not None and not isinstance(module, exported_program):
+            traced = declared if dynamo else declared_dims(torch, probe)
+            specialised = specialised_dims(torch, module, call_args, call_kwargs, probe, model, spec)
+            specialised = [sp for sp in specialised if sp.value is not None or runs_outside(
+                torch, module, call_args, call_kwargs, inputs, traced, sp, seed)]
+            at_one = symbols_declared_at_one(torch, module, call_args, call_kwargs, probe, model, spec) if dynamo \
+                else [d.dim_param for vi in inputs for d in vi.type.tensor_type.shape.dim if d.dim_param]
+            for sp in specialised if spec is not kwargs else ():
+                sp.declared = "dynamic_axes"
         if dynamo:
-            if not isinstance(module, exported_program):
-                specialised = specialised_dims(torch, module, call_args, call_kwargs, program, model, kwargs)
-                inputs = [vi for vi in model.graph.input if vi.name not in {t.name for t in model.graph.initializer}]
-                specialised = [sp for sp in specialised if sp.value is not None or runs_outside(
-                    torch, module, call_args, call_kwargs, inputs, declared, sp, seed)]
-                at_one = symbols_declared_at_one(torch, module, call_args, call_kwargs, program, model, kwargs)
             doubles = program_doubles(program)
             del program
-            if specialised and not allow_specialized_dims:
-                more = f" (and {len(specialised) - 1} more)" if len(specialised) > 1 else ""
-                raise ShapeError(specialised[0].describe() + more, hint_for(specialised))
-            for sp in specialised:
-                logger.warning("%s", sp.describe())
+        if specialised and not allow_specialized_dims:
+            more = f" (and {len(specialised) - 1} more)" if len(specialised) > 1 else ""
+            raise ShapeError(specialised[0].describe() + more, hint_for(specialised, spec is not kwargs))
+        for sp in specialised:
+            logger.warning("%s", sp.describe())
         has_data = has_external_data(model)
         runnable = module.module() if isinstance(module, exported_program) else module
         check_shapes = None

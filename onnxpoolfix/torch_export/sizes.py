@@ -162,15 +162,15 @@ class TorchRunner:
         return tensors, _tensor_leaves(torch, out), list(rec.calls)
 
 
-#: how far past a narrowed range's moved end torch is tried: the first sizes one by one, then doubling
+#: how far past a moved end torch is tried: the first sizes one by one, then doubling
 _OUTSIDE_STEPS = 4
 _OUTSIDE_DOUBLINGS = 5
 
 
 def outside_sizes(narrowed: Specialised) -> list[int]:
     """The sizes the caller's range holds and torch's narrowed one leaves out that :func:`runs_outside` tries
-    (a count, never a time): the first few past each moved end, then doubling away from it (with the odd
-    size after each), and the declared end itself."""
+    for dims torch unified (a count, never a time): the first few past each moved end, then doubling away from
+    it (with the odd size after each), and the declared end itself."""
     (lo, hi), (lo2, hi2) = narrowed.ranges
     out: list[int] = []
     if hi2 is not None and (hi is None or hi2 < hi):
@@ -184,17 +184,42 @@ def outside_sizes(narrowed: Specialised) -> list[int]:
     return list(dict.fromkeys(out))
 
 
+#: a gap (the sizes the caller's range holds and torch's narrowed one leaves out) of at most this many sizes is
+#: tried size by size: torch failing at each shows the file loses nothing there; failing at a sample shows nothing
+_WHOLE_GAP = 64
+
+
+def whole_gap(narrowed: Specialised) -> list[int] | None:
+    """Every size (from 2: torch's own floor) the caller's range holds and torch's narrowed one leaves out, where
+    there are at most ``_WHOLE_GAP``; None where more (an unbounded range)."""
+    (lo, hi), (lo2, hi2) = narrowed.ranges
+    below = list(range(max(lo, 2), lo2))
+    if hi2 is None or (hi is not None and hi <= hi2):
+        above = []
+    elif hi is None or hi - hi2 > _WHOLE_GAP:
+        return None
+    else:
+        above = list(range(hi2 + 1, hi + 1))
+    return below + above if len(below) + len(above) <= _WHOLE_GAP else None
+
+
 def runs_outside(torch, module, args: tuple, kwargs: dict, model_inputs: Sequence, declared: DeclaredDims | None,
                  narrowed: Specialised, seed: int = 0) -> bool:
-    """Whether torch runs the module at a size the caller's range holds and torch's narrowed one leaves out
-    (:func:`outside_sizes`): the file, made for the narrowed range, is not the module there. True where that
-    cannot be tried; False where torch itself fails at each of them (a range narrowed to what the module can
-    take)."""
-    tries = outside_sizes(narrowed)
-    if declared is None or not narrowed.symbol:
+    """Whether the file, made for torch's narrowed range, may not be the module at a size the caller's range
+    holds: True where torch runs at one of them, and where that cannot be ruled out (a gap of more than
+    ``_WHOLE_GAP`` sizes: a branch that runs only at H % 7 == 0 fails at every sample); False where torch fails
+    at each size of the whole gap (a range narrowed to what the module can take). Dims torch unified
+    (``narrowed.same_as``) are run apart instead, at :func:`outside_sizes` around the example or the whole
+    range: True where torch runs there."""
+    gap = whole_gap(narrowed)
+    if declared is None or not narrowed.symbol or (gap is None and not narrowed.same_as):
         return True
     try:
+        if narrowed.same_as:
+            key = ([vi.name for vi in model_inputs].index(narrowed.input), narrowed.axis)
+            declared = declared.apart(key, narrowed.symbol)
         runner = TorchRunner(torch, module, args, kwargs, model_inputs, seed, declared)
+        tries = outside_sizes(narrowed) if gap is None else gap
         return any(runner.run(runner.inputs({narrowed.symbol: v})) is not None for v in tries)
     except Exception:  # noqa: BLE001 - inputs torch's helpers do not map: say it, as if it ran
         logger.debug("cannot try the module outside the narrowed range", exc_info=True)

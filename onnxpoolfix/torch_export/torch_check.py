@@ -112,9 +112,9 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
     ``ranges``: (flat input index, axis) -> (min, max or None) of the symbolic dims, as declared to
     torch.export. ``declared``: the dims as torch.export declared them (:func:`.declared.declared_dims`):
     the sizes then keep to their expressions and ranges. ``at_one``: symbols of ``declared`` also compared at
-    1 (each alone), outside torch's range (:func:`.declared.symbols_declared_at_one`), where torch runs the
-    module there and onnxruntime the file. The inputs are the example's tensor leaves, in order, matched to the
-    file's inputs.
+    1 (each alone, and all together), outside torch's range (:func:`.declared.symbols_declared_at_one`), where
+    torch runs the module there and onnxruntime the file. The inputs are the example's tensor leaves, in order,
+    matched to the file's inputs.
     """
     try:
         return _verify(path, module, args, kwargs, ranges=ranges, declared=declared, at_one=at_one, seed=seed)
@@ -158,7 +158,9 @@ def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), seed) ->
     runs = [(dict(example), base)]
     if example:
         runs += choose_dims(runner, base[2], sym_ranges, example)
-    ones = [(d, got) for d in ({**example, name: 1} for name in at_one if name in example)
+    at_one = [name for name in at_one if name in example]  # each alone, then all together (a branch on H == W == 1)
+    together = [{**example, **dict.fromkeys(at_one, 1)}] if len(at_one) > 1 else []
+    ones = [(d, got) for d in [{**example, name: 1} for name in at_one] + together
             if (got := runner.run(runner.inputs(d))) is not None]
     for strict, (dims, (tensors, want, calls)) in [(True, r) for r in runs] + [(False, r) for r in ones]:
         shapes = {n: tuple(int(d) for d in t.shape) for n, t in zip(runner.names, tensors)}
