@@ -9,8 +9,8 @@ compared, exactly, with :mod:`onnxpoolfix.windows`.
   one run per chunk.
 - An ``m`` the graph computes (:class:`~onnxpoolfix.spec.RuntimeDim`): the graph's own size subgraph is run
   for every ``n <= BOUND`` (one axis varied at a time, the others at two sizes) to find the ``m`` it yields,
-  and each such pair is proven; where that subgraph reads more than the pooled tensor's shape, every pair
-  ``n <= RECT_N``, ``m <= RECT_M``.
+  and each such pair is proven; where that subgraph reads more than the pooled tensor's shape, or more than
+  the pooled axis (the other sizes change ``m``), every pair ``n <= RECT_N``, ``m <= RECT_M``.
 
 One session per construction, one run per pair (or chunk): well under a second for a node.
 """
@@ -26,7 +26,7 @@ from onnx import TensorProto, helper
 
 from .. import windows as W
 from ..graph.emit import Emitter, np_dtype
-from ..graph.size_subgraph import size_subgraph, sizes_at_lengths
+from ..graph.size_subgraph import fed_by_shape, size_subgraph, sizes_at
 from ..lowering.base import compute_dtype
 from ..lowering.dynamic import runtime_pooling_matrices_t, runtime_size_matrix_t
 from ..lowering.runtime_windows import runtime_window_table, runtime_window_tables
@@ -179,29 +179,23 @@ def prove_slice_bounds(spec: PoolSpec, cache: dict) -> Proof:
 
 def yielded_sizes(model: onnx.ModelProto, spec: PoolSpec, j: int, n_max: int) -> list[tuple[int, int]] | None:
     """The (n, m) pairs of pooled axis ``j`` whose output size the graph computes: its size subgraph run at
-    every n <= n_max (the other pooled axes at two sizes); None where that subgraph reads anything but the
-    shape of the pooled tensor (then the pairs are not known)."""
+    every n <= n_max, the other axes at two sizes; None where that subgraph reads anything but the shape of
+    the pooled tensor, or also reads another axis (``(x.shape[3], x.shape[2])``): the pairs are not known."""
     size = spec.node.output_size[j]
-    x = spec.node.input
-    sub = size_subgraph(model, size.tensor, x, spec.dtype)
+    sub = size_subgraph(model, size.tensor, spec.node.input, spec.dtype)
     if sub is None:
         return None
     try:
-        sess = ort_session(sub)
+        sess = ort_session(fed_by_shape(sub))
     except Exception as e:  # noqa: BLE001 - not a subgraph onnxruntime takes alone: the pairs stay unknown
         logger.debug("%s: its size subgraph does not run alone: %s", spec.node.label, e)
         return None
     lead = spec.ndim - spec.k
-    dt = np.float32 if spec.dtype == TensorProto.BFLOAT16 else np_dtype(spec.dtype)
-    pairs = set()
-    for other in (7, 23):
-        for n, m in sizes_at_lengths(sess, x, dt, [1] * lead + [other] * spec.k, lead + j, size.index,
-                                     range(1, n_max + 1)):
-            if m is None:
-                return None
-            if m >= 1:
-                pairs.add((n, m))
-    return sorted(pairs)
+    runs = [list(sizes_at(sess, [a] * lead + [b] * spec.k, lead + j, size.index, range(1, n_max + 1)))
+            for a, b in ((1, 7), (3, 23))]
+    if runs[0] != runs[1] or any(m is None for _, m in runs[0]):
+        return None
+    return [(n, m) for n, m in runs[0] if m >= 1]
 
 
 def prove_windows(model: onnx.ModelProto, spec: PoolSpec, cache: dict) -> Proof:

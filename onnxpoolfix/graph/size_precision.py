@@ -12,7 +12,7 @@ from contextvars import ContextVar
 import onnx
 from onnx import helper
 
-from .size_subgraph import size_subgraph, value_type
+from .size_subgraph import fed_by_shape, size_subgraph, sizes_at, value_type
 
 #: input lengths the float32 size arithmetic is compared with torch's double at in onnxruntime (a count, never
 #: a time), and then in numpy (:mod:`.size_vectors`, which must read the first ones as onnxruntime does) up to
@@ -233,13 +233,13 @@ def _compare_readings(s, tensor: str, sub, wide, base: list[int], sweeps: list) 
 
     x = sub.graph.input[0].name
     try:
-        file, torch_like = ort_session(_fed_by_shape(sub)), ort_session(_fed_by_shape(wide))
+        file, torch_like = ort_session(fed_by_shape(sub)), ort_session(fed_by_shape(wide))
     except Exception as e:  # noqa: BLE001 - a reading not taken is no agreement
         raise _uncompared(s, tensor, f"the size subgraph does not run ({' '.join(str(e).split())[:120]})") from None
     for axis, index, lengths in sweeps:
         every = lengths is None
         lengths = range(1, PRECISION_N + 1) if every else lengths
-        runs = [list(_sizes_at(sess, base, axis, index, lengths)) for sess in (file, torch_like)]
+        runs = [list(sizes_at(sess, base, axis, index, lengths)) for sess in (file, torch_like)]
         differ = [(n, a, b) for (n, a), (_, b) in zip(*runs) if a is not None and b is not None and a != b]
         last = lengths[-1]
         if not differ and every:
@@ -266,45 +266,6 @@ def _compare_readings(s, tensor: str, sub, wide, base: list[int], sweeps: list) 
                 "double both hold (0.5, 0.25, 0.75, 0.625, ...), then export again: the two then agree at every "
                 "length. onnxpoolfix.export (dynamo) reads the double torch holds from the module, and refuses "
                 "only where the file's float32 arithmetic differs from it")
-
-
-def _fed_by_shape(sub: onnx.ModelProto) -> onnx.ModelProto:
-    """``sub`` with its input's shape (int64) as the input in place of the tensor: each ``Shape`` of it a Slice
-    of that vector. The lengths compared then cost nothing to feed (a tensor of 2048 x 4096 x 4096 zeros
-    would not be allocated)."""
-    out = onnx.ModelProto()
-    out.CopyFrom(sub)
-    x = out.graph.input[0].name
-    out.graph.input[0].CopyFrom(helper.make_tensor_value_info(_SHAPE, onnx.TensorProto.INT64, None))
-    for k, nd in enumerate(out.graph.node):
-        if nd.op_type == "Shape" and nd.input[0] == x and not nd.attribute:  # the whole shape (any opset)
-            out.graph.node[k].CopyFrom(helper.make_node("Identity", [_SHAPE], list(nd.output)))
-        elif nd.op_type == "Shape" and nd.input[0] == x:  # start/end: opset 15 on, Slice takes inputs there
-            at = {a.name: a.i for a in nd.attribute}
-            bounds = [f"{nd.output[0]}_{b}" for b in ("start", "end")]
-            for name, v in zip(bounds, (at.get("start", 0), at.get("end", 2 ** 62))):
-                out.graph.initializer.append(helper.make_tensor(name, onnx.TensorProto.INT64, [1], [v]))
-            out.graph.node[k].CopyFrom(helper.make_node("Slice", [_SHAPE, *bounds], list(nd.output)))
-    return out
-
-
-_SHAPE = "onnxpoolfix_input_shape"
-
-
-def _sizes_at(sess, base: list[int], axis: int, index: int, lengths):
-    """Entry ``index`` of the size a :func:`_fed_by_shape` session computes, ``axis`` of ``base`` at each length:
-    ``(n, size)`` pairs, ``size`` None where the subgraph fails at that length."""
-    import numpy as np
-
-    for n in lengths:
-        shape = list(base)
-        shape[axis] = n
-        try:
-            (value,) = sess.run(None, {_SHAPE: np.array(shape, np.int64)})
-        except Exception:  # noqa: BLE001 - a length the size arithmetic refuses
-            yield n, None
-            continue
-        yield n, int(np.asarray(value).reshape(-1)[index])
 
 
 def _differ_beyond(sub, wide, base: list[int], axis: int, index: int, near: list, avg: bool) -> tuple[list, int]:

@@ -97,17 +97,39 @@ def fold_static_sizes(model: onnx.ModelProto, specs: list) -> list:
     return out
 
 
-def sizes_at_lengths(sess, x: str, dtype, base: list[int], axis: int, index: int, lengths):
-    """Entry ``index`` of the size a :func:`size_subgraph` session computes with its input ``x`` (numpy
-    ``dtype``) of shape ``base`` whose ``axis`` takes each length in ``lengths``: ``(n, size)`` pairs, ``size``
-    None where the subgraph fails at that length."""
+def fed_by_shape(sub: onnx.ModelProto) -> onnx.ModelProto:
+    """``sub`` with its input's shape (int64) as the input in place of the tensor: each ``Shape`` of it a Slice
+    of that vector. The lengths compared then cost nothing to feed (a tensor of 2048 x 4096 x 4096 zeros
+    would not be allocated)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(sub)
+    x = out.graph.input[0].name
+    out.graph.input[0].CopyFrom(helper.make_tensor_value_info(_SHAPE, onnx.TensorProto.INT64, None))
+    for k, nd in enumerate(out.graph.node):
+        if nd.op_type == "Shape" and nd.input[0] == x and not nd.attribute:  # the whole shape (any opset)
+            out.graph.node[k].CopyFrom(helper.make_node("Identity", [_SHAPE], list(nd.output)))
+        elif nd.op_type == "Shape" and nd.input[0] == x:  # start/end: opset 15 on, Slice takes inputs there
+            at = {a.name: a.i for a in nd.attribute}
+            bounds = [f"{nd.output[0]}_{b}" for b in ("start", "end")]
+            for name, v in zip(bounds, (at.get("start", 0), at.get("end", 2 ** 62))):
+                out.graph.initializer.append(helper.make_tensor(name, onnx.TensorProto.INT64, [1], [v]))
+            out.graph.node[k].CopyFrom(helper.make_node("Slice", [_SHAPE, *bounds], list(nd.output)))
+    return out
+
+
+_SHAPE = "onnxpoolfix_input_shape"
+
+
+def sizes_at(sess, base: list[int], axis: int, index: int, lengths):
+    """Entry ``index`` of the size a :func:`fed_by_shape` session computes, ``axis`` of ``base`` at each length:
+    ``(n, size)`` pairs, ``size`` None where the subgraph fails at that length."""
     import numpy as np
 
     for n in lengths:
         shape = list(base)
         shape[axis] = n
         try:
-            (value,) = sess.run(None, {x: np.zeros(shape, dtype)})
+            (value,) = sess.run(None, {_SHAPE: np.array(shape, np.int64)})
         except Exception:  # noqa: BLE001 - a length the size arithmetic refuses
             yield n, None
             continue

@@ -130,3 +130,48 @@ def test_a_pooling_matrix_wrong_at_one_computed_size_fails_the_check(monkeypatch
 def test_no_proof_line_without_a_dynamic_lowering():
     note = onnxpoolfix.patch(make_leftover("avg", (1, 3, 8, 9), (5, 7))).report.check_note
     assert "proven up to" not in note
+
+
+def _swapped_size_model() -> onnx.ModelProto:
+    """x (N, 3, H, W) pooled to (W // 2 + 1, H // 3 + 1): each output size read from the OTHER axis."""
+    def entry(axis: int, div: int, name: str) -> list:
+        c = f"{name}_"
+        return [helper.make_node("Gather", ["shape", c + "axis"], [c + "n"], axis=0),
+                helper.make_node("Div", [c + "n", c + "div"], [c + "q"]),
+                helper.make_node("Add", [c + "q", "one"], [c + "s"]),
+                helper.make_node("Unsqueeze", [c + "s", "zero"], [name])]
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), *entry(3, 2, "h"), *entry(2, 3, "w"),
+             helper.make_node("Concat", ["h", "w"], ["size"], axis=0),
+             helper.make_node("adaptive_avg_pool2d", ["x", "size"], ["y"], domain="org.pytorch.aten", name="pool")]
+    inits = [onnx.numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+             (("h_axis", 3), ("h_div", 2), ("w_axis", 2), ("w_div", 3), ("one", 1))]
+    inits.append(onnx.numpy_helper.from_array(np.array([0], np.int64), "zero"))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 3, "H", "W"])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 3, "P", "Q"])],
+                              initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("org.pytorch.aten", 1)])
+
+
+def test_a_size_read_from_another_axis_is_proven_at_every_pair(monkeypatch):
+    """H pooled to W // 2 + 1: at H = 30 every m occurs as W varies. The proof once varied H with W held at two
+    sizes (m 4 and 12 only) and still said "each with the m the graph computes"; a matrix wrong at 30 -> 20 (W
+    = 38) went unproven. Every pair to 48 x 96 now, and that wrong matrix fails the check."""
+    model = _swapped_size_model()
+    sess = onnxpoolfix.patch(model)
+    x = np.random.default_rng(0).standard_normal((2, 3, 30, 38)).astype(np.float32)
+    import onnxruntime as ort
+    got = ort.InferenceSession(sess.model.SerializeToString()).run(None, {"x": x})[0]
+    torch = pytest.importorskip("torch")
+    want = torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(x), (38 // 2 + 1, 30 // 3 + 1)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert "every n <= 48, m <= 96" in sess.report.check_note
+    real = windows_proof.runtime_size_matrix_t
+
+    def broken(em, n, m, elem):
+        pt = real(em, n, m, elem)
+        bad = em.op("And", [em.op("Equal", [n, em.const("bad_n", np.array(30, np.int64))]),
+                            em.op("Equal", [m, em.const("bad_m", np.array(20, np.int64))])])
+        return em.op("Where", [bad, em.op("Mul", [pt, em.const("two", np.array(2, np.float32))]), pt])
+    monkeypatch.setattr(windows_proof, "runtime_size_matrix_t", broken)
+    with pytest.raises(CheckFailedError, match="differs from windows.py at 30 -> 20"):
+        onnxpoolfix.patch(model)
