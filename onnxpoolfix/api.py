@@ -119,11 +119,13 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
                      model_dir: str | None = None, seed: int = 0, optimize_exporter_pools: bool = False,
                      traced_shapes: Mapping[str, Sequence[int]] | None = None, allow_partial: bool = False,
                      costs: str | os.PathLike | None = None, tune: bool = False, tune_threads: int | None = None,
-                     input_checked: bool = False) -> PatchResult:
+                     input_checked: bool = False, kept_by_table: bool = False) -> PatchResult:
     """:func:`patch`, its report's texts as written: references to what the caller can change unrendered
     (:mod:`onnxpoolfix.words`), for a caller that speaks other words than the API (the CLI, ``export``).
     ``input_checked``: the caller ran :func:`~onnxpoolfix.frontends.input_check.check_input_model` on this
-    model itself (the CLI, naming the file): the ONNX checker runs once per run, not twice."""
+    model itself (the CLI, naming the file): the ONNX checker runs once per run, not twice. ``kept_by_table``:
+    the model is ``onnxpoolfix.export``'s, whose translation table kept every adaptive pool as a node
+    (:class:`~onnxpoolfix.frontends.base.PlanOptions`)."""
     check_arguments("patch", model, target, strategy)
     check_seed(seed)
     check_flags(check=check, keep_input_shapes=keep_input_shapes, inplace=inplace,
@@ -157,7 +159,7 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
     options = PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
                           keep_input_shapes=keep_input_shapes, optimize_exporter_pools=optimize_exporter_pools,
                           patch_bodies=True, seed=int(seed), traced_shapes=traced_shapes, model_dir=model_dir,
-                          cost_model=cost_model)
+                          cost_model=cost_model, kept_by_table=kept_by_table)
     mp = plan_model(model, options)
     found = mp.found
     if found.inlined and inplace:  # the inliner builds a new model: inplace means the caller's object

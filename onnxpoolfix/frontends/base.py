@@ -55,6 +55,10 @@ class PlanOptions:
     model_dir: str | None = None
     # how the planner ranks the exact lowerings (--costs, --tune): installed for plan_model's run
     cost_model: CostModel = BUILT_IN_COSTS
+    # every adaptive pool of the file was kept as a node by onnxpoolfix.export's own translation table: nothing
+    # was decomposed or frozen, so the dynamo front end has nothing to find (a genuine F.avg_pool2d on a source
+    # line that also calls adaptive_avg_pool2d is not a frozen one to refuse)
+    kept_by_table: bool = False
 
 
 @dataclass(frozen=True)

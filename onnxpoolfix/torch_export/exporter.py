@@ -32,13 +32,13 @@ import warnings
 from pathlib import Path
 from typing import Any, BinaryIO, Union
 
-from ..api import check_choices, check_flags, check_seed, patch
+from ..api import check_choices, check_flags, check_seed, patch_as_written
 from ..check import foreign_ops
 from ..errors import PoolFixError, ShapeError, UnsupportedNodeError
 from ..graph.size_precision import torch_doubles
 from ..io import has_external_data, load_model, preflight_output, save_model
 from ..report import Note, PatchReport, WarningNote
-from ..words import EXPORT, EXPORT_TORCHSCRIPT
+from ..words import API, EXPORT, EXPORT_TORCHSCRIPT, render_all
 from .declared import (
     declared_dims,
     dynamic_axes_probe,
@@ -290,11 +290,15 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
 
     with tempfile.TemporaryDirectory(prefix="onnxpoolfix-export-") as tmp:
         exported = Path(tmp) / "exported.onnx"
-        declared, specialised, at_one, doubles = None, [], [], ()
+        declared, specialised, at_one, doubles, kept = None, [], [], (), False
         if dynamo:
             from .symbolic_sizes import program_doubles, symbolic_pool_sizes, symbolic_translations
 
-            table = {**translation_table(), **symbolic_translations(), **user_table}
+            ours = translation_table()
+            table = {**ours, **symbolic_translations(), **user_table}
+            # the module traced here with every adaptive pool kept as a node: nothing in the file is a frozen
+            # decomposition (an ExportedProgram may have been decomposed before; a caller's table may override)
+            kept = not isinstance(module, exported_program) and not set(ours) & set(user_table)
             # below opset 18 torch exports at 18, converts (dropping the metadata the dynamo front end reads)
             # and optimizes: the same steps here, the metadata given back
             convert_to, optimize = kwargs.get("opset_version"), kwargs.get("optimize", True)
@@ -354,9 +358,10 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             check_shapes = torch_sizes(model, runnable, call_args, call_kwargs, declared, seed=seed) or None
         try:
             with torch_doubles(doubles):  # a float32 scale in the file read as the double torch held
-                result = patch(model, check=check, strategy=strategy, target=target, inplace=True,
-                               model_dir=tmp if has_data else None, optimize_exporter_pools=optimize_exporter_pools,
-                               check_shapes=check_shapes, seed=seed)
+                result = render_all(patch_as_written(
+                    model, check=check, strategy=strategy, target=target, inplace=True,
+                    model_dir=tmp if has_data else None, optimize_exporter_pools=optimize_exporter_pools,
+                    check_shapes=check_shapes, seed=seed, kept_by_table=kept), API)
         except PoolFixError as e:  # patch's hints name patch's arguments; export takes other ones
             in_export_words(e, dynamo)
             raise

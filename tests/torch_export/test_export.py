@@ -176,12 +176,12 @@ def test_export_seeds_the_patch_and_the_comparison_with_torch(torch_mod, tmp_pat
     from onnxpoolfix.torch_export import exporter
 
     seeds = []
-    for name in ("patch", "verify_against_torch"):
+    for name in ("patch_as_written", "verify_against_torch"):
         real = getattr(exporter, name)
         monkeypatch.setattr(exporter, name, lambda *a, _real=real, _name=name, **k: seeds.append((_name, k["seed"]))
                             or _real(*a, **k))
     onnxpoolfix.export(_module(torch_mod), (torch_mod.randn(1, 3, 8, 9),), tmp_path / "m.onnx", dynamo=False, seed=9)
-    assert seeds == [("patch", 9), ("verify_against_torch", 9)]
+    assert seeds == [("patch_as_written", 9), ("verify_against_torch", 9)]
     with pytest.raises(ValueError, match="seed"):
         onnxpoolfix.export(_module(torch_mod), (torch_mod.randn(1, 3, 8, 9),), tmp_path / "n.onnx", seed=-1)
 

@@ -115,3 +115,30 @@ def test_a_size_of_zero_inside_the_declared_range_is_compared_not_a_crash(tmp_pa
     assert "matched torch" in report.check_note
     got = ort_session(onnx.load(str(out))).run(None, {"x": np.ones((1, 3, 2, 13), np.float32)})[0]
     assert got.shape == (1, 3, 0, 3)
+
+
+class GenuineBeside(torch.nn.Module):
+    """A genuine F.avg_pool2d / F.max_pool2d on the same source line as adaptive pools (a dynamo file's metadata
+    names the line, so the file alone reads it two ways and is refused as possibly frozen)."""
+
+    def forward(self, x):
+        return F.avg_pool2d(x, 2) .mean() + F.adaptive_avg_pool2d(x, (5, 7)).mean(), F.adaptive_max_pool2d(F.max_pool2d(x, 3, 2, 1), (3, 4))  # noqa: E501
+
+
+def test_export_takes_a_genuine_pool_beside_adaptive_ones_on_one_line(tmp_path: Path):
+    """onnxpoolfix.export kept every adaptive pool as a node (its translation table), so the exporter's AveragePool
+    and MaxPool in the file are the module's own: they are not refused as frozen (they were), and the file matches
+    torch at sizes away from the traced one."""
+    module = GenuineBeside()
+    out = tmp_path / "beside.onnx"
+    dyn = {"x": {2: Dim("H", min=8, max=200), 3: Dim("W", min=8, max=200)}}
+    report = onnxpoolfix.export(module, (torch.randn(1, 3, 37, 41),), out, dynamic_shapes=dyn)
+    assert sorted(n.op for n in report.nodes) == ["adaptive_avg_pool2d", "adaptive_max_pool2d"]
+    sess = ort_session(onnx.load(out))
+    for shape in [(1, 3, 37, 41), (1, 3, 8, 61), (1, 3, 99, 13)]:
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            want = module(x)
+        got = sess.run(None, {"x": x.numpy()})
+        np.testing.assert_allclose(got[0], want[0].numpy(), rtol=1e-5, atol=1e-5)
+        assert np.array_equal(got[1], want[1].numpy()), shape

@@ -68,7 +68,10 @@ __all__ = ["ENCODING", "dynamo_specs", "find_decomposed_pools", "frozen_error", 
 def dynamo_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence[PoolSpec] = ()) -> FrontEndResult:
     """The front end at the seam: every proven region of the top-level graph, with notes naming the
     evidence per region and each suspect left. The size the regions are proven at: ``traced_shapes``, else
-    ``input_shapes`` (the aten front end binds those in OUT; here they are the traced size too)."""
+    ``input_shapes`` (the aten front end binds those in OUT; here they are the traced size too). None where
+    ``kept_by_table``: onnxpoolfix.export kept every adaptive pool as a node."""
+    if options.kept_by_table:
+        return FrontEndResult()
     binding = options.traced_shapes or options.input_shapes
     result = find_decomposed_pools(model, opset=model_opset(model), target=options.target,
                                    input_shapes=binding, traced_shapes=options.traced_shapes, taken=found,
