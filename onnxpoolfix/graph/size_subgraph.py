@@ -80,8 +80,8 @@ def fold_static_sizes(model: onnx.ModelProto, specs: list) -> list:
             for lead in (1, 2):  # symbolic leading dims at two values: the size must not depend on them
                 shape = [d if isinstance(d, int) else lead for d in s.input_shape]
                 try:
-                    x = np.zeros(shape, onnx.helper.tensor_dtype_to_np_dtype(s.dtype))
-                    values.append(np.asarray(ReferenceEvaluator(sub).run(None, {s.node.input: x})[0]).reshape(-1))
+                    run = ReferenceEvaluator(fed_by_shape(sub)).run(None, {_SHAPE: np.array(shape, np.int64)})
+                    values.append(np.asarray(run[0]).reshape(-1))
                 except Exception:  # noqa: BLE001 - no subgraph, or one the reference cannot run: stays computed
                     values = []
                     break
