@@ -239,11 +239,12 @@ def test_a_deployment_size_is_no_traced_size(exports):
 def test_a_kernel_1_axis_of_a_module_pool_is_refused_even_with_the_traced_size(exports, name, tmp_path):
     """Case 2: AdaptiveAvgPool2d((1, None)) over a dynamic width froze the width axis to kernel 1: torch's None or
     the traced width, which differ at every other width. Following the old hint gave 50 time steps at any width.
-    A refusal naming onnxpoolfix.export (which keeps the output size), with nothing written."""
+    A refusal naming onnxpoolfix.export (which keeps the output size), with nothing written; without the traced
+    size as well (its hint once sent the user to --traced-shape, which then could not decide it)."""
     _, model = exports[name]
-    for kwargs in ({}, {"traced_shapes": _traced(name)}):
+    for kwargs in ({}, {"traced_shapes": _traced(name)}):  # the first hint too: no traced size would decide it
         err = _refused(model, **kwargs)
-    assert "torch's None" in err.hint and "onnxpoolfix.export" in err.hint and "traced_shapes" not in err.hint
+        assert "torch's None" in err.hint and "onnxpoolfix.export" in err.hint and "traced_shapes" not in err.hint
     src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
     onnx.save(model, src)
     h, w = TRACED[name]

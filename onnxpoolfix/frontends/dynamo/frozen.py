@@ -217,13 +217,18 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
     kernel, _ = window_attrs(node)
     traced = site.bound[2:] if site.bound is not None else None
     if size is None:
+        ones = [a for a in range(site.k) if kernel[a] == 1 and not isinstance(site.dims[2 + a], int)]
+        features = classifier_features(g.nodes, g.initializers, result)
+        if traced is None and ones and features is None:  # (1, None) of an OCR model: no traced size decides it
+            left(f"an {op} frozen at the traced size whose pooled axis {ones[0]} has windows of one element: "
+                 "torch's None (it follows the input) or the traced size of that axis, which differ at other sizes, "
+                 "and the module's output size is nowhere in the file", EXPORT)
+            return
         if traced is None:
             left(f"an {op} frozen at the traced size under symbolic sizes; its adaptive output size is known only "
                  "at that size", TRACED)
             return
-        ones = [a for a in range(site.k) if kernel[a] == 1 and not isinstance(site.dims[2 + a], int)]
         fixed = adaptive_sizes(node, tuple(traced))
-        features = classifier_features(g.nodes, g.initializers, result)
         channels = site.dims[1] if isinstance(site.dims[1], int) else None
         if features is not None and channels is not None and features != channels * prod(fixed):
             return ShapeError(
