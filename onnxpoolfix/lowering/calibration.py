@@ -23,6 +23,7 @@ which file's costs chose its lowering.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import time
@@ -41,6 +42,7 @@ from . import cost as C
 
 SCHEMA = 1
 MEASURED = ("NODE", "BANDWIDTH", "MAC_RATE", "POOL_RATE", "GATHER_RATE", "GATHER_BLOCK")
+_RATES = ("BANDWIDTH", "MAC_RATE", "POOL_RATE", "GATHER_RATE")  # per second: a cost divides by them
 BUILT_IN = {name: getattr(C, name) for name in dir(C) if name.isupper()}
 
 
@@ -136,7 +138,9 @@ def load(path: str | os.PathLike) -> dict[str, float]:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("constants"), dict):
         raise ValueError("not an onnxpoolfix costs file (schema 1)")
     found = data["constants"]
-    bad = [k for k, v in found.items() if k not in MEASURED or not isinstance(v, (int, float)) or not v >= 0]
+    # rates divide: above 0; times add: 0 or more; every one finite (JSON's Infinity/NaN read as floats)
+    bad = [k for k, v in found.items() if k not in MEASURED or isinstance(v, bool) or not isinstance(v, (int, float))
+           or not math.isfinite(v) or not (v > 0 if k in _RATES else v >= 0)]
     if bad:
         raise ValueError(f"unknown or invalid constants: {', '.join(sorted(bad))}")
     return {k: float(v) for k, v in found.items()}

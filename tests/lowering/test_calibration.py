@@ -75,3 +75,24 @@ def test_calibrate_to_an_unwritable_file_is_an_output_error(tmp_path):
     blocker.write_text("")
     result = CliRunner().invoke(main, ["calibrate", "--out", str(blocker / "costs.json"), "--threads", "1"])
     assert result.exit_code == 6 and "hint:" in result.output
+
+
+def test_a_rate_of_zero_or_a_constant_not_finite_is_a_usage_error(tmp_path):
+    """A rate divides a cost: {"BANDWIDTH": 0} crashed the planner (ZeroDivisionError, exit 1; found by
+    review); Infinity/NaN (JSON takes them) planned with nonsense. A usage error naming the constant, nothing
+    written. A time of 0 (GATHER_BLOCK, which calibrate may measure) stays valid."""
+    import onnx
+    import pytest
+
+    src = tmp_path / "m.onnx"
+    onnx.save(make_leftover("max", [1, 8, 10, 10], (7, 7)), src)
+    for name, value in (("BANDWIDTH", 0), ("POOL_RATE", 0), ("MAC_RATE", float("inf")), ("NODE", float("nan"))):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"schema": 1, "constants": {name: value}}))
+        with pytest.raises(onnxpoolfix.ArgumentError, match=name):
+            _node(make_leftover("max", [1, 8, 10, 10], (7, 7)), costs=path)
+        r = CliRunner().invoke(main, [str(src), str(tmp_path / "o.onnx"), "--costs", str(path)])
+        assert r.exit_code == 2 and name in r.stderr and not (tmp_path / "o.onnx").exists(), r.output
+    path = tmp_path / "zero_block.json"
+    path.write_text(json.dumps({"schema": 1, "constants": {"GATHER_BLOCK": 0.0}}))
+    assert _node(make_leftover("max", [1, 8, 10, 10], (7, 7)), costs=path).lowering
