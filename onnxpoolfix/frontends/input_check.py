@@ -37,6 +37,20 @@ def _undeclared(model: ModelProto) -> ModelProto:
 __all__ = ["check_input_model"]
 
 
+def _known_opset(model: ModelProto, path: PathLike | None) -> None:
+    """Refuse a default-domain opset newer than the installed onnx knows (the checker lets it through, and
+    onnxruntime then fails to load OUT with a message cut before its point): what its operators mean there,
+    and so what an exact replacement is, is unknown."""
+    from onnx.defs import onnx_opset_version
+
+    declared = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if declared > onnx_opset_version():
+        raise InvalidModelError(
+            f"{path or 'model'}: declares opset {declared} of the default domain, newer than the installed onnx "
+            f"knows (up to {onnx_opset_version()}): what its operators mean there is unknown",
+            f"export at opset {onnx_opset_version()} or lower, or upgrade onnx and onnxruntime")
+
+
 def check_input_model(model: ModelProto, path: PathLike | None = None) -> None:
     """``check_model`` for a model just loaded from ``path``, without copying or serialising its weights.
     The one input check of every entry point: the CLI (``path``: the file, named in the message), and
@@ -55,6 +69,7 @@ def check_input_model(model: ModelProto, path: PathLike | None = None) -> None:
     as long as their dims say for tensors of 64 KiB and more (reading the length would copy the tensor):
     ``save_model`` stops with the same error when it writes one (exit 3, nothing written).
     """
+    _known_opset(model, path)
     try:
         check_model_light(model, path)
     except InvalidModelError as e:
