@@ -132,7 +132,8 @@ class ExitCode:
 
 EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode((EXIT_OK,), 'success (also "nothing to patch")',
-             "a patch would succeed (with --target tensorrt: and the patched model is TensorRT-clean)"),
+             "a patch would succeed, its onnxruntime check aside (with --target tensorrt: and the patched model is "
+             "TensorRT-clean)"),
     ExitCode((EXIT_INTERNAL,), "internal error: a bug in onnxpoolfix (rerun with -v and report it)",
              "internal error: a bug in onnxpoolfix (rerun with -v and report it)"),
     ExitCode((ArgumentError.exit_code,), "usage error: a bad option or argument (also an --input-shape or "
