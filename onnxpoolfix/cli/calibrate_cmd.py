@@ -30,8 +30,16 @@ def calibrate_cmd(out, threads):
     """
     from ..lowering import calibration
 
+    if out == "-":  # as patch's OUT: a file named '-' where stdout was meant
+        raise click.BadParameter("'-' is not standard output here (it would write a file named '-'): give "
+                                 "/dev/stdout, or for a file named '-' its absolute path", param_hint="--out")
     path = Path(out) if out else default_path()
     with reported(False):
+        if out is None:  # the default cache folder is made; a folder named with --out must exist, as for OUT
+            path.parent.mkdir(parents=True, exist_ok=True)
+        elif not path.parent.is_dir():
+            raise OutputError(f"cannot write {path}: its folder {path.parent} does not exist",
+                              "create the folder first, or choose another file with --out")
         found = calibration.measure(threads)
         try:
             calibration.save(found, path, threads)

@@ -125,11 +125,10 @@ def save(constants: dict[str, float], path: str | os.PathLike, threads: int = 0)
     data = {"schema": SCHEMA, "measured": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": platform.machine(),
             "cpus": os.cpu_count(), "onnxruntime": ort.__version__, "threads": threads,
             "constants": {k: constants[k] for k in MEASURED if k in constants}}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
+    from ..io.outfile import write_text
+
+    # as OUT is written: atomically for a file, into a FIFO or character device (never renamed over /dev/null)
+    write_text(path, json.dumps(data, indent=2) + "\n", "the costs")
 
 
 def load(path: str | os.PathLike) -> dict[str, float]:

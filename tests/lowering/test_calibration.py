@@ -57,6 +57,7 @@ def test_an_unreadable_costs_file_is_a_usage_error(tmp_path):
 
 def test_calibrate_command_writes_a_file_the_planner_reads(tmp_path):
     path = tmp_path / "sub" / "costs.json"
+    path.parent.mkdir()  # a folder named with --out must exist, as OUT's must
     result = CliRunner().invoke(main, ["calibrate", "--out", str(path), "--threads", "1"])
     assert result.exit_code == 0, result.output
     found = calibration.load(path)
@@ -96,3 +97,26 @@ def test_a_rate_of_zero_or_a_constant_not_finite_is_a_usage_error(tmp_path):
     path = tmp_path / "zero_block.json"
     path.write_text(json.dumps({"schema": 1, "constants": {"GATHER_BLOCK": 0.0}}))
     assert _node(make_leftover("max", [1, 8, 10, 10], (7, 7)), costs=path).lowering
+
+
+def test_calibrate_writes_into_a_device_and_refuses_what_patch_refuses(tmp_path):
+    """calibrate wrote a temporary file beside --out and renamed it over it: --out /dev/null, as root, replaced
+    the machine's /dev/null with a regular file (found by review). It writes as OUT is written now: into a
+    character device, atomically for a file; '-' and a missing folder are refused as for OUT. (A private
+    device node here, made where the test may: never the real /dev/null.)"""
+    import os
+    import stat
+
+    import pytest
+
+    dev = tmp_path / "null"
+    try:
+        os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except (PermissionError, OSError):
+        pytest.skip("cannot make a device node here (not root)")
+    calibration.save(dict(calibration.BUILT_IN), dev)
+    assert stat.S_ISCHR(os.stat(dev).st_mode) and os.listdir(tmp_path) == ["null"]
+    r = CliRunner().invoke(main, ["calibrate", "--out", "-"])
+    assert r.exit_code == 2 and not (tmp_path / "-").exists()
+    r = CliRunner().invoke(main, ["calibrate", "--out", str(tmp_path / "missing" / "c.json")])
+    assert r.exit_code == 6 and not (tmp_path / "missing").exists(), r.output
