@@ -87,6 +87,9 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
         outputs[out] = onnx.helper.make_tensor_value_info(out, elem, None)
     for name in extra.names if extra else ():
         outputs.setdefault(name, onnx.ValueInfoProto(name=name))
+    after = _after_frozen(model, specs)
+    for name in sorted(after & {o.name for o in model.graph.output}):  # run too: see _after_frozen
+        outputs.setdefault(name, onnx.ValueInfoProto(name=name))
     try:  # the part of the model computing what is fetched (check/cut.py): the layers below are not run
         sess = ort_session(cut_bytes(model, list(outputs.values()), added_nodes), model_dir)
     except Exception as e:  # onnxruntime's own words, on one line
@@ -109,6 +112,14 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
             results = sess.run_with_ort_values(out_names, ort_feed)
         except Exception as e:
             shapes_txt = ", ".join(f"{k}:{'x'.join(map(str, v.shape))}" for k, v in feed.items())
+            frozen = _failed_after_frozen(model, specs, after, str(e))
+            if frozen is not None:
+                raise CheckFailedError(
+                    f"onnxruntime failed to run the patched model at {shapes_txt} in '{frozen}', a node after the "
+                    "replaced dynamo pool: the export computed its shape from that pool frozen at the traced size "
+                    f"(a flatten's length, say), which replacing the pool does not change: "
+                    f"{' '.join(str(e).split())[:200]}",
+                    "export through onnxpoolfix.export, which keeps every adaptive pool's output size") from None
             theirs = _exporters_node(model, str(e))
             where = f" in '{theirs}', a node of the input file, not one onnxpoolfix wrote" if theirs else ""
             raise CheckFailedError(
@@ -144,6 +155,31 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
         if check.passed and check.shapes:
             _check_isolated(model, s, check.shapes[0], check, rng)
     return checks
+
+
+def _after_frozen(model: onnx.ModelProto, specs: Sequence[PoolSpec]) -> set[str]:
+    """The tensors computed after a replaced dynamo pool: under symbolic sizes the dynamo exporter wrote the
+    layers after it for the pool frozen at the traced size (a flatten's length C * (H // 4) * (W // 4)), so the
+    check runs them too at its sizes (they failed there, while the pool itself checked right; at a static size
+    they cost one run). Empty for every other file."""
+    reached = {s.node.output for s in specs if s.node.encoding == "dynamo"}
+    if not reached:
+        return set()
+    for n in model.graph.node:  # graph order is topological
+        if reached & set(n.input):
+            reached.update(o for o in n.output if o)
+    return reached
+
+
+def _failed_after_frozen(model: onnx.ModelProto, specs: Sequence[PoolSpec], after: set[str],
+                         error: str) -> str | None:
+    """The node onnxruntime names in ``error`` where it reads a tensor of ``after`` (:func:`_after_frozen`) and
+    is none of the replaced pools' own nodes, else None."""
+    found = re.search(r"Name:'([^']*)'", error)
+    node = next((n for n in model.graph.node if found and n.name == found.group(1)), None)
+    if node is None or node.doc_string.startswith(EMITTED_BY) or not after & set(node.input):
+        return None
+    return None if set(node.output) & {s.node.output for s in specs} else node.name
 
 
 def _exporters_node(model: onnx.ModelProto, error: str) -> str | None:
