@@ -112,7 +112,7 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
             results = sess.run_with_ort_values(out_names, ort_feed)
         except Exception as e:
             shapes_txt = ", ".join(f"{k}:{'x'.join(map(str, v.shape))}" for k, v in feed.items())
-            frozen = _failed_after_frozen(model, specs, after, str(e))
+            frozen = _failed_after_frozen(model, after, str(e))
             if frozen is not None:
                 raise CheckFailedError(
                     f"onnxruntime failed to run the patched model at {shapes_txt} in '{frozen}', a node after the "
@@ -171,28 +171,28 @@ def _after_frozen(model: onnx.ModelProto, specs: Sequence[PoolSpec]) -> set[str]
     return reached
 
 
-def _failed_after_frozen(model: onnx.ModelProto, specs: Sequence[PoolSpec], after: set[str],
-                         error: str) -> str | None:
-    """The node onnxruntime names in ``error`` where it reads a tensor of ``after`` (:func:`_after_frozen`) and
-    is none of the replaced pools' own nodes, else None."""
-    found = re.search(r"Name:'([^']*)'", error)
-    node = next((n for n in model.graph.node if found and n.name == found.group(1)), None)
-    if node is None or node.doc_string.startswith(EMITTED_BY) or not after & set(node.input):
-        return None
-    return None if set(node.output) & {s.node.output for s in specs} else node.name
+def _failed_after_frozen(model: onnx.ModelProto, after: set[str], error: str) -> str | None:
+    """The input file's node onnxruntime names in ``error`` where it reads a tensor of ``after``
+    (:func:`_after_frozen`), else None."""
+    node = _files_node(model, error)
+    return node.name if node is not None and after & set(node.input) else None
 
 
 def _exporters_node(model: onnx.ModelProto, error: str) -> str | None:
-    """The node onnxruntime names in ``error`` ("... running Add node. Name:'node_add_3' ...") where it is one
-    of the input file's own (not written by onnxpoolfix), else None."""
-    found = re.search(r"Name:'([^']*)'", error)
-    if not found:
-        return None
-    node = next((n for n in model.graph.node if n.name == found.group(1)), None)
-    if node is None or node.doc_string.startswith(EMITTED_BY):
+    """The input file's node onnxruntime names in ``error`` where it reads no replacement's result, else None."""
+    node = _files_node(model, error)
+    if node is None:
         return None
     emitted = {o for n in model.graph.node if n.doc_string.startswith(EMITTED_BY) for o in n.output}
     return None if emitted & set(node.input) else node.name  # one reading a replacement's result: ours too
+
+
+def _files_node(model: onnx.ModelProto, error: str) -> onnx.NodeProto | None:
+    """The node onnxruntime names in ``error`` ("... running Add node. Name:'node_add_3' ...") where it is one
+    of the input file's own (not written by onnxpoolfix), else None."""
+    found = re.search(r"Name:'([^']*)'", error)
+    node = next((n for n in model.graph.node if found and n.name == found.group(1)), None)
+    return None if node is None or node.doc_string.startswith(EMITTED_BY) else node
 
 
 def runtime_size_tensors(specs: Sequence[PoolSpec]) -> list[str]:
