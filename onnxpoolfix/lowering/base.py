@@ -15,7 +15,7 @@ from ..graph.emit import COMPUTE_IN_FLOAT32, EQUAL_NAN_OPS, INDICATOR_WEIGHT_OPS
 from ..graph.shapes import PoolSpec, make_value_info
 from ..reason import needs_opset
 from ..tensorrt import SUPPORTED_OPS, GraphInfo, tensorrt_rejects
-from .avg_non_finite import guarded, unguardable
+from .avg_non_finite import GUARD_MIN_OPSET, guarded, unguardable
 from .max_steps import NON_FINITE_UNSAFE_MAX, NonFiniteMaxStep
 from .steps import CastStep, Step, emit_steps, run_cost
 
@@ -104,6 +104,8 @@ class Lowering:
         if not spec.static and not self.dynamic:
             return "a pooled axis is symbolic; this lowering needs static sizes"
         if spec.opset < self.min_opset:
+            if spec.kind == "max" and self.min_opset < GUARD_MIN_OPSET:  # and then the guard's opset
+                return max_drops_nan(spec)
             return needs_opset(self.min_opset, f"needs opset {self.min_opset}, the model has {spec.opset}")
         if spec.dtype == TensorProto.BFLOAT16 and spec.opset < 13:
             return needs_opset(13, f"bfloat16 needs opset 13 (no operator takes bfloat16 before), the model has "
@@ -112,6 +114,8 @@ class Lowering:
         if reason:
             return reason
         ops = set(self.ops(spec))
+        if spec.kind == "max" and spec.opset < GUARD_MIN_OPSET and ops & NON_FINITE_UNSAFE_MAX:
+            return max_drops_nan(spec)
         missing = no_float64_kernel(ops, spec.opset) if compute_dtype(spec) == TensorProto.DOUBLE else []
         if missing:
             return f"onnxruntime has no float64 kernel for {', '.join(missing)}" + (
@@ -165,6 +169,15 @@ class Lowering:
     def build(self, em, spec: PoolSpec, x: str, y: str, indices: str | None = None) -> None:
         """Emit the nodes computing ``y`` (and ``indices`` for lowerings that compute them) from ``x``."""
         emit_steps(em, self.steps(spec), x, y, spec.input_shape, spec.dtype)
+
+
+def max_drops_nan(spec: PoolSpec) -> str:
+    """Why no max lowering applies below opset 9 (the portable target's guard: 11)."""
+    guard = (f"{GUARD_MIN_OPSET} (IsNaN, Where)" if spec.target != "portable" else
+             "11 with the portable target (Equal on floats: MNN and ncnn lack IsNaN)")
+    return needs_opset(11 if spec.target == "portable" else GUARD_MIN_OPSET,
+                       f"MaxPool/ReduceMax would drop a NaN that torch's max keeps, and the guard that keeps it "
+                       f"needs opset {guard}, the model has {spec.opset}")
 
 
 # what the portable target leaves out, and why (issue 33: measured in onnxruntime, OpenVINO, tract, MNN,

@@ -105,12 +105,15 @@ def test_a_broken_nan_path_fails_the_check(target):
 
 
 @pytest.mark.parametrize("opset", [7, 8])
-def test_max_below_opset_9_passes_its_check_without_the_nan_inputs(opset):
-    """Below opset 9 there is no IsNaN/Where, hence no NaN/-inf guard (README says so): the structured runs
-    skip the NaN/-inf input there instead of failing the patch with a 'bug' hint (exit 5)."""
-    m = make_leftover("max", [1, 3, 11, 13], (4, 5), opset=opset)
-    result = onnxpoolfix.patch(m)
-    assert result.report.check_passed and "also run alone" in result.report.check_note
+def test_an_average_spreading_nan_below_opset_9_fails_the_check(opset):
+    """Below opset 9 the averages are window sums, which keep a NaN or inf in its windows as torch does; the
+    structured inputs hold NaN and inf there too (they were left out below 9): an unguarded MatMul (what the
+    tensorrt target writes) spreads them and must fail a check of the onnxruntime target's promise."""
+    m = make_leftover("avg", [1, 3, 11, 13], (4, 5), opset=opset)
+    specs = resolve_specs(m, find_pool_nodes(m.graph), opset=opset, target="onnxruntime")
+    assert _passes(onnxpoolfix.patch(m).model, specs)
+    spreading = onnxpoolfix.patch(m, strategy="matmul", target="tensorrt", check=False).model
+    assert not _passes(spreading, specs)
 
 
 # ---- the indices output ----------------------------------------------------------------------------------
