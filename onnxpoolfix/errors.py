@@ -113,6 +113,7 @@ class TorchMismatchError(CheckFailedError):
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # 128 + the signal's number
+EXIT_SIGPIPE = 141  # as a Unix tool killed by SIGPIPE
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,9 @@ EXIT_CODES: tuple[ExitCode, ...] = (
              "checked or written; --check-shape or --no-check)", None, CheckTooLargeError),
     ExitCode((EXIT_SIGINT, EXIT_SIGTERM), "interrupted by SIGINT/SIGTERM (OUT is either the previous file or "
              "the complete new one)", "interrupted by SIGINT/SIGTERM"),
+    ExitCode((EXIT_SIGPIPE,), "standard output's reader (`head`, a pager) closed it before the summary was "
+             "printed: OUT is written in full (it is in place before the summary is printed)",
+             "standard output's reader closed it before the whole report was printed"),
 )
 
 

@@ -11,7 +11,7 @@ import click
 
 from ..errors import exit_codes_epilog
 from ..version import __version__
-from .guard import raise_interrupted
+from .guard import raise_interrupted, stdout_reader_gone
 
 #: each command's module, imported when the command is looked up (it registers itself on :data:`main`): a
 #: command loads only its own stack, and ``--version`` none (the lowerings, onnx and numpy take about a second)
@@ -29,6 +29,14 @@ class _PatchByDefault(click.Group):
         if name in COMMANDS and name not in self.commands:
             importlib.import_module(COMMANDS[name], __package__)
         return super().get_command(ctx, name)
+
+    def make_context(self, *args, **kwargs):  # --help and --version print while the flags are parsed
+        with stdout_reader_gone():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx):
+        with stdout_reader_gone():
+            return super().invoke(ctx)
 
     def parse_args(self, ctx, args):
         args = list(args)

@@ -2,6 +2,7 @@
 unwind like Ctrl-C. The codes are :data:`onnxpoolfix.errors.EXIT_CODES`'."""
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import traceback
@@ -10,7 +11,7 @@ from typing import Callable, Iterator
 
 import click
 
-from ..errors import EXIT_INTERNAL, PoolFixError
+from ..errors import EXIT_INTERNAL, EXIT_SIGPIPE, PoolFixError
 from ..words import CLI
 
 
@@ -31,6 +32,18 @@ def interrupted(signum: int) -> None:
     click.echo("  hint: OUT is only ever replaced whole: it is the previous file (or absent) unless the run "
                "had already finished writing it", err=True)
     sys.exit(128 + signum)
+
+
+@contextmanager
+def stdout_reader_gone() -> Iterator[None]:
+    """A reader that closed standard output (``| head``) ends the run as SIGPIPE ends a Unix tool: silently,
+    exit 141 (click's own handling says 1, our "internal error"). Standard output then points at the null
+    device, so that the interpreter's last flush does not raise again."""
+    try:
+        yield
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(EXIT_SIGPIPE)
 
 
 def fail(err: Exception, verbose: bool) -> None:

@@ -4,6 +4,7 @@ proof search, inside an onnxruntime run of the check), never click's "Aborted!" 
 refusal of a file the tool fixes."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,3 +54,22 @@ def test_an_interrupt_after_the_run_has_ended_does_not_kill_it(tmp_path):
     r = subprocess.run([sys.executable, "-c", script, str(ROOT / "fixtures" / "avg1d.onnx"), str(tmp_path / "o.onnx")],
                        capture_output=True, text=True, timeout=300)
     assert r.stdout.split() == ["0", "True"], r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("args", [["{src}", "{out}"], ["inspect", "{src}"], ["--help"], ["windows", "97", "5"]])
+def test_a_closed_stdout_is_exit_141_and_out_stays_complete(args, tmp_path):
+    """``onnxpoolfix IN OUT | head -c 0``: the reader has gone before the summary is printed. A Unix tool dies
+    of SIGPIPE (141) there; click's own handling said 1, which our table calls a bug, silently."""
+    import onnx
+
+    out = tmp_path / "out.onnx"
+    argv = [a.format(src=ROOT / "fixtures" / "small_convnet.onnx", out=out) for a in args]
+    read, write = os.pipe()
+    os.close(read)  # no reader: the first write to stdout is EPIPE
+    r = subprocess.run([sys.executable, "-m", "onnxpoolfix", *argv], stdout=write, stderr=subprocess.PIPE, text=True,
+                       cwd=tmp_path, timeout=300)
+    os.close(write)
+    assert r.returncode == 141 and r.stderr == "", r.stderr
+    if "{out}" in args:
+        onnx.checker.check_model(onnx.load(out), full_check=True)  # written in full before the summary
+        assert list(tmp_path.iterdir()) == [out]
