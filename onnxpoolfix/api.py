@@ -269,7 +269,9 @@ def shape_map(value, what: str) -> dict[str, list[int]] | None:
             if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
                 raise TypeError(f"{what}[{name!r}]: dims are integers, not {type(d).__name__} ({d!r})")
             if not 1 <= int(d) <= MAX_DIM:
-                raise ValueError(f"{what}[{name!r}]: dim {int(d)} is not in [1, {MAX_DIM}]")
+                raise ArgumentError(f"{what}[{name!r}]: dim {int(d)} is not in [1, {MAX_DIM}]",
+                                    f"give sizes from 1 to {MAX_DIM}", argument=what.split()[0], input=name,
+                                    value=int(d))
             parsed.append(int(d))
         out[name] = parsed
     return out
@@ -288,7 +290,8 @@ def check_choices(target: str, strategy: str) -> None:
     :class:`~onnxpoolfix.errors.ArgumentError` (a ValueError) for a name that is none of them, as the
     strategy's own check (:func:`~onnxpoolfix.plan.planner.check_strategy`) says it."""
     if not isinstance(target, str) or target not in TARGETS:
-        raise ArgumentError(f"target must be one of {TARGETS}, not {target!r}", f"choose one of: {', '.join(TARGETS)}")
+        raise ArgumentError(f"target must be one of {TARGETS}, not {target!r}", f"choose one of: {', '.join(TARGETS)}",
+                            argument="target", value=target, choices=list(TARGETS))
     check_strategy(strategy)
 
 

@@ -77,6 +77,8 @@ KNOBS: dict[str, Knob] = {
     "optimize_exporter_pools": Knob("--optimize-exporter-pools", "optimize_exporter_pools=True"),
     "keep_input_shapes": Knob("--keep-input-shapes", "keep_input_shapes=True"),
     "verbose": Knob("(rerun with -v)", "(with logging at DEBUG level)"),
+    "input_names": Knob("use the name of a graph input (onnxpoolfix inspect IN lists them)",
+                        "use the name of a graph input (the model's graph.input)"),
     "costs": Knob("--costs", "costs="),
     "tune_threads": Knob("--tune-threads", "tune_threads="),
     "convert_opset": Knob(*(["convert the model to opset {arg} or newer first "
@@ -90,6 +92,11 @@ def ref(key: str, arg: object = "") -> str:
     if key not in KNOBS:
         raise KeyError(f"no knob {key!r}")
     return f"{_MARK}{key}{_ARG}{arg}{_MARK}"
+
+
+def knob_of(reference: str) -> str:
+    """The key of the knob a reference names (what an error's ``data["argument"]`` holds)."""
+    return reference.split(_MARK)[1].partition(_ARG)[0]
 
 
 INPUT_SHAPES, INPUT_SHAPES_FORM = ref("input_shapes"), ref("input_shapes_form")

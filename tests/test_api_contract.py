@@ -39,7 +39,8 @@ def _rank(model) -> int:
     ({"input_shapes": {"x": "1,2,8,9"}}, TypeError, "sequence of ints"),
     ({"input_shapes": {"x": [1, 2, 8.5, 9]}}, TypeError, "dims are integers, not float"),
     ({"input_shapes": {"x": [1, 2, None, 9]}}, TypeError, "dims are integers, not NoneType"),
-    ({"input_shapes": {"x": [1, 2, 2**63, 9]}}, ValueError, "not in [1, 2147483647]"),
+    ({"input_shapes": {"x": [1, 2, 2**63, 9]}}, ArgumentError, "not in [1, 2147483647]"),
+    ({"input_shapes": {"x": [1, 2, -5, 9]}}, ArgumentError, "not in [1, 2147483647]"),  # was a plain ValueError
     ({"check_shapes": {"x": [1, 2, 8, 9]}}, TypeError, "list of {input name: shape} mappings"),
     ({"check_shapes": [[1, 2, 8, 9]]}, TypeError, "check_shapes entry takes a mapping"),
     ({"check_shapes": [{"x": [1, 2, 8.5, 9]}]}, TypeError, "dims are integers, not float"),
@@ -51,6 +52,23 @@ def test_bad_arguments_are_refused_up_front(dynamic, kwargs, error, words):
     with pytest.raises(error) as info:
         onnxpoolfix.patch(dynamic, **kwargs)
     assert words in str(info.value)
+    if error is ArgumentError:  # outcomes as data: the argument it names, in the API's words throughout
+        err = info.value
+        assert err.exit_code == 2 and isinstance(err, ValueError) and err.data["argument"] == next(iter(kwargs))
+        assert "--" not in err.hint and "onnxpoolfix " not in err.hint, err.hint
+
+
+def test_an_argument_errors_data_says_what_to_change(dynamic):
+    """The input, axis and value an ArgumentError is about are data, not only words."""
+    with pytest.raises(ArgumentError) as info:
+        onnxpoolfix.patch(dynamic, input_shapes={"nope": [1, 2, 8, 9]})
+    assert info.value.data == {"argument": "input_shapes", "input": "nope", "choices": ["x"]}
+    with pytest.raises(ArgumentError) as info:
+        onnxpoolfix.patch(dynamic, input_shapes={"x": [1, 3, 8, 9]})  # x is [1, 2, H, W]
+    assert info.value.data == {"argument": "input_shapes", "input": "x", "axis": 1, "value": 3, "fixed": 2}
+    with pytest.raises(ArgumentError) as info:
+        onnxpoolfix.patch(dynamic, target="TensorRT")
+    assert info.value.data["value"] == "TensorRT" and "tensorrt" in info.value.data["choices"]
 
 
 def test_bad_arguments_are_refused_even_with_nothing_to_patch():

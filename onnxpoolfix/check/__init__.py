@@ -139,7 +139,8 @@ def _refuse_against_binding(model, name: str, dims, bound) -> None:
             raise ArgumentError(
                 f"{CHECK_SHAPES} {name}:{','.join(map(str, dims))}: dim {axis} is bound to {b} by your {INPUT_SHAPES} "
                 f"{name}:{text}, and the patched model keeps that binding (the static lowering holds at that size)",
-                f"check at the bound size ({name}:{text}), or bind the size you want to check")
+                f"check at the bound size ({name}:{text}), or bind the size you want to check",
+                argument="check_shapes", input=name, axis=axis, value=d, bound=b)
 
 
 def _refused_hint(report: PatchReport) -> str:

@@ -32,6 +32,7 @@ from ..api import MAX_DIM, TARGETS
 from ..graph.shapes import validate_input_shape
 from ..lowering.calibration import CostModel
 from ..plan.planner import AUTO, STRATEGIES
+from ..words import INPUT_SHAPES, TRACED_SHAPES
 
 
 class ArgGroup:
@@ -114,9 +115,9 @@ class PlanChoice:
         any work."""
         CostModel.of(**self.cost_arguments)
         for name, dims in (self.input_shapes or {}).items():
-            validate_input_shape(model, name, dims, "--input-shape")
+            validate_input_shape(model, name, dims, INPUT_SHAPES)
         for name, dims in (self.traced_shapes or {}).items():
-            validate_input_shape(model, name, dims, "--traced-shape")
+            validate_input_shape(model, name, dims, TRACED_SHAPES)
 
 
 class Plan(ArgGroup):

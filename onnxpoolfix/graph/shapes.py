@@ -15,7 +15,7 @@ from onnx import TensorProto
 
 from ..errors import ArgumentError, ShapeError, UnsupportedNodeError
 from ..spec import SUPPORTED_DTYPES, Dim, InputDim, PoolNode, PoolSpec, RuntimeDim, dtype_name  # noqa: F401  (re-exported)
-from ..words import CHECK_SHAPES, INPUT_SHAPES, INPUT_SHAPES_FORM
+from ..words import CHECK_SHAPES, INPUT_SHAPES, INPUT_SHAPES_FORM, knob_of, ref
 from . import default_opset, is_repeated
 from .shape_values import fold_size_chains
 
@@ -110,20 +110,23 @@ def validate_input_shape(model: onnx.ModelProto, name: str, dims: Sequence[int],
     if name not in inputs or name in init_names:
         real = [n for n in inputs if n not in init_names]
         raise ArgumentError(f"{flag} names '{name}', which is not a graph input (inputs: {', '.join(real)})",
-                            "use the name of a graph input (onnxpoolfix inspect IN lists them)")
+                            ref("input_names"), argument=knob_of(flag), input=name, choices=real)
     vi = inputs[name]
     _, old = type_dims(vi.type)
     if old is not None and len(old) != len(dims):
         raise ArgumentError(f"{text} has rank {len(dims)}; the model's input '{name}' has rank {len(old)}",
-                            f"give all {len(old)} dims of '{name}'")
+                            f"give all {len(old)} dims of '{name}'", argument=knob_of(flag), input=name,
+                            rank=len(old))
     for axis, n in enumerate(dims):
         if n < 1:
-            raise ArgumentError(f"{flag} {name}: dim {axis} is {n}; sizes must be >= 1", "give positive sizes")
+            raise ArgumentError(f"{flag} {name}: dim {axis} is {n}; sizes must be >= 1", "give positive sizes",
+                                argument=knob_of(flag), input=name, axis=axis, value=n)
     for axis, (o, n) in enumerate(zip(old or (), dims)):
         if isinstance(o, int) and o != n:
             raise ArgumentError(f"{flag} {name}: dim {axis} is fixed to {o} in the model, not {n}",
                                 f"give {o} for dim {axis}: only symbolic dims take other sizes"
-                                + (f" ({flag} checks at sizes the model accepts)" if flag == CHECK_SHAPES else ""))
+                                + (f" ({flag} checks at sizes the model accepts)" if flag == CHECK_SHAPES else ""),
+                                argument=knob_of(flag), input=name, axis=axis, value=n, fixed=o)
     return vi
 
 

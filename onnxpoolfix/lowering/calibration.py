@@ -165,14 +165,16 @@ class CostModel:
         if tune_threads is not None and (isinstance(tune_threads, bool) or not isinstance(tune_threads, int)
                                          or tune_threads < 1):
             raise ArgumentError(f"{ref('tune_threads')} takes a positive number of threads, not {tune_threads!r}",
-                                "give the intra-op thread count the model will run with")
+                                "give the intra-op thread count the model will run with", argument="tune_threads",
+                                value=tune_threads)
         if costs is None:
             return cls(tune=bool(tune), tune_threads=tune_threads)
         try:
             found = load(costs)
         except (OSError, ValueError) as e:
             raise ArgumentError(f"{ref('costs')} {costs}: {' '.join(str(e).split())[:200]}",
-                                "give a file `onnxpoolfix calibrate` wrote") from None
+                                "give a file `onnxpoolfix calibrate` wrote", argument="costs",
+                                value=str(costs)) from None
         return cls(tuple(sorted(found.items())), str(costs), bool(tune), tune_threads)
 
     @property

@@ -58,7 +58,8 @@ def check_strategy(strategy) -> None:
     :class:`~onnxpoolfix.errors.ArgumentError` (a ValueError; exit 2) for a name that is no strategy."""
     if not isinstance(strategy, str) or strategy not in STRATEGIES:
         raise ArgumentError(f"strategy must be one of {STRATEGIES}, not {strategy!r}",
-                            f"choose one of: {', '.join(STRATEGIES)}")
+                            f"choose one of: {', '.join(STRATEGIES)}", argument="strategy", value=strategy,
+                            choices=list(STRATEGIES))
 
 
 def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
