@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -65,14 +66,23 @@ def command(group: click.Group, name: str, *arg_groups: ArgGroup, arguments: tup
     return register
 
 
+#: one NAME:DIMS entry of a shape flag, and the spaces after it (the shortest name whose dims end at a space)
+_SHAPE_ENTRY = re.compile(r"((?P<name>\S.*?):(?P<dims>[^\s:]+))(?:\s+|$)")
+
+
 def parse_shapes(values: tuple[str, ...], flag: str) -> dict[str, list[int]]:
-    """``NAME:D0,D1,...`` entries (repeatable, or several in one value separated by spaces)."""
+    """``NAME:D0,D1,...`` entries (repeatable, or several in one value separated by spaces). A name may hold
+    spaces and colons (``my input:1,3,9,9``, ``input:0:1,3,9,9``): an entry ends at the dims before a space."""
     shapes: dict[str, list[int]] = {}
     for value in values:
-        for item in value.split():
-            name, sep, dims = item.rpartition(":")
-            if not sep or not name or not dims:
-                raise click.BadParameter(f"'{item}' is not NAME:D0,D1,... (e.g. x:1,3,224,224)", param_hint=flag)
+        pos = len(value) - len(value.lstrip())
+        while pos < len(value):
+            found = _SHAPE_ENTRY.match(value, pos)
+            if found is None:
+                raise click.BadParameter(f"'{value[pos:]}' is not NAME:D0,D1,... (e.g. x:1,3,224,224)",
+                                         param_hint=flag)
+            pos = found.end()
+            item, name, dims = found.group(1), found.group("name"), found.group("dims")
             try:
                 parsed = [int(d) for d in dims.split(",")]
             except ValueError:

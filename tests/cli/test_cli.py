@@ -181,7 +181,8 @@ def test_parse_shapes_forms() -> None:
     assert parse_shapes(("x:1,2", "y:3"), "--input-shape") == {"x": [1, 2], "y": [3]}
     assert parse_shapes(("x:1,2 y:3",), "--input-shape") == {"x": [1, 2], "y": [3]}
     assert parse_shapes(("a:b:1,2",), "--input-shape") == {"a:b": [1, 2]}  # names may hold ':'
-    for bad in ("x", "x:", ":1,2", "x:1,a", "x:1,,2", "x:0,3", "x:-1,3"):
+    assert parse_shapes(("my input:1,2 b:3",), "--input-shape") == {"my input": [1, 2], "b": [3]}  # and spaces
+    for bad in ("x", "x:", ":1,2", "x:1,a", "x:1,,2", "x:0,3", "x:-1,3", "x:1,2 junk", "x:1, 2"):
         with pytest.raises(click.BadParameter):
             parse_shapes((bad,), "--input-shape")
 
@@ -192,6 +193,21 @@ def test_malformed_input_shape_is_a_usage_error(tmp_path: Path, value: str) -> N
     r = CliRunner().invoke(main, [str(AVG), str(out), "--input-shape", value])
     assert r.exit_code == 2, r.output
     assert "--input-shape" in r.stderr and not out.exists()
+
+
+def test_an_input_named_with_a_space_takes_its_shape(tmp_path: Path) -> None:
+    """ONNX names are any string; 'my input:1,2,8,9' was split at the space and refused ('my' is not
+    NAME:D0,...), so such a model could not be bound or checked at all."""
+    model = onnx.load(FIXTURES / "dynamic_avg2d.onnx")
+    old = model.graph.input[0].name
+    for node in model.graph.node:
+        node.input[:] = ["my input" if i == old else i for i in node.input]
+    model.graph.input[0].name = "my input"
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, src)
+    r = cli(src, out, "--input-shape", "my input:1,2,8,9")
+    assert r.exit_code == 0, r.output
+    assert [d.dim_value for d in onnx.load(out).graph.input[0].type.tensor_type.shape.dim] == [1, 2, 8, 9]
 
 
 @pytest.mark.parametrize("form", [["--input-shape", "x:1,2,8,9"], ["--input-shape=x:1,2,8,9"]])
