@@ -50,7 +50,7 @@ def test_test_all_runs_the_large_and_slow_tests():
     assert listed.returncode == 0, listed.stdout + listed.stderr
     ids = set(re.findall(r"::(\w+)", listed.stdout))
     assert {"test_over_2gb_external_model", "test_over_2gb_external_model_patches_and_checks",
-            "test_patch_time_does_not_grow_with_external_weights"} <= ids  # slow
+            "test_patch_memory_does_not_grow_with_real_external_weights"} <= ids  # slow
     assert "test_patch_memory_does_not_grow_with_external_weights" in ids  # and the fast ones too
     assert int(env.get("ONNXPOOLFIX_FUZZ_CASES", "0")) >= 1000, "no long fuzz in make test-all"
 

@@ -164,13 +164,12 @@ def test_patch_memory_does_not_grow_with_external_weights(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-def test_patch_time_does_not_grow_with_external_weights(tmp_path: Path) -> None:
-    """The same with real 128 MB of weights, timed: a ratio with a wide margin (slow: it writes 132 MB and
-    times processes, which a shared CI machine makes noisy; `make bench-tool` measures it properly)."""
+def test_patch_memory_does_not_grow_with_real_external_weights(tmp_path: Path) -> None:
+    """The same with 128 MB of weights really written (slow: it writes 132 MB). Its time is `make
+    bench-tool`'s to measure, side by side in one run: a timed assertion here would depend on the load."""
     results = _cost_4mb_vs_128mb(tmp_path, sparse=False)
-    (w_small, m_small), (w_big, m_big) = results[4], results[128]
+    (_w_small, m_small), (_w_big, m_big) = results[4], results[128]
     assert m_big < m_small + 32, results
-    assert w_big < 2 * w_small + 1.0, results
 
 
 def test_a_tensor_whose_data_disagrees_with_its_dims_is_refused_when_saved(tmp_path: Path) -> None:
