@@ -48,7 +48,7 @@ from .declared import (
     symbols_declared_at_one,
 )
 from .opset import KEEPS_METADATA_FROM, convert_keeping_metadata
-from .sizes import runs_outside
+from .sizes import compared_instead, runs_outside
 from .torch_check import torch_sizes, verify_against_torch
 from .translation import translation_table
 
@@ -290,22 +290,20 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
 
     with tempfile.TemporaryDirectory(prefix="onnxpoolfix-export-") as tmp:
         exported = Path(tmp) / "exported.onnx"
-        declared, specialised, at_one, doubles, kept = None, [], [], (), False
+        declared, specialised, at_one, doubles, kept, outside = None, [], [], (), False, {}
         if dynamo:
             from .symbolic_sizes import program_doubles, symbolic_pool_sizes, symbolic_translations
 
             ours = translation_table()
             table = {**ours, **symbolic_translations(), **user_table}
-            # the module traced here with every adaptive pool kept as a node: nothing in the file is a frozen
-            # decomposition (an ExportedProgram may have been decomposed before; a caller's table may override)
+            # every adaptive pool kept as a node: no frozen decomposition (but in an ExportedProgram, or overridden)
             kept = not isinstance(module, exported_program) and not set(ours) & set(user_table)
             # below opset 18 torch exports at 18, converts (dropping the metadata the dynamo front end reads)
             # and optimizes: the same steps here, the metadata given back
             convert_to, optimize = kwargs.get("opset_version"), kwargs.get("optimize", True)
-            if convert_to is not None and convert_to < KEEPS_METADATA_FROM:
+            convert_to = convert_to if convert_to is not None and convert_to < KEEPS_METADATA_FROM else None
+            if convert_to is not None:
                 kwargs = {**kwargs, "opset_version": KEEPS_METADATA_FROM, "optimize": False}
-            else:
-                convert_to = None
             captured = io.StringIO()
             # the exporter prints its progress (the library never does); sizes computed from symbolic ones kept
             with contextlib.redirect_stdout(captured), symbolic_pool_sizes(), _quiet_own_translations():
@@ -343,6 +341,8 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                 else [d.dim_param for vi in inputs for d in vi.type.tensor_type.shape.dim if d.dim_param]
             for sp in specialised if spec is not kwargs else ():
                 sp.declared = "dynamic_axes"
+            if not dynamo and verify:  # the TorchScript file is the tracer's: compared with torch there instead
+                specialised, outside = compared_instead(specialised, inputs)
         if dynamo:
             doubles = program_doubles(program)
             del program
@@ -381,7 +381,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             if not verify:
                 return
             checked = verify_against_torch(path, runnable, call_args, call_kwargs, declared=declared, at_one=at_one,
-                                           seed=seed)
+                                           outside=outside, seed=seed)
             logger.info("%s", checked.note())
             if checked.note():
                 result.report.notes.append(Note(checked.note(), "matched-torch"))

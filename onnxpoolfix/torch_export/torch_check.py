@@ -105,7 +105,7 @@ def _compare(torch, names, outputs_onnx, outputs_torch, where: str) -> float:
 def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Mapping | None = None, *,
                          ranges: Mapping[tuple[int, int], tuple[int, int | None]] | None = None,
                          declared: DeclaredDims | None = None, at_one: Sequence[str] = (),
-                         seed: int = 0) -> TorchCheck:
+                         outside: Mapping[str, Sequence[int]] | None = None, seed: int = 0) -> TorchCheck:
     """Run the ONNX file at ``path`` in onnxruntime and ``module`` in torch on the same inputs; raise
     :class:`TorchMismatchError` (with the max error) where they differ beyond float noise.
 
@@ -113,11 +113,13 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
     torch.export. ``declared``: the dims as torch.export declared them (:func:`.declared.declared_dims`):
     the sizes then keep to their expressions and ranges. ``at_one``: symbols of ``declared`` also compared at
     1 (each alone, and all together), outside torch's range (:func:`.declared.symbols_declared_at_one`), where
-    torch runs the module there and onnxruntime the file. The inputs are the example's tensor leaves, in order,
-    matched to the file's inputs.
+    torch runs the module there and onnxruntime the file. ``outside``: symbol -> sizes compared the same way,
+    each alone (a range torch.export narrowed, which a TorchScript file need not keep to). The inputs are the
+    example's tensor leaves, in order, matched to the file's inputs.
     """
     try:
-        return _verify(path, module, args, kwargs, ranges=ranges, declared=declared, at_one=at_one, seed=seed)
+        return _verify(path, module, args, kwargs, ranges=ranges, declared=declared, at_one=at_one,
+                       outside=outside or {}, seed=seed)
     except TorchMismatchError as e:
         if getattr(module, "training", False):  # dropout/batch-norm statistics differ run to run
             raise TorchMismatchError(e.text, "the module is in training mode: call module.eval() before "
@@ -125,7 +127,7 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
         raise
 
 
-def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), seed) -> TorchCheck:
+def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), outside, seed) -> TorchCheck:
     import onnx
     import torch
 
@@ -160,7 +162,8 @@ def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), seed) ->
         runs += choose_dims(runner, base[2], sym_ranges, example)
     at_one = [name for name in at_one if name in example]  # each alone, then all together (a branch on H == W == 1)
     together = [{**example, **dict.fromkeys(at_one, 1)}] if len(at_one) > 1 else []
-    ones = [(d, got) for d in [{**example, name: 1} for name in at_one] + together
+    apart = [{**example, name: v} for name, sizes in outside.items() if name in example for v in sizes]
+    ones = [(d, got) for d in [{**example, name: 1} for name in at_one] + together + apart
             if (got := runner.run(runner.inputs(d))) is not None]
     for strict, (dims, (tensors, want, calls)) in [(True, r) for r in runs] + [(False, r) for r in ones]:
         shapes = {n: tuple(int(d) for d in t.shape) for n, t in zip(runner.names, tensors)}
@@ -169,7 +172,7 @@ def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), seed) ->
         try:
             got = [v.numpy() for v in sess.run_with_ort_values(fetch, feed)]
         except Exception as e:  # noqa: BLE001 - onnxruntime failing where torch runs is the finding itself
-            if not strict:  # at 1, which torch traced as at least 2: a file that stops there says so itself
+            if not strict:  # at 1 (torch traced at least 2) or outside torch's range: a file stopping says so itself
                 logger.debug("onnxruntime fails %s, outside torch's range: %s", where, e)
                 continue
             raise TorchMismatchError(f"onnxruntime fails {where}, where the torch module runs: "

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import onnxruntime as ort
 import pytest
 
 import onnxpoolfix
@@ -116,3 +118,45 @@ def test_dynamic_axes_get_the_range_checks(tmp_path: Path, which: str, dynamo: b
         onnxpoolfix.export(m, (torch.randn(1, 2, 56, 9),), out, dynamo=dynamo, input_names=["x"],
                            dynamic_axes={"x": {2: "H", 3: "W"}})
     assert not out.exists()
+
+
+class _CoordAttention(nn.Module):
+    """CoordAttention's pools, concatenated and split back: torch.export, probing dynamic_axes, narrows W to
+    [3, inf] (its floor of 2 on the strided convolution's output); no branch, the TorchScript file right at
+    W = 2 as everywhere."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+
+    def forward(self, x):
+        x = self.conv(x)
+        h, w = x.shape[2], x.shape[3]
+        y = torch.cat([F.adaptive_avg_pool2d(x, (None, 1)), F.adaptive_avg_pool2d(x, (1, None)).transpose(2, 3)], 2)
+        a, b = torch.split(y, [h, w], dim=2)
+        return x * a.sigmoid() * b.transpose(2, 3).sigmoid()
+
+
+class _BranchAtTwo(nn.Module):
+    def forward(self, x):
+        y = F.adaptive_avg_pool2d(x, (3, 5))
+        return y * 2.0 if x.shape[3] > 3 or x.shape[3] == 1 else y  # torch.export: W in [4, inf]
+
+
+def test_a_torchscript_file_is_compared_with_torch_where_torch_export_narrowed(tmp_path: Path) -> None:
+    """With dynamo=False the file is the tracer's, not torch.export's: a range torch.export narrowed was refused
+    as if the file kept to it (CoordAttention, PSPNet, mobilenet_v3_small: '[3, inf]'). The sizes left out are
+    compared with torch instead: the file is written where it matches there (onnxruntime and torch compared
+    here again, at W = 2 among others), and refused where a branch at those sizes makes it wrong."""
+    out = tmp_path / "m.onnx"
+    m = _CoordAttention().eval()
+    onnxpoolfix.export(m, (torch.randn(1, 3, 37, 53),), out, dynamo=False, input_names=["x"],
+                       dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}})
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    for shape in [(1, 3, 37, 2), (2, 3, 2, 9), (1, 3, 37, 53), (3, 3, 64, 31)]:
+        x = torch.randn(*shape)
+        np.testing.assert_allclose(sess.run(None, {"x": x.numpy()})[0], m(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+    with pytest.raises(onnxpoolfix.TorchMismatchError, match=r"at x:1x3x37x2"):
+        onnxpoolfix.export(_BranchAtTwo().eval(), (torch.randn(1, 3, 37, 53),), tmp_path / "b.onnx", dynamo=False,
+                           input_names=["x"], dynamic_axes={"x": {2: "H", 3: "W"}})
+    assert not (tmp_path / "b.onnx").exists()
