@@ -164,6 +164,8 @@ def test_max_pooling_before_opset_9_is_refused_with_the_opset_that_would_do(shap
         onnxpoolfix.patch(model, target=target)
     needed = 11 if target == "portable" else 9  # (the portable guard's Equal on floats)
     assert err.value.exit_code == 4 and f"opset {needed} or newer" in err.value.hint
+    assert err.value.data["opset"] == needed and err.value.data["node"] == model.graph.node[-1].name  # as data
+    assert any("IsNaN" in why for why in err.value.data["reasons"].values())  # every lowering's reason
     assert inspect_model(model, target=target).exit_code == 4
     out = onnxpoolfix.patch(onnx.version_converter.convert_version(model, needed), target=target).model
     x = np.random.default_rng(1).standard_normal(shape).astype(onnx.helper.tensor_dtype_to_np_dtype(dtype))

@@ -35,7 +35,7 @@ from .pyramid import GroupPlan, plan_groups
 logger = logging.getLogger(__name__)
 
 __all__ = ["PlanOptions", "Found", "FoundNode", "NodePlan", "ModelPlan", "plan_model", "find", "decide",
-           "no_lowering_hint"]
+           "no_lowering_hint", "opset_that_would_do"]
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,8 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
         chosen = next(c for c in cands if c.name == strategy)
         if chosen.reason:
             raise UnsupportedNodeError(f"strategy '{strategy}' is not exact for {spec.node.label}: {chosen.reason}",
-                                       f"{DROP_STRATEGY} to let the planner choose", opset=opset_needed(chosen.reason))
+                                       f"{DROP_STRATEGY} to let the planner choose", opset=opset_needed(chosen.reason),
+                                       node=spec.node.name, reasons={strategy: str(chosen.reason)})
         return Plan(spec, BY_NAME[strategy], cands, FORCED_BY_STRATEGY)
     ok = sorted((c for c in cands if c.reason is None), key=lambda c: c.cost)
     if not ok:
@@ -83,9 +84,11 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
                 f"symbolic" + (f" ({dyn})" if dyn else ""),
                 f"{BIND_INPUT_SIZES}; a static lowering then applies at that size",
                 opset=min((n for n in (opset_needed(c.reason) for c in cands if BY_NAME[c.name].dynamic)
-                           if n is not None and n > spec.opset), default=None))
+                           if n is not None and n > spec.opset), default=None), node=spec.node.name,
+                reasons={c.name: str(c.reason) for c in cands if BY_NAME[c.name].dynamic})
         reasons = "; ".join(f"{c.name}: {c.reason}" for c in cands)
-        raise UnsupportedNodeError(f"no exact lowering applies to {spec.node.label} ({reasons})")
+        raise UnsupportedNodeError(f"no exact lowering applies to {spec.node.label} ({reasons})", node=spec.node.name,
+                                   reasons={c.name: str(c.reason) for c in cands})
     best, model = ok[0], cost_model()
     if len(ok) == 1:
         why = "the only exact lowering"
