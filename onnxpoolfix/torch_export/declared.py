@@ -135,6 +135,8 @@ class Specialised:
     ranges: tuple = ()  # narrowed: (the declared (min, max), the exported (min, max)); max None: unbounded
     symbol: str = ""  # narrowed: torch's symbol for the dim
     same_as: str = ""  # unified: the dim declared apart from this one that torch made the same symbol
+    unchecked: str = ""  # narrowed on torch.export's probe of a TorchScript export: why the file was not compared
+    # with torch at the sizes left out (the file is the tracer's and need not keep to the probe's range)
 
     def describe(self) -> str:
         torch_says = f" (torch: {self.reason})" if self.reason else ""
@@ -145,6 +147,11 @@ class Specialised:
         if self.value is None:
             (lo, hi), (lo2, hi2) = self.ranges
             lo2 = max(lo2, min(lo, 2))  # torch's range starts at 0 where its guard says 2
+            if self.unchecked:
+                return (f"dim {self.axis} of input '{self.input}' was declared dynamic over {_span(lo, hi)} "
+                        f"({self.declared}) but torch.export, probing the module, narrowed it to {_span(lo2, hi2)}; "
+                        f"the TorchScript file need not keep to that range, but {self.unchecked}, so it is not known "
+                        f"to follow the module outside it (it may crash or compute another branch){torch_says}")
             return (f"dim {self.axis} of input '{self.input}' was declared dynamic over {_span(lo, hi)} "
                     f"({self.declared}) but torch narrowed it to {_span(lo2, hi2)}: the exported file follows the "
                     f"module only there (outside it, it may crash or compute another branch){torch_says}")

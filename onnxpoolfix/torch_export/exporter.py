@@ -341,8 +341,8 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                 else [d.dim_param for vi in inputs for d in vi.type.tensor_type.shape.dim if d.dim_param]
             for sp in specialised if spec is not kwargs else ():
                 sp.declared = "dynamic_axes"
-            if not dynamo and verify:  # the TorchScript file is the tracer's: compared with torch there instead
-                specialised, outside = compared_instead(specialised, inputs)
+            if not dynamo:  # the TorchScript file is the tracer's: compared with torch there instead (verify)
+                specialised, outside = compared_instead(specialised, inputs, verify)
         if dynamo:
             doubles = program_doubles(program)
             del program

@@ -339,17 +339,24 @@ def choose_dims(runner: TorchRunner, example_calls, ranges: Mapping[str, tuple[i
     return chosen
 
 
-def compared_instead(narrowed: Sequence[Specialised], model_inputs) -> tuple[list[Specialised], dict[str, list[int]]]:
+def compared_instead(narrowed: Sequence[Specialised], model_inputs, verify: bool = True
+                     ) -> tuple[list[Specialised], dict[str, list[int]]]:
     """For a TorchScript file, which keeps to no torch.export range (its dims are the tracer's, whatever guards
     torch.export adds on its own probe): the narrowed dims whose whole gap is known are compared with torch
-    there instead of refused (the file's dim name -> the gap's sizes), the rest returned as they are."""
+    there instead of refused (the file's dim name -> the gap's sizes), the rest returned as they are, each
+    narrowed one saying why it was not compared (``Specialised.unchecked``: not the file's range, but not
+    checked either)."""
     dims = {vi.name: vi.type.tensor_type.shape.dim for vi in model_inputs}
     rest, outside = [], {}
     for sp in narrowed:
         gap = whole_gap(sp) if sp.value is None and not sp.same_as else None
         name = dims[sp.input][sp.axis].dim_param if sp.input in dims and sp.axis < len(dims[sp.input]) else ""
-        if gap and name:
+        if gap and name and verify:
             outside[name] = sorted(set(outside.get(name, [])) | set(gap))
-        else:
-            rest.append(sp)
+            continue
+        if sp.value is None and not sp.same_as:
+            sp.unchecked = ("verify=False compares nothing with torch" if gap and name else
+                            "the sizes it leaves out are more than onnxpoolfix compares one by one "
+                            f"({_WHOLE_GAP})" if gap is None else "its input cannot be fed at those sizes alone")
+        rest.append(sp)
     return rest, outside

@@ -113,8 +113,9 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
     torch.export. ``declared``: the dims as torch.export declared them (:func:`.declared.declared_dims`):
     the sizes then keep to their expressions and ranges. ``at_one``: symbols of ``declared`` also compared at
     1 (each alone, and all together), outside torch's range (:func:`.declared.symbols_declared_at_one`), where
-    torch runs the module there and onnxruntime the file. ``outside``: symbol -> sizes compared the same way,
-    each alone (a range torch.export narrowed, which a TorchScript file need not keep to). The inputs are the
+    torch runs the module there and onnxruntime the file. ``outside``: symbol -> sizes compared each alone, where
+    torch runs, onnxruntime failing there included (a range torch.export narrowed, which a TorchScript file need
+    not keep to). The inputs are the
     example's tensor leaves, in order, matched to the file's inputs.
     """
     try:
@@ -162,8 +163,10 @@ def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), outside,
         runs += choose_dims(runner, base[2], sym_ranges, example)
     at_one = [name for name in at_one if name in example]  # each alone, then all together (a branch on H == W == 1)
     together = [{**example, **dict.fromkeys(at_one, 1)}] if len(at_one) > 1 else []
-    apart = [{**example, name: v} for name, sizes in outside.items() if name in example for v in sizes]
-    ones = [(d, got) for d in [{**example, name: 1} for name in at_one] + together + apart
+    # outside a range torch.export narrowed, where torch runs: the file must run there too (strict)
+    runs += [(d, got) for d in [{**example, name: v} for name, sizes in outside.items() if name in example
+                                for v in sizes] if (got := runner.run(runner.inputs(d))) is not None]
+    ones = [(d, got) for d in [{**example, name: 1} for name in at_one] + together
             if (got := runner.run(runner.inputs(d))) is not None]
     for strict, (dims, (tensors, want, calls)) in [(True, r) for r in runs] + [(False, r) for r in ones]:
         shapes = {n: tuple(int(d) for d in t.shape) for n, t in zip(runner.names, tensors)}
@@ -172,7 +175,7 @@ def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), outside,
         try:
             got = [v.numpy() for v in sess.run_with_ort_values(fetch, feed)]
         except Exception as e:  # noqa: BLE001 - onnxruntime failing where torch runs is the finding itself
-            if not strict:  # at 1 (torch traced at least 2) or outside torch's range: a file stopping says so itself
+            if not strict:  # at 1, which torch traced as at least 2: a file that stops there says so itself
                 logger.debug("onnxruntime fails %s, outside torch's range: %s", where, e)
                 continue
             raise TorchMismatchError(f"onnxruntime fails {where}, where the torch module runs: "
