@@ -149,6 +149,9 @@ def write_report(path: Path, text: str) -> OutputTarget:
     """The report goes where OUT would (:func:`write_text`: through a link, into a device or FIFO)."""
     try:
         return write_text(path, text + "\n")
+    except BrokenPipeError:  # a FIFO or standard output whose reader has gone
+        raise OutputError(f"cannot write the report {path}: its reader closed it",
+                          "keep the reading end open until the run ends; nothing was written") from None
     except OSError as e:
         raise OutputError(f"cannot write the report {path}: {e.strerror or e}",
                           "check that the report's folder exists and is writable; nothing was written") from None

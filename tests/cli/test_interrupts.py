@@ -73,3 +73,17 @@ def test_a_closed_stdout_is_exit_141_and_out_stays_complete(args, tmp_path):
     if "{out}" in args:
         onnx.checker.check_model(onnx.load(out), full_check=True)  # written in full before the summary
         assert list(tmp_path.iterdir()) == [out]
+
+
+def test_a_report_into_a_closed_stdout_is_an_output_error_with_nothing_written(tmp_path):
+    """--report /dev/stdout whose reader has gone: the report is written before OUT is put in place, so nothing
+    is (exit 6), and the hint speaks of the reader, not of a missing folder."""
+    out = tmp_path / "out.onnx"
+    read, write = os.pipe()
+    os.close(read)
+    r = subprocess.run([sys.executable, "-m", "onnxpoolfix", str(ROOT / "fixtures" / "small_convnet.onnx"), str(out),
+                        "-q", "--report", "/dev/stdout"], stdout=write, stderr=subprocess.PIPE, text=True,
+                       cwd=tmp_path, timeout=300)
+    os.close(write)
+    assert r.returncode == 6 and "reader closed it" in r.stderr and "folder" not in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
