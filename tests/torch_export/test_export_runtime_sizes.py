@@ -92,13 +92,15 @@ def test_a_size_torch_computes_in_double_otherwise_is_refused(route, tmp_path: P
     module, out = Area(0.7), tmp_path / "area.onnx"
     dims = {"x": {2: Dim("H", min=2, max=400), 3: Dim("W", min=3, max=400)}}
     assert module(torch.zeros(1, 1, 90, 5)).shape[2] == 62  # torch's own arithmetic, the premise
-    with pytest.raises(onnxpoolfix.PoolFixError, match="float32"):
+    with pytest.raises(onnxpoolfix.PoolFixError, match="float32") as err:
         if route == "onnxpoolfix.export":
             onnxpoolfix.export(module, (torch.randn(1, 3, 20, 17),), out, dynamic_shapes=dims)
         else:
             torch.onnx.export(module, (torch.randn(1, 3, 20, 17),), str(out), dynamo=True, dynamic_shapes=dims)
             onnxpoolfix.patch(onnx.load(out), traced_shapes={"x": [1, 3, 20, 17]})
     assert route != "onnxpoolfix.export" or not out.exists()
+    assert "F.interpolate(size=...)" in err.value.hint  # export knows torch's double: its hint does not send there
+    assert ("onnxpoolfix.export" in err.value.hint) == (route != "onnxpoolfix.export"), err.value.hint
 
 
 @pytest.mark.torch
