@@ -27,7 +27,7 @@ from .errors import ArgumentError, InvalidModelError
 from .frontends.dynamo import frozen_error, partial_lines
 from .graph.shapes import light_copy, model_opset, validate_input_shape
 from .lowering.calibration import CostModel
-from .plan.model import PlanOptions, no_lowering_hint, opset_that_would_do, plan_model
+from .plan.model import PlanOptions, no_lowering_hint, plan_model
 from .plan.planner import AUTO, check_strategy
 from .progress import phase, shapes_detail
 from .report import NOT_CHECKED, NOTHING_TO_PATCH, NodeReport, Note, PatchReport, WarningNote
@@ -186,8 +186,7 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
                              "inlined-functions"))
     for n in mp.blocked:  # the first node no lowering applies to stops the patch
         if n.error.hint is None:
-            n.error.hint = no_lowering_hint(n.spec, n.candidates)
-            n.error.data.setdefault("opset", opset_that_would_do(n.spec, n.candidates))
+            n.error.hint = no_lowering_hint(n.spec, n.error.data.get("opset"))
         raise n.error
     if mp.kept:
         notes.append(Note(f"kept {len(mp.kept)} exporter pool(s) as they are (already the fastest exact form)",

@@ -220,7 +220,7 @@ def _node_blocker(node_plan, strategy: str) -> tuple[str, str | None]:
             return ("no exact lowering uses only ops TensorRT's ONNX parser accepts",
                     f"{TARGET_ONNXRUNTIME} would use '{other.lowering.name}'")
     # the hint the patch gives (api.patch fills a missing one the same way)
-    return "no exact lowering applies (reasons above)", err.hint_text or no_lowering_hint(spec, node_plan.candidates)
+    return "no exact lowering applies (reasons above)", err.hint_text or no_lowering_hint(spec, err.data.get("opset"))
 
 
 def _lint(mp, result: Inspection) -> TensorRTLint:

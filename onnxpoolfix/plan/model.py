@@ -26,7 +26,6 @@ from ..frontends.leftovers import is_pool_leftover
 from ..graph.shapes import PoolSpec, model_opset
 from ..lowering.calibration import in_use as costs_in_use
 from ..progress import phase
-from ..reason import opset_needed
 from ..report import WarningNote
 from ..words import BIND_SYMBOLIC_DIMS, VERBOSE, ref
 from .planner import AUTO, Candidate, Plan, candidates, plan
@@ -35,7 +34,7 @@ from .pyramid import GroupPlan, plan_groups
 logger = logging.getLogger(__name__)
 
 __all__ = ["PlanOptions", "Found", "FoundNode", "NodePlan", "ModelPlan", "plan_model", "find", "decide",
-           "no_lowering_hint", "opset_that_would_do"]
+           "no_lowering_hint"]
 
 
 @dataclass(frozen=True)
@@ -225,28 +224,9 @@ def _group(mp: ModelPlan) -> None:
     mp.separate = [p for p in rest if id(p) not in kept] + repaired
 
 
-def opset_that_would_do(spec: PoolSpec, cands: tuple[Candidate, ...]) -> int | None:
-    """The smallest opset a reason names at which some lowering applies to ``spec``, tried (a reason's
-    "needs opset 8" does not say that another reason, the max NaN guard's, is met there), or None."""
-    pending = {n for n in map(opset_needed, (c.reason for c in cands)) if n is not None and n > spec.opset}
-    tried: set[int] = set()
-    while pending and len(tried) < _OPSET_TRIES:
-        n = min(pending)
-        tried.add(n)
-        at = candidates(replace(spec, opset=n))
-        if any(c.reason is None for c in at):
-            return n
-        pending = (pending | {m for m in map(opset_needed, (c.reason for c in at)) if m is not None and m > n}) - tried
-    return None
-
-
-_OPSET_TRIES = 8  # opsets tried for a hint (each a pass over the candidates; reasons name at most a few)
-
-
-def no_lowering_hint(spec: PoolSpec, cands: tuple[Candidate, ...]) -> str:
-    """What would make some lowering apply to ``spec``: a newer opset (from the reasons' structured
-    data), binding the symbolic dims, or neither."""
-    n = opset_that_would_do(spec, cands)
+def no_lowering_hint(spec: PoolSpec, n: int | None) -> str:
+    """What would make some lowering apply to ``spec``: opset ``n`` (the planner's error data, tried:
+    :func:`~.planner.opset_that_would_do`), binding the symbolic dims, or neither."""
     bind = f"{BIND_SYMBOLIC_DIMS} (a static lowering then applies)"
     if n is not None:
         convert = ref("convert_opset", n)

@@ -10,7 +10,7 @@ refuses with the lowering's own reason.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import ArgumentError, UnsupportedNodeError
 from ..graph.shapes import PoolSpec
@@ -88,7 +88,8 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
                 reasons={c.name: str(c.reason) for c in cands if BY_NAME[c.name].dynamic})
         reasons = "; ".join(f"{c.name}: {c.reason}" for c in cands)
         raise UnsupportedNodeError(f"no exact lowering applies to {spec.node.label} ({reasons})", node=spec.node.name,
-                                   reasons={c.name: str(c.reason) for c in cands})
+                                   reasons={c.name: str(c.reason) for c in cands},
+                                   opset=opset_that_would_do(spec, cands))
     best, model = ok[0], cost_model()
     if len(ok) == 1:
         why = "the only exact lowering"
@@ -121,3 +122,21 @@ def describe_axes(spec: PoolSpec) -> str:
         else:
             parts.append(f"{dim_label(n)}->{dim_label(m)} symbolic")
     return ", ".join(parts)
+
+
+def opset_that_would_do(spec: PoolSpec, cands: tuple[Candidate, ...]) -> int | None:
+    """The smallest opset a reason names at which some lowering applies to ``spec``, tried (a reason's
+    "needs opset 8" does not say that another reason, the max NaN guard's, is met there), or None."""
+    pending = {n for n in map(opset_needed, (c.reason for c in cands)) if n is not None and n > spec.opset}
+    tried: set[int] = set()
+    while pending and len(tried) < _OPSET_TRIES:
+        n = min(pending)
+        tried.add(n)
+        at = candidates(replace(spec, opset=n))
+        if any(c.reason is None for c in at):
+            return n
+        pending = (pending | {m for m in map(opset_needed, (c.reason for c in at)) if m is not None and m > n}) - tried
+    return None
+
+
+_OPSET_TRIES = 8  # opsets tried for a hint (each a pass over the candidates; reasons name at most a few)
