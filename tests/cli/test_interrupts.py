@@ -56,6 +56,17 @@ def test_an_interrupt_after_the_run_has_ended_does_not_kill_it(tmp_path):
     assert r.stdout.split() == ["0", "True"], r.stdout + r.stderr
 
 
+def _with_stdout_closed(argv: list[str], cwd) -> subprocess.CompletedProcess:
+    """``onnxpoolfix ARGV`` with standard output a pipe nobody reads: its first write is EPIPE."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-m", "onnxpoolfix", *argv], stdout=write, stderr=subprocess.PIPE,
+                              text=True, cwd=cwd, timeout=300)
+    finally:
+        os.close(write)
+
+
 @pytest.mark.parametrize("args", [["{src}", "{out}"], ["inspect", "{src}"], ["--help"], ["windows", "97", "5"]])
 def test_a_closed_stdout_is_exit_141_and_out_stays_complete(args, tmp_path):
     """``onnxpoolfix IN OUT | head -c 0``: the reader has gone before the summary is printed. A Unix tool dies
@@ -63,12 +74,7 @@ def test_a_closed_stdout_is_exit_141_and_out_stays_complete(args, tmp_path):
     import onnx
 
     out = tmp_path / "out.onnx"
-    argv = [a.format(src=ROOT / "fixtures" / "small_convnet.onnx", out=out) for a in args]
-    read, write = os.pipe()
-    os.close(read)  # no reader: the first write to stdout is EPIPE
-    r = subprocess.run([sys.executable, "-m", "onnxpoolfix", *argv], stdout=write, stderr=subprocess.PIPE, text=True,
-                       cwd=tmp_path, timeout=300)
-    os.close(write)
+    r = _with_stdout_closed([a.format(src=ROOT / "fixtures" / "small_convnet.onnx", out=out) for a in args], tmp_path)
     assert r.returncode == 141 and r.stderr == "", r.stderr
     if "{out}" in args:
         onnx.checker.check_model(onnx.load(out), full_check=True)  # written in full before the summary
@@ -79,11 +85,7 @@ def test_a_report_into_a_closed_stdout_is_an_output_error_with_nothing_written(t
     """--report /dev/stdout whose reader has gone: the report is written before OUT is put in place, so nothing
     is (exit 6), and the hint speaks of the reader, not of a missing folder."""
     out = tmp_path / "out.onnx"
-    read, write = os.pipe()
-    os.close(read)
-    r = subprocess.run([sys.executable, "-m", "onnxpoolfix", str(ROOT / "fixtures" / "small_convnet.onnx"), str(out),
-                        "-q", "--report", "/dev/stdout"], stdout=write, stderr=subprocess.PIPE, text=True,
-                       cwd=tmp_path, timeout=300)
-    os.close(write)
+    r = _with_stdout_closed([str(ROOT / "fixtures" / "small_convnet.onnx"), str(out), "-q", "--report", "/dev/stdout"],
+                            tmp_path)
     assert r.returncode == 6 and "reader closed it" in r.stderr and "folder" not in r.stderr, r.stderr
     assert list(tmp_path.iterdir()) == []
