@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
 from helpers import make_leftover, ort_run
@@ -208,6 +209,11 @@ def test_an_input_named_with_a_space_takes_its_shape(tmp_path: Path) -> None:
     r = cli(src, out, "--input-shape", "my input:1,2,8,9")
     assert r.exit_code == 0, r.output
     assert [d.dim_value for d in onnx.load(out).graph.input[0].type.tensor_type.shape.dim] == [1, 2, 8, 9]
+    torch = pytest.importorskip("torch")  # the one size OUT accepts, against torch (its pool is (5, 7))
+    x = np.random.default_rng(0).standard_normal((1, 2, 8, 9)).astype(np.float32)
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"my input": x})[0]
+    want = torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(x), (5, 7)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("form", [["--input-shape", "x:1,2,8,9"], ["--input-shape=x:1,2,8,9"]])
