@@ -12,6 +12,7 @@ from contextvars import ContextVar
 import onnx
 from onnx import helper
 
+from . import arrange, nodes_deep
 from .size_subgraph import fed_by_shape, size_subgraph, sizes_at, value_type
 
 #: input lengths the float32 size arithmetic is compared with torch's double at in onnxruntime (a count, never
@@ -194,11 +195,65 @@ def size_precision_error(model: onnx.ModelProto, specs: list) -> None:
             for wide in readings:
                 try:
                     _compare_readings(s, tensor, sub, wide, base, sweeps)
-                except UnsupportedNodeError as e:  # (not inside export, which knows the double: no way out there)
+                except UnsupportedNodeError as e:
+                    if len(readings) == 1 and _KNOWN.get() and s.target == "onnxruntime":
+                        compute_in_double(model, tensor, wide)  # the double torch held is known: computed so
+                        break
                     if len(readings) > 1 and not _KNOWN.get():
                         e.hint_text += (". The file's constants read as several doubles: onnxpoolfix.export "
-                                        "(dynamo) reads which one torch held from the module")
+                                        "reads which one torch held from the module")
+                    elif _KNOWN.get() and len(readings) == 1:
+                        e.hint_text += ("; or export for target='onnxruntime', which computes the size in double "
+                                        f"as torch does (the {s.target} target writes no float64 arithmetic)")
                     raise
+
+
+def compute_in_double(model: onnx.ModelProto, tensor: str, wide: onnx.ModelProto) -> None:
+    """Make ``model`` compute the size ``tensor`` as ``wide`` does (its size subgraph read in double with the
+    doubles torch held, :func:`in_double`): ``wide``'s nodes go in under fresh names just before the node
+    that made ``tensor``, which now comes out of them, and the float32 nodes only it read are dropped."""
+    g = model.graph
+    taken = {o for nd in g.node for o in nd.output} | {t.name for t in g.initializer} | {i.name for i in g.input}
+
+    def fresh(name: str) -> str:
+        new, k = f"{name}_f64", 0
+        while new in taken:
+            k += 1
+            new = f"{name}_f64_{k}"
+        taken.add(new)
+        return new
+
+    made = [o for nd in wide.graph.node for o in nd.output if o]
+    widened = [t for t in wide.graph.initializer if t.data_type == onnx.TensorProto.DOUBLE]
+    rename = {n: (n if n == tensor else fresh(n)) for n in made + [t.name for t in widened]}
+    held = list(g.node)  # the wrappers held: each keeps its id while the field is rearranged
+    at = next(k for k, nd in enumerate(held) if tensor in nd.output)
+    held[at].output[list(held[at].output).index(tensor)] = fresh(tensor)
+    chain = [nd for nd in held if set(nd.output) & set(made)] + [held[at]]
+    for t in widened:
+        copy = g.initializer.add()
+        copy.CopyFrom(t)
+        copy.name = rename[t.name]
+    for nd in wide.graph.node:
+        copy = g.node.add()
+        copy.CopyFrom(nd)
+        copy.input[:] = [rename.get(i, i) for i in nd.input]
+        copy.output[:] = [rename.get(o, o) for o in nd.output]
+        copy.name = fresh(nd.name) if nd.name else ""
+    order = [*held[:at], *list(g.node)[len(held):], *held[at:]]
+    dropped: set[str] = set()
+    while True:  # the float32 nodes nothing reads any more
+        read = {i for nd in nodes_deep(order) for i in nd.input} | {o.name for o in g.output}
+        dead = {id(nd) for nd in chain if not any(o in read for o in nd.output if o)}
+        if not dead:
+            break
+        dropped |= {o for nd in chain if id(nd) in dead for o in nd.output}
+        chain = [nd for nd in chain if id(nd) not in dead]
+        order = [nd for nd in order if id(nd) not in dead]
+    arrange(g.node, order)
+    arrange(g.value_info, [v for v in g.value_info if v.name not in dropped])
+    read = {i for nd in nodes_deep(g.node) for i in nd.input}
+    arrange(g.initializer, [t for t in g.initializer if t.name in read or t.name not in rename])
 
 
 def _computes_in_float(model: onnx.ModelProto, tensor: str) -> bool:

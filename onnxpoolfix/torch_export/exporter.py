@@ -49,6 +49,7 @@ from .declared import (
 )
 from .opset import KEEPS_METADATA_FROM, convert_keeping_metadata
 from .sizes import compared_instead, runs_outside
+from .symbolic_sizes import program_doubles, symbolic_pool_sizes, symbolic_translations
 from .torch_check import torch_sizes, verify_against_torch
 from .translation import translation_table
 
@@ -292,8 +293,6 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         exported = Path(tmp) / "exported.onnx"
         declared, specialised, at_one, doubles, kept, outside = None, [], [], (), False, {}
         if dynamo:
-            from .symbolic_sizes import program_doubles, symbolic_pool_sizes, symbolic_translations
-
             ours = translation_table()
             table = {**ours, **symbolic_translations(), **user_table}
             # every adaptive pool kept as a node: no frozen decomposition (but in an ExportedProgram, or overridden)
@@ -343,8 +342,9 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                 sp.declared = "dynamic_axes"
             if not dynamo:  # the TorchScript file is the tracer's: compared with torch there instead (verify)
                 specialised, outside = compared_instead(specialised, inputs, verify)
+        if probe is not None:  # the TorchScript file's scales are the Python floats torch.export's probe holds
+            doubles = program_doubles(probe)
         if dynamo:
-            doubles = program_doubles(program)
             del program
         if specialised and not allow_specialized_dims:
             more = f" (and {len(specialised) - 1} more)" if len(specialised) > 1 else ""

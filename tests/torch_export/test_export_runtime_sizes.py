@@ -61,13 +61,37 @@ def test_export_keeps_a_computed_size_and_matches_torch(name, tmp_path: Path):
     assert "up" in kinds or name in ("area2d_0.625", "area2d_0.6", "avg2d_h2_w3", "area1d_0.03125_empty")
 
 
-def test_export_refuses_a_scale_where_the_files_float32_differs_from_torchs_double(tmp_path: Path):
-    """scale_factor=1/1.3: torch's double gives 29 rows at 39, the file's float32 arithmetic 30. export knows
-    the double, and the two really differ: refused (the hint names the remedy), nothing written."""
+@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
+@pytest.mark.parametrize("scale", [0.7, 1 / 1.3, (0.7, 0.35)], ids=["0.7", "1/1.3", "0.7,0.35"])
+def test_export_computes_a_size_in_double_where_the_files_float32_differs_from_torchs(dynamo, scale, tmp_path):
+    """scale_factor=0.7: both exporters compute the size in float32 (90 x 0.7 -> 63), torch in double (62);
+    1/1.3: the file 30 rows at 39, torch 29. export knows torch's double, so OUT computes the size in float64
+    with it: torch's sizes and values at every length compared here (the lengths where the two differ
+    included), through either exporter."""
+    module, out = Area(scale), tmp_path / "area.onnx"
+    assert Area(0.7)(torch.zeros(1, 1, 90, 5)).shape[2] == 62 and Area(1 / 1.3)(torch.zeros(1, 1, 39, 5)).shape[2] == 29
+    dims = {"x": {2: Dim("H", min=2, max=400), 3: Dim("W", min=3, max=400)}}
+    kwargs = {"dynamic_shapes": dims} if dynamo else {"dynamic_axes": {"x": {2: "H", 3: "W"}}, "input_names": ["x"]}
+    onnxpoolfix.export(module, (torch.randn(1, 3, 20, 17),), out, dynamo=dynamo, **kwargs)
+    sess = ort_session(onnx.load(out))
+    rng = np.random.default_rng(0)
+    for h in [*range(2, 131), 390]:
+        x = torch.from_numpy(rng.standard_normal((1, 3, h, 3 + (h * 7) % 97)).astype(np.float32))
+        with torch.no_grad():
+            want = module(x).numpy()
+        got = sess.run(None, {"x": x.numpy()})[0]
+        assert got.shape == want.shape, h
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["tensorrt", "portable"])
+def test_export_refuses_the_double_size_for_targets_without_float64(target, tmp_path: Path):
+    """The tensorrt and portable targets write no float64 arithmetic: there the differing size is refused, the
+    hint naming the default target, and nothing is written."""
     out = tmp_path / "m.onnx"
-    assert Area(1 / 1.3)(torch.randn(1, 3, 39, 8)).shape[2] == 29  # the premise
-    with pytest.raises(onnxpoolfix.UnsupportedNodeError, match=r"at length 39 on axis 2 the file's size is 30, torch's 29"):
-        onnxpoolfix.export(Area(1 / 1.3), (torch.randn(1, 3, 20, 17),), out, dynamic_shapes=HW)
+    with pytest.raises(onnxpoolfix.UnsupportedNodeError, match=r"at length 39 on axis 2 the file's size is 30, torch's 29") as err:
+        onnxpoolfix.export(Area(1 / 1.3), (torch.randn(1, 3, 20, 17),), out, dynamic_shapes=HW, target=target)
+    assert "target='onnxruntime'" in err.value.hint
     assert not out.exists()
 
 
@@ -85,22 +109,15 @@ def test_a_none_entry_of_a_max_pool_stays_dynamic(tmp_path: Path):
             np.testing.assert_allclose(got, module(x).numpy(), rtol=1e-5, atol=1e-6)  # (the Conv rounds)
 
 
-@pytest.mark.parametrize("route", ["onnxpoolfix.export", "torch.onnx.export then patch"])
-def test_a_size_torch_computes_in_double_otherwise_is_refused(route, tmp_path: Path):
-    """scale_factor=0.7: both exporters compute the size in float32 (90 x 0.7 -> 63) where torch computes
-    62 in double; never a file whose output has the wrong size at such lengths."""
+def test_a_file_whose_size_torch_computes_in_double_otherwise_is_refused(tmp_path: Path):
+    """scale_factor=0.7 in a file torch.onnx.export wrote: float32 gives 63 at 90 where torch computes 62 in
+    double, and the file's 0.7f reads as several doubles (the hint sends to onnxpoolfix.export, which knows)."""
     module, out = Area(0.7), tmp_path / "area.onnx"
     dims = {"x": {2: Dim("H", min=2, max=400), 3: Dim("W", min=3, max=400)}}
-    assert module(torch.zeros(1, 1, 90, 5)).shape[2] == 62  # torch's own arithmetic, the premise
+    torch.onnx.export(module, (torch.randn(1, 3, 20, 17),), str(out), dynamo=True, dynamic_shapes=dims)
     with pytest.raises(onnxpoolfix.PoolFixError, match="float32") as err:
-        if route == "onnxpoolfix.export":
-            onnxpoolfix.export(module, (torch.randn(1, 3, 20, 17),), out, dynamic_shapes=dims)
-        else:
-            torch.onnx.export(module, (torch.randn(1, 3, 20, 17),), str(out), dynamo=True, dynamic_shapes=dims)
-            onnxpoolfix.patch(onnx.load(out), traced_shapes={"x": [1, 3, 20, 17]})
-    assert route != "onnxpoolfix.export" or not out.exists()
-    assert "F.interpolate(size=...)" in err.value.hint  # export knows torch's double: its hint does not send there
-    assert ("onnxpoolfix.export" in err.value.hint) == (route != "onnxpoolfix.export"), err.value.hint
+        onnxpoolfix.patch(onnx.load(out), traced_shapes={"x": [1, 3, 20, 17]})
+    assert "F.interpolate(size=...)" in err.value.hint and "onnxpoolfix.export" in err.value.hint, err.value.hint
 
 
 @pytest.mark.torch
