@@ -241,6 +241,20 @@ def _declared_positions(torch, module, args: tuple, kwargs: dict, dynamic_shapes
     return out
 
 
+def export_guards(torch, module, args: tuple, kwargs: dict, dynamic_shapes) -> list[str]:
+    """torch.export's guards of ``module`` under ``dynamic_shapes`` (``ExportedProgram._guards_code``, which
+    torch.onnx.export's program no longer holds); where torch refuses the declared sizes, the guards it says
+    some of them break (``Not all values of W ... satisfy the generated guard L['x'].size()[3] != 41``),
+    which torch.onnx.export retries past and drops."""
+    try:
+        ep = torch.export.export(module, args, kwargs=kwargs or None, dynamic_shapes=dynamic_shapes, strict=False)
+        return list(getattr(ep, "_guards_code", None) or ())
+    except Exception as e:  # noqa: BLE001 - the refusal names the guards
+        lines = (" ".join(line.split()) for line in str(e).splitlines())
+        found = (re.search(r"satisfy the generated guard (.+?)\.?$", line) for line in lines)
+        return list(dict.fromkeys(m.group(1) for m in found if m))
+
+
 def _torch_refusal(torch, module, args: tuple, kwargs: dict, dynamic_shapes) -> list[str]:
     """torch.export's own words refusing the spec (torch.onnx.export retries with its suggested fix and
     swallows them): the lines that say what was specialised."""
@@ -328,19 +342,26 @@ def specialised_dims(torch, module, args: tuple, kwargs: dict, program, model, e
     return found
 
 
+def declared_symbols(torch, module, args: tuple, kwargs: dict, program, model, export_kwargs: Mapping
+                     ) -> dict[str, tuple[str, int, tuple]]:
+    """torch's symbol -> (the file's input, axis, declared range) of each dim declared dynamic that the
+    export holds as one symbol of its own (the first dim declared as it)."""
+    out: dict[str, tuple[str, int, tuple]] = {}
+    for name, axis, _, wanted, d in _caller_dims(torch, module, args, kwargs, program, model,
+                                                 export_kwargs.get("dynamic_shapes")):
+        expr = getattr(getattr(d, "node", None), "expr", None)
+        if wanted is not None and getattr(expr, "is_Symbol", False):
+            out.setdefault(str(expr), (name, axis, wanted))
+    return out
+
+
 def symbols_declared_at_one(torch, module, args: tuple, kwargs: dict, program, model, export_kwargs: Mapping
                             ) -> list[str]:
     """torch's symbols of the dims declared down to 1 (or 0): torch traces a dynamic dim as other than 1 (a
     branch on ``H == 1`` is decided as not taken, with or without a guard saying so, and its range may start at
     2), while the file takes 1 too, so the comparison with torch runs there as well."""
-    out: list[str] = []
-    for _, _, _, wanted, d in _caller_dims(torch, module, args, kwargs, program, model,
-                                           export_kwargs.get("dynamic_shapes")):
-        expr = getattr(getattr(d, "node", None), "expr", None)
-        if wanted is not None and wanted[0] <= 1 and getattr(expr, "is_Symbol", False):
-            out.append(str(expr))
-    return list(dict.fromkeys(out))
-
+    return [s for s, (_, _, wanted) in declared_symbols(torch, module, args, kwargs, program, model,
+                                                          export_kwargs).items() if wanted[0] <= 1]
 
 
 def dynamic_axes_spec(torch, args: tuple, kwargs: dict, model_inputs) -> Any:

@@ -45,8 +45,8 @@ from .declared import (
     dynamic_axes_spec,
     hint_for,
     specialised_dims,
-    symbols_declared_at_one,
 )
+from .guards import branch_sizes
 from .opset import KEEPS_METADATA_FROM, convert_keeping_metadata
 from .sizes import compared_instead, runs_outside
 from .symbolic_sizes import program_doubles, symbolic_pool_sizes, symbolic_translations
@@ -291,7 +291,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
 
     with tempfile.TemporaryDirectory(prefix="onnxpoolfix-export-") as tmp:
         exported = Path(tmp) / "exported.onnx"
-        declared, specialised, at_one, doubles, kept, outside = None, [], [], (), False, {}
+        declared, specialised, at_one, doubles, kept, outside, guarded = None, [], [], (), False, {}, {}
         if dynamo:
             ours = translation_table()
             table = {**ours, **symbolic_translations(), **user_table}
@@ -336,8 +336,8 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             specialised = specialised_dims(torch, module, call_args, call_kwargs, probe, model, spec)
             specialised = [sp for sp in specialised if sp.value is not None or runs_outside(
                 torch, module, call_args, call_kwargs, inputs, traced, sp, seed)]
-            at_one = symbols_declared_at_one(torch, module, call_args, call_kwargs, probe, model, spec) if dynamo \
-                else [d.dim_param for vi in inputs for d in vi.type.tensor_type.shape.dim if d.dim_param]
+            # sizes torch decides otherwise than the trace did: 1, and where a guard of torch.export is false
+            at_one, guarded = branch_sizes(torch, module, call_args, call_kwargs, probe, model, spec, dynamo)
             for sp in specialised if spec is not kwargs else ():
                 sp.declared = "dynamic_axes"
             if not dynamo:  # the TorchScript file is the tracer's: compared with torch there instead (verify)
@@ -381,7 +381,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             if not verify:
                 return
             checked = verify_against_torch(path, runnable, call_args, call_kwargs, declared=declared, at_one=at_one,
-                                           outside=outside, seed=seed)
+                                           outside=outside, guarded=guarded, seed=seed)
             logger.info("%s", checked.note())
             if checked.note():
                 result.report.notes.append(Note(checked.note(), "matched-torch"))

@@ -35,6 +35,9 @@ MISMATCH_HINT = ("if the module is not meant to run at this size, declare that i
                  "with dynamic_axes every size counts) and the comparison keeps to it; otherwise the export is "
                  "wrong at this size: report it (verify=False skips the comparison)")
 
+GUARD_HINT = ("the exported graph holds only the branch taken at the example's size: write the branch as a "
+              "tensor op (torch.where) or torch.cond, or keep this size out of dynamic_shapes (a Dim's min/max)")
+
 _RTOL = {"float32": 1e-4, "float64": 1e-9, "float16": 1e-2, "bfloat16": 6e-2}
 
 
@@ -105,7 +108,8 @@ def _compare(torch, names, outputs_onnx, outputs_torch, where: str) -> float:
 def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Mapping | None = None, *,
                          ranges: Mapping[tuple[int, int], tuple[int, int | None]] | None = None,
                          declared: DeclaredDims | None = None, at_one: Sequence[str] = (),
-                         outside: Mapping[str, Sequence[int]] | None = None, seed: int = 0) -> TorchCheck:
+                         outside: Mapping[str, Sequence[int]] | None = None,
+                         guarded: Mapping[str, Sequence[tuple[int, str]]] | None = None, seed: int = 0) -> TorchCheck:
     """Run the ONNX file at ``path`` in onnxruntime and ``module`` in torch on the same inputs; raise
     :class:`TorchMismatchError` (with the max error) where they differ beyond float noise.
 
@@ -115,12 +119,14 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
     1 (each alone, and all together), outside torch's range (:func:`.declared.symbols_declared_at_one`), where
     torch runs the module there and onnxruntime the file. ``outside``: symbol -> sizes compared each alone, where
     torch runs, onnxruntime failing there included (a range torch.export narrowed, which a TorchScript file need
-    not keep to). The inputs are the
+    not keep to). ``guarded``: symbol -> (size, guard) where a guard of torch.export is false
+    (:func:`.guards.guard_points`): the file holds the branch the trace took, torch takes another there. The
+    inputs are the
     example's tensor leaves, in order, matched to the file's inputs.
     """
     try:
         return _verify(path, module, args, kwargs, ranges=ranges, declared=declared, at_one=at_one,
-                       outside=outside or {}, seed=seed)
+                       outside=outside or {}, guarded=guarded or {}, seed=seed)
     except TorchMismatchError as e:
         if getattr(module, "training", False):  # dropout/batch-norm statistics differ run to run
             raise TorchMismatchError(e.text, "the module is in training mode: call module.eval() before "
@@ -128,7 +134,7 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
         raise
 
 
-def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), outside, seed) -> TorchCheck:
+def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), outside, guarded, seed) -> TorchCheck:
     import onnx
     import torch
 
@@ -168,6 +174,14 @@ def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), outside,
                                 for v in sizes] if (got := runner.run(runner.inputs(d))) is not None]
     ones = [(d, got) for d in [{**example, name: 1} for name in at_one] + together
             if (got := runner.run(runner.inputs(d))) is not None]
+    # where a guard of torch.export is false: torch takes another branch than the one the file holds
+    why = {}
+    for name, points in guarded.items():
+        for v, guard in points if name in example else ():
+            dims = {**example, name: v}
+            if (got := runner.run(runner.inputs(dims))) is not None:
+                why[id(dims)] = guard
+                ones.append((dims, got))
     for strict, (dims, (tensors, want, calls)) in [(True, r) for r in runs] + [(False, r) for r in ones]:
         shapes = {n: tuple(int(d) for d in t.shape) for n, t in zip(runner.names, tensors)}
         where = "at " + " ".join(f"{n}:{'x'.join(map(str, s))}" for n, s in shapes.items())
@@ -181,7 +195,13 @@ def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), outside,
             raise TorchMismatchError(f"onnxruntime fails {where}, where the torch module runs: "
                                      f"{' '.join(str(e).split())[:200]}",
                                      MISMATCH_HINT) from None
-        check.max_error = max(check.max_error, _compare(torch, out_names, got, want, where))
+        try:
+            check.max_error = max(check.max_error, _compare(torch, out_names, got, want, where))
+        except TorchMismatchError as e:
+            if id(dims) not in why:
+                raise
+            raise TorchMismatchError(f"{e.text}: torch.export's guard `{why[id(dims)]}` is false there, so torch "
+                                     "runs another branch than the one the trace wrote", GUARD_HINT) from None
         check.shapes.append(shapes)
         check.kinds |= {window_kind(n, m) for ns, ms in calls for n, m in zip(ns, ms)}
     return check

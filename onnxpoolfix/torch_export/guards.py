@@ -1,0 +1,141 @@
+"""Sizes where torch.export's guards fail: the branches the trace took hold only where its guards do
+(``if x.shape[3] == 41: ...`` traced at 67 leaves ``L['x'].size()[3] != 41``), which no range says, and the
+exported file (either exporter's: both trace one branch) holds the one branch at every size. The comparison
+with torch runs at those sizes too (:func:`guard_points`), so a file that differs there is refused.
+
+A guard is torch's own Python expression over the inputs' sizes (``ExportedProgram._guards_code``); it is
+evaluated with each symbolic dim at each length up to :data:`SCAN` and at each integer the guard names
+(+-2), the other dims at the example's values. Counts, never times. Where torch keeps no guards (another
+version) or a guard reads more than sizes, nothing is added."""
+from __future__ import annotations
+
+import inspect
+import logging
+import re
+from typing import Any, Mapping
+
+logger = logging.getLogger("onnxpoolfix")
+
+#: each symbolic dim is tried at every length up to this, and at the integers a guard names (+-2)
+SCAN = 512
+#: failing lengths compared per guard and symbol, and in all per symbol
+PER_GUARD, PER_SYMBOL = 2, 16
+
+
+class _Sized:
+    """A tensor as a guard reads it: ``size()`` (and ``size(k)``, ``shape``, ``dim()``) only."""
+
+    def __init__(self, shape: list[int]):
+        self.shape = shape
+
+    def size(self, k: int | None = None):
+        return self.shape if k is None else self.shape[k]
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+
+def branch_sizes(torch, module, args: tuple, kwargs: dict, program, model, export_kwargs: Mapping, dynamo: bool
+                 ) -> tuple[list[str], dict[str, list[tuple[int, str]]]]:
+    """The sizes the comparison with torch also runs at: the symbols compared at 1 (a dynamo export's declared
+    down to 1, :func:`.declared.symbols_declared_at_one`; every dim of a TorchScript file), and
+    :func:`guard_points`."""
+    from .declared import symbols_declared_at_one
+
+    at_one = symbols_declared_at_one(torch, module, args, kwargs, program, model, export_kwargs) if dynamo else [
+        d.dim_param for vi in model.graph.input for d in vi.type.tensor_type.shape.dim if d.dim_param]
+    return at_one, guard_points(torch, module, args, kwargs, program, model, export_kwargs, dynamo)
+
+
+def guard_points(torch, module, args: tuple, kwargs: dict, program, model, export_kwargs: Mapping, dynamo: bool
+                 ) -> dict[str, list[tuple[int, str]]]:
+    """``{symbol: [(length, guard), ...]}``: lengths inside each dim's declared range where a guard of
+    ``program`` (the ONNXProgram, or torch.export's probe for the TorchScript file ``model``) that holds at the
+    example is false; the symbol as the comparison names it (torch's for a dynamo export, the file's dim name
+    for a TorchScript one)."""
+    from torch.utils._pytree import tree_flatten, tree_map
+
+    from .declared import declared_symbols, export_guards, user_placeholders
+
+    ep = getattr(program, "exported_program", None)
+    codes = list(getattr(ep, "_guards_code", None) or ())
+    if not codes and dynamo and export_kwargs.get("dynamic_shapes") is not None:
+        codes = export_guards(torch, module, args, kwargs, export_kwargs["dynamic_shapes"])
+    if ep is None or not codes:
+        return {}
+    declared = declared_symbols(torch, module, args, kwargs, program, model, export_kwargs)
+    dims = {vi.name: vi.type.tensor_type.shape.dim for vi in model.graph.input}
+    names = {s: s if dynamo else dims[n][a].dim_param for s, (n, a, _) in declared.items()
+             if dynamo or (a < len(dims.get(n, ())) and dims[n][a].dim_param)}
+    wanted = {s: w for s, (_, _, w) in declared.items()}
+    try:
+        shapes = [list(p.meta["val"].shape) for p in user_placeholders(torch, ep)]
+        leaves = [t for t in tree_flatten((tuple(args), dict(kwargs)))[0] if isinstance(t, torch.Tensor)]
+        if len(leaves) != len(shapes):
+            return {}
+        index = {id(t): i for i, t in enumerate(leaves)}
+        bound = inspect.signature(getattr(module, "forward", module)).bind(*args, **kwargs)
+        slots = [_Sized([]) for _ in shapes]
+        scope = {"L": {k: tree_map(lambda v: slots[index[id(v)]] if isinstance(v, torch.Tensor) else v, v)
+                       for k, v in bound.arguments.items()}}
+        symbols = {str(s): s for shape in shapes for d in shape if isinstance(d, torch.SymInt)
+                   for s in d.node.expr.free_symbols}
+        example = {s: _hint(torch, shapes, s) for s in symbols}
+        compiled = [(code, compile(code, "<guard>", "eval")) for code in codes]
+    except Exception:  # noqa: BLE001 - inputs torch's guards cannot be read against: nothing added
+        logger.debug("cannot read torch.export's guards", exc_info=True)
+        return {}
+
+    def holds(guard, values: dict[str, int]) -> bool | None:
+        for slot, shape in zip(slots, shapes):
+            slot.shape = [int(d) if not isinstance(d, torch.SymInt) else _value(d, symbols, values) for d in shape]
+        try:
+            return bool(eval(guard, {"__builtins__": {}}, scope))  # noqa: S307 - torch's own size expressions
+        except Exception:  # noqa: BLE001 - a guard on more than sizes (strides, values): not read
+            return None
+
+    live = [(code, g) for code, g in compiled if holds(g, example)]
+    out: dict[str, list[tuple[int, str]]] = {}
+    for name, sym in sorted(symbols.items()):
+        if name not in names or name not in wanted:
+            continue
+        lo, hi = wanted[name]  # and inside the range the export holds (a narrowed one is reported apart)
+        held = next((vr for k, vr in ep.range_constraints.items() if str(k) == name), None)
+        if held is not None:
+            lo, top = max(lo, _bound(held.lower) or 0), _bound(held.upper)
+            hi = top if hi is None else hi if top is None else min(hi, top)
+        found: list[tuple[int, str]] = []
+        for code, g in live:
+            near = {int(c) + k for c in re.findall(r"(?<![\w.\]])\d+(?![\w.\[])", code) for k in range(-2, 3)}
+            lengths = sorted(n for n in set(range(1, SCAN + 1)) | near
+                             if n >= max(lo, 1) and (hi is None or n <= hi) and n != example[name])
+            fails = [n for n in lengths if holds(g, {**example, name: n}) is False][:PER_GUARD]
+            found += [(n, code) for n in fails if n not in {m for m, _ in found}]
+        if found:
+            out[names[name]] = sorted(found)[:PER_SYMBOL]
+    return out
+
+
+def _bound(v) -> int | None:
+    """A range bound as an int, None when it is infinite (torch's int_oo, sympy's oo)."""
+    try:
+        value = int(v)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None
+    return value if abs(value) < 2**62 else None
+
+
+def _value(d, symbols: Mapping[str, Any], values: Mapping[str, int]) -> int:
+    expr = d.node.expr
+    if expr.is_Symbol:
+        return values[str(expr)]
+    return int(expr.subs({symbols[k]: v for k, v in values.items() if k in symbols}))
+
+
+def _hint(torch, shapes, name: str) -> int:
+    """The example's value of torch's symbol ``name``: the hint of a dim that is that symbol alone."""
+    for shape in shapes:
+        for d in shape:
+            if isinstance(d, torch.SymInt) and str(d.node.expr) == name:
+                return int(d.node.hint)
+    raise LookupError(name)

@@ -1,0 +1,83 @@
+"""onnxpoolfix.export of a module that branches on one exact size (``if x.shape[3] == 41``), traced elsewhere:
+both exporters write the branch taken at the example, so the file is wrong at W = 41 while it accepts every
+W. torch.export records no range for it, only a guard (``L['x'].size()[3] != 41``); the comparison with
+torch samples sizes and used to miss 41 (exit without error, the file 0.2 off there). It is now also run where
+a guard of torch.export is false: refused, naming the guard; a branch that gives the same result there, or a
+declared range that leaves 41 out, still exports, and the file matches torch."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import onnxpoolfix
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxscript")
+F = torch.nn.functional
+Dim = torch.export.Dim
+pytestmark = pytest.mark.torch
+
+
+class Branch(torch.nn.Module):
+    def __init__(self, factor: float):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        y = F.adaptive_avg_pool2d(x, (3, 5))
+        if x.shape[3] == 41:  # traced at 67: the file holds the other branch
+            y = y * self.factor
+        return y
+
+
+ROUTES = {
+    "dynamo, Dim ranges": dict(dynamo=True, dynamic_shapes=({2: Dim("H", min=2, max=400), 3: Dim("W", min=2, max=400)},)),
+    "dynamo, Dim.DYNAMIC": dict(dynamo=True, dynamic_shapes=({2: Dim.DYNAMIC, 3: Dim.DYNAMIC},)),
+    "torchscript, dynamic_axes": dict(dynamo=False, input_names=["x"], dynamic_axes={"x": {2: "H", 3: "W"}}),
+}
+
+
+def _torch_and_file(module, path: Path, shape) -> tuple[np.ndarray, np.ndarray]:
+    x = torch.randn(*shape)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        return sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0], module(x).numpy()
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_a_branch_on_one_exact_size_is_refused_naming_the_guard(route, tmp_path: Path):
+    module, out = Branch(2.0).eval(), tmp_path / "m.onnx"
+    with pytest.raises(onnxpoolfix.TorchMismatchError, match=r"x:1x3x\d+x41\b.*size\(\)\[3\] != 41") as err:
+        onnxpoolfix.export(module, (torch.randn(1, 3, 45, 67),), out, **ROUTES[route])
+    assert "torch.cond" in err.value.hint
+    assert not out.exists()
+    # the premise, run here (not through the tool's own comparison): the file written without the comparison
+    # is wrong at 41 and right at 40
+    onnxpoolfix.export(module, (torch.randn(1, 3, 45, 67),), out, verify=False, **ROUTES[route])
+    got, want = _torch_and_file(module, out, (1, 3, 20, 41))
+    assert np.abs(got - want).max() > 1e-2
+    got, want = _torch_and_file(module, out, (1, 3, 20, 40))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_a_branch_that_changes_nothing_there_still_exports(route, tmp_path: Path):
+    module, out = Branch(1.0).eval(), tmp_path / "m.onnx"
+    onnxpoolfix.export(module, (torch.randn(1, 3, 45, 67),), out, **ROUTES[route])
+    for shape in [(1, 3, 45, 41), (1, 3, 7, 40), (1, 3, 45, 67), (1, 3, 2, 9)]:
+        got, want = _torch_and_file(module, out, shape)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_range_that_leaves_the_size_out_exports(tmp_path: Path):
+    module, out = Branch(2.0).eval(), tmp_path / "m.onnx"
+    dims = ({2: Dim("H", min=2, max=400), 3: Dim("W", min=42, max=400)},)
+    onnxpoolfix.export(module, (torch.randn(1, 3, 45, 67),), out, dynamo=True, dynamic_shapes=dims)
+    assert onnx.load(out).graph.input[0].type.tensor_type.shape.dim[3].dim_param
+    for shape in [(1, 3, 45, 42), (1, 3, 7, 400), (1, 3, 45, 67)]:
+        got, want = _torch_and_file(module, out, shape)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
