@@ -87,6 +87,12 @@ def test_a_source_lines_output_sizes(line, want):
     ("return self.fc(F.adaptive_avg_pool2d(x, 3).flatten(1))", False),  # a submodule carries its own scope
     ("return self.pool(F.adaptive_avg_pool2d(x, 3).flatten(1))", True),  # a method: the trace stops at its call
     ("return torch.cat([F.avg_pool2d(x, 2), x.mean((2, 3), keepdim=True)], 1)", False),
+    # a bare name is the user's own function, even one named like a torch op: no frame inside it is recorded
+    ("return F.adaptive_avg_pool2d(x, (4, 6)), normalize(x)", True),
+    ("return F.normalize(F.adaptive_avg_pool2d(x, 3).flatten(1)), len(x)", False),
+    # a mode the line does not write out may be "area"
+    ("return F.interpolate(x, size=(2, 3), mode=self.mode) + F.adaptive_avg_pool2d(x, (2, 3))", True),
+    ("return F.interpolate(x, size=(2, 3), mode='nearest') + F.adaptive_avg_pool2d(x, (2, 3))", False),
 ])
 def test_a_line_that_may_hide_a_pool_is_opaque(line, opaque):
     """Which ``self.name`` is a submodule comes from the graph's scopes: ``fc`` made nodes under ``head.fc``, so it

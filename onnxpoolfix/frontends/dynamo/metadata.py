@@ -46,6 +46,11 @@ _PLAIN_CALLS = frozenset({
     "narrow", "select", "index_select", "gather", "masked_fill", "where", "roll", "flip", "numel", "dim",
 })
 
+#: Python builtins a line around a pool calls, which hold none; any other bare name may be the user's own
+#: function (the exporter records no frame inside it), even one named like a torch op (``normalize``)
+_BUILTINS = frozenset({"tuple", "list", "int", "float", "bool", "len", "range", "zip", "enumerate", "isinstance",
+                       "getattr", "min", "max", "sum", "abs", "round", "dict", "set", "str", "super", "type"})
+
 
 @dataclass(frozen=True)
 class PoolCall:
@@ -217,6 +222,11 @@ def _may_hold_a_pool(call: ast.Call, children: frozenset[str]) -> bool:
     if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
         return f.attr not in children  # a submodule's nodes carry their own scope; a method's do not
     name = _name(call)
+    if name in ("interpolate", "upsample"):  # a mode the line does not write out may be "area"
+        mode = {a.arg: a.value for a in call.keywords}.get("mode", call.args[3] if len(call.args) > 3 else None)
+        return mode is not None and not isinstance(mode, ast.Constant)
+    if isinstance(f, ast.Name):  # a bare name: a function of the user's (``normalize(x)``) unless a builtin
+        return name not in _BUILTINS
     return not name or name not in _PLAIN_CALLS
 
 
