@@ -3,8 +3,10 @@ inside such a function, so the nodes it makes carry the caller's line. A helper 
 (``normalize(x)``, which the line reader took for ``F.normalize``) holding ``F.adaptive_avg_pool2d(t, (2, 3))``
 beside a literal ``F.adaptive_avg_pool2d(x, (4, 6))`` was read as a second (4, 6) pool: exit 0, and OUT
 gave 4x6 where torch gives 2x3, at every size (found by review). So did ``F.interpolate(..., mode=self.mode)``
-with ``self.mode == "area"``. Either is now a line that may hide a pool: refused, or exact. Real dynamo
-exports, compared with torch."""
+with ``self.mode == "area"``. Either is now a line that may hide a pool: refused, or exact. Likewise a size
+computed from names the line does not define (``h, w = x.shape[2:]`` a line before, then ``(h // 2, w // 3)``):
+read as the traced size's 6x6 at every size (exit 0, torch 12x6 at 24x18), now refused. Real dynamo exports,
+compared with torch."""
 from __future__ import annotations
 
 import pytest
@@ -38,7 +40,14 @@ class ModeInAnAttribute(nn.Module):
         return F.adaptive_avg_pool2d(x, (4, 6)), F.interpolate(x, size=(2, 3), mode=self.mode)
 
 
-@pytest.mark.parametrize("module", [NamedLikeATorchOp(), ModeInAnAttribute()], ids=lambda m: type(m).__name__)
+class SizeFromALineBefore(nn.Module):
+    def forward(self, x):
+        h, w = x.shape[2:]
+        return F.adaptive_avg_pool2d(x, (h // 2, w // 3))
+
+
+@pytest.mark.parametrize("module", [NamedLikeATorchOp(), ModeInAnAttribute(), SizeFromALineBefore()],
+                         ids=lambda m: type(m).__name__)
 @pytest.mark.parametrize("traced", [None, {"x": [1, 3, 24, 30]}], ids=["alone", "traced shape given"])
 def test_a_pool_behind_a_call_of_the_users_is_never_read_as_the_lines_other_pool(module, traced):
     dims = {"x": {2: torch.export.Dim("H", min=2, max=512), 3: torch.export.Dim("W", min=2, max=512)}}
@@ -47,5 +56,5 @@ def test_a_pool_behind_a_call_of_the_users_is_never_read_as_the_lines_other_pool
         out = patch(model, traced_shapes=traced).model
     except PoolFixError:
         return  # refused: the line reads two ways
-    errs = errors_vs_torch(module, out, [(24, 30), (12, 18), (13, 17), (40, 9)], seed=0)
+    errs = errors_vs_torch(module, out, [(24, 30), (12, 18), (13, 17), (40, 9), (24, 18)], seed=0)
     assert max(errs.values()) < 1e-5, errs

@@ -74,6 +74,11 @@ def _node(line: str):
     ("return F.adaptive_avg_pool2d(x,", [None]),  # continued on the next line: its size is not known
     ("y = F.avg_pool2d(f, 4)  # same as F.adaptive_avg_pool2d(f, (4, 4)) at 16x16", []),  # a comment is no call
     ("a = F.adaptive_avg_pool2d(f, (2, 2)); b = F.adaptive_avg_pool2d(f, 4)", [(2, 2), (4, 4)]),
+    # arithmetic on names the line does not define (h, w = x.shape[2:] a line before): may follow the input
+    ("return F.adaptive_avg_pool2d(x, (h // 2, w // 3))", [(COMPUTED, COMPUTED)]),
+    ("return F.adaptive_avg_pool2d(x, (round(H / r), 4))", [(COMPUTED, 4)]),
+    ("return F.adaptive_avg_pool2d(x, self.size)", [None]),  # the module's attribute, no shape read
+    ("return [F.adaptive_avg_pool2d(x, s) for s in self.bins]", [None]),  # a name alone: the traced size says
 ])
 def test_a_source_lines_output_sizes(line, want):
     line = source_line(_node(line))

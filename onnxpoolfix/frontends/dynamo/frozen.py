@@ -211,8 +211,8 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
         return
     size = reading.size
     if size is not None and COMPUTED in size:
-        left(f"an {op} frozen at the traced size whose source line computes its output size from the input's "
-             "shape: no fixed output size to read", EXPORT)
+        left(f"an {op} frozen at the traced size whose source line computes its output size (from the input's "
+             "shape, or from values the line does not show): no fixed output size to read", EXPORT)
         return
     kernel, _ = window_attrs(node)
     traced = site.bound[2:] if site.bound is not None else None

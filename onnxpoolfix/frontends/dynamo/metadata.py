@@ -289,13 +289,22 @@ def _sizes(arg, k: int | None) -> tuple | None:
         for e in arg.elts:
             if isinstance(e, ast.Constant) and (e.value is None or type(e.value) is int):
                 out.append(e.value)
-            elif _reads_a_shape(e):
+            elif _reads_a_shape(e) or _computes(e):
                 out.append(COMPUTED)
             else:
                 return None
         return tuple(out)
-    return (COMPUTED,) * (k or 1) if _reads_a_shape(arg) else None
+    return (COMPUTED,) * (k or 1) if _reads_a_shape(arg) or _computes(arg) else None
 
 
 def _reads_a_shape(e) -> bool:
-    return any(isinstance(n, ast.Attribute) and n.attr in ("shape", "size") for n in ast.walk(e))
+    """``x.shape``, ``x.size(2)``; not an attribute of the module's own named ``size`` (``self.size``)."""
+    return any(isinstance(n, ast.Attribute) and n.attr in ("shape", "size")
+               and not (isinstance(n.value, ast.Name) and n.value.id == "self") for n in ast.walk(e))
+
+
+def _computes(e) -> bool:
+    """Arithmetic or a call (``h // 2``, ``round(H / r)``): from what, the line need not show (``h, w =
+    x.shape[2:]`` a line before; H, W passed in), so the size may follow the input."""
+    return isinstance(e, (ast.BinOp, ast.Call, ast.IfExp)) or (
+        isinstance(e, ast.UnaryOp) and not isinstance(e.operand, ast.Constant))
