@@ -106,6 +106,12 @@ def _set_output_types(graph: onnx.GraphProto, specs: Sequence[PoolSpec]) -> None
     # at any other size, so it goes (it is optional; onnx shape inference recomputes it).
     stale = _downstream(graph, [s.node.output for s in specs if not s.static])
     keep_only(graph.value_info, lambda v: v.name not in typed and v.name not in dropped and v.name not in stale)
+    for n in graph.node:  # so are the body outputs of an If below it (torch's squeeze(2): If(dim == 1, Squeeze))
+        for body in subgraphs(n) if any(o in stale for o in n.output) else ():
+            for o in body.output:
+                if o.type.HasField("tensor_type"):
+                    o.type.tensor_type.ClearField("shape")
+            keep_only(body.value_info, lambda v: False)
     outputs: dict[str, list[onnx.ValueInfoProto]] = {}
     for o in graph.output:
         outputs.setdefault(o.name, []).append(o)
@@ -135,11 +141,15 @@ def _relax_stale_downstream_outputs(model: onnx.ModelProto, specs: Sequence[Pool
     seeds = {s.node.output: (s.dtype, tuple(s.output_shape)) for s in specs}
     seeds.update({s.node.indices_output: (onnx.TensorProto.INT64, tuple(s.output_shape)) for s in specs
                   if s.node.indices_output})
-    inferred = infer(model, {k: v for k, v in seeds.items() if k not in {o.name for o in graph.output}})
+    # onnx's answer alone: where it knows no shape (an If whose branches differ in rank, torch's squeeze(2)),
+    # every declared int is the traced size's claim, and goes
+    inferred = infer(model, {k: v for k, v in seeds.items() if k not in {o.name for o in graph.output}},
+                     declared=False)
     for o in outputs:
-        _, dims = inferred.get(o.name, (0, None))
         declared = o.type.tensor_type.shape.dim
-        if dims is None or len(dims) != len(declared):
+        _, dims = inferred.get(o.name, (0, None))
+        dims = (None,) * len(declared) if dims is None else dims
+        if len(dims) != len(declared):
             continue
         for dim, d in zip(declared, dims):
             if dim.HasField("dim_value") and not isinstance(d, int):

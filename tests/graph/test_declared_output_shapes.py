@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from helpers import assert_avg_close
 
@@ -88,3 +89,37 @@ def test_static_model_keeps_its_declared_output_shapes(torch_mod):
     module = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d((5, 7)), torch.nn.Flatten()).eval()
     exported = _export(torch, module, (2, 3, 10, 11), None)
     assert _declared(onnxpoolfix.patch(exported).model) == [2, 105]
+
+
+@pytest.mark.parametrize("then", ["relu", "cat"])
+def test_an_if_below_a_leftover_keeps_no_traced_shapes_in_its_branches(tmp_path, torch_mod, then):
+    """A CRNN head, ``pool(x, (1, None)).squeeze(2)``: with dynamic N/H/W the TorchScript exporter writes the
+    squeeze as If(dim == 1, Squeeze, Identity) and types the branches' outputs at the traced shape (it cannot
+    infer past the leftover). onnxruntime holds a branch to that type: OUT, exit 0, failed at every other
+    batch and width (found by review). The branches' stale types go, and so does the graph output's."""
+    torch = torch_mod
+    torch.manual_seed(0)
+    F = torch.nn.functional
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = torch.nn.Conv2d(1, 4, 3, padding=1)
+
+        def forward(self, x):
+            x = self.c(x)
+            if then == "relu":
+                return torch.relu(F.adaptive_avg_pool2d(x, (1, None))).squeeze(2)
+            return torch.cat([F.adaptive_max_pool2d(x, (1, None)), F.adaptive_avg_pool2d(x, (1, None))], 1).squeeze(2)
+
+    module = Head().eval()
+    exported = _export(torch, module, (1, 1, 32, 100), {"x": {0: "N", 2: "H", 3: "W"}}, opset_version=17)
+    assert any(n.op_type == "If" for n in exported.graph.node), "torch writes squeeze otherwise now: a new premise"
+    sess = ort.InferenceSession(onnxpoolfix.patch(exported).model.SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for shape in [(1, 1, 32, 100), (3, 1, 32, 100), (1, 1, 32, 77), (2, 1, 40, 131)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        with torch.no_grad():
+            want = module(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
