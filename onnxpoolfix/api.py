@@ -226,6 +226,11 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
     if check:
         # OUT's run for the differential check goes with the node check's (one session of OUT's cut)
         extra = ExtraRun(original[0], sorted(redefined_in(model))) if original is not None else None
+        if specs and found.regions and not input_shapes and _traced_alone(check_shapes, traced_shapes):
+            raise ArgumentError(f"every {CHECK_SHAPES} entry is the {TRACED_SHAPES}, where OUT equals the file as "
+                                "torch wrote it: the check would prove nothing at the other sizes OUT takes",
+                                f"add a {CHECK_SHAPES} entry at another size, or bind the size with {INPUT_SHAPES} "
+                                "for a static OUT", argument="check_shapes", value=[dict(c) for c in check_shapes])
         if specs:
             run_check(model, specs, report, check_shapes=check_shapes,
                       # a partial fix runs where its frozen regions do: at the traced size
@@ -283,6 +288,12 @@ def check_arguments(caller: str, model, target: str, strategy: str) -> None:
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"{caller}() takes an onnx.ModelProto, not {type(model).__name__}")
     check_choices(target, strategy)
+
+
+def _traced_alone(check_shapes, traced_shapes) -> bool:
+    """Whether every check size given is the traced size (on the inputs the traced size names)."""
+    return bool(check_shapes and traced_shapes) and all(
+        all(list(c.get(k, v)) == list(v) for k, v in traced_shapes.items()) for c in check_shapes)
 
 
 def check_choices(target: str, strategy: str) -> None:

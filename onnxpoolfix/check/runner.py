@@ -162,7 +162,7 @@ def _after_frozen(model: onnx.ModelProto, specs: Sequence[PoolSpec]) -> set[str]
     layers after it for the pool frozen at the traced size (a flatten's length C * (H // 4) * (W // 4)), so the
     check runs them too at its sizes (they failed there, while the pool itself checked right; at a static size
     they cost one run). Empty for every other file."""
-    reached = {s.node.output for s in specs if s.node.encoding == "dynamo"}
+    reached = {o for s in specs if s.node.encoding == "dynamo" for o in (s.node.output, s.node.indices_output) if o}
     if not reached:
         return set()
     for n in model.graph.node:  # graph order is topological
