@@ -238,8 +238,9 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
         if ones and (features is None or channels is None):
             left(f"an {op} frozen at the traced size whose pooled axis {ones[0]} has windows of one element: "
                  f"torch's None (it follows the input) or the size {traced[ones[0]]}, which differ at other sizes, "
-                 "and the module's output size is nowhere in the file (exporting again cannot tell them apart: with "
-                 "None every traced size gives windows of one element)", EXPORT)
+                 "and the module's output size is nowhere in the file (an export where that axis is longer than "
+                 f"{traced[ones[0]]} would show an int size by its windows; with None every export gives windows "
+                 "of one element)", EXPORT)
             return
         size = fixed
         if ones:
