@@ -72,7 +72,7 @@ class DeclaredDims:
                                    ranges={**self.ranges, name: lo_hi})
 
 
-def _finite_int(bound) -> int | None:
+def finite_int(bound) -> int | None:
     """A range bound as an int, None when it is infinite (torch's int_oo, sympy's oo)."""
     try:
         value = int(bound)
@@ -97,7 +97,7 @@ def declared_dims(torch, program) -> DeclaredDims | None:
     try:
         out = DeclaredDims()
         for expr, vr in ep.range_constraints.items():
-            lo, hi = max(_finite_int(vr.lower) or 1, 1), _finite_int(vr.upper)
+            lo, hi = max(finite_int(vr.lower) or 1, 1), finite_int(vr.upper)
             if getattr(expr, "is_Symbol", False):
                 out.ranges[str(expr)] = (lo, hi)
             else:
@@ -210,7 +210,7 @@ def _declared_range(torch, d) -> tuple[int, int | None] | None:
         return (0, None) if _label(torch, d) is not None else None
     if not hasattr(d, "min") or hasattr(d, "root"):
         return None
-    return max(_finite_int(d.min) or 0, 0), _finite_int(d.max)
+    return max(finite_int(d.min) or 0, 0), finite_int(d.max)
 
 
 def _declared_positions(torch, module, args: tuple, kwargs: dict, dynamic_shapes
@@ -278,7 +278,7 @@ def _exported_range(ep, d) -> tuple[int, int | None] | None:
     if not getattr(expr, "is_Symbol", False) or expr not in ep.range_constraints:
         return None
     vr = ep.range_constraints[expr]
-    return _finite_int(vr.lower) or 0, _finite_int(vr.upper)
+    return finite_int(vr.lower) or 0, finite_int(vr.upper)
 
 
 def _narrower(got: tuple[int, int | None], wanted: tuple[int, int | None]) -> bool:

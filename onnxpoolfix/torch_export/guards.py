@@ -55,7 +55,7 @@ def guard_points(torch, module, args: tuple, kwargs: dict, program, model, expor
     for a TorchScript one)."""
     from torch.utils._pytree import tree_flatten, tree_map
 
-    from .declared import declared_symbols, export_guards, user_placeholders
+    from .declared import declared_symbols, export_guards, finite_int, user_placeholders
 
     ep = getattr(program, "exported_program", None)
     codes = list(getattr(ep, "_guards_code", None) or ())
@@ -102,7 +102,7 @@ def guard_points(torch, module, args: tuple, kwargs: dict, program, model, expor
         lo, hi = wanted[name]  # and inside the range the export holds (a narrowed one is reported apart)
         held = next((vr for k, vr in ep.range_constraints.items() if str(k) == name), None)
         if held is not None:
-            lo, top = max(lo, _bound(held.lower) or 0), _bound(held.upper)
+            lo, top = max(lo, finite_int(held.lower) or 0), finite_int(held.upper)
             hi = top if hi is None else hi if top is None else min(hi, top)
         found: list[tuple[int, str]] = []
         for code, g in live:
@@ -114,15 +114,6 @@ def guard_points(torch, module, args: tuple, kwargs: dict, program, model, expor
         if found:
             out[names[name]] = sorted(found)[:PER_SYMBOL]
     return out
-
-
-def _bound(v) -> int | None:
-    """A range bound as an int, None when it is infinite (torch's int_oo, sympy's oo)."""
-    try:
-        value = int(v)
-    except (TypeError, ValueError, OverflowError, AttributeError):
-        return None
-    return value if abs(value) < 2**62 else None
 
 
 def _value(d, symbols: Mapping[str, Any], values: Mapping[str, int]) -> int:
