@@ -78,6 +78,8 @@ def _node(line: str):
     ("return F.adaptive_avg_pool2d(x, (h // 2, w // 3))", [(COMPUTED, COMPUTED)]),
     ("return F.adaptive_avg_pool2d(x, (round(H / r), 4))", [(COMPUTED, 4)]),
     ("return F.adaptive_avg_pool2d(x, self.size)", [None]),  # the module's attribute, no shape read
+    ("return F.adaptive_avg_pool2d(x, tuple(self.sizes))", [None]),  # a builtin around it computes nothing
+    ("return F.adaptive_avg_pool2d(x, (int(h / 2), 4))", [(COMPUTED, 4)]),
     ("return [F.adaptive_avg_pool2d(x, s) for s in self.bins]", [None]),  # a name alone: the traced size says
 ])
 def test_a_source_lines_output_sizes(line, want):

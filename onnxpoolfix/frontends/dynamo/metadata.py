@@ -306,5 +306,7 @@ def _reads_a_shape(e) -> bool:
 def _computes(e) -> bool:
     """Arithmetic or a call (``h // 2``, ``round(H / r)``): from what, the line need not show (``h, w =
     x.shape[2:]`` a line before; H, W passed in), so the size may follow the input."""
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in ("tuple", "list", "int"):
+        return any(_reads_a_shape(a) or _computes(a) for a in e.args)  # tuple(self.sizes): what it wraps
     return isinstance(e, (ast.BinOp, ast.Call, ast.IfExp)) or (
         isinstance(e, ast.UnaryOp) and not isinstance(e.operand, ast.Constant))
