@@ -19,7 +19,16 @@ from ..errors import ArgumentError, CheckFailedError, CheckTooLargeError, PoolFi
 from ..graph import nodes_deep
 from ..graph.shapes import type_dims, validate_input_shape
 from ..report import RESTS_ON_TRACED, Note, PatchReport, WarningNote
-from ..words import CHECK_SHAPES, CHECK_SHAPES_FORM, INPUT_SHAPES, NO_CHECK, STRATEGY, TRACED_SHAPES, VERBOSE
+from ..words import (
+    CHECK_SHAPES,
+    CHECK_SHAPES_FORM,
+    INPUT_SHAPES,
+    INPUT_SHAPES_FORM,
+    NO_CHECK,
+    STRATEGY,
+    TRACED_SHAPES,
+    VERBOSE,
+)
 from .compare import NodeCheck, compare
 from .consistency import layers_after_refuse
 from .feeds import graph_inputs
@@ -169,10 +178,16 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
     try:
         shapes_list, note = default_check_shapes(model, specs, check_shapes=check_shapes, input_shapes=input_shapes,
                                                  model_dir=model_dir, seed=seed)
-        error = layers_after_refuse(input_light, specs) if input_light is not None else None
-        if error is not None:  # the layers after the replaced nodes, which the check does not run
+        refused = layers_after_refuse(input_light, specs, shapes_list) if input_light is not None else None
+        if refused is not None and refused[1]:  # OUT fails there: the exporter wrote them for the traced size
+            raise CheckFailedError(f"the layers after the replaced nodes do not take what these compute at "
+                                   f"{refused[1]} (onnx's shape inference, which takes the input file as it is, "
+                                   f"its sizes bound there): {refused[0]}",
+                                   "the exporter wrote them for the size it traced (the input file fails there too): "
+                                   f"bind the sizes OUT is for with {INPUT_SHAPES_FORM} for a static OUT")
+        if refused is not None:  # the layers after the replaced nodes, which the check does not run
             raise CheckFailedError(f"the layers after the replaced nodes do not take what these compute (onnx's "
-                                   f"shape inference, which takes the input file as it is): {error}",
+                                   f"shape inference, which takes the input file as it is): {refused[0]}",
                                    _refused_hint(report))
         results = check_patched(model, specs, input_shapes=shapes_list, model_dir=model_dir, seed=seed,
                                 extra=extra)

@@ -10,12 +10,12 @@ inference), nothing is concluded.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import onnx
 from onnx import TensorProto
 
-from ..graph import keep_only
+from ..graph import keep_only, nodes_deep, subgraphs
 from ..graph.shapes import PoolSpec, make_value_info
 
 __all__ = ["strict_inference_error", "layers_after_refuse"]
@@ -26,10 +26,12 @@ def strict_inference_error(light: onnx.ModelProto) -> str | None:
     intermediate and output shapes dropped (onnxruntime only warns where those differ; what is asked is whether
     every op takes what it is fed), without data propagation (the weights' bytes are not there): its error on one
     line, or None where it infers cleanly."""
-    del light.graph.value_info[:]
-    for vi in light.graph.output:
-        if vi.type.HasField("tensor_type"):
-            vi.type.tensor_type.ClearField("shape")
+    graphs = [light.graph] + [b for n in nodes_deep(light.graph.node) for b in subgraphs(n)]
+    for g in graphs:  # the bodies' too: torch types an If's branches at the traced shape
+        del g.value_info[:]
+        for vi in g.output:
+            if vi.type.HasField("tensor_type"):
+                vi.type.tensor_type.ClearField("shape")
     try:
         onnx.shape_inference.infer_shapes(light, check_type=True, strict_mode=True, data_prop=False)
     except Exception as e:  # noqa: BLE001 - onnx's own words are the answer
@@ -37,19 +39,51 @@ def strict_inference_error(light: onnx.ModelProto) -> str | None:
     return None
 
 
-def layers_after_refuse(input_light: onnx.ModelProto, specs: Sequence[PoolSpec]) -> str | None:
-    """onnx's error where the input file's graph infers strictly, but not with each replaced node's output fed in
-    at the shape its replacement computes; None otherwise."""
+def layers_after_refuse(input_light: onnx.ModelProto, specs: Sequence[PoolSpec],
+                        sizes: Sequence[Mapping[str, Sequence[int]]] = ()) -> tuple[str, str] | None:
+    """onnx's error where the input file's graph infers strictly, but not with each replaced node's output fed
+    in at the shape its replacement computes, and where (an input size, or "" as declared); None otherwise.
+    ``sizes``: input shapes (the check's) at which the same is asked again with every dim named after a graph
+    input's bound: a Squeeze the TorchScript exporter wrote for a batch traced at 1 (``pool(x).squeeze(0)``)
+    takes a symbolic N, but not N = 2."""
+    error = _fed_error(input_light, specs, {})
+    if error is not None:
+        return error, ""
+    for shapes in sizes:
+        named = {d.dim_param: v for vi in input_light.graph.input if vi.name in shapes
+                 for d, v in zip(vi.type.tensor_type.shape.dim, shapes[vi.name]) if d.dim_param}
+        error = _fed_error(input_light, specs, named, shapes) if named else None
+        if error is not None:
+            return error, " ".join(f"{k}:{'x'.join(map(str, v))}" for k, v in shapes.items())
+    return None
+
+
+def _fed_error(input_light: onnx.ModelProto, specs: Sequence[PoolSpec], named: Mapping[str, int],
+               shapes: Mapping[str, Sequence[int]] | None = None) -> str | None:
+    """:func:`layers_after_refuse` at one binding of the dim names (none: as declared)."""
+
+    def bound(dims) -> list:
+        return [named.get(d, d) if isinstance(d, str) else d if isinstance(d, int) else None for d in dims]
+
     as_is = onnx.ModelProto()
     as_is.CopyFrom(input_light)
+    _bind_inputs(as_is, shapes or {})
     if strict_inference_error(as_is) is not None:
         return None
     fed = {s.node.output: (s.dtype, s.output_shape) for s in specs}
     fed.update({s.node.indices_output: (TensorProto.INT64, s.output_shape) for s in specs if s.node.indices_output})
     light = onnx.ModelProto()
     light.CopyFrom(input_light)
+    _bind_inputs(light, shapes or {})
     keep_only(light.graph.node, lambda n: not any(o in fed for o in n.output))
     for name, (elem, dims) in fed.items():
-        light.graph.input.append(make_value_info(name, elem, [d if isinstance(d, (int, str)) else None
-                                                              for d in dims]))
+        light.graph.input.append(make_value_info(name, elem, bound(dims)))
     return strict_inference_error(light)
+
+
+def _bind_inputs(light: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> None:
+    for vi in light.graph.input:
+        if vi.name in shapes and vi.type.tensor_type.HasField("shape"):
+            for d, v in zip(vi.type.tensor_type.shape.dim, shapes[vi.name]):
+                d.Clear()
+                d.dim_value = int(v)

@@ -123,3 +123,32 @@ def test_an_if_below_a_leftover_keeps_no_traced_shapes_in_its_branches(tmp_path,
         with torch.no_grad():
             want = module(torch.from_numpy(x)).numpy()
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_squeeze_written_for_the_traced_batch_is_refused(torch_mod):
+    """``pool(x).squeeze(0)`` traced at batch 1: the TorchScript exporter, which cannot infer past the leftover,
+    writes an unconditional Squeeze(axes=[0]), so OUT (exit 0) failed in onnxruntime at batch 2 and above, where
+    torch returns the batch unsqueezed (found by review). onnx's inference takes a symbolic N there; at the
+    check's sizes, N = 2, it does not: refused, naming the bound input as the remedy, which then works."""
+    torch = torch_mod
+    torch.manual_seed(0)
+
+    class Squeezed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.f = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.AdaptiveMaxPool2d((3, 5)))
+
+        def forward(self, x):
+            return self.f(x).squeeze(0)
+
+    module = Squeezed().eval()
+    exported = _export(torch, module, (1, 1, 32, 100), {"x": {0: "N", 2: "H", 3: "W"}}, opset_version=17)
+    with pytest.raises(onnxpoolfix.CheckFailedError, match="Squeeze") as err:
+        onnxpoolfix.patch(exported)
+    assert "input_shapes=" in err.value.hint
+    patched = onnxpoolfix.patch(exported, input_shapes={"x": [1, 1, 32, 77]}).model
+    x = np.random.default_rng(0).standard_normal((1, 1, 32, 77)).astype(np.float32)
+    sess = ort.InferenceSession(patched.SerializeToString(), providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], module(torch.from_numpy(x)).numpy(),
+                                   rtol=1e-6, atol=1e-6)
