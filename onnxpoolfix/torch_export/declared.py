@@ -385,9 +385,12 @@ def dynamic_axes_probe(torch, module, args: tuple, spec) -> Any:
     None where torch.export cannot take it."""
     from types import SimpleNamespace
 
-    try:
-        return SimpleNamespace(exported_program=torch.export.export(module, tuple(args), dynamic_shapes=spec,
-                                                                    strict=False))
+    from .symbolic_sizes import symbolic_pool_sizes
+
+    try:  # pool sizes computed from symbolic ones kept symbolic, as the TorchScript file computes them
+        with symbolic_pool_sizes():
+            return SimpleNamespace(exported_program=torch.export.export(module, tuple(args), dynamic_shapes=spec,
+                                                                        strict=False))
     except Exception:  # noqa: BLE001 - a module torch.export cannot trace this way: nothing more to check
         logger.debug("cannot export the module with dynamic_axes' dims to read its guards", exc_info=True)
         return None

@@ -84,6 +84,22 @@ def test_export_computes_a_size_in_double_where_the_files_float32_differs_from_t
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_a_1d_area_size_in_double_through_the_torchscript_exporter(tmp_path: Path):
+    """torch 2.13's adaptive_avg_pool1d takes int[]: its probe froze the size (no double to read) until the probe
+    kept pool sizes symbolic, as the TorchScript file computes them; refused before, exact now."""
+    module, out = Area(0.7), tmp_path / "area1d.onnx"
+    onnxpoolfix.export(module, (torch.randn(1, 3, 45),), out, dynamo=False, input_names=["x"],
+                       dynamic_axes={"x": {2: "L"}})
+    sess = ort_session(onnx.load(out))
+    for n in [*range(2, 131), 390]:
+        x = torch.randn(1, 3, n)
+        with torch.no_grad():
+            want = module(x).numpy()
+        got = sess.run(None, {"x": x.numpy()})[0]
+        assert got.shape == want.shape, n
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("target", ["tensorrt", "portable"])
 def test_export_refuses_the_double_size_for_targets_without_float64(target, tmp_path: Path):
     """The tensorrt and portable targets write no float64 arithmetic: there the differing size is refused, the
