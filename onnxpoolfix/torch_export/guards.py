@@ -65,8 +65,8 @@ def guard_points(torch, module, args: tuple, kwargs: dict, program, model, expor
         return {}
     declared = declared_symbols(torch, module, args, kwargs, program, model, export_kwargs)
     dims = {vi.name: vi.type.tensor_type.shape.dim for vi in model.graph.input}
-    names = {s: s if dynamo else dims[n][a].dim_param for s, (n, a, _) in declared.items()
-             if dynamo or (a < len(dims.get(n, ())) and dims[n][a].dim_param)}
+    names = {s: dims[n][a].dim_param for s, (n, a, _) in declared.items()
+             if a < len(dims.get(n, ())) and dims[n][a].dim_param}
     wanted = {s: w for s, (_, _, w) in declared.items()}
     try:
         shapes = [list(p.meta["val"].shape) for p in user_placeholders(torch, ep)]
@@ -81,6 +81,8 @@ def guard_points(torch, module, args: tuple, kwargs: dict, program, model, expor
         symbols = {str(s): s for shape in shapes for d in shape if isinstance(d, torch.SymInt)
                    for s in d.node.expr.free_symbols}
         example = {s: _hint(torch, shapes, s) for s in symbols}
+        if dynamo:  # the comparison sizes torch's symbols, those only inside a dim's expression (2*s0) too
+            names = dict(zip(symbols, symbols))
         compiled = [(code, compile(code, "<guard>", "eval")) for code in codes]
     except Exception:  # noqa: BLE001 - inputs torch's guards cannot be read against: nothing added
         logger.debug("cannot read torch.export's guards", exc_info=True)
@@ -97,9 +99,9 @@ def guard_points(torch, module, args: tuple, kwargs: dict, program, model, expor
     live = [(code, g) for code, g in compiled if holds(g, example)]
     out: dict[str, list[tuple[int, str]]] = {}
     for name, sym in sorted(symbols.items()):
-        if name not in names or name not in wanted:
+        if name not in names:
             continue
-        lo, hi = wanted[name]  # and inside the range the export holds (a narrowed one is reported apart)
+        lo, hi = wanted.get(name, (1, None))  # and inside the range the export holds (a narrowed one apart)
         held = next((vr for k, vr in ep.range_constraints.items() if str(k) == name), None)
         if held is not None:
             lo, top = max(lo, finite_int(held.lower) or 0), finite_int(held.upper)
@@ -124,9 +126,16 @@ def _value(d, symbols: Mapping[str, Any], values: Mapping[str, int]) -> int:
 
 
 def _hint(torch, shapes, name: str) -> int:
-    """The example's value of torch's symbol ``name``: the hint of a dim that is that symbol alone."""
-    for shape in shapes:
-        for d in shape:
-            if isinstance(d, torch.SymInt) and str(d.node.expr) == name:
-                return int(d.node.hint)
+    """The example's value of torch's symbol ``name``: the hint of a dim that is that symbol alone, else (a
+    symbol only inside expressions, ``2*s0``) the value torch's shape environment holds for it."""
+    dims = [d for shape in shapes for d in shape if isinstance(d, torch.SymInt)]
+    for d in dims:
+        if str(d.node.expr) == name:
+            return int(d.node.hint)
+    for d in dims:
+        env = d.node.shape_env
+        held = getattr(env, "backed_var_to_val", None) or getattr(env, "var_to_val", {})
+        for sym, value in held.items():
+            if str(sym) == name:
+                return int(value)
     raise LookupError(name)

@@ -81,3 +81,23 @@ def test_a_range_that_leaves_the_size_out_exports(tmp_path: Path):
     for shape in [(1, 3, 45, 42), (1, 3, 7, 400), (1, 3, 45, 67)]:
         got, want = _torch_and_file(module, out, shape)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+class EvenBranch(torch.nn.Module):
+    def forward(self, x):
+        y = F.adaptive_avg_pool2d(x, (3, 5))
+        if x.shape[3] == 82:  # W = 41 of the width declared as 2 * W
+            y = y * 2.0
+        return y
+
+
+def test_a_guard_on_a_dim_declared_as_an_expression_is_compared_too(tmp_path: Path):
+    # the width is 2 * W: torch's symbol for W appears in no dim alone, and its guards used to add no size
+    module, out = EvenBranch().eval(), tmp_path / "m.onnx"
+    dims = ({3: 2 * Dim("W", min=2, max=200)},)
+    with pytest.raises(onnxpoolfix.TorchMismatchError, match=r"x:1x3x45x82\b.*size\(\)\[3\] != 82"):
+        onnxpoolfix.export(module, (torch.randn(1, 3, 45, 68),), out, dynamo=True, dynamic_shapes=dims)
+    assert not out.exists()
+    onnxpoolfix.export(module, (torch.randn(1, 3, 45, 68),), out, dynamo=True, dynamic_shapes=dims, verify=False)
+    got, want = _torch_and_file(module, out, (1, 3, 45, 82))
+    assert np.abs(got - want).max() > 1e-2
