@@ -6,12 +6,18 @@ with torch runs at those sizes too (:func:`guard_points`), so a file that differ
 A guard is torch's own Python expression over the inputs' sizes (``ExportedProgram._guards_code``); it is
 evaluated with each symbolic dim at each length up to :data:`SCAN` and at each integer the guard names
 (+-2), the other dims at the example's values. Counts, never times. Where torch keeps no guards (another
-version) or a guard reads more than sizes, nothing is added."""
+version) or a guard reads more than sizes, nothing is added.
+
+Sizes torch computes in double from a float (``F.interpolate(x, scale_factor=0.7)``: ``trunc(0.7 * H)``)
+are another such place: the file computes them in float32 (onnxruntime's Resize: 63 rows at H = 90, torch
+62), and only some lengths round otherwise. :func:`float_points` finds the lengths where the double product
+lies within float32's rounding of an integer, so the comparison runs there too."""
 from __future__ import annotations
 
 import inspect
 import logging
 import re
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 logger = logging.getLogger("onnxpoolfix")
@@ -20,6 +26,18 @@ logger = logging.getLogger("onnxpoolfix")
 SCAN = 512
 #: failing lengths compared per guard and symbol, and in all per symbol
 PER_GUARD, PER_SYMBOL = 2, 16
+#: a double product this close to an integer (relative) may round to it, or past it, in float32
+_NEAR = 2.0 ** -20
+_TO_INT = {"TruncToInt", "FloorToInt", "CeilToInt", "RoundToInt", "floor", "ceiling"}
+
+
+@dataclass(frozen=True)
+class SizePoint:
+    """Why the comparison runs at a size: ``kind`` "guard" (``text``, torch.export's guard, is false there) or
+    "float" (``text``, a size torch computes in double from a float, may round otherwise in float32)."""
+
+    kind: str
+    text: str
 
 
 class _Sized:
@@ -61,7 +79,7 @@ def guard_points(torch, module, args: tuple, kwargs: dict, program, model, expor
     codes = list(getattr(ep, "_guards_code", None) or ())
     if not codes and dynamo and export_kwargs.get("dynamic_shapes") is not None:
         codes = export_guards(torch, module, args, kwargs, export_kwargs["dynamic_shapes"])
-    if ep is None or not codes:
+    if ep is None:
         return {}
     declared = declared_symbols(torch, module, args, kwargs, program, model, export_kwargs)
     dims = {vi.name: vi.type.tensor_type.shape.dim for vi in model.graph.input}
@@ -97,7 +115,8 @@ def guard_points(torch, module, args: tuple, kwargs: dict, program, model, expor
             return None
 
     live = [(code, g) for code, g in compiled if holds(g, example)]
-    out: dict[str, list[tuple[int, str]]] = {}
+    floats = _float_sizes(torch, ep)
+    out: dict[str, list[tuple[int, SizePoint]]] = {}
     for name, sym in sorted(symbols.items()):
         if name not in names:
             continue
@@ -106,16 +125,57 @@ def guard_points(torch, module, args: tuple, kwargs: dict, program, model, expor
         if held is not None:
             lo, top = max(lo, finite_int(held.lower) or 0), finite_int(held.upper)
             hi = top if hi is None else hi if top is None else min(hi, top)
-        found: list[tuple[int, str]] = []
+        found: list[tuple[int, SizePoint]] = []
+
+        def inside(extra=()) -> list[int]:
+            return sorted(n for n in set(range(1, SCAN + 1)) | set(extra)  # noqa: B023 - used at once
+                          if n >= max(lo, 1) and (hi is None or n <= hi) and n != example[name])
+
         for code, g in live:
             near = {int(c) + k for c in re.findall(r"(?<![\w.\]])\d+(?![\w.\[])", code) for k in range(-2, 3)}
-            lengths = sorted(n for n in set(range(1, SCAN + 1)) | near
-                             if n >= max(lo, 1) and (hi is None or n <= hi) and n != example[name])
-            fails = [n for n in lengths if holds(g, {**example, name: n}) is False][:PER_GUARD]
-            found += [(n, code) for n in fails if n not in {m for m, _ in found}]
+            fails = [n for n in inside(near) if holds(g, {**example, name: n}) is False][:PER_GUARD]
+            found += [(n, SizePoint("guard", code)) for n in fails if n not in {m for m, _ in found}]
+        for arg, text in floats:
+            if sym in arg.free_symbols:
+                rank = {n: _rounds_apart(arg, {**example, name: n}, symbols) for n in inside()}
+                fails = [n for n in rank if rank[n] == 2][:PER_GUARD] + [n for n in rank if rank[n] == 1][:1]
+                found += [(n, SizePoint("float", text)) for n in fails if n not in {m for m, _ in found}]
         if found:
-            out[names[name]] = sorted(found)[:PER_SYMBOL]
+            out[names[name]] = sorted(found, key=lambda p: p[0])[:PER_SYMBOL]
     return out
+
+
+def _float_sizes(torch, ep) -> list[tuple[Any, str]]:
+    """The float products behind the sizes of ``ep``'s tensors (the argument of each ``TruncToInt(...)``
+    and the like that holds a float constant), each with the size expression it is read from."""
+    found: dict[Any, str] = {}
+    for node in ep.graph.nodes:
+        vals = node.meta.get("val")
+        for v in vals if isinstance(vals, (list, tuple)) else [vals]:
+            dims = list(v.shape) if isinstance(v, torch.Tensor) else [v] if isinstance(v, torch.SymInt) else []
+            for expr in [d.node.expr for d in dims if isinstance(d, torch.SymInt)]:
+                for call in expr.find(lambda a: type(a).__name__ in _TO_INT):
+                    if any(a.is_Float for a in call.args[0].atoms()):
+                        found.setdefault(call.args[0], str(expr))
+    return list(found.items())
+
+
+def _rounds_apart(arg, values: Mapping[str, int], symbols: Mapping[str, Any]) -> int:
+    """2 where ``arg`` at ``values`` computed in float32 (its floats and the product rounded to float32, as
+    onnxruntime's Resize does) floors to another integer than in double; 1 where the double lies within
+    float32's rounding of an integer (another float32 computation may); 0 elsewhere."""
+    import numpy as np
+
+    at = {symbols[k]: v for k, v in values.items() if k in symbols}
+    try:
+        x = float(arg.xreplace(at))
+        narrow = {a: type(a)(float(np.float32(float(a)))) for a in arg.atoms() if a.is_Float}
+        x32 = float(np.float32(float(arg.xreplace({**at, **narrow}))))
+    except (TypeError, ValueError):
+        return 0
+    if np.floor(x32) != np.floor(x):
+        return 2
+    return int(abs(x - round(x)) <= abs(x) * _NEAR and x != round(x))
 
 
 def _value(d, symbols: Mapping[str, Any], values: Mapping[str, int]) -> int:

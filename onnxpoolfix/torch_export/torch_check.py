@@ -22,6 +22,7 @@ from ..check.sizes import WINDOW_KINDS, window_kind
 from ..errors import TorchMismatchError
 from ..sessions import ort_session, ort_value
 from .declared import DeclaredDims
+from .guards import SizePoint
 from .sizes import TorchRunner, choose_dims
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,9 @@ MISMATCH_HINT = ("if the module is not meant to run at this size, declare that i
 
 GUARD_HINT = ("the exported graph holds only the branch taken at the example's size: write the branch as a "
               "tensor op (torch.where) or torch.cond, or keep this size out of dynamic_shapes (a Dim's min/max)")
+
+FLOAT_HINT = ("compute the size in integers, which both compute alike (size=(h * 7 // 10, w * 7 // 10) for "
+              "scale_factor=0.7), keep this size out of dynamic_shapes (a Dim's min/max), or export static sizes")
 
 _RTOL = {"float32": 1e-4, "float64": 1e-9, "float16": 1e-2, "bfloat16": 6e-2}
 
@@ -109,7 +113,8 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
                          ranges: Mapping[tuple[int, int], tuple[int, int | None]] | None = None,
                          declared: DeclaredDims | None = None, at_one: Sequence[str] = (),
                          outside: Mapping[str, Sequence[int]] | None = None,
-                         guarded: Mapping[str, Sequence[tuple[int, str]]] | None = None, seed: int = 0) -> TorchCheck:
+                         guarded: Mapping[str, Sequence[tuple[int, SizePoint]]] | None = None, seed: int = 0
+                         ) -> TorchCheck:
     """Run the ONNX file at ``path`` in onnxruntime and ``module`` in torch on the same inputs; raise
     :class:`TorchMismatchError` (with the max error) where they differ beyond float noise.
 
@@ -119,9 +124,8 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
     1 (each alone, and all together), outside torch's range (:func:`.declared.symbols_declared_at_one`), where
     torch runs the module there and onnxruntime the file. ``outside``: symbol -> sizes compared each alone, where
     torch runs, onnxruntime failing there included (a range torch.export narrowed, which a TorchScript file need
-    not keep to). ``guarded``: symbol -> (size, guard) where a guard of torch.export is false
-    (:func:`.guards.guard_points`): the file holds the branch the trace took, torch takes another there. The
-    inputs are the
+    not keep to). ``guarded``: symbol -> (size, why) where a guard of torch.export is false, or a size torch
+    computes in double may round otherwise in float32 (:func:`.guards.guard_points`). The inputs are the
     example's tensor leaves, in order, matched to the file's inputs.
     """
     try:
@@ -174,14 +178,15 @@ def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), outside,
                                 for v in sizes] if (got := runner.run(runner.inputs(d))) is not None]
     ones = [(d, got) for d in [{**example, name: 1} for name in at_one] + together
             if (got := runner.run(runner.inputs(d))) is not None]
-    # where a guard of torch.export is false: torch takes another branch than the one the file holds
+    # where a guard of torch.export is false (torch takes another branch than the one the file holds), and
+    # where a size torch computes in double from a float may round otherwise in the file's float32
     why = {}
     for name, points in guarded.items():
-        for v, guard in points if name in example else ():
+        for v, point in points if name in example else ():
             dims = {**example, name: v}
             if (got := runner.run(runner.inputs(dims))) is not None:
-                why[id(dims)] = guard
-                ones.append((dims, got))
+                why[id(dims)] = point
+                (ones if point.kind == "guard" else runs).append((dims, got))
     for strict, (dims, (tensors, want, calls)) in [(True, r) for r in runs] + [(False, r) for r in ones]:
         shapes = {n: tuple(int(d) for d in t.shape) for n, t in zip(runner.names, tensors)}
         where = "at " + " ".join(f"{n}:{'x'.join(map(str, s))}" for n, s in shapes.items())
@@ -200,8 +205,12 @@ def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), outside,
         except TorchMismatchError as e:
             if id(dims) not in why:
                 raise
-            raise TorchMismatchError(f"{e.text}: torch.export's guard `{why[id(dims)]}` is false there, so torch "
-                                     "runs another branch than the one the trace wrote", GUARD_HINT) from None
+            point = why[id(dims)]
+            if point.kind == "guard":
+                raise TorchMismatchError(f"{e.text}: torch.export's guard `{point.text}` is false there, so torch "
+                                         "runs another branch than the one the trace wrote", GUARD_HINT) from None
+            raise TorchMismatchError(f"{e.text}: torch computes the size `{point.text}` in double from a float, "
+                                     "the file in float32, and they round apart there", FLOAT_HINT) from None
         check.shapes.append(shapes)
         check.kinds |= {window_kind(n, m) for ns, ms in calls for n, m in zip(ns, ms)}
     return check

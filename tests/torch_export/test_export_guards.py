@@ -101,3 +101,39 @@ def test_a_guard_on_a_dim_declared_as_an_expression_is_compared_too(tmp_path: Pa
     onnxpoolfix.export(module, (torch.randn(1, 3, 45, 68),), out, dynamo=True, dynamic_shapes=dims, verify=False)
     got, want = _torch_and_file(module, out, (1, 3, 45, 82))
     assert np.abs(got - want).max() > 1e-2
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self, scale: float):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, (3, 5)), F.interpolate(x, scale_factor=self.scale, mode="nearest")
+
+
+@pytest.mark.parametrize("route", ["dynamo, Dim.DYNAMIC", "torchscript, dynamic_axes"])
+def test_a_size_torch_computes_in_double_is_compared_where_float32_rounds_apart(route, tmp_path: Path):
+    # torch's output height is trunc(0.7 * H) in double: 62 at H = 90; the file's Resize computes it in
+    # float32 (63). No guard and no range says so, and the sampled sizes missed 90.
+    module, out = Scaled(0.7).eval(), tmp_path / "m.onnx"
+    with pytest.raises(onnxpoolfix.TorchMismatchError, match=r"x:1x3x\d+x90\b.*in double") as err:
+        onnxpoolfix.export(module, (torch.randn(1, 3, 45, 67),), out, **ROUTES[route])
+    assert "integers" in err.value.hint
+    assert not out.exists()
+    onnxpoolfix.export(module, (torch.randn(1, 3, 45, 67),), out, verify=False, **ROUTES[route])
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {sess.get_inputs()[0].name: np.zeros((1, 3, 20, 90), np.float32)})[1]
+    assert got.shape[3] == 63 and int(0.7 * 90) == 62  # the premise, apart from the tool
+
+
+@pytest.mark.parametrize("route", ["dynamo, Dim.DYNAMIC", "torchscript, dynamic_axes"])
+def test_a_scale_float32_holds_exactly_adds_no_refusal(route, tmp_path: Path):
+    module, out = Scaled(0.5).eval(), tmp_path / "m.onnx"
+    onnxpoolfix.export(module, (torch.randn(1, 3, 45, 67),), out, **ROUTES[route])
+    for shape in [(1, 3, 45, 90), (1, 3, 7, 41), (1, 3, 2, 9)]:
+        sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+        x = torch.randn(*shape)
+        got = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+        for g, w in zip(got, module(x)):
+            np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6)
