@@ -10,8 +10,9 @@ node onnxruntime refuses. Seen with torch 2.13 (tests/test_exporter_repair.py ex
   A pooling node whose kernel rank differs from its input's spatial rank (input rank - 2), or a global
   pool of a rank-2 input, stands for an adaptive pool of the LAST k axes (k = the kernel rank; 1 for a
   global pool of (C, L)): that is what torch pools for an unbatched input.
-- **dtypes onnxruntime has no kernel for** (target onnxruntime): float64 AveragePool, GlobalAveragePool
-  and GlobalMaxPool (NOT_IMPLEMENTED).
+- **dtypes onnxruntime has no kernel for** (every target but tensorrt, whose parser takes them as FP32; a
+  warning note says OUT then does not run in onnxruntime): float64 AveragePool, GlobalAveragePool and
+  GlobalMaxPool (NOT_IMPLEMENTED).
 
 Each such node whose windows are exactly adaptive ones (:func:`.exporter_pools.adaptive_sizes`: no
 padding, no partial window; a global pool always) becomes a spec like a leftover's. Its front end is
@@ -41,6 +42,7 @@ from onnx import TensorProto
 from ..graph import read_names
 from ..graph.shapes import Dim, PoolSpec, infer, model_opset
 from ..lowering.base import no_float64_kernel
+from ..report import WarningNote
 from .base import REPAIRED, FrontEndResult, PlanOptions
 from .exporter_pools import adaptive_output_sizes, exporter_pool_spec, standard_pools
 
@@ -61,7 +63,7 @@ def find_broken_exporter_pools(model: onnx.ModelProto,
         k, wrong = _pooled_rank(node, len(dims))
         if k is None:
             continue
-        no_kernel = (target == "onnxruntime" and elem == TensorProto.DOUBLE
+        no_kernel = (target != "tensorrt" and elem == TensorProto.DOUBLE
                      and no_float64_kernel([node.op_type], opset))
         if wrong is None and no_kernel:
             wrong = f"onnxruntime has no float64 kernel for {node.op_type}"
@@ -101,7 +103,16 @@ def broken_exporter_pool_specs(model: onnx.ModelProto, options: PlanOptions, fou
     info = infer(model, {s.node.output: (s.dtype, s.output_shape) for s in found})
     read = read_names(model.graph) | {o.name for o in model.graph.output}
     broken = find_broken_exporter_pools(model, info, opset=model_opset(model), target=options.target, read=read)
-    return FrontEndResult([s for s, _ in broken], repairs={s.node.index: wrong for s, wrong in broken})
+    notes = []
+    if options.target == "tensorrt":  # TensorRT takes them (as FP32); onnxruntime, and so the check, cannot
+        kept = [node.name or node.op_type for _, node, _, elem, _ in standard_pools(model, info, _KIND, read)
+                if elem == TensorProto.DOUBLE and no_float64_kernel([node.op_type], model_opset(model))]
+        notes += [WarningNote(f"the exporter's float64 pooling node(s) {', '.join(kept)} stay as written for "
+                              "TensorRT, which computes them in FP32: onnxruntime has no float64 kernel for them, "
+                              "so OUT does not run there (the default target replaces them)", "float64-pool-kept",
+                              nodes=kept)] if kept else []
+    return FrontEndResult([s for s, _ in broken], notes=notes,
+                          repairs={s.node.index: wrong for s, wrong in broken})
 
 
 def as_repaired(model: onnx.ModelProto) -> onnx.ModelProto | None:

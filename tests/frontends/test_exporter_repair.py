@@ -103,6 +103,20 @@ def test_float64_pools_are_not_repaired_for_tensorrt(torch_mod):
     exported = _export(torch, torch.nn.AdaptiveAvgPool2d(1).eval(), torch.randn(1, 3, 8, 8, dtype=torch.float64))
     result = onnxpoolfix.patch(exported, target="tensorrt", check=False)
     assert result.report.nodes == [] and [n.op_type for n in result.model.graph.node] == ["GlobalAveragePool"]
+    # and the report warns that OUT then does not run in onnxruntime
+    [kept] = [n for n in result.report.notes if n.code == "float64-pool-kept"]
+    assert kept.severity == "warning"
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "AveragePool"])
+def test_float64_pools_are_repaired_for_the_portable_target(op):
+    # portable's runtimes include onnxruntime: the node used to stay, and OUT did not load there (exit 0)
+    result = onnxpoolfix.patch(_float64_global_pool(ops=(op,)), target="portable")
+    assert op not in {n.op_type for n in result.model.graph.node}
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8))
+    got = ort_session(result.model).run(None, {"x": x})[0]
+    want = x.mean(axis=(2, 3), keepdims=True) if op.startswith("Global") else x.reshape(1, 3, 2, 4, 2, 4).mean((3, 5))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
 def test_intent_not_in_the_graph_is_left_as_written(torch_mod):
