@@ -58,3 +58,23 @@ def test_a_pool_behind_a_call_of_the_users_is_never_read_as_the_lines_other_pool
         return  # refused: the line reads two ways
     errs = errors_vs_torch(module, out, [(24, 30), (12, 18), (13, 17), (40, 9), (24, 18)], seed=0)
     assert max(errs.values()) < 1e-5, errs
+
+
+class PoolOfAPermute(nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x.permute(0, 1, 3, 2), (5, 7))
+
+
+def test_a_permute_fused_into_the_decomposition_is_refused_without_doubting_a_right_traced_size():
+    # torch's optimizer joins the permute and the decomposition's own Transpose: no tensor holds the pooled
+    # input, and the region, cut back to x, computes another thing than pooling x. Refused (safe); the hint
+    # used to ask whether the (right) traced size was the export call's example input
+    dims = {"x": {2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}}
+    model = dynamo_export(PoolOfAPermute().eval(), (torch.randn(2, 4, 29, 61),), dynamic_shapes=dims,
+                          input_names=["x"])
+    with pytest.raises(PoolFixError) as right:
+        patch(model, traced_shapes={"x": [2, 4, 29, 61]})
+    assert "fused" in right.value.hint and "is it the export call's example input" not in right.value.hint
+    with pytest.raises(PoolFixError) as wrong:  # a traced size the graph contradicts keeps the question
+        patch(model, traced_shapes={"x": [2, 4, 29, 60]})
+    assert "is it the export call's example input" in wrong.value.hint

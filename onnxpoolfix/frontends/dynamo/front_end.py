@@ -125,6 +125,12 @@ def frozen_error(suspects: Sequence[Suspect], *, traced: bool) -> UnsupportedNod
         hint = ("they equal adaptive pooling at a traced size, but torch's decomposition is frozen on the branches "
                 "that size took (other sizes need windows it did not write), which no traced size repairs: export "
                 "through onnxpoolfix.export, which keeps every adaptive pool's output size" + partial)
+    elif traced and all("at the bound size" in s.why and "differs from adaptive" in s.why for s in frozen):
+        hint = ("at the given traced size they ran and computed something other than adaptive pooling of the "
+                "tensor they read: either that is not the export call's example input, or torch fused another op "
+                "into the decomposition (a permute of the pooled tensor joins its Transpose), which no traced size "
+                "repairs; check the size, or export through onnxpoolfix.export, which keeps every adaptive pool "
+                "as a node" + partial)
     else:
         what = ("the given traced size did not prove them (is it the export call's example input?); give it with "
                 if traced else "give the size the model was exported at (the export call's example input) with ")
