@@ -41,6 +41,20 @@ ROUTES = {
 }
 
 
+def _skip_where_torch_refuses(route: str, tmp_path: Path) -> None:
+    """torch 2.9's torch.onnx.export refuses a Dim range that the branch narrows (torch's own error, no file);
+    from 2.13 on it retries without the range and writes the one branch, which the comparison then finds."""
+    if "Dim ranges" not in route:
+        return
+    try:
+        torch.onnx.export(Branch(1.0).eval(), (torch.randn(1, 3, 45, 67),), str(tmp_path / "probe.onnx"),
+                          **ROUTES[route])
+    except Exception as e:  # torch's TorchExportError around torch.export's UserError
+        if "Constraints violated" not in str(e):
+            raise
+        pytest.skip(f"torch {torch.__version__} refuses the range itself (Constraints violated)")
+
+
 def _torch_and_file(module, path: Path, shape) -> tuple[np.ndarray, np.ndarray]:
     x = torch.randn(*shape)
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -50,6 +64,7 @@ def _torch_and_file(module, path: Path, shape) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("route", list(ROUTES))
 def test_a_branch_on_one_exact_size_is_refused_naming_the_guard(route, tmp_path: Path):
+    _skip_where_torch_refuses(route, tmp_path)
     module, out = Branch(2.0).eval(), tmp_path / "m.onnx"
     with pytest.raises(onnxpoolfix.TorchMismatchError, match=r"x:1x3x\d+x41\b.*size\(\)\[3\] != 41") as err:
         onnxpoolfix.export(module, (torch.randn(1, 3, 45, 67),), out, **ROUTES[route])
@@ -66,6 +81,7 @@ def test_a_branch_on_one_exact_size_is_refused_naming_the_guard(route, tmp_path:
 
 @pytest.mark.parametrize("route", list(ROUTES))
 def test_a_branch_that_changes_nothing_there_still_exports(route, tmp_path: Path):
+    _skip_where_torch_refuses(route, tmp_path)
     module, out = Branch(1.0).eval(), tmp_path / "m.onnx"
     onnxpoolfix.export(module, (torch.randn(1, 3, 45, 67),), out, **ROUTES[route])
     for shape in [(1, 3, 45, 41), (1, 3, 7, 40), (1, 3, 45, 67), (1, 3, 2, 9)]:
