@@ -5,8 +5,8 @@ with torch runs at those sizes too (:func:`guard_points`), so a file that differ
 
 A guard is torch's own Python expression over the inputs' sizes (``ExportedProgram._guards_code``); it is
 evaluated with each symbolic dim at each length up to :data:`SCAN` and at each integer the guard names
-(+-2), the other dims at the example's values. Counts, never times. Where torch keeps no guards (another
-version) or a guard reads more than sizes, nothing is added.
+(+-2, up to :data:`NAMED_MAX`), the other dims at the example's values. Counts, never times. Where torch
+keeps no guards (another version) or a guard reads more than sizes, nothing is added.
 
 Sizes torch computes in double from a float (``F.interpolate(x, scale_factor=0.7)``: ``trunc(0.7 * H)``)
 are another such place: the file computes them in float32 (onnxruntime's Resize: 63 rows at H = 90, torch
@@ -26,6 +26,8 @@ logger = logging.getLogger("onnxpoolfix")
 SCAN = 512
 #: failing lengths compared per guard and symbol, and in all per symbol
 PER_GUARD, PER_SYMBOL = 2, 16
+#: an integer a guard names is tried (+-2) up to this length: torch 2.9 guards ``size()[2] <= 2147483647``
+NAMED_MAX = 1 << 14
 #: a double product this close to an integer (relative) may round to it, or past it, in float32
 _NEAR = 2.0 ** -20
 _TO_INT = {"TruncToInt", "FloorToInt", "CeilToInt", "RoundToInt", "floor", "ceiling"}
@@ -132,7 +134,8 @@ def guard_points(torch, module, args: tuple, kwargs: dict, program, model, expor
                           if n >= max(lo, 1) and (hi is None or n <= hi) and n != example[name])
 
         for code, g in live:
-            near = {int(c) + k for c in re.findall(r"(?<![\w.\]])\d+(?![\w.\[])", code) for k in range(-2, 3)}
+            near = {int(c) + k for c in re.findall(r"(?<![\w.\]])\d+(?![\w.\[])", code) for k in range(-2, 3)
+                    if int(c) <= NAMED_MAX}  # not torch 2.9's size()[2] <= 2147483647: no tensor to run at
             fails = [n for n in inside(near) if holds(g, {**example, name: n}) is False][:PER_GUARD]
             found += [(n, SizePoint("guard", code)) for n in fails if n not in {m for m, _ in found}]
         for arg, text in floats:

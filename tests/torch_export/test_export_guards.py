@@ -153,3 +153,22 @@ def test_a_scale_float32_holds_exactly_adds_no_refusal(route, tmp_path: Path):
         got = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
         for g, w in zip(got, module(x)):
             np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_guard_naming_a_huge_integer_adds_no_size_torch_cannot_allocate(tmp_path: Path):
+    # torch 2.9 keeps guards such as L['x'].size()[2] <= 2147483647: its integer +-2 was a length to compare
+    # at, and building that input failed the export with torch's out-of-memory error
+    from types import SimpleNamespace
+
+    from onnxpoolfix.torch_export.guards import NAMED_MAX, guard_points
+
+    module, x = Branch(2.0).eval(), torch.randn(1, 3, 45, 67)
+    dims = ({2: Dim.DYNAMIC, 3: Dim.DYNAMIC},)
+    ep = torch.export.export(module, (x,), dynamic_shapes=dims)
+    ep._guards_code = ["L['x'].size()[2] <= 2147483647", "L['x'].size()[3] != 41"]
+    program = SimpleNamespace(exported_program=ep)
+    out = tmp_path / "m.onnx"
+    onnxpoolfix.export(module, (x,), out, dynamo=True, dynamic_shapes=dims, verify=False)
+    points = guard_points(torch, module, (x,), {}, program, onnx.load(out), {"dynamic_shapes": dims}, True)
+    lengths = [n for sizes in points.values() for n, _ in sizes]
+    assert 41 in lengths and max(lengths) <= NAMED_MAX, points
