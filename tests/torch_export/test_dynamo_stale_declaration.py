@@ -33,7 +33,8 @@ def test_a_stale_declared_shape_is_no_invalid_input(tmp_path: Path):
     m = RecognizerHead().eval()
     dims = {2: torch.export.Dim("h", min=8, max=512), 3: torch.export.Dim("w", min=8, max=2048)}
     model = export_live(m, torch.randn(1, 1, 16, 111), tmp_path / "in.onnx", dims)
-    with pytest.raises(onnx.shape_inference.InferenceError, match="existing shape differ"):  # the premise
-        onnx.checker.check_model(model, full_check=True)
+    if tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 13):  # the premise (2.9 declares it right)
+        with pytest.raises(onnx.shape_inference.InferenceError, match="existing shape differ"):
+            onnx.checker.check_model(model, full_check=True)
     out = onnxpoolfix.patch(model, traced_shapes={"x": [1, 1, 16, 111]}).model
     assert_matches_torch(out, m, [(1, 1, 16, 111), (1, 1, 32, 64), (1, 1, 24, 200)])
