@@ -133,6 +133,7 @@ def _infer(model: onnx.ModelProto, seeds: dict[BodyPath, dict[str, tuple[int, tu
     _clear_empty_types(light.graph)
     for _, body, _ in walk(light.graph):
         _clear_empty_types(body)
+    relax_loop_carried(light)
     for path, named in seeds.items():
         seed_types(graph_at(light, path), named)
     inferred = onnx_inferred(light, " of the bodies")
@@ -142,6 +143,21 @@ def _infer(model: onnx.ModelProto, seeds: dict[BodyPath, dict[str, tuple[int, tu
         return inferred
     # the seeds are a guess: without them, what the first pass found
     return onnx_inferred(light, " with the loop states' ranks") or inferred
+
+
+def relax_loop_carried(light: onnx.ModelProto) -> None:
+    """torch declares a Loop body's carried inputs with their first pass's shape; a pool of a carried value
+    (``y = pool(y, [6, 5])`` in a scripted loop, 10x13 then 6x5) would be built for that shape alone. For
+    inference only (``light`` is a copy), each carried input keeps its dtype and rank, every dim unknown."""
+    for path in [()] + [p for p, _, _ in walk(light.graph)]:
+        for node in graph_at(light, path).node:
+            if node.op_type != "Loop":
+                continue
+            body = next(a.g for a in node.attribute if a.name == "body")
+            for vi in [*body.input[2:], *body.output[1:], *body.value_info]:  # and what torch declared from them
+                elem, dims = type_dims(vi.type)
+                if elem and dims is not None:
+                    vi.CopyFrom(make_value_info(vi.name, elem, (None,) * len(dims)))
 
 
 def _seed_untyped_loop_state(light: onnx.ModelProto, inferred: onnx.ModelProto) -> bool:

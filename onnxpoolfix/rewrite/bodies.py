@@ -10,7 +10,7 @@ from typing import Sequence
 
 import onnx
 
-from ..frontends.bodies import fill_untyped, graph_at, walk
+from ..frontends.bodies import fill_untyped, graph_at, relax_loop_carried, walk
 from ..plan.planner import Plan
 from ..spec import BodyPath, PoolSpec
 from .nodes import apply_plans, drop_dead_size_constants
@@ -51,4 +51,6 @@ def finish_bodies(model: onnx.ModelProto, specs: Sequence[PoolSpec]) -> None:
     graphs = [(len(p), b) for p, b, _ in walk(model.graph)] + [(0, model.graph)]
     for _, g in sorted(graphs, key=lambda d: -d[0]):
         drop_dead_size_constants(g, sizes)
+    if specs:  # as they were read: a carried value's shape is its first pass's only, which onnxruntime would hold
+        relax_loop_carried(model)
     fill_untyped(model)

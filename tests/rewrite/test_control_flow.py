@@ -417,3 +417,36 @@ def test_a_pool_of_a_loop_result_growing_per_iteration_is_refused_without_useles
     with pytest.raises(ShapeError) as bound:
         onnxpoolfix.patch(exported, input_shapes={"x": [1, 3, 9, 7]})
     assert "input_shapes" not in (bound.value.hint or "")
+
+
+@pytest.mark.parametrize("kind", ["avg", "max"])
+def test_a_pooled_loop_carried_value_is_exact_on_every_pass(kind, torch_mod):
+    """``y = pool(y, [6, 5]) - 0.5`` in a scripted loop, exported static at 10x13: torch declares the carried y
+    with its first pass's shape (10x13); from the second pass on it is 6x5. The replacement used to be built
+    for 10x13 alone and checked alone at that shape: exit 0, and OUT failed in onnxruntime at the one size it
+    takes (found by review11). The carried value's dims are now read as unknown: the dynamic lowering."""
+    torch = torch_mod
+    F = torch.nn.functional
+
+    class CarriedAvg(torch.nn.Module):
+        def forward(self, x):
+            y = x
+            for _ in range(x.shape[3] // 5 + 1):  # 3 passes at W = 13
+                y = F.adaptive_avg_pool2d(y, [6, 5]) - 0.5
+            return y
+
+    class CarriedMax(torch.nn.Module):
+        def forward(self, x):
+            y = x
+            for _ in range(x.shape[3] // 5 + 1):
+                y = F.adaptive_max_pool2d(y, [6, 5]) - 0.5
+            return y
+
+    Carried = CarriedAvg if kind == "avg" else CarriedMax
+    module = Carried().eval()
+    x = torch.randn(1, 4, 10, 13)
+    exported = export_scripted(torch, module, (x,), ["x"])
+    out = onnxpoolfix.patch(exported).model
+    _no_leftover_anywhere(out)
+    (got,) = ort_run(out, {"x": x.numpy()})
+    _compare(got, module(x).numpy(), x.numpy(), kind)
