@@ -148,13 +148,15 @@ def _infer(model: onnx.ModelProto, seeds: dict[BodyPath, dict[str, tuple[int, tu
 def relax_loop_carried(light: onnx.ModelProto) -> None:
     """torch declares a Loop body's carried inputs with their first pass's shape; a pool of a carried value
     (``y = pool(y, [6, 5])`` in a scripted loop, 10x13 then 6x5) would be built for that shape alone. For
-    inference only (``light`` is a copy), each carried input keeps its dtype and rank, every dim unknown."""
+    inference (``light`` a copy) and in OUT's bodies, each carried input, body output and declared value_info of
+    a Loop body keeps its dtype and rank, every dim unknown (all of them: which derive from the carried values
+    is not worth tracing, and onnx's inference gives the rest back)."""
     for path in [()] + [p for p, _, _ in walk(light.graph)]:
         for node in graph_at(light, path).node:
             if node.op_type != "Loop":
                 continue
             body = next(a.g for a in node.attribute if a.name == "body")
-            for vi in [*body.input[2:], *body.output[1:], *body.value_info]:  # and what torch declared from them
+            for vi in [*body.input[2:], *body.output[1:], *body.value_info]:  # every dim torch declared in it
                 elem, dims = type_dims(vi.type)
                 if elem and dims is not None:
                     vi.CopyFrom(make_value_info(vi.name, elem, (None,) * len(dims)))
