@@ -90,7 +90,9 @@ def _first_size_that_runs(model, specs, binding, *, model_dir, seed) -> dict[str
     probe = _Prober(model, {s.node.input: s.dtype for s in specs}, model_dir, seed)
     try:
         for b in sorted({-(-b // declared) * declared for b in _PROBE_BASES}):
-            shapes = {**binding, **{name: tuple(b if d is None else d for d in dims) for name, dims in free.items()}}
+            shapes = tie_named(symbolic_inputs(model), {**binding, **{name: tuple(b if d is None else d for d in dims)
+                                                                      for name, dims in free.items()}},
+                               [n for n in binding if n not in free])
             if probe.pooled(shapes) is not None:
                 return shapes
     finally:
@@ -187,7 +189,7 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
                 from_end = len(axes) - j  # 1 = last symbolic dim <-> last pooled axis
                 shape[a] = sizes[k - from_end] if from_end <= k else sizes[0]
             out[name] = tuple(shape)
-        return out
+        return tie_named(sym, out, list(binding))
 
     declared = declared_step(free, spatial)  # dims declared as multiples ('32*h'): only those sizes are valid
     probe = _Prober(model, {s.node.input: s.dtype for s in dyn}, model_dir, seed)
@@ -317,6 +319,29 @@ def _both_max_layouts(dyn, pooled, shapes_at, probe):
         if got is not None and large(got) not in sides:
             return c, got
     return None
+
+
+def tie_named(declared: Mapping[str, Sequence], shapes: dict[str, tuple[int, ...]],
+              bound: Sequence[str] = ()) -> dict[str, tuple[int, ...]]:
+    """``shapes`` with every named symbolic dim at one value: the one it takes in the ``bound`` inputs (the
+    caller's, never changed), else where it first appears (inputs in declared order, axes in order). The file
+    declares a name shared by two inputs, on whatever axes, as one length (x: [N, 3, H, W] beside
+    y: [N, 3, W, H]), and onnxruntime plans its memory on that tie."""
+    value: dict[str, int] = {}
+    out = dict(shapes)
+    for name in bound:
+        for d, v in zip(declared.get(name) or (), out.get(name, ())):
+            if isinstance(d, str) and v is not None:
+                value.setdefault(d, v)
+    for name, dims in declared.items():
+        if name not in out or name in bound or dims is None:
+            continue
+        shape = list(out[name])
+        for a, d in enumerate(dims):
+            if isinstance(d, str) and a < len(shape) and shape[a] is not None:
+                shape[a] = value.setdefault(d, shape[a])
+        out[name] = tuple(shape)
+    return out
 
 
 def declared_step(free: Mapping[str, Sequence], spatial: Mapping[str, Sequence[int]]) -> int:

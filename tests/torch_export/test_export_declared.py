@@ -121,6 +121,51 @@ def test_a_sum_and_a_symbol_shared_between_inputs(tmp_path: Path) -> None:
     _assert_matches(out, m, [((1, 3, 10, 9), (1, 3, 11, 9)), ((1, 3, 21, 5), (1, 3, 22, 5))])
 
 
+class SwappedAxes(nn.Module):
+    """x: [N, 3, H, W] beside y: [N, 3, W, H], y pooled transposed: the two inputs share H and W on swapped axes."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d((4, 5))
+
+    def forward(self, x, y):
+        return self.pool(x) + self.pool(y.transpose(2, 3))
+
+
+_SWAPPED_SIZES = [((1, 3, 10, 13), (1, 3, 13, 10)), ((2, 3, 8, 7), (2, 3, 7, 8)), ((1, 3, 20, 5), (1, 3, 5, 20)),
+                  ((3, 3, 1, 1), (3, 3, 1, 1))]
+
+
+def test_a_symbol_shared_on_swapped_axes_stays_tied(tmp_path: Path) -> None:
+    """The check ran x at HxW beside y at HxW (its axes matched by position, not by name): onnxruntime, which
+    plans memory on the declared tie, failed, and a right export was refused."""
+    torch.manual_seed(0)
+    m = SwappedAxes().eval()
+    n, h, w = (torch.export.Dim(s, min=1, max=64) for s in ("n", "h", "w"))
+    out = tmp_path / "swapped.onnx"
+    report = onnxpoolfix.export(m, (torch.randn(1, 3, 10, 13), torch.randn(1, 3, 13, 10)), out,
+                                input_names=["x", "y"],
+                                dynamic_shapes={"x": {0: n, 2: h, 3: w}, "y": {0: n, 2: w, 3: h}})
+    runs = _compared(report)
+    assert len(runs) >= 4 and all(s["y"] == (s["x"][0], 3, s["x"][3], s["x"][2]) for s in runs), runs
+    _assert_matches(out, m, _SWAPPED_SIZES)
+
+
+def test_a_torchscript_file_sharing_names_on_swapped_axes_is_patched(tmp_path: Path) -> None:
+    """The same through the TorchScript exporter's leftovers (dynamic_axes naming H and W on swapped axes)."""
+    torch.manual_seed(0)
+    m = SwappedAxes().eval()
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    torch.onnx.export(m, (torch.randn(1, 3, 10, 13), torch.randn(1, 3, 13, 10)), str(src), dynamo=False,
+                      input_names=["x", "y"], opset_version=17,
+                      operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH,
+                      dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}, "y": {0: "N", 2: "W", 3: "H"}})
+    result = onnxpoolfix.patch(onnx.load(str(src)))
+    assert result.report.check_passed
+    onnx.save(result.model, str(out))
+    _assert_matches(out, m, _SWAPPED_SIZES)
+
+
 def test_a_mismatch_hint_says_what_to_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The hint of a mismatch with torch points at the declaration (what the caller can change), never
     at onnxpoolfix.export, which is what the caller just ran."""
