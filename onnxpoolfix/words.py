@@ -39,8 +39,9 @@ class Knob:
     export_torchscript: str | None = None
 
     def spelled(self, audience: str, arg: str) -> str:
-        text = {CLI: self.cli, API: self.api, EXPORT: self.export or self.api,
-                EXPORT_TORCHSCRIPT: self.export_torchscript or self.export or self.api}[audience]
+        export = self.api if self.export is None else self.export
+        text = {CLI: self.cli, API: self.api, EXPORT: export,
+                EXPORT_TORCHSCRIPT: export if self.export_torchscript is None else self.export_torchscript}[audience]
         return text.format(arg=arg)
 
 
@@ -81,6 +82,9 @@ KNOBS: dict[str, Knob] = {
                         "use the name of a graph input (the model's graph.input)"),
     "costs": Knob("--costs", "costs="),
     "tune_threads": Knob("--tune-threads", "tune_threads="),
+    # "...; or export ...": said to who wrote the file some other way (export() compared with torch already)
+    "or_export_compared": Knob(*(["; or export with onnxpoolfix.export, which compares with torch at other sizes"] * 2),
+                               ""),
     "convert_opset": Knob(*(["convert the model to opset {arg} or newer first "
                              "(onnx.version_converter.convert_version(model, {arg}))"] * 2),
                           "export with opset_version={arg} or later"),
@@ -110,6 +114,7 @@ BIND_INPUT_SIZES, BIND_SYMBOLIC_DIMS = ref("bind", "input sizes"), ref("bind", "
 OPTIMIZE_EXPORTER_POOLS, KEEP_INPUT_SHAPES = ref("optimize_exporter_pools"), ref("keep_input_shapes")
 TARGET_TENSORRT, TARGET_ONNXRUNTIME = ref("target", "tensorrt"), ref("target", "onnxruntime")
 TARGET_PORTABLE = ref("target", "portable")
+OR_EXPORT_COMPARED = ref("or_export_compared")
 
 
 def render(text, audience: str = API):

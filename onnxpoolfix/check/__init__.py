@@ -25,6 +25,7 @@ from ..words import (
     INPUT_SHAPES,
     INPUT_SHAPES_FORM,
     NO_CHECK,
+    OR_EXPORT_COMPARED,
     STRATEGY,
     TRACED_SHAPES,
     VERBOSE,
@@ -179,15 +180,21 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
         shapes_list, note = default_check_shapes(model, specs, check_shapes=check_shapes, input_shapes=input_shapes,
                                                  model_dir=model_dir, seed=seed)
         refused = layers_after_refuse(input_light, specs, shapes_list) if input_light is not None else None
-        if refused is not None and refused[1]:  # OUT fails there: the exporter wrote them for the traced size
+        if refused is not None and refused.frozen:  # OUT runs, and gives the traced size's shape at every size
+            raise CheckFailedError(f"the layers after the replaced nodes do not follow what these compute"
+                                   f"{' at ' + refused.where if refused.where else ''}: {refused.error}",
+                                   "the TorchScript exporter typed the leftover at the size it traced: bind the "
+                                   f"sizes to the export's example input with {INPUT_SHAPES_FORM} for a static OUT"
+                                   f"{OR_EXPORT_COMPARED}")
+        if refused is not None and refused.where:  # OUT fails there: the exporter wrote them for the traced size
             raise CheckFailedError(f"the layers after the replaced nodes do not take what these compute at "
-                                   f"{refused[1]} (onnx's shape inference, which takes the input file as it is, "
-                                   f"its sizes bound there): {refused[0]}",
-                                   "the exporter wrote them for the size it traced (the input file fails there too): "
-                                   f"bind the sizes OUT is for with {INPUT_SHAPES_FORM} for a static OUT")
+                                   f"{refused.where} (onnx's shape inference, which takes the input file as it is, "
+                                   f"its sizes bound there): {refused.error}",
+                                   "the exporter wrote them for the size it traced: bind the sizes OUT is for to "
+                                   f"the export's example input with {INPUT_SHAPES_FORM} for a static OUT")
         if refused is not None:  # the layers after the replaced nodes, which the check does not run
             raise CheckFailedError(f"the layers after the replaced nodes do not take what these compute (onnx's "
-                                   f"shape inference, which takes the input file as it is): {refused[0]}",
+                                   f"shape inference, which takes the input file as it is): {refused.error}",
                                    _refused_hint(report))
         results = check_patched(model, specs, input_shapes=shapes_list, model_dir=model_dir, seed=seed,
                                 extra=extra)

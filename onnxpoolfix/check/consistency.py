@@ -11,6 +11,7 @@ inference), nothing is concluded.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import onnx
 from onnx import TensorProto
@@ -18,7 +19,7 @@ from onnx import TensorProto
 from ..graph import keep_only, nodes_deep, subgraphs
 from ..graph.shapes import PoolSpec, make_value_info
 
-__all__ = ["strict_inference_error", "layers_after_refuse"]
+__all__ = ["strict_inference_error", "layers_after_refuse", "LayersAfter"]
 
 
 def strict_inference_error(light: onnx.ModelProto) -> str | None:
@@ -39,28 +40,39 @@ def strict_inference_error(light: onnx.ModelProto) -> str | None:
     return None
 
 
+class LayersAfter(NamedTuple):
+    """Why the layers after the replaced nodes refuse what these compute: onnx's words, at which input sizes
+    ("" as declared), and whether it is an index the exporter froze (:func:`_frozen_index`) rather than an op
+    that fails."""
+    error: str
+    where: str
+    frozen: bool
+
+
 def layers_after_refuse(input_light: onnx.ModelProto, specs: Sequence[PoolSpec],
-                        sizes: Sequence[Mapping[str, Sequence[int]]] = ()) -> tuple[str, str] | None:
-    """onnx's error where the input file's graph infers strictly, but not with each replaced node's output fed
-    in at the shape its replacement computes, and where (an input size, or "" as declared); None otherwise.
+                        sizes: Sequence[Mapping[str, Sequence[int]]] = ()) -> LayersAfter | None:
+    """Where the input file's graph infers strictly, but not with each replaced node's output fed in at the
+    shape its replacement computes (or a frozen index follows them); None otherwise.
     ``sizes``: input shapes (the check's) at which the same is asked again with every dim named after a graph
     input's bound: a Squeeze the TorchScript exporter wrote for a batch traced at 1 (``pool(x).squeeze(0)``)
     takes a symbolic N, but not N = 2."""
-    error = _fed_error(input_light, specs, {})
-    if error is not None:
-        return error, ""
+    found = _fed_error(input_light, specs, {})
+    if found is not None:
+        return LayersAfter(found[0], "", found[1])
     for shapes in sizes:
         named = {d.dim_param: v for vi in input_light.graph.input if vi.name in shapes
                  for d, v in zip(vi.type.tensor_type.shape.dim, shapes[vi.name]) if d.dim_param}
-        error = _fed_error(input_light, specs, named, shapes) if named else None
-        if error is not None:
-            return error, " ".join(f"{k}:{'x'.join(map(str, v))}" for k, v in shapes.items())
+        found = _fed_error(input_light, specs, named, shapes) if named else None
+        if found is not None:
+            return LayersAfter(found[0], " ".join(f"{k}:{'x'.join(map(str, v))}" for k, v in shapes.items()),
+                               found[1])
     return None
 
 
 def _fed_error(input_light: onnx.ModelProto, specs: Sequence[PoolSpec], named: Mapping[str, int],
-               shapes: Mapping[str, Sequence[int]] | None = None) -> str | None:
-    """:func:`layers_after_refuse` at one binding of the dim names (none: as declared)."""
+               shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[str, bool] | None:
+    """:func:`layers_after_refuse` at one binding of the dim names (none: as declared): the error, and
+    whether it is a frozen index."""
 
     def bound(dims) -> list:
         return [named.get(d, d) if isinstance(d, str) else d if isinstance(d, int) else None for d in dims]
@@ -78,7 +90,48 @@ def _fed_error(input_light: onnx.ModelProto, specs: Sequence[PoolSpec], named: M
     keep_only(light.graph.node, lambda n: not any(o in fed for o in n.output))
     for name, (elem, dims) in fed.items():
         light.graph.input.append(make_value_info(name, elem, bound(dims)))
-    return strict_inference_error(light)
+    error = strict_inference_error(light)
+    if error is not None:
+        return error, False
+    frozen = _frozen_index(light, fed)
+    return (frozen, True) if frozen is not None else None
+
+
+def _frozen_index(light: onnx.ModelProto, fed: Mapping[str, object]) -> str | None:
+    """A GatherElements after a replaced node whose index is a constant (reached from no graph input) smaller
+    than the data it gathers from on an axis it does not gather along, at a size with the dims bound: its
+    output takes the index's shape, so it does not follow the data there. The TorchScript exporter types a
+    leftover's output at its traced shape and folds what the model builds from that shape
+    (``torch.gather(y, 3, torch.zeros(y.shape, ...))`` after a ``y[:, 0]``) into such a constant; the file
+    then gives batch 1 at every batch, and nothing fails to say so."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light, data_prop=False)
+    except Exception:  # noqa: BLE001 - strict inference reports what fails here
+        return None
+    g = inferred.graph
+    shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+              for vi in (*g.input, *g.value_info) if vi.type.tensor_type.HasField("shape")}
+    shapes.update({t.name: list(t.dims) for t in g.initializer})
+    init = {t.name for t in g.initializer}
+    varying = {vi.name for vi in g.input if vi.name not in init}
+    after = set(fed)
+    for n in g.node:
+        if n.op_type == "GatherElements" and n.input[0] in after and n.input[1] not in varying:
+            data, index = shapes.get(n.input[0]), shapes.get(n.input[1])
+            axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+            if data and index and len(data) == len(index):
+                axis %= len(data)
+                smaller = [a for a, (d, i) in enumerate(zip(data, index))
+                           if a != axis and d is not None and i is not None and i < d]
+                if smaller:
+                    return (f"GatherElements '{n.name or n.output[0]}' takes its output shape from a constant index "
+                            f"of shape {index}, smaller than the data's {data} on axis {smaller[0]}: a tensor built "
+                            "from the leftover's shape, frozen at the size it traced")
+        if any(i in varying for i in n.input):
+            varying.update(n.output)
+        if any(i in after for i in n.input):
+            after.update(n.output)
+    return None
 
 
 def _bind_inputs(light: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> None:

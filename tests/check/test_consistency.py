@@ -33,3 +33,82 @@ def test_a_layer_after_the_pool_that_cannot_take_its_output_is_refused():
 def test_a_layer_that_takes_it_passes():
     result = onnxpoolfix.patch(_with_bias((5, 7)))
     assert result.report.check_passed
+
+
+def _gather_after(index: str):
+    """x [N,4,17,13] -> leftover to 5x7 -> y; z = GatherElements(y, index, axis=3). ``index``: "frozen", a
+    constant [1,4,5,7] (what the TorchScript exporter folds ``torch.zeros(y.shape)`` into, the leftover typed at
+    its traced batch 1), or "follows", the same zeros built from Shape(y)."""
+    model = make_leftover("avg", ["N", 4, 17, 13], [5, 7])
+    if index == "frozen":
+        model.graph.initializer.append(numpy_helper.from_array(np.zeros((1, 4, 5, 7), np.int64), "index"))
+    else:
+        model.graph.node.extend([
+            helper.make_node("Shape", ["y"], ["y_shape"]),
+            helper.make_node("ConstantOfShape", ["y_shape"], ["index"],
+                             value=numpy_helper.from_array(np.zeros(1, np.int64), "zero"))])
+    model.graph.node.append(helper.make_node("GatherElements", ["y", "index"], ["z"], name="gather", axis=3))
+    del model.graph.output[:]
+    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 4, 5, 7]))
+    return model
+
+
+def test_a_frozen_index_after_the_pool_is_refused():
+    """GatherElements takes its output shape from its index: a constant of the traced batch gives batch 1 at
+    every batch, and nothing fails in onnxruntime to say so (review11 F2: exit 0, OUT (1,3,4,5) where torch
+    gives (2,3,4,5)). Refused where the batch is symbolic, and where it is bound to another batch."""
+    for input_shapes in (None, {"x": [2, 4, 17, 13]}):
+        with pytest.raises(CheckFailedError, match="constant index of shape \\[1, 4, 5, 7\\]"):
+            onnxpoolfix.patch(_gather_after("frozen"), input_shapes=input_shapes)
+    assert onnxpoolfix.patch(_gather_after("frozen"), input_shapes={"x": [1, 4, 17, 13]}).report.check_passed
+
+
+def test_an_index_that_follows_the_pool_passes_and_gathers_every_batch():
+    import onnxruntime as ort
+
+    result = onnxpoolfix.patch(_gather_after("follows"))
+    assert result.report.check_passed
+    x = np.random.default_rng(0).standard_normal((3, 4, 17, 13)).astype(np.float32)
+    got = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    rows = [x[:, :, (i * 17) // 5: -(-(i + 1) * 17 // 5)] for i in range(5)]  # torch's windows, written out
+    first_col = np.stack([r[..., : -(-13 // 7)].mean(axis=(2, 3)) for r in rows], axis=2)  # column window 0
+    np.testing.assert_allclose(got, np.repeat(first_col[..., None], 7, axis=3), rtol=1e-5, atol=1e-6)
+
+
+def test_the_torchscript_exporters_frozen_index_is_refused(tmp_path):
+    """The file torch writes for it (the index a Constant node, folded after a ``y[:, 0]``); and the same
+    module without that read, where torch keeps Shape -> ConstantOfShape, is patched and matches torch at N=2."""
+    torch = pytest.importorskip("torch")
+
+    class Gathers(torch.nn.Module):
+        def __init__(self, index_first: bool):
+            super().__init__()
+            self.pool, self.index_first = torch.nn.AdaptiveAvgPool2d((4, 5)), index_first
+
+        def forward(self, x):
+            y = self.pool(x)
+            first = y[:, 0] if self.index_first else None  # read before the shape: torch folds the index
+            gathered = torch.gather(y, 3, torch.zeros(y.shape, dtype=torch.long))
+            return (first, gathered) if self.index_first else (gathered,)
+
+    for index_first in (True, False):
+        m, path = Gathers(index_first).eval(), tmp_path / f"g{index_first}.onnx"
+        torch.onnx.export(m, (torch.randn(1, 3, 10, 13),), str(path), dynamo=False, input_names=["x"],
+                          opset_version=17, operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH,
+                          dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}})
+        import onnx
+        import onnxruntime as ort
+
+        if index_first:
+            with pytest.raises(CheckFailedError, match="constant index"):
+                onnxpoolfix.patch(onnx.load(str(path)))
+            continue
+        out = onnxpoolfix.patch(onnx.load(str(path))).model
+        x = torch.randn(2, 3, 9, 14)
+        got = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, {"x": x.numpy()})
+        with torch.no_grad():
+            want = m(x)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6)
