@@ -38,12 +38,36 @@ def check_in_bodies(model: onnx.ModelProto, patched: Sequence, rows: Sequence[No
         report.checked, report.check_passed = True, False
         e.report = report
         raise
+    whole = _run_whole(model, model_dir, seed)
     report.checked = True
     report.check_passed = report.check_passed is not False
     shapes = sum(len(r.checked_shapes) for r in rows)
     note = (f"{len(rows)} leftover(s) inside If/Loop/Scan bodies replaced and each replaced subgraph run alone "
-            f"(random and structured inputs, {shapes} shape(s) in all)")
+            f"(random and structured inputs, {shapes} shape(s) in all)"
+            + ("; the whole model run once at its static input sizes" if whole else ""))
     report.notes.append(Note(note, "bodies-checked", subgraphs=len(rows)))
+
+
+def _run_whole(model: onnx.ModelProto, model_dir, seed: int) -> bool:
+    """Run the whole patched model once where every graph input is static and every op has a kernel: a body's
+    replacement run alone sees its body's declared shapes, the loop its passes' (a scripted loop carrying a
+    pooled tensor changes its shape after the first pass). Refuses (exit 5) where onnxruntime fails; False
+    where not run."""
+    from . import foreign_ops
+    from .feeds import graph_inputs, random_feed, symbolic_inputs
+
+    if symbolic_inputs(model) or foreign_ops(model):
+        return False
+    sess = ort_session(model, model_dir)
+    feed = random_feed(model, {}, np.random.default_rng(seed))
+    try:
+        sess.run(None, {i.name: feed[i.name] for i in graph_inputs(model)})
+    except Exception as e:  # noqa: BLE001 - onnxruntime's words
+        raise CheckFailedError(f"onnxruntime fails running the patched model at its input sizes: "
+                               f"{' '.join(str(e).split())[:300]}",
+                               f"this is a bug in onnxpoolfix where the input file runs there: please report it "
+                               f"with the model {VERBOSE}; skip the check with {NO_CHECK} to write OUT anyway") from None
+    return True
 
 
 #: (input length, output length) per window kind (uniform, non-uniform, upsampling) for an output length the

@@ -450,3 +450,28 @@ def test_a_pooled_loop_carried_value_is_exact_on_every_pass(kind, torch_mod):
     _no_leftover_anywhere(out)
     (got,) = ort_run(out, {"x": x.numpy()})
     _compare(got, module(x).numpy(), x.numpy(), kind)
+
+
+def test_the_whole_model_is_run_where_a_body_replacement_alone_cannot_tell(torch_mod, monkeypatch):
+    """Each body replacement is also checked alone, at its body's declared shapes, which a loop can contradict.
+    With the carried values read as declared again (the fix above undone), the loop-carried pool is built for
+    its first pass alone: the whole model, run once at its static input size, fails in onnxruntime, and the
+    file is refused rather than written."""
+    torch = torch_mod
+    F = torch.nn.functional
+    from onnxpoolfix.errors import CheckFailedError
+    from onnxpoolfix.frontends import bodies as front_bodies
+    from onnxpoolfix.rewrite import bodies as rewrite_bodies
+
+    class Carried(torch.nn.Module):
+        def forward(self, x):
+            y = x
+            for _ in range(x.shape[3] // 5 + 1):
+                y = F.adaptive_avg_pool2d(y, [6, 5]) - 0.5
+            return y
+
+    exported = export_scripted(torch, Carried().eval(), (torch.randn(1, 4, 10, 13),), ["x"])
+    for where in (front_bodies, rewrite_bodies):
+        monkeypatch.setattr(where, "relax_loop_carried", lambda model: None)
+    with pytest.raises(CheckFailedError, match="running the patched model at its input sizes"):
+        onnxpoolfix.patch(exported)
