@@ -66,7 +66,8 @@ def _run_whole(model: onnx.ModelProto, model_dir, seed: int) -> bool:
         raise CheckFailedError(f"onnxruntime fails running the patched model at its input sizes: "
                                f"{' '.join(str(e).split())[:300]}",
                                f"this is a bug in onnxpoolfix where the input file runs there: please report it "
-                               f"with the model {VERBOSE}; skip the check with {NO_CHECK} to write OUT anyway") from None
+                               f"with the model {VERBOSE}; skip the check with {NO_CHECK} to write OUT anyway"
+                               ) from None
     return True
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -18,7 +17,7 @@ from ..report import dim_label
 from ..sessions import ort_session, ort_value
 from ..words import CHECK_OR_INPUT_SHAPES, CHECK_SHAPES_REPEATABLE, NO_CHECK
 from .cut import cut_bytes
-from .feeds import graph_inputs, random_feed, symbolic_inputs
+from .feeds import declared_step, graph_inputs, random_feed, symbolic_inputs, tie_named
 
 logger = logging.getLogger(__name__)
 
@@ -319,42 +318,6 @@ def _both_max_layouts(dyn, pooled, shapes_at, probe):
         if got is not None and large(got) not in sides:
             return c, got
     return None
-
-
-def tie_named(declared: Mapping[str, Sequence], shapes: dict[str, tuple[int, ...]],
-              bound: Sequence[str] = ()) -> dict[str, tuple[int, ...]]:
-    """``shapes`` with every named symbolic dim at one value: the one it takes in the ``bound`` inputs (the
-    caller's, never changed), else where it first appears (inputs in declared order, axes in order). The file
-    declares a name shared by two inputs, on whatever axes, as one length (x: [N, 3, H, W] beside
-    y: [N, 3, W, H]), and onnxruntime plans its memory on that tie."""
-    value: dict[str, int] = {}
-    out = dict(shapes)
-    for name in bound:
-        for d, v in zip(declared.get(name) or (), out.get(name, ())):
-            if isinstance(d, str) and v is not None:
-                value.setdefault(d, v)
-    for name, dims in declared.items():
-        if name not in out or name in bound or dims is None:
-            continue
-        shape = list(out[name])
-        for a, d in enumerate(dims):
-            if isinstance(d, str) and a < len(shape) and shape[a] is not None:
-                shape[a] = value.setdefault(d, shape[a])
-        out[name] = tuple(shape)
-    return out
-
-
-def declared_step(free: Mapping[str, Sequence], spatial: Mapping[str, Sequence[int]]) -> int:
-    """The multiple every symbolic spatial input dim is declared as (``32*h``: 32; the lcm over dims; 1 where
-    a dim is a plain symbol): sizes that are not multiples of it are outside what the export accepts."""
-    step = 1
-    for name, axes in spatial.items():
-        for a in axes:
-            d = free[name][a]
-            m = re.fullmatch(r"\s*(\d+)\s*\*\s*[A-Za-z_]\w*\s*|\s*[A-Za-z_]\w*\s*\*\s*(\d+)\s*", str(d))
-            if m:
-                step = math.lcm(step, int(m.group(1) or m.group(2)))
-    return step
 
 
 class _Prober:

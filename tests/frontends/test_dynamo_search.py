@@ -7,7 +7,7 @@ import itertools
 import pytest
 from onnx import helper
 
-from onnxpoolfix.check.sizes import declared_step
+from onnxpoolfix.check.feeds import declared_step
 from onnxpoolfix.frontends.dynamo.metadata import COMPUTED, source_line, submodules
 from onnxpoolfix.frontends.dynamo.search import SizeSpace, branch_class, evaluate, symbols
 
@@ -69,9 +69,11 @@ def _node(line: str):
     ("return F.adaptive_avg_pool2d(x, 5)", [(5, 5)]),
     ("y = F.interpolate(x, size=(3, 6), mode='area')", [(3, 6)]),
     ("return F.adaptive_avg_pool2d(x, (x.shape[2] // 2, 4))", [(COMPUTED, 4)]),
-    ("return F.interpolate(F.interpolate(y, size=(k, k), mode='area'), size=y.shape[-2:], mode='nearest')", [None]),
+    # names the line does not bind: what they hold it does not show (k = x.shape[2] // 4 a line before)
+    ("return F.interpolate(F.interpolate(y, size=(k, k), mode='area'), size=y.shape[-2:], mode='nearest')",
+     [(COMPUTED, COMPUTED)]),
     ("return self.pool(x)", []),
-    ("return F.adaptive_avg_pool2d(x,", [None]),  # continued on the next line: its size is not known
+    ("return F.adaptive_avg_pool2d(x,", [(COMPUTED, COMPUTED)]),  # continued on the next line: not shown
     ("y = F.avg_pool2d(f, 4)  # same as F.adaptive_avg_pool2d(f, (4, 4)) at 16x16", []),  # a comment is no call
     ("a = F.adaptive_avg_pool2d(f, (2, 2)); b = F.adaptive_avg_pool2d(f, 4)", [(2, 2), (4, 4)]),
     # arithmetic on names the line does not define (h, w = x.shape[2:] a line before): may follow the input
@@ -80,7 +82,16 @@ def _node(line: str):
     ("return F.adaptive_avg_pool2d(x, self.size)", [None]),  # the module's attribute, no shape read
     ("return F.adaptive_avg_pool2d(x, tuple(self.sizes))", [None]),  # a builtin around it computes nothing
     ("return F.adaptive_avg_pool2d(x, (int(h / 2), 4))", [(COMPUTED, 4)]),
-    ("return [F.adaptive_avg_pool2d(x, s) for s in self.bins]", [None]),  # a name alone: the traced size says
+    ("return [F.adaptive_avg_pool2d(x, s) for s in self.bins]", [None]),  # bound on the line to the module's
+    ("return [F.adaptive_avg_pool2d(x, (s, 2)) for s in (1, 2, 4)]", [None]),  # or to literals
+    # review12: a size held in a variable, unpacked or cut may be computed from the input a line before
+    ("return F.adaptive_avg_pool2d(x, s)", [(COMPUTED, COMPUTED)]),
+    ("return F.adaptive_avg_pool2d(x, (n, 3))", [(COMPUTED, 3)]),
+    ("return F.adaptive_avg_pool2d(x, **kw)", [(COMPUTED, COMPUTED)]),
+    ("return F.adaptive_avg_pool2d(*args)", [(COMPUTED, COMPUTED)]),
+    ("return F.adaptive_avg_pool2d(x, (self.h, 3))", [None]),  # the module's attribute
+    ("return F.adaptive_avg_pool2d(x, (self.h, n))", [(COMPUTED, COMPUTED)]),  # (None would be torch's None)
+    ("return F.interpolate(x, **kw)", [(COMPUTED,)]),  # its mode may be "area", its size anything
 ])
 def test_a_source_lines_output_sizes(line, want):
     line = source_line(_node(line))
@@ -100,6 +111,13 @@ def test_a_source_lines_output_sizes(line, want):
     # a mode the line does not write out may be "area"
     ("return F.interpolate(x, size=(2, 3), mode=self.mode) + F.adaptive_avg_pool2d(x, (2, 3))", True),
     ("return F.interpolate(x, size=(2, 3), mode='nearest') + F.adaptive_avg_pool2d(x, (2, 3))", False),
+    # review12: a call on a name other than torch's, named like a torch op, that is handed a tensor may be the
+    # user's own function (``ops.relu`` in another file, whose frame the exporter does not record)
+    ("return F.adaptive_avg_pool2d(x, (16, 4)), ops.relu(x)", True),
+    ("return F.adaptive_avg_pool2d(x, (16, 4)), nnf.relu(x)", True),  # (an alias of torch's, unknown here)
+    ("return F.adaptive_avg_pool2d(x, (16, 4)), torch.nn.functional.relu(x)", False),
+    ("return F.adaptive_avg_pool2d(x, (16, 4)).view(x.size(0), -1), x.flatten(1)", False),  # sizes only
+    ("return F.adaptive_avg_pool2d(x, (16, 4)), y.reshape(b, -1)", True),  # b: a tensor or a size?
 ])
 def test_a_line_that_may_hide_a_pool_is_opaque(line, opaque):
     """Which ``self.name`` is a submodule comes from the graph's scopes: ``fc`` made nodes under ``head.fc``, so it
