@@ -35,6 +35,16 @@ class AreaPyramid(nn.Module):
 
     def forward(self, x):
         y = self.conv(x)
+        levels = [F.interpolate(y, size=(k, k), mode="area") for k in (1, 2, 3, 6)]  # k: bound on the line
+        return torch.cat([F.interpolate(v, size=y.shape[-2:], mode="nearest") for v in levels], 1)
+
+
+class AreaPyramidCut(AreaPyramid):
+    """The same, its comprehension's ``for k in ...`` on the statement's second line: the stack trace holds the
+    first line alone, where ``k`` may hold anything (a size computed from the input reads the same)."""
+
+    def forward(self, x):
+        y = self.conv(x)
         return torch.cat([F.interpolate(F.interpolate(y, size=(k, k), mode="area"), size=y.shape[-2:],
                                         mode="nearest") for k in (1, 2, 3, 6)], 1)
 
@@ -94,7 +104,7 @@ class Literal(nn.Module):
         return F.adaptive_avg_pool2d(x, (4, 7))
 
 
-TRACED = {"pyramid": (12, 14), "ppm": (20, 26), "attention": (80, 64), "none_one": (16, 12), "literal": (12, 14),
+TRACED = {"pyramid": (12, 14), "pyramid_cut": (12, 14), "ppm": (20, 26), "attention": (80, 64), "none_one": (16, 12), "literal": (12, 14),
           "avg_beside": (12, 14)}
 #: sizes beside the traced one, odd and non-square (the attention's 56x72 makes a 14x18 map: 7 divides 14)
 SIZES = {"pyramid": [(16, 16), (24, 20), (13, 17), (36, 28)], "ppm": [(16, 16), (24, 20), (26, 34), (37, 29)],
@@ -109,7 +119,7 @@ def _export(module, hw) -> tuple[nn.Module, onnx.ModelProto]:
 @pytest.fixture(scope="module")
 def exports():
     made = {"pyramid": AreaPyramid(), "ppm": PPM(), "attention": Attention(), "none_one": NoneOne(),
-            "literal": Literal(), "avg_beside": AvgPoolBeside()}
+            "literal": Literal(), "avg_beside": AvgPoolBeside(), "pyramid_cut": AreaPyramidCut()}
     return {name: _export(m, TRACED[name]) for name, m in made.items()}
 
 
@@ -154,6 +164,16 @@ def test_pyramid_with_a_frozen_level_is_refused_naming_the_traced_shape(exports)
     assert "traced_shapes=" in err.value.hint and "onnxpoolfix.export" in err.value.hint  # the API's words
     seen = inspect_model(model)  # the same verdict, the same line
     assert seen.exit_code == 4 and seen.blocker == str(err.value)
+
+
+def test_a_size_the_line_does_not_show_is_refused_even_at_the_traced_size(exports):
+    """review12: a name the visible line does not bind may hold a size computed from the input; n / kernel at the
+    traced size was taken as its value, exit 0, and OUT wrong wherever the size follows the input."""
+    _, model = exports["pyramid_cut"]
+    with pytest.raises(UnsupportedNodeError) as err:
+        patch(model, traced_shapes=_traced("pyramid_cut"))
+    assert err.value.exit_code == 4 and "'avg_pool2d'" in str(err.value)
+    assert "computes its output size" in err.value.hint and "onnxpoolfix.export" in err.value.hint
 
 
 def test_cli_refuses_writes_nothing_and_inspect_agrees(exports, tmp_path):

@@ -27,6 +27,7 @@ from .frozen_readings import (
     GENUINE,
     SCALES,
     UNKNOWN,
+    Reading,
     at_traced,
     classifier_features,
     implied_traced,
@@ -58,8 +59,11 @@ def frozen_pool_ops(model, g: DataflowGraph, info, traced_shapes, findings: Fron
     modules = submodules(g.nodes)
     chains = index_chains(g, outputs)  # torch's indices from ONNX's: the exporter's arithmetic after a MaxPool
     in_chains = {i for c in chains.values() for i in c.nodes}  # its kernel-1 MaxPool is no pool of its own
+    # torch's export merges two calls that pool one tensor with the same windows at the traced size into one
+    # node, with the first call's metadata; the second call's result is an Identity of it without metadata
+    merged = {n.input[0] for n in g.nodes if n.op_type == "Identity" and n.input and not has_metadata(n)}
     for index, node in enumerate(g.nodes):
-        site = None if index in in_chains else _site(index, node, info, busy, modules)
+        site = None if index in in_chains else _site(index, node, info, busy, modules, node.output[0] in merged)
         if site is None:
             continue
         if len(node.output) > 1 and node.output[1] in read and {r.what for r in site.readings} != {GENUINE}:
@@ -114,8 +118,10 @@ class _Site:
     chain: IndicesChain | None = None  # where the MaxPool's indices are read: the exporter's arithmetic on them
 
 
-def _site(index: int, node: onnx.NodeProto, info, busy, modules) -> _Site | None:
-    """A pooling node under symbolic pooled sizes whose windows an adaptive pool could have, with its readings."""
+def _site(index: int, node: onnx.NodeProto, info, busy, modules, merged: bool) -> _Site | None:
+    """A pooling node under symbolic pooled sizes whose windows an adaptive pool could have, with its readings.
+    ``merged``: an Identity without metadata reads its result (another call torch merged into it, whose reading
+    the file does not hold)."""
     if node.op_type not in ("AveragePool", "MaxPool") or node.domain not in ("", "ai.onnx") or not node.input:
         return None
     if node.doc_string.startswith(EMITTED_BY) or node.output[0] in busy or window_attrs(node) is None:
@@ -133,7 +139,10 @@ def _site(index: int, node: onnx.NodeProto, info, busy, modules) -> _Site | None
     # (N, C, 1, L), kernel (1, k): the same as a 2D adaptive pool of that tensor to (1, m)
     lifted = k == 2 and dims[2] == 1 and _unit_axis(node, 0)
     readings = node_readings(node, kind, k, lifted, modules)
-    if [r.what for r in readings] == [GENUINE] and readings[0].says.startswith("metadata"):
+    if merged:
+        readings = [*readings, Reading(UNKNOWN, "torch merged another call into it (an Identity without exporter "
+                                                "metadata reads its result), whose size the file does not hold")]
+    elif [r.what for r in readings] == [GENUINE] and readings[0].says.startswith("metadata"):
         return None  # nn.AvgPool2d / nn.MaxPool2d: what it says
     return _Site(index, kind, k, tuple(dims), elem, lifted, readings)
 
@@ -212,7 +221,9 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
     size = reading.size
     if size is not None and COMPUTED in size:
         left(f"an {op} frozen at the traced size whose source line computes its output size (from the input's "
-             "shape, or from values the line does not show): no fixed output size to read", EXPORT)
+             "shape, or from what the line does not show: a variable, **kw, a call or loop continued on the next "
+             "line; a literal or the module's attribute on the call's line is read): no fixed output size to read",
+             EXPORT)
         return
     kernel, _ = window_attrs(node)
     traced = site.bound[2:] if site.bound is not None else None

@@ -25,10 +25,10 @@ from functools import lru_cache
 
 import onnx
 
+from .call_args import COMPUTED, TORCH_NAMES, fixed_names, ints_written, sizes_only, sizes_written, unpacks
+
 __all__ = ["COMPUTED", "PoolCall", "SourceLine", "has_metadata", "module_pool", "source_line", "submodules"]
 
-#: an output-size entry that the line computes from something (``x.shape[2] // 2``)
-COMPUTED = "computed"
 _MODULE_RE = re.compile(r"^torch\.nn\.modules\.pooling\.(Adaptive)?(Avg|Max)Pool([123])d$")
 _ADAPTIVE_CALL = re.compile(r"^adaptive_(avg|max)_pool([123])d$")
 _GENUINE_CALL = re.compile(r"^(avg|max)_pool([123])d(_with_indices)?$")
@@ -129,6 +129,22 @@ def last_line(node: onnx.NodeProto) -> str:
     return trace[-1].strip() if trace else ""
 
 
+_FRAME = re.compile(r'^\s*File "(.*)", line \d+, in \S+\s*$')
+_TORCH_POOLING = re.compile(r"[\\/]torch[\\/]nn[\\/]modules[\\/]pooling\.py$")
+
+
+def _caller_line(node: onnx.NodeProto) -> str | None:
+    """Where the trace ends in torch's own pooling module (``F.adaptive_avg_pool2d(input, self.output_size)``),
+    the line of the frame that called it, which may build the module there (``nn.AdaptiveAvgPool2d((h // 2,
+    3))(x)``); None where the trace ends elsewhere."""
+    trace = _metadata(node).get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
+    files = [(i, m.group(1)) for i, t in enumerate(trace) if (m := _FRAME.match(t))]
+    if len(files) < 2 or not _TORCH_POOLING.search(files[-1][1]):
+        return None
+    i = files[-2][0]
+    return trace[i + 1].strip() if i + 1 < len(trace) and not _FRAME.match(trace[i + 1]) else None
+
+
 def source_line(node: onnx.NodeProto, modules: dict[tuple[str, ...], frozenset[str]] | None = None
                 ) -> SourceLine | None:
     """The node's source line read as Python, or None where the node has no stack trace. ``modules``
@@ -138,23 +154,52 @@ def source_line(node: onnx.NodeProto, modules: dict[tuple[str, ...], frozenset[s
     text = last_line(node)
     if not text:
         return None
+    caller = _caller_line(node)
+    if caller is not None:  # the trace ends in torch's own pooling module: its size is the module's
+        inline = _inline_modules(caller)
+        if inline is not None:
+            return SourceLine(caller, inline, False)
     parsed = _parse(text)
     if parsed is None:
         return SourceLine(text, (), True)
     tree, end = parsed
     calls, opaque = [], False
+    fixed = fixed_names(tree)
     for n in ast.walk(tree):
         if isinstance(n, ast.Lambda):
             opaque = True
         if not isinstance(n, ast.Call) or _name(n) == _OPEN:
             continue
         cut = n.end_col_offset > end  # its arguments go on past the line: none of them is known
-        call = _pool_call(n, cut)
+        call = _pool_call(n, cut, fixed=fixed)
         if call is not None:
             calls.append(call)
         elif _may_hold_a_pool(n, children):
             opaque = True
     return SourceLine(text, tuple(calls), opaque)
+
+
+_MODULE_CALL = re.compile(r"^Adaptive(Avg|Max)Pool([123])d$")
+
+
+def _inline_modules(line: str) -> tuple[PoolCall, ...] | None:
+    """The adaptive pooling modules ``line`` builds and calls on the spot (``nn.AdaptiveAvgPool2d(s)(x)``), each
+    with its sizes as written; None where it builds none (a submodule's call: its size was fixed when built)."""
+    parsed = _parse(line)
+    if parsed is None:
+        return None
+    calls = []
+    for n in ast.walk(parsed[0]):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Call):
+            m = _MODULE_CALL.match(_name(n.func))
+            if m:
+                k = int(m.group(2))
+                built = n.func
+                kw = {a.arg: a.value for a in built.keywords if a.arg}
+                arg = built.args[0] if built.args else kw.get("output_size")
+                calls.append(PoolCall(m.group(1).lower(), True, k, sizes_written(arg, k) if arg is not None
+                                      else (COMPUTED,) * k))
+    return tuple(calls) or None
 
 
 #: the name of the calls :func:`_parse` opens where a line starts inside brackets
@@ -223,31 +268,45 @@ def _may_hold_a_pool(call: ast.Call, children: frozenset[str]) -> bool:
         return f.attr not in children  # a submodule's nodes carry their own scope; a method's do not
     name = _name(call)
     if name in ("interpolate", "upsample"):  # a mode the line does not write out may be "area"
+        if unpacks(call):
+            return True
         mode = {a.arg: a.value for a in call.keywords}.get("mode", call.args[3] if len(call.args) > 3 else None)
         return mode is not None and not isinstance(mode, ast.Constant)
     if isinstance(f, ast.Name):  # a bare name: a function of the user's (``normalize(x)``) unless a builtin
         return name not in _BUILTINS
-    return not name or name not in _PLAIN_CALLS
+    if not name or name not in _PLAIN_CALLS:
+        return True
+    # ``torch.relu(x)``, ``F.relu(x)``, ``y.flatten(1)``, ``self.pool(x).view(b, -1)``: torch's. ``ops.relu(x)``
+    # may be the user's own function named like a torch op (the exporter records no frame inside it): a call on
+    # a bare name other than torch's modules that hands it anything but sizes may hold a pool
+    root = f.value
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(f.value, ast.Name) or (isinstance(root, ast.Name) and root.id in TORCH_NAMES):
+        return False
+    return unpacks(call) or not all(sizes_only(a) for a in [*call.args, *(k.value for k in call.keywords)])
 
 
-def _pool_call(call: ast.Call, cut: bool = False) -> PoolCall | None:
+def _pool_call(call: ast.Call, cut: bool = False, fixed: frozenset[str] = frozenset()) -> PoolCall | None:
     """The pooling call ``call`` is, with its literal arguments; ``cut``: its arguments go on past the line, so
-    none is known (an interpolate's mode among them)."""
+    none is known (an interpolate's mode among them); ``fixed``: names the line binds to fixed values
+    (:func:`.call_args.fixed_names`)."""
     name = _name(call)
-    if cut:
-        m = _ADAPTIVE_CALL.match(name) or _GENUINE_CALL.match(name)
+    m = _ADAPTIVE_CALL.match(name) or _GENUINE_CALL.match(name)
+    if cut or (unpacks(call) and (m or name == "interpolate")):  # (*args, **kw: none is known either)
         if name == "interpolate":
-            return PoolCall("avg", True)
+            return PoolCall("avg", True, size=(COMPUTED,))
         if m is None:
             return None
         adaptive = name.startswith("adaptive")
-        return PoolCall(m.group(1), adaptive, int(m.group(2)), literal=adaptive)
+        k = int(m.group(2))
+        return PoolCall(m.group(1), adaptive, k, (COMPUTED,) * k if adaptive else None, literal=adaptive)
     kw = {a.arg: a.value for a in call.keywords if a.arg}
     m = _ADAPTIVE_CALL.match(name)
     if m:
         k = int(m.group(2))
         arg = call.args[1] if len(call.args) > 1 else kw.get("output_size")
-        return PoolCall(m.group(1), True, k, _sizes(arg, k))
+        return PoolCall(m.group(1), True, k, sizes_written(arg, k, fixed))
     if name == "interpolate":
         mode = kw.get("mode", call.args[3] if len(call.args) > 3 else None)
         if not (isinstance(mode, ast.Constant) and mode.value == "area"):
@@ -256,57 +315,22 @@ def _pool_call(call: ast.Call, cut: bool = False) -> PoolCall | None:
         scale = call.args[2] if len(call.args) > 2 else kw.get("scale_factor")
         if size is None or (isinstance(size, ast.Constant) and size.value is None):
             return PoolCall("avg", True, scales=scale is not None)
-        return PoolCall("avg", True, None, _sizes(size, None))
+        return PoolCall("avg", True, None, sizes_written(size, None, fixed))
     m = _GENUINE_CALL.match(name)
     if m:
         kernel = call.args[1] if len(call.args) > 1 else kw.get("kernel_size")
         stride = call.args[2] if len(call.args) > 2 else kw.get("stride")
         options = call.args[3:] + [v for k, v in kw.items() if k not in ("input", "kernel_size", "stride")]
-        kernel_t, stride_t = _ints(kernel), None if stride is None else _ints(stride)
+        kernel_t, stride_t = ints_written(kernel), None if stride is None else ints_written(stride)
         plain = all(isinstance(v, ast.Constant) and v.value in (0, False, None, True) for v in options)
         literal = kernel_t is not None and (stride is None or stride_t is not None) and plain
         return PoolCall(m.group(1), False, int(m.group(2)), kernel=kernel_t, stride=stride_t, literal=literal)
     return None
 
 
-def _ints(e) -> tuple[int, ...] | None:
-    if isinstance(e, ast.Constant) and type(e.value) is int:
-        return (e.value,)
-    if isinstance(e, (ast.Tuple, ast.List)) and all(isinstance(x, ast.Constant) and type(x.value) is int
-                                                     for x in e.elts):
-        return tuple(x.value for x in e.elts)
-    return None
 
 
-def _sizes(arg, k: int | None) -> tuple | None:
-    """Per axis an int, None (torch's None) or COMPUTED (read from a shape); None: not written out."""
-    if arg is None:
-        return None
-    if isinstance(arg, ast.Constant) and (arg.value is None or type(arg.value) is int):
-        return (arg.value,) * (k or 1) if k else (arg.value,)
-    if isinstance(arg, (ast.Tuple, ast.List)):
-        out = []
-        for e in arg.elts:
-            if isinstance(e, ast.Constant) and (e.value is None or type(e.value) is int):
-                out.append(e.value)
-            elif _reads_a_shape(e) or _computes(e):
-                out.append(COMPUTED)
-            else:
-                return None
-        return tuple(out)
-    return (COMPUTED,) * (k or 1) if _reads_a_shape(arg) or _computes(arg) else None
 
 
-def _reads_a_shape(e) -> bool:
-    """``x.shape``, ``x.size(2)``; not an attribute of the module's own named ``size`` (``self.size``)."""
-    return any(isinstance(n, ast.Attribute) and n.attr in ("shape", "size")
-               and not (isinstance(n.value, ast.Name) and n.value.id == "self") for n in ast.walk(e))
 
 
-def _computes(e) -> bool:
-    """Arithmetic or a call (``h // 2``, ``round(H / r)``): from what, the line need not show (``h, w =
-    x.shape[2:]`` a line before; H, W passed in), so the size may follow the input."""
-    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in ("tuple", "list", "int"):
-        return any(_reads_a_shape(a) or _computes(a) for a in e.args)  # tuple(self.sizes): what it wraps
-    return isinstance(e, (ast.BinOp, ast.Call, ast.IfExp)) or (
-        isinstance(e, ast.UnaryOp) and not isinstance(e.operand, ast.Constant))

@@ -1,0 +1,96 @@
+"""What a call on a source line writes out in its arguments (part of :mod:`.metadata`): an output size as
+literals, the module's own attributes, or something the line computes or does not show; and whether an argument
+can only be a size (no tensor)."""
+from __future__ import annotations
+
+import ast
+
+__all__ = ["COMPUTED", "TORCH_NAMES", "fixed_names", "ints_written", "sizes_only", "sizes_written", "unpacks"]
+
+#: an output-size entry that the line computes from something (``x.shape[2] // 2``) or does not show
+COMPUTED = "computed"
+
+#: the names torch's modules go by on a line (``torch.flatten``, ``F.relu``, ``nn.functional.pad``)
+TORCH_NAMES = frozenset({"torch", "F", "nn", "functional"})
+
+
+def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset()) -> tuple | None:
+    """Per axis an int, None (torch's None) or COMPUTED; None: not written out (the module's own attribute,
+    ``self.bins``, fixed when it was built as a pooling module's size is: known at the traced size alone).
+    COMPUTED is anything else: ``x.shape[2] // 2``, and a variable or ``**kw``, whose value the line does not show
+    (``s = (x.shape[2] // 2, 3)`` a line before reads the same), except a name the line itself binds to the
+    module's attributes or literals (``for s in self.bins``: ``fixed``)."""
+    if arg is None:
+        return None
+    if isinstance(arg, ast.Constant) and (arg.value is None or type(arg.value) is int):
+        return (arg.value,) * (k or 1) if k else (arg.value,)
+    if isinstance(arg, (ast.Tuple, ast.List)) and not any(isinstance(e, ast.Starred) for e in arg.elts):
+        out = [e.value if isinstance(e, ast.Constant) and (e.value is None or type(e.value) is int)
+               else None if is_fixed(e, fixed) else COMPUTED for e in arg.elts]
+        if COMPUTED in out:
+            return tuple(COMPUTED if m is None and not isinstance(e, ast.Constant) else m
+                         for m, e in zip(out, arg.elts))
+        return None if any(not isinstance(e, ast.Constant) for e in arg.elts) else tuple(out)
+    return None if is_fixed(arg, fixed) else (COMPUTED,) * (k or 1)
+
+
+def is_fixed(e, fixed: frozenset[str]) -> bool:
+    """``self.bins``, ``self.sizes[i]``, ``tuple(self.sizes)``, or a name in ``fixed``: a value the module was
+    built with."""
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in ("tuple", "list") and len(e.args) == 1:
+        return is_fixed(e.args[0], fixed)
+    if isinstance(e, ast.Subscript):
+        return is_fixed(e.value, fixed)
+    if isinstance(e, ast.Name):
+        return e.id in fixed
+    return isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self" \
+        and e.attr not in ("shape",)
+
+
+def fixed_names(tree) -> frozenset[str]:
+    """Names the line binds in a comprehension over the module's attributes or literals (``[F.adaptive_avg_pool2d(x,
+    s) for s in self.bins]``, ``for s in (1, 2, 3, 6)``)."""
+    out: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.comprehension) and (is_fixed(n.iter, frozenset(out)) or literalints_written(n.iter)):
+            out.update(t.id for t in ast.walk(n.target) if isinstance(t, ast.Name))
+    return frozenset(out)
+
+
+def literalints_written(e) -> bool:
+    if isinstance(e, ast.Constant):
+        return e.value is None or type(e.value) is int
+    return isinstance(e, (ast.Tuple, ast.List)) and all(literalints_written(x) for x in e.elts)
+
+
+def unpacks(call: ast.Call) -> bool:
+    """``f(*args)`` or ``f(**kw)``: what it passes, the line does not show."""
+    return any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
+
+
+def sizes_only(e) -> bool:
+    """An argument that can be no tensor: literals, and arithmetic on them and on shapes (``x.size(0)``)."""
+    if isinstance(e, ast.Constant):
+        return True
+    if isinstance(e, (ast.Tuple, ast.List)):
+        return all(sizes_only(x) for x in e.elts)
+    if isinstance(e, ast.UnaryOp):
+        return sizes_only(e.operand)
+    if isinstance(e, ast.BinOp):
+        return sizes_only(e.left) and sizes_only(e.right)
+    return reads_a_shape(e)
+
+
+def reads_a_shape(e) -> bool:
+    """``x.shape``, ``x.size(2)``; not an attribute of the module's own named ``size`` (``self.size``)."""
+    return any(isinstance(n, ast.Attribute) and n.attr in ("shape", "size")
+               and not (isinstance(n.value, ast.Name) and n.value.id == "self") for n in ast.walk(e))
+
+
+def ints_written(e) -> tuple[int, ...] | None:
+    if isinstance(e, ast.Constant) and type(e.value) is int:
+        return (e.value,)
+    if isinstance(e, (ast.Tuple, ast.List)) and all(isinstance(x, ast.Constant) and type(x.value) is int
+                                                     for x in e.elts):
+        return tuple(x.value for x in e.elts)
+    return None
