@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import onnx
 
-from .check import ExtraRun, foreign_ops, run_check
+from .check import ExtraRun, foreign_notes, run_check
 from .check.bodies import check_in_bodies
 from .check.differential import (
     compare_with_original,
@@ -85,9 +85,8 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
             ``tune_threads`` intra-op threads (default: onnxruntime's); ``why`` then says "tuned".
 
     Nodes that pool the same tensor are planned together (:mod:`onnxpoolfix.plan.pyramid`) unless ``strategy``
-    forces a lowering. Leftovers inside If/Loop/Scan bodies are patched too, planned one by one
-    (:mod:`onnxpoolfix.frontends.bodies`, :mod:`onnxpoolfix.rewrite.bodies`; each replaced subgraph is
-    checked alone by :mod:`onnxpoolfix.check.bodies`). The exporter's own pooling nodes that cannot run as
+    forces a lowering. Leftovers inside If/Loop/Scan bodies are patched too (:mod:`onnxpoolfix.frontends.bodies`).
+    The exporter's own pooling nodes that cannot run as
     written (an unbatched input's kernel rank, float64 pools onnxruntime has no kernel for) are always
     replaced by the exact lowering of the adaptive pool they stand for
     (:mod:`onnxpoolfix.frontends.exporter_repair`; their ``why`` says "repaired: ...").
@@ -103,14 +102,8 @@ def _foreign_kept(model: onnx.ModelProto) -> list[Note]:
     """Nothing replaced, yet nodes no onnxruntime kernel runs stay (an ``org.pytorch.aten::avg_pool2d`` whose
     kernel is the input's dynamic size, say: no adaptive pool): OUT will not load there, which the user learns
     now rather than from the runtime."""
-    foreign = foreign_ops(model)
-    if not foreign:
-        return []
-    return [WarningNote(f"OUT keeps {sum(foreign.values())} node(s) of a domain onnxruntime has no kernels in "
-                        f"({', '.join(sorted(foreign)[:3])}{', ...' if len(foreign) > 3 else ''}), none of them an "
-                        "adaptive pool onnxpoolfix replaces: onnxruntime loads OUT only with a custom-op library "
-                        "for them",
-                        "foreign-domains", domains=sorted(foreign))]
+    return foreign_notes(model, ", none of them an adaptive pool onnxpoolfix replaces: onnxruntime loads OUT only "
+                         "with a custom-op library for them")
 
 
 def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, target: str = "onnxruntime",
@@ -158,7 +151,7 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
     report = PatchReport(opset=model_opset(model), target=target)
     options = PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
                           keep_input_shapes=keep_input_shapes, optimize_exporter_pools=optimize_exporter_pools,
-                          patch_bodies=True, seed=int(seed), traced_shapes=traced_shapes, model_dir=model_dir,
+                          seed=int(seed), traced_shapes=traced_shapes, model_dir=model_dir,
                           cost_model=cost_model, kept_by_table=kept_by_table)
     mp = plan_model(model, options)
     found = mp.found
@@ -176,7 +169,6 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
     report.suspects = [asdict(s) for s in found.suspects]  # what a front end suspected and left, with why
     report.partial = partial_lines(found.suspects)
     notes += [WarningNote(p, "partial") for p in report.partial]  # printed first: OUT is right only where these say
-    nested = bool(mp.in_bodies)  # leftovers inside If/Loop/Scan bodies, planned with the rest
     if not mp.nodes:
         notes.append(NOTHING_TO_PATCH)  # after the front ends' notes: e.g. a frozen dynamo export
         notes += _foreign_kept(model)
@@ -191,7 +183,7 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
     if mp.kept:
         notes.append(Note(f"kept {len(mp.kept)} exporter pool(s) as they are (already the fastest exact form)",
                           "exporter-pools-kept", count=len(mp.kept)))
-    if not mp.separate and not mp.groups and not nested:
+    if not mp.separate and not mp.groups and not mp.in_bodies:
         notes.append(NOTHING_TO_PATCH)
         notes += _foreign_kept(model)
         return PatchResult(model, report)

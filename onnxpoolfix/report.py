@@ -203,7 +203,7 @@ class PatchReport:
             return "no leftover adaptive pooling nodes: nothing to patch"
         rows = [("node", "op", "in -> out", "lowering", "max err", "why")]
         for n in self.nodes:
-            shape = f"{_shape(n.input_shape)} -> {_shape(n.output_shape)}"
+            shape = f"{format_shape(n.input_shape)} -> {format_shape(n.output_shape)}"
             err = "-" if n.max_error is None else f"{n.max_error:.1e}" if n.max_error else "0"
             op = n.op + (" +idx" if n.indices == "computed" else "")
             rows.append((n.name, op, shape, n.lowering, err, render(n.why, audience)))
@@ -232,7 +232,8 @@ class PatchReport:
         return f"{what}; onnxruntime check {verdict}" + (f" (max error {err:.1e})" if err is not None else "")
 
 
-def _shape(dims) -> str:
+def format_shape(dims) -> str:
+    """Dims as the patch's table writes them (:func:`dim_label`: onnx's ``unk__N`` is '?')."""
     return "x".join(dim_label(d) for d in dims)
 
 

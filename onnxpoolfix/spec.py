@@ -148,6 +148,12 @@ class PoolSpec:
     def dtype_name(self) -> str:
         return SUPPORTED_DTYPES.get(self.dtype, dtype_name(self.dtype).lower())
 
+    @property
+    def output_types(self) -> dict[str, tuple[int, tuple[Dim, ...]]]:
+        """``{tensor: (elem type, shape)}`` of the node's outputs: the pooled one, and its int64 indices."""
+        indices = {self.node.indices_output: (TensorProto.INT64, self.output_shape)} if self.node.indices_output else {}
+        return {self.node.output: (self.dtype, self.output_shape), **indices}
+
     def describe_shape(self, shape: Sequence[Dim]) -> str:
         return "x".join("?" if d is None else str(d) for d in shape)
 

@@ -88,11 +88,6 @@ def integer_upsample_factor(n: int, m: int) -> int | None:
     return None
 
 
-def min_window(n: int, m: int) -> int:
-    """The shortest window length. The longest is at most twice this (tested for all n, m)."""
-    return min(window_lengths(n, m))
-
-
 def max_window(n: int, m: int) -> int:
     return max(window_lengths(n, m))
 

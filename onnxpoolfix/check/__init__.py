@@ -1,14 +1,5 @@
 """The proof: run the patched model in onnxruntime and compare every replaced node with the reference.
-
-    run_check  (this module: the size guard, the sizes, the run, the report's check fields)
-      sizes.default_check_shapes   which input sizes to run at (probing symbolic pooled axes)
-      runner.check_patched         the onnxruntime run, each replaced node's tensors fetched, and each
-                                   replaced subgraph also run alone on structured inputs
-      compare.compare              one node's output against onnxpoolfix.reference, with its tolerance
-      feeds                        random inputs at concrete shapes
-    bodies.check_in_bodies  the leftovers replaced inside If/Loop/Scan bodies: each replaced subgraph run
-                            alone (a random input takes one branch only), the whole model loaded once
-"""
+:func:`run_check` (the size guard, the sizes, the run, the report's check fields); the modules: ARCHITECTURE.md."""
 from __future__ import annotations
 
 import math
@@ -108,6 +99,14 @@ def foreign_ops(model) -> dict[str, int]:
             key = f"{n.domain}::{n.op_type}"
             out[key] = out.get(key, 0) + 1
     return out
+
+
+def foreign_notes(model, why: str) -> list[WarningNote]:
+    """The warning naming :func:`foreign_ops` where there are any (``why``: what follows the list)."""
+    foreign = foreign_ops(model)
+    return [WarningNote(f"OUT keeps {sum(foreign.values())} node(s) of a domain onnxruntime has no kernels in "
+                        f"({', '.join(sorted(foreign)[:3])}{', ...' if len(foreign) > 3 else ''}){why}",
+                        "foreign-domains", domains=sorted(foreign))] if foreign else []
 
 
 def _prove_dynamic_windows(model, specs, report: PatchReport, failed: list[str]) -> str:
@@ -225,13 +224,8 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
     upstream += [False] * len(proof_failed)  # a window construction that differs is the replacement's own
     report.check_passed = not failed
     report.notes.append(Note(note, "checked-sizes"))
-    foreign = foreign_ops(model)
-    if foreign:
-        report.notes.append(WarningNote(
-            f"OUT keeps {sum(foreign.values())} node(s) of a domain onnxruntime has no kernels in "
-            f"({', '.join(sorted(foreign)[:3])}{', ...' if len(foreign) > 3 else ''}) as the input had them: the "
-            "check ran the part of the graph that computes the replaced nodes, which holds none of them",
-            "foreign-domains", domains=sorted(foreign)))
+    report.notes += foreign_notes(model, " as the input had them: the check ran the part of the graph that "
+                                  "computes the replaced nodes, which holds none of them")
     rounded = sum(1 for r in results.values() if r.input_rounding)
     if rounded:
         report.notes.append(Note(f"{rounded} half-precision subgraph(s) fed unrounded float32 values by onnxruntime "

@@ -1,8 +1,8 @@
-"""The check of leftovers replaced inside If/Loop/Scan bodies (:mod:`onnxpoolfix.rewrite.bodies`): a random
+"""The check of leftovers replaced inside If/Loop/Scan bodies: a random
 input picks one branch only, so each replaced subgraph is run ALONE, isolated from its body, on random and
 structured inputs at its own shape (for symbolic pooled axes: sizes aimed at uniform, non-uniform and
 upsampling windows) and compared with the reference. ``patched`` arguments are the
-:class:`onnxpoolfix.rewrite.model.AppliedNode` records of those leftovers (spec, ..., body_view), ``rows`` their
+:class:`onnxpoolfix.rewrite.model.AppliedNode` records of those leftovers (spec, ...), ``rows`` their
 report rows, filled in here."""
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import CheckFailedError
+from ..graph import graph_holding
 from ..report import NodeReport, Note, PatchReport
-from ..sessions import ort_session, ort_value
+from ..sessions import ort_session
 from ..spec import PoolSpec, RuntimeDim, bind_runtime_sizes
 from ..words import NO_CHECK, STRATEGY, VERBOSE
 from .compare import NodeCheck, compare
-from .runner import STRUCTURED_MAX_ELEMENTS, isolate, runtime_size_tensors, structured_inputs
+from .runner import STRUCTURED_MAX_ELEMENTS, isolate, run_alone, structured_inputs
 from .sizes import WINDOW_KINDS, window_targets
 
 
@@ -33,7 +34,7 @@ def check_in_bodies(model: onnx.ModelProto, patched: Sequence, rows: Sequence[No
         raise CheckFailedError(f"onnxruntime cannot load the patched model: {' '.join(str(e).split())[:300]}",
                                f"skip the check with {NO_CHECK} to write OUT anyway") from None
     try:
-        check_nested(patched, rows, seed=seed)
+        check_nested(model, patched, rows, seed=seed)
     except CheckFailedError as e:
         report.checked, report.check_passed = True, False
         e.report = report
@@ -113,7 +114,7 @@ def check_shapes(spec: PoolSpec) -> list[tuple[tuple[int, ...], dict[str, np.nda
     return runs
 
 
-def check_nested(patched: Sequence, rows: Sequence[NodeReport], *, seed: int = 0) -> None:
+def check_nested(model: onnx.ModelProto, patched: Sequence, rows: Sequence[NodeReport], *, seed: int = 0) -> None:
     """Run each replaced subgraph alone and compare it with the reference; fills their report ``rows``.
     Raises ``CheckFailedError`` (with nothing else to say than the first failure) on a mismatch."""
     rng = np.random.default_rng(seed)
@@ -121,7 +122,8 @@ def check_nested(patched: Sequence, rows: Sequence[NodeReport], *, seed: int = 0
     for p, row in zip(patched, rows):
         s = p.spec
         check = NodeCheck(s.node.name)
-        isolated = isolate(p.body_view, s, feed_sizes=True)
+        dt = onnx.helper.tensor_dtype_to_np_dtype(s.dtype) if s.dtype != TensorProto.BFLOAT16 else np.float32
+        isolated = isolate(model, s, feed_sizes=True, graph=graph_holding(model.graph, s.node.output))
         if isolated is None:  # the emitted nodes read only the input and their own constants
             check.passed, check.detail = False, "its replacement reads tensors other than the pooled input"
         else:
@@ -138,8 +140,10 @@ def check_nested(patched: Sequence, rows: Sequence[NodeReport], *, seed: int = 0
                 if prod(shape) <= STRUCTURED_MAX_ELEMENTS:  # (the windows of the sizes fed, where they are)
                     xs += structured_inputs(bind_runtime_sizes(s, sizes) if sizes else s, shape, rng)
                 for x in xs:
-                    _run_alone(sess, names, s, x, sizes, check)
+                    x, bound, got = run_alone(sess, names, s, np.ascontiguousarray(x, dtype=dt), sizes)
+                    compare(bound, x, got[0], got[1] if len(got) > 1 else None, check)
                     if not check.passed:
+                        check.detail += " (the replaced subgraph alone)"
                         break
                 if not check.passed:
                     break
@@ -153,23 +157,3 @@ def check_nested(patched: Sequence, rows: Sequence[NodeReport], *, seed: int = 0
                                f"{STRATEGY} can force another lowering meanwhile")
         raise err
 
-
-def _run_alone(sess, names, spec: PoolSpec, x: np.ndarray, sizes: dict[str, np.ndarray], check) -> None:
-    """One run of the replacement alone on ``x`` (``sizes``: the runtime output sizes fed), compared with the
-    reference at the output sizes of that run (fetched as the isolated model's last outputs)."""
-    dt = onnx.helper.tensor_dtype_to_np_dtype(spec.dtype) if spec.dtype != TensorProto.BFLOAT16 else np.float32
-    x = np.ascontiguousarray(x, dtype=dt)
-    feed = x
-    if spec.dtype == TensorProto.BFLOAT16:
-        import ml_dtypes
-
-        feed = x.astype(ml_dtypes.bfloat16)
-        x = feed.astype(np.float32)
-    feeds = {spec.node.input: ort_value(feed), **{k: ort_value(v) for k, v in sizes.items()}}
-    got = [r.numpy() for r in sess.run_with_ort_values(names, feeds)]
-    runtime = runtime_size_tensors([spec])
-    bound = bind_runtime_sizes(spec, dict(zip(runtime, got[len(got) - len(runtime):])))
-    got = got[:len(got) - len(runtime)]
-    compare(bound, x, got[0], got[1] if len(got) > 1 else None, check)
-    if not check.passed:
-        check.detail += " (the replaced subgraph alone)"

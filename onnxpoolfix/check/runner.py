@@ -227,13 +227,7 @@ def _half_input(model, spec: PoolSpec, x, y, idx, check: NodeCheck, before: tupl
     if sessions[spec.node.index] is None:
         return  # it reads other tensors: only the in-model comparison says anything
     sess, names = sessions[spec.node.index]
-    feed = x
-    if spec.dtype == TensorProto.BFLOAT16:
-        import ml_dtypes
-
-        feed = x.astype(ml_dtypes.bfloat16)
-    got = [r.numpy() for r in sess.run_with_ort_values(names, {spec.node.input: ort_value(feed)})]
-    got = got[:len(got) - len(runtime_size_tensors([spec]))]  # (sizes computed at run time come last)
+    got = run_alone(sess, names, spec, x)[2]
     by_itself = NodeCheck(check.name)
     compare(spec, x, got[0], got[1] if len(got) > 1 else None, by_itself)
     if not by_itself.passed:
@@ -256,13 +250,14 @@ def _half_input(model, spec: PoolSpec, x, y, idx, check: NodeCheck, before: tupl
 STRUCTURED_MAX_ELEMENTS = 1 << 22
 
 
-def isolate(model: onnx.ModelProto, spec: PoolSpec, *, feed_sizes: bool = False) -> onnx.ModelProto | None:
+def isolate(model: onnx.ModelProto, spec: PoolSpec, *, feed_sizes: bool = False, graph: onnx.GraphProto | None = None
+            ) -> onnx.ModelProto | None:
     """The nodes computing ``spec``'s output (and indices) from its input alone, as a model of their own; None
     when they read anything else (then only the in-model check covers the node). ``feed_sizes``: a runtime
     output size the cut does not compute (a body leftover's, computed in an outer graph) is an int64 input of
     the model instead (the lowering reads it through a Cast to int64), which the caller feeds: every runtime
     size is then fed, the graph's own arithmetic for it (torch's, not the replacement) left out."""
-    g = model.graph
+    g = model.graph if graph is None else graph  # (a body of model's)
     inits = {t.name: t for t in g.initializer}
     outs = [spec.node.output] + ([spec.node.indices_output] if spec.node.indices_output else [])
     sizes = runtime_size_tensors([spec])
@@ -331,6 +326,22 @@ def structured_inputs(spec: PoolSpec, shape: tuple[int, ...], rng: np.random.Gen
     return out
 
 
+def run_alone(sess, names, spec: PoolSpec, x: np.ndarray, fed: dict[str, np.ndarray] | None = None) -> tuple:
+    """One run of a replacement alone (``isolate``'s model, ``names`` its outputs) on ``x``, ``fed`` the runtime
+    output sizes it takes as inputs: ``x`` as the reference reads it (bfloat16: rounded, as float32), ``spec``
+    bound to the output sizes of that run, and the outputs without those sizes (fetched last)."""
+    feed = x
+    if spec.dtype == TensorProto.BFLOAT16:
+        import ml_dtypes
+
+        feed = x.astype(ml_dtypes.bfloat16)
+        x = feed.astype(np.float32)
+    feeds = {spec.node.input: ort_value(feed), **{k: ort_value(v) for k, v in (fed or {}).items()}}
+    got = [r.numpy() for r in sess.run_with_ort_values(names, feeds)]
+    sizes = runtime_size_tensors([spec])
+    return x, bind_runtime_sizes(spec, dict(zip(sizes, got[len(got) - len(sizes):]))), got[:len(got) - len(sizes)]
+
+
 def _check_isolated(model, spec: PoolSpec, shape: tuple[int, ...], check: NodeCheck, rng) -> None:
     if prod(shape) > STRUCTURED_MAX_ELEMENTS:
         return
@@ -347,28 +358,14 @@ def _check_isolated(model, spec: PoolSpec, shape: tuple[int, ...], check: NodeCh
     sizes = runtime_size_tensors([spec])
     if sizes:  # the runtime output size at this shape (it depends on the size only), for the -inf windows
         probe = structured_inputs(replace(spec, node=replace(spec.node, kind="avg")), shape, rng)[0]
-        if spec.dtype == TensorProto.BFLOAT16:
-            import ml_dtypes
-
-            probe = probe.astype(ml_dtypes.bfloat16)
-        got = [r.numpy() for r in sess.run_with_ort_values(names, {spec.node.input: ort_value(probe)})]
-        inputs = structured_inputs(bind_runtime_sizes(spec, dict(zip(sizes, got[len(got) - len(sizes):]))),
-                                   shape, rng)
+        inputs = structured_inputs(run_alone(sess, names, spec, probe)[1], shape, rng)
     else:
         inputs = structured_inputs(spec, shape, rng)
     if spec.node.indices_output and not spec.runtime_sizes and \
             prod(reference.resolve_output_size(shape, torch_size(spec))) > 4096:
         inputs = inputs[-1:]  # the reference's indices loop over windows in Python: the NaN/-inf input only
     for x in inputs:
-        if spec.dtype == TensorProto.BFLOAT16:
-            import ml_dtypes
-
-            x = x.astype(ml_dtypes.bfloat16)
-        got = [r.numpy() for r in sess.run_with_ort_values(names, {spec.node.input: ort_value(x)})]
-        if spec.dtype == TensorProto.BFLOAT16:
-            x = x.astype(np.float32)
-        bound = bind_runtime_sizes(spec, dict(zip(sizes, got[len(got) - len(sizes):])))
-        got = got[:len(got) - len(sizes)]
+        x, bound, got = run_alone(sess, names, spec, x)
         compare(bound, x, got[0], got[1] if len(got) > 1 else None, check)
         check.structured += 1
         if not check.passed:

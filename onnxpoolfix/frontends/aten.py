@@ -19,10 +19,10 @@ from .leftovers import find_pool_nodes
 def leftover_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence[PoolSpec] = ()) -> FrontEndResult:
     """Every top-level leftover as a spec. Binds ``options.input_shapes`` in ``model`` where it is kept."""
     opset = model_opset(model)
-    nodes = find_pool_nodes(model.graph, opset, nested=options.patch_bodies)
+    nodes = find_pool_nodes(model.graph, opset)
     if not nodes:
         return FrontEndResult()
-    if options.patch_bodies and has_nested_leftovers(model):
+    if has_nested_leftovers(model):
         type_bodies(model)  # a top-level leftover may pool an If's result: torch leaves it untyped
     specs, notes = bind_and_resolve(model, nodes, opset=opset, target=options.target,
                                     input_shapes=options.input_shapes, keep_input_shapes=options.keep_input_shapes)

@@ -46,9 +46,6 @@ class PlanOptions:
     traced_shapes: Mapping[str, Sequence[int]] | None = None
     keep_input_shapes: bool = False
     optimize_exporter_pools: bool = False
-    # leftovers inside If/Loop/Scan bodies are planned too (plan_model -> ModelPlan.in_bodies, written by
-    # onnxpoolfix.rewrite.bodies); False: the ATen front end refuses a model holding any (inspect's listing)
-    patch_bodies: bool = False
     seed: int = 0  # of the random inputs a front end proves a region on (the dynamo front end)
     # the folder of the model's external data (its file's folder): a dynamo region whose window tables are
     # external (torch writes them to the .data file) is run alone against it, never against the working folder

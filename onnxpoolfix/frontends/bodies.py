@@ -1,22 +1,12 @@
-"""Leftovers inside control flow, found and typed: If branches, Loop and Scan bodies, nested at any depth.
+"""Leftovers inside control flow (If branches, Loop and Scan bodies, nested at any depth), found and typed.
 
 A ``torch.jit.script``ed model with control flow, exported with ONNX_FALLTHROUGH, puts its leftovers in the
-bodies of If/Loop nodes. The per-graph machinery does the work, given each body's scope:
-
-* find: :func:`~.leftovers.find_pool_nodes` on the body, with the enclosing graphs as the scope its
-  output sizes may be read from (torch writes the size Constant in the outer graph);
-* shapes: onnx shape inference runs the bodies too (outer-scope tensors included) and writes their
-  value_info; each leftover's output is seeded into its own body until every pooled input is known.
-  torch writes body outputs without any type (``type {}``): such empty types are cleared for inference
-  and filled with the inferred ones in the patched model (:func:`fill_untyped`, :func:`type_bodies`).
-
-The rest of the pipeline for bodies: :mod:`onnxpoolfix.rewrite.bodies` (plan node by node, no pyramid
-grouping; rewrite deepest bodies first) and :mod:`onnxpoolfix.check.bodies` (each replaced subgraph run
-alone: a random input picks one branch only).
-
-A body is addressed by its path from the top-level graph (:data:`~onnxpoolfix.spec.BodyPath`, each found
-node's ``body``): (node index, attribute index, graph index in the attribute) per level, stable across copies
-of the model.
+bodies of If/Loop nodes. Each found node's ``body`` is its graph's path (:data:`~onnxpoolfix.spec.BodyPath`),
+and the main path does the rest: planned one by one (no pyramids), written deepest body first
+(:mod:`onnxpoolfix.rewrite.model`), each replaced subgraph checked alone (:mod:`onnxpoolfix.check.bodies`: a
+random input takes one branch only). Here: find (:func:`~.leftovers.find_pool_nodes` with the enclosing graphs
+as the scope the output sizes are read from) and shapes (onnx's inference runs the bodies too; torch's
+untyped body outputs, ``type {}``, are cleared for it and filled in OUT: :func:`fill_untyped`).
 """
 from __future__ import annotations
 
@@ -25,9 +15,8 @@ from dataclasses import replace
 from typing import Iterator, Sequence
 
 import onnx
-from onnx import TensorProto
 
-from ..errors import PoolFixError, ShapeError
+from ..errors import PoolFixError
 from ..graph.shapes import (
     light_copy,
     make_value_info,
@@ -36,10 +25,10 @@ from ..graph.shapes import (
     resolve_specs,
     seed_types,
     type_dims,
-    typed_spec,
 )
 from ..spec import BodyPath, Dim, PoolNode, PoolSpec
-from ..words import INPUT_SHAPES_FORM
+from .base import FrontEndResult, PlanOptions
+from .exporter_pools import STANDARD
 from .leftovers import find_pool_nodes, is_pool_leftover
 
 logger = logging.getLogger(__name__)
@@ -110,7 +99,7 @@ def find_nested(model: onnx.ModelProto, opset: int) -> list[PoolNode]:
     found = []
     for path, body, outer in walk(model.graph):
         if any(is_pool_leftover(n) for n in body.node):
-            found += [replace(n, body=path) for n in find_pool_nodes(body, opset, nested=True, scope=outer)]
+            found += [replace(n, body=path) for n in find_pool_nodes(body, opset, scope=outer)]
     return found
 
 
@@ -188,49 +177,22 @@ def _seed_untyped_loop_state(light: onnx.ModelProto, inferred: onnx.ModelProto) 
     return seeded
 
 
-def body_specs(model: onnx.ModelProto, *, opset: int, target: str, outer_specs: Sequence[PoolSpec] = ()
-               ) -> list[PoolSpec]:
-    """Every leftover inside a body of ``model`` (its node's ``body`` says which). ``outer_specs``: the
-    top-level leftovers, not yet replaced: their outputs' types are seeded (a body may pool one)."""
-    found = find_nested(model, opset)
-    if not found:
-        return []
-    outer: dict[str, tuple[int, tuple[Dim, ...]]] = {}
-    for s in outer_specs:
-        outer[s.node.output] = (s.dtype, s.output_shape)
-        if s.node.indices_output:
-            outer[s.node.indices_output] = (TensorProto.INT64, s.output_shape)
-    return resolve_nested(model, found, opset=opset, target=target, outer=outer)
+def body_leftover_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence[PoolSpec] = ()
+                        ) -> FrontEndResult:
+    """The last front end: every leftover inside a body (its node's ``body`` says which), the output types of
+    the required nodes the front ends before it found seeded (a body may pool one)."""
+    nodes = find_nested(model, opset := model_opset(model))
+    outer = {name: t for s in found if s.node.encoding != STANDARD for name, t in s.output_types.items()}
+    return FrontEndResult(resolve_specs(model, nodes, opset=opset, target=options.target, visible=_visible(model),
+                                        seeds={(): outer} if outer else None) if nodes else [])
 
 
-def resolve_nested(model: onnx.ModelProto, found: Sequence[PoolNode], *, opset: int, target: str,
-                   outer: dict[str, tuple[int, tuple[Dim, ...]]] | None = None) -> list[PoolSpec]:
-    """:func:`~onnxpoolfix.graph.shapes.resolve_specs` for leftovers in bodies. ``outer``: types to seed into
-    the top-level graph (the outputs of top-level leftovers not replaced yet)."""
-    seeds: dict[BodyPath, dict[str, tuple[int, tuple[Dim, ...]]]] = {(): dict(outer)} if outer else {}
-    specs: dict[int, PoolSpec] = {}
-    for _ in range(len(found) + 1):
-        inferred = _infer(model, seeds)
-        infos: dict[BodyPath, dict] = {}
-        progressed = False
-        pending = {o for i, n in enumerate(found) if i not in specs for o in (n.output, n.indices_output) if o}
-        for i, n in enumerate(found):
-            if i in specs or n.input in pending:  # waits for a pool it reads
-                continue
-            info = infos.setdefault(n.body, _scoped_info(inferred, n.body))
-            elem, dims = info.get(n.input, (0, None))
-            if dims is None or not elem:
-                continue
-            specs[i] = typed_spec(n, elem, dims, opset=opset, target=target, seeds=seeds.setdefault(n.body, {}))
-            progressed = True
-        if len(specs) == len(found) or not progressed:
-            break
-    missing = [n for i, n in enumerate(found) if i not in specs]
-    if missing:
-        raise ShapeError(f"{missing[0].label} (inside an If/Loop/Scan body): the shape of its input "
-                         f"'{missing[0].input}' cannot be inferred",
-                         f"give the graph inputs' shapes with {INPUT_SHAPES_FORM}")
-    return [specs[i] for i in range(len(found))]
+def _visible(model: onnx.ModelProto):
+    """:func:`~onnxpoolfix.graph.shapes.resolve_specs`' ``visible`` for leftovers in bodies."""
+    def at(seeds):
+        inferred, infos = _infer(model, seeds), {}
+        return lambda path: infos[path] if path in infos else infos.setdefault(path, _scoped_info(inferred, path))
+    return at
 
 
 def _incomplete(vi: onnx.ValueInfoProto) -> bool:
@@ -308,16 +270,14 @@ def type_bodies(model: onnx.ModelProto) -> bool:
     opset = model_opset(model)
     try:
         found = find_nested(model, opset)
-        specs = resolve_nested(model, found, opset=opset, target="onnxruntime")
+        specs = resolve_specs(model, found, opset=opset, target="onnxruntime", visible=_visible(model))
     except PoolFixError as e:
         logger.debug("cannot type the leftovers in bodies yet: %s", e)
         return False
     for s in specs:
         n = s.node
         body = graph_at(model, n.body)
-        typed = {n.output: make_value_info(n.output, s.dtype, s.output_shape)}
-        if n.indices_output:
-            typed[n.indices_output] = make_value_info(n.indices_output, TensorProto.INT64, s.output_shape)
+        typed = {name: make_value_info(name, *t) for name, t in s.output_types.items()}
         for o in body.output:
             if o.name in typed:
                 o.CopyFrom(typed.pop(o.name))
@@ -334,17 +294,14 @@ def _type_top_level_leftovers(model: onnx.ModelProto) -> bool:
     in the body), and the Loop's result is left untyped as for leftovers in bodies."""
     opset = model_opset(model)
     try:
-        nodes = find_pool_nodes(model.graph, opset, nested=True)
+        nodes = find_pool_nodes(model.graph, opset)
         specs = resolve_specs(model, nodes, opset=opset, target="onnxruntime") if nodes else []
     except PoolFixError as e:
         logger.debug("cannot type the top-level leftovers: %s", e)
         return False
     if not specs:
         return False
-    for s in specs:
-        model.graph.value_info.append(make_value_info(s.node.output, s.dtype, s.output_shape))
-        if s.node.indices_output:
-            model.graph.value_info.append(make_value_info(s.node.indices_output, TensorProto.INT64, s.output_shape))
+    model.graph.value_info.extend(make_value_info(name, *t) for s in specs for name, t in s.output_types.items())
     fill_untyped(model)
     return True
 

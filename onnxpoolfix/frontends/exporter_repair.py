@@ -1,36 +1,8 @@
-"""The exporter's own pooling nodes that cannot run as written, repaired (on by default).
-
-Where the TorchScript exporter lowers an adaptive pool itself (see :mod:`.exporter_pools`) it can write a
-node onnxruntime refuses. Seen with torch 2.13 (tests/test_exporter_repair.py exports each):
-
-- **unbatched inputs** ((C, L), (C, H, W), (C, D, H, W), which torch accepts): the exporter reads the
-  spatial sizes as ``sizes[2:]``, as if N and C came first. On a (C, L) input that is a GlobalAveragePool
-  of a rank-2 tensor ("Input dimension cannot be less than 3"); with indices read, a helper MaxPool whose
-  kernel has the pooling rank on an input of one rank less ("Attribute strides has incorrect size").
-  A pooling node whose kernel rank differs from its input's spatial rank (input rank - 2), or a global
-  pool of a rank-2 input, stands for an adaptive pool of the LAST k axes (k = the kernel rank; 1 for a
-  global pool of (C, L)): that is what torch pools for an unbatched input.
-- **dtypes onnxruntime has no kernel for** (every target but tensorrt, whose parser takes them as FP32; a
-  warning note says OUT then does not run in onnxruntime): float64 AveragePool, GlobalAveragePool and
-  GlobalMaxPool (NOT_IMPLEMENTED).
-
-Each such node whose windows are exactly adaptive ones (:func:`.exporter_pools.adaptive_sizes`: no
-padding, no partial window; a global pool always) becomes a spec like a leftover's. Its front end is
-optional (a node no exact lowering applies to stays as written), but ``plan_model`` never keeps or groups a
-repaired node: it is replaced by the exact lowering of that adaptive pool, and its ``why`` (the patch
-report's and ``inspect``'s) starts with ``repaired: <what was wrong>`` (:attr:`FrontEndResult.repairs`).
-
-Left as written, because the graph does not hold the intent (README, "The exporter's own pools"):
-
-- a VALID pool that pooled the wrong axes of an unbatched input (a GlobalAveragePool of (C, H, W) pools
-  only W; AveragePool kernel [4] on (C, 8, 8) for AdaptiveAvgPool2d(2) pools only W, 8 -> 2);
-- an AveragePool with an empty kernel on (C, L) (AdaptiveAvgPool1d(m) unbatched): the size is not in it;
-- a MaxPool whose indices output is read (ONNX's indices are not torch's: the exporter's helper graph
-  around it is what reads them, and the sizes it lost are not recoverable).
-
-A valid, runnable exporter pool is only touched with ``optimize_exporter_pools`` (a speed choice,
-:mod:`.exporter_pools`, which skips the nodes repaired here).
-"""
+"""The exporter's own pooling nodes that cannot run as written (an unbatched input's kernel rank, float64
+pools onnxruntime has no kernel for), repaired by default: what is repaired, what is left and why is
+docs/lowerings.md, "Exporter pools that cannot run as written". Each becomes a spec like a leftover's;
+``plan_model`` never keeps or groups it, and its ``why`` starts with ``repaired: <what was wrong>``
+(:attr:`FrontEndResult.repairs`). Exports of each case: tests/frontends/test_exporter_repair.py."""
 from __future__ import annotations
 
 import logging

@@ -21,7 +21,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..errors import InvalidModelError, UnsupportedNodeError
-from ..graph import named_subgraphs, nodes_deep, read_names
+from ..graph import read_names
 from ..spec import InputDim, PoolNode, RuntimeDim
 
 ATEN_DOMAIN = "org.pytorch.aten"
@@ -241,14 +241,13 @@ def _fold(node: onnx.NodeProto, args: list, name: str, opset: int | None) -> np.
     return np.asarray(outs[[o for o in node.output if o].index(name)])
 
 
-def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None, *, nested: bool = False,
+def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None, *,
                     scope: Iterable[onnx.GraphProto] = ()) -> list[PoolNode]:
     """Every leftover adaptive pooling node of ``graph`` itself, in graph order.
 
-    Raises :class:`UnsupportedNodeError` for a leftover whose output size cannot be read, and, unless
-    ``nested`` (the caller handles them: :mod:`.bodies`), for leftovers inside subgraphs
-    (If/Loop/Scan bodies). ``scope``: the graphs enclosing ``graph`` (a body), whose constants and
-    initializers an output size may be read from.
+    Raises :class:`UnsupportedNodeError` for a leftover whose output size cannot be read. Leftovers inside
+    its If/Loop/Scan bodies are :mod:`.bodies`'. ``scope``: the graphs enclosing ``graph`` (a body), whose
+    constants and initializers an output size may be read from.
     """
     readers = read_names(graph)
     graph_outputs = {o.name for o in graph.output}
@@ -260,14 +259,6 @@ def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None, *, nested:
         sizes.initializers = {**{t.name: t for t in outer.initializer}, **sizes.initializers}
         sizes.graph_inputs |= {i.name for i in outer.input}
     for index, node in enumerate(graph.node):
-        for attr_name, sub in (named_subgraphs(node) if not nested else ()):
-            if any(is_pool_leftover(n) for n in nodes_deep(sub.node)):
-                raise UnsupportedNodeError(
-                    f"node '{node.name}' ({node.op_type}) has an adaptive pooling leftover inside its "
-                    f"subgraph '{attr_name}'",
-                    "`onnxpoolfix IN OUT` and `onnxpoolfix inspect IN` handle leftovers inside If/Loop/Scan "
-                    "bodies (PlanOptions.patch_bodies); this call reads one graph only",
-                )
         op = aten_operator(node)
         if op is None:
             continue

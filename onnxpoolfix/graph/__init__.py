@@ -21,6 +21,13 @@ def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
     return [g for _, g in named_subgraphs(node)]
 
 
+def graph_holding(graph: onnx.GraphProto, name: str) -> onnx.GraphProto | None:
+    """The graph (``graph`` or a body at any depth) whose nodes write ``name``; None where none does."""
+    if any(name in n.output for n in graph.node):
+        return graph
+    return next((g for n in graph.node for sub in subgraphs(n) if (g := graph_holding(sub, name))), None)
+
+
 def nodes_deep(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
     """``nodes`` in order, each followed by the nodes of its subgraphs (recursively)."""
     for node in nodes:

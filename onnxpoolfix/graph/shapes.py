@@ -8,7 +8,7 @@ stubs (dims and dtype kept, bytes dropped): a 500 MB model is never copied or se
 from __future__ import annotations
 
 import logging
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import onnx
 from onnx import TensorProto
@@ -346,40 +346,43 @@ def typed_spec(n: PoolNode, elem: int, dims: Sequence[Dim], *, opset: int, targe
     if elem not in SUPPORTED_DTYPES:
         raise UnsupportedNodeError(f"{n.label}: input dtype {dtype_name(elem)} is not supported",
                                    "adaptive pooling takes float32, float16, bfloat16 or float64")
-    out = output_shape(n, dims)
-    seeds[n.output] = (elem, out)
-    if n.indices_output:
-        seeds[n.indices_output] = (TensorProto.INT64, out)
-    return PoolSpec(n, tuple(dims), out, elem, opset, target)
+    spec = PoolSpec(n, tuple(dims), output_shape(n, dims), elem, opset, target)
+    seeds.update(spec.output_types)
+    return spec
 
 
-def resolve_specs(model: onnx.ModelProto, nodes: Sequence[PoolNode], *, opset: int, target: str) -> list[PoolSpec]:
-    """Shapes and dtypes for every node: inference, then each node's output seeded, until all are known."""
-    seeds: dict[str, tuple[int, tuple[Dim, ...]]] = {}
+def resolve_specs(model: onnx.ModelProto, nodes: Sequence[PoolNode], *, opset: int, target: str,
+                  visible: Callable | None = None, seeds: dict | None = None) -> list[PoolSpec]:
+    """Shapes and dtypes for every node: inference, then each node's output seeded, until all are known.
+    Nodes in bodies (:mod:`onnxpoolfix.frontends.bodies`): ``visible(seeds)`` infers the model with ``seeds``
+    (``{body path: {name: type}}``, the first ones given) and returns ``path -> {name: type}`` seen there."""
+    seeds = {} if seeds is None else seeds
+    visible = visible or (lambda s: (lambda _, info=infer(model, s.get((), {})): info))
     specs: dict[int, PoolSpec] = {}
     for _ in range(len(nodes) + 1):
-        info = infer(model, seeds)
+        info = visible(seeds)
         progressed = False
         # a pool reading another pool's output waits for that one's shape (its declaration may be stale)
-        pending = {o for m in nodes if m.index not in specs for o in (m.output, m.indices_output) if o}
-        for n in nodes:
-            if n.index in specs or n.input in pending:
+        pending = {o for i, m in enumerate(nodes) if i not in specs for o in (m.output, m.indices_output) if o}
+        for i, n in enumerate(nodes):
+            if i in specs or n.input in pending:
                 continue
-            elem, dims = info.get(n.input, (0, None))
+            elem, dims = info(n.body).get(n.input, (0, None))
             if dims is None or not elem:
                 continue
-            specs[n.index] = typed_spec(n, elem, dims, opset=opset, target=target, seeds=seeds)
+            specs[i] = typed_spec(n, elem, dims, opset=opset, target=target, seeds=seeds.setdefault(n.body, {}))
             progressed = True
         if len(specs) == len(nodes) or not progressed:
             break
-    missing = [n for n in nodes if n.index not in specs]
+    missing = [n for i, n in enumerate(nodes) if i not in specs]
     if missing:
         n = missing[0]
-        static = all(d is not None and not isinstance(d, str) for i in model.graph.input
-                     for d in (type_dims(i.type)[1] or (None,)))
+        static = not n.body and all(d is not None and not isinstance(d, str) for i in model.graph.input
+                                    for d in (type_dims(i.type)[1] or (None,)))
         raise ShapeError(  # every input static already: binding them again is no advice
-            f"{n.label}: the shape of its input '{n.input}' cannot be inferred",
+            f"{n.label}{' (inside an If/Loop/Scan body)' if n.body else ''}: the shape of its input '{n.input}' "
+            "cannot be inferred",
             f"give the graph inputs' shapes with {INPUT_SHAPES_FORM}" if not static else
             "onnx's shape inference cannot follow the graph to it although every input's shape is known (an op "
             "of another domain, a Loop's result changing shape across iterations): such a pool is not supported")
-    return [specs[n.index] for n in nodes]
+    return [specs[i] for i in range(len(nodes))]

@@ -7,9 +7,9 @@ is also a TensorRT-readiness lint of the WHOLE graph (:func:`onnxpoolfix.tensorr
 every node can be lowered, the patched model is built in memory and linted (so the replacements are
 linted too); otherwise the original graph is linted, minus the leftover nodes the patch would replace.
 
-Leftovers inside If/Loop/Scan bodies are planned as the patch plans them (``PlanOptions.patch_bodies``: one
-by one, no pyramids) and listed after the top-level ones, each with its body's path
-(:attr:`NodeInspection.body`); a blocked one blocks the patch like a top-level one.
+Leftovers inside If/Loop/Scan bodies are planned as the patch plans them (one by one, no pyramids) and
+listed after the top-level ones, each with its body's path (:attr:`NodeInspection.body`); a blocked one
+blocks the patch like a top-level one.
 
 The verdict is :attr:`Inspection.exit_code`, a code of :data:`onnxpoolfix.errors.EXIT_CODES` (its
 ``inspect`` column: a blocker's own class's code, 4 for a blocked node, 7 for a TensorRT finding).
@@ -118,7 +118,7 @@ def inspect_as_written(model: onnx.ModelProto, *, target: str = "onnxruntime", s
         work.CopyFrom(model)
         model = work
     mp = plan_model(model, PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
-                                       optimize_exporter_pools=optimize_exporter_pools, patch_bodies=True,
+                                       optimize_exporter_pools=optimize_exporter_pools,
                                        seed=int(seed), traced_shapes=traced_shapes, model_dir=model_dir,
                                        cost_model=cost_model))
     found = mp.found
@@ -134,20 +134,16 @@ def inspect_as_written(model: onnx.ModelProto, *, target: str = "onnxruntime", s
     if found.blocker is not None:
         err = found.blocker
         result.blocker, result.hint, result.blocker_exit_code = err.text, err.hint_text, err.exit_code
-        result.nodes = [_bare(n, i) for i, n in enumerate(mp.model.graph.node) if is_pool_leftover(n)]
-        for path, i, n in nested_leftover_nodes(mp.model):
-            result.nodes.append(_bare(n, i))
-            result.nodes[-1].body = describe_path(mp.model, path)
-    for node_plan in mp.top_level if found.blocker is None else ():
+        tops = [((), i, n) for i, n in enumerate(mp.model.graph.node) if is_pool_leftover(n)]
+        result.nodes = [_bare(n, i, describe_path(mp.model, p) or None)
+                        for p, i, n in tops + [*nested_leftover_nodes(mp.model)]]
+    for node_plan in mp.nodes if found.blocker is None else ():  # the top level, then the bodies (as patch reports)
         info = _inspect_node(node_plan, strategy)
         if node_plan.keepable:
             info.why = f"kept as it is unless it joins a pyramid ({info.why})"
+        info.body = describe_path(mp.model, node_plan.spec.node.body) or None
         result.nodes.append(info)
     _inspect_groups(mp, result)
-    for n in mp.in_bodies:  # after the top level, as the patch writes and reports them
-        info = _inspect_node(n, strategy)
-        info.body = describe_path(mp.model, n.spec.node.body)
-        result.nodes.append(info)
     if mp.in_bodies:
         result.notes.append(Note(f"{len(mp.in_bodies)} leftover(s) inside If/Loop/Scan bodies: each planned alone "
                                  "(no pyramids); the patch checks each replaced subgraph alone (an input takes one "
@@ -169,10 +165,10 @@ def _inspect_groups(mp, result: Inspection) -> None:
                                  "pyramid", input=g.levels[0].spec.node.input, nodes=len(g.levels)))
 
 
-def _bare(node: onnx.NodeProto, index: int) -> NodeInspection:
+def _bare(node: onnx.NodeProto, index: int, body: str | None) -> NodeInspection:
     op = aten_operator(node) or node.op_type
     return NodeInspection(name=node.name or f"{op}_{index}", op=op, kind="max" if "_max_" in op else "avg",
-                          encoding="ATen-attr" if node.op_type == "ATen" else "aten-op")
+                          encoding="ATen-attr" if node.op_type == "ATen" else "aten-op", body=body)
 
 
 def _inspect_node(node_plan, strategy: str) -> NodeInspection:

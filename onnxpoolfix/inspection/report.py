@@ -39,7 +39,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from .. import errors
-from ..report import as_note, dim_label, note_lines
+from ..report import as_note, format_shape, note_lines
 from ..version import __version__
 from ..words import API, render, render_all
 
@@ -195,11 +195,6 @@ class Inspection:
                      f"; the patched model would NOT be TensorRT-clean ({errors} node error"
                      f"{'s' if errors != 1 else ''})")
         return f"verdict: {what} (nothing was written)"
-
-
-def format_shape(dims) -> str:
-    """Dims as the patch's table writes them (:func:`onnxpoolfix.report.dim_label`: onnx's ``unk__N`` is '?')."""
-    return "x".join(dim_label(d) for d in dims)
 
 
 def _cost(seconds: float | None) -> str:

@@ -12,15 +12,14 @@ from .base import Lowering, axis_windows, compute_dtype, itemsize
 from .steps import MatMulStep, run_cost
 
 
-def cheapest_order(spec, steps_for_axis, axes, shape=None):
-    """The permutation of ``axes`` whose steps cost least; ``steps_for_axis(a)`` gives one axis' steps.
-    ``shape``: what they are applied to (default: the node's input)."""
+def cheapest_order(spec, steps_for_axis, axes):
+    """The permutation of ``axes`` whose steps cost least on the node's input; ``steps_for_axis(a)`` gives
+    one axis' steps."""
     best, best_cost = None, float("inf")
     size = itemsize(compute_dtype(spec))
-    shape = spec.input_shape if shape is None else shape
     for order in permutations(axes):
         steps = [s for a in order for s in steps_for_axis(a)]
-        c = run_cost(steps, shape, size)
+        c = run_cost(steps, spec.input_shape, size)
         if c < best_cost:
             best, best_cost = steps, c
     return best or []

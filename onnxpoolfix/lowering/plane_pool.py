@@ -6,22 +6,10 @@ pooled with the same kernel and stride as before, so the values are the same, bi
 
 Why: onnxruntime's graph optimizer rewrites a 2D MaxPool/AveragePool over many channels into its blocked
 NCHWc layout (a reorder of the input and of the output around the pool); out of cache that costs more than
-the pooling itself, while a single-channel pool is left as it is. Interleaved, 2 threads, MaxPool, times
-over a ReduceSum of the input (the read-once floor):
-
-========================  ==================  ================  ===================
-input                     kernel              NCHW (as before)  planes
-========================  ==================  ================  ===================
-[8,256,64,64] (32 MB)     (1,10) s(1,9)       4.7-5.2x          1.9-2.7x (1D)
-[8,256,64,64] (32 MB)     (13,1) s(12,1)      4.6-4.9x          2.7-3.2x
-[1,64,256,256] (16 MB)    (1,10) s(1,9)       6.1x              3.2x (1D)
-[4,256,64,64] (16 MB)     (1,10) / (13,1)     4.1x / 3.3x       3.2x / 3.0x
-[1,256,64,64] (4 MB)      (1,10) s(1,9)       2.2x              3.5x (in cache the blocked layout wins)
-[1,256,33,33] (1 MB)      (5,5) s(4,4)        1.6x              3.9x
-========================  ==================  ================  ===================
-
-AveragePool the same within 10-20%. A kernel over both axes gains nothing (4.7x vs 5.0x at 32 MB), so only
-one-axis kernels above ``CACHE_BYTES`` take this form, and only for onnxruntime (TensorRT has no such pass).
+the pooling itself, while a single-channel pool is left as it is (benchmarks/RESULTS.md, "One-axis pools
+over large inputs": 4.7-5.2x a ReduceSum as NCHW, 1.9-2.7x as planes at 8x256x64x64; in cache the blocked
+layout wins). A kernel over both axes gains nothing, so only one-axis kernels above ``CACHE_BYTES`` take
+this form, and only for onnxruntime (TensorRT has no such pass).
 """
 from __future__ import annotations
 

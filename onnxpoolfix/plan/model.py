@@ -20,7 +20,6 @@ import onnx
 from ..errors import PoolFixError, UnsupportedNodeError
 from ..frontends import FRONTENDS, FrontEnd, PlanOptions
 from ..frontends.base import REPAIRED, Region, Suspect
-from ..frontends.bodies import body_specs, has_nested_leftovers
 from ..frontends.functions import inline_functions_holding_leftovers
 from ..frontends.leftovers import is_pool_leftover
 from ..graph.shapes import PoolSpec, model_opset
@@ -43,13 +42,13 @@ class FoundNode:
     repair; :mod:`onnxpoolfix.frontends.base`), and what is wrong with it as written, where it is repaired."""
 
     spec: PoolSpec
-    frontend: FrontEnd | None  # None: a leftover inside a body (must be lowered, like the ATen front end's)
+    frontend: FrontEnd
     repair: str | None = None  # FrontEndResult.repairs: replaced, never kept nor grouped
 
     @property
     def optional(self) -> bool:
         """It may stay as it is where no exact lowering applies (FrontEnd.optional)."""
-        return self.frontend is not None and self.frontend.optional
+        return self.frontend.optional
 
 
 @dataclass
@@ -58,7 +57,7 @@ class Found:
 
     ``model`` is the model they read (a new one where local functions holding leftovers were ``inlined``):
     the found nodes index its graph. ``nodes`` are in front-end order, then graph order, then the leftovers
-    inside If/Loop/Scan bodies (with ``PlanOptions.patch_bodies``; each node's ``body`` says where).
+    inside If/Loop/Scan bodies (each node's ``body`` says where).
     ``regions`` are the nodes some specs stand for beyond their own (a dynamo decomposition: the rest goes
     once the spec is rewritten); ``suspects`` what looked like pooling and is left, with why; ``notes`` the
     front ends' (WarningNote: a warning). ``blocker``: a front end could not read the model, and nothing is
@@ -104,8 +103,7 @@ class NodePlan:
 class ModelPlan:
     """What the planner decided for what the front ends ``found``: the second half of :func:`plan_model`.
 
-    ``nodes`` has a :class:`NodePlan` per found node (same order; :attr:`top_level`, then :attr:`in_bodies`:
-    planned one by one, no pyramids, written before the top level by :mod:`onnxpoolfix.rewrite.bodies`).
+    ``nodes`` has a :class:`NodePlan` per found node (same order; :attr:`top_level`, then :attr:`in_bodies`).
     Where the patch would go ahead, ``groups`` are the top-level nodes planned together (pyramids),
     ``separate`` the top-level plans written one by one and ``kept`` the plans of optional nodes whose best
     form is the node itself (left as they are). ``notes``: the planner's (a node that cannot run
@@ -147,17 +145,16 @@ def plan_model(model: onnx.ModelProto, options: PlanOptions) -> ModelPlan:
     """Plan every node the front ends find in ``model`` (:func:`find`, then :func:`decide`); never raises
     for what it can describe.
 
-    ``model`` is modified only where ``options.input_shapes`` stays bound and, with
-    ``options.patch_bodies``, where torch left the types around leftovers in bodies out (see the ATen front
-    end); local functions holding leftovers are inlined into a new model (:attr:`Found.model`).
+    ``model`` is modified only where ``options.input_shapes`` stays bound and where torch left the types
+    around leftovers in bodies out (see the ATen front end); local functions holding leftovers are inlined
+    into a new model (:attr:`Found.model`).
     """
     with phase("find"), costs_in_use(options.cost_model):  # the front ends plan too (the exporter's pools)
         return decide(find(model, options), options)
 
 
 def find(model: onnx.ModelProto, options: PlanOptions) -> Found:
-    """Run the front ends (:data:`~onnxpoolfix.frontends.FRONTENDS`, in order), then find the leftovers in
-    bodies, with the top-level required nodes' output types seeded (a body may pool one)."""
+    """Run the front ends (:data:`~onnxpoolfix.frontends.FRONTENDS`, in order)."""
     opset = model_opset(model)
     model, inlined = inline_functions_holding_leftovers(model)
     found = Found(model, opset, inlined, leftovers=[n for n in model.graph.node if is_pool_leftover(n)])
@@ -173,13 +170,6 @@ def find(model: onnx.ModelProto, options: PlanOptions) -> Found:
         found.notes += result.notes
         found.regions += result.regions
         found.suspects += result.suspects
-    if options.patch_bodies and has_nested_leftovers(model):
-        tops = [n.spec for n in found.nodes if not n.optional]
-        try:
-            found.nodes += [FoundNode(s, None) for s in body_specs(model, opset=opset, target=options.target,
-                                                                   outer_specs=tops)]
-        except PoolFixError as err:
-            found.blocker = err
     return found
 
 

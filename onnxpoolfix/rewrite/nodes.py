@@ -97,10 +97,7 @@ def _set_output_types(graph: onnx.GraphProto, specs: Sequence[PoolSpec]) -> None
     typed: dict[str, onnx.ValueInfoProto] = {}
     dropped: set[str] = set()
     for s in specs:
-        typed[s.node.output] = make_value_info(s.node.output, s.dtype, s.output_shape)
-        if s.node.indices_output:
-            typed[s.node.indices_output] = make_value_info(s.node.indices_output, onnx.TensorProto.INT64,
-                                                           s.output_shape)
+        typed.update({name: make_value_info(name, *t) for name, t in s.output_types.items()})
         dropped.update(s.node.unused_outputs)
     # Below a node with symbolic pooled axes, value_info the exporter wrote holds the traced sizes: stale
     # at any other size, so it goes (it is optional; onnx shape inference recomputes it).

@@ -134,7 +134,8 @@ def _size_value(op, x: Any, output_size) -> Any:
     return parts[0] if len(parts) == 1 else op.Concat(*parts, axis=0)
 
 
-def _translation(op_type: str, outputs: int) -> Callable:
+def aten_translation(op_type: str, outputs: int) -> Callable:
+    """The translation writing one ``org.pytorch.aten`` adaptive pooling node (``outputs``: 1, or 2 for max)."""
     import onnxscript
     from onnxscript import opset18 as op
 
@@ -150,11 +151,6 @@ def _translation(op_type: str, outputs: int) -> Callable:
     translate.__name__ = f"onnxpoolfix_{op_type}"
     translate.__qualname__ = translate.__name__
     return translate
-
-
-def aten_translation(op_type: str, outputs: int) -> Callable:
-    """The translation writing one ``org.pytorch.aten`` adaptive pooling node (``outputs``: 1, or 2 for max)."""
-    return _translation(op_type, outputs)
 
 
 def translation_table() -> dict:
@@ -177,5 +173,5 @@ def translation_table() -> dict:
         overload = getattr(packet, "default", None) if packet is not None else None
         if overload is None:  # an op this torch does not have
             continue
-        table[overload] = _translation(op_type, outputs)
+        table[overload] = aten_translation(op_type, outputs)
     return table

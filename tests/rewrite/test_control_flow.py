@@ -461,7 +461,7 @@ def test_the_whole_model_is_run_where_a_body_replacement_alone_cannot_tell(torch
     F = torch.nn.functional
     from onnxpoolfix.errors import CheckFailedError
     from onnxpoolfix.frontends import bodies as front_bodies
-    from onnxpoolfix.rewrite import bodies as rewrite_bodies
+    from onnxpoolfix.rewrite import model as rewrite_model  # where the rewrite calls it
 
     class Carried(torch.nn.Module):
         def forward(self, x):
@@ -471,7 +471,7 @@ def test_the_whole_model_is_run_where_a_body_replacement_alone_cannot_tell(torch
             return y
 
     exported = export_scripted(torch, Carried().eval(), (torch.randn(1, 4, 10, 13),), ["x"])
-    for where in (front_bodies, rewrite_bodies):
+    for where in (front_bodies, rewrite_model):
         monkeypatch.setattr(where, "relax_loop_carried", lambda model: None)
     with pytest.raises(CheckFailedError, match="running the patched model at its input sizes"):
         onnxpoolfix.patch(exported)
