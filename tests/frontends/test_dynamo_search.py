@@ -118,6 +118,11 @@ def test_a_source_lines_output_sizes(line, want):
     ("return F.adaptive_avg_pool2d(x, (16, 4)), torch.nn.functional.relu(x)", False),
     ("return F.adaptive_avg_pool2d(x, (16, 4)).view(x.size(0), -1), x.flatten(1)", False),  # sizes only
     ("return F.adaptive_avg_pool2d(x, (16, 4)), y.reshape(b, -1)", True),  # b: a tensor or a size?
+    ("return F.adaptive_avg_pool2d(x, (16, 4)), self.ops.relu(x)", True),  # a namespace behind an attribute
+    ("return F.adaptive_avg_pool2d(x, (16, 4)), pkg.ops.relu(x)", True),
+    ("return F.adaptive_avg_pool2d(x, (16, 4)), feats.pooled", True),  # a property may compute a pool
+    ("return F.adaptive_avg_pool2d(x, (16, 4)), x.shape[2], x.dtype", False),  # a tensor's own attributes
+    ("outs.append(F.adaptive_avg_pool2d(x, (8, 3)))", False),  # a list's method holds no pool
 ])
 def test_a_line_that_may_hide_a_pool_is_opaque(line, opaque):
     """Which ``self.name`` is a submodule comes from the graph's scopes: ``fc`` made nodes under ``head.fc``, so it

@@ -51,8 +51,45 @@ class ModuleBuiltOnTheLine(nn.Module):
         return nn.AdaptiveAvgPool2d((x.shape[2] // 2, 4))(x)
 
 
+class ModuleBuiltALineBefore(nn.Module):
+    def forward(self, x):
+        pool = nn.AdaptiveAvgPool2d((x.shape[2] // 2, 4))
+        return pool(x)
+
+
+class Ops:
+    def relu(self, t):
+        return F.adaptive_avg_pool2d(t * 2, (None, 4))
+
+
+class HelperBehindAnAttribute(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ops = Ops()
+
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, (16, 4)), self.ops.relu(x)
+
+
+class Feats:
+    def __init__(self, t):
+        self.t = t
+
+    def __mul__(self, k):
+        return F.adaptive_avg_pool2d(self.t * k, (None, 4))
+
+
+class PoolInAnOperator(nn.Module):
+    """The line shows one pooling call and made two frozen pools: the other is in ``Feats.__mul__``."""
+
+    def forward(self, x):
+        f = Feats(x)
+        return F.adaptive_avg_pool2d(x, (16, 4)), f * 3
+
+
 @pytest.mark.parametrize("module", [SizeInAVariable, MergedByTheExport, HelperNamedLikeATorchOp,
-                                    ModuleBuiltOnTheLine], ids=lambda m: m.__name__)
+                                    ModuleBuiltOnTheLine, ModuleBuiltALineBefore, HelperBehindAnAttribute,
+                                    PoolInAnOperator], ids=lambda m: m.__name__)
 def test_a_size_the_line_does_not_show_is_refused(module):
     m = module().eval()
     at_other = torch.randn(1, 3, 20, 12)
@@ -68,3 +105,28 @@ def test_a_size_the_line_does_not_show_is_refused(module):
 
 def _outputs(y):
     return y if isinstance(y, tuple) else (y,)
+
+
+class DividedOnTheLine(nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, (3, 5)) / 2, x / 2
+
+
+class Appended(nn.Module):
+    def forward(self, x):
+        outs = []
+        outs.append(F.adaptive_avg_pool2d(x, (8, 4)))
+        return outs[0]
+
+
+@pytest.mark.parametrize("module,traced", [(DividedOnTheLine, (17, 13)), (Appended, TRACED)],
+                         ids=["DividedOnTheLine", "Appended"])
+def test_ordinary_code_on_the_pools_line_is_patched_exactly(module, traced):
+    """review12 F11/F13: a Div on the pool's line was taken for another pool's end, and ``outs.append(...)`` for
+    a call that may hide one: both refused, where the file is patched exactly."""
+    from dynamo_exports import errors_vs_torch
+
+    m = module().eval()
+    out = patch(export_symbolic_hw(m, traced), traced_shapes={"x": [1, 3, *traced]}).model
+    errors = errors_vs_torch(m, out, [traced, (20, 12), (9, 7), (23, 30)], seed=1)
+    assert max(errors.values()) < 1e-5, errors

@@ -49,18 +49,25 @@ def is_fixed(e, fixed: frozenset[str]) -> bool:
 
 def fixed_names(tree) -> frozenset[str]:
     """Names the line binds in a comprehension over the module's attributes or literals (``[F.adaptive_avg_pool2d(x,
-    s) for s in self.bins]``, ``for s in (1, 2, 3, 6)``)."""
-    out: set[str] = set()
+    s) for s in self.bins]``, ``for s in (1, 2, 3, 6)``), and binds no other way on it (a second comprehension
+    over computed sizes, a walrus, a lambda's argument: such a name is not fixed anywhere on the line)."""
+    fixed: set[str] = set()
+    other: set[str] = set()
     for n in ast.walk(tree):
-        if isinstance(n, ast.comprehension) and (is_fixed(n.iter, frozenset(out)) or literalints_written(n.iter)):
-            out.update(t.id for t in ast.walk(n.target) if isinstance(t, ast.Name))
-    return frozenset(out)
+        if isinstance(n, ast.comprehension):
+            names = {t.id for t in ast.walk(n.target) if isinstance(t, ast.Name)}
+            (fixed if is_fixed(n.iter, frozenset()) or literal_ints(n.iter) else other).update(names)
+        elif isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name):
+            other.add(n.target.id)
+        elif isinstance(n, ast.arguments):
+            other.update(a.arg for a in (*n.posonlyargs, *n.args, *n.kwonlyargs))
+    return frozenset(fixed - other)
 
 
-def literalints_written(e) -> bool:
+def literal_ints(e) -> bool:
     if isinstance(e, ast.Constant):
         return e.value is None or type(e.value) is int
-    return isinstance(e, (ast.Tuple, ast.List)) and all(literalints_written(x) for x in e.elts)
+    return isinstance(e, (ast.Tuple, ast.List)) and all(literal_ints(x) for x in e.elts)
 
 
 def unpacks(call: ast.Call) -> bool:

@@ -304,9 +304,13 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
     why = None  # the largest region's: a smaller one inside it (from its own Transpose) says less
     first_evidence = None
     fits: list[Candidate] = []
+    selects_nothing = False  # some region ends here that picks no windows (a Div of a pool's result by 2)
     for t in entering:
         region = _region_from(g, end, t, closure)
-        if region is None or not any(g.nodes[i].op_type in SELECT_OPS for i in region):
+        if region is None:
+            continue
+        if not any(g.nodes[i].op_type in SELECT_OPS for i in region):
+            selects_nothing = True
             continue
         if any(i != end and is_end(g, i) for i in region):
             continue  # another pool's end inside: pools chained, which no one adaptive pool computes (though it
@@ -321,6 +325,8 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
         fits.append(Candidate(end, result, t, tuple(region), evidence, k, sizes, x_shape, y_shape, elem))
     if fits:
         return replace(fits[0], smaller=tuple(fits[1:_MAX_SMALLER + 1]))
+    if selects_nothing and why is None:  # every region either picks no windows or holds another pool's end:
+        return None  # an op on a pool's result or on its input that shares the line (``pool(x) / 2``, ``x / 2``)
     ev = first_evidence if first_evidence not in (None, "structure") else (node_evidence(g.nodes[end]) or ("",))[0]
     # a lone ReduceMean (a global average) is exact as it is; a Div of a model is no concern without evidence
     if ev and not (g.nodes[end].op_type == "ReduceMean" and first_evidence is None):

@@ -34,7 +34,7 @@ from .frozen_readings import (
     node_readings,
     window_attrs,
 )
-from .metadata import COMPUTED, has_metadata, submodules
+from .metadata import COMPUTED, has_metadata, last_line, module_pool, source_line, submodules
 from .search import declared_dims, evaluate, symbol_binding
 
 __all__ = ["frozen_pool_ops", "size_text", "contradiction_hint"]
@@ -97,6 +97,7 @@ def frozen_pool_ops(model, g: DataflowGraph, info, traced_shapes, findings: Fron
                 continue
             site = replace(site, readings=left, bound=tuple(bx))
         sites.append(site)
+    sites = _hidden_calls(g, sites, modules)
     _by_implied_sizes(g, sites)
     for site in sites:
         contradiction = _decide(site, g, findings, opset, target, busy, resting, read)
@@ -145,6 +146,27 @@ def _site(index: int, node: onnx.NodeProto, info, busy, modules, merged: bool) -
     elif [r.what for r in readings] == [GENUINE] and readings[0].says.startswith("metadata"):
         return None  # nn.AvgPool2d / nn.MaxPool2d: what it says
     return _Site(index, kind, k, tuple(dims), elem, lifted, readings)
+
+
+def _hidden_calls(g: DataflowGraph, sites: list[_Site], modules) -> list[_Site]:
+    """Where one source line made more frozen pooling nodes than it shows pooling calls, and runs no loop (a
+    comprehension would call one several times), a call on it hides a pool (``f * 3`` of a user's class whose
+    ``__mul__`` pools, a property): which node is which, the line cannot say, so each gets an unknown reading."""
+    lines: dict[str, list[int]] = {}
+    for i, site in enumerate(sites):
+        text = last_line(g.nodes[site.index])
+        if text and module_pool(g.nodes[site.index]) is None:  # (a module's pools share torch's own line)
+            lines.setdefault(text, []).append(i)
+    out = list(sites)
+    for members in lines.values():
+        line = source_line(g.nodes[sites[members[0]].index], modules)
+        if line is None or len(members) <= len(line.calls) or line.loops:
+            continue
+        hidden = Reading(UNKNOWN, f"its source line made {len(members)} pooling nodes and shows "
+                                  f"{len(line.calls)} pooling call(s): a call on it hides a pool: {line.text[:100]}")
+        for i in members:
+            out[i] = replace(sites[i], readings=[*sites[i].readings, hidden])
+    return out
 
 
 #: combinations of readings tried per pooled tensor (a count, never seconds: the same file, the same verdict)

@@ -71,6 +71,7 @@ class SourceLine:
     text: str
     calls: tuple[PoolCall, ...]
     opaque: bool  # some call may hold a pool (a helper, a lambda), or the line is no statement
+    loops: bool = True  # it may run a call more than once (a comprehension, a for header; unparsed: unknown)
 
 
 def _metadata(node: onnx.NodeProto) -> dict[str, str]:
@@ -155,18 +156,19 @@ def source_line(node: onnx.NodeProto, modules: dict[tuple[str, ...], frozenset[s
     if not text:
         return None
     caller = _caller_line(node)
-    if caller is not None:  # the trace ends in torch's own pooling module: its size is the module's
-        inline = _inline_modules(caller)
-        if inline is not None:
-            return SourceLine(caller, inline, False)
+    if caller is not None:  # the trace ends in torch's own pooling module, no registered submodule's
+        inline = _inline_modules(caller)  # (module_pool reads those): built on the caller's line, or elsewhere
+        return SourceLine(caller, inline if inline is not None else _unseen_module(text), inline is None)
     parsed = _parse(text)
     if parsed is None:
         return SourceLine(text, (), True)
     tree, end = parsed
     calls, opaque = [], False
     fixed = fixed_names(tree)
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     for n in ast.walk(tree):
-        if isinstance(n, ast.Lambda):
+        if isinstance(n, ast.Lambda) or (isinstance(n, ast.Attribute) and id(n) not in called
+                                         and _may_be_a_property(n)):
             opaque = True
         if not isinstance(n, ast.Call) or _name(n) == _OPEN:
             continue
@@ -176,10 +178,20 @@ def source_line(node: onnx.NodeProto, modules: dict[tuple[str, ...], frozenset[s
             calls.append(call)
         elif _may_hold_a_pool(n, children):
             opaque = True
-    return SourceLine(text, tuple(calls), opaque)
+    loops = any(isinstance(n, (ast.comprehension, ast.For, ast.While)) for n in ast.walk(tree))
+    return SourceLine(text, tuple(calls), opaque, loops)
 
 
 _MODULE_CALL = re.compile(r"^Adaptive(Avg|Max)Pool([123])d$")
+
+
+def _unseen_module(text: str) -> tuple[PoolCall, ...]:
+    """torch's own pooling line (``F.adaptive_avg_pool2d(input, self.output_size)``) of a module that is no
+    submodule and was not built on its caller's line (``pool = nn.AdaptiveAvgPool2d((h // 2, 3))`` a line
+    before ``pool(x)``): the call, its size one the file does not show."""
+    parsed = _parse(text)
+    calls = [_pool_call(n) for n in ast.walk(parsed[0]) if isinstance(n, ast.Call)] if parsed else []
+    return tuple(PoolCall(c.kind, True, c.rank, (COMPUTED,) * (c.rank or 1)) for c in calls if c and c.adaptive)
 
 
 def _inline_modules(line: str) -> tuple[PoolCall, ...] | None:
@@ -274,6 +286,8 @@ def _may_hold_a_pool(call: ast.Call, children: frozenset[str]) -> bool:
         return mode is not None and not isinstance(mode, ast.Constant)
     if isinstance(f, ast.Name):  # a bare name: a function of the user's (``normalize(x)``) unless a builtin
         return name not in _BUILTINS
+    if name in _CONTAINER_CALLS:
+        return False
     if not name or name not in _PLAIN_CALLS:
         return True
     # ``torch.relu(x)``, ``F.relu(x)``, ``y.flatten(1)``, ``self.pool(x).view(b, -1)``: torch's. ``ops.relu(x)``
@@ -282,9 +296,23 @@ def _may_hold_a_pool(call: ast.Call, children: frozenset[str]) -> bool:
     root = f.value
     while isinstance(root, ast.Attribute):
         root = root.value
-    if not isinstance(f.value, ast.Name) or (isinstance(root, ast.Name) and root.id in TORCH_NAMES):
-        return False
+    if not isinstance(root, ast.Name) or root.id in TORCH_NAMES:
+        return False  # a method of a tensor a call or an index made (``self.pool(x).view(...)``), or torch's
     return unpacks(call) or not all(sizes_only(a) for a in [*call.args, *(k.value for k in call.keywords)])
+
+
+#: a list's and a dict's methods (``outs.append(F.adaptive_avg_pool2d(x, (8, 3)))``): they hold no pool
+_CONTAINER_CALLS = frozenset({"append", "extend", "insert", "update", "setdefault"})
+#: a tensor's attributes a line reads (``x.shape``); any other attribute of an object other than the module
+#: and torch's may be a property that computes (``feats.pooled`` pooling inside)
+_TENSOR_ATTRIBUTES = frozenset({"shape", "T", "mT", "H", "mH", "dtype", "device", "data", "real", "imag", "ndim",
+                                "is_cuda", "layout", "requires_grad", "grad"})
+
+
+def _may_be_a_property(e: ast.Attribute) -> bool:
+    """An attribute read (not called) of a name other than ``self`` and torch's that no tensor has."""
+    return isinstance(e.ctx, ast.Load) and isinstance(e.value, ast.Name) and e.value.id not in ("self", *TORCH_NAMES) \
+        and e.attr not in _TENSOR_ATTRIBUTES
 
 
 def _pool_call(call: ast.Call, cut: bool = False, fixed: frozenset[str] = frozenset()) -> PoolCall | None:
