@@ -119,14 +119,27 @@ class Appended(nn.Module):
         return outs[0]
 
 
-@pytest.mark.parametrize("module,traced", [(DividedOnTheLine, (17, 13)), (Appended, TRACED)],
-                         ids=["DividedOnTheLine", "Appended"])
+class CroppedToTheTracedWidth(nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x[..., :13], (3, 5))
+
+
+class ScaledByTheWidth(nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x * (x.shape[3] / 13), (3, 5))
+
+
+@pytest.mark.parametrize("module,traced", [(DividedOnTheLine, (17, 13)), (Appended, TRACED),
+                                           (CroppedToTheTracedWidth, (17, 13)), (ScaledByTheWidth, (17, 13))],
+                         ids=["DividedOnTheLine", "Appended", "CroppedToTheTracedWidth", "ScaledByTheWidth"])
 def test_ordinary_code_on_the_pools_line_is_patched_exactly(module, traced):
     """review12 F11/F13: a Div on the pool's line was taken for another pool's end, and ``outs.append(...)`` for
-    a call that may hide one: both refused, where the file is patched exactly."""
+    a call that may hide one: both refused, where the file is patched exactly. F9: a crop or scale that is the
+    identity at the traced size was taken into the region (the pool read as one of x): exit 0, OUT 0.5 off at
+    other widths; the region is now also run at the nearest sizes of the traced size's branches."""
     from dynamo_exports import errors_vs_torch
 
     m = module().eval()
     out = patch(export_symbolic_hw(m, traced), traced_shapes={"x": [1, 3, *traced]}).model
-    errors = errors_vs_torch(m, out, [traced, (20, 12), (9, 7), (23, 30)], seed=1)
+    errors = errors_vs_torch(m, out, [traced, (20, 12), (9, 7), (23, 30), (17, 20)], seed=1)
     assert max(errors.values()) < 1e-5, errors

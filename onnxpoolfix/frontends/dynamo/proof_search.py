@@ -29,6 +29,7 @@ from .search import (
     branch_class,
     completed_binding,
     declared_dims,
+    evaluate,
     symbol_binding,
     whole_model_bindings,
 )
@@ -142,6 +143,8 @@ def _search_alone(t: Trial, space: SizeSpace, env0: Mapping[str, int], dtypes, r
         else:
             p.bound_at = got[0]
             p.bound_why = _try(t, dtypes, got[1], got[0], rng) or ""
+            if p.bound_why == "":
+                _same_branches_elsewhere(t, space, env0, dtypes, rng)
     need = _proofs_needed(c)
     budget, failed = _SEARCH_BUDGET, 0
     outcome: dict[tuple, str | None] = {}  # per pooled size tried: run's answer
@@ -172,6 +175,46 @@ def _search_alone(t: Trial, space: SizeSpace, env0: Mapping[str, int], dtypes, r
             probed = True  # the region fails at the smallest classes: an unroll longer than their windows
             probe_unrolled_windows(space, run)
     p.searched = "per axis, on the region alone"
+
+
+#: symbol values tried per axis for a size taking the bound size's branches (a count, never seconds)
+_SAME_BRANCH_TRIES = 256
+
+
+def _same_branches_elsewhere(t: Trial, space: SizeSpace, env0: Mapping[str, int], dtypes, rng) -> None:
+    """A region proven at the bound size is run again at the nearest larger and the nearest smaller size whose
+    pooled axes take the same branches of torch's decomposition, where it must be right too. One that differs
+    there holds an op that is the identity at the bound size alone (``x[..., :13]`` traced at 13, ``x * (H /
+    17)``): the pool is not of the tensor it was cut back to, so this region is not proven (a smaller one of the
+    same end is tried next). A size where onnxruntime fails (torch unrolled at the traced length), or none
+    found, says nothing."""
+    c, p, session = t
+    for direction in (1, -1):
+        env = dict(env0)
+        for a, s in enumerate(space.axis_symbols):
+            m = space.output_size[a]
+            if not s or not isinstance(m, int) or s not in env0 or env[s] != env0[s]:
+                continue
+            d = space.pooled[len(space.pooled) - len(space.output_size) + a]
+            base = {**{o: 1 for o in space.others}, **env}
+            n0 = evaluate(d, base)
+            for step in range(1, _SAME_BRANCH_TRIES + 1):
+                v = env0[s] + direction * step
+                n = evaluate(d, {**base, s: v}) if v >= 1 else None
+                if n is None or n < 1 or n0 is None:
+                    break
+                if n != n0 and branch_class(n, m) == branch_class(n0, m):
+                    env[s] = v
+                    break
+        got = space.at(env) if env != env0 else None
+        if got is None or got[0] in p.tried or got[0][-c.rank:] in p.tried:
+            continue
+        p.tried.add(got[0][-c.rank:])
+        why = prove(session, c, p, dtypes, got[1], got[0], rng)
+        if why is not None and why.startswith("it differs"):
+            p.mismatch = (f"at {shape_text(got[0])}, which takes the traced size's branches, {why[3:]}: an op in "
+                          "it is the identity at the traced size alone (a crop or scale by the input's size)")
+            return
 
 
 def _run_shapes(model, tensors: Mapping[str, int], binding, model_dir, rng) -> dict[str, list[int]]:
