@@ -92,6 +92,9 @@ def _node(line: str):
     ("return F.adaptive_avg_pool2d(x, (self.h, 3))", [None]),  # the module's attribute
     ("return F.adaptive_avg_pool2d(x, (self.h, n))", [(COMPUTED, COMPUTED)]),  # (None would be torch's None)
     ("return F.interpolate(x, **kw)", [(COMPUTED,)]),  # its mode may be "area", its size anything
+    # a forward under torch.no_grad(): the trace ends in the FX code torch.export writes (review12 F21)
+    ("adaptive_avg_pool2d = torch.ops.aten.adaptive_avg_pool2d.default(x, [8, 3]);  x = None", [(8, 3)]),
+    ("adaptive_avg_pool2d = torch.ops.aten.adaptive_avg_pool2d.default(x, [floordiv, 3])", [(COMPUTED, 3)]),
 ])
 def test_a_source_lines_output_sizes(line, want):
     line = source_line(_node(line))

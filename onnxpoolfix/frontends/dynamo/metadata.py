@@ -270,8 +270,19 @@ def _brackets(text: str) -> tuple[str, list[str], list[str]]:
 
 
 def _name(call: ast.Call) -> str:
+    """The called function's name; an aten overload's op (``torch.ops.aten.adaptive_avg_pool2d.default(x, [8,
+    3])``, the FX code torch.export writes for a forward under ``torch.no_grad()``) by its op's name."""
     f = call.func
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) and _dotted(f.value.value) in _OPS:
+        return f.value.attr
     return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
+_OPS = frozenset({"torch.ops.aten", "torch.ops.prims"})
+
+
+def _dotted(e) -> str:
+    return f"{_dotted(e.value)}.{e.attr}" if isinstance(e, ast.Attribute) else e.id if isinstance(e, ast.Name) else ""
 
 
 def _may_hold_a_pool(call: ast.Call, children: frozenset[str]) -> bool:
