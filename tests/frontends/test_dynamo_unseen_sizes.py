@@ -129,9 +129,19 @@ class ScaledByTheWidth(nn.Module):
         return F.adaptive_avg_pool2d(x * (x.shape[3] / 13), (3, 5))
 
 
+class UnderNoGrad(nn.Module):
+    """torch.export wraps the forward; the trace ends in its FX code ``torch.ops.aten.adaptive_avg_pool2d.default``."""
+
+    @torch.no_grad()
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, (8, 4))
+
+
 @pytest.mark.parametrize("module,traced", [(DividedOnTheLine, (17, 13)), (Appended, TRACED),
-                                           (CroppedToTheTracedWidth, (17, 13)), (ScaledByTheWidth, (17, 13))],
-                         ids=["DividedOnTheLine", "Appended", "CroppedToTheTracedWidth", "ScaledByTheWidth"])
+                                           (CroppedToTheTracedWidth, (17, 13)), (ScaledByTheWidth, (17, 13)),
+                                           (UnderNoGrad, TRACED)],
+                         ids=["DividedOnTheLine", "Appended", "CroppedToTheTracedWidth", "ScaledByTheWidth",
+                              "UnderNoGrad"])
 def test_ordinary_code_on_the_pools_line_is_patched_exactly(module, traced):
     """review12 F11/F13: a Div on the pool's line was taken for another pool's end, and ``outs.append(...)`` for
     a call that may hide one: both refused, where the file is patched exactly. F9: a crop or scale that is the
