@@ -365,11 +365,12 @@ class _Prober:
         try:
             feed = {k: ort_value(v) for k, v in random_feed(self.model, shapes, self.rng).items()
                     if k in self.session_inputs}
-            outs = [o.numpy() for o in self.sess.run_with_ort_values(self.fetch, feed)] if self.fetch else []
+            outs = self.sess.run_with_ort_values(self.fetch, feed) if self.fetch else []
         except Exception as e:  # noqa: BLE001 - a size the network cannot run at (too small for its convs)
             logger.debug("probe at %s failed: %s", shapes, e)
             return None
-        got = {n: tuple(int(d) for d in o.shape) for n, o in zip(self.fetch, outs)}
+        # the shapes alone, read off the OrtValues (numpy has no bfloat16 to hand a pooled tensor back in)
+        got = {n: tuple(int(d) for d in o.shape()) for n, o in zip(self.fetch, outs)}
         for n in self.names:
             if n in self.inputs:
                 got[n] = tuple(shapes[n])

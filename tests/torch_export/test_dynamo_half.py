@@ -40,3 +40,28 @@ def test_a_half_precision_region_is_patched_and_matches_torch(dtype, tmp_path: P
         bits = x.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if dtype == "bfloat16" else x.numpy()
         got = sess.run_with_ort_values(None, {"x": ort_value(bits)})[0].numpy()
         np.testing.assert_allclose(got, m(x).float().numpy(), rtol=2 ** -7, atol=1e-3)
+
+
+def test_a_bfloat16_pool_inside_a_float32_model_is_exported(tmp_path: Path):
+    """review12 F20: a pool under torch.autocast(bfloat16) in a float32 model. The check's size probe fetched the
+    bfloat16 pooled tensor as numpy (which has no bfloat16) at every size, and onnxpoolfix.export said the model
+    ran at none of them, blaming the Dim ranges. The probe reads only shapes now."""
+
+    class Autocast(torch.nn.Module):
+        def forward(self, x):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                y = torch.nn.functional.adaptive_avg_pool2d(x.to(torch.bfloat16), (3, 5))
+            return y.float()
+
+    m = Autocast().eval()
+    dims = {2: torch.export.Dim("h", min=2, max=64), 3: torch.export.Dim("w", min=2, max=64)}
+    path = tmp_path / "m.onnx"
+    onnxpoolfix.export(m, (torch.randn(1, 3, 17, 13),), path, input_names=["x"], dynamic_shapes={"x": dims},
+                       external_data=False)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for shape in ((1, 3, 17, 13), (1, 3, 23, 9), (1, 3, 4, 30)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            want = m(x).numpy()
+        (got,) = sess.run(None, {"x": x.numpy()})
+        np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2, err_msg=str(shape))  # bfloat16's rounding
