@@ -44,6 +44,9 @@ _DATA_OPS = frozenset({
 })
 #: ops that select window elements: a region without one is no decomposition
 SELECT_OPS = frozenset({"GatherND", "Gather", "GatherElements", "Slice"})
+#: what torch's decomposition does with the tensor it pools (measured over the suite's exports, torch 2.9-2.14)
+_DECOMPOSITION_READS = frozenset({"Transpose", "Reshape", "Shape", "Size", "Unsqueeze", "Squeeze", "Cast",
+                                  "Identity", "Flatten", "Gather", "GatherND", "GatherElements"})
 _SHAPE_OPS = frozenset({"Shape", "Size"})
 _NONDETERMINISTIC = ("Random", "Bernoulli", "Multinomial")
 #: largest region (nodes) considered: a 13 -> 6 AlexNet pool is ~200 nodes; a corrupt graph is bounded
@@ -324,6 +327,12 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
         k, x_shape, y_shape, elem, sizes = fit
         fits.append(Candidate(end, result, t, tuple(region), evidence, k, sizes, x_shape, y_shape, elem))
     if fits:
+        # a region whose pooled tensor an op of the model's own reads (a crop, a scale: torch's decomposition
+        # reads it only to transpose or reshape it, or gather from it) is tried after the ones that start past
+        # such ops: at the traced size the op may be the identity (x[:, :, :17] traced at 17), which the proof
+        # there cannot see (review12 F9); where the smaller region fails, the larger is still tried
+        fits.sort(key=lambda c: any(g.nodes[i].op_type not in _DECOMPOSITION_READS for i in c.region
+                                    if c.pooled in g.nodes[i].input))
         return replace(fits[0], smaller=tuple(fits[1:_MAX_SMALLER + 1]))
     if selects_nothing and why is None:  # every region either picks no windows or holds another pool's end:
         return None  # an op on a pool's result or on its input that shares the line (``pool(x) / 2``, ``x / 2``)
