@@ -100,8 +100,10 @@ def _fed_error(input_light: onnx.ModelProto, specs: Sequence[PoolSpec], named: M
 def _frozen_index(light: onnx.ModelProto, fed: Mapping[str, object]) -> str | None:
     """A GatherElements after a replaced node whose index is a constant (reached from no graph input) smaller
     than the data it gathers from on an axis it does not gather along, at a size with the dims bound: its
-    output takes the index's shape, so it does not follow the data there. The TorchScript exporter types a
-    leftover's output at its traced shape and folds what the model builds from that shape
+    output takes the index's shape, so it does not follow the data there. A Reshape after one to a constant
+    shape whose batch differs from the data's (``view(y.size(0), -1)`` folded to [1, -1]) likewise. The
+    TorchScript exporter types a leftover's output at its traced shape and folds what the model builds from
+    that shape
     (``torch.gather(y, 3, torch.zeros(y.shape, ...))`` after a ``y[:, 0]``) into such a constant; the file
     then gives batch 1 at every batch, and nothing fails to say so."""
     try:
@@ -127,11 +129,31 @@ def _frozen_index(light: onnx.ModelProto, fed: Mapping[str, object]) -> str | No
                     return (f"GatherElements '{n.name or n.output[0]}' takes its output shape from a constant index "
                             f"of shape {index}, smaller than the data's {data} on axis {smaller[0]}: a tensor built "
                             "from the leftover's shape, frozen at the size it traced")
+        if n.op_type == "Reshape" and n.input[0] in after and len(n.input) > 1 and n.input[1] not in varying:
+            data, target = shapes.get(n.input[0]), _constant_ints(g, n.input[1])
+            if data and target is not None and len(target) and target[0] > 0 and isinstance(data[0], int) \
+                    and data[0] != target[0]:
+                return (f"Reshape '{n.name or n.output[0]}' to the constant shape {target} moves the data's batch of "
+                        f"{data[0]} into its other dims: a view(y.size(0), -1) of the leftover's traced batch, frozen "
+                        "at the size it traced")
         if any(i in varying for i in n.input):
             varying.update(n.output)
         if any(i in after for i in n.input):
             after.update(n.output)
     return None
+
+
+def _constant_ints(g: onnx.GraphProto, name: str) -> list[int] | None:
+    """The values of a Constant node's or an initializer's small int64 tensor, or None."""
+    tensor = next((a.t for n in g.node if n.op_type == "Constant" and n.output and n.output[0] == name
+                   for a in n.attribute if a.name == "value"), None)
+    tensor = tensor or next((t for t in g.initializer if t.name == name), None)
+    if tensor is None or tensor.data_type != TensorProto.INT64 or len(tensor.dims) != 1:
+        return None
+    try:
+        return [int(v) for v in onnx.numpy_helper.to_array(tensor)]
+    except Exception:  # noqa: BLE001 - a stub of the light copy (its bytes elsewhere): no values to read
+        return None
 
 
 def _bind_inputs(light: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> None:

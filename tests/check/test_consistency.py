@@ -112,3 +112,42 @@ def test_the_torchscript_exporters_frozen_index_is_refused(tmp_path):
             want = m(x)
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("read_first", [True, False])
+def test_a_view_of_the_pools_batch_the_exporter_froze_is_refused(tmp_path, read_first):
+    """``y.view(y.size(0), -1)`` after a ``y[:, 0]``: torch folds ``y.size(0)`` to the traced batch, a Reshape to
+    [1, -1], which at batch 2 gives (1, 120) where torch gives (2, 60), and runs (exit 0 before). With the view
+    first (the classifier's usual form) torch keeps Shape -> Gather, and the file is patched and matches torch."""
+    torch = pytest.importorskip("torch")
+    import onnx
+    import onnxruntime as ort
+
+    class Viewed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pool = torch.nn.AdaptiveAvgPool2d((4, 5))
+
+        def forward(self, x):
+            y = self.pool(x)
+            if read_first:
+                first = y[:, 0]
+                return first, y.view(y.size(0), -1)
+            flat = y.view(y.size(0), -1)
+            return y[:, 0], flat
+
+    m, path = Viewed().eval(), tmp_path / "v.onnx"
+    torch.onnx.export(m, (torch.randn(1, 3, 10, 13),), str(path), dynamo=False, input_names=["x"],
+                      opset_version=17, operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH,
+                      dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}})
+    if read_first:
+        with pytest.raises(CheckFailedError, match="Reshape .* constant shape \\[1, -1\\]"):
+            onnxpoolfix.patch(onnx.load(str(path)))
+        return
+    out = onnxpoolfix.patch(onnx.load(str(path))).model
+    x = torch.randn(2, 3, 9, 14)
+    got = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})
+    with torch.no_grad():
+        want = m(x)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6)
