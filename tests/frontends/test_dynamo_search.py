@@ -90,6 +90,13 @@ def _node(line: str):
     ("return F.adaptive_avg_pool2d(x, **kw)", [(COMPUTED, COMPUTED)]),
     ("return F.adaptive_avg_pool2d(*args)", [(COMPUTED, COMPUTED)]),
     ("return F.adaptive_avg_pool2d(x, (self.h, 3))", [None]),  # the module's attribute
+    ("return F.adaptive_avg_pool2d(x, self.cfg.out_hw)", [None]),  # and what it holds (review14)
+    ("return F.adaptive_avg_pool2d(x, self.w.shape[2:])", [(COMPUTED, COMPUTED)]),  # but no tensor's shape
+    # review14: a comprehension's name is its own; the same name outside it is the variable's
+    ("return F.adaptive_avg_pool2d(x, s) * sum(1 for s in self.bins)", [(COMPUTED, COMPUTED)]),
+    ("return [F.adaptive_avg_pool2d(x, b) for i, b in enumerate(self.bins)]", [None]),
+    ("return [F.adaptive_avg_pool2d(y, s) for y, s in zip((x, x * 2), self.sizes)]", [None]),
+    ("return [F.adaptive_avg_pool2d(y, s) for s, y in zip(sizes, (x, x))]", [(COMPUTED, COMPUTED)]),
     ("return F.adaptive_avg_pool2d(x, (self.h, n))", [(COMPUTED, COMPUTED)]),  # (None would be torch's None)
     ("return F.interpolate(x, **kw)", [(COMPUTED,)]),  # its mode may be "area", its size anything
     # a forward under torch.no_grad(): the trace ends in the FX code torch.export writes (review12 F21)
@@ -126,6 +133,7 @@ def test_a_source_lines_output_sizes(line, want):
     ("return F.adaptive_avg_pool2d(x, (16, 4)), feats.pooled", True),  # a property may compute a pool
     ("return F.adaptive_avg_pool2d(x, (16, 4)), x.shape[2], x.dtype", False),  # a tensor's own attributes
     ("outs.append(F.adaptive_avg_pool2d(x, (8, 3)))", False),  # a list's method holds no pool
+    ("return F.adaptive_avg_pool2d(x, (4, 3)) * math.pi", False),  # a constant of a module (review14)
 ])
 def test_a_line_that_may_hide_a_pool_is_opaque(line, opaque):
     """Which ``self.name`` is a submodule comes from the graph's scopes: ``fc`` made nodes under ``head.fc``, so it

@@ -150,11 +150,51 @@ class UnderNoGrad(nn.Module):
         return F.adaptive_avg_pool2d(x, (8, 4))
 
 
+class Block(nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, (4, 3)) * 2.0
+
+
+class BlockTwice(nn.Module):
+    """Two instances of one block run one source line: a pool each, in its own scope (review14: refused as a
+    line that made two pools and shows one call)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = Block(), Block()
+
+    def forward(self, x):
+        return torch.cat([self.a(x).flatten(1), self.b(x * 2).flatten(1)], 1)
+
+
+class ReturnedTwice(nn.Module):
+    """One pool returned twice: the exporter's "_alias_" Identity is no merge of two calls (review14)."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d((4, 3))
+
+    def forward(self, x):
+        y = self.pool(x)
+        return y, y
+
+
+class Enumerated(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bins = ((8, 3), (4, 1))
+
+    def forward(self, x):
+        return tuple([F.adaptive_avg_pool2d(x * (i + 1), b) for i, b in enumerate(self.bins)])
+
+
 @pytest.mark.parametrize("module,traced", [(DividedOnTheLine, (17, 13)), (Appended, TRACED),
+                                           (BlockTwice, TRACED), (ReturnedTwice, TRACED), (Enumerated, TRACED),
                                            (CroppedToTheTracedWidth, (17, 13)), (ScaledByTheWidth, (17, 13)),
                                            (CroppedToTheTracedHeight, (17, 13)), (MadeEven, (17, 12)),
                                            (UnderNoGrad, TRACED)],
-                         ids=["DividedOnTheLine", "Appended", "CroppedToTheTracedWidth", "ScaledByTheWidth",
+                         ids=["DividedOnTheLine", "Appended", "BlockTwice", "ReturnedTwice", "Enumerated",
+                              "CroppedToTheTracedWidth", "ScaledByTheWidth",
                               "CroppedToTheTracedHeight", "MadeEven", "UnderNoGrad"])
 def test_ordinary_code_on_the_pools_line_is_patched_exactly(module, traced):
     """review12 F11/F13: a Div on the pool's line was taken for another pool's end, and ``outs.append(...)`` for

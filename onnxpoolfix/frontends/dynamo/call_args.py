@@ -35,33 +35,83 @@ def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset()) -> tu
 
 
 def is_fixed(e, fixed: frozenset[str]) -> bool:
-    """``self.bins``, ``self.sizes[i]``, ``tuple(self.sizes)``, or a name in ``fixed``: a value the module was
-    built with."""
+    """``self.bins``, ``self.cfg.sizes``, ``self.sizes[i]``, ``tuple(self.sizes)``, or a name in ``fixed``: a value
+    the module was built with (its shape excepted)."""
     if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in ("tuple", "list") and len(e.args) == 1:
         return is_fixed(e.args[0], fixed)
     if isinstance(e, ast.Subscript):
         return is_fixed(e.value, fixed)
     if isinstance(e, ast.Name):
         return e.id in fixed
-    return isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self" \
-        and e.attr not in ("shape",)
+    attrs = []
+    while isinstance(e, ast.Attribute):
+        attrs.append(e.attr)
+        e = e.value
+    # the module's own attribute, and what it holds (``self.cfg.out_hw``), but no tensor's shape (``self.w.shape``)
+    return isinstance(e, ast.Name) and e.id == "self" and bool(attrs) and not {"shape", "size"} & set(attrs[:-1])
 
 
-def fixed_names(tree) -> frozenset[str]:
-    """Names the line binds in a comprehension over the module's attributes or literals (``[F.adaptive_avg_pool2d(x,
-    s) for s in self.bins]``, ``for s in (1, 2, 3, 6)``), and binds no other way on it (a second comprehension
-    over computed sizes, a walrus, a lambda's argument: such a name is not fixed anywhere on the line)."""
-    fixed: set[str] = set()
-    other: set[str] = set()
-    for n in ast.walk(tree):
-        if isinstance(n, ast.comprehension):
-            names = {t.id for t in ast.walk(n.target) if isinstance(t, ast.Name)}
-            (fixed if is_fixed(n.iter, frozenset()) or literal_ints(n.iter) else other).update(names)
-        elif isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name):
-            other.add(n.target.id)
-        elif isinstance(n, ast.arguments):
-            other.update(a.arg for a in (*n.posonlyargs, *n.args, *n.kwonlyargs))
-    return frozenset(fixed - other)
+#: builtins that iterate what they are given (``enumerate(self.bins)``: its items fixed where those are)
+_ITERATING = frozenset({"enumerate", "zip", "reversed", "sorted", "list", "tuple"})
+_SCOPES = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+def _iterates_fixed(e, fixed: frozenset[str]) -> bool:
+    if is_fixed(e, fixed) or literal_ints(e):
+        return True
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in _ITERATING and e.args:
+        return all(_iterates_fixed(a, fixed) for a in e.args) and not e.keywords
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in ("items", "values", "keys"):
+        return is_fixed(e.func.value, fixed)
+    if isinstance(e, (ast.Tuple, ast.List)):
+        return all(_iterates_fixed(x, fixed) or isinstance(x, ast.Name) for x in e.elts) and any(
+            _iterates_fixed(x, fixed) for x in e.elts)
+    return False
+
+
+def fixed_names(tree) -> dict[int, frozenset[str]]:
+    """Per call (by ``id``), the names fixed where it is: those a comprehension around it binds over the
+    module's attributes or literals (``[F.adaptive_avg_pool2d(x, s) for s in self.bins]``, ``for i, s in
+    enumerate((1, 2, 3, 6))``), in Python's scopes (a comprehension's name is its own; the same name outside it
+    is the variable's). A zip with other iterables fixes nothing (which target holds what, only order says)."""
+    out: dict[int, frozenset[str]] = {}
+
+    def visit(n, fixed: frozenset[str]) -> None:
+        if isinstance(n, ast.Call):
+            out[id(n)] = fixed
+        if isinstance(n, _SCOPES):
+            inner = set(fixed)
+            for gen in n.generators:
+                visit(gen.iter, frozenset(inner))
+                names = {t.id for t in ast.walk(gen.target) if isinstance(t, ast.Name)}
+                kept = _zipped_fixed(gen, frozenset(inner))
+                if kept is None:
+                    kept = names if _iterates_fixed(gen.iter, frozenset(inner)) else set()
+                inner = (inner - names) | kept
+                for cond in gen.ifs:
+                    visit(cond, frozenset(inner))
+            for part in (getattr(n, "elt", None), getattr(n, "key", None), getattr(n, "value", None)):
+                if part is not None:
+                    visit(part, frozenset(inner))
+            return
+        if isinstance(n, ast.Lambda):
+            fixed = fixed - {a.arg for a in (*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs)}
+        for child in ast.iter_child_nodes(n):
+            visit(child, fixed)
+
+    visit(tree, frozenset())
+    return out
+
+
+def _zipped_fixed(gen: ast.comprehension, fixed: frozenset[str]) -> set[str] | None:
+    """For ``for y, s in zip((x, x * 2), self.sizes)``: the target names bound to a fixed iterable, by position
+    (``s``); None where the loop is no zip into as many plain names."""
+    e, t = gen.iter, gen.target
+    if not (isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "zip" and not e.keywords
+            and isinstance(t, ast.Tuple) and len(t.elts) == len(e.args)
+            and all(isinstance(x, ast.Name) for x in t.elts)):
+        return None
+    return {x.id for x, a in zip(t.elts, e.args) if _iterates_fixed(a, fixed)}
 
 
 def literal_ints(e) -> bool:

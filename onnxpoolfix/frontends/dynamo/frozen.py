@@ -34,7 +34,7 @@ from .frozen_readings import (
     node_readings,
     window_attrs,
 )
-from .metadata import COMPUTED, has_metadata, last_line, module_pool, source_line, submodules
+from .metadata import COMPUTED, has_metadata, last_line, module_pool, name_scopes, source_line, stack_trace, submodules
 from .search import declared_dims, evaluate, symbol_binding
 
 __all__ = ["frozen_pool_ops", "size_text", "contradiction_hint"]
@@ -61,7 +61,9 @@ def frozen_pool_ops(model, g: DataflowGraph, info, traced_shapes, findings: Fron
     in_chains = {i for c in chains.values() for i in c.nodes}  # its kernel-1 MaxPool is no pool of its own
     # torch's export merges two calls that pool one tensor with the same windows at the traced size into one
     # node, with the first call's metadata; the second call's result is an Identity of it without metadata
-    merged = {n.input[0] for n in g.nodes if n.op_type == "Identity" and n.input and not has_metadata(n)}
+    # (an Identity the exporter writes for one tensor returned twice is named "<name>_alias_<k>": no merge)
+    merged = {n.input[0] for n in g.nodes if n.op_type == "Identity" and n.input and not has_metadata(n)
+              and not any("_alias_" in o for o in n.output)}
     for index, node in enumerate(g.nodes):
         site = None if index in in_chains else _site(index, node, info, busy, modules, node.output[0] in merged)
         if site is None:
@@ -152,11 +154,13 @@ def _hidden_calls(g: DataflowGraph, sites: list[_Site], modules) -> list[_Site]:
     """Where one source line made more frozen pooling nodes than it shows pooling calls, and runs no loop (a
     comprehension would call one several times), a call on it hides a pool (``f * 3`` of a user's class whose
     ``__mul__`` pools, a property): which node is which, the line cannot say, so each gets an unknown reading."""
-    lines: dict[str, list[int]] = {}
+    lines: dict[tuple, list[int]] = {}
     for i, site in enumerate(sites):
-        text = last_line(g.nodes[site.index])
-        if text and module_pool(g.nodes[site.index]) is None:  # (a module's pools share torch's own line)
-            lines.setdefault(text, []).append(i)
+        node = g.nodes[site.index]
+        if last_line(node) and module_pool(node) is None:  # (a module's pools share torch's own line)
+            # one execution of one line: the whole trace (files, line numbers, the callers') and the module
+            # (two instances of a block run the same line, each in its own scope)
+            lines.setdefault((stack_trace(node), tuple(name_scopes(node) or ())[:-1]), []).append(i)
     out = list(sites)
     for members in lines.values():
         line = source_line(g.nodes[sites[members[0]].index], modules)

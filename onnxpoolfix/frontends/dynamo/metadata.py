@@ -125,6 +125,14 @@ def submodules(nodes) -> dict[tuple[str, ...], frozenset[str]]:
     return {path: frozenset(names) for path, names in out.items()}
 
 
+def stack_trace(node: onnx.NodeProto) -> str:
+    return _metadata(node).get("pkg.torch.onnx.stack_trace", "").strip()
+
+
+def name_scopes(node: onnx.NodeProto) -> list[str] | None:
+    return _scopes(node)
+
+
 def last_line(node: onnx.NodeProto) -> str:
     trace = _metadata(node).get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
     return trace[-1].strip() if trace else ""
@@ -158,22 +166,34 @@ def source_line(node: onnx.NodeProto, modules: dict[tuple[str, ...], frozenset[s
     caller = _caller_line(node)
     if caller is not None:  # the trace ends in torch's own pooling module, no registered submodule's
         inline = _inline_modules(caller)  # (module_pool reads those): built on the caller's line, or elsewhere
-        return SourceLine(caller, inline if inline is not None else _unseen_module(text), inline is None)
+        if inline is None:
+            return SourceLine(caller, _unseen_module(text), True)
+        seen = _read_line(caller, children)
+        return SourceLine(caller, inline, seen.opaque, seen.loops) if seen is not None else \
+            SourceLine(caller, inline, True)
+    return _read_line(text, children) or SourceLine(text, (), True)
+
+
+def _read_line(text: str, children: frozenset[str]) -> SourceLine | None:
+    """:func:`source_line` of one line of Python; None where no completion of it parses. A pooling module built
+    and called on it (``nn.AdaptiveAvgPool2d((4, 3))(x)``) is none of its calls here (its caller reads it)."""
     parsed = _parse(text)
     if parsed is None:
-        return SourceLine(text, (), True)
+        return None
     tree, end = parsed
     calls, opaque = [], False
     fixed = fixed_names(tree)
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    built = {id(x) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Call)
+             and _MODULE_CALL.match(_name(n.func)) for x in (n, n.func)}
     for n in ast.walk(tree):
         if isinstance(n, ast.Lambda) or (isinstance(n, ast.Attribute) and id(n) not in called
                                          and _may_be_a_property(n)):
             opaque = True
-        if not isinstance(n, ast.Call) or _name(n) == _OPEN:
+        if not isinstance(n, ast.Call) or _name(n) == _OPEN or id(n) in built:
             continue
         cut = n.end_col_offset > end  # its arguments go on past the line: none of them is known
-        call = _pool_call(n, cut, fixed=fixed)
+        call = _pool_call(n, cut, fixed=fixed.get(id(n), frozenset()))
         if call is not None:
             calls.append(call)
         elif _may_hold_a_pool(n, children):
@@ -322,8 +342,13 @@ _TENSOR_ATTRIBUTES = frozenset({"shape", "T", "mT", "H", "mH", "dtype", "device"
 
 def _may_be_a_property(e: ast.Attribute) -> bool:
     """An attribute read (not called) of a name other than ``self`` and torch's that no tensor has."""
-    return isinstance(e.ctx, ast.Load) and isinstance(e.value, ast.Name) and e.value.id not in ("self", *TORCH_NAMES) \
+    return isinstance(e.ctx, ast.Load) and isinstance(e.value, ast.Name) and e.value.id not in _NO_PROPERTIES \
         and e.attr not in _TENSOR_ATTRIBUTES
+
+
+#: names whose attributes a line reads that are no properties of the model's: the module, torch's, and the
+#: modules of constants (``math.pi``, ``np.newaxis``)
+_NO_PROPERTIES = frozenset({"self", *TORCH_NAMES, "math", "np", "numpy", "operator", "einops", "sys"})
 
 
 def _pool_call(call: ast.Call, cut: bool = False, fixed: frozenset[str] = frozenset()) -> PoolCall | None:
