@@ -123,16 +123,17 @@ def _frozen_index(light: onnx.ModelProto, fed: Mapping[str, object]) -> str | No
             axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
             if data and index and len(data) == len(index):
                 axis %= len(data)
+                # (1: the traced batch torch folds in; a constant of another length is the model's own)
                 smaller = [a for a, (d, i) in enumerate(zip(data, index))
-                           if a != axis and d is not None and i is not None and i < d]
+                           if a != axis and d is not None and i == 1 and d > 1]
                 if smaller:
                     return (f"GatherElements '{n.name or n.output[0]}' takes its output shape from a constant index "
                             f"of shape {index}, smaller than the data's {data} on axis {smaller[0]}: a tensor built "
                             "from the leftover's shape, frozen at the size it traced")
         if n.op_type == "Reshape" and n.input[0] in after and len(n.input) > 1 and n.input[1] not in varying:
             data, target = shapes.get(n.input[0]), _constant_ints(g, n.input[1])
-            if data and target is not None and len(target) and target[0] > 0 and isinstance(data[0], int) \
-                    and data[0] != target[0]:
+            if data and target is not None and len(target) and target[0] == 1 and isinstance(data[0], int) \
+                    and data[0] > 1:
                 return (f"Reshape '{n.name or n.output[0]}' to the constant shape {target} moves the data's batch of "
                         f"{data[0]} into its other dims: a view(y.size(0), -1) of the leftover's traced batch, frozen "
                         "at the size it traced")

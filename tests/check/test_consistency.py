@@ -151,3 +151,13 @@ def test_a_view_of_the_pools_batch_the_exporter_froze_is_refused(tmp_path, read_
         want = m(x)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_reshape_to_a_constant_of_the_models_own_is_no_frozen_batch():
+    """review14: ``pool(x).reshape(5, -1)`` is the model's own (5 is no traced batch torch folded in): patched."""
+    model = make_leftover("avg", ["N", 4, 17, 13], [5, 7])
+    model.graph.initializer.append(numpy_helper.from_array(np.array([5, -1], np.int64), "target"))
+    model.graph.node.append(helper.make_node("Reshape", ["y", "target"], ["z"], name="reshape"))
+    del model.graph.output[:]
+    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [5, "k"]))
+    assert onnxpoolfix.patch(model).report.check_passed

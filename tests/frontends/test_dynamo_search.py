@@ -133,6 +133,7 @@ def test_a_source_lines_output_sizes(line, want):
     ("return F.adaptive_avg_pool2d(x, (16, 4)), feats.pooled", True),  # a property may compute a pool
     ("return F.adaptive_avg_pool2d(x, (16, 4)), x.shape[2], x.dtype", False),  # a tensor's own attributes
     ("outs.append(F.adaptive_avg_pool2d(x, (8, 3)))", False),  # a list's method holds no pool
+    ("return F.adaptive_avg_pool2d(x, (8, 3)), tracker.update(x)", True),  # handed a tensor: may be anyone's
     ("return F.adaptive_avg_pool2d(x, (4, 3)) * math.pi", False),  # a constant of a module (review14)
 ])
 def test_a_line_that_may_hide_a_pool_is_opaque(line, opaque):

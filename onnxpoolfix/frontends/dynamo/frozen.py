@@ -164,10 +164,12 @@ def _hidden_calls(g: DataflowGraph, sites: list[_Site], modules) -> list[_Site]:
     out = list(sites)
     for members in lines.values():
         line = source_line(g.nodes[sites[members[0]].index], modules)
-        if line is None or len(members) <= len(line.calls) or line.loops:
+        # (a global pool, output size 1 on every axis, leaves a ReduceMean, no frozen node: not counted)
+        shown = [c for c in (line.calls if line else ()) if not (c.size and all(m == 1 for m in c.size))]
+        if line is None or len(members) <= len(shown) or line.loops:
             continue
         hidden = Reading(UNKNOWN, f"its source line made {len(members)} pooling nodes and shows "
-                                  f"{len(line.calls)} pooling call(s): a call on it hides a pool: {line.text[:100]}")
+                                  f"{len(shown)} pooling call(s): a call on it hides a pool: {line.text[:100]}")
         for i in members:
             out[i] = replace(sites[i], readings=[*sites[i].readings, hidden])
     return out

@@ -317,8 +317,8 @@ def _may_hold_a_pool(call: ast.Call, children: frozenset[str]) -> bool:
         return mode is not None and not isinstance(mode, ast.Constant)
     if isinstance(f, ast.Name):  # a bare name: a function of the user's (``normalize(x)``) unless a builtin
         return name not in _BUILTINS
-    if name in _CONTAINER_CALLS:
-        return False
+    if name in _CONTAINER_CALLS:  # ``outs.append(F.adaptive_avg_pool2d(x, b))``; ``tracker.update(x)`` may pool
+        return not call.args or not all(isinstance(a, ast.Call) for a in call.args) or bool(call.keywords)
     if not name or name not in _PLAIN_CALLS:
         return True
     # ``torch.relu(x)``, ``F.relu(x)``, ``y.flatten(1)``, ``self.pool(x).view(b, -1)``: torch's. ``ops.relu(x)``
