@@ -179,6 +179,18 @@ class ReturnedTwice(nn.Module):
         return y, y
 
 
+class OneModuleTwoTensors(nn.Module):
+    """The second call pools 8x9 with one-row windows (None or 8?); the first, 16x9 with two-row ones, says 8
+    (review12 F10: refused)."""
+
+    def __init__(self):
+        super().__init__()
+        self.p = nn.AdaptiveAvgPool2d((8, 3))
+
+    def forward(self, x):
+        return self.p(x), self.p(x[:, :, ::2])
+
+
 class Enumerated(nn.Module):
     def __init__(self):
         super().__init__()
@@ -190,10 +202,12 @@ class Enumerated(nn.Module):
 
 @pytest.mark.parametrize("module,traced", [(DividedOnTheLine, (17, 13)), (Appended, TRACED),
                                            (BlockTwice, TRACED), (ReturnedTwice, TRACED), (Enumerated, TRACED),
+                                           (OneModuleTwoTensors, (16, 9)),
                                            (CroppedToTheTracedWidth, (17, 13)), (ScaledByTheWidth, (17, 13)),
                                            (CroppedToTheTracedHeight, (17, 13)), (MadeEven, (17, 12)),
                                            (UnderNoGrad, TRACED)],
                          ids=["DividedOnTheLine", "Appended", "BlockTwice", "ReturnedTwice", "Enumerated",
+                              "OneModuleTwoTensors",
                               "CroppedToTheTracedWidth", "ScaledByTheWidth",
                               "CroppedToTheTracedHeight", "MadeEven", "UnderNoGrad"])
 def test_ordinary_code_on_the_pools_line_is_patched_exactly(module, traced):

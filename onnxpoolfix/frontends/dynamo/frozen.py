@@ -24,6 +24,7 @@ from ..exporter_pools import adaptive_sizes
 from .dataflow import ENCODING, DataflowGraph
 from .frozen_indices import IndicesChain, index_chains
 from .frozen_readings import (
+    ADAPTIVE,
     GENUINE,
     SCALES,
     UNKNOWN,
@@ -101,8 +102,9 @@ def frozen_pool_ops(model, g: DataflowGraph, info, traced_shapes, findings: Fron
         sites.append(site)
     sites = _hidden_calls(g, sites, modules)
     _by_implied_sizes(g, sites)
+    known = _module_sizes(g, sites)
     for site in sites:
-        contradiction = _decide(site, g, findings, opset, target, busy, resting, read)
+        contradiction = _decide(site, g, findings, opset, target, busy, resting, read, known)
         if contradiction is not None:
             contradictions.append(contradiction)
     return contradictions
@@ -209,10 +211,27 @@ def _agree(sizes: list[tuple]) -> bool:
     return all(len({n for n in axis if n is not None}) <= 1 for axis in zip(*sizes))
 
 
+def _module_sizes(g: DataflowGraph, sites: list[_Site]) -> dict[tuple, dict[int, int]]:
+    """Per pooling module (its scope), the output length on each axis where one of its calls, at the given
+    traced size, has windows longer than one element there: an int, not torch's None (which pools no axis).
+    One module called on two tensors (``self.p(x), self.p(x[:, :, ::2])``) has one output size."""
+    out: dict[tuple, dict[int, int]] = {}
+    for site in sites:
+        node = g.nodes[site.index]
+        if site.bound is None or module_pool(node) is None or [r.what for r in site.readings] != [ADAPTIVE]:
+            continue
+        fixed = adaptive_sizes(node, tuple(site.bound[2:]))
+        kernel, _ = window_attrs(node)
+        for a, (k, m) in enumerate(zip(kernel, fixed or ())):
+            if k > 1:
+                out.setdefault(tuple(name_scopes(node) or ())[:-1], {})[a] = m
+    return out
+
+
 def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, target, busy, resting,
-            read) -> ShapeError | None:
+            read, known: dict[tuple, dict[int, int]]) -> ShapeError | None:
     """Replace the node, leave it, or make it a suspect (module doc); a contradiction of the traced size is
-    returned."""
+    returned. ``known``: :func:`_module_sizes`."""
     node = g.nodes[site.index]
     result, op = node.output[0], node.op_type
     readings = site.readings
@@ -257,6 +276,9 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
     traced = site.bound[2:] if site.bound is not None else None
     if size is None:
         ones = [a for a in range(site.k) if kernel[a] == 1 and not isinstance(site.dims[2 + a], int)]
+        if traced is not None and module_pool(node) is not None:  # the module's other call says the length
+            sibling = known.get(tuple(name_scopes(node) or ())[:-1], {})
+            ones = [a for a in ones if sibling.get(a) != traced[a]]
         features = classifier_features(g.nodes, g.initializers, result)
         if traced is None and ones and features is None:  # (1, None) of an OCR model: no traced size decides it
             left(f"an {op} frozen at the traced size whose pooled axis {ones[0]} has windows of one element: "
