@@ -16,7 +16,7 @@ from typing import NamedTuple
 import onnx
 from onnx import TensorProto
 
-from ..graph import keep_only, nodes_deep, subgraphs
+from ..graph import constant_value, keep_only, nodes_deep, subgraphs
 from ..graph.shapes import PoolSpec, make_value_info
 
 __all__ = ["strict_inference_error", "layers_after_refuse", "LayersAfter"]
@@ -114,8 +114,9 @@ def _frozen_index(light: onnx.ModelProto, fed: Mapping[str, object]) -> str | No
     shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
               for vi in (*g.input, *g.value_info) if vi.type.tensor_type.HasField("shape")}
     shapes.update({t.name: list(t.dims) for t in g.initializer})
-    init = {t.name for t in g.initializer}
-    varying = {vi.name for vi in g.input if vi.name not in init}
+    initializers = {t.name: t for t in g.initializer}
+    constants = {n.output[0]: n for n in g.node if n.op_type == "Constant" and n.output}
+    varying = {vi.name for vi in g.input if vi.name not in initializers}
     after = set(fed)
     for n in g.node:
         if n.op_type == "GatherElements" and n.input[0] in after and n.input[1] not in varying:
@@ -131,8 +132,8 @@ def _frozen_index(light: onnx.ModelProto, fed: Mapping[str, object]) -> str | No
                             f"of shape {index}, smaller than the data's {data} on axis {smaller[0]}: a tensor built "
                             "from the leftover's shape, frozen at the size it traced")
         if n.op_type == "Reshape" and n.input[0] in after and len(n.input) > 1 and n.input[1] not in varying:
-            data, target = shapes.get(n.input[0]), _constant_ints(g, n.input[1])
-            if data and target is not None and len(target) and target[0] == 1 and isinstance(data[0], int) \
+            data, target = shapes.get(n.input[0]), constant_value(n.input[1], initializers, constants)
+            if data and isinstance(target, list) and target and target[0] == 1 and isinstance(data[0], int) \
                     and data[0] > 1:
                 return (f"Reshape '{n.name or n.output[0]}' to the constant shape {target} moves the data's batch of "
                         f"{data[0]} into its other dims: a view(y.size(0), -1) of the leftover's traced batch, frozen "
@@ -142,19 +143,6 @@ def _frozen_index(light: onnx.ModelProto, fed: Mapping[str, object]) -> str | No
         if any(i in after for i in n.input):
             after.update(n.output)
     return None
-
-
-def _constant_ints(g: onnx.GraphProto, name: str) -> list[int] | None:
-    """The values of a Constant node's or an initializer's small int64 tensor, or None."""
-    tensor = next((a.t for n in g.node if n.op_type == "Constant" and n.output and n.output[0] == name
-                   for a in n.attribute if a.name == "value"), None)
-    tensor = tensor or next((t for t in g.initializer if t.name == name), None)
-    if tensor is None or tensor.data_type != TensorProto.INT64 or len(tensor.dims) != 1:
-        return None
-    try:
-        return [int(v) for v in onnx.numpy_helper.to_array(tensor)]
-    except Exception:  # noqa: BLE001 - a stub of the light copy (its bytes elsewhere): no values to read
-        return None
 
 
 def _bind_inputs(light: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> None:

@@ -88,3 +88,18 @@ def keep_only(field, keep) -> int:
     if removed:
         arrange(field, kept)
     return removed
+
+
+def constant_value(name: str, initializers, constants):
+    """``name``'s value where an initializer or a Constant node (``constants``: output -> node) holds it, as a
+    list; None otherwise, and where its bytes are not in the proto (a light copy's stub)."""
+    from onnx import numpy_helper
+
+    tensor = initializers[name] if name in initializers else next(
+        (a.t for a in constants[name].attribute if a.name == "value"), None) if name in constants else None
+    if tensor is None:
+        return None
+    try:
+        return numpy_helper.to_array(tensor).tolist()
+    except Exception:  # noqa: BLE001 - external data: no values to read here
+        return None

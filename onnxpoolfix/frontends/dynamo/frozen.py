@@ -35,7 +35,7 @@ from .frozen_readings import (
     node_readings,
     window_attrs,
 )
-from .metadata import COMPUTED, has_metadata, last_line, module_pool, name_scopes, source_line, stack_trace, submodules
+from .metadata import COMPUTED, has_metadata, last_line, module_pool, module_scope, source_line, stack_trace, submodules
 from .search import declared_dims, evaluate, symbol_binding
 
 __all__ = ["frozen_pool_ops", "size_text", "contradiction_hint"]
@@ -162,7 +162,7 @@ def _hidden_calls(g: DataflowGraph, sites: list[_Site], modules) -> list[_Site]:
         if last_line(node) and module_pool(node) is None:  # (a module's pools share torch's own line)
             # one execution of one line: the whole trace (files, line numbers, the callers') and the module
             # (two instances of a block run the same line, each in its own scope)
-            lines.setdefault((stack_trace(node), tuple(name_scopes(node) or ())[:-1]), []).append(i)
+            lines.setdefault((stack_trace(node), module_scope(node)), []).append(i)
     out = list(sites)
     for members in lines.values():
         line = source_line(g.nodes[sites[members[0]].index], modules)
@@ -224,7 +224,7 @@ def _module_sizes(g: DataflowGraph, sites: list[_Site]) -> dict[tuple, dict[int,
         kernel, _ = window_attrs(node)
         for a, (k, m) in enumerate(zip(kernel, fixed or ())):
             if k > 1:
-                out.setdefault(tuple(name_scopes(node) or ())[:-1], {})[a] = m
+                out.setdefault(module_scope(node), {})[a] = m
     return out
 
 
@@ -277,7 +277,7 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
     if size is None:
         ones = [a for a in range(site.k) if kernel[a] == 1 and not isinstance(site.dims[2 + a], int)]
         if traced is not None and module_pool(node) is not None:  # the module's other call says the length
-            sibling = known.get(tuple(name_scopes(node) or ())[:-1], {})
+            sibling = known.get(module_scope(node), {})
             ones = [a for a in ones if sibling.get(a) != traced[a]]
         features = classifier_features(g.nodes, g.initializers, result)
         if traced is None and ones and features is None:  # (1, None) of an OCR model: no traced size decides it

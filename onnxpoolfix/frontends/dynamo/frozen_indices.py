@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from ...graph import constant_value
 from .dataflow import DataflowGraph
-from .frozen_readings import constant_value
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from ...graph import constant_value
 from ..exporter_pools import adaptive_sizes
 from .metadata import COMPUTED, has_metadata, module_pool, source_line
 
@@ -198,19 +199,6 @@ def _flattens_from_axis_1(n, t: str, initializers, constants) -> bool:
     target = constant_value(n.input[1], initializers, constants)
     return target is not None and len(target) == 2 and int(target[1]) == -1
 
-
-def constant_value(name: str, initializers, constants):
-    """``name``'s value where an initializer or a Constant node (``constants``: output -> node) holds it, as a
-    list; None otherwise."""
-    from onnx import numpy_helper
-
-    if name in initializers:
-        return numpy_helper.to_array(initializers[name]).tolist()
-    node = constants.get(name)
-    if node is not None:
-        value = next((a.t for a in node.attribute if a.name == "value"), None)
-        return None if value is None else numpy_helper.to_array(value).tolist()
-    return None
 
 
 def _features(n, x: str, initializers) -> int | None:

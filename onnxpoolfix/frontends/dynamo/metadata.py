@@ -129,12 +129,13 @@ def stack_trace(node: onnx.NodeProto) -> str:
     return _metadata(node).get("pkg.torch.onnx.stack_trace", "").strip()
 
 
-def name_scopes(node: onnx.NodeProto) -> list[str] | None:
-    return _scopes(node)
+def module_scope(node: onnx.NodeProto) -> tuple[str, ...]:
+    """The path of the module whose call made the node (its name scopes without the op's own)."""
+    return tuple(_scopes(node) or ())[:-1]
 
 
 def last_line(node: onnx.NodeProto) -> str:
-    trace = _metadata(node).get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
+    trace = stack_trace(node).splitlines()
     return trace[-1].strip() if trace else ""
 
 
@@ -146,7 +147,7 @@ def _caller_line(node: onnx.NodeProto) -> str | None:
     """Where the trace ends in torch's own pooling module (``F.adaptive_avg_pool2d(input, self.output_size)``),
     the line of the frame that called it, which may build the module there (``nn.AdaptiveAvgPool2d((h // 2,
     3))(x)``); None where the trace ends elsewhere."""
-    trace = _metadata(node).get("pkg.torch.onnx.stack_trace", "").strip().splitlines()
+    trace = stack_trace(node).splitlines()
     files = [(i, m.group(1)) for i, t in enumerate(trace) if (m := _FRAME.match(t))]
     if len(files) < 2 or not _TORCH_POOLING.search(files[-1][1]):
         return None
@@ -206,9 +207,8 @@ _MODULE_CALL = re.compile(r"^Adaptive(Avg|Max)Pool([123])d$")
 
 
 def _unseen_module(text: str) -> tuple[PoolCall, ...]:
-    """torch's own pooling line (``F.adaptive_avg_pool2d(input, self.output_size)``) of a module that is no
-    submodule and was not built on its caller's line (``pool = nn.AdaptiveAvgPool2d((h // 2, 3))`` a line
-    before ``pool(x)``): the call, its size one the file does not show."""
+    """torch's own pooling line of a module neither a submodule nor built on its caller's line (``pool =
+    nn.AdaptiveAvgPool2d((h // 2, 3))`` a line before ``pool(x)``): the call, of a size the file does not show."""
     parsed = _parse(text)
     calls = [_pool_call(n) for n in ast.walk(parsed[0]) if isinstance(n, ast.Call)] if parsed else []
     return tuple(PoolCall(c.kind, True, c.rank, (COMPUTED,) * (c.rank or 1)) for c in calls if c and c.adaptive)
