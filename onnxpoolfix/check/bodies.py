@@ -29,7 +29,7 @@ def check_in_bodies(model: onnx.ModelProto, patched: Sequence, rows: Sequence[No
     """The leftovers replaced inside If/Loop/Scan bodies: each replaced subgraph alone (a random input takes
     one branch only), and the whole model loaded once by onnxruntime. Fills ``rows`` and ``report``."""
     try:
-        ort_session(model, model_dir)
+        session = ort_session(model, model_dir)
     except Exception as e:  # noqa: BLE001 - onnxruntime's words
         raise CheckFailedError(f"onnxruntime cannot load the patched model: {' '.join(str(e).split())[:300]}",
                                f"skip the check with {NO_CHECK} to write OUT anyway") from None
@@ -39,7 +39,7 @@ def check_in_bodies(model: onnx.ModelProto, patched: Sequence, rows: Sequence[No
         report.checked, report.check_passed = True, False
         e.report = report
         raise
-    whole = _run_whole(model, model_dir, seed)
+    whole = _run_whole(model, session, seed)
     report.checked = True
     report.check_passed = report.check_passed is not False
     shapes = sum(len(r.checked_shapes) for r in rows)
@@ -49,17 +49,16 @@ def check_in_bodies(model: onnx.ModelProto, patched: Sequence, rows: Sequence[No
     report.notes.append(Note(note, "bodies-checked", subgraphs=len(rows)))
 
 
-def _run_whole(model: onnx.ModelProto, model_dir, seed: int) -> bool:
+def _run_whole(model: onnx.ModelProto, sess, seed: int) -> bool:
     """Run the whole patched model once where every graph input is static and every op has a kernel: a body's
     replacement run alone sees its body's declared shapes, the loop its passes' (a scripted loop carrying a
-    pooled tensor changes its shape after the first pass). Refuses (exit 5) where onnxruntime fails; False
-    where not run."""
+    pooled tensor changes its shape after the first pass). ``sess``: the model's session, loaded once. Refuses
+    (exit 5) where onnxruntime fails; False where not run."""
     from . import foreign_ops
     from .feeds import graph_inputs, random_feed, symbolic_inputs
 
     if symbolic_inputs(model) or foreign_ops(model):
         return False
-    sess = ort_session(model, model_dir)
     feed = random_feed(model, {}, np.random.default_rng(seed))
     try:
         sess.run(None, {i.name: feed[i.name] for i in graph_inputs(model)})
