@@ -27,6 +27,11 @@ def strict_inference_error(light: onnx.ModelProto) -> str | None:
     intermediate and output shapes dropped (onnxruntime only warns where those differ; what is asked is whether
     every op takes what it is fed), without data propagation (the weights' bytes are not there): its error on one
     line, or None where it infers cleanly."""
+    return _strict_inference(light)[0]
+
+
+def _strict_inference(light: onnx.ModelProto) -> tuple[str | None, onnx.ModelProto | None]:
+    """:func:`strict_inference_error`, and the model inferred where it infers cleanly."""
     graphs = [light.graph] + [b for n in nodes_deep(light.graph.node) for b in subgraphs(n)]
     for g in graphs:  # the bodies' too: torch types an If's branches at the traced shape
         del g.value_info[:]
@@ -34,10 +39,9 @@ def strict_inference_error(light: onnx.ModelProto) -> str | None:
             if vi.type.HasField("tensor_type"):
                 vi.type.tensor_type.ClearField("shape")
     try:
-        onnx.shape_inference.infer_shapes(light, check_type=True, strict_mode=True, data_prop=False)
+        return None, onnx.shape_inference.infer_shapes(light, check_type=True, strict_mode=True, data_prop=False)
     except Exception as e:  # noqa: BLE001 - onnx's own words are the answer
-        return " ".join(str(e).split())[:300]
-    return None
+        return " ".join(str(e).split())[:300], None
 
 
 class LayersAfter(NamedTuple):
@@ -90,14 +94,14 @@ def _fed_error(input_light: onnx.ModelProto, specs: Sequence[PoolSpec], named: M
     keep_only(light.graph.node, lambda n: not any(o in fed for o in n.output))
     for name, (elem, dims) in fed.items():
         light.graph.input.append(make_value_info(name, elem, bound(dims)))
-    error = strict_inference_error(light)
+    error, inferred = _strict_inference(light)
     if error is not None:
         return error, False
-    frozen = _frozen_index(light, fed)
+    frozen = _frozen_index(inferred, fed)
     return (frozen, True) if frozen is not None else None
 
 
-def _frozen_index(light: onnx.ModelProto, fed: Mapping[str, object]) -> str | None:
+def _frozen_index(inferred: onnx.ModelProto, fed: Mapping[str, object]) -> str | None:
     """A GatherElements after a replaced node whose index is a constant (reached from no graph input) smaller
     than the data it gathers from on an axis it does not gather along, at a size with the dims bound: its
     output takes the index's shape, so it does not follow the data there. A Reshape after one to a constant
@@ -106,11 +110,7 @@ def _frozen_index(light: onnx.ModelProto, fed: Mapping[str, object]) -> str | No
     that shape
     (``torch.gather(y, 3, torch.zeros(y.shape, ...))`` after a ``y[:, 0]``) into such a constant; the file
     then gives batch 1 at every batch, and nothing fails to say so."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(light, data_prop=False)
-    except Exception:  # noqa: BLE001 - strict inference reports what fails here
-        return None
-    g = inferred.graph
+    g = inferred.graph  # (as strict inference gave it: no second inference)
     shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
               for vi in (*g.input, *g.value_info) if vi.type.tensor_type.HasField("shape")}
     shapes.update({t.name: list(t.dims) for t in g.initializer})
