@@ -42,9 +42,9 @@ if defaults != "1":  # float32 storage and arithmetic (else ncnn's defaults: fp1
 if net.load_param(param) or net.load_model(weights):
     sys.exit("ncnn: load_param/load_model failed")
 ex = net.create_extractor()
-arrays = [np.ascontiguousarray(np.load(path)) for path in ins]  # kept alive: ncnn.Mat borrows their memory
-for i, a in enumerate(arrays):
-    ex.input(f"in{i}", ncnn.Mat(a))
+arrays = [np.ascontiguousarray(np.load(path)) for path in ins]
+for i, a in enumerate(arrays):  # a copy: a Mat borrowing numpy's memory crashes an in-place first layer (ReLU)
+    ex.input(f"in{i}", ncnn.Mat(a).clone())
 for i, path in enumerate(outs):
     ret, mat = ex.extract(f"out{i}")
     if ret:
