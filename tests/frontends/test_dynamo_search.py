@@ -135,6 +135,11 @@ def test_a_source_lines_output_sizes(line, want):
     ("outs.append(F.adaptive_avg_pool2d(x, (8, 3)))", False),  # a list's method holds no pool
     ("return F.adaptive_avg_pool2d(x, (8, 3)), tracker.update(x)", True),  # handed a tensor: may be anyone's
     ("return F.adaptive_avg_pool2d(x, (4, 3)) * math.pi", False),  # a constant of a module (review14)
+    # named like torch's pooling, through a name that may be anyone's: the user's own function of that name
+    ("return adaptive_avg_pool2d(x, (8, 3))", True),
+    ("return nnf.adaptive_avg_pool2d(x, (8, 3))", True),
+    ("return utils.interpolate(x, size=(2, 3), mode='nearest') + F.adaptive_avg_pool2d(x, (2, 3))", True),
+    ("return torch.nn.functional.adaptive_avg_pool2d(x, (8, 3))", False),
 ])
 def test_a_line_that_may_hide_a_pool_is_opaque(line, opaque):
     """Which ``self.name`` is a submodule comes from the graph's scopes: ``fc`` made nodes under ``head.fc``, so it

@@ -87,9 +87,21 @@ class PoolInAnOperator(nn.Module):
         return F.adaptive_avg_pool2d(x, (16, 4)), f * 3
 
 
+def adaptive_avg_pool2d(x, size):  # a user's stand-in named like torch's: kernels fixed for one input size
+    return F.avg_pool2d(x, (2, 3))
+
+
+class OwnFunctionNamedLikeTorchs(nn.Module):
+    """The line reads as torch's adaptive (8, 4); the file holds the user's fixed kernel (2, 3), whose windows
+    are the adaptive ones at 16x12 only (exit 0 before, OUT 8x4 where torch's is 10x4)."""
+
+    def forward(self, x):
+        return adaptive_avg_pool2d(x, (8, 4))
+
+
 @pytest.mark.parametrize("module", [SizeInAVariable, MergedByTheExport, HelperNamedLikeATorchOp,
                                     ModuleBuiltOnTheLine, ModuleBuiltALineBefore, HelperBehindAnAttribute,
-                                    PoolInAnOperator], ids=lambda m: m.__name__)
+                                    PoolInAnOperator, OwnFunctionNamedLikeTorchs], ids=lambda m: m.__name__)
 def test_a_size_the_line_does_not_show_is_refused(module):
     m = module().eval()
     at_other = torch.randn(1, 3, 20, 12)

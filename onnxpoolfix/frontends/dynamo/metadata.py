@@ -195,7 +195,9 @@ def _read_line(text: str, children: frozenset[str]) -> SourceLine | None:
             continue
         cut = n.end_col_offset > end  # its arguments go on past the line: none of them is known
         call = _pool_call(n, cut, fixed=fixed.get(id(n), frozenset()))
-        if call is not None:
+        if call is not None and not _torchs(n):  # named like torch's pooling, but anyone's: it may pool anything
+            opaque = True
+        elif call is not None:
             calls.append(call)
         elif _may_hold_a_pool(n, children):
             opaque = True
@@ -305,18 +307,28 @@ def _dotted(e) -> str:
     return f"{_dotted(e.value)}.{e.attr}" if isinstance(e, ast.Attribute) else e.id if isinstance(e, ast.Name) else ""
 
 
+def _torchs(call: ast.Call) -> bool:
+    """The call is made through torch's own names (``F.adaptive_avg_pool2d``, ``torch.nn.functional.interpolate``,
+    ``torch.ops.aten...``): a bare name (``from ... import adaptive_avg_pool2d``, or the user's own function of
+    that name) or another namespace (``nnf.``, ``ops.``) may be anyone's, and the exporter records no frame inside it."""
+    root = call.func
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    return isinstance(call.func, ast.Attribute) and isinstance(root, ast.Name) and root.id in TORCH_NAMES
+
+
 def _may_hold_a_pool(call: ast.Call, children: frozenset[str]) -> bool:
     f = call.func
     if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
         return f.attr not in children  # a submodule's nodes carry their own scope; a method's do not
     name = _name(call)
-    if name in ("interpolate", "upsample"):  # a mode the line does not write out may be "area"
+    if isinstance(f, ast.Name):  # a bare name: a function of the user's (``normalize(x)``) unless a builtin
+        return name not in _BUILTINS
+    if name in ("interpolate", "upsample") and _torchs(call):  # a mode the line does not write out may be "area"
         if unpacks(call):
             return True
         mode = {a.arg: a.value for a in call.keywords}.get("mode", call.args[3] if len(call.args) > 3 else None)
         return mode is not None and not isinstance(mode, ast.Constant)
-    if isinstance(f, ast.Name):  # a bare name: a function of the user's (``normalize(x)``) unless a builtin
-        return name not in _BUILTINS
     if name in _CONTAINER_CALLS:  # ``outs.append(F.adaptive_avg_pool2d(x, b))``; ``tracker.update(x)`` may pool
         return not call.args or not all(isinstance(a, ast.Call) for a in call.args) or bool(call.keywords)
     if not name or name not in _PLAIN_CALLS:
