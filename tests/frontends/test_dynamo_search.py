@@ -98,6 +98,7 @@ def _node(line: str):
     ("return [F.adaptive_avg_pool2d(y, s) for y, s in zip((x, x * 2), self.sizes)]", [None]),
     ("return [F.adaptive_avg_pool2d(y, s) for s, y in zip(sizes, (x, x))]", [(COMPUTED, COMPUTED)]),
     ("return F.adaptive_avg_pool2d(x, (self.h, n))", [(COMPUTED, COMPUTED)]),  # (None would be torch's None)
+    ("y, i = F.adaptive_max_pool2d_with_indices(x, (8, 3))", [(8, 3)]),  # review12 F14: torch's, with indices
     ("return F.interpolate(x, **kw)", [(COMPUTED,)]),  # its mode may be "area", its size anything
     # a forward under torch.no_grad(): the trace ends in the FX code torch.export writes (review12 F21)
     ("adaptive_avg_pool2d = torch.ops.aten.adaptive_avg_pool2d.default(x, [8, 3]);  x = None", [(8, 3)]),

@@ -30,7 +30,7 @@ from .call_args import COMPUTED, TORCH_NAMES, fixed_names, ints_written, sizes_o
 __all__ = ["COMPUTED", "PoolCall", "SourceLine", "has_metadata", "module_pool", "source_line", "submodules"]
 
 _MODULE_RE = re.compile(r"^torch\.nn\.modules\.pooling\.(Adaptive)?(Avg|Max)Pool([123])d$")
-_ADAPTIVE_CALL = re.compile(r"^adaptive_(avg|max)_pool([123])d$")
+_ADAPTIVE_CALL = re.compile(r"^adaptive_(avg|max)_pool([123])d(_with_indices)?$")
 _GENUINE_CALL = re.compile(r"^(avg|max)_pool([123])d(_with_indices)?$")
 #: calls that are no pooling and hold none (torch ops and tensor methods a line around a pool uses); any other
 #: call, other than a submodule's (its nodes carry its own scope), may hold a pool
