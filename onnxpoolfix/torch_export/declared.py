@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from .specialised import Specialised
+
 logger = logging.getLogger(__name__)
 
 
@@ -121,72 +123,6 @@ def declared_dims(torch, program) -> DeclaredDims | None:
     except Exception:  # noqa: BLE001 - another torch's internals: compare with each dim free, as before
         logger.debug("cannot read the declared dims from the export", exc_info=True)
         return None
-
-
-@dataclass
-class Specialised:
-    """A dim the caller declared dynamic that the export made static, or whose declared range it narrowed."""
-
-    input: str  # the file's input name
-    axis: int
-    declared: str  # how it was declared: the Dim's name, Dim.DYNAMIC, a name string
-    value: int | None  # the size torch pinned it to (None: narrowed, not pinned)
-    reason: str = ""  # torch's own words, where it gives them
-    ranges: tuple = ()  # narrowed: (the declared (min, max), the exported (min, max)); max None: unbounded
-    symbol: str = ""  # narrowed: torch's symbol for the dim
-    same_as: str = ""  # unified: the dim declared apart from this one that torch made the same symbol
-    unchecked: str = ""  # narrowed on torch.export's probe of a TorchScript export: why the file was not compared
-    # with torch at the sizes left out (the file is the tracer's and need not keep to the probe's range)
-
-    def describe(self) -> str:
-        torch_says = f" (torch: {self.reason})" if self.reason else ""
-        if self.same_as:
-            return (f"dim {self.axis} of input '{self.input}' ({self.declared}) was declared apart from "
-                    f"{self.same_as} but torch made them one dim: the exported file follows the module only where "
-                    f"they are equal (elsewhere, it may crash or compute another branch){torch_says}")
-        if self.value is None:
-            (lo, hi), (lo2, hi2) = self.ranges
-            lo2 = max(lo2, min(lo, 2))  # torch's range starts at 0 where its guard says 2
-            if self.unchecked:
-                return (f"dim {self.axis} of input '{self.input}' was declared dynamic over {_span(lo, hi)} "
-                        f"({self.declared}) but torch.export, probing the module, narrowed it to {_span(lo2, hi2)}; "
-                        f"the TorchScript file need not keep to that range, but {self.unchecked}, so it is not known "
-                        f"to follow the module outside it (it may crash or compute another branch){torch_says}")
-            return (f"dim {self.axis} of input '{self.input}' was declared dynamic over {_span(lo, hi)} "
-                    f"({self.declared}) but torch narrowed it to {_span(lo2, hi2)}: the exported file follows the "
-                    f"module only there (outside it, it may crash or compute another branch){torch_says}")
-        return (f"dim {self.axis} of input '{self.input}' was declared dynamic ({self.declared}) but torch "
-                f"specialised it to {self.value}: the exported file accepts only {self.value} there{torch_says}")
-
-
-def _span(lo: int, hi: int | None) -> str:
-    return f"[{lo}, {hi if hi is not None else 'inf'}]"
-
-
-SPECIALISED_HINT = ("make the module keep that dim symbolic (torch's reason says where it pins it), or declare "
-                    "it static (leave it out of dynamic_shapes, or Dim.AUTO to let torch decide); "
-                    "allow_specialized_dims=True exports it static anyway, with a warning")
-
-
-NARROWED_HINT = ("declare the range torch holds (torch.export.Dim(..., min=, max=)) if the module is meant only for "
-                 "it, or change the module so that torch keeps the whole range (torch's reason names the guard); "
-                 "allow_specialized_dims=True exports it anyway, with a warning")
-
-
-UNIFIED_HINT = ("declare them as one dim (the same Dim or name) if the module is meant only for equal sizes, or "
-                "change the module so that torch keeps them apart (torch's reason names the guard); "
-                "allow_specialized_dims=True exports it anyway, with a warning")
-
-#: dynamic_axes has no ranges nor shared dims to declare
-DYNAMIC_AXES_HINT = ("export with dynamo=True and declare in dynamic_shapes what torch holds (a Dim's min/max, one Dim "
-                     "for equal dims), or leave the dim out of dynamic_axes; allow_specialized_dims=True exports it "
-                     "anyway, with a warning")
-
-
-def hint_for(found: list[Specialised], dynamic_axes: bool = False) -> str:
-    if dynamic_axes:
-        return DYNAMIC_AXES_HINT
-    return UNIFIED_HINT if found[0].same_as else NARROWED_HINT if found[0].value is None else SPECIALISED_HINT
 
 
 def _label(torch, d) -> str | None:
@@ -329,6 +265,10 @@ def specialised_dims(torch, module, args: tuple, kwargs: dict, program, model, e
         if wanted is not None and (got := _exported_range(ep, d)) is not None and _narrower(got, wanted):
             found.append(Specialised(name, axis, label, None, ranges=(wanted, got), symbol=str(d.node.expr)))
         expr = getattr(getattr(d, "node", None), "expr", None)
+        if wanted is not None and expr is not None and not getattr(expr, "is_Symbol", False):
+            hint = int(d.node.hint)  # a Dim of its own that torch holds as 2*s: the file takes odd sizes too
+            found.append(Specialised(name, axis, label, None, ranges=(wanted, (hint, hint)), form=str(expr),
+                                     symbol=f"{name}[{axis}]"))
         if wanted is None or not getattr(expr, "is_Symbol", False):
             continue
         first = seen.setdefault(expr, (name, axis, label))  # declared apart: other names, or two anonymous ones

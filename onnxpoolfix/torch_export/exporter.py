@@ -39,16 +39,11 @@ from ..graph.size_precision import torch_doubles
 from ..io import has_external_data, load_model, preflight_output, save_model
 from ..report import Note, PatchReport, WarningNote
 from ..words import API, EXPORT, EXPORT_TORCHSCRIPT, render_all
-from .declared import (
-    declared_dims,
-    dynamic_axes_probe,
-    dynamic_axes_spec,
-    hint_for,
-    specialised_dims,
-)
+from .declared import declared_dims, dynamic_axes_probe, dynamic_axes_spec, specialised_dims
 from .guards import branch_sizes
 from .opset import KEEPS_METADATA_FROM, convert_keeping_metadata
 from .sizes import compared_instead, runs_outside
+from .specialised import hint_for
 from .symbolic_sizes import program_doubles, symbolic_pool_sizes, symbolic_translations
 from .torch_check import torch_sizes, verify_against_torch
 from .translation import translation_table

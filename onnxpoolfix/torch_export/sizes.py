@@ -19,7 +19,8 @@ from typing import Mapping, Sequence
 
 from ..check.sizes import WINDOW_KINDS, window_targets
 from ..errors import TorchMismatchError
-from .declared import DeclaredDims, Specialised
+from .declared import DeclaredDims
+from .specialised import Specialised
 
 logger = logging.getLogger(__name__)
 
@@ -212,18 +213,32 @@ def runs_outside(torch, module, args: tuple, kwargs: dict, model_inputs: Sequenc
     (``narrowed.same_as``) are run apart instead, at :func:`outside_sizes` around the example or the whole
     range: True where torch runs there."""
     gap = whole_gap(narrowed)
-    if declared is None or not narrowed.symbol or (gap is None and not narrowed.same_as):
+    apart = bool(narrowed.same_as or narrowed.form)
+    if declared is None or not narrowed.symbol or (gap is None and not apart):
         return True
     try:
-        if narrowed.same_as:
+        if apart:
             key = ([vi.name for vi in model_inputs].index(narrowed.input), narrowed.axis)
             declared = declared.apart(key, narrowed.symbol)
         runner = TorchRunner(torch, module, args, kwargs, model_inputs, seed, declared)
-        tries = outside_sizes(narrowed) if gap is None else gap
+        tries = outside_sizes(narrowed) if gap is None or narrowed.form else gap
+        if narrowed.form:  # the sizes torch's form (2*s) does not take
+            tries = [v for v in tries if not _of_form(narrowed.form, v)]
         return any(runner.run(runner.inputs({narrowed.symbol: v})) is not None for v in tries)
     except Exception:  # noqa: BLE001 - inputs torch's helpers do not map: say it, as if it ran
         logger.debug("cannot try the module outside the narrowed range", exc_info=True)
         return True
+
+
+def _of_form(form: str, v: int) -> bool:
+    """``v`` is ``form`` (torch's expression, ``2*s24``) at some positive integer value of its one symbol."""
+    import sympy
+
+    expr = sympy.sympify(form)
+    if len(expr.free_symbols) != 1:
+        return False
+    (s,) = expr.free_symbols
+    return any(r.is_integer and r >= 1 for r in sympy.solve(sympy.Eq(expr, v), s))
 
 
 def _symbolic_dims(model_inputs) -> list[list[str | None]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import types
 from pathlib import Path
 
 import numpy as np
@@ -303,7 +304,7 @@ class _OtherBranchFailsAtOddH(nn.Module):
 
 
 def test_a_narrowed_range_is_tried_past_one_size_beyond_it(tmp_path: Path) -> None:
-    from onnxpoolfix.torch_export.declared import Specialised
+    from onnxpoolfix.torch_export.specialised import Specialised
     from onnxpoolfix.torch_export.sizes import outside_sizes
 
     m, out = _OtherBranchFailsAtOddH().eval(), tmp_path / "m.onnx"
@@ -364,3 +365,53 @@ def test_an_export_hint_names_what_export_takes(tmp_path: Path) -> None:
     hint = info.value.hint
     assert "input_shapes" not in hint and "--input-shape" not in hint, hint
     assert "dynamic_axes" in hint and "opset_version=11" in hint, hint
+
+
+class _MadeEven(nn.Module):
+    """``W // 2 * 2`` traced at an even W: torch 2.9's exporter holds W as ``2*s`` (even sizes only) and drops
+    the runtime assert, so its file has no crop and accepts odd W, where the module crops."""
+
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x[:, :, :, : x.shape[3] // 2 * 2], (3, 5))
+
+
+class _PairsAlongW(nn.Module):
+    """Runs at even W only (a reshape into pairs)."""
+
+    def forward(self, x):
+        b, c, h, w = x.shape
+        return F.adaptive_avg_pool2d(x.reshape(b, c, h, w // 2, 2).mean(-1), (3, 5))
+
+
+def test_an_export_is_exact_at_odd_widths_or_refused(tmp_path: Path) -> None:
+    """Whatever the running torch makes of ``W // 2 * 2`` (2.13 and 2.14 keep W free; 2.9 holds it as 2*s and
+    its file computes no crop: exit 0 and 0.24 off at 9x7 before), the export is exact at odd widths or refused
+    naming the form."""
+    m, out = _MadeEven().eval(), tmp_path / "m.onnx"
+    dims = {"x": {2: torch.export.Dim("H", min=2, max=1024), 3: torch.export.Dim("W", min=2, max=1024)}}
+    try:
+        onnxpoolfix.export(m, (torch.randn(1, 3, 17, 12),), out, dynamic_shapes=dims)
+    except onnxpoolfix.ShapeError as e:
+        assert "torch holds it as 2*" in str(e) and "W = 2 * Dim" in e.hint and not out.exists()
+        return
+    _assert_matches(out, m, [(1, 3, 17, 12), (1, 3, 9, 7), (1, 3, 40, 31), (1, 3, 20, 13)])
+
+
+@pytest.mark.parametrize("module,refused", [(_MadeEven, True), (_PairsAlongW, False)])
+def test_a_plain_dim_torch_holds_as_2s_is_found_and_tried_at_odd_sizes(module, refused) -> None:
+    """The program is made here with W declared ``2 * Dim`` (what torch 2.9 does on its own with a plain Dim), the
+    caller's declaration a plain Dim: found as a form; refused where torch runs at an odd W, not where it fails
+    at every odd size tried (the file is then the module wherever the module runs)."""
+    from onnxpoolfix.torch_export.declared import declared_dims, specialised_dims
+    from onnxpoolfix.torch_export.sizes import runs_outside
+
+    m, x = module().eval(), torch.randn(1, 3, 17, 12)
+    H = torch.export.Dim("H", min=2, max=1024)
+    ep = torch.export.export(m, (x,), dynamic_shapes={"x": {2: H, 3: 2 * torch.export.Dim("_W", max=512)}})
+    program = types.SimpleNamespace(exported_program=ep)  # as torch.onnx.export's ONNXProgram holds it
+    model = onnx.helper.make_model(onnx.helper.make_graph([], "g", [onnx.helper.make_tensor_value_info(
+        "x", onnx.TensorProto.FLOAT, [1, 3, "H", "W"])], []))
+    caller = {"dynamic_shapes": {"x": {2: H, 3: torch.export.Dim("W", min=2, max=1024)}}}
+    found = specialised_dims(torch, m, (x,), {}, program, model, caller)
+    assert [(f.axis, f.form.startswith("2*")) for f in found] == [(3, True)]
+    assert runs_outside(torch, m, (x,), {}, model.graph.input, declared_dims(torch, program), found[0]) is refused
