@@ -1,17 +1,49 @@
 """What a call on a source line writes out in its arguments (part of :mod:`.metadata`): an output size as
-literals, the module's own attributes, or something the line computes or does not show; and whether an argument
-can only be a size (no tensor)."""
+literals, the module's own attributes, or something the line computes or does not show; whether an argument
+can only be a size (no tensor); and the names of calls and attributes known to hold no pool."""
 from __future__ import annotations
 
 import ast
 
-__all__ = ["COMPUTED", "TORCH_NAMES", "fixed_names", "ints_written", "sizes_only", "sizes_written", "unpacks"]
+__all__ = ["BUILTINS", "COMPUTED", "CONTAINER_CALLS", "NO_PROPERTIES", "PLAIN_CALLS", "TENSOR_ATTRIBUTES",
+           "TORCH_NAMES", "fixed_names", "ints_written", "sizes_only", "sizes_written", "unpacks"]
 
 #: an output-size entry that the line computes from something (``x.shape[2] // 2``) or does not show
 COMPUTED = "computed"
 
 #: the names torch's modules go by on a line (``torch.flatten``, ``F.relu``, ``nn.functional.pad``)
 TORCH_NAMES = frozenset({"torch", "F", "nn", "functional"})
+
+#: calls that are no pooling and hold none (torch ops and tensor methods a line around a pool uses); any other
+#: call, other than a submodule's (its nodes carry its own scope), may hold a pool
+PLAIN_CALLS = frozenset({
+    "interpolate", "upsample", "cat", "concat", "stack", "sum", "mean", "amax", "amin", "max", "min", "relu",
+    "relu_", "sigmoid", "softmax", "log_softmax", "tanh", "gelu", "silu", "hardswish", "hardsigmoid", "mish",
+    "leaky_relu", "elu", "flatten", "view", "reshape", "permute", "transpose", "contiguous", "size", "squeeze",
+    "unsqueeze", "add", "sub", "mul", "div", "pad", "dropout", "chunk", "split", "expand", "expand_as", "repeat",
+    "matmul", "bmm", "einsum", "float", "half", "to", "type_as", "clone", "detach", "abs", "exp", "log", "pow",
+    "sqrt", "rsqrt", "clamp", "clamp_min", "clamp_max", "norm", "normalize", "layer_norm", "batch_norm",
+    "group_norm", "conv1d", "conv2d", "conv3d", "linear", "tuple", "list", "int", "len", "range", "zip",
+    "enumerate", "isinstance", "getattr", "new_zeros", "new_ones", "zeros", "ones", "zeros_like", "ones_like",
+    "narrow", "select", "index_select", "gather", "masked_fill", "where", "roll", "flip", "numel", "dim",
+})
+
+#: Python builtins a line around a pool calls, which hold none; any other bare name may be the user's own
+#: function (the exporter records no frame inside it), even one named like a torch op (``normalize``)
+BUILTINS = frozenset({"tuple", "list", "int", "float", "bool", "len", "range", "zip", "enumerate", "isinstance",
+                       "getattr", "min", "max", "sum", "abs", "round", "dict", "set", "str", "super", "type"})
+
+#: a list's and a dict's methods (``outs.append(F.adaptive_avg_pool2d(x, (8, 3)))``): they hold no pool
+CONTAINER_CALLS = frozenset({"append", "extend", "insert", "update", "setdefault"})
+
+#: a tensor's attributes a line reads (``x.shape``); any other attribute of an object other than the module
+#: and torch's may be a property that computes (``feats.pooled`` pooling inside)
+TENSOR_ATTRIBUTES = frozenset({"shape", "T", "mT", "H", "mH", "dtype", "device", "data", "real", "imag", "ndim",
+                                "is_cuda", "layout", "requires_grad", "grad"})
+
+#: names whose attributes a line reads that are no properties of the model's: the module, torch's, and the
+#: modules of constants (``math.pi``, ``np.newaxis``)
+NO_PROPERTIES = frozenset({"self", *TORCH_NAMES, "math", "np", "numpy", "operator", "einops", "sys"})
 
 
 def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset()) -> tuple | None:

@@ -25,31 +25,26 @@ from functools import lru_cache
 
 import onnx
 
-from .call_args import COMPUTED, TORCH_NAMES, fixed_names, ints_written, sizes_only, sizes_written, unpacks
+from .call_args import (
+    BUILTINS,
+    COMPUTED,
+    CONTAINER_CALLS,
+    NO_PROPERTIES,
+    PLAIN_CALLS,
+    TENSOR_ATTRIBUTES,
+    TORCH_NAMES,
+    fixed_names,
+    ints_written,
+    sizes_only,
+    sizes_written,
+    unpacks,
+)
 
 __all__ = ["COMPUTED", "PoolCall", "SourceLine", "has_metadata", "module_pool", "source_line", "submodules"]
 
 _MODULE_RE = re.compile(r"^torch\.nn\.modules\.pooling\.(Adaptive)?(Avg|Max)Pool([123])d$")
 _ADAPTIVE_CALL = re.compile(r"^adaptive_(avg|max)_pool([123])d(_with_indices)?$")
 _GENUINE_CALL = re.compile(r"^(avg|max)_pool([123])d(_with_indices)?$")
-#: calls that are no pooling and hold none (torch ops and tensor methods a line around a pool uses); any other
-#: call, other than a submodule's (its nodes carry its own scope), may hold a pool
-_PLAIN_CALLS = frozenset({
-    "interpolate", "upsample", "cat", "concat", "stack", "sum", "mean", "amax", "amin", "max", "min", "relu",
-    "relu_", "sigmoid", "softmax", "log_softmax", "tanh", "gelu", "silu", "hardswish", "hardsigmoid", "mish",
-    "leaky_relu", "elu", "flatten", "view", "reshape", "permute", "transpose", "contiguous", "size", "squeeze",
-    "unsqueeze", "add", "sub", "mul", "div", "pad", "dropout", "chunk", "split", "expand", "expand_as", "repeat",
-    "matmul", "bmm", "einsum", "float", "half", "to", "type_as", "clone", "detach", "abs", "exp", "log", "pow",
-    "sqrt", "rsqrt", "clamp", "clamp_min", "clamp_max", "norm", "normalize", "layer_norm", "batch_norm",
-    "group_norm", "conv1d", "conv2d", "conv3d", "linear", "tuple", "list", "int", "len", "range", "zip",
-    "enumerate", "isinstance", "getattr", "new_zeros", "new_ones", "zeros", "ones", "zeros_like", "ones_like",
-    "narrow", "select", "index_select", "gather", "masked_fill", "where", "roll", "flip", "numel", "dim",
-})
-
-#: Python builtins a line around a pool calls, which hold none; any other bare name may be the user's own
-#: function (the exporter records no frame inside it), even one named like a torch op (``normalize``)
-_BUILTINS = frozenset({"tuple", "list", "int", "float", "bool", "len", "range", "zip", "enumerate", "isinstance",
-                       "getattr", "min", "max", "sum", "abs", "round", "dict", "set", "str", "super", "type"})
 
 
 @dataclass(frozen=True)
@@ -308,9 +303,9 @@ def _dotted(e) -> str:
 
 
 def _torchs(call: ast.Call) -> bool:
-    """The call is made through torch's own names (``F.adaptive_avg_pool2d``, ``torch.nn.functional.interpolate``,
-    ``torch.ops.aten...``): a bare name (``from ... import adaptive_avg_pool2d``, or the user's own function of
-    that name) or another namespace (``nnf.``, ``ops.``) may be anyone's, and the exporter records no frame inside it."""
+    """The call is made through torch's own names (``F.adaptive_avg_pool2d``, ``torch.ops.aten...``): a bare
+    name (``from ... import adaptive_avg_pool2d``, or the user's own function of that name) or another namespace
+    (``nnf.``, ``ops.``) may be anyone's, and the exporter records no frame inside it."""
     root = call.func
     while isinstance(root, ast.Attribute):
         root = root.value
@@ -323,15 +318,15 @@ def _may_hold_a_pool(call: ast.Call, children: frozenset[str]) -> bool:
         return f.attr not in children  # a submodule's nodes carry their own scope; a method's do not
     name = _name(call)
     if isinstance(f, ast.Name):  # a bare name: a function of the user's (``normalize(x)``) unless a builtin
-        return name not in _BUILTINS
+        return name not in BUILTINS
     if name in ("interpolate", "upsample") and _torchs(call):  # a mode the line does not write out may be "area"
         if unpacks(call):
             return True
         mode = {a.arg: a.value for a in call.keywords}.get("mode", call.args[3] if len(call.args) > 3 else None)
         return mode is not None and not isinstance(mode, ast.Constant)
-    if name in _CONTAINER_CALLS:  # ``outs.append(F.adaptive_avg_pool2d(x, b))``; ``tracker.update(x)`` may pool
+    if name in CONTAINER_CALLS:  # ``outs.append(F.adaptive_avg_pool2d(x, b))``; ``tracker.update(x)`` may pool
         return not call.args or not all(isinstance(a, ast.Call) for a in call.args) or bool(call.keywords)
-    if not name or name not in _PLAIN_CALLS:
+    if not name or name not in PLAIN_CALLS:
         return True
     # ``torch.relu(x)``, ``F.relu(x)``, ``y.flatten(1)``, ``self.pool(x).view(b, -1)``: torch's. ``ops.relu(x)``
     # may be the user's own function named like a torch op (the exporter records no frame inside it): a call on
@@ -344,23 +339,10 @@ def _may_hold_a_pool(call: ast.Call, children: frozenset[str]) -> bool:
     return unpacks(call) or not all(sizes_only(a) for a in [*call.args, *(k.value for k in call.keywords)])
 
 
-#: a list's and a dict's methods (``outs.append(F.adaptive_avg_pool2d(x, (8, 3)))``): they hold no pool
-_CONTAINER_CALLS = frozenset({"append", "extend", "insert", "update", "setdefault"})
-#: a tensor's attributes a line reads (``x.shape``); any other attribute of an object other than the module
-#: and torch's may be a property that computes (``feats.pooled`` pooling inside)
-_TENSOR_ATTRIBUTES = frozenset({"shape", "T", "mT", "H", "mH", "dtype", "device", "data", "real", "imag", "ndim",
-                                "is_cuda", "layout", "requires_grad", "grad"})
-
-
 def _may_be_a_property(e: ast.Attribute) -> bool:
     """An attribute read (not called) of a name other than ``self`` and torch's that no tensor has."""
-    return isinstance(e.ctx, ast.Load) and isinstance(e.value, ast.Name) and e.value.id not in _NO_PROPERTIES \
-        and e.attr not in _TENSOR_ATTRIBUTES
-
-
-#: names whose attributes a line reads that are no properties of the model's: the module, torch's, and the
-#: modules of constants (``math.pi``, ``np.newaxis``)
-_NO_PROPERTIES = frozenset({"self", *TORCH_NAMES, "math", "np", "numpy", "operator", "einops", "sys"})
+    return isinstance(e.ctx, ast.Load) and isinstance(e.value, ast.Name) and e.value.id not in NO_PROPERTIES \
+        and e.attr not in TENSOR_ATTRIBUTES
 
 
 def _pool_call(call: ast.Call, cut: bool = False, fixed: frozenset[str] = frozenset()) -> PoolCall | None:
@@ -402,11 +384,5 @@ def _pool_call(call: ast.Call, cut: bool = False, fixed: frozenset[str] = frozen
         literal = kernel_t is not None and (stride is None or stride_t is not None) and plain
         return PoolCall(m.group(1), False, int(m.group(2)), kernel=kernel_t, stride=stride_t, literal=literal)
     return None
-
-
-
-
-
-
 
 
