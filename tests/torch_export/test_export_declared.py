@@ -304,8 +304,8 @@ class _OtherBranchFailsAtOddH(nn.Module):
 
 
 def test_a_narrowed_range_is_tried_past_one_size_beyond_it(tmp_path: Path) -> None:
-    from onnxpoolfix.torch_export.specialised import Specialised
     from onnxpoolfix.torch_export.sizes import outside_sizes
+    from onnxpoolfix.torch_export.specialised import Specialised
 
     m, out = _OtherBranchFailsAtOddH().eval(), tmp_path / "m.onnx"
     assert m(torch.randn(1, 2, 66, 17)).shape == (1, 2, 3, 5)  # the premise: torch runs past 65
