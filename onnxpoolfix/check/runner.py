@@ -116,8 +116,9 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
             if frozen is not None:
                 raise CheckFailedError(
                     f"onnxruntime failed to run the patched model at {shapes_txt} in '{frozen}', a node after the "
-                    "replaced dynamo pool: the export computed its shape from that pool frozen at the traced size "
-                    f"(a flatten's length, say), which replacing the pool does not change: "
+                    "replaced dynamo pool: the export computed its shape at the traced size, from that pool frozen "
+                    "there (a flatten's length, say) or from a dim torch made static (the batch, say: torch 2.9 "
+                    f"freezes a batch traced at 1), which replacing the pool does not change: "
                     f"{' '.join(str(e).split())[:200]}",
                     "export through onnxpoolfix.export, which keeps every adaptive pool's output size") from None
             theirs = _exporters_node(model, str(e))
