@@ -132,7 +132,9 @@ def frozen_error(suspects: Sequence[Suspect], *, traced: bool) -> UnsupportedNod
                 "repairs; check the size, or export through onnxpoolfix.export, which keeps every adaptive pool "
                 "as a node" + partial)
     else:
-        what = ("the given traced size did not prove them (is it the export call's example input?); give it with "
+        what = ("the given traced size did not prove them (is it the export call's example input? if it is, they "
+                "may be the model's own ops that equal a pool only at that size: x.unfold(3, 3, 2).mean(-1) at 13 "
+                "is 13 -> 6); give the example input's size with "
                 if traced else "give the size the model was exported at (the export call's example input) with ")
         hint = what + f"{TRACED_SHAPES_FORM}, or export through onnxpoolfix.export" + partial
     return UnsupportedNodeError(
