@@ -366,6 +366,8 @@ def compared_instead(narrowed: Sequence[Specialised], model_inputs, verify: bool
     for sp in narrowed:
         gap = whole_gap(sp) if sp.value is None and not sp.same_as else None
         name = dims[sp.input][sp.axis].dim_param if sp.input in dims and sp.axis < len(dims[sp.input]) else ""
+        if sp.form and name and verify:  # the probe's 2*s: the tracer's file is compared at the other sizes
+            gap = [v for v in outside_sizes(sp) if not _of_form(sp.form, v)]
         if gap and name and verify:
             outside[name] = sorted(set(outside.get(name, [])) | set(gap))
             continue

@@ -415,3 +415,17 @@ def test_a_plain_dim_torch_holds_as_2s_is_found_and_tried_at_odd_sizes(module, r
     found = specialised_dims(torch, m, (x,), {}, program, model, caller)
     assert [(f.axis, f.form.startswith("2*")) for f in found] == [(3, True)]
     assert runs_outside(torch, m, (x,), {}, model.graph.input, declared_dims(torch, program), found[0]) is refused
+
+
+def test_a_form_on_the_probe_of_a_torchscript_export_is_compared_at_other_sizes_not_refused() -> None:
+    """A TorchScript file's dims are the tracer's (``W // 2 * 2`` is a Shape/Div/Mul there): a ``2*s`` that
+    torch.export's probe holds is no refusal; the file is compared with torch at odd widths instead."""
+    from onnxpoolfix.torch_export.sizes import compared_instead
+    from onnxpoolfix.torch_export.specialised import Specialised
+
+    inputs = [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, "H", "W"])]
+    form = Specialised("x", 3, "'W'", None, ranges=((0, None), (12, 12)), form="2*s24", symbol="x[3]")
+    rest, outside = compared_instead([form], inputs)
+    assert rest == [] and outside["W"] and all(v % 2 == 1 for v in outside["W"])
+    rest, outside = compared_instead([form], inputs, verify=False)
+    assert rest == [form] and outside == {}
