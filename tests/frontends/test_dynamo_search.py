@@ -141,6 +141,9 @@ def test_a_source_lines_output_sizes(line, want):
     ("return nnf.adaptive_avg_pool2d(x, (8, 3))", True),
     ("return utils.interpolate(x, size=(2, 3), mode='nearest') + F.adaptive_avg_pool2d(x, (2, 3))", True),
     ("return torch.nn.functional.adaptive_avg_pool2d(x, (8, 3))", False),
+    # review16: a helper's method named like a tensor's, reached through an index of the module's list
+    ("return self.helpers[0].relu(x) + F.adaptive_avg_pool2d(x, (8, 4))", True),
+    ("return x[0].relu() + F.adaptive_avg_pool2d(x, (4, 3))", False),  # a tensor's, indexed
 ])
 def test_a_line_that_may_hide_a_pool_is_opaque(line, opaque):
     """Which ``self.name`` is a submodule comes from the graph's scopes: ``fc`` made nodes under ``head.fc``, so it

@@ -332,10 +332,10 @@ def _may_hold_a_pool(call: ast.Call, children: frozenset[str]) -> bool:
     # may be the user's own function named like a torch op (the exporter records no frame inside it): a call on
     # a bare name other than torch's modules that hands it anything but sizes may hold a pool
     root = f.value
-    while isinstance(root, ast.Attribute):
+    while isinstance(root, (ast.Attribute, ast.Subscript)):  # ``self.helpers[0].relu(x)``: the helper's, indexed
         root = root.value
     if not isinstance(root, ast.Name) or root.id in TORCH_NAMES:
-        return False  # a method of a tensor a call or an index made (``self.pool(x).view(...)``), or torch's
+        return False  # a method of a tensor a call made (``self.pool(x).view(...)``), or torch's
     return unpacks(call) or not all(sizes_only(a) for a in [*call.args, *(k.value for k in call.keywords)])
 
 
