@@ -41,6 +41,10 @@ def test_a_flatten_sized_from_the_frozen_pool_is_refused():
     model = dynamo_export(module, (torch.randn(2, 3, 28, 28),), dynamic_shapes=dims, input_names=["x"])
     errs = errors_vs_torch(module, model, [(56, 42), (33, 47)], seed=1)
     assert min(errs.values()) == float("inf")  # the premise: as exported, it crashes there
-    with pytest.raises(CheckFailedError, match="after the replaced dynamo pool") as err:
-        patch(model)
-    assert "onnxpoolfix.export" in err.value.hint
+    try:
+        out = patch(model).model
+    except CheckFailedError as err:  # torch 2.13, 2.14: the flatten's length is the frozen pool's
+        assert "after the replaced dynamo pool" in str(err) and "onnxpoolfix.export" in err.hint
+        return
+    # torch 2.9 writes the flatten's length from the pool's output: patched, and then exact at other sizes
+    assert max(errors_vs_torch(module, out, [(28, 28), (56, 42), (33, 47)], seed=1).values()) < 1e-5

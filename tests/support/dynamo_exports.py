@@ -15,7 +15,31 @@ def export_symbolic_hw(module, hw, *, low: int = 2, high: int = 1024) -> onnx.Mo
     torch.manual_seed(0)
     module.eval()
     dims = {"x": {2: torch.export.Dim("H", min=low, max=high), 3: torch.export.Dim("W", min=low, max=high)}}
-    return dynamo_export(module, (torch.randn(1, 3, *hw),), dynamic_shapes=dims, input_names=["x"])
+    try:
+        return dynamo_export(module, (torch.randn(1, 3, *hw),), dynamic_shapes=dims, input_names=["x"])
+    except Exception as e:  # noqa: BLE001 - torch's own exporter errors, by class name (they move between versions)
+        skip_where_another_torch_cannot_export(torch, e)
+        raise
+
+
+def pinned_torch(torch) -> bool:
+    """The running torch is the project's pinned one (constraints.txt), whose exports the fixtures record."""
+    import re
+    from pathlib import Path
+
+    pinned = re.search(r"^torch==(\S+)", (Path(__file__).parents[2] / "constraints.txt").read_text(), re.M)
+    return pinned is None or torch.__version__.startswith(pinned.group(1))
+
+
+def skip_where_another_torch_cannot_export(torch, error: Exception) -> None:
+    """Skip the test where a torch other than the project's pinned one (constraints.txt) cannot export its module
+    (torch 2.9 to 2.11 export no adaptive max pooling); with the pinned torch such an error fails the test."""
+    import pytest
+
+    names = {c.__name__ for c in type(error).__mro__}
+    if not pinned_torch(torch) and names & {"ConversionError", "DispatchError", "TorchExportError"}:
+        pytest.skip(f"torch {torch.__version__}'s dynamo exporter cannot export this module: "
+                    f"{str(error).strip().splitlines()[0][:160]}")
 
 
 def errors_vs_torch(module, model: onnx.ModelProto, sizes, *, seed: int, relative: bool = False) -> dict:
