@@ -231,13 +231,14 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
         if in_bodies:
             check_in_bodies(model, in_bodies, report.nodes[len(done):], report, model_dir=model_dir, seed=seed)
         if original is not None:
-            where = ("its static size" if not right_at else "the traced size "
+            where = ("its static size" if not right_at else "the given traced size "
                      + " ".join(f"{k}:{','.join(map(str, v))}" for k, v in right_at.items()))
             with phase("compare", shapes_detail(right_at)):
                 compare_with_original(model, *original, model_dir=model_dir, where=where,
                                       got=extra.got if extra is not None and extra.got else None)
             notes.append(Note(f"OUT equals the original file at {where}, where the exporter's graph is right "
-                              "(every tensor onnxpoolfix wrote that the rest of the graph reads, so every output)",
+                              + ("if it is the export call's example input " if right_at else "")
+                              + "(every tensor onnxpoolfix wrote that the rest of the graph reads, so every output)",
                               "equals-original"))
     else:
         notes.append(NOT_CHECKED)
