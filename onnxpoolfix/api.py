@@ -234,7 +234,7 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
             where = ("its static size" if not right_at else "the given traced size "
                      + " ".join(f"{k}:{','.join(map(str, v))}" for k, v in right_at.items()))
             with phase("compare", shapes_detail(right_at)):
-                compare_with_original(model, *original, model_dir=model_dir, where=where,
+                compare_with_original(model, *original, model_dir=model_dir, where=where, traced=bool(right_at),
                                       got=extra.got if extra is not None and extra.got else None)
             notes.append(Note(f"OUT equals the original file at {where}, where the exporter's graph is right "
                               + ("if it is the export call's example input " if right_at else "")

@@ -91,11 +91,11 @@ def _run_cut(model: onnx.ModelProto, names: Sequence[str], feed: dict, model_dir
 
 
 def compare_with_original(model: onnx.ModelProto, feed: dict, want: dict, *, model_dir: str | None,
-                          where: str, got: dict | None = None) -> None:
+                          where: str, traced: bool, got: dict | None = None) -> None:
     """Run OUT on the original's feed and compare the tensors the rewrite wrote anew (:func:`redefined_in`) with
     the original's values of them; where one differs raise :class:`ShapeError` at a given traced size (the size
-    contradicts the graph, exit 4) and :class:`CheckFailedError` at the file's static size. ``where``: how the
-    size is named ("the traced size x:1,3,16,16", "its static size"). ``got``: OUT's values of them at ``feed`` where
+    contradicts the graph, exit 4; ``traced``) and :class:`CheckFailedError` at the file's static size. ``where``: how
+    the size is named ("the given traced size x:1,3,16,16", "its static size"). ``got``: OUT's values of them at ``feed`` where
     the check's own session fetched them already (:class:`.runner.ExtraRun`)."""
     redefined = redefined_in(model)
     unknown = sorted(redefined - set(want))
@@ -108,7 +108,7 @@ def compare_with_original(model: onnx.ModelProto, feed: dict, want: dict, *, mod
     for name, g in got.items():
         w = want[name]
         if g.shape != w.shape:
-            _differs(name, f"shape {g.shape} where the original's is {w.shape}", where)
+            _differs(name, f"shape {g.shape} where the original's is {w.shape}", where, traced)
         if np.issubdtype(w.dtype, np.floating) or w.dtype.kind == "V":
             w64, g64 = w.astype(np.float64), g.astype(np.float64)
             scale = max(1.0, float(np.nanmax(np.abs(w64), initial=0.0)))
@@ -116,14 +116,14 @@ def compare_with_original(model: onnx.ModelProto, feed: dict, want: dict, *, mod
             same = (np.abs(g64 - w64) <= bound) | (np.isnan(g64) & np.isnan(w64)) | (g64 == w64)
             if not same.all():
                 worst = float(np.nanmax(np.abs(g64 - w64)))
-                _differs(name, f"values up to {worst:.3g} apart (allowed {bound:.3g})", where)
+                _differs(name, f"values up to {worst:.3g} apart (allowed {bound:.3g})", where, traced)
         elif not np.array_equal(g, w):
-            _differs(name, "different values", where)
+            _differs(name, "different values", where, traced)
 
 
-def _differs(name: str, what: str, where: str) -> None:
+def _differs(name: str, what: str, where: str, traced: bool) -> None:
     message = f"OUT differs from the original file at {where}, where the original is right: tensor '{name}' has {what}"
-    if where.startswith("the traced size"):  # the given size contradicts the graph, or a pool was misread
+    if traced:  # the given size contradicts the graph, or a pool was misread
         raise ShapeError(message, "give the size the model was exported at (the export call's example input) with "
                          f"{TRACED_SHAPES_FORM}; if it is that size, a pool was misread (please report it "
                          "with the file), and exporting through onnxpoolfix.export avoids the reading")

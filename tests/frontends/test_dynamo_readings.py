@@ -326,7 +326,7 @@ def test_the_differential_check_catches_a_misread_pool_the_node_check_cannot(exp
         return [r for r in readings if r.what == "adaptive pool"] or readings
 
     monkeypatch.setattr(dynamo_frozen, "at_traced", adaptive_only)
-    with pytest.raises(ShapeError, match="differs from the original file at the traced size x:1,3,16,16") as err:
+    with pytest.raises(ShapeError, match="differs from the original file at the given traced size x:1,3,16,16") as err:
         patch(model, traced_shapes=_traced("genuine_beside"))
     assert err.value.exit_code == 4 and "misread" in err.value.hint
 
