@@ -93,10 +93,10 @@ def _run_cut(model: onnx.ModelProto, names: Sequence[str], feed: dict, model_dir
 def compare_with_original(model: onnx.ModelProto, feed: dict, want: dict, *, model_dir: str | None,
                           where: str, traced: bool, got: dict | None = None) -> None:
     """Run OUT on the original's feed and compare the tensors the rewrite wrote anew (:func:`redefined_in`) with
-    the original's values of them; where one differs raise :class:`ShapeError` at a given traced size (the size
-    contradicts the graph, exit 4; ``traced``) and :class:`CheckFailedError` at the file's static size. ``where``: how
-    the size is named ("the given traced size x:1,3,16,16", "its static size"). ``got``: OUT's values of them at ``feed`` where
-    the check's own session fetched them already (:class:`.runner.ExtraRun`)."""
+    the original's values of them; where one differs raise :class:`ShapeError` at a given traced size (``traced``:
+    the size contradicts the graph, exit 4) and :class:`CheckFailedError` at the file's static size. ``where``:
+    how the size is named ("the given traced size x:1,3,16,16", "its static size"). ``got``: OUT's values of them
+    at ``feed`` where the check's own session fetched them already (:class:`.runner.ExtraRun`)."""
     redefined = redefined_in(model)
     unknown = sorted(redefined - set(want))
     if unknown:  # the original's value of a tensor onnxpoolfix wrote was not taken: nothing proves it

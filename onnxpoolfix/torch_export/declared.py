@@ -74,6 +74,17 @@ class DeclaredDims:
                                    ranges={**self.ranges, name: lo_hi})
 
 
+def apart_form(declared: DeclaredDims, form: str, name: str, lo_hi: tuple[int, int | None]) -> DeclaredDims:
+    """``declared`` with every dim torch holds as ``form`` (``2*s24``: one Dim shared by two inputs is two such
+    dims) given the symbol ``name`` of its own, over ``lo_hi`` (the caller's range): sizes off the form."""
+    import sympy
+
+    keys = [k for k, e in declared.exprs.items() if str(e) == form]
+    example = declared.size(keys[0], {}) if keys else 1
+    return dataclasses.replace(declared, exprs={**declared.exprs, **dict.fromkeys(keys, sympy.Symbol(name))},
+                               example={**declared.example, name: example}, ranges={**declared.ranges, name: lo_hi})
+
+
 def finite_int(bound) -> int | None:
     """A range bound as an int, None when it is infinite (torch's int_oo, sympy's oo)."""
     try:

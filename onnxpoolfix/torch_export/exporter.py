@@ -42,7 +42,7 @@ from ..words import API, EXPORT, EXPORT_TORCHSCRIPT, render_all
 from .declared import declared_dims, dynamic_axes_probe, dynamic_axes_spec, specialised_dims
 from .guards import branch_sizes
 from .opset import KEEPS_METADATA_FROM, convert_keeping_metadata
-from .sizes import compared_instead, runs_outside
+from .outside import compare_forms_instead, compared_instead, runs_outside
 from .specialised import hint_for
 from .symbolic_sizes import program_doubles, symbolic_pool_sizes, symbolic_translations
 from .torch_check import torch_sizes, verify_against_torch
@@ -329,6 +329,9 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
         if probe is not None and not isinstance(module, exported_program):
             traced = declared if dynamo else declared_dims(torch, probe)
             specialised = specialised_dims(torch, module, call_args, call_kwargs, probe, model, spec)
+            if dynamo:  # a form (2*s): compared with torch off the form where torch runs there (verify)
+                specialised, declared, outside = compare_forms_instead(
+                    torch, module, call_args, call_kwargs, inputs, declared, specialised, seed)
             specialised = [sp for sp in specialised if sp.value is not None or runs_outside(
                 torch, module, call_args, call_kwargs, inputs, traced, sp, seed)]
             # sizes torch decides otherwise than the trace did: 1, and where a guard of torch.export is false

@@ -66,10 +66,10 @@ UNIFIED_HINT = ("declare them as one dim (the same Dim or name) if the module is
                 "change the module so that torch keeps them apart (torch's reason names the guard); "
                 "allow_specialized_dims=True exports it anyway, with a warning")
 
-FORM_HINT = ("declare the dim as torch holds it (a derived Dim: W = 2 * Dim('_W'), which the file names 2*_W) if the "
-             "module is meant only for those sizes, or change the module so that torch keeps every size (a size "
-             "such as W // 2 * 2 makes torch assume the example's form); allow_specialized_dims=True exports it "
-             "anyway, with a warning")
+FORM_HINT = ("declare the dim as torch holds it if the module is meant only for those sizes (a derived Dim: W = "
+             "2 * Dim('_W') for 2*s; the file names it 2*_W, and onnxruntime does not enforce it), or change the "
+             "module so that torch keeps every size (a size such as W // 2 * 2 makes torch assume the example's "
+             "form); allow_specialized_dims=True exports it anyway, with a warning")
 
 #: dynamic_axes has no ranges nor shared dims to declare
 DYNAMIC_AXES_HINT = ("export with dynamo=True and declare in dynamic_shapes what torch holds (a Dim's min/max, one Dim "

@@ -144,6 +144,10 @@ def test_a_source_lines_output_sizes(line, want):
     # review16: a helper's method named like a tensor's, reached through an index of the module's list
     ("return self.helpers[0].relu(x) + F.adaptive_avg_pool2d(x, (8, 4))", True),
     ("return x[0].relu() + F.adaptive_avg_pool2d(x, (4, 3))", False),  # a tensor's, indexed
+    # review17: or through what a builtin or a conditional gives; a tensor torch's call made is none of these
+    ("return getattr(self, 'helper').relu(x) + F.adaptive_avg_pool2d(x, (8, 4))", True),
+    ("return (self.a if f else self.b).relu(x) + F.adaptive_avg_pool2d(x, (8, 4))", True),
+    ("return torch.cat([x, x], 1).mul(y) + F.adaptive_avg_pool2d(x, (4, 3))", False),
 ])
 def test_a_line_that_may_hide_a_pool_is_opaque(line, opaque):
     """Which ``self.name`` is a submodule comes from the graph's scopes: ``fc`` made nodes under ``head.fc``, so it

@@ -9,7 +9,7 @@ pytest.importorskip("onnxscript")
 torch = pytest.importorskip("torch")
 nn, F = torch.nn, torch.nn.functional
 
-from dynamo_exports import export_symbolic_hw, pinned_torch  # noqa: E402
+from dynamo_exports import export_symbolic_hw, older_torch  # noqa: E402
 
 from onnxpoolfix import patch  # noqa: E402
 from onnxpoolfix.errors import UnsupportedNodeError  # noqa: E402
@@ -229,8 +229,8 @@ def test_ordinary_code_on_the_pools_line_is_patched_exactly(module, traced):
     other widths; the region is now also run at the nearest sizes of the traced size's branches."""
     from dynamo_exports import errors_vs_torch
 
-    if not pinned_torch(torch):  # measured with torch 2.9.1 (docs/dynamo-files.md): the exports themselves differ
-        pytest.skip("another torch exports these otherwise: W static (Enumerated), W >= 13 (the crops), W even "
+    if older_torch(torch):  # measured with torch 2.9.1 (docs/dynamo-files.md): the exports themselves differ
+        pytest.skip("an older torch exports these otherwise: W static (Enumerated), W >= 13 (the crops), W even "
                     "with no crop and no assert (MadeEven, a file onnxpoolfix cannot see through)")
     m = module().eval()
     out = patch(export_symbolic_hw(m, traced), traced_shapes={"x": [1, 3, *traced]}).model

@@ -22,13 +22,28 @@ def export_symbolic_hw(module, hw, *, low: int = 2, high: int = 1024) -> onnx.Mo
         raise
 
 
-def pinned_torch(torch) -> bool:
-    """The running torch is the project's pinned one (constraints.txt), whose exports the fixtures record."""
+def _pinned() -> str | None:
     import re
     from pathlib import Path
 
-    pinned = re.search(r"^torch==(\S+)", (Path(__file__).parents[2] / "constraints.txt").read_text(), re.M)
-    return pinned is None or torch.__version__.startswith(pinned.group(1))
+    found = re.search(r"^torch==(\S+)", (Path(__file__).parents[2] / "constraints.txt").read_text(), re.M)
+    return found.group(1) if found else None
+
+
+def pinned_torch(torch) -> bool:
+    """The running torch is the project's pinned one (constraints.txt), whose exports the fixtures record."""
+    pinned = _pinned()
+    return pinned is None or torch.__version__.startswith(pinned)
+
+
+def older_torch(torch) -> bool:
+    """The running torch is older than the pinned one (torch 2.9 to 2.12: exports that differ, measured with 2.9)."""
+    pinned = _pinned()
+
+    def minor(v: str) -> tuple[int, int]:
+        return tuple(int(p) for p in v.split("+")[0].split(".")[:2])
+
+    return pinned is not None and minor(torch.__version__) < minor(pinned)
 
 
 def skip_where_another_torch_cannot_export(torch, error: Exception) -> None:

@@ -38,7 +38,7 @@ class _BandsOfSeven(nn.Module):
 
 @pytest.mark.parametrize("dim", ["named", "DYNAMIC"])
 def test_a_narrowed_range_torch_fails_at_every_try_past_is_refused(tmp_path: Path, dim: str) -> None:
-    from onnxpoolfix.torch_export.sizes import outside_sizes
+    from onnxpoolfix.torch_export.outside import outside_sizes
     from onnxpoolfix.torch_export.specialised import Specialised
 
     m, out = _BandsOfSeven().eval(), tmp_path / "m.onnx"

@@ -334,8 +334,13 @@ def _may_hold_a_pool(call: ast.Call, children: frozenset[str]) -> bool:
     root = f.value
     while isinstance(root, (ast.Attribute, ast.Subscript)):  # ``self.helpers[0].relu(x)``: the helper's, indexed
         root = root.value
-    if not isinstance(root, ast.Name) or root.id in TORCH_NAMES:
-        return False  # a method of a tensor a call made (``self.pool(x).view(...)``), or torch's
+    if isinstance(root, ast.Call):  # a method of what a call made: a tensor where torch's call or a module made it
+        if _torchs(root) or (_name(root) in PLAIN_CALLS and _name(root) not in BUILTINS) or (
+                isinstance(root.func, ast.Attribute) and isinstance(root.func.value, ast.Name)
+                and root.func.value.id == "self" and root.func.attr in children):
+            return False  # ``F.adaptive_avg_pool2d(x, 3).flatten(1)``, ``self.fc(x).view(...)``
+    elif not isinstance(root, (ast.Name, ast.IfExp, ast.BoolOp)) or getattr(root, "id", None) in TORCH_NAMES:
+        return False  # torch's, or a constant's
     return unpacks(call) or not all(sizes_only(a) for a in [*call.args, *(k.value for k in call.keywords)])
 
 
