@@ -154,12 +154,12 @@ def test_a_size_of_zero_inside_the_declared_range_is_compared_not_a_crash(tmp_pa
 
 class GenuineBeside(torch.nn.Module):
     """A genuine F.avg_pool2d / F.max_pool2d on the same source line as adaptive pools (a dynamo file's metadata
-    names the line, so the file alone reads it two ways and is refused as possibly frozen). The means are of
-    magnitudes: a mean of random data cancels to ~1e-5, where float32 noise passes the comparison's 1e-4 of the
-    output's scale (torch 2.9 compares this file off its form, 2*s - 1, at even sizes too)."""
+    names the line, so the file alone reads it two ways and is refused as possibly frozen). The first output, a
+    mean of random data, cancels to ~1e-5: float32 noise exceeds 1e-4 of its scale at some sizes (torch 2.9
+    compares this file off its form, 2*s - 1, at 38x41: 4.4e-09 against 9e-10), where torch's float64 decides."""
 
     def forward(self, x):
-        return F.avg_pool2d(x, 2).abs().mean() + F.adaptive_avg_pool2d(x, (5, 7)).abs().mean(), F.adaptive_max_pool2d(F.max_pool2d(x, 3, 2, 1), (3, 4))  # noqa: E501
+        return F.avg_pool2d(x, 2) .mean() + F.adaptive_avg_pool2d(x, (5, 7)).mean(), F.adaptive_max_pool2d(F.max_pool2d(x, 3, 2, 1), (3, 4))  # noqa: E501
 
 
 def test_export_takes_a_genuine_pool_beside_adaptive_ones_on_one_line(tmp_path: Path):
@@ -179,3 +179,24 @@ def test_export_takes_a_genuine_pool_beside_adaptive_ones_on_one_line(tmp_path: 
         got = sess.run(None, {"x": x.numpy()})
         np.testing.assert_allclose(got[0], want[0].numpy(), rtol=1e-5, atol=1e-5)
         assert np.array_equal(got[1], want[1].numpy()), shape
+
+
+class _Cancels(torch.nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, (5, 7)).mean()
+
+
+def test_an_output_that_cancels_is_judged_against_torchs_float64():
+    """A mean of random data (~1e-3 here) is off by float32 rounding in any other summation order, which can pass
+    1e-4 of its own scale: OUT twice as far from torch's float64 as torch's float32 is passes; 1e-3 off does not."""
+    from onnxpoolfix.torch_export.sizes import TorchRunner
+    from onnxpoolfix.torch_export.torch_check import float32_noise
+
+    inputs = [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, "H", "W"])]
+    runner = TorchRunner(torch, _Cancels().eval(), (torch.randn(1, 3, 57, 61),), {}, inputs, seed=0)
+    tensors, (w32,), _ = runner.run(runner.inputs({"H": 57, "W": 61}))
+    w64 = F.adaptive_avg_pool2d(tensors[0].double(), (5, 7)).mean().item()
+    twice = w64 + 2 * (float(w32) - w64)
+    assert float32_noise(torch, runner, tensors, [np.array(twice)], [w32])
+    assert not float32_noise(torch, runner, tensors, [np.array(float(w32) + 1e-3)], [w32])
+    assert next(runner.module.parameters(), torch.zeros(1)).dtype == torch.float32  # the module left as it was
