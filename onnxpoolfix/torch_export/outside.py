@@ -97,7 +97,7 @@ def compare_forms_instead(torch, module, args: tuple, kwargs: dict, model_inputs
 
     rest, outside = [], {}
     for sp in found:
-        tries = [v for v in outside_sizes(sp) if not _of_form(sp.form, v)] if sp.form and declared else []
+        tries = off_form_sizes(sp) if sp.form and declared else []
         try:
             apart = apart_form(declared, sp.form, sp.symbol, sp.ranges[0]) if tries else declared
             runner = TorchRunner(torch, module, args, kwargs, model_inputs, seed, apart)
@@ -113,6 +113,11 @@ def compare_forms_instead(torch, module, args: tuple, kwargs: dict, model_inputs
             continue
         declared, outside[sp.symbol] = apart, runs
     return rest, declared, outside
+
+
+def off_form_sizes(sp: Specialised) -> list[int]:
+    """:func:`outside_sizes` of a form (``2*s24``) that the form does not take."""
+    return [v for v in outside_sizes(sp) if not _of_form(sp.form, v)]
 
 
 def _of_form(form: str, v: int) -> bool:
@@ -139,7 +144,7 @@ def compared_instead(narrowed: Sequence[Specialised], model_inputs, verify: bool
         gap = whole_gap(sp) if sp.value is None and not sp.same_as else None
         name = dims[sp.input][sp.axis].dim_param if sp.input in dims and sp.axis < len(dims[sp.input]) else ""
         if sp.form and name and verify:  # the probe's 2*s: the tracer's file is compared at the other sizes
-            gap = [v for v in outside_sizes(sp) if not _of_form(sp.form, v)]
+            gap = off_form_sizes(sp)
         if gap and name and verify:
             outside[name] = sorted(set(outside.get(name, [])) | set(gap))
             continue

@@ -312,10 +312,16 @@ def _torchs(call: ast.Call) -> bool:
     return isinstance(call.func, ast.Attribute) and isinstance(root, ast.Name) and root.id in TORCH_NAMES
 
 
+def _self_call(call: ast.Call) -> str | None:
+    """``name`` of a ``self.name(...)`` call, else None."""
+    f = call.func
+    return f.attr if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self" else None
+
+
 def _may_hold_a_pool(call: ast.Call, children: frozenset[str]) -> bool:
     f = call.func
-    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
-        return f.attr not in children  # a submodule's nodes carry their own scope; a method's do not
+    if _self_call(call) is not None:
+        return _self_call(call) not in children  # a submodule's nodes carry their own scope; a method's do not
     name = _name(call)
     if isinstance(f, ast.Name):  # a bare name: a function of the user's (``normalize(x)``) unless a builtin
         return name not in BUILTINS
@@ -336,8 +342,7 @@ def _may_hold_a_pool(call: ast.Call, children: frozenset[str]) -> bool:
         root = root.value
     if isinstance(root, ast.Call):  # a method of what a call made: a tensor where torch's call or a module made it
         if _torchs(root) or (_name(root) in PLAIN_CALLS and _name(root) not in BUILTINS) or (
-                isinstance(root.func, ast.Attribute) and isinstance(root.func.value, ast.Name)
-                and root.func.value.id == "self" and root.func.attr in children):
+                _self_call(root) in children):
             return False  # ``F.adaptive_avg_pool2d(x, 3).flatten(1)``, ``self.fc(x).view(...)``
     elif not isinstance(root, (ast.Name, ast.IfExp, ast.BoolOp)) or getattr(root, "id", None) in TORCH_NAMES:
         return False  # torch's, or a constant's
