@@ -8,6 +8,7 @@ import pytest
 from onnx import helper
 
 from onnxpoolfix.check.feeds import declared_step
+from onnxpoolfix.frontends.dynamo.frozen_readings import UNKNOWN, node_readings
 from onnxpoolfix.frontends.dynamo.metadata import COMPUTED, source_line, submodules
 from onnxpoolfix.frontends.dynamo.search import SizeSpace, branch_class, evaluate, symbols
 
@@ -158,6 +159,21 @@ def test_a_line_that_may_hide_a_pool_is_opaque(line, opaque):
     node = _node(line)
     assert source_line(node, submodules([conv, node])).opaque is opaque
 
+
+
+@pytest.mark.parametrize("line,lookalike", [
+    ("return nnf.adaptive_avg_pool2d(x, (8, 3))", "nnf.adaptive_avg_pool2d"),
+    ("return adaptive_avg_pool2d(x, (8, 3)) + F.adaptive_avg_pool2d(x, (8, 3))", "adaptive_avg_pool2d"),
+    ("return helper(x) + F.adaptive_avg_pool2d(x, (8, 3))", None),  # opaque, but named like no pooling
+])
+def test_a_refusal_names_the_pooling_call_not_reached_through_torchs_names(line, lookalike):
+    """review16 #8: the refusal says which call looks like torch's pooling and that writing it through torch's
+    names (as the docs say) lets the line be read; a plain helper keeps the general reason."""
+    (reading,) = [r for r in node_readings(_node(line), "avg", 2, False) if r.what == UNKNOWN]
+    if lookalike is None:
+        assert "may hold a pool" in reading.says and "torch's own names" not in reading.says
+    else:
+        assert f"`{lookalike}`" in reading.says and "torch's own names" in reading.says
 
 def test_declared_step_reads_multiples_of_symbols():
     free = {"x": (1, 3, "32*h", "32*w"), "y": (1, "n", "h*8")}

@@ -86,7 +86,9 @@ def node_readings(node: onnx.NodeProto, kind: str, k: int, lifted: bool,
             if size is not False and _sizes_fit(node, size, kernel, strides):
                 out.append(Reading(ADAPTIVE, says, size))
     if line.opaque or not out:
-        why = ("its source line calls something that may hold a pool" if line.opaque
+        why = (f"its source line calls `{line.lookalike}`, named like torch's pooling but not through torch's own "
+               "names (`F.`, `torch.`, `nn.functional.`): anyone's, it may pool anything (write it through them)"
+               if line.lookalike else "its source line calls something that may hold a pool" if line.opaque
                else "its source line holds no pooling call its windows fit")
         out.append(Reading(UNKNOWN, f"{why}: {line.text[:100]}"))
     return list(dict.fromkeys(out))

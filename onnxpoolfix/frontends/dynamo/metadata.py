@@ -67,6 +67,7 @@ class SourceLine:
     calls: tuple[PoolCall, ...]
     opaque: bool  # some call may hold a pool (a helper, a lambda), or the line is no statement
     loops: bool = True  # it may run a call more than once (a comprehension, a for header; unparsed: unknown)
+    lookalike: str = ""  # a call named like torch's pooling, not through torch's names (``nnf.``, bare)
 
 
 def _metadata(node: onnx.NodeProto) -> dict[str, str]:
@@ -177,7 +178,7 @@ def _read_line(text: str, children: frozenset[str]) -> SourceLine | None:
     if parsed is None:
         return None
     tree, end = parsed
-    calls, opaque = [], False
+    calls, opaque, lookalike = [], False, ""
     fixed = fixed_names(tree)
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     built = {id(x) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Call)
@@ -191,13 +192,13 @@ def _read_line(text: str, children: frozenset[str]) -> SourceLine | None:
         cut = n.end_col_offset > end  # its arguments go on past the line: none of them is known
         call = _pool_call(n, cut, fixed=fixed.get(id(n), frozenset()))
         if call is not None and not _torchs(n):  # named like torch's pooling, but anyone's: it may pool anything
-            opaque = True
+            opaque, lookalike = True, lookalike or ast.unparse(n.func)
         elif call is not None:
             calls.append(call)
         elif _may_hold_a_pool(n, children):
             opaque = True
     loops = any(isinstance(n, (ast.comprehension, ast.For, ast.While)) for n in ast.walk(tree))
-    return SourceLine(text, tuple(calls), opaque, loops)
+    return SourceLine(text, tuple(calls), opaque, loops, lookalike)
 
 
 _MODULE_CALL = re.compile(r"^Adaptive(Avg|Max)Pool([123])d$")
