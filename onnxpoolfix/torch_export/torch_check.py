@@ -34,7 +34,8 @@ logger = logging.getLogger(__name__)
 MISMATCH_HINT = ("if the module is not meant to run at this size, declare that in dynamic_shapes (a Dim's "
                  "min/max, or an expression such as 2*h for a dim tied to another or 32*h for multiples of 32; "
                  "with dynamic_axes every size counts) and the comparison keeps to it; otherwise the export is "
-                 "wrong at this size: report it (verify=False skips the comparison)")
+                 "wrong at this size: with dynamo=False try dynamo=True (the TorchScript exporter lowers some pools "
+                 "wrongly itself: an unbatched input pooled to 1), else report it (verify=False skips the comparison)")
 
 GUARD_HINT = ("the exported graph holds only the branch taken at the example's size: write the branch as a "
               "tensor op (torch.where) or torch.cond, or keep this size out of dynamic_shapes (a Dim's min/max)")
@@ -150,7 +151,7 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
     except TorchMismatchError as e:
         if getattr(module, "training", False):  # dropout/batch-norm statistics differ run to run
             raise TorchMismatchError(e.text, "the module is in training mode: call module.eval() before "
-                                     "exporting (or pass verify=False)") from None
+                                     f"exporting; if that is not why: {e.hint}") from None
         raise
 
 
