@@ -1,0 +1,56 @@
+"""Transposes the TorchScript exporter wrote with negative axes: where it does not know an input's rank (a
+leftover's output), it writes ``permute``'s and ``movedim``'s axes as the source gives them
+(``h.movedim(-3, -1)``: perm ``[0, 2, 3, -3]``), which ONNX refuses (each axis in ``[0, rank)``), so onnx's
+shape inference stops there and the next pool's input shape is unknown. A perm names every axis once, so its
+length is the rank, and each negative axis ``p`` is ``p + len(perm)``, as torch reads it. Repaired before any
+front end reads shapes, in models holding leftovers only (elsewhere the file is the user's to fix)."""
+from __future__ import annotations
+
+import onnx
+
+from ..report import Note
+from .leftovers import is_pool_leftover
+
+__all__ = ["normalize_negative_perms"]
+
+
+def normalize_negative_perms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Note | None]:
+    """``model`` with every such perm normalized (a copy, where any is), and the note saying so; ``model``
+    itself and None where none is, or the model holds no leftover."""
+    if not any(is_pool_leftover(n) for g in _graphs(model.graph) for n in g.node):
+        return model, None
+    if not any(_normalized(n) for g in _graphs(model.graph) for n in g.node):
+        return model, None
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    names = []
+    for g in _graphs(out.graph):
+        for n in g.node:
+            perm = _normalized(n)
+            if perm is not None:
+                (attr,) = [a for a in n.attribute if a.name == "perm"]
+                attr.ints[:] = perm
+                names.append(n.name or n.output[0])
+    return out, Note(f"normalized the negative axes torch wrote in the perm of {len(names)} Transpose(s) after a "
+                     f"leftover of a rank it did not know: {', '.join(names)}", "negative-perms", nodes=names)
+
+
+def _normalized(node: onnx.NodeProto) -> list[int] | None:
+    """The perm with each negative axis read as torch reads it, where the node has one and that is a
+    permutation; None otherwise (nothing to do, or no reading: left for onnx to refuse)."""
+    if node.op_type != "Transpose" or node.domain not in ("", "ai.onnx"):
+        return None
+    perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), [])
+    if not any(p < 0 for p in perm):
+        return None
+    fixed = [p + len(perm) if p < 0 else p for p in perm]
+    return fixed if sorted(fixed) == list(range(len(perm))) else None
+
+
+def _graphs(graph: onnx.GraphProto):
+    yield graph
+    for n in graph.node:
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                        a.graphs if a.type == onnx.AttributeProto.GRAPHS else []):
+                yield from _graphs(sub)
