@@ -23,6 +23,8 @@ import onnxpoolfix
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
+from dynamo_exports import skip_where_another_torch_cannot_export  # noqa: E402 - after torch is known present
+
 nn = torch.nn
 F = torch.nn.functional
 pytestmark = pytest.mark.torch
@@ -104,7 +106,12 @@ def test_stride_32_keeps_multiples_of_32(tmp_path: Path) -> None:
     m = CropTo32().eval()
     h, w = torch.export.Dim("h", min=1, max=16), torch.export.Dim("w", min=1, max=16)
     out = tmp_path / "s32.onnx"
-    report = onnxpoolfix.export(m, (torch.randn(1, 3, 64, 96),), out, dynamic_shapes={"x": {2: 32 * h, 3: 32 * w}})
+    try:  # torch 2.11's exporter fails on this module inside its own conv (a guard on a data-dependent size)
+        report = onnxpoolfix.export(m, (torch.randn(1, 3, 64, 96),), out,
+                                    dynamic_shapes={"x": {2: 32 * h, 3: 32 * w}})
+    except Exception as e:  # noqa: BLE001 - the helper skips torch's own export failures, re-raised otherwise
+        skip_where_another_torch_cannot_export(torch, e)
+        raise
     runs = _compared(report)
     assert len(runs) >= 4 and all(d % 32 == 0 for s in runs for d in s["x"][2:]), runs
     _assert_matches(out, m, [(1, 3, 64, 96), (1, 3, 32, 32), (1, 3, 288, 160), (1, 3, 512, 64)])
