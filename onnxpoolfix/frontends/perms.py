@@ -1,9 +1,10 @@
-"""Transposes the TorchScript exporter wrote with negative axes: where it does not know an input's rank (a
-leftover's output), it writes ``permute``'s and ``movedim``'s axes as the source gives them
-(``h.movedim(-3, -1)``: perm ``[0, 2, 3, -3]``), which ONNX refuses (each axis in ``[0, rank)``), so onnx's
-shape inference stops there and the next pool's input shape is unknown. A perm names every axis once, so its
-length is the rank, and each negative axis ``p`` is ``p + len(perm)``, as torch reads it. Repaired before any
-front end reads shapes, in models holding leftovers only (elsewhere the file is the user's to fix)."""
+"""Transposes the TorchScript exporter wrote with negative axes: torch 2.13 writes ``permute``'s and ``movedim``'s
+axes as the source gives them (``x.permute(0, -1, 1, 2)``: perm ``[0, -1, 1, 2]``), which ONNX refuses (each
+axis in ``[0, rank)``): the checker and onnx's shape inference stop there (after a leftover, the next pool's
+input shape is unknown), and onnxruntime does not load the file. A perm names every axis once, so its length
+is the rank, and each negative axis ``p`` is ``p + len(perm)``, as torch reads it. Read so before the input
+check and the front ends, in models holding leftovers only (elsewhere the file is not ours to patch: the
+checker's error names the remedy)."""
 from __future__ import annotations
 
 import onnx

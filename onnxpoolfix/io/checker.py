@@ -51,6 +51,9 @@ POOL_SHAPE_ERROR = re.compile(r"op_type:(AveragePool|MaxPool|GlobalAveragePool|G
 
 UNTYPED_VALUE_INFO = "Field 'type' of 'value_info' is required but missing."
 
+# what torch's TorchScript exporter writes for permute's and movedim's negative axes (frontends/perms.py)
+NEGATIVE_PERM_ERROR = re.compile(r"op_type:Transpose\b.*Invalid attribute perm \{[^}]*-\d", re.S)
+
 
 def _checker_error(name: str, full: str, kind: str) -> InvalidModelError:
     logger.debug("%s: checker says:\n%s", name, full)
@@ -59,6 +62,9 @@ def _checker_error(name: str, full: str, kind: str) -> InvalidModelError:
         hint = ("torch's TorchScript exporter writes such a pool for an adaptive pool of an unbatched input "
                 "((C, L), (C, H, W)) whose sizes the graph no longer holds; export with a batch dim "
                 "(x.unsqueeze(0)) or with onnxpoolfix.export(..., dynamo=True)")
+    elif NEGATIVE_PERM_ERROR.search(full):
+        hint = ("torch's TorchScript exporter writes permute's and movedim's negative axes as given, which ONNX "
+                "refuses: write them non-negative (x.permute(0, 3, 1, 2)), or export with dynamo=True")
     else:
         hint = "the model is malformed; re-export it or fix the exporter"
     return InvalidModelError(f"{name}: fails the ONNX checker: {first}", hint)

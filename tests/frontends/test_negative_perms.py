@@ -12,9 +12,11 @@ import onnxruntime as ort
 import pytest
 import torch
 import torch.nn.functional as F
+from click.testing import CliRunner
 from torch import nn
 
 from onnxpoolfix import patch
+from onnxpoolfix.cli import main
 
 
 class MovedimBetweenPools(nn.Module):
@@ -56,3 +58,34 @@ def test_inplace_patches_the_callers_model():
     result = patch(model, inplace=True)
     assert result.model is model and not any(n.domain == "org.pytorch.aten" for n in model.graph.node)
     assert all(p >= 0 for n in model.graph.node if n.op_type == "Transpose" for p in n.attribute[0].ints)
+
+
+class PermutedInputPooled(nn.Module):
+    """The Transpose reads the input, whose rank torch knows, and still gets ``[0, -1, 1, 2]``: the ONNX checker
+    refuses the file before any front end runs (review20 cases 45, 83: exit 3)."""
+
+    def forward(self, x):
+        return F.adaptive_max_pool2d(x.permute(0, -1, 1, 2), (4, 3))
+
+
+class PermutedInputOnly(nn.Module):
+    def forward(self, x):
+        return x.permute(0, -1, 1, 2).relu()
+
+
+def test_the_cli_reads_negative_perm_axes_the_checker_refuses_and_matches_torch(tmp_path):
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(_export(PermutedInputPooled(), False), src)
+    r = CliRunner().invoke(main, [str(src), str(out)])
+    assert r.exit_code == 0, r.output
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    x = torch.randn(2, 3, 7, 9)
+    np.testing.assert_array_equal(sess.run(None, {"x": x.numpy()})[0], PermutedInputPooled()(x).numpy())
+
+
+def test_a_negative_perm_in_a_model_without_leftovers_is_refused_naming_the_remedy(tmp_path):
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(_export(PermutedInputOnly(), False), src)
+    r = CliRunner().invoke(main, [str(src), str(out)])
+    assert r.exit_code == 3 and not out.exists()
+    assert "non-negative" in r.stderr and "dynamo=True" in r.stderr
