@@ -137,14 +137,6 @@ class PoolSpec:
         return any(isinstance(s, RuntimeDim) for s in self.node.output_size)
 
     @property
-    def planes(self) -> int:
-        """Product of the leading dims, counting a symbolic one as 1 (for cost estimates only)."""
-        p = 1
-        for d in self.lead:
-            p *= d if isinstance(d, int) else 1
-        return p
-
-    @property
     def dtype_name(self) -> str:
         return SUPPORTED_DTYPES.get(self.dtype, dtype_name(self.dtype).lower())
 

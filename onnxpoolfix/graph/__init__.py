@@ -2,7 +2,8 @@
 the default-domain opset, and protobuf's repeated-field test. A leaf module: it imports only onnx."""
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections import Counter
+from typing import Callable, Iterable, Iterator
 
 import onnx
 
@@ -103,3 +104,40 @@ def constant_value(name: str, initializers, constants):
         return numpy_helper.to_array(tensor).tolist()
     except Exception:  # noqa: BLE001 - external data: no values to read here
         return None
+
+
+def drop_unread(graph: onnx.GraphProto, names: Iterable[str], removable: Callable[[onnx.NodeProto], bool],
+                freed: Iterable[str] = ()) -> int:
+    """Remove, working back from the tensors ``names``, every ``removable`` node none of whose outputs is read
+    (by a node, a body, or as a graph output); its inputs lose a reader, and their producers are tried in turn.
+    Then the initializers among ``names``, ``freed`` and the removed nodes' reads that nothing reads go, with
+    their graph-input entries (IR 3 and keep_initializers_as_inputs list them: they would become inputs the
+    caller must feed). Returns how many nodes went."""
+    names = [t for t in names if t]
+    outputs = {o.name for o in graph.output}
+    nodes = list(graph.node)
+    reads = [[i for i in n.input if i] + [i for sub in subgraphs(n) for i in read_names(sub)] for n in nodes]
+    readers = Counter(i for r in reads for i in r)
+    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    freed = set(freed) | set(names)
+    alive = [True] * len(nodes)
+    todo = [producer[t] for t in names if t in producer]
+    while todo:  # a worklist over reader counts
+        k = todo.pop()
+        if not alive[k] or not removable(nodes[k]) or any(readers[o] or o in outputs for o in nodes[k].output if o):
+            continue
+        alive[k] = False
+        for i in reads[k]:
+            freed.add(i)
+            readers[i] -= 1
+            if not readers[i] and i in producer:
+                todo.append(producer[i])
+    removed = alive.count(False)
+    if removed:
+        arrange(graph.node, [n for n, keep in zip(nodes, alive) if keep])
+    read = {i for r, keep in zip(reads, alive) if keep for i in r} | outputs
+    unused = {t.name for t in graph.initializer if t.name in freed and t.name not in read}
+    if unused:
+        for field in (graph.initializer, graph.input):
+            keep_only(field, lambda t: t.name not in unused)
+    return removed

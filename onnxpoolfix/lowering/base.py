@@ -211,6 +211,22 @@ def specialized(steps: Sequence[Step], shape, size: int, opset: int) -> list[Ste
     return out
 
 
+def lowering_model(lowering: Lowering, spec: PoolSpec, x_shape, y_shape, name: str = "lowering"):
+    """``lowering`` built alone for ``spec`` as a model (x -> y, and indices where it computes them, as the
+    rewrite writes it), and its emitter."""
+    from onnx import helper
+
+    indices = "indices" if spec.node.indices_output and lowering.computes_indices else None
+    em = Emitter(name, {"x", "y", "indices"}, spec.opset, target=spec.target)
+    lowering.build(em, spec, "x", "y", indices)
+    outputs = [make_value_info("y", spec.dtype, y_shape)]
+    if indices:
+        outputs.append(make_value_info(indices, TensorProto.INT64, y_shape))
+    graph = helper.make_graph(em.nodes, name, [make_value_info("x", spec.dtype, x_shape)], outputs,
+                              initializer=em.initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", spec.opset)]), em
+
+
 def tensorrt_rejection(lowering: Lowering, spec: PoolSpec) -> str | None:
     """Why TensorRT's ONNX parser would reject a node ``lowering`` emits for ``spec``, or None.
 
@@ -219,18 +235,9 @@ def tensorrt_rejection(lowering: Lowering, spec: PoolSpec) -> str | None:
     The lowering is built into a one-node-sized model and every emitted node goes through the same lint
     ``onnxpoolfix inspect --target tensorrt`` runs, so the planner never picks a lowering the lint flags.
     """
-    from onnx import helper
-
-    indices = "indices" if spec.node.indices_output and lowering.computes_indices else None
-    em = Emitter("lowering", {"x", "y", "indices"}, spec.opset, target=spec.target)
     try:
-        lowering.build(em, spec, "x", "y", indices)
-        outputs = [make_value_info("y", spec.dtype, spec.output_shape)]
-        if indices:
-            outputs.append(make_value_info(indices, TensorProto.INT64, spec.output_shape))
-        graph = helper.make_graph(em.nodes, "lowering", [make_value_info("x", spec.dtype, spec.input_shape)],
-                                  outputs, initializer=em.initializers)
-        info = GraphInfo.from_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", spec.opset)]))
+        model, em = lowering_model(lowering, spec, spec.input_shape, spec.output_shape)
+        info = GraphInfo.from_model(model)
     except Exception as e:  # noqa: BLE001 - check() never raises; a build bug surfaces when the patch builds it
         import logging
 

@@ -46,10 +46,6 @@ _RATES = ("BANDWIDTH", "MAC_RATE", "POOL_RATE", "GATHER_RATE")  # per second: a 
 BUILT_IN = {name: getattr(C, name) for name in dir(C) if name.isupper()}
 
 
-def _session(model, threads: int):
-    return ort_session(model, threads=threads or None, log_level=3)
-
-
 def _model(nodes, x_shape, inits=()):
     from onnx import TensorProto, helper
 
@@ -61,7 +57,7 @@ def _model(nodes, x_shape, inits=()):
 def _seconds(model, x: np.ndarray, threads: int, runs: int) -> float:
     """The fastest of ``runs`` batches of 5 calls: the machine's own speed (on a shared machine other tenants
     only ever slow a call down, and every probe is slowed alike only by luck)."""
-    sess = _session(model, threads)
+    sess = ort_session(model, threads=threads or None, log_level=3)
     feed = {"x": x}
     for _ in range(3):
         sess.run(None, feed)

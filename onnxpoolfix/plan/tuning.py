@@ -15,10 +15,11 @@ import time
 from typing import Sequence
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
-from ..graph.emit import Emitter, np_dtype
-from ..graph.shapes import PoolSpec, make_value_info
+from ..graph.emit import np_dtype
+from ..graph.shapes import PoolSpec
+from ..lowering.base import lowering_model
 from ..sessions import ort_session
 
 MAX_BYTES = 256 << 20
@@ -35,16 +36,7 @@ def tunable(spec: PoolSpec) -> bool:
 
 
 def _session(lowering, spec: PoolSpec, shape: list[int], threads: int | None):
-    indices = "indices" if spec.node.indices_output and lowering.computes_indices else None
-    em = Emitter("tune", {"x", "y", "indices"}, spec.opset, target=spec.target)  # as the rewrite writes it
-    lowering.build(em, spec, "x", "y", indices)
-    outputs = [make_value_info("y", spec.dtype, None)]
-    if indices:
-        outputs.append(make_value_info("indices", TensorProto.INT64, None))
-    graph = helper.make_graph(em.nodes, "tune", [make_value_info("x", spec.dtype, shape)], outputs,
-                              initializer=em.initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", spec.opset)])
-    return ort_session(model, threads=threads, log_level=3)
+    return ort_session(lowering_model(lowering, spec, shape, None, "tune")[0], threads=threads, log_level=3)
 
 
 def measure(spec: PoolSpec, lowerings: Sequence, threads: int | None = None) -> dict[str, float]:

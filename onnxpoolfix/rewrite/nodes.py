@@ -14,7 +14,7 @@ from typing import Sequence
 import onnx
 
 from ..frontends.leftovers import ATEN_DOMAIN
-from ..graph import arrange, keep_only, nodes_deep, read_names, subgraphs
+from ..graph import arrange, drop_unread, keep_only, nodes_deep, subgraphs
 from ..graph.emit import Emitter, mark_emitted, op_types
 from ..graph.shapes import PoolSpec, infer, make_value_info, type_dims
 from ..plan.planner import Plan
@@ -186,36 +186,7 @@ def drop_dead_size_constants(graph: onnx.GraphProto, names: Sequence[str]) -> No
     """Remove the nodes/initializers that computed output sizes, now that nothing reads them (an initializer
     also listed as a graph input, as IR 3 and keep_initializers_as_inputs write them, loses that entry too:
     it would otherwise become an input the caller must feed)."""
-    outputs = {o.name for o in graph.output}
-    readers: dict[str, int] = {}
-    for n in graph.node:
-        for i in n.input:
-            readers[i] = readers.get(i, 0) + 1
-    in_subgraphs = {i for n in graph.node for sub in subgraphs(n) for i in read_names(sub)}
-    producer = {o: n for n in graph.node for o in n.output if o}
-    initializers = {t.name for t in graph.initializer}
-    dead_nodes: set[int] = set()
-    dead_inits: set[str] = set()
-    pending = list(names)
-    while pending:
-        name = pending.pop()
-        if name in outputs or readers.get(name, 0) > 0 or name in in_subgraphs:
-            continue
-        n = producer.get(name)
-        if n is not None:
-            if id(n) not in dead_nodes and all(o == name or not o for o in n.output):
-                dead_nodes.add(id(n))
-                for x in n.input:
-                    if x:
-                        readers[x] -= 1
-                        pending.append(x)
-        elif name in initializers:
-            dead_inits.add(name)
-    if dead_nodes:
-        keep_only(graph.node, lambda n: id(n) not in dead_nodes)
-    if dead_inits:
-        for field in (graph.initializer, graph.input):
-            keep_only(field, lambda t: t.name not in dead_inits)
+    drop_unread(graph, names, lambda n: sum(1 for o in n.output if o) == 1)
 
 
 def _uses_domain(graph: onnx.GraphProto, domain: str) -> bool:

@@ -379,7 +379,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             if not verify:
                 return
             checked = verify_against_torch(path, runnable, call_args, call_kwargs, declared=declared, at_one=at_one,
-                                           outside=outside, guarded=guarded, seed=seed)
+                                           outside=outside, guarded=guarded, seed=seed, torchscript=not dynamo)
             logger.info("%s", checked.note())
             if checked.note():
                 result.report.notes.append(Note(checked.note(), "matched-torch"))

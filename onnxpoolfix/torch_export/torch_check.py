@@ -34,8 +34,10 @@ logger = logging.getLogger(__name__)
 MISMATCH_HINT = ("if the module is not meant to run at this size, declare that in dynamic_shapes (a Dim's "
                  "min/max, or an expression such as 2*h for a dim tied to another or 32*h for multiples of 32; "
                  "with dynamic_axes every size counts) and the comparison keeps to it; otherwise the export is "
-                 "wrong at this size: with dynamo=False try dynamo=True (the TorchScript exporter lowers some pools "
-                 "wrongly itself: an unbatched input pooled to 1), else report it (verify=False skips the comparison)")
+                 "wrong at this size: report it (verify=False skips the comparison)")
+# dynamo=False: the TorchScript exporter lowers some pools wrongly itself (an unbatched input pooled to 1)
+TORCHSCRIPT_HINT = MISMATCH_HINT.replace("report it", "try dynamo=True (the TorchScript exporter lowers some "
+                                         "pools wrongly itself: an unbatched input pooled to 1), else report it")
 
 GUARD_HINT = ("the exported graph holds only the branch taken at the example's size: write the branch as a "
               "tensor op (torch.where) or torch.cond, or keep this size out of dynamic_shapes (a Dim's min/max)")
@@ -130,8 +132,8 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
                          ranges: Mapping[tuple[int, int], tuple[int, int | None]] | None = None,
                          declared: DeclaredDims | None = None, at_one: Sequence[str] = (),
                          outside: Mapping[str, Sequence[int]] | None = None,
-                         guarded: Mapping[str, Sequence[tuple[int, SizePoint]]] | None = None, seed: int = 0
-                         ) -> TorchCheck:
+                         guarded: Mapping[str, Sequence[tuple[int, SizePoint]]] | None = None, seed: int = 0,
+                         torchscript: bool = False) -> TorchCheck:
     """Run the ONNX file at ``path`` in onnxruntime and ``module`` in torch on the same inputs; raise
     :class:`TorchMismatchError` (with the max error) where they differ beyond float noise.
 
@@ -143,16 +145,17 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
     torch runs, onnxruntime failing there included (a range torch.export narrowed, which a TorchScript file need
     not keep to). ``guarded``: symbol -> (size, why) where a guard of torch.export is false, or a size torch
     computes in double may round otherwise in float32 (:func:`.guards.guard_points`). The inputs are the
-    example's tensor leaves, in order, matched to the file's inputs.
+    example's tensor leaves, in order, matched to the file's inputs. ``torchscript``: the file is the
+    TorchScript exporter's (a mismatch's hint then names the dynamo exporter too).
     """
     try:
         return _verify(path, module, args, kwargs, ranges=ranges, declared=declared, at_one=at_one,
                        outside=outside or {}, guarded=guarded or {}, seed=seed)
     except TorchMismatchError as e:
+        hint = TORCHSCRIPT_HINT if torchscript and e.hint == MISMATCH_HINT else e.hint
         if getattr(module, "training", False):  # dropout/batch-norm statistics differ run to run
-            raise TorchMismatchError(e.text, "the module is in training mode: call module.eval() before "
-                                     f"exporting; if that is not why: {e.hint}") from None
-        raise
+            hint = f"the module is in training mode: call module.eval() before exporting; if that is not why: {hint}"
+        raise TorchMismatchError(e.text, hint) from None
 
 
 def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), outside, guarded, seed) -> TorchCheck:

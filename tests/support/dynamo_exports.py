@@ -48,7 +48,8 @@ def older_torch(torch) -> bool:
 
 def skip_where_another_torch_cannot_export(torch, error: Exception) -> None:
     """Skip the test where a torch other than the project's pinned one (constraints.txt) cannot export its module
-    (torch 2.9 to 2.11 export no adaptive max pooling); with the pinned torch such an error fails the test."""
+    (torch 2.9 to 2.12 export no adaptive max pooling, nor a 3D average pool); with the pinned torch such an
+    error fails the test."""
     import pytest
 
     names = {c.__name__ for c in type(error).__mro__}

@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
 import onnx
 
-from ...graph import subgraphs
+from ...graph import constant_value, subgraphs
 from ...graph.emit import EMITTED_BY
 from ...graph.shapes import SUPPORTED_DTYPES, Dim, infer
 from ...spec import InputDim
@@ -272,24 +273,19 @@ def _selected_axes(g: DataflowGraph, n: onnx.NodeProto, rank: int, info: LazyInf
         axes = attrs.get("axes", range(len(attrs.get("starts", ()))))
         return [int(a) % rank for a in axes] if rank else None
     # Slice: axes given as a constant, or the first len(starts)
-    axes = _constant(g, n.input[3]) if len(n.input) > 3 and n.input[3] else None
+    axes = constant_ints(g, n.input[3]) if len(n.input) > 3 and n.input[3] else None
     if axes is None:
-        starts = _constant(g, n.input[1])
-        return None if starts is None or (len(n.input) > 3 and n.input[3]) else list(range(starts.size))
-    return [int(a) % rank for a in axes.reshape(-1)] if rank else None
+        starts = constant_ints(g, n.input[1])
+        return None if starts is None or (len(n.input) > 3 and n.input[3]) else list(range(len(starts)))
+    return [int(a) % rank for a in axes] if rank else None
 
 
-def _constant(g: DataflowGraph, name: str):
-    """The value of an initializer or a Constant node's output, else None."""
-    if name in g.initializers:
-        return onnx.numpy_helper.to_array(g.initializers[name])
+def constant_ints(g: DataflowGraph, name: str) -> list[int] | None:
+    """The values of an initializer or a Constant node's output, flattened, else None."""
     p = g.producer.get(name)
-    if p is None or g.nodes[p].op_type != "Constant":
-        return None
-    for a in g.nodes[p].attribute:
-        if a.name == "value":
-            return onnx.numpy_helper.to_array(a.t)
-    return None
+    constants = {name: g.nodes[p]} if p is not None and g.nodes[p].op_type == "Constant" else {}
+    value = constant_value(name, g.initializers, constants)
+    return None if value is None else [int(v) for v in np.ravel(value)]
 
 
 def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | None:

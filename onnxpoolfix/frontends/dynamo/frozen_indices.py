@@ -14,11 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import onnx
 
-from ...graph import constant_value
-from .dataflow import DataflowGraph
+from .dataflow import DataflowGraph, constant_ints
 
 
 @dataclass(frozen=True)
@@ -63,7 +61,7 @@ def _chain(g: DataflowGraph, index: int, readers, graph_outputs: set[str]) -> In
         return None  # its values are read elsewhere: not the exporter's index arithmetic alone
     k = len(_ints(pool, "kernel_shape"))
     rank = k + 2
-    args = [_constant(g, x) for x in g.nodes[sl].input[1:]]
+    args = [constant_ints(g, x) for x in g.nodes[sl].input[1:]]
     if len(args) < 3 or any(a is None for a in args[:3]):
         return None
     starts, ends, axes = args[:3]
@@ -110,10 +108,3 @@ def _unit_max_pool(node: onnx.NodeProto, pool: onnx.NodeProto) -> bool:
             and list(attrs.get("strides", [1] * k)) == [1] * k and not any(attrs.get("pads", []))
             and list(attrs.get("dilations", [1] * k)) == [1] * k and pad in (b"NOTSET", "NOTSET")
             and not attrs.get("storage_order", 0))
-
-
-def _constant(g: DataflowGraph, name: str) -> list[int] | None:
-    p = g.producer.get(name)
-    constants = {name: g.nodes[p]} if p is not None and g.nodes[p].op_type == "Constant" else {}
-    value = constant_value(name, g.initializers, constants)
-    return None if value is None else [int(v) for v in np.ravel(value)]
