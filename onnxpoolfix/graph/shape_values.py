@@ -5,7 +5,8 @@ opset 9-14 (the TorchScript exporter's ``x.flatten(2)``, ``x.view(n, c, -1)``: a
 ``Concat(Slice(Shape(x)), [-1])``) leaves the Reshape's output, and every pool after it, of unknown shape.
 Where the shapes such a chain reads are static, :func:`fold_size_chains` computes its values with numpy
 (the ONNX semantics of the few ops size arithmetic uses, per opset) and hands them to a second inference as
-initializers. Only for shape inference: the model written is never changed.
+initializers; an If whose condition they decide (torch's squeeze of a dim it did not know) is seen there as
+the branch it takes. Only for shape inference: the model written is never changed (the If stays, exact).
 """
 from __future__ import annotations
 
@@ -112,6 +113,8 @@ def _evaluate(node: onnx.NodeProto, ins: list, opset: int, dims: dict) -> np.nda
         return ins[0] if _attr(node, "to") in _INT_TYPES else None
     if op == "Identity":
         return ins[0]
+    if op == "Equal":  # torch's squeeze of a dim it did not know: If(Shape(x)[d] == 1, Squeeze, Identity)
+        return _elementwise(int.__eq__, ins[0], ins[1])
     if op in ("Add", "Sub", "Mul", "Div"):
         f = {"Add": int.__add__, "Sub": int.__sub__, "Mul": int.__mul__, "Div": _trunc_div}[op]
         return _elementwise(f, ins[0], ins[1])
@@ -124,7 +127,7 @@ def _evaluate(node: onnx.NodeProto, ins: list, opset: int, dims: dict) -> np.nda
 
 
 _FOLDED = {"Shape", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast", "Identity", "Add", "Sub", "Mul",
-           "Div", "ReduceProd", "Constant"}
+           "Div", "ReduceProd", "Constant", "Equal"}
 
 
 def _constant(node: onnx.NodeProto) -> np.ndarray | None:
@@ -207,8 +210,13 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
             values[node.output[0]] = got
             if node.op_type == "Shape" or any(x in measured for x in node.input):
                 measured.add(node.output[0])
+    decided = {k: _taken(node, values) for k, node in enumerate(g.node) if node.op_type == "If" and node.domain
+               in ("", "ai.onnx") and node.input[0] in measured and not _sized(dims.get(node.output[0]))}
+    decided = {k: b for k, b in decided.items() if b is not None}
     out = onnx.ModelProto()
     out.CopyFrom(inferred)
+    if decided:
+        _inline_branches(out.graph, decided)
     added: dict[str, np.ndarray] = {}
     declared: dict[str, tuple[int, list]] = {}  # Reshape outputs sized here: (elem type, dims)
     elems = {vi.name: vi.type.tensor_type.elem_type for vi in list(g.input) + list(g.value_info) + list(g.output)
@@ -230,7 +238,7 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
                 name = f"{x}/onnxpoolfix_folded_{len(added)}"
                 added[name] = target
                 node.input[j] = name
-    if not added and not declared:
+    if not added and not declared and not decided:
         return None
     out.graph.initializer.extend(numpy_helper.from_array(v, n) for n, v in added.items())
     kept = [vi for vi in out.graph.value_info if vi.name not in declared]
@@ -241,6 +249,46 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
             vi.CopyFrom(onnx.helper.make_tensor_value_info(vi.name, *declared.pop(vi.name)))
     out.graph.value_info.extend(onnx.helper.make_tensor_value_info(n, e, d) for n, (e, d) in declared.items())
     return out
+
+
+def _taken(node: onnx.NodeProto, values: dict) -> onnx.GraphProto | None:
+    """The branch an If takes at every size, where static dims decide its condition (none where a branch holds
+    a subgraph of its own, which the inlining below does not rename into)."""
+    cond = values.get(node.input[0])
+    cond = None if cond is None or cond.size != 1 else _known(cond)
+    if cond is None:
+        return None
+    branch = _attr(node, "then_branch" if cond.reshape(-1)[0] else "else_branch")
+    nested = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in branch.node
+                 for a in n.attribute)
+    return None if nested or len(branch.output) != len(node.output) else branch
+
+
+def _inline_branches(graph: onnx.GraphProto, decided: dict[int, onnx.GraphProto]) -> None:
+    """Each decided If of ``graph`` (index -> the branch it takes) replaced by that branch's nodes (its own names
+    made unique), its outputs copied to the If's by Identity: what inference then sees (torch's squeeze of a dim
+    it did not know, after a leftover, stopped inference at the If: ranks of the branches differ)."""
+    nodes = []
+    for k, node in enumerate(graph.node):
+        branch = decided.get(k)
+        if branch is None:
+            nodes.append(node)
+            continue
+        own = {o for n in branch.node for o in n.output if o} | {t.name for t in branch.initializer}
+        name = {x: f"{x}/onnxpoolfix_branch_{k}" for x in own}
+        for t in branch.initializer:
+            graph.initializer.append(t)
+            graph.initializer[-1].name = name[t.name]
+        for n in branch.node:
+            copy = onnx.NodeProto()
+            copy.CopyFrom(n)
+            copy.input[:] = [name.get(x, x) for x in n.input]
+            copy.output[:] = [name.get(x, x) for x in n.output]
+            nodes.append(copy)
+        nodes += [onnx.helper.make_node("Identity", [name.get(o.name, o.name)], [y])
+                  for o, y in zip(branch.output, node.output)]
+    del graph.node[:]
+    graph.node.extend(nodes)
 
 
 def _sized(shape) -> bool:
