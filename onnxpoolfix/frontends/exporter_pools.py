@@ -29,7 +29,7 @@ from typing import Iterator, Mapping, Sequence
 import onnx
 
 from .. import windows as W
-from ..graph import read_names
+from ..graph import attributes, read_names
 from ..graph.emit import EMITTED_BY
 from ..graph.shapes import SUPPORTED_DTYPES, Dim, PoolSpec, infer, model_opset
 from .base import FrontEndResult, PlanOptions
@@ -48,7 +48,7 @@ def adaptive_sizes(node: onnx.NodeProto, spatial: tuple[int, ...]) -> tuple[int,
     """The adaptive output size the node's windows match on every spatial axis, or None."""
     if node.op_type.startswith("Global"):
         return (1,) * len(spatial)
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    attrs = attributes(node)
     k = len(spatial)
     auto_pad = attrs.get("auto_pad", b"NOTSET")
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad

@@ -21,7 +21,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..errors import InvalidModelError, UnsupportedNodeError
-from ..graph import read_names
+from ..graph import attributes, read_names
 from ..spec import InputDim, PoolNode, RuntimeDim
 
 ATEN_DOMAIN = "org.pytorch.aten"
@@ -105,7 +105,7 @@ class _SizeEvaluator:
             kind = "a graph input" if name in self.graph_inputs else "not produced by any node"
             raise _NotConstant(f"'{name}' is {kind}")
         op = node.op_type
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        attrs = attributes(node)
         d = depth + 1
         if op == "Constant":
             if "value" in attrs:

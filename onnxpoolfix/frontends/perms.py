@@ -10,6 +10,7 @@ from __future__ import annotations
 import onnx
 
 from ..report import Note
+from .bodies import walk
 from .leftovers import is_pool_leftover
 
 __all__ = ["normalize_negative_perms"]
@@ -48,10 +49,6 @@ def _normalized(node: onnx.NodeProto) -> list[int] | None:
     return fixed if sorted(fixed) == list(range(len(perm))) else None
 
 
-def _graphs(graph: onnx.GraphProto):
-    yield graph
-    for n in graph.node:
-        for a in n.attribute:
-            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
-                        a.graphs if a.type == onnx.AttributeProto.GRAPHS else []):
-                yield from _graphs(sub)
+
+def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    return [graph] + [body for _, body, _ in walk(graph)]

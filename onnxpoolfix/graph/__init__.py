@@ -17,6 +17,11 @@ def named_subgraphs(node: onnx.NodeProto) -> list[tuple[str, onnx.GraphProto]]:
             for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))]
 
 
+def attributes(node: onnx.NodeProto) -> dict:
+    """A node's attributes by name, as Python values."""
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
 def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
     """The bodies a node holds (If branches, Loop/Scan bodies)."""
     return [g for _, g in named_subgraphs(node)]

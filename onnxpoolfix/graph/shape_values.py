@@ -14,6 +14,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from . import subgraphs
+
 #: a folded value larger than this is no size vector
 _MAX_ELEMENTS = 64
 _INT_TYPES = {onnx.TensorProto.INT64: np.int64, onnx.TensorProto.INT32: np.int32}
@@ -259,8 +261,7 @@ def _taken(node: onnx.NodeProto, values: dict) -> onnx.GraphProto | None:
     if cond is None:
         return None
     branch = _attr(node, "then_branch" if cond.reshape(-1)[0] else "else_branch")
-    nested = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in branch.node
-                 for a in n.attribute)
+    nested = any(subgraphs(n) for n in branch.node)
     return None if nested or len(branch.output) != len(node.output) else branch
 
 

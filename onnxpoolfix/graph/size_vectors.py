@@ -13,6 +13,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from . import attributes
+
 
 class Unsupported(Exception):
     """An op (or a use of one) this evaluator does not take."""
@@ -62,10 +64,6 @@ class _Value:
         return self.a
 
 
-def _attrs(node: onnx.NodeProto) -> dict:
-    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-
-
 def _axes(node, ins, at: int, attrs) -> list[int] | None:
     if len(ins) > at and ins[at] is not None:
         return [int(v) for v in ins[at].constant().reshape(-1)]
@@ -73,7 +71,7 @@ def _axes(node, ins, at: int, attrs) -> list[int] | None:
 
 
 def _op(node: onnx.NodeProto, ins: list, n: int, shape_rows: np.ndarray) -> _Value:
-    op, at = node.op_type, _attrs(node)
+    op, at = node.op_type, attributes(node)
     if node.domain not in ("", "ai.onnx"):
         raise Unsupported(op)
     if op == "Constant":

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import onnx
 
-from ...graph import constant_value, subgraphs
+from ...graph import attributes, constant_value, subgraphs
 from ...graph.emit import EMITTED_BY
 from ...graph.shapes import SUPPORTED_DTYPES, Dim, infer
 from ...spec import InputDim
@@ -261,7 +261,7 @@ def selects_fixed_axes(g: DataflowGraph, end: int, info: LazyInfo) -> bool:
 
 def _selected_axes(g: DataflowGraph, n: onnx.NodeProto, rank: int, info: LazyInfo) -> list[int] | None:
     """The data axes a select op picks positions along, or None where its inputs do not say."""
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+    attrs = attributes(n)
     if n.op_type in ("Gather", "GatherElements"):
         return [attrs.get("axis", 0) % rank] if rank else None
     if n.op_type == "GatherND":

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from ...graph import attributes
 from .dataflow import DataflowGraph, constant_ints
 
 
@@ -102,7 +103,7 @@ def _unit_max_pool(node: onnx.NodeProto, pool: onnx.NodeProto) -> bool:
     if node.op_type != "MaxPool" or node.domain not in ("", "ai.onnx") or list(node.input[:1]) != list(pool.input[:1]):
         return False
     k = len(_ints(pool, "kernel_shape"))
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    attrs = attributes(node)
     pad = attrs.get("auto_pad", b"NOTSET")
     return (len(node.output) > 1 and bool(node.output[1]) and list(attrs.get("kernel_shape", [])) == [1] * k
             and list(attrs.get("strides", [1] * k)) == [1] * k and not any(attrs.get("pads", []))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from ...graph import constant_value
+from ...graph import attributes, constant_value
 from ..exporter_pools import adaptive_sizes
 from .metadata import COMPUTED, has_metadata, module_pool, source_line
 
@@ -43,7 +43,7 @@ def window_attrs(node: onnx.NodeProto) -> tuple[list[int], list[int]] | None:
     adaptive max translation) calls the pool with kernel = stride = n/m: no pads, no dilation, no ceil mode,
     kernel equal to stride on every axis. A MaxPool(3, stride 2) is AlexNet's or Inception's own pool even
     when its metadata is gone or its stack trace stops at a helper method's call."""
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    attrs = attributes(node)
     kernel = list(attrs.get("kernel_shape", []))
     strides = list(attrs.get("strides", [1] * len(kernel)))
     auto_pad = attrs.get("auto_pad", b"NOTSET")
