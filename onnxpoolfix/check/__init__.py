@@ -7,7 +7,7 @@ import math
 from onnx import helper
 
 from ..errors import ArgumentError, CheckFailedError, CheckTooLargeError, PoolFixError
-from ..graph import nodes_deep
+from ..graph import NEGATIVE_PERM_HINT, negative_perms, nodes_deep
 from ..graph.shapes import type_dims, validate_input_shape
 from ..report import RESTS_ON_TRACED, Note, PatchReport, WarningNote
 from ..words import (
@@ -194,7 +194,7 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
         if refused is not None:  # the layers after the replaced nodes, which the check does not run
             raise CheckFailedError(f"the layers after the replaced nodes do not take what these compute (onnx's "
                                    f"shape inference, which takes the input file as it is): {refused.error}",
-                                   _refused_hint(report))
+                                   NEGATIVE_PERM_HINT if negative_perms(model.graph) else _refused_hint(report))
         results = check_patched(model, specs, input_shapes=shapes_list, model_dir=model_dir, seed=seed,
                                 extra=extra)
     except PoolFixError:

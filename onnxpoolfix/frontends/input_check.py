@@ -15,7 +15,6 @@ from ..io.tensors import PathLike
 from .bodies import typed_copy
 from .exporter_repair import as_repaired
 from .functions import inline_functions_holding_leftovers
-from .perms import normalize_negative_perms
 
 logger = logging.getLogger(__name__)
 
@@ -63,9 +62,6 @@ def check_input_model(model: ModelProto, path: PathLike | None = None) -> None:
     the checker refuses such a model, the model with those functions inlined, as the patch will do it,
     is checked instead.
 
-    A model holding leftovers is checked with torch's negative perm axes read as the patch reads them
-    (:mod:`.perms`).
-
     With external data, the file itself is checked by path (its weights stay on disk; only the graph is
     parsed). A self-contained model is checked as a *light* copy: every initializer over 1 KiB is replaced
     by an external-data stub (name, dims, dtype) pointing at an empty placeholder file in a private temporary
@@ -74,31 +70,27 @@ def check_input_model(model: ModelProto, path: PathLike | None = None) -> None:
     ``save_model`` stops with the same error when it writes one (exit 3, nothing written).
     """
     _known_opset(model, path)
-    name = str(path) if path is not None else None
-    view, perms = normalize_negative_perms(model)
-    if perms is not None:  # torch's negative perm axes, read as the patch reads them (models with leftovers)
-        model, path = view, None
     try:
-        check_model_light(model, path, name)
+        check_model_light(model, path)
     except InvalidModelError as e:
         if _STALE_DECLARATION in str(e):
             # a shape torch declared for a standard op's output that its inputs contradict (a Squeeze after a
             # pool frozen at the traced size): stale, as every declaration is taken to be; judged without them
-            check_model_light(_undeclared(model), None, name)
+            check_model_light(_undeclared(model), None, str(path) if path is not None else None)
             return
         if POOL_SHAPE_ERROR.search(str(e)):
             # the exporter's pools the patch repairs (a kernel of the pooling rank on an unbatched input):
             # judged as repaired; the unrepairable ones (no size in the graph) stay refused
             view = as_repaired(model)
             if view is not None:
-                check_model_light(view, None, name)
+                check_model_light(view, None, str(path) if path is not None else None)
                 return
         # torch leaves the outputs of leftovers in If/Loop bodies, and the bodies' own outputs, untyped: a
         # real export, judged with those types filled in as the patch will fill them
         typed = typed_copy(model)
         if typed is not None:
             try:
-                check_model_light(typed, path, name)
+                check_model_light(typed, path)
             except InvalidModelError as e2:
                 # torch leaves If outputs untyped where a branch reads a top-level leftover's result (its
                 # type is ours to give): the patch types them; only that omission is let through here
@@ -109,4 +101,4 @@ def check_input_model(model: ModelProto, path: PathLike | None = None) -> None:
         inlined, holders = inline_functions_holding_leftovers(model)
         if not holders:
             raise
-        check_model_light(inlined, path, name)
+        check_model_light(inlined, path)

@@ -17,6 +17,20 @@ def named_subgraphs(node: onnx.NodeProto) -> list[tuple[str, onnx.GraphProto]]:
             for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))]
 
 
+#: torch 2.13's TorchScript exporter writes permute's and movedim's negative axes into a Transpose's perm as given,
+#: which ONNX refuses; not read as torch means them: torch's own inference over such a perm can size what follows
+#: from made-up dims (a MaxPool of kernel 49 over a symbolic axis, measured)
+NEGATIVE_PERM_HINT = ("torch's TorchScript exporter writes permute's and movedim's negative axes as given, which "
+                      "ONNX refuses and shape inference cannot follow: write them non-negative "
+                      "(x.permute(0, 3, 1, 2)), or export with dynamo=True")
+
+
+def negative_perms(graph: onnx.GraphProto) -> list[str]:
+    """The Transposes of ``graph`` (not its bodies) whose perm holds a negative axis."""
+    return [n.name or n.output[0] for n in graph.node if n.op_type == "Transpose" and n.output
+            and any(p < 0 for a in n.attribute if a.name == "perm" for p in a.ints)]
+
+
 def attributes(node: onnx.NodeProto) -> dict:
     """A node's attributes by name, as Python values."""
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}

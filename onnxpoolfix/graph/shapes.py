@@ -16,7 +16,7 @@ from onnx import TensorProto
 from ..errors import ArgumentError, ShapeError, UnsupportedNodeError
 from ..spec import SUPPORTED_DTYPES, Dim, InputDim, PoolNode, PoolSpec, RuntimeDim, dtype_name  # noqa: F401  (re-exported)
 from ..words import CHECK_SHAPES, INPUT_SHAPES, INPUT_SHAPES_FORM, knob_of, ref
-from . import default_opset, is_repeated
+from . import NEGATIVE_PERM_HINT, default_opset, is_repeated, negative_perms
 from .shape_values import fold_size_chains
 
 logger = logging.getLogger(__name__)
@@ -382,6 +382,7 @@ def resolve_specs(model: onnx.ModelProto, nodes: Sequence[PoolNode], *, opset: i
         raise ShapeError(  # every input static already: binding them again is no advice
             f"{n.label}{' (inside an If/Loop/Scan body)' if n.body else ''}: the shape of its input '{n.input}' "
             "cannot be inferred",
+            NEGATIVE_PERM_HINT if negative_perms(model.graph) else
             f"give the graph inputs' shapes with {INPUT_SHAPES_FORM}" if not static else
             "onnx's shape inference cannot follow the graph to it although every input's shape is known (an op "
             "of another domain, a Loop's result changing shape across iterations): such a pool is not supported")

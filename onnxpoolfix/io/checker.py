@@ -12,6 +12,7 @@ import onnx
 from onnx import ModelProto, TensorProto
 
 from ..errors import InvalidModelError
+from ..graph import NEGATIVE_PERM_HINT
 from ..graph.shapes import is_small_tensor, light_copy
 from .tensors import PROTOBUF_LIMIT, PathLike, has_external_data, inline_nbytes
 from .wire import GUESS_MIN, WireEmitter, raw_data_mismatch
@@ -51,7 +52,7 @@ POOL_SHAPE_ERROR = re.compile(r"op_type:(AveragePool|MaxPool|GlobalAveragePool|G
 
 UNTYPED_VALUE_INFO = "Field 'type' of 'value_info' is required but missing."
 
-# what torch's TorchScript exporter writes for permute's and movedim's negative axes (frontends/perms.py)
+# what torch's TorchScript exporter writes for permute's and movedim's negative axes (graph.NEGATIVE_PERM_HINT)
 NEGATIVE_PERM_ERROR = re.compile(r"op_type:Transpose\b.*Invalid attribute perm \{[^}]*-\d", re.S)
 
 
@@ -63,8 +64,7 @@ def _checker_error(name: str, full: str, kind: str) -> InvalidModelError:
                 "((C, L), (C, H, W)) whose sizes the graph no longer holds; export with a batch dim "
                 "(x.unsqueeze(0)) or with onnxpoolfix.export(..., dynamo=True)")
     elif NEGATIVE_PERM_ERROR.search(full):
-        hint = ("torch's TorchScript exporter writes permute's and movedim's negative axes as given, which ONNX "
-                "refuses: write them non-negative (x.permute(0, 3, 1, 2)), or export with dynamo=True")
+        hint = NEGATIVE_PERM_HINT
     else:
         hint = "the model is malformed; re-export it or fix the exporter"
     return InvalidModelError(f"{name}: fails the ONNX checker: {first}", hint)

@@ -22,7 +22,6 @@ from ..frontends import FRONTENDS, FrontEnd, PlanOptions
 from ..frontends.base import REPAIRED, Region, Suspect
 from ..frontends.functions import inline_functions_holding_leftovers
 from ..frontends.leftovers import is_pool_leftover
-from ..frontends.perms import normalize_negative_perms
 from ..graph.shapes import PoolSpec, model_opset
 from ..lowering.calibration import in_use as costs_in_use
 from ..progress import phase
@@ -56,8 +55,7 @@ class FoundNode:
 class Found:
     """What the front ends found in a model: the first half of :func:`plan_model`, before any choice.
 
-    ``model`` is the model they read (a new one where local functions holding leftovers were ``inlined``, or
-    Transposes after leftovers had negative axes, :mod:`onnxpoolfix.frontends.perms`):
+    ``model`` is the model they read (a new one where local functions holding leftovers were ``inlined``):
     the found nodes index its graph. ``nodes`` are in front-end order, then graph order, then the leftovers
     inside If/Loop/Scan bodies (each node's ``body`` says where).
     ``regions`` are the nodes some specs stand for beyond their own (a dynamo decomposition: the rest goes
@@ -159,9 +157,7 @@ def find(model: onnx.ModelProto, options: PlanOptions) -> Found:
     """Run the front ends (:data:`~onnxpoolfix.frontends.FRONTENDS`, in order)."""
     opset = model_opset(model)
     model, inlined = inline_functions_holding_leftovers(model)
-    model, perms = normalize_negative_perms(model)
-    found = Found(model, opset, inlined, leftovers=[n for n in model.graph.node if is_pool_leftover(n)],
-                  notes=[perms] if perms else [])
+    found = Found(model, opset, inlined, leftovers=[n for n in model.graph.node if is_pool_leftover(n)])
     specs: list[PoolSpec] = []
     for frontend in FRONTENDS:
         try:
