@@ -165,6 +165,7 @@ def test_a_line_that_may_hide_a_pool_is_opaque(line, opaque):
     ("return nnf.adaptive_avg_pool2d(x, (8, 3))", "nnf.adaptive_avg_pool2d"),
     ("return adaptive_avg_pool2d(x, (8, 3)) + F.adaptive_avg_pool2d(x, (8, 3))", "adaptive_avg_pool2d"),
     ("return helper(x) + F.adaptive_avg_pool2d(x, (8, 3))", None),  # opaque, but named like no pooling
+    ("return helper(x) + nnf.adaptive_avg_pool2d(x, (8, 3))", None),  # review21 F3: writing F. would not do
 ])
 def test_a_refusal_names_the_pooling_call_not_reached_through_torchs_names(line, lookalike):
     """review16 #8: the refusal says which call looks like torch's pooling and that writing it through torch's

@@ -178,7 +178,7 @@ def _read_line(text: str, children: frozenset[str]) -> SourceLine | None:
     if parsed is None:
         return None
     tree, end = parsed
-    calls, opaque, lookalike = [], False, ""
+    calls, opaque, other, lookalike = [], False, False, ""
     fixed = fixed_names(tree)
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     built = {id(x) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Call)
@@ -186,7 +186,7 @@ def _read_line(text: str, children: frozenset[str]) -> SourceLine | None:
     for n in ast.walk(tree):
         if isinstance(n, ast.Lambda) or (isinstance(n, ast.Attribute) and id(n) not in called
                                          and _may_be_a_property(n)):
-            opaque = True
+            opaque = other = True
         if not isinstance(n, ast.Call) or _name(n) == _OPEN or id(n) in built:
             continue
         cut = n.end_col_offset > end  # its arguments go on past the line: none of them is known
@@ -196,9 +196,9 @@ def _read_line(text: str, children: frozenset[str]) -> SourceLine | None:
         elif call is not None:
             calls.append(call)
         elif _may_hold_a_pool(n, children):
-            opaque = True
+            opaque = other = True
     loops = any(isinstance(n, (ast.comprehension, ast.For, ast.While)) for n in ast.walk(tree))
-    return SourceLine(text, tuple(calls), opaque, loops, lookalike)
+    return SourceLine(text, tuple(calls), opaque, loops, "" if other else lookalike)  # the whole reason only
 
 
 _MODULE_CALL = re.compile(r"^Adaptive(Avg|Max)Pool([123])d$")
