@@ -35,9 +35,12 @@ MISMATCH_HINT = ("if the module is not meant to run at this size, declare that i
                  "min/max, or an expression such as 2*h for a dim tied to another or 32*h for multiples of 32; "
                  "with dynamic_axes every size counts) and the comparison keeps to it; otherwise the export is "
                  "wrong at this size: report it (verify=False skips the comparison)")
+SHAPE_HINT = ("the export is wrong at this size: if it is not the example's, re-export with this size as the "
+              "example; otherwise report it")
 # dynamo=False: the TorchScript exporter lowers some pools wrongly itself (an unbatched input pooled to 1)
-TORCHSCRIPT_HINT = MISMATCH_HINT.replace("report it", "try dynamo=True (the TorchScript exporter lowers some "
-                                         "pools wrongly itself: an unbatched input pooled to 1), else report it")
+_TORCHSCRIPT = {h: h.replace("report it", "try dynamo=True (the TorchScript exporter lowers some pools wrongly "
+                             "itself: an unbatched input pooled to 1), else report it")
+                for h in (MISMATCH_HINT, SHAPE_HINT)}
 
 GUARD_HINT = ("the exported graph holds only the branch taken at the example's size: write the branch as a "
               "tensor op (torch.where) or torch.cond, or keep this size out of dynamic_shapes (a Dim's min/max)")
@@ -99,8 +102,7 @@ def _compare(torch, names, outputs_onnx, outputs_torch, where: str, half: str | 
             got = got.astype(want.dtype)  # exact: the Cast to float32 above, back
         if tuple(got.shape) != tuple(want.shape):
             raise TorchMismatchError(f"output '{name}' {where}: onnxruntime gives shape {list(got.shape)}, "
-                                     f"torch {list(want.shape)}", "the export is wrong at this size; "
-                                     "re-export with this size as the example, or report it")
+                                     f"torch {list(want.shape)}", SHAPE_HINT)
         kind = want.dtype.name
         if kind in _RTOL and half is not None:
             kind = max(kind, half, key=_RTOL.__getitem__)
@@ -152,7 +154,7 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
         return _verify(path, module, args, kwargs, ranges=ranges, declared=declared, at_one=at_one,
                        outside=outside or {}, guarded=guarded or {}, seed=seed)
     except TorchMismatchError as e:
-        hint = TORCHSCRIPT_HINT if torchscript and e.hint == MISMATCH_HINT else e.hint
+        hint = _TORCHSCRIPT.get(e.hint, e.hint) if torchscript else e.hint
         if getattr(module, "training", False):  # dropout/batch-norm statistics differ run to run
             hint = f"the module is in training mode: call module.eval() before exporting; if that is not why: {hint}"
         raise TorchMismatchError(e.text, hint) from None

@@ -20,9 +20,17 @@ class UnbatchedToOne(nn.Module):
         return F.adaptive_avg_pool2d(h, 1) * h
 
 
+class UnbatchedToOneAlone(nn.Module):
+    """review21 F2: the pool's own output, whose shape differs (onnxruntime [3, 10, 1], torch [3, 1, 1])."""
+
+    def forward(self, h):
+        return F.adaptive_avg_pool2d(h, 1)
+
+
+@pytest.mark.parametrize("module", [UnbatchedToOne, UnbatchedToOneAlone], ids=["times-h", "alone"])
 @pytest.mark.parametrize("train", [False, True])
-def test_the_torchscript_exporters_unbatched_pool_to_one_is_refused_naming_dynamo(tmp_path, train):
-    m = UnbatchedToOne().train(train)
+def test_the_torchscript_exporters_unbatched_pool_to_one_is_refused_naming_dynamo(tmp_path, module, train):
+    m = module().train(train)
     path = tmp_path / "m.onnx"
     with pytest.raises(TorchMismatchError) as err:
         onnxpoolfix.export(m, (torch.randn(3, 10, 6),), path, dynamo=False)
