@@ -3,6 +3,8 @@
 onnx propagates the values of ``Shape -> Slice -> Concat`` chains only from Shape-15 on, so an export at
 opset 9-14 (the TorchScript exporter's ``x.flatten(2)``, ``x.view(n, c, -1)``: a Reshape to
 ``Concat(Slice(Shape(x)), [-1])``) leaves the Reshape's output, and every pool after it, of unknown shape.
+Nor, before Unsqueeze-13/Concat-13, a static view's target built from constants with constant folding off
+(``Concat(Unsqueeze(2), Unsqueeze(6), Unsqueeze(143))``).
 Where the shapes such a chain reads are static, :func:`fold_size_chains` computes its values with numpy
 (the ONNX semantics of the few ops size arithmetic uses, per opset) and hands them to a second inference as
 initializers; an If whose condition they decide (torch's squeeze of a dim it did not know) is seen there as
@@ -190,7 +192,8 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
                                   for d in vi.type.tensor_type.shape.dim)
             params[vi.name] = tuple(d.dim_param or None for d in vi.type.tensor_type.shape.dim)
     values: dict[str, np.ndarray] = {}
-    measured: set[str] = set()  # values computed from a Shape (the rest onnx folds itself)
+    measured: set[str] = set()  # values computed from a Shape
+    computed: set[str] = set()  # and from constants, which onnx folds only from Unsqueeze-13/Concat-13 on
     for t in g.initializer:
         if t.data_type in _INT_TYPES and not t.HasField("data_location") and np.prod(t.dims) <= _MAX_ELEMENTS:
             values[t.name] = numpy_helper.to_array(t).astype(object)
@@ -212,6 +215,8 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
             values[node.output[0]] = got
             if node.op_type == "Shape" or any(x in measured for x in node.input):
                 measured.add(node.output[0])
+            elif node.op_type != "Constant":
+                computed.add(node.output[0])
     decided = {k: _taken(node, values) for k, node in enumerate(g.node) if node.op_type == "If" and node.domain
                in ("", "ai.onnx") and node.input[0] in measured and not _sized(dims.get(node.output[0]))}
     decided = {k: b for k, b in decided.items() if b is not None}
@@ -228,7 +233,7 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
                 _sized(dims.get(o)) for o in node.output if o):
             continue  # onnx infers no other domain's nodes
         for j, x in enumerate(node.input):
-            v = values.get(x) if x in measured else None
+            v = values.get(x) if x in measured or x in computed else None
             if v is None:
                 continue
             target = _known(v)

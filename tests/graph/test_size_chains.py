@@ -75,6 +75,27 @@ def test_pools_after_a_computed_reshape_below_opset_15_are_patched(module, opset
     assert not any("adaptive" in n.op_type for n in result.model.graph.node)
 
 
+class ViewPool1d(nn.Module):
+    def forward(self, x):
+        n, c, h, w = x.shape
+        return nn.functional.adaptive_avg_pool1d(x.view(n, c, h * w), 2)
+
+
+@pytest.mark.parametrize("opset", [9, 11, 13])
+def test_a_static_view_without_constant_folding_is_patched(opset):
+    """review22 case 59: with do_constant_folding=False a static view's target is Unsqueeze(Constant)s under a
+    Concat, which onnx folds only from Unsqueeze-13/Concat-13 on: the pool after it was refused (exit 4)."""
+    module = ViewPool1d()
+    x = torch.randn(2, 6, 11, 13)
+    f = __import__("io").BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (x,), f, dynamo=False, opset_version=opset, do_constant_folding=False,
+                          input_names=["x"], operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH)
+    result = patch(onnx.load_from_string(f.getvalue()))
+    assert _max_error(module, result.model, [(2, 6, 11, 13)]) < 1e-5
+
+
 def _graph(nodes, x_dims, inits=()):
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_dims)],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], list(inits))
