@@ -17,9 +17,9 @@ def named_subgraphs(node: onnx.NodeProto) -> list[tuple[str, onnx.GraphProto]]:
             for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs))]
 
 
-#: torch 2.13's TorchScript exporter writes permute's and movedim's negative axes into a Transpose's perm as given,
-#: which ONNX refuses; not read as torch means them: torch's own inference over such a perm can size what follows
-#: from made-up dims (a MaxPool of kernel 49 over a symbolic axis, measured)
+#: torch's TorchScript exporter (2.9.1, 2.13, 2.14.1 measured) writes permute's and movedim's negative axes into
+#: a Transpose's perm as given, which ONNX refuses; not read as torch means them: torch's own inference over such
+#: a perm can size what follows from made-up dims (a MaxPool of kernel 49 over a symbolic axis, measured)
 NEGATIVE_PERM_HINT = ("torch's TorchScript exporter writes permute's and movedim's negative axes as given, which "
                       "ONNX refuses and shape inference cannot follow: write them non-negative "
                       "(x.permute(0, 3, 1, 2)), or export with dynamo=True")

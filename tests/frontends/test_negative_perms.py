@@ -1,5 +1,5 @@
-"""torch 2.13's TorchScript exporter writes permute's and movedim's negative axes into a Transpose's perm as given
-(``[0, 2, 3, -3]``), which ONNX refuses. Reading them as torch means them is not enough: torch's own inference over
+"""torch's TorchScript exporter (2.9 to 2.14) writes permute's and movedim's negative axes into a Transpose's perm
+as given (``[0, 2, 3, -3]``), which ONNX refuses. Reading them as torch means them is not enough: torch's own inference over
 such a perm can size what follows from made-up dims (review21 F0: ``MaxPool(kernel_shape=[49, 3])`` over a
 symbolic W, exit 0 and 1.4 off at 60x60 when onnxpoolfix read the perm). So every such file is refused, at the
 stage that meets it first (the checker, shape inference, the check of the layers after), naming the remedy, and
