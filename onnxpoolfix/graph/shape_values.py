@@ -194,6 +194,7 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
     values: dict[str, np.ndarray] = {}
     measured: set[str] = set()  # values computed from a Shape
     computed: set[str] = set()  # and from constants, which onnx folds only from Unsqueeze-13/Concat-13 on
+    conditions: set[str] = set()  # Equal of a value computed from a Shape
     for t in g.initializer:
         if t.data_type in _INT_TYPES and not t.HasField("data_location") and np.prod(t.dims) <= _MAX_ELEMENTS:
             values[t.name] = numpy_helper.to_array(t).astype(object)
@@ -213,12 +214,15 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
             got = one
         if got is not None and got.size <= _MAX_ELEMENTS:
             values[node.output[0]] = got
-            if node.op_type == "Shape" or any(x in measured for x in node.input):
+            if node.op_type == "Equal":  # a bool: only an If's condition here, never handed to inference
+                if any(x in measured for x in node.input):
+                    conditions.add(node.output[0])
+            elif node.op_type == "Shape" or any(x in measured for x in node.input):
                 measured.add(node.output[0])
             elif node.op_type != "Constant":
                 computed.add(node.output[0])
     decided = {k: _taken(node, values) for k, node in enumerate(g.node) if node.op_type == "If" and node.domain
-               in ("", "ai.onnx") and node.input[0] in measured and not _sized(dims.get(node.output[0]))}
+               in ("", "ai.onnx") and node.input[0] in conditions and not _sized(dims.get(node.output[0]))}
     decided = {k: b for k, b in decided.items() if b is not None}
     out = onnx.ModelProto()
     out.CopyFrom(inferred)

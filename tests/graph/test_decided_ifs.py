@@ -86,3 +86,23 @@ def test_a_squeeze_if_of_a_symbolic_dim_stays_refused(tmp_path):
     model = _export(SqueezeOfTheDynamicHeight().eval(), True)
     r, out = _patched(tmp_path, model)
     assert r.exit_code == 4 and not out.exists() and "cannot be inferred" in r.stderr
+
+
+def test_an_equal_is_read_for_an_ifs_condition_only():
+    """The value of ``Shape(x)[1] == 3`` decides an If; handed to inference in place of a bool input elsewhere (a
+    Where's condition) it would be an int64 tensor there, which fails the whole second inference."""
+    from onnx import TensorProto, helper
+
+    from onnxpoolfix.graph.shape_values import fold_size_chains
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "one"], ["c"], axis=0),
+             helper.make_node("Equal", ["c", "three"], ["eq"]), helper.make_node("Where", ["eq", "x", "z"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
+                                       helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [helper.make_tensor("one", TensorProto.INT64, [], [1]),
+                           helper.make_tensor("three", TensorProto.INT64, [], [3])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    folded = fold_size_chains(onnx.shape_inference.infer_shapes(model), 13)
+    where = [n for n in (folded or model).graph.node if n.op_type == "Where"][0]
+    assert where.input[0] == "eq"
