@@ -90,7 +90,7 @@ def check_input_model(model: ModelProto, path: PathLike | None = None) -> None:
         typed = typed_copy(model)
         if typed is not None:
             try:
-                check_model_light(typed, path)
+                check_model_light(typed, None, str(path) if path is not None else None)
             except InvalidModelError as e2:
                 # torch leaves If outputs untyped where a branch reads a top-level leftover's result (its
                 # type is ours to give): the patch types them; only that omission is let through here
@@ -101,4 +101,4 @@ def check_input_model(model: ModelProto, path: PathLike | None = None) -> None:
         inlined, holders = inline_functions_holding_leftovers(model)
         if not holders:
             raise
-        check_model_light(inlined, path)
+        check_model_light(inlined, None, str(path) if path is not None else None)

@@ -101,3 +101,39 @@ def test_cli_takes_a_torch_export_of_nested_modules_as_functions(tmp_path):
     (y,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})
     with torch.no_grad():
         np.testing.assert_allclose(y, net(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_function_wrapped_export_with_external_data_is_patched_against_torch(tmp_path):
+    """review22 cases 404/420: with external data the checker's retry on the inlined model checked the file by its
+    path again (the un-inlined model), so the export was refused (exit 3); without external data it passed."""
+    import pytest
+    from click.testing import CliRunner
+
+    from onnxpoolfix.cli import main
+
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+
+    class SppHead(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv2d(8, 4, 3, padding=1)
+            self.l1, self.l2 = nn.AdaptiveAvgPool2d(2), nn.AdaptiveAvgPool2d(3)
+
+        def forward(self, x):
+            f = torch.relu(self.c(x))
+            return torch.cat([torch.flatten(self.l1(f), 1), torch.flatten(self.l2(f), 1)], 1)
+
+    torch.manual_seed(0)
+    m, x = SppHead().eval(), torch.randn(2, 8, 7, 5)
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    torch.onnx.export(m, (x,), src, dynamo=False, opset_version=18, input_names=["x"],
+                      export_modules_as_functions=True,
+                      operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH)
+    onnx.save(onnx.load(src), src, save_as_external_data=True, location="in.onnx.data", size_threshold=0)
+    assert onnx.load(src).functions
+    r = CliRunner().invoke(main, [str(src), str(out)])
+    assert r.exit_code == 0, r.output
+    (y,) = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})
+    with torch.no_grad():
+        np.testing.assert_allclose(y, m(x).numpy(), rtol=1e-5, atol=1e-6)
