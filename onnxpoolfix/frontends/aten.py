@@ -6,13 +6,13 @@ from collections.abc import Sequence
 
 import onnx
 
-from ..graph.shapes import apply_input_shapes, model_opset, resolve_specs
+from ..graph.shapes import apply_input_shapes, drop_standard_declarations, model_opset, resolve_specs
 from ..graph.size_precision import size_precision_error
 from ..graph.size_subgraph import fold_static_sizes
 from ..report import WarningNote
 from ..spec import PoolSpec
 from .base import FrontEndResult, PlanOptions
-from .bodies import has_nested_leftovers, type_bodies
+from .bodies import has_nested_leftovers, type_bodies, walk
 from .leftovers import find_pool_nodes
 
 
@@ -36,7 +36,7 @@ def bind_and_resolve(model, nodes, *, opset, target, input_shapes, keep_input_sh
     if not input_shapes:
         return resolve_specs(model, nodes, opset=opset, target=target), notes
     if keep_input_shapes:
-        apply_input_shapes(model, input_shapes)
+        _bind_in_out(model, input_shapes)
         return resolve_specs(model, nodes, opset=opset, target=target), ["input shapes bound as given"]
     originals = {i.name: onnx.ValueInfoProto() for i in model.graph.input}
     for i in model.graph.input:
@@ -51,7 +51,19 @@ def bind_and_resolve(model, nodes, *, opset, target, input_shapes, keep_input_sh
         free = [None] * len(nodes)
     specs = [f if f is not None and f.static else b for f, b in zip(free, bound)]
     if any(f is None or not f.static for f in free):
-        apply_input_shapes(model, input_shapes)
+        _bind_in_out(model, input_shapes)
         notes.append(WarningNote("input shapes kept as bound: a pooled axis was symbolic and the static lowering "
                                  "holds only at the bound size", "input-shapes-kept"))
     return specs, notes
+
+
+def _bind_in_out(model: onnx.ModelProto, input_shapes) -> None:
+    """Bind the inputs in the model OUT is made of, dropping the shapes the exporter declared for standard ops'
+    outputs: torch's, at the traced size, which a bound size other than it contradicts (onnxruntime refused OUT
+    where an If the patch wrote reads such a tensor: "Can't merge shape info", review22 case 243)."""
+    apply_input_shapes(model, input_shapes)
+    for g in [model.graph] + [body for _, body, _ in walk(model.graph)]:
+        standard = drop_standard_declarations(g)
+        for vi in g.output:  # (the graph outputs too: torch declares a dim no dynamic_axes names at its trace)
+            if vi.name in standard and vi.type.HasField("tensor_type"):
+                vi.type.tensor_type.ClearField("shape")
