@@ -155,7 +155,7 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
                           cost_model=cost_model, kept_by_table=kept_by_table)
     mp = plan_model(model, options)
     found = mp.found
-    if found.model is not model and inplace:  # a new model (inlined, perms): inplace means the caller's object
+    if found.inlined and inplace:  # the inliner builds a new model: inplace means the caller's object
         caller.CopyFrom(found.model)
         found.model = caller
     model = found.model

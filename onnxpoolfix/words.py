@@ -85,6 +85,9 @@ KNOBS: dict[str, Knob] = {
     # "...; or export ...": said to who wrote the file some other way (export() compared with torch already)
     "or_export_compared": Knob(*(["; or export with onnxpoolfix.export, which compares with torch at other sizes"] * 2),
                                ""),
+    # what to do where onnxpoolfix.export's file differs from torch: the TorchScript exporter's own pools may be why
+    "report_it": Knob("report it", "report it", None, "try dynamo=True (the TorchScript exporter lowers some pools "
+                      "wrongly itself: an unbatched input pooled to 1), else report it"),
     "convert_opset": Knob(*(["convert the model to opset {arg} or newer first "
                              "(onnx.version_converter.convert_version(model, {arg}))"] * 2),
                           "export with opset_version={arg} or later"),
@@ -115,6 +118,7 @@ OPTIMIZE_EXPORTER_POOLS, KEEP_INPUT_SHAPES = ref("optimize_exporter_pools"), ref
 TARGET_TENSORRT, TARGET_ONNXRUNTIME = ref("target", "tensorrt"), ref("target", "onnxruntime")
 TARGET_PORTABLE = ref("target", "portable")
 OR_EXPORT_COMPARED = ref("or_export_compared")
+REPORT_IT = ref("report_it")
 
 
 def render(text, audience: str = API):

@@ -70,27 +70,28 @@ def check_input_model(model: ModelProto, path: PathLike | None = None) -> None:
     ``save_model`` stops with the same error when it writes one (exit 3, nothing written).
     """
     _known_opset(model, path)
+    name = str(path) if path is not None else None  # how a retry on a copy in memory names the model
     try:
         check_model_light(model, path)
     except InvalidModelError as e:
         if _STALE_DECLARATION in str(e):
             # a shape torch declared for a standard op's output that its inputs contradict (a Squeeze after a
             # pool frozen at the traced size): stale, as every declaration is taken to be; judged without them
-            check_model_light(_undeclared(model), None, str(path) if path is not None else None)
+            check_model_light(_undeclared(model), None, name)
             return
         if POOL_SHAPE_ERROR.search(str(e)):
             # the exporter's pools the patch repairs (a kernel of the pooling rank on an unbatched input):
             # judged as repaired; the unrepairable ones (no size in the graph) stay refused
             view = as_repaired(model)
             if view is not None:
-                check_model_light(view, None, str(path) if path is not None else None)
+                check_model_light(view, None, name)
                 return
         # torch leaves the outputs of leftovers in If/Loop bodies, and the bodies' own outputs, untyped: a
         # real export, judged with those types filled in as the patch will fill them
         typed = typed_copy(model)
         if typed is not None:
             try:
-                check_model_light(typed, None, str(path) if path is not None else None)
+                check_model_light(typed, None, name)
             except InvalidModelError as e2:
                 # torch leaves If outputs untyped where a branch reads a top-level leftover's result (its
                 # type is ours to give): the patch types them; only that omission is let through here
@@ -101,4 +102,4 @@ def check_input_model(model: ModelProto, path: PathLike | None = None) -> None:
         inlined, holders = inline_functions_holding_leftovers(model)
         if not holders:
             raise
-        check_model_light(inlined, None, str(path) if path is not None else None)
+        check_model_light(inlined, None, name)

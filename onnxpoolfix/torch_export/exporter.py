@@ -379,7 +379,8 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
             if not verify:
                 return
             checked = verify_against_torch(path, runnable, call_args, call_kwargs, declared=declared, at_one=at_one,
-                                           outside=outside, guarded=guarded, seed=seed, torchscript=not dynamo)
+                                           outside=outside, guarded=guarded, seed=seed,
+                                           audience=EXPORT if dynamo else EXPORT_TORCHSCRIPT)
             logger.info("%s", checked.note())
             if checked.note():
                 result.report.notes.append(Note(checked.note(), "matched-torch"))

@@ -21,6 +21,7 @@ import numpy as np
 from ..check.sizes import WINDOW_KINDS, window_kind
 from ..errors import TorchMismatchError
 from ..sessions import ort_session, ort_value
+from ..words import API, REPORT_IT
 from .declared import DeclaredDims
 from .guards import SizePoint
 from .sizes import TorchRunner, choose_dims
@@ -34,13 +35,9 @@ logger = logging.getLogger(__name__)
 MISMATCH_HINT = ("if the module is not meant to run at this size, declare that in dynamic_shapes (a Dim's "
                  "min/max, or an expression such as 2*h for a dim tied to another or 32*h for multiples of 32; "
                  "with dynamic_axes every size counts) and the comparison keeps to it; otherwise the export is "
-                 "wrong at this size: report it (verify=False skips the comparison)")
+                 f"wrong at this size: {REPORT_IT} (verify=False skips the comparison)")
 SHAPE_HINT = ("the export is wrong at this size: if it is not the example's, re-export with this size as the "
-              "example; otherwise report it")
-# dynamo=False: the TorchScript exporter lowers some pools wrongly itself (an unbatched input pooled to 1)
-_TORCHSCRIPT = {h: h.replace("report it", "try dynamo=True (the TorchScript exporter lowers some pools wrongly "
-                             "itself: an unbatched input pooled to 1), else report it")
-                for h in (MISMATCH_HINT, SHAPE_HINT)}
+              f"example; otherwise {REPORT_IT}")
 
 GUARD_HINT = ("the exported graph holds only the branch taken at the example's size: write the branch as a "
               "tensor op (torch.where) or torch.cond, or keep this size out of dynamic_shapes (a Dim's min/max)")
@@ -135,7 +132,7 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
                          declared: DeclaredDims | None = None, at_one: Sequence[str] = (),
                          outside: Mapping[str, Sequence[int]] | None = None,
                          guarded: Mapping[str, Sequence[tuple[int, SizePoint]]] | None = None, seed: int = 0,
-                         torchscript: bool = False) -> TorchCheck:
+                         audience: str = API) -> TorchCheck:
     """Run the ONNX file at ``path`` in onnxruntime and ``module`` in torch on the same inputs; raise
     :class:`TorchMismatchError` (with the max error) where they differ beyond float noise.
 
@@ -147,17 +144,18 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
     torch runs, onnxruntime failing there included (a range torch.export narrowed, which a TorchScript file need
     not keep to). ``guarded``: symbol -> (size, why) where a guard of torch.export is false, or a size torch
     computes in double may round otherwise in float32 (:func:`.guards.guard_points`). The inputs are the
-    example's tensor leaves, in order, matched to the file's inputs. ``torchscript``: the file is the
-    TorchScript exporter's (a mismatch's hint then names the dynamo exporter too).
+    example's tensor leaves, in order, matched to the file's inputs. ``audience``: whose words the error speaks
+    (:mod:`onnxpoolfix.words`; ``export-torchscript``: a mismatch's hint names the dynamo exporter too).
     """
     try:
         return _verify(path, module, args, kwargs, ranges=ranges, declared=declared, at_one=at_one,
                        outside=outside or {}, guarded=guarded or {}, seed=seed)
     except TorchMismatchError as e:
-        hint = _TORCHSCRIPT.get(e.hint, e.hint) if torchscript else e.hint
+        e.audience = audience
         if getattr(module, "training", False):  # dropout/batch-norm statistics differ run to run
-            hint = f"the module is in training mode: call module.eval() before exporting; if that is not why: {hint}"
-        raise TorchMismatchError(e.text, hint) from None
+            e.hint = ("the module is in training mode: call module.eval() before exporting; if that is not why: "
+                      + e.hint_text)
+        raise
 
 
 def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), outside, guarded, seed) -> TorchCheck:
