@@ -174,8 +174,8 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
         notes += _foreign_kept(model)
         return PatchResult(model, report)
     if found.inlined:
-        notes.insert(0, Note(f"inlined the local function(s) {', '.join(found.inlined)} that held leftovers",
-                             "inlined-functions"))
+        notes.insert(0, Note(f"inlined the local function(s) {', '.join(found.inlined)} that held leftovers or "
+                             "computed their output sizes", "inlined-functions"))
     for n in mp.blocked:  # the first node no lowering applies to stops the patch
         if n.error.hint is None:
             n.error.hint = no_lowering_hint(n.spec, n.error.data.get("opset"))

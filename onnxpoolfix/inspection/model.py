@@ -123,8 +123,8 @@ def inspect_as_written(model: onnx.ModelProto, *, target: str = "onnxruntime", s
                                        cost_model=cost_model))
     found = mp.found
     if found.inlined:
-        result.notes.append(Note(f"the local function(s) {', '.join(found.inlined)} hold leftovers: the patch inlines "
-                            "them", "inlined-functions"))
+        result.notes.append(Note(f"the local function(s) {', '.join(found.inlined)} hold leftovers or compute "
+                                 "their output sizes: the patch inlines them", "inlined-functions"))
     result.notes.extend(found.notes + mp.notes)
     result.suspects = [asdict(s) for s in found.suspects]
     if found.blocker is None and not allow_partial:  # the refusal patch() gives (exit 4), with the same line
