@@ -26,6 +26,7 @@ from .consistency import layers_after_refuse
 from .feeds import graph_inputs
 from .runner import ExtraRun, check_patched
 from .sizes import default_check_shapes
+from .whole import load_whole
 
 __all__ = ["run_check", "refuse_huge_check", "foreign_ops", "ONNXRUNTIME_DOMAINS", "CHECK_MAX_ELEMENTS",
            "check_patched", "ExtraRun", "default_check_shapes", "compare", "NodeCheck"]
@@ -197,6 +198,7 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
                                    NEGATIVE_PERM_HINT if negative_perms(model.graph) else _refused_hint(report))
         results = check_patched(model, specs, input_shapes=shapes_list, model_dir=model_dir, seed=seed,
                                 extra=extra)
+        lacking = None if foreign_ops(model) else load_whole(model, model_dir)  # the layers the cut left out
     except PoolFixError:
         raise
     except MemoryError:
@@ -226,6 +228,10 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
     report.notes.append(Note(note, "checked-sizes"))
     report.notes += foreign_notes(model, " as the input had them: the check ran the part of the graph that "
                                   "computes the replaced nodes, which holds none of them")
+    if lacking:
+        report.notes.append(WarningNote(f"onnxruntime's CPU build has no kernel for an op of OUT outside the replaced "
+                                        f"nodes' part of the graph, which the check ran: {lacking}",
+                                        "no-onnxruntime-kernel"))
     rounded = sum(1 for r in results.values() if r.input_rounding)
     if rounded:
         report.notes.append(Note(f"{rounded} half-precision subgraph(s) fed unrounded float32 values by onnxruntime "
