@@ -55,6 +55,7 @@ from .dataflow import (
 )
 from .frozen import contradiction_hint, frozen_pool_ops, size_text
 from .frozen_readings import GENUINE, node_readings, window_attrs
+from .merges import drop_merged
 from .metadata import has_metadata
 from .proof import Proof
 from .proof_search import prove_all
@@ -274,6 +275,8 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
         if contradictions:
             raise contradictions[0]
         _rests(findings, resting, [])
+        if symbolic:
+            drop_merged(graph, findings)
         return findings
     proven = list(zip(candidates, prove_all(model, g, candidates, input_shapes, seed, info.inferred(),
                                             model_dir=model_dir)))
@@ -318,6 +321,8 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
         findings.specs.append(PoolSpec(pn, c.x_shape, output_shape(pn, c.x_shape), c.elem, opset, target))
         findings.regions.append(Region(c.result, c.pooled, outs, reads, c.evidence, c.output_size,
                                        tuple(p.proven_at), len(c.region)))
+    if symbolic:
+        drop_merged(graph, findings)
     size_precision_error(model, findings.specs)  # a computed size in float32 that torch computes otherwise
     return findings
 

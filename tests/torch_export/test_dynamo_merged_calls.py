@@ -1,0 +1,89 @@
+"""Two calls torch's export merged into one node (the same windows at the traced size: a common subexpression),
+both results inside the graph: the second call's output size is nowhere in the file, and OUT followed the first
+call's for both, exit 0 and wrong at other sizes (review12 F15). Only a node after them still names the program
+value the merge removed; the pool it is computed from is refused, and onnxpoolfix.export (each call its own
+node) is exact against torch."""
+from __future__ import annotations
+
+import pytest
+from dynamo_exports import assert_matches_torch, export_live
+
+import onnxpoolfix
+from onnxpoolfix.errors import UnsupportedNodeError
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxscript")
+nn = torch.nn
+F = nn.functional
+pytestmark = pytest.mark.torch
+
+TRACED = (1, 3, 16, 12)
+OTHERS = [(1, 3, 20, 12), (1, 3, 30, 20), (1, 3, 9, 7)]
+
+
+class TwoCallsMaxed(nn.Module):
+    """(None, 4) and (16, 4) at 16x12: both kernel 1x3; the two amax merge as well."""
+
+    def forward(self, x):
+        a = F.adaptive_avg_pool2d(x, (None, 4))
+        b = F.adaptive_avg_pool2d(x, (16, 4))
+        return a.amax((2, 3)) + b.amax((2, 3))
+
+
+class TwoCallsApart(nn.Module):
+    """The merged pool read by two different ops: the second reads the first call's result."""
+
+    def forward(self, x):
+        a = F.adaptive_avg_pool2d(x, (16, 4))
+        b = F.adaptive_avg_pool2d(x, (None, 4))
+        return a.mean((2, 3)) + b.amax((2, 3))
+
+
+class AdaptiveThenGenuine(nn.Module):
+    """An adaptive pool and a genuine AvgPool2d of its kernel at the traced size, the adaptive one first."""
+
+    def __init__(self):
+        super().__init__()
+        self.genuine = nn.AvgPool2d((1, 3))
+
+    def forward(self, x):
+        a = F.adaptive_avg_pool2d(x, (16, 4))
+        b = self.genuine(x)
+        return a.amax((2, 3)) + b.amax((2, 3))
+
+
+def _dims():
+    return {2: torch.export.Dim("H", min=2, max=64), 3: torch.export.Dim("W", min=2, max=64)}
+
+
+@pytest.mark.parametrize("make", [TwoCallsMaxed, TwoCallsApart, AdaptiveThenGenuine])
+@pytest.mark.parametrize("traced_given", [False, True])
+def test_a_pool_a_merge_may_stand_behind_is_refused(make, traced_given, tmp_path):
+    model = export_live(make().eval(), torch.randn(*TRACED), tmp_path / "in.onnx", _dims())
+    with pytest.raises(UnsupportedNodeError) as e:
+        onnxpoolfix.patch(model, traced_shapes={"x": list(TRACED)} if traced_given else None)
+    assert "merged" in (e.value.hint or "") and "onnxpoolfix.export" in (e.value.hint or "")
+
+
+@pytest.mark.parametrize("make", [TwoCallsMaxed, TwoCallsApart, AdaptiveThenGenuine])
+def test_the_remedy_keeps_each_call_and_is_exact_against_torch(make, tmp_path):
+    m = make().eval()
+    onnxpoolfix.export(m, (torch.randn(*TRACED),), str(tmp_path / "out.onnx"), input_names=["x"],
+                       dynamic_shapes=(_dims(),))
+    import onnx
+
+    assert_matches_torch(onnx.load(str(tmp_path / "out.onnx")), m, [TRACED] + OTHERS, rtol=1e-5, atol=1e-5)
+
+
+def test_one_call_pooled_once_is_not_taken_for_a_merge(tmp_path):
+    """The same head with one call: patched, exact at other sizes (no merge, no refusal)."""
+
+    class One(nn.Module):
+        def forward(self, x):
+            y = F.adaptive_avg_pool2d(x, (16, 4))
+            return y.amax((2, 3)) + y.relu().mean((2, 3))
+
+    m = One().eval()
+    model = export_live(m, torch.randn(*TRACED), tmp_path / "in.onnx", _dims())
+    out = onnxpoolfix.patch(model, traced_shapes={"x": list(TRACED)}).model
+    assert_matches_torch(out, m, [TRACED] + OTHERS, rtol=1e-5, atol=1e-5)
