@@ -106,12 +106,16 @@ def _same_dim(x: Any, axis: int, size: Any) -> bool:
             and str(getattr(dims[axis], "value", dims[axis])) == str(getattr(symint, "node", symint)))
 
 
-def _size_value(op, x: Any, output_size) -> Any:
-    """The output-size input of the node: a Constant when static, else Concat of Shape slices and constants."""
+def _size_value(op, x: Any, output_size, k: int) -> Any:
+    """The output-size input of the node: a Constant when static, else Concat of Shape slices and constants.
+    One entry for a ``k``-D pool is torch's broadcast of one int (``F.adaptive_avg_pool2d(x, x.shape[2] // 4)``
+    passes ``[floordiv]``): written ``k`` times, as the node's readers take one entry per pooled axis."""
     import numpy as np
     import onnx_ir as ir
 
     sizes = list(output_size)
+    if len(sizes) == 1:
+        sizes *= k
     if all(isinstance(s, int) for s in sizes):
         return op.Constant(value=ir.tensor(np.asarray(sizes, dtype=np.int64), name="output_size"))
     rank = len(x.shape) if x.shape is not None else None
@@ -141,8 +145,10 @@ def aten_translation(op_type: str, outputs: int) -> Callable:
 
     node = onnxscript.values.Op(onnxscript.values.Opset(ATEN_DOMAIN, 1), op_type, op_schema=op_schema(op_type))
 
+    k = int(op_type.rstrip("d")[-1])  # adaptive_avg_pool2d, _adaptive_avg_pool3d, adaptive_max_pool1d
+
     def translate(x, output_size):
-        size = _size_value(op, x, output_size)
+        size = _size_value(op, x, output_size, k)
         if outputs == 2:
             values, indices = node(x, size, _num_outputs=2)
             return values, indices
