@@ -121,8 +121,9 @@ def submodules(nodes) -> dict[tuple[str, ...], frozenset[str]]:
     return {path: frozenset(names) for path, names in out.items()}
 
 
-def stack_trace(node: onnx.NodeProto) -> str:
-    return _metadata(node).get("pkg.torch.onnx.stack_trace", "").strip()
+def stack_trace(node: onnx.NodeProto) -> str:  # without the ^/~ rows Python 3.11 marks lines with (strict exports)
+    text = _metadata(node).get("pkg.torch.onnx.stack_trace", "")
+    return "\n".join(t for t in text.splitlines() if t.strip(" ^~")).strip()
 
 
 def module_scope(node: onnx.NodeProto) -> tuple[str, ...]:
