@@ -238,7 +238,7 @@ def window_choice(em, w: str, kall: int | str, elem: int, tie_safe: bool) -> str
     fdt = np_dtype(elem)
     nan = em.is_nan(w, fdt)
     filled = em.op("Where", [nan, em.const("minus_inf", np.array(-np.inf, dtype=fdt)), w])
-    nanf = em.cast(nan, TensorProto.FLOAT)
+    nanf = em.zero_one(nan, TensorProto.FLOAT)
     if isinstance(kall, str):
         pos = em.cast(em.op("Range", [em.const("zero", np.array(0, np.int64)), kall,
                                       em.const("one", np.array(1, np.int64))]), TensorProto.FLOAT)

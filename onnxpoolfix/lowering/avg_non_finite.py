@@ -62,7 +62,7 @@ class NonFiniteAvgStep(WrappedSteps):
         y = self.plain(em, em.op("Where", [bad, zero, x]), shape, elem)
 
         def reached(mask):  # the windows holding a mask element: their 0/1 average is > 0
-            return em.op("Greater", [self.plain(em, em.cast(mask, elem), shape, elem), zero])
+            return em.op("Greater", [self.plain(em, em.zero_one(mask, elem), shape, elem), zero])
 
         has_nan, has_pos, has_neg = reached(nan), reached(pos_inf), reached(neg_inf)
         y = em.op("Where", [has_neg, minus_inf, em.op("Where", [has_pos, inf, y])])

@@ -70,7 +70,7 @@ def runtime_pooling_matrices_t(em: Emitter, lengths: str, g: int, m: int, elem: 
     odd_i = (2 * np.arange(m, dtype=np.int64) + 1).reshape((m, 1) if g > 1 else (m,))
     diff = em.op("Abs", [em.op("Sub", [em.op("Mul", [lengths, em.const("odd_i", odd_i)]), odd_j])])
     inside = em.op("Less", [diff, em.op("Add", [lengths, int64_scalar(em, "m", m)])], hint="inside")
-    member = em.cast(inside, elem)
+    member = em.zero_one(inside, elem)
     count = em.reduce("ReduceSum", member, [0], keepdims=1)
     return em.op("Div", [member, count], hint="pool_matrices_t" if g > 1 else "pool_matrix_t")
 
@@ -86,7 +86,7 @@ def runtime_size_matrix_t(em: Emitter, n: str, m: str, elem: int) -> str:
     odd_i = em.op("Add", [em.op("Mul", [em.op("Range", [zero, m, one]), two]), one], hint="odd_i")  # 2i+1
     diff = em.op("Abs", [em.op("Sub", [em.op("Mul", [n, odd_i]), odd_j])])
     inside = em.op("Less", [diff, em.op("Add", [n, m])], hint="inside")
-    member = em.cast(inside, elem)
+    member = em.zero_one(inside, elem)
     count = em.reduce("ReduceSum", member, [0], keepdims=1)
     return em.op("Div", [member, count], hint="pool_matrix_t")
 
@@ -270,7 +270,7 @@ class DynamicMatMulStep(Step):
         out = {"MatMul", "Reshape", "Transpose", "Flatten", "Shape", "Slice", "Concat", "ReduceProd"}  # (batch 0)
         if any(n is None or isinstance(m, RuntimeDim) for _, n, m in self.axes):
             out |= {"Shape", "Gather", "Slice", "ReduceMax", "Range", "Mul", "Add", "Sub", "Abs", "Less", "Cast",
-                    "ReduceSum", "Div", "Unsqueeze"}
+                    "Where", "ReduceSum", "Div", "Unsqueeze"}
         return tuple(sorted(out))
 
 

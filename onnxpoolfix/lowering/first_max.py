@@ -45,7 +45,7 @@ F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 #: every op :func:`emit_first_max` may emit
 FIRST_MAX_OPS = ("Transpose", "Reshape", "Gather", "ReduceMax", "Equal", "Cast", "Mul", "Squeeze", "Sub",
                  "GatherElements", "Slice", "Concat", "Shape", "Add", "Range", "Unsqueeze", "Flatten", "Size", "And",
-                 "Greater")
+                 "Greater", "Where")
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ def _first_hit(em: Emitter, candidates: str, maximum: str, kmax: int | str, a: i
     """``kmax`` minus the first position along axis ``a + 1`` of ``candidates`` equal to ``maximum`` (float;
     the window axis dropped): ``ReduceMax(Cast(Equal) * [kmax, .., 1])``, which onnxruntime runs 1.5x faster
     than an ArgMax over a middle axis and without its per-element index bookkeeping."""
-    hit = em.cast(em.op("Equal", [candidates, maximum]), F32)
+    hit = em.zero_one(em.op("Equal", [candidates, maximum]), F32)
     return em.reduce("ReduceMax", em.op("Mul", [hit, _weights(em, kmax, k - a)]), [a + 1], keepdims=0)
 
 

@@ -43,7 +43,8 @@ RUNTIME_WHOLE_WINDOWS = 16
 MAX_PLANE = 1 << 24
 #: every op :func:`emit_first_max_windows` may emit
 FIRST_MAX_WINDOWS_OPS = ("Reshape", "Transpose", "Gather", "ReduceMax", "Equal", "Cast", "Mul", "Sub", "Squeeze",
-                         "Shape", "Slice", "Concat", "Flatten", "Unsqueeze", "ReduceProd", "Less", "And", "If")
+                         "Shape", "Slice", "Concat", "Flatten", "Unsqueeze", "ReduceProd", "Less", "And", "If",
+                         "Where")
 
 
 def window_positions(n: tuple[int, ...], tables: list[np.ndarray]) -> np.ndarray:
@@ -102,7 +103,7 @@ def emit_first_max_windows(em: Emitter, x: str, rank: int, axes: list[PooledAxis
     em.op("Reshape", [values, out_shape], out=y)
     if not indices:
         return
-    hit = em.cast(em.op("Equal", [windows, kept_max]), TensorProto.FLOAT)
+    hit = em.zero_one(em.op("Equal", [windows, kept_max]), TensorProto.FLOAT)
     top = np.float32(MAX_PLANE)
     if isinstance(positions, np.ndarray):  # exact: below 2**24
         weights = em.const("reversed_position", (top - positions.astype(np.float32))[:, :, None])
