@@ -53,6 +53,14 @@ from .steps import KRON_IDENTITY_MAX, IdentityStep, ReduceStep, Step
 Shape = tuple
 
 
+def largest(em: Emitter, lengths: str) -> str:
+    """The largest of 1-D ``lengths``, a 0-d tensor as Range needs: ``Gather(lengths, ArgMax(lengths))``, not a
+    ReduceMax, whose axes are an input from opset 18, and onnxruntime's symbolic shape inference (which its
+    ``quant_pre_process`` runs) leaves such a ReduceMax's output without a shape and then fails on the Mul after
+    it (review24)."""
+    return em.op("Gather", [lengths, em.op("ArgMax", [lengths], axis=0, keepdims=0)], axis=0, hint="largest")
+
+
 def runtime_pooling_matrices_t(em: Emitter, lengths: str, g: int, m: int, elem: int) -> str:
     """The ``P^T`` of ``g`` axes pooled to the same ``m``, in one computation from their runtime ``lengths``
     (1-D, ``[g]``): ``[n, m]`` for one axis; for several, stacked ``[nmax, m, g]`` over ``j < nmax = max(n)``
@@ -63,7 +71,7 @@ def runtime_pooling_matrices_t(em: Emitter, lengths: str, g: int, m: int, elem: 
     ``Range(m, 2m*nmax, 2m)``. Each column is then divided by its count (the window length): the same
     correctly rounded ``1/len`` as the static matrices. 12 nodes, however many axes share them.
     """
-    nmax = em.reduce("ReduceMax", lengths, [0], keepdims=0)  # a scalar, as Range needs
+    nmax = largest(em, lengths)
     odd_j = em.op("Range", [int64_scalar(em, "m", m), em.op("Mul", [nmax, int64_scalar(em, "two_m", 2 * m)]),
                             int64_scalar(em, "two_m", 2 * m)], hint="odd_j")  # m*(2j+1)
     odd_j = em.op("Reshape", [odd_j, em.ints("column", [-1, 1, 1] if g > 1 else [-1, 1])])
@@ -187,7 +195,7 @@ class DynamicMatMulStep(Step):
         def runtime_matrix_t(a: int, n: int | None, m: int | RuntimeDim) -> str:
             if isinstance(m, RuntimeDim):  # one axis, its own construction
                 length = (int64_scalar(em, "n", n) if isinstance(n, int) else
-                          em.reduce("ReduceMax", lengths([a]), [0], keepdims=0))
+                          largest(em, lengths([a])))
                 return runtime_size_matrix_t(em, length, runtime_size(em, m), elem)
             axes = sorted(groups[m])
             if m not in stacked:
@@ -270,7 +278,7 @@ class DynamicMatMulStep(Step):
         out = {"MatMul", "Reshape", "Transpose", "Flatten", "Shape", "Slice", "Concat", "ReduceProd"}  # (batch 0)
         if any(n is None or isinstance(m, RuntimeDim) for _, n, m in self.axes):
             out |= {"Shape", "Gather", "Slice", "ReduceMax", "Range", "Mul", "Add", "Sub", "Abs", "Less", "Cast",
-                    "Where", "ReduceSum", "Div", "Unsqueeze"}
+                    "Where", "ReduceSum", "Div", "Unsqueeze", "ArgMax"}
         return tuple(sorted(out))
 
 
