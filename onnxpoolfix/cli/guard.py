@@ -2,6 +2,7 @@
 unwind like Ctrl-C. The codes are :data:`onnxpoolfix.errors.EXIT_CODES`'."""
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -11,7 +12,7 @@ from typing import Callable, Iterator
 
 import click
 
-from ..errors import EXIT_INTERNAL, EXIT_SIGPIPE, PoolFixError
+from ..errors import EXIT_INTERNAL, EXIT_SIGPIPE, OutputError, PoolFixError
 from ..words import CLI
 
 
@@ -46,9 +47,29 @@ def stdout_reader_gone() -> Iterator[None]:
         sys.exit(EXIT_SIGPIPE)
 
 
+def machine_refused(err: Exception) -> str | None:
+    """What the machine refused where that, not a bug, is the failure: a full disk or quota, a read-only file
+    system, no temporary folder it can write to (Python's tempfile tries each and raises FileNotFoundError);
+    None otherwise."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        return os.strerror(err.errno)
+    if isinstance(err, FileNotFoundError):
+        import tempfile
+
+        try:
+            tempfile.gettempdir()
+        except FileNotFoundError:
+            return "no usable temporary folder"
+    return None
+
+
 def fail(err: Exception, verbose: bool) -> None:
     if verbose:
         traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+    refused = machine_refused(err)
+    if refused is not None:  # the machine's, not a bug: said as an output error
+        err = OutputError(f"{refused}: {' '.join(str(err).split())}",
+                          "free disk space, or point TMPDIR at a folder with room")
     if isinstance(err, PoolFixError):  # said with the CLI's flags
         message, hint = err.render(CLI)
         click.echo(f"onnxpoolfix: error: {message}", err=True)
