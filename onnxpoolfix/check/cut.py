@@ -19,7 +19,7 @@ import onnx
 from ..graph import outer_reads
 from ..io import serialize
 
-__all__ = ["cut_bytes", "cut_nodes"]
+__all__ = ["cut_bytes", "cut_nodes", "model_shell"]
 
 
 def cut_nodes(graph: onnx.GraphProto, wanted: Iterable[str], stop: Iterable[str] = ()) -> tuple[list[int], set[str]]:
@@ -51,6 +51,17 @@ def cut_nodes(graph: onnx.GraphProto, wanted: Iterable[str], stop: Iterable[str]
     return sorted(picked), outside
 
 
+def model_shell(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
+    """A new model with ``model``'s IR version, opset imports and local functions, its graph empty but for its
+    name (``name`` where it has none): what a part of ``model`` is written into."""
+    out = onnx.ModelProto()
+    out.ir_version = model.ir_version
+    out.opset_import.extend(model.opset_import)
+    out.functions.extend(model.functions)
+    out.graph.name = model.graph.name or name
+    return out
+
+
 def cut_bytes(model: onnx.ModelProto, outputs: Sequence[onnx.ValueInfoProto],
               extra_nodes: Sequence[onnx.NodeProto] = ()) -> bytes:
     """The serialized model computing ``outputs`` (value infos of tensors of ``model``, or of ``extra_nodes``,
@@ -62,12 +73,8 @@ def cut_bytes(model: onnx.ModelProto, outputs: Sequence[onnx.ValueInfoProto],
     roots = [o.name for o in outputs if o.name not in extra_outputs]
     roots += [i for n in extra_nodes for i in n.input if i and i not in extra_outputs]
     picked, reads = cut_nodes(g, roots)
-    out = onnx.ModelProto()
-    out.ir_version = model.ir_version
-    out.opset_import.extend(model.opset_import)
-    out.functions.extend(model.functions)
+    out = model_shell(model, "cut")
     graph = out.graph
-    graph.name = g.name or "cut"
     graph.node.extend(g.node[k] for k in picked)
     graph.node.extend(extra_nodes)
     initializers = [t for t in g.initializer if t.name in reads]

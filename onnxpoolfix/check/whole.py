@@ -20,6 +20,7 @@ from onnx import TensorProto, helper
 
 from ..io import serialize
 from ..sessions import ort_session
+from .cut import model_shell
 
 __all__ = ["load_whole"]
 
@@ -50,12 +51,8 @@ def _graph_bytes(model: onnx.ModelProto, *, skeleton: bool) -> bytes:
     """``model`` serialized, its initializers written from where they are (:func:`~onnxpoolfix.io.serialize`);
     ``skeleton``: the big ones declared as inputs instead (module doc)."""
     g = model.graph
-    out = onnx.ModelProto()
-    out.ir_version = model.ir_version
-    out.opset_import.extend(model.opset_import)
-    out.functions.extend(model.functions)
+    out = model_shell(model, "whole")
     graph = out.graph
-    graph.name = g.name or "whole"
     graph.node.extend(g.node)
     graph.input.extend(g.input)
     graph.output.extend(g.output)
