@@ -87,3 +87,39 @@ def test_one_call_pooled_once_is_not_taken_for_a_merge(tmp_path):
     model = export_live(m, torch.randn(*TRACED), tmp_path / "in.onnx", _dims())
     out = onnxpoolfix.patch(model, traced_shapes={"x": list(TRACED)}).model
     assert_matches_torch(out, m, [TRACED] + OTHERS, rtol=1e-5, atol=1e-5)
+
+
+class _Heads(nn.Module):
+    """One pool, its result read by two identical computations (multi-head models): torch merges those, below the
+    pool; the pool is one call, patched (review26 refused these)."""
+
+    def __init__(self, form: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.form, self.conv, self.pool = form, nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d((3, 3))
+        self.f1, self.f2 = nn.Linear(36, 5), nn.Linear(36, 5)
+
+    def forward(self, x):
+        p = self.pool(self.conv(x))
+        if self.form == "flatten":
+            return self.f1(p.flatten(1)), self.f2(p.flatten(1))
+        if self.form == "view":
+            return self.f1(p.view(p.size(0), -1)), self.f2(p.view(p.size(0), -1))
+        return torch.cat([p.relu(), p.relu()], 1)
+
+
+@pytest.mark.parametrize("form", ["flatten", "view", "relu"])
+def test_identical_computations_of_one_pools_result_merged_are_no_twin_call(form, tmp_path):
+    import numpy as np
+    import onnxruntime as ort
+
+    m = _Heads(form).eval()
+    model = export_live(m, torch.randn(*TRACED), tmp_path / "in.onnx", _dims())
+    out = onnxpoolfix.patch(model, traced_shapes={"x": list(TRACED)}).model
+    session = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"])
+    for shape in [TRACED] + OTHERS:
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            want = m(x)
+        for got, w in zip(session.run(None, {"x": x.numpy()}), want if isinstance(want, tuple) else (want,)):
+            np.testing.assert_allclose(got, w.numpy(), rtol=1e-5, atol=1e-6)

@@ -10,8 +10,11 @@ the program's value the merge removed (``amax_1``), and reads the kept one (``am
 name before its ``_<k>``) in its place. A replaced pool from which such a stand-in is computed may stand for a
 call it does not show: a suspect (export through onnxpoolfix.export, which keeps each call its own node).
 
-It cannot tell a merged twin pool from a merged identical computation of the pool's result (``torch.cat([p.relu(),
-p.relu()])``): both are refused, the second needlessly (the promise: where two readings differ, refuse).
+Where the merged twins read the pool's own result (``fc1(p.flatten(1)), fc2(p.flatten(1))``: multi-head models),
+the pool was one call: the value they both read lost a reader in the merge, so the program's ``num_users`` of it
+(its ``fx_node`` metadata) exceeds the graph's reads of it. Such a value between the pool's result and the
+stand-in clears the pool (review26: five ordinary heads were refused before); a twin pool call diverges above
+the pool, at the tensor both calls pooled, and is refused.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ __all__ = ["drop_merged"]
 
 _FX_NODE = "pkg.torch.onnx.fx_node"
 _REF = re.compile(r"%([A-Za-z_][A-Za-z0-9_]*)")
+_USERS = re.compile(r"^%([A-Za-z_][A-Za-z0-9_]*) : \[num_users=(\d+)\]")
 _NUMBERED = re.compile(r"_\d+$")
 
 
@@ -40,10 +44,13 @@ def drop_merged(graph: onnx.GraphProto, findings: FrontEndResult) -> None:
         for i in dict.fromkeys(n.input):
             if i:
                 readers.setdefault(i, []).append(n)
+    lost = _lost_a_reader(graph)
+    producer = {o: n for n in graph.node for o in n.output if o}
     for spec in list(findings.specs):
         result = spec.node.output
-        merged = _first_in_cone(result, stand_ins, readers)
-        if merged is None:
+        cone = _cone(result, readers)
+        merged = next((v for v in sorted(cone) if v in stand_ins), None)
+        if merged is None or _shared_below(merged, result, cone, lost, producer):
             continue
         findings.specs.remove(spec)
         findings.regions = [r for r in findings.regions if r.result != result]
@@ -76,16 +83,50 @@ def _stand_ins(graph: onnx.GraphProto, inside: frozenset[str]) -> set[str]:
     return out
 
 
-def _first_in_cone(result: str, stand_ins: set[str], readers: dict[str, list[onnx.NodeProto]]) -> str | None:
-    """The first stand-in among ``result`` and the values computed from it (top-level nodes; each value once)."""
+def _cone(result: str, readers: dict[str, list[onnx.NodeProto]]) -> set[str]:
+    """``result`` and the values computed from it (top-level nodes; each value once)."""
     seen, todo = {result}, [result]
     while todo:
-        v = todo.pop()
-        if v in stand_ins:
-            return v
-        for n in readers.get(v, ()):
+        for n in readers.get(todo.pop(), ()):
             for o in n.output:
                 if o and o not in seen:
                     seen.add(o)
                     todo.append(o)
-    return None
+    return seen
+
+
+def _lost_a_reader(graph: onnx.GraphProto) -> set[str]:
+    """Values the program read more often than the graph does: its ``fx_node`` ``num_users`` of the value (on the
+    node writing it under its own name) above the graph's reads of it (node inputs, graph outputs)."""
+    reads: dict[str, int] = {}
+    for n in graph.node:
+        for i in n.input:
+            reads[i] = reads.get(i, 0) + 1
+    for o in graph.output:
+        reads[o.name] = reads.get(o.name, 0) + 1
+    out = set()
+    for n in graph.node:
+        text = next((p.value for p in n.metadata_props if p.key == _FX_NODE), "")
+        m = _USERS.match(text)
+        if m and m.group(1) in n.output and int(m.group(2)) > reads.get(m.group(1), 0):
+            out.add(m.group(1))
+    return out
+
+
+def _shared_below(stand_in: str, result: str, cone: set[str], lost: set[str],
+                  producer: dict[str, onnx.NodeProto]) -> bool:
+    """Whether a value from ``result`` (included) to ``stand_in``, inside the pool's ``cone``, lost a reader: the
+    merged twins both read it, below the pool (module doc)."""
+    seen, todo = {stand_in}, [stand_in]
+    while todo:
+        v = todo.pop()
+        if v in lost:
+            return True
+        node = producer.get(v)
+        if v == result or node is None:
+            continue
+        for i in node.input:
+            if i in cone and i not in seen:
+                seen.add(i)
+                todo.append(i)
+    return False
