@@ -17,7 +17,7 @@ from . import nodes_deep
 #: the ops :meth:`Emitter.is_nan` writes in its Equal form (see there), in order
 EQUAL_NAN_OPS = ("Sub", "Equal", "Abs", "Or", "Not")
 #: the ops :meth:`Emitter.weights` writes beside a MatMul for the onnxruntime target (the indicator over the lengths)
-INDICATOR_WEIGHT_OPS = ("Div",)
+INDICATOR_WEIGHT_OPS = ("Where", "Cast", "Div")
 
 
 def equal_nan_tests(target: str | None, opset: int) -> bool:
@@ -73,18 +73,18 @@ class Emitter:
     def weights(self, hint: str, matrix: np.ndarray, elem: int) -> str:
         """A pooling matrix (float64, entries 0 or 1/len) as a tensor of ``elem``.
 
-        For the onnxruntime target it is written as ``Div(indicator, lengths)``: a 0/1 window indicator and
-        the window lengths, both held exactly by any storage (fp16 included), and not an initializer feeding a
-        MatMul, so onnxruntime's ``quantize_dynamic`` leaves the pooling in float (a quantized 1/len matrix
-        costs 4e-3 to 8e-3 relative error: issue 33). onnxruntime folds the Div at session start, so the
-        MatMul runs as before. The indicator is stored in ``elem``, not cast from bool: onnxconverter_common's
-        float16 conversion types a Cast's output float16 and keeps its ``to``, which onnxruntime then refuses
-        (review24). Every other case: the matrix itself.
+        For the onnxruntime target it is written as ``Div(Where(indicator, 1, 0), lengths)``: a bool window
+        indicator (a byte per entry) and the window lengths, both held exactly by any storage (fp16 included),
+        and not an initializer feeding a MatMul, so onnxruntime's ``quantize_dynamic`` leaves the pooling in
+        float (a quantized 1/len matrix costs 4e-3 to 8e-3 relative error: issue 33). onnxruntime folds the
+        nodes at session start, so the MatMul runs as before. Where, not Cast: :meth:`zero_one`. Every other
+        case: the matrix itself.
         """
-        lengths = _window_lengths(matrix) if self.target == "onnxruntime" else None
+        typed_constants = not self.constant_nodes or self.opset >= 9  # Constant takes bool from opset 9
+        lengths = _window_lengths(matrix) if self.target == "onnxruntime" and typed_constants else None
         if lengths is None or not np.array_equal(lengths.astype(np_dtype(elem)), lengths):
             return self.const(hint, matrix.astype(np_dtype(elem)))
-        indicator = self.const(f"{hint}_indicator", (matrix != 0).astype(np_dtype(elem)))
+        indicator = self.zero_one(self.const(f"{hint}_indicator", matrix != 0), elem)
         return self.op("Div", [indicator, self.const(f"{hint}_lengths", lengths.astype(np_dtype(elem)))], hint=hint)
 
     def ints(self, hint: str, values: Sequence[int]) -> str:
