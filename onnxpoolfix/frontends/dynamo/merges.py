@@ -14,7 +14,9 @@ Where the merged twins read the pool's own result (``fc1(p.flatten(1)), fc2(p.fl
 the pool was one call: the value they both read lost a reader in the merge, so the program's ``num_users`` of it
 (its ``fx_node`` metadata) exceeds the graph's reads of it. Such a value between the pool's result and the
 stand-in clears the pool (review26: five ordinary heads were refused before); a twin pool call diverges above
-the pool, at the tensor both calls pooled, and is refused.
+the pool, at the tensor both calls pooled, and is refused. The same holds for a pool the file keeps as genuine
+(``nn.AvgPool2d((1, 3))`` first, then ``F.adaptive_avg_pool2d(x, (16, 4))`` at 16x12: one AveragePool with the
+genuine call's metadata; "nothing to patch" wrote a file wrong at other sizes, review26 F2).
 """
 from __future__ import annotations
 
@@ -34,10 +36,11 @@ _NUMBERED = re.compile(r"_\d+$")
 
 def drop_merged(graph: onnx.GraphProto, findings: FrontEndResult) -> None:
     """Turn each spec of ``findings`` from whose result a merge's stand-in is computed into a suspect (module doc),
-    its region dropped with it."""
+    its region dropped with it; and make each pool the file keeps as written (an AveragePool or MaxPool of the
+    exporter's, no spec's) such a suspect too."""
     inside = frozenset().union(*(r.outputs for r in findings.regions))
     stand_ins = _stand_ins(graph, inside)
-    if not stand_ins or not findings.specs:
+    if not stand_ins:
         return
     readers: dict[str, list[onnx.NodeProto]] = {}
     for n in graph.node:
@@ -46,16 +49,24 @@ def drop_merged(graph: onnx.GraphProto, findings: FrontEndResult) -> None:
                 readers.setdefault(i, []).append(n)
     lost = _lost_a_reader(graph)
     producer = {o: n for n in graph.node for o in n.output if o}
-    for spec in list(findings.specs):
-        result = spec.node.output
+
+    def merged_into(result: str) -> str | None:
         cone = _cone(result, readers)
         merged = next((v for v in sorted(cone) if v in stand_ins), None)
-        if merged is None or _shared_below(merged, result, cone, lost, producer):
+        return None if merged is None or _shared_below(merged, result, cone, lost, producer) else merged
+
+    taken = {s.node.output for s in findings.specs} | {s.result for s in findings.suspects}
+    kept = [(n.output[0], "metadata: the exporter's " + n.op_type) for n in graph.node
+            if n.op_type in ("AveragePool", "MaxPool") and n.output and n.output[0] not in taken
+            and any(p.key == _FX_NODE for p in n.metadata_props)]
+    for result, evidence in [(s.node.output, s.node.evidence or "") for s in findings.specs] + kept:
+        merged = merged_into(result)
+        if merged is None:
             continue
-        findings.specs.remove(spec)
+        findings.specs = [s for s in findings.specs if s.node.output != result]
         findings.regions = [r for r in findings.regions if r.result != result]
         findings.suspects.append(Suspect(
-            result, spec.node.evidence or "",
+            result, evidence,
             f"torch's export merged a computation of '{merged}' with another the same at the traced size (a node "
             f"after it reads '{merged}' where the exported program read a value the merge removed): another adaptive "
             "call with the same windows there may stand behind it, whose output size is not in the file",
