@@ -52,7 +52,7 @@ def drop_merged(graph: onnx.GraphProto, findings: FrontEndResult) -> None:
 
     def merged_into(result: str) -> str | None:
         cone = _cone(result, readers)
-        merged = next((v for v in sorted(cone) if v in stand_ins), None)
+        merged = min(cone & stand_ins, default=None)
         return None if merged is None or _shared_below(merged, result, cone, lost, producer) else merged
 
     taken = {s.node.output for s in findings.specs} | {s.result for s in findings.suspects}
