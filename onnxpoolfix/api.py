@@ -212,9 +212,12 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
             rests_on_traced_shape=s.node.output in resting))
     ifs = sum(d.ops.count("If") for d in applied)  # the bodies' replacements too, and Ifs inside our branches
     if ifs:  # measured (docs/targets.md): the converters of the runtimes beyond onnxruntime refuse them
+        # tract 0.23 wires every If of one graph under the one name "If": a second one fails its load
+        top = sum(n.op_type == "If" for n in model.graph.node)
+        tract = "; nor tract, with two in one graph" if top > 1 else ""
         notes.append(Note(f"OUT holds {ifs} If node(s) onnxpoolfix wrote (NaN/inf guards, which finite inputs skip), "
-                          "which pnnx (ncnn) and onnx2torch do not take (nor onnx2tf, around a MatMul): "
-                          f"{TARGET_PORTABLE} writes none", "if-guards", ifs=ifs))
+                          f"which pnnx (ncnn) and onnx2torch do not take (nor onnx2tf, around a MatMul{tract}): "
+                          f"{TARGET_PORTABLE} writes none", "if-guards", ifs=ifs, top_level_ifs=top))
     if check:
         # OUT's run for the differential check goes with the node check's (one session of OUT's cut)
         extra = ExtraRun(original[0], sorted(redefined_in(model))) if original is not None else None
