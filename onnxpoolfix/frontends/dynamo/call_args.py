@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-__all__ = ["BUILTINS", "COMPUTED", "CONTAINER_CALLS", "NO_PROPERTIES", "PLAIN_CALLS", "TENSOR_ATTRIBUTES",
+__all__ = ["BUILTINS", "COMPUTED", "Choices", "CONTAINER_CALLS", "NO_PROPERTIES", "PLAIN_CALLS", "TENSOR_ATTRIBUTES",
            "TORCH_NAMES", "fixed_names", "ints_written", "sizes_only", "sizes_written", "unpacks"]
 
 #: an output-size entry that the line computes from something (``x.shape[2] // 2``) or does not show
@@ -46,6 +46,11 @@ TENSOR_ATTRIBUTES = frozenset({"shape", "T", "mT", "H", "mH", "dtype", "device",
 NO_PROPERTIES = frozenset({"self", *TORCH_NAMES, "math", "np", "numpy", "operator", "einops", "sys"})
 
 
+class Choices(tuple):
+    """Output sizes one of which a call has, each fixed (``7 if self.training else 5``: (7, 7) or (5, 5)): the
+    traced size's windows say which (:func:`.frozen_readings.node_readings` reads each)."""
+
+
 def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset()) -> tuple | None:
     """Per axis an int, None (torch's None) or COMPUTED; None: not written out (the module's own attribute,
     ``self.bins``, fixed when it was built as a pooling module's size is: known at the traced size alone).
@@ -54,6 +59,11 @@ def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset()) -> tu
     module's attributes or literals (``for s in self.bins``: ``fixed``)."""
     if arg is None:
         return None
+    if isinstance(arg, ast.IfExp) and _fixed_test(arg.test, fixed):  # ``7 if self.training else 5``
+        both = [sizes_written(b, k, fixed) for b in (arg.body, arg.orelse)]
+        if not any(b is not None and (COMPUTED in b or isinstance(b, Choices)) for b in both):
+            return Choices(dict.fromkeys(both)) if len(set(both)) > 1 else both[0]
+        return (COMPUTED,) * (k or 1)
     if isinstance(arg, ast.Constant) and (arg.value is None or type(arg.value) is int):
         return (arg.value,) * (k or 1) if k else (arg.value,)
     if isinstance(arg, (ast.Tuple, ast.List)) and not any(isinstance(e, ast.Starred) for e in arg.elts):
@@ -64,6 +74,17 @@ def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset()) -> tu
                          for m, e in zip(out, arg.elts))
         return None if any(not isinstance(e, ast.Constant) for e in arg.elts) else tuple(out)
     return None if is_fixed(arg, fixed) else (COMPUTED,) * (k or 1)
+
+
+def _fixed_test(e, fixed: frozenset[str]) -> bool:
+    """A condition on the module's own attributes and literals alone (``self.training``, ``not self.training``)."""
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        return _fixed_test(e.operand, fixed)
+    if isinstance(e, ast.BoolOp):
+        return all(_fixed_test(v, fixed) for v in e.values)
+    if isinstance(e, ast.Compare):
+        return all(_fixed_test(v, fixed) for v in (e.left, *e.comparators))
+    return isinstance(e, ast.Constant) or (isinstance(e, (ast.Attribute, ast.Name)) and is_fixed(e, fixed))
 
 
 def is_fixed(e, fixed: frozenset[str]) -> bool:

@@ -1,0 +1,74 @@
+"""Frozen dynamo pools (uniform windows at the traced size, symbolic H/W) whose source line writes the output
+size in a form the reading once took for a computed one, and so refused (review27):
+a conditional of two literal sizes on the module's own flag (``self.training``; the
+traced size's windows say which branch the export took). Each patched
+file is compared with torch itself at other sizes; each twin that looks alike but computes its size from the
+input stays refused."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dynamo_exports import assert_matches_torch, export_live
+
+import onnxpoolfix
+from onnxpoolfix.errors import UnsupportedNodeError
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxscript")
+nn, F = torch.nn, torch.nn.functional
+pytestmark = pytest.mark.torch
+
+
+class Training(nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, 7 if self.training else 5)
+
+
+#: name -> (module, traced size, whether the size needs --traced-shape to be decided)
+CASES = {"training": (Training, (35, 25), True)}
+OTHER = [(37, 29), (64, 48), (9, 13), (23, 17), (40, 41)]
+
+
+def _export(module, hw, path: Path):
+    dims = {2: torch.export.Dim("H", min=2, max=512), 3: torch.export.Dim("W", min=2, max=512)}
+    return export_live(module.eval(), torch.randn(1, 3, *hw), path, dims)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_patched_equals_torch_at_other_sizes(name, tmp_path: Path):
+    make, hw, needs_traced = CASES[name]
+    m = make().eval()
+    model = _export(m, hw, tmp_path / "in.onnx")
+    assert any(n.op_type == "AveragePool" for n in model.graph.node)  # the premise: frozen at the traced size
+    out = onnxpoolfix.patch(model, traced_shapes={"x": [1, 3, *hw]}).model
+    assert_matches_torch(out, m, [(1, 3, *s) for s in [hw, *OTHER]], rtol=1e-5, atol=1e-5)
+    if needs_traced:  # two readings (or a size only n / kernel gives) without the traced size: refused
+        with pytest.raises(UnsupportedNodeError):
+            onnxpoolfix.patch(model)
+    else:
+        assert_matches_torch(onnxpoolfix.patch(model).model, m, [(1, 3, *s) for s in OTHER], rtol=1e-5, atol=1e-5)
+
+
+class TrainingOrComputed(nn.Module):  # the twin: one branch computes from the input
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, 7 if self.training else (x.shape[2] // 7, 7))
+
+
+TWINS = {"training_or_computed": (TrainingOrComputed, (35, 28))}
+
+
+@pytest.mark.parametrize("name", list(TWINS))
+def test_twins_that_compute_their_size_are_refused_or_exact(name, tmp_path: Path):
+    make, hw = TWINS[name]
+    m = make().eval()
+    try:
+        model = _export(m, hw, tmp_path / "in.onnx")
+    except Exception as e:  # noqa: BLE001 - torch's exporter may refuse a size computed from a symbolic dim
+        pytest.skip(f"torch cannot export it: {type(e).__name__}")
+    for traced in ({"x": [1, 3, *hw]}, None):
+        try:
+            out = onnxpoolfix.patch(model, traced_shapes=traced).model
+        except UnsupportedNodeError:
+            continue
+        assert_matches_torch(out, m, [(1, 3, *s) for s in [hw, *OTHER]], rtol=1e-5, atol=1e-5)
