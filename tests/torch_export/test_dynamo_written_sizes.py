@@ -1,7 +1,7 @@
 """Frozen dynamo pools (uniform windows at the traced size, symbolic H/W) whose source line writes the output
 size in a form the reading once took for a computed one, and so refused (review27):
 a conditional of two literal sizes on the module's own flag (``self.training``; the
-traced size's windows say which branch the export took). Each patched
+traced size's windows say which branch the export took), and a one-line ``for`` over literals. Each patched
 file is compared with torch itself at other sizes; each twin that looks alike but computes its size from the
 input stays refused."""
 from __future__ import annotations
@@ -25,8 +25,15 @@ class Training(nn.Module):
         return F.adaptive_avg_pool2d(x, 7 if self.training else 5)
 
 
+class OneLineFor(nn.Module):
+    def forward(self, x):
+        outs = []
+        for s in (1, 2, 3, 6): outs.append(F.adaptive_avg_pool2d(x, s).flatten(1))  # noqa: E701
+        return torch.cat(outs, 1)
+
+
 #: name -> (module, traced size, whether the size needs --traced-shape to be decided)
-CASES = {"training": (Training, (35, 25), True)}
+CASES = {"training": (Training, (35, 25), True), "one_line_for": (OneLineFor, (36, 36), True)}
 OTHER = [(37, 29), (64, 48), (9, 13), (23, 17), (40, 41)]
 
 
@@ -55,7 +62,23 @@ class TrainingOrComputed(nn.Module):  # the twin: one branch computes from the i
         return F.adaptive_avg_pool2d(x, 7 if self.training else (x.shape[2] // 7, 7))
 
 
-TWINS = {"training_or_computed": (TrainingOrComputed, (35, 28))}
+class ForRebound(nn.Module):  # the loop's name rebound on the line before the call
+    def forward(self, x):
+        outs = []
+        for s in (1, 2, 3, 6): s = x.shape[2] // (7 * s); outs.append(F.adaptive_avg_pool2d(x, s).flatten(1))  # noqa: E702, E701
+        return torch.cat(outs, 1)
+
+
+class ForNextLine(nn.Module):  # the call on the loop's next line: the trace keeps that line alone
+    def forward(self, x):
+        outs = []
+        for s in (1, 2, 3, 6):
+            outs.append(F.adaptive_avg_pool2d(x, s).flatten(1))
+        return torch.cat(outs, 1)
+
+
+TWINS = {"training_or_computed": (TrainingOrComputed, (35, 28)), "for_rebound": (ForRebound, (42, 42)),
+         "for_next_line": (ForNextLine, (36, 36))}
 
 
 @pytest.mark.parametrize("name", list(TWINS))

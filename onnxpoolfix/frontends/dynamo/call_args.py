@@ -147,6 +147,17 @@ def fixed_names(tree) -> dict[int, frozenset[str]]:
                 if part is not None:
                     visit(part, frozenset(inner))
             return
+        if isinstance(n, ast.For):  # ``for s in (1, 2, 3, 6): outs.append(F.adaptive_avg_pool2d(x, s))``, one line
+            visit(n.iter, fixed)
+            names = {t.id for t in ast.walk(n.target) if isinstance(t, ast.Name)}
+            rebound = any(isinstance(t, ast.Name) and isinstance(t.ctx, (ast.Store, ast.Del)) and t.id in names
+                          for b in n.body for t in ast.walk(b))  # (a walrus's target is a Store too)
+            kept = names if _iterates_fixed(n.iter, fixed) and not rebound else set()
+            for b in n.body:
+                visit(b, frozenset((fixed - names) | kept))
+            for b in n.orelse:
+                visit(b, frozenset(fixed - names))
+            return
         if isinstance(n, ast.Lambda):
             fixed = fixed - {a.arg for a in (*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs)}
         for child in ast.iter_child_nodes(n):
