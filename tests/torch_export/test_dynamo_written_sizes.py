@@ -1,7 +1,8 @@
 """Frozen dynamo pools (uniform windows at the traced size, symbolic H/W) whose source line writes the output
 size in a form the reading once took for a computed one, and so refused (review27):
 a conditional of two literal sizes on the module's own flag (``self.training``; the
-traced size's windows say which branch the export took), and a one-line ``for`` over literals. Each patched
+traced size's windows say which branch the export took), a one-line ``for`` over literals, and the pooled
+tensor's own shape (``x.shape[-2:]``: the identity). Each patched
 file is compared with torch itself at other sizes; each twin that looks alike but computes its size from the
 input stays refused."""
 from __future__ import annotations
@@ -95,3 +96,55 @@ def test_twins_that_compute_their_size_are_refused_or_exact(name, tmp_path: Path
         except UnsupportedNodeError:
             continue
         assert_matches_torch(out, m, [(1, 3, *s) for s in [hw, *OTHER]], rtol=1e-5, atol=1e-5)
+
+
+class ShapeTail(nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, x.shape[-2:]) * 2
+
+
+class ShapeFrom2(nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, x.shape[2:]) * 2
+
+
+class SizeTail(nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, x.size()[-2:]) * 2
+
+
+class OthersShape(nn.Module):  # the twin: another tensor's shape (half the size), uniform k2 at an even size
+    def forward(self, x):
+        y = F.avg_pool2d(x, 2)
+        return F.adaptive_avg_pool2d(x, y.shape[-2:]) * 2
+
+
+class Rebound(nn.Module):  # the twin: the name rebound inside the size argument (a walrus, after the first)
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, (x := x[:, :, ::2, ::2]).shape[-2:]) * 2
+
+
+@pytest.mark.parametrize("make", [ShapeTail, ShapeFrom2, SizeTail])
+def test_a_pool_to_its_own_input_size_is_the_identity_at_every_size(make, tmp_path: Path):
+    """torch writes an AveragePool k1 s1 (right at every size as written); it was refused as a computed size."""
+    m = make().eval()
+    model = _export(m, (37, 29), tmp_path / "in.onnx")
+    for traced in ({"x": [1, 3, 37, 29]}, None):
+        out = onnxpoolfix.patch(model, traced_shapes=traced).model
+        assert_matches_torch(out, m, [(1, 3, 37, 29), *[(1, 3, *s) for s in OTHER]], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("make", [OthersShape, Rebound])
+def test_another_tensors_shape_is_refused_or_exact(make, tmp_path: Path):
+    m = make().eval()
+    try:
+        model = _export(m, (36, 28), tmp_path / "in.onnx")
+    except Exception as e:  # noqa: BLE001 - torch's exporter may refuse the form
+        pytest.skip(f"torch cannot export it: {type(e).__name__}")
+    for traced in ({"x": [1, 3, 36, 28]}, None):
+        try:
+            out = onnxpoolfix.patch(model, traced_shapes=traced).model
+        except UnsupportedNodeError:
+            continue
+        assert_matches_torch(out, m, [(1, 3, 36, 28), (1, 3, 40, 44), (1, 3, 37, 29), (1, 3, 64, 48)],
+                             rtol=1e-5, atol=1e-5)

@@ -51,7 +51,7 @@ class Choices(tuple):
     traced size's windows say which (:func:`.frozen_readings.node_readings` reads each)."""
 
 
-def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset()) -> tuple | None:
+def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset(), pooled=None) -> tuple | None:
     """Per axis an int, None (torch's None) or COMPUTED; None: not written out (the module's own attribute,
     ``self.bins``, fixed when it was built as a pooling module's size is: known at the traced size alone).
     COMPUTED is anything else: ``x.shape[2] // 2``, and a variable or ``**kw``, whose value the line does not show
@@ -59,8 +59,10 @@ def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset()) -> tu
     module's attributes or literals (``for s in self.bins``: ``fixed``)."""
     if arg is None:
         return None
+    if _same_shape(arg, pooled, k):  # ``F.adaptive_avg_pool2d(x, x.shape[-2:])``: every axis follows the input
+        return (None,) * k
     if isinstance(arg, ast.IfExp) and _fixed_test(arg.test, fixed):  # ``7 if self.training else 5``
-        both = [sizes_written(b, k, fixed) for b in (arg.body, arg.orelse)]
+        both = [sizes_written(b, k, fixed, pooled) for b in (arg.body, arg.orelse)]
         if not any(b is not None and (COMPUTED in b or isinstance(b, Choices)) for b in both):
             return Choices(dict.fromkeys(both)) if len(set(both)) > 1 else both[0]
         return (COMPUTED,) * (k or 1)
@@ -74,6 +76,28 @@ def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset()) -> tu
                          for m, e in zip(out, arg.elts))
         return None if any(not isinstance(e, ast.Constant) for e in arg.elts) else tuple(out)
     return None if is_fixed(arg, fixed) else (COMPUTED,) * (k or 1)
+
+
+def _same_shape(arg, pooled, k: int | None) -> bool:
+    """``x.shape[-2:]``, ``x.shape[2:]``, ``x.size()[-2:]`` of the pooled tensor ``x`` itself (the call's first
+    argument, a bare name: the same object on one line) as a ``k``-axis pool's output size: its own pooled axes.
+    ``[2:]`` has k entries where torch accepts it (an input of k + 2 dims); ``[-k:]`` has k entries on any."""
+    if not (k and isinstance(pooled, ast.Name) and isinstance(arg, ast.Subscript) and isinstance(arg.slice, ast.Slice)):
+        return False
+    cut, of = arg.slice, arg.value
+    if isinstance(of, ast.Call) and not of.args and not of.keywords and isinstance(of.func, ast.Attribute) \
+            and of.func.attr == "size":
+        tensor = of.func.value
+    elif isinstance(of, ast.Attribute) and of.attr == "shape":
+        tensor = of.value
+    else:
+        return False
+    lower = cut.lower
+    start = -lower.operand.value if isinstance(lower, ast.UnaryOp) and isinstance(lower.op, ast.USub) \
+        and isinstance(lower.operand, ast.Constant) and type(lower.operand.value) is int else \
+        lower.value if isinstance(lower, ast.Constant) and type(lower.value) is int else None
+    return (isinstance(tensor, ast.Name) and tensor.id == pooled.id and cut.upper is None and cut.step is None
+            and start in (2, -k))
 
 
 def _fixed_test(e, fixed: frozenset[str]) -> bool:
