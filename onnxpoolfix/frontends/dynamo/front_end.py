@@ -305,7 +305,8 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
         if p.why:
             frozen = any(not isinstance(d, int) for d in c.x_shape) and not selects_fixed_axes(g, c.end, info)
             right_at = (f"only at sizes that take the traced branches (right at {'x'.join(map(str, p.proofs[0]))})"
-                        if p.proofs else "only at the size the model was exported at (no size tried proved it; give that size)")
+                        if p.proofs else
+                        "only at the size the model was exported at (no size tried proved it; give that size)")
             findings.suspects.append(Suspect(c.result, c.evidence, p.why, frozen, right_at if frozen else "",
                                              STRIPPED if stripped else TRACED))
             continue
