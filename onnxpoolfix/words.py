@@ -61,9 +61,6 @@ KNOBS: dict[str, Knob] = {
                               _RANGES, _RANGES_TS),
     "check_shapes_repeatable": Knob("--check-shape NAME:D0,D1,... (repeatable)",
                                     "check_shapes=[{{'NAME': [D0, D1, ...]}}, ...]", _RANGES, _RANGES_TS),
-    "check_shapes_several": Knob("--check-shape NAME:D0,D1,... (several inputs: in one flag, separated by spaces)",
-                                 "check_shapes=[{{'NAME': [D0, D1, ...]}}] (several inputs: in one mapping)",
-                                 _RANGES, _RANGES_TS),
     "check_or_input_shapes": Knob("--check-shape NAME:D0,D1,... or --input-shape",
                                   "check_shapes=[{{'NAME': [D0, D1, ...]}}] or input_shapes", _RANGES, _RANGES_TS),
     "traced_shapes": Knob("--traced-shape", "traced_shapes"),
@@ -75,8 +72,6 @@ KNOBS: dict[str, Knob] = {
     "forced_by_strategy": Knob("forced by --strategy", "forced by the strategy argument"),
     "target": Knob("--target {arg}", "target='{arg}'"),
     "in_place": Knob("--in-place", "inplace=True"),
-    "optimize_exporter_pools": Knob("--optimize-exporter-pools", "optimize_exporter_pools=True"),
-    "keep_input_shapes": Knob("--keep-input-shapes", "keep_input_shapes=True"),
     "verbose": Knob("(rerun with -v)", "(with logging at DEBUG level)"),
     "input_names": Knob("use the name of a graph input (onnxpoolfix inspect IN lists them)",
                         "use the name of a graph input (the model's graph.input)"),
@@ -108,14 +103,13 @@ def knob_of(reference: str) -> str:
 
 INPUT_SHAPES, INPUT_SHAPES_FORM = ref("input_shapes"), ref("input_shapes_form")
 CHECK_SHAPES, CHECK_SHAPES_FORM = ref("check_shapes"), ref("check_shapes_form")
-CHECK_SHAPES_REPEATABLE, CHECK_SHAPES_SEVERAL = ref("check_shapes_repeatable"), ref("check_shapes_several")
+CHECK_SHAPES_REPEATABLE = ref("check_shapes_repeatable")
 TRACED_SHAPES, TRACED_SHAPES_FORM = ref("traced_shapes"), ref("traced_shapes_form")
 NO_CHECK, ALLOW_PARTIAL, IN_PLACE, VERBOSE = ref("no_check"), ref("allow_partial"), ref("in_place"), ref("verbose")
 STRATEGY, DROP_STRATEGY, FORCED_BY_STRATEGY = ref("strategy"), ref("drop_strategy"), ref("forced_by_strategy")
 CHECK_OR_INPUT_SHAPES = ref("check_or_input_shapes")
 BIND_INPUT_SIZES, BIND_SYMBOLIC_DIMS = ref("bind", "input sizes"), ref("bind", "symbolic input dims")
-OPTIMIZE_EXPORTER_POOLS, KEEP_INPUT_SHAPES = ref("optimize_exporter_pools"), ref("keep_input_shapes")
-TARGET_TENSORRT, TARGET_ONNXRUNTIME = ref("target", "tensorrt"), ref("target", "onnxruntime")
+TARGET_ONNXRUNTIME = ref("target", "onnxruntime")
 TARGET_PORTABLE = ref("target", "portable")
 OR_EXPORT_COMPARED = ref("or_export_compared")
 REPORT_IT = ref("report_it")
