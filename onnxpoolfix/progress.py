@@ -8,13 +8,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-#: the phases, in the order a run meets them
-PHASES = ("load", "find", "search", "check", "compare", "save")
-
 
 @dataclass(frozen=True)
 class Phase:
-    code: str  # one of PHASES
+    code: str  # the phases, in the order a run meets them: load, find, search, check, compare, save
     detail: str = ""  # the size a check runs at, the region a search proves, the file being written
 
 
