@@ -294,10 +294,6 @@ class MatMulStep(OneAxisStep):
             options += [(p, True) for p, _ in options]
         return min(options, key=lambda o: self._cost(shape, 4, *o))
 
-    def period(self, shape) -> int:
-        """g for the block form, 1 for the full matrix (see :meth:`layout`)."""
-        return self.layout(shape)[0]
-
     def cost(self, shape, itemsize):
         return self._cost(shape, itemsize, *self.layout(shape))
 
