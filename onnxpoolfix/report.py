@@ -244,6 +244,11 @@ def dim_label(d) -> str:
     return str(d)
 
 
+def time_label(seconds: float) -> str:
+    """An estimated or measured time for people: in us below 10 ms, else in ms."""
+    return f"{seconds * 1e6:.0f} us" if seconds < 1e-2 else f"{seconds * 1e3:.1f} ms"
+
+
 def _finite_or_null(value):
     if isinstance(value, float) and not math.isfinite(value):
         return None

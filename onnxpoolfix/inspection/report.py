@@ -39,7 +39,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from .. import errors
-from ..report import as_note, format_shape, note_lines
+from ..report import as_note, format_shape, note_lines, time_label
 from ..version import __version__
 from ..words import API, render, render_all
 
@@ -198,9 +198,7 @@ class Inspection:
 
 
 def _cost(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    return f"{seconds * 1e6:.0f} us" if seconds < 1e-2 else f"{seconds * 1e3:.1f} ms"
+    return "-" if seconds is None else time_label(seconds)
 
 
 def _format_node(node: NodeInspection, verbose: bool = False) -> list[str]:

@@ -18,7 +18,7 @@ from ..lowering import BY_NAME, LOWERINGS, Lowering
 from ..lowering.base import AxisWindows
 from ..lowering.calibration import active as cost_model
 from ..reason import opset_needed
-from ..report import dim_label
+from ..report import dim_label, time_label
 from ..words import BIND_INPUT_SIZES, DROP_STRATEGY, FORCED_BY_STRATEGY
 from . import tuning
 
@@ -47,10 +47,6 @@ def candidates(spec: PoolSpec) -> tuple[Candidate, ...]:
         reason = lw.check(spec)
         out.append(Candidate(lw.name, None if reason else lw.cost(spec), reason))
     return tuple(out)
-
-
-def _us(seconds: float) -> str:
-    return f"{seconds * 1e6:.0f} us" if seconds < 1e-2 else f"{seconds * 1e3:.1f} ms"
 
 
 def check_strategy(strategy) -> None:
@@ -97,10 +93,10 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
         measured = tuning.measure(spec, [BY_NAME[c.name] for c in ok], model.tune_threads)
         ranked = sorted(ok, key=lambda c: measured[c.name])
         best, runner = ranked[0], ranked[1]
-        why = f"tuned: measured {_us(measured[best.name])} vs {runner.name} {_us(measured[runner.name])}"
+        why = f"tuned: measured {time_label(measured[best.name])} vs {runner.name} {time_label(measured[runner.name])}"
     else:
         runner = ok[1]
-        why = f"est. {_us(best.cost)} vs {runner.name} {_us(runner.cost)}"
+        why = f"est. {time_label(best.cost)} vs {runner.name} {time_label(runner.cost)}"
     source = model.label
     return Plan(spec, BY_NAME[best.name], cands, f"{describe_axes(spec)}; {why}" + (f" ({source})" if source else ""))
 

@@ -33,6 +33,7 @@ from ..graph.shapes import PoolSpec
 from ..lowering.avg_non_finite import unguardable
 from ..lowering.base import compute_dtype, itemsize
 from ..lowering.steps import MatMulStep, Step, reshape_keep, run_cost
+from ..report import time_label
 from .planner import Plan, plan_or_none
 
 NAME = "pyramid"
@@ -79,11 +80,7 @@ class GroupPlan:
             how = "from the input"
         tail = f", then {level.sub.lowering.name}" if level.sub is not None else ""
         return (f"one of {n} pools of '{level.spec.node.input}' read once: {how}{tail} "
-                f"(est. {_us(self.cost)} for the group vs {_us(self.separate_cost)} separately)")
-
-
-def _us(seconds: float) -> str:
-    return f"{seconds * 1e6:.0f} us" if seconds < 1e-2 else f"{seconds * 1e3:.1f} ms"
+                f"(est. {time_label(self.cost)} for the group vs {time_label(self.separate_cost)} separately)")
 
 
 def _cost(p: Plan) -> float:
