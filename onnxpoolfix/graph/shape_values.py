@@ -16,25 +16,18 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from . import subgraphs
+from . import attributes, subgraphs
 
 #: a folded value larger than this is no size vector
 _MAX_ELEMENTS = 64
 _INT_TYPES = {onnx.TensorProto.INT64: np.int64, onnx.TensorProto.INT32: np.int32}
 
 
-def _attr(node: onnx.NodeProto, name: str, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return onnx.helper.get_attribute_value(a)
-    return default
-
-
 def _axes(node, ins, opset: int, at: int, since: int):
     """The ``axes`` of Squeeze/Unsqueeze/Slice-like nodes: an input from ``since`` on, an attribute before."""
     if opset >= since:
         return None if len(ins) <= at or ins[at] is None else [int(v) for v in ins[at].reshape(-1)]
-    got = _attr(node, "axes")
+    got = attributes(node).get("axes")
     return None if got is None else list(got)
 
 
@@ -54,8 +47,9 @@ def _slice(node, ins, opset: int) -> np.ndarray:
         axes = _ints(ins[3]) if len(ins) > 3 and ins[3] is not None else list(range(len(starts)))
         steps = _ints(ins[4]) if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
     else:
-        starts, ends = _attr(node, "starts"), _attr(node, "ends")
-        axes = _attr(node, "axes", list(range(len(starts))))
+        at = attributes(node)
+        starts, ends = at.get("starts"), at.get("ends")
+        axes = at.get("axes", list(range(len(starts))))
         steps = [1] * len(starts)
     index = [slice(None)] * x.ndim
     for s, e, a, st in zip(starts, ends, axes, steps):
@@ -88,7 +82,7 @@ def _trunc_div(x: int, y: int) -> int:  # ONNX's integer Div truncates toward ze
 
 
 def _evaluate(node: onnx.NodeProto, ins: list, opset: int, dims: dict) -> np.ndarray | None:
-    op = node.op_type
+    op, at = node.op_type, attributes(node)
     if op == "Shape":
         shape = dims.get(node.input[0])
         if shape is None:
@@ -96,15 +90,15 @@ def _evaluate(node: onnx.NodeProto, ins: list, opset: int, dims: dict) -> np.nda
         entries = [d if isinstance(d, int) else Dim(node.input[0], a) for a, d in enumerate(shape)]
         out = np.empty(len(entries), dtype=object)
         out[:] = entries
-        return out[_attr(node, "start", 0):_attr(node, "end", None)]
+        return out[at.get("start", 0):at.get("end", None)]
     if not ins or ins[0] is None or op != "Slice" and any(v is None for v in ins):
         return None
     if op == "Gather":
-        return np.take(ins[0], np.array(_ints(ins[1])).reshape(ins[1].shape), axis=_attr(node, "axis", 0))
+        return np.take(ins[0], np.array(_ints(ins[1])).reshape(ins[1].shape), axis=at.get("axis", 0))
     if op == "Slice":
         return None if any(v is None for v in ins[:3]) else _slice(node, ins, opset)
     if op == "Concat":
-        return np.concatenate([v.reshape(-1) if v.ndim == 0 else v for v in ins], axis=_attr(node, "axis", 0))
+        return np.concatenate([v.reshape(-1) if v.ndim == 0 else v for v in ins], axis=at.get("axis", 0))
     if op in ("Unsqueeze", "Squeeze"):
         axes = _axes(node, ins, opset, 1, 13)
         if op == "Squeeze":
@@ -114,7 +108,7 @@ def _evaluate(node: onnx.NodeProto, ins: list, opset: int, dims: dict) -> np.nda
             out = np.expand_dims(out, a)
         return out
     if op == "Cast":
-        return ins[0] if _attr(node, "to") in _INT_TYPES else None
+        return ins[0] if at.get("to") in _INT_TYPES else None
     if op == "Identity":
         return ins[0]
     if op == "Equal":  # torch's squeeze of a dim it did not know: If(Shape(x)[d] == 1, Squeeze, Identity)
@@ -126,7 +120,7 @@ def _evaluate(node: onnx.NodeProto, ins: list, opset: int, dims: dict) -> np.nda
         axes = _axes(node, ins, opset, 1, 18)
         if axes is not None and ins[0].ndim > 1:
             return None
-        return np.array(int(np.prod(_ints(ins[0]))), dtype=object).reshape((1,) if _attr(node, "keepdims", 1) else ())
+        return np.array(int(np.prod(_ints(ins[0]))), dtype=object).reshape((1,) if at.get("keepdims", 1) else ())
     return None
 
 
@@ -242,7 +236,7 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
                 continue
             target = _known(v)
             if target is None and node.op_type == "Reshape" and j == 1 and elems.get(node.input[0]):
-                shape = _reshape_output(v, node.input[0], _attr(node, "allowzero", 0), dims, params)
+                shape = _reshape_output(v, node.input[0], attributes(node).get("allowzero", 0), dims, params)
                 if shape is not None:
                     declared[node.output[0]] = (elems[node.input[0]], shape)
             if target is not None:
@@ -269,7 +263,7 @@ def _taken(node: onnx.NodeProto, values: dict) -> onnx.GraphProto | None:
     cond = None if cond is None or cond.size != 1 else _known(cond)
     if cond is None:
         return None
-    branch = _attr(node, "then_branch" if cond.reshape(-1)[0] else "else_branch")
+    branch = attributes(node).get("then_branch" if cond.reshape(-1)[0] else "else_branch")
     nested = any(subgraphs(n) for n in branch.node)
     return None if nested or len(branch.output) != len(node.output) else branch
 
