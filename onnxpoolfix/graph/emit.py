@@ -105,7 +105,7 @@ class Emitter:
 
     # ---- opset-dependent forms -------------------------------------------------------------------
 
-    def reduce(self, op_type: str, x: str, axes: Sequence[int], *, keepdims: int, out: str | None = None) -> str:
+    def reduce(self, op_type: str, x: str, axes: Sequence[int], *, keepdims: int) -> str:
         """ReduceMean/ReduceMax/ReduceSum: axes are an attribute before opset 18, an input from 18 on.
 
         (ReduceSum moved to an input at opset 13.) TensorRT needs the axes input to be a constant,
@@ -113,27 +113,27 @@ class Emitter:
         """
         as_input = self.opset >= (13 if op_type == "ReduceSum" else 18)
         if as_input:
-            return self.op(op_type, [x, self.ints("axes", axes)], out=out, keepdims=keepdims)
-        return self.op(op_type, [x], out=out, axes=list(axes), keepdims=keepdims)
+            return self.op(op_type, [x, self.ints("axes", axes)], keepdims=keepdims)
+        return self.op(op_type, [x], axes=list(axes), keepdims=keepdims)
 
-    def unsqueeze(self, x: str, axes: Sequence[int], out: str | None = None) -> str:
+    def unsqueeze(self, x: str, axes: Sequence[int]) -> str:
         if self.opset >= 13:
-            return self.op("Unsqueeze", [x, self.ints("axes", axes)], out=out)
-        return self.op("Unsqueeze", [x], out=out, axes=list(axes))
+            return self.op("Unsqueeze", [x, self.ints("axes", axes)])
+        return self.op("Unsqueeze", [x], axes=list(axes))
 
-    def squeeze(self, x: str, axes: Sequence[int], out: str | None = None) -> str:
+    def squeeze(self, x: str, axes: Sequence[int]) -> str:
         if self.opset >= 13:
-            return self.op("Squeeze", [x, self.ints("axes", axes)], out=out)
-        return self.op("Squeeze", [x], out=out, axes=list(axes))
+            return self.op("Squeeze", [x, self.ints("axes", axes)])
+        return self.op("Squeeze", [x], axes=list(axes))
 
-    def resize_nearest(self, x: str, scales: Sequence[float], out: str | None = None) -> str:
+    def resize_nearest(self, x: str, scales: Sequence[float]) -> str:
         """Nearest-neighbour Resize with x_in = floor(x_out / scale): exact integer upsampling.
 
         Needs opset 11 (coordinate_transformation_mode); roi is a required input before opset 13.
         """
         scales_name = self.const("scales", np.asarray(scales, dtype=np.float32))
         roi = self.const("roi", np.zeros((0,), dtype=np.float32)) if self.opset < 13 else ""
-        return self.op("Resize", [x, roi, scales_name], out=out, mode="nearest",
+        return self.op("Resize", [x, roi, scales_name], mode="nearest",
                        coordinate_transformation_mode="asymmetric", nearest_mode="floor")
 
     def cast(self, x: str, to: int, out: str | None = None) -> str:
