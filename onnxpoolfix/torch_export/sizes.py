@@ -118,7 +118,7 @@ class TorchRunner:
         """Every declared constraint holds at these symbol values (always, without declared dims)."""
         return self.declared is None or self.declared.allows(dims)
 
-    def inputs(self, dims: Mapping[str, int], batch: int | None = None) -> list:
+    def inputs(self, dims: Mapping[str, int]) -> list:
         """The example tensors resized: symbolic dim ``d`` of an input takes ``dims[d]``, a declared one
         its expression at the symbols' values in ``dims``."""
         torch = self.torch
