@@ -111,7 +111,7 @@ WINDOW_KINDS = ("uniform", "non-uniform", "upsampling")
 RUNTIME_KINDS = ("downsampling", "equal", "upsampling")
 
 
-def runtime_kinds(model, dyn, fits, k: int) -> list[dict[int, str] | None]:
+def runtime_kinds(model, dyn, k: int) -> list[dict[int, str] | None]:
     """Per pooled position (as the probe counts them, from the last), for the first dynamic spec whose output
     size there is computed by the graph: the kind its output length takes at each input length n <= 512
     (its size subgraph run alone); None elsewhere or where that subgraph cannot run alone."""
@@ -228,7 +228,7 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
                     break
             fits.append(fit)
 
-        computed = runtime_kinds(model, dyn, fits, k)  # per position: {n: kind of m(n)} where the graph computes m
+        computed = runtime_kinds(model, dyn, k)  # per position: {n: kind of m(n)} where the graph computes m
 
         def size_for(j: int, kind: str, fallback: int) -> int:
             """The input size (a multiple of ``step``) nearest the one aimed at ``kind`` on pooled axis j."""

@@ -144,7 +144,7 @@ def emit_argmax(em, x: str, rank: int, tables: Sequence[str | np.ndarray | None]
                                            o2[1] if indices else None)
 
                 def parts(s2, o2):
-                    emit_first_max(s2, x, rank, separable, elem, o2[0], o2[1] if indices else None)
+                    emit_first_max(s2, x, rank, separable, o2[0], o2[1] if indices else None)
 
                 sub.op("If", [takes_whole_windows(sub, x, rank, len(separable), kall, whole_windows_max)],
                        out=[name for name, _ in inner], then_branch=branch(sub, "small_windows", inner, whole),
@@ -153,7 +153,7 @@ def emit_argmax(em, x: str, rank: int, tables: Sequence[str | np.ndarray | None]
                 emit_first_max_windows(sub, x, rank, separable, whole_windows, kall, outs[0],
                                        outs[1] if indices else None)
             else:
-                emit_first_max(sub, x, rank, separable, elem, outs[0], outs[1] if indices else None)
+                emit_first_max(sub, x, rank, separable, outs[0], outs[1] if indices else None)
 
         def exact_path(sub, outs):
             emit_argmax(sub, x, rank, tables, kall, n_out, elem, False, outs[0], outs[1] if indices else None,

@@ -60,7 +60,7 @@ class PooledAxis:
     n: int | str
 
 
-def emit_first_max(em: Emitter, x: str, rank: int, axes: list[PooledAxis], elem: int, y: str,
+def emit_first_max(em: Emitter, x: str, rank: int, axes: list[PooledAxis], y: str,
                    indices: str | None) -> None:
     """Values (into ``y``) and, if ``indices``, torch's indices of max pooling ``x``'s last ``len(axes)`` axes,
     exact where no element of ``x`` is NaN (see the module docstring)."""

@@ -169,7 +169,7 @@ def _indices_used(g) -> bool:
         return True
 
 
-def _refuse_dynamo_conflicts(torch, kwargs: dict) -> None:
+def _refuse_dynamo_conflicts(kwargs: dict) -> None:
     if "operator_export_type" in kwargs:
         raise ValueError("operator_export_type applies to the TorchScript exporter only (dynamo=False); "
                          "with dynamo=True drop it: the adaptive pools are kept by onnxpoolfix's translation table")
@@ -275,7 +275,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
     if not isinstance(dynamo, bool):
         raise TypeError(f"dynamo takes True or False, not {dynamo!r}")
     if dynamo:
-        _refuse_dynamo_conflicts(torch, kwargs)
+        _refuse_dynamo_conflicts(kwargs)
         external = bool(kwargs.pop("external_data", True))
         user_table = dict(kwargs.pop("custom_translation_table", None) or {})
     else:

@@ -104,7 +104,7 @@ def frozen_pool_ops(model, g: DataflowGraph, info, traced_shapes, findings: Fron
     _by_implied_sizes(g, sites)
     known = _module_sizes(g, sites)
     for site in sites:
-        contradiction = _decide(site, g, findings, opset, target, busy, resting, read, known)
+        contradiction = _decide(site, g, findings, opset, target, busy, resting, known)
         if contradiction is not None:
             contradictions.append(contradiction)
     return contradictions
@@ -229,7 +229,7 @@ def _module_sizes(g: DataflowGraph, sites: list[_Site]) -> dict[tuple, dict[int,
 
 
 def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, target, busy, resting,
-            read, known: dict[tuple, dict[int, int]]) -> ShapeError | None:
+            known: dict[tuple, dict[int, int]]) -> ShapeError | None:
     """Replace the node, leave it, or make it a suspect (module doc); a contradiction of the traced size is
     returned. ``known``: :func:`_module_sizes`."""
     node = g.nodes[site.index]
@@ -342,7 +342,7 @@ def _declared_at(model, name: str, input_shapes) -> tuple[int, ...] | None:
     inference loses a size behind a Reshape to a computed shape (PVT's tokens back to a map, ``reshape(b, c,
     h, w)``), which the declaration still holds. None where some dim cannot be evaluated."""
     declared = declared_dims(model)
-    env = symbol_binding(model, declared, input_shapes)
+    env = symbol_binding(declared, input_shapes)
     dims = declared.get(name)
     if env is None or dims is None:
         return None

@@ -90,7 +90,7 @@ def _prove_all(model, g: DataflowGraph, candidates: Sequence[Candidate], input_s
     if not symbolic:
         return [t.proof for t in trials]
     declared = declared_dims(model)
-    env0 = symbol_binding(model, declared, input_shapes) if input_shapes else {}
+    env0 = symbol_binding(declared, input_shapes) if input_shapes else {}
     whole = []  # regions whose sizes are not declared as expressions: the whole-model search
     inferred: list = []  # the whole model inferred at the bound shapes, once, where a region needs it
     for t in symbolic:

@@ -269,7 +269,7 @@ _SEARCH_MAX = 256
 _NEAR = 6  # sizes within this many of the bound one on each of the last two symbolic dims
 
 
-def symbol_binding(model: onnx.ModelProto, declared, input_shapes) -> dict[str, int] | None:
+def symbol_binding(declared, input_shapes) -> dict[str, int] | None:
     """The input symbols' values at the bound input shapes (a dim declared ``H`` bound to 24: H = 24; one
     declared ``2*h``: h solved for), or None where some bound dim cannot be solved for one symbol."""
     env: dict[str, int] = {}
