@@ -239,16 +239,14 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
                 target = min((n for n, kd in kind_of.items() if kd == kind), key=lambda n: abs(n - n0), default=None)
             else:
                 target = window_targets(m)[kind] if isinstance(m, int) else None
-
-                def kind_of_n(n, m=m):
-                    return window_kind(n, m)
                 kind_of = None
             if target is None or rate is None:
                 return fallback
             aim = base + (target - n0) * rate
             sizes = sorted(range(step, max(8 * base, 2 * round(abs(aim))) + step, step), key=lambda S: abs(S - aim))
             return next((S for S in sizes if (n := n0 + (S - base) / rate) >= 1 and n == int(n)
-                         and (kind_of.get(int(n)) if kind_of is not None else kind_of_n(int(n))) == kind), sizes[0])
+                         and (kind_of.get(int(n)) if kind_of is not None else window_kind(int(n), m)) == kind),
+                        sizes[0])
 
         candidates = []
         for r in range(len(WINDOW_KINDS)):
