@@ -146,9 +146,6 @@ class PoolSpec:
         indices = {self.node.indices_output: (TensorProto.INT64, self.output_shape)} if self.node.indices_output else {}
         return {self.node.output: (self.dtype, self.output_shape), **indices}
 
-    def describe_shape(self, shape: Sequence[Dim]) -> str:
-        return "x".join("?" if d is None else str(d) for d in shape)
-
 
 def bind_runtime_sizes(spec: PoolSpec, values: dict[str, Sequence[int]]) -> PoolSpec:
     """``spec`` with each :class:`RuntimeDim` entry replaced by its value in one run (``values``: the size

@@ -9,7 +9,7 @@ from onnx import helper
 from ..errors import ArgumentError, CheckFailedError, CheckTooLargeError, PoolFixError
 from ..graph import NEGATIVE_PERM_HINT, negative_perms, nodes_deep
 from ..graph.shapes import type_dims, validate_input_shape
-from ..report import RESTS_ON_TRACED, Note, PatchReport, WarningNote
+from ..report import RESTS_ON_TRACED, Note, PatchReport, WarningNote, format_shape
 from ..words import (
     CHECK_SHAPES,
     CHECK_SHAPES_FORM,
@@ -45,7 +45,7 @@ def refuse_huge_check(specs) -> None:
                 n *= d if isinstance(d, int) else 2  # symbolic dims are checked at small sizes
             if n > CHECK_MAX_ELEMENTS:
                 raise CheckTooLargeError(
-                    f"{s.node.label}: its {what} {s.describe_shape(shape)} has {n:.3g} elements, too many to run "
+                    f"{s.node.label}: its {what} {format_shape(shape)} has {n:.3g} elements, too many to run "
                     f"the onnxruntime check (limit {CHECK_MAX_ELEMENTS:.3g})",
                     f"check at smaller sizes with {CHECK_SHAPES_FORM}, or skip the check with {NO_CHECK}")
 
