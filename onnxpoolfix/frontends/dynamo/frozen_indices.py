@@ -43,7 +43,7 @@ def index_chains(g: DataflowGraph, graph_outputs: set[str]) -> dict[int, Indices
 
 def _chain(g: DataflowGraph, index: int, readers, graph_outputs: set[str]) -> IndicesChain | None:
     pool = g.nodes[index]
-    if pool.op_type != "MaxPool" or len(pool.output) < 2 or not pool.output[1] or _int(pool, "storage_order"):
+    if pool.op_type != "MaxPool" or len(pool.output) < 2 or not pool.output[1] or attributes(pool).get("storage_order"):
         return None
     flat = pool.output[1]
     sub = _only_reader(readers, flat, graph_outputs)
@@ -60,7 +60,7 @@ def _chain(g: DataflowGraph, index: int, readers, graph_outputs: set[str]) -> In
         return None
     if g.nodes[unit].output[0] and (readers.get(g.nodes[unit].output[0]) or g.nodes[unit].output[0] in graph_outputs):
         return None  # its values are read elsewhere: not the exporter's index arithmetic alone
-    k = len(_ints(pool, "kernel_shape"))
+    k = len(attributes(pool).get("kernel_shape", []))
     rank = k + 2
     args = [constant_ints(g, x) for x in g.nodes[sl].input[1:]]
     if len(args) < 3 or any(a is None for a in args[:3]):
@@ -90,19 +90,11 @@ def _only_reader(readers, name: str, graph_outputs: set[str]) -> int | None:
     return got[0] if len(got) == 1 and name not in graph_outputs else None
 
 
-def _ints(node: onnx.NodeProto, name: str) -> list[int]:
-    return next((list(a.ints) for a in node.attribute if a.name == name), [])
-
-
-def _int(node: onnx.NodeProto, name: str) -> int:
-    return next((a.i for a in node.attribute if a.name == name), 0)
-
-
 def _unit_max_pool(node: onnx.NodeProto, pool: onnx.NodeProto) -> bool:
     """A MaxPool of kernel 1, stride 1, no padding or dilation, over the pool's own input, with its indices."""
     if node.op_type != "MaxPool" or node.domain not in ("", "ai.onnx") or list(node.input[:1]) != list(pool.input[:1]):
         return False
-    k = len(_ints(pool, "kernel_shape"))
+    k = len(attributes(pool).get("kernel_shape", []))
     attrs = attributes(node)
     pad = attrs.get("auto_pad", b"NOTSET")
     return (len(node.output) > 1 and bool(node.output[1]) and list(attrs.get("kernel_shape", [])) == [1] * k
