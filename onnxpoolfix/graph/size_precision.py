@@ -118,14 +118,12 @@ def in_double(sub: onnx.ModelProto) -> list[onnx.ModelProto]:
                   for v in numpy_helper.to_array(t).reshape(-1).tolist()]
         for node in m.graph.node:
             for a in node.attribute:
-                if node.op_type == "Constant" and a.name == "value" and a.t.data_type in _FLOATS:
+                if node.op_type in ("Constant", "ConstantOfShape") and a.name == "value" and a.t.data_type in _FLOATS:
                     values += numpy_helper.to_array(a.t).reshape(-1).tolist()
                 elif node.op_type == "Constant" and a.name == "value_float":
                     values.append(a.f)
                 elif node.op_type == "Constant" and a.name == "value_floats":
                     values += list(a.floats)
-                elif node.op_type == "ConstantOfShape" and a.name == "value" and a.t.data_type in _FLOATS:
-                    values += numpy_helper.to_array(a.t).reshape(-1).tolist()
         return values
 
     variants = max((len(torch_readings(v)) for v in constants(sub)), default=1)
