@@ -1,10 +1,9 @@
 """Frozen dynamo pools (uniform windows at the traced size, symbolic H/W) whose source line writes the output
-size in a form the reading once took for a computed one, and so refused (review27):
-a conditional of two literal sizes on the module's own flag (``self.training``; the
-traced size's windows say which branch the export took), a one-line ``for`` over literals, and the pooled
-tensor's own shape (``x.shape[-2:]``: the identity). Each patched
-file is compared with torch itself at other sizes; each twin that looks alike but computes its size from the
-input stays refused."""
+size in a form the reading once took for a computed one, and so refused (review27): a one-line ``for`` over
+literals (a tuple, ``range``, tuples read by position), and the pooled tensor's own shape (``x.shape[-2:]``:
+the identity). Each patched file is compared with torch itself at other sizes; each twin that looks alike but
+computes its size from the input stays refused (review30: a name among the literals, a loop target that stores
+into a list, a flag or an index the forward computes from the input's shape)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,11 +20,6 @@ nn, F = torch.nn, torch.nn.functional
 pytestmark = pytest.mark.torch
 
 
-class Training(nn.Module):
-    def forward(self, x):
-        return F.adaptive_avg_pool2d(x, 7 if self.training else 5)
-
-
 class OneLineFor(nn.Module):
     def forward(self, x):
         outs = []
@@ -33,8 +27,23 @@ class OneLineFor(nn.Module):
         return torch.cat(outs, 1)
 
 
+class OneLineRange(nn.Module):
+    def forward(self, x):
+        outs = []
+        for s in range(1, 4): outs.append(F.adaptive_avg_pool2d(x, s).flatten(1))  # noqa: E701
+        return torch.cat(outs, 1)
+
+
+class ByPosition(nn.Module):  # the tuples' second items are literals; the first, tensors, are not sizes
+    def forward(self, x):
+        outs = []
+        for y, s in ((x, 2), (x * 2, 3)): outs.append(F.adaptive_avg_pool2d(y, s).flatten(1))  # noqa: E701
+        return torch.cat(outs, 1)
+
+
 #: name -> (module, traced size, whether the size needs --traced-shape to be decided)
-CASES = {"training": (Training, (35, 25), True), "one_line_for": (OneLineFor, (36, 36), True)}
+CASES = {"one_line_for": (OneLineFor, (36, 36), True), "one_line_range": (OneLineRange, (36, 36), True),
+         "by_position": (ByPosition, (36, 36), True)}
 OTHER = [(37, 29), (64, 48), (9, 13), (23, 17), (40, 41)]
 
 
@@ -58,6 +67,59 @@ def test_patched_equals_torch_at_other_sizes(name, tmp_path: Path):
         assert_matches_torch(onnxpoolfix.patch(model).model, m, [(1, 3, *s) for s in OTHER], rtol=1e-5, atol=1e-5)
 
 
+class Training(nn.Module):  # a flag of the module's: read like any attribute a forward may set (below)
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, 7 if self.training else 5)
+
+
+class FlagFromShape(nn.Module):  # the flag set from the input's shape: 7 above 40 rows (review30 W2)
+    def forward(self, x):
+        self.big = x.shape[2] > 40
+        return F.adaptive_avg_pool2d(x, 7 if self.big else 5)
+
+
+class IndexFromShape(nn.Module):  # the module's sizes, indexed by a flag of the input's shape
+    def __init__(self):
+        super().__init__()
+        self.sizes = (5, 7)
+
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, self.sizes[int(x.shape[2] > 40)])
+
+
+class ForTupleName(nn.Module):  # a name among the literals: s takes n = H // 7 in turn (review30 W1)
+    def forward(self, x):
+        outs = []; n = x.shape[2] // 7  # noqa: E702
+        for s in (1, n): outs.append(F.adaptive_avg_pool2d(x, s))  # noqa: E701
+        return outs[1] * 2
+
+
+class ComprehensionTupleName(nn.Module):  # the same in a comprehension
+    def forward(self, x):
+        n = x.shape[2] // 7
+        return [F.adaptive_avg_pool2d(x, s) for s in (1, n)][1] * 2
+
+
+class ForTupleTarget(nn.Module):  # by position: t takes n
+    def forward(self, x):
+        outs = []; n = x.shape[2] // 7  # noqa: E702
+        for s, t in ((1, n),): outs.append(F.adaptive_avg_pool2d(x, t))  # noqa: E701
+        return outs[0] * 2
+
+
+class ForSubscriptTarget(nn.Module):  # the loop stores into the list; its other item is computed (review30 W3)
+    def forward(self, x):
+        outs = []; sz = [1, x.shape[2] // 7]  # noqa: E702
+        for sz[0] in (1, 2): outs.append(F.adaptive_avg_pool2d(x, sz[1]))  # noqa: E701
+        return outs[1] * 2
+
+
+class ComprehensionSubscriptTarget(nn.Module):
+    def forward(self, x):
+        sz = [1, x.shape[2] // 7]
+        return [F.adaptive_avg_pool2d(x, sz[1]) for sz[0] in (1, 2)][1] * 2
+
+
 class TrainingOrComputed(nn.Module):  # the twin: one branch computes from the input
     def forward(self, x):
         return F.adaptive_avg_pool2d(x, 7 if self.training else (x.shape[2] // 7, 7))
@@ -79,7 +141,11 @@ class ForNextLine(nn.Module):  # the call on the loop's next line: the trace kee
 
 
 TWINS = {"training_or_computed": (TrainingOrComputed, (35, 28)), "for_rebound": (ForRebound, (42, 42)),
-         "for_next_line": (ForNextLine, (36, 36))}
+         "for_next_line": (ForNextLine, (36, 36)), "training": (Training, (35, 25)),
+         "flag_from_shape": (FlagFromShape, (35, 25)), "index_from_shape": (IndexFromShape, (35, 25)),
+         "for_tuple_name": (ForTupleName, (35, 35)), "comprehension_tuple_name": (ComprehensionTupleName, (35, 35)),
+         "for_tuple_target": (ForTupleTarget, (35, 35)), "for_subscript_target": (ForSubscriptTarget, (35, 35)),
+         "comprehension_subscript_target": (ComprehensionSubscriptTarget, (35, 35))}
 
 
 @pytest.mark.parametrize("name", list(TWINS))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-__all__ = ["BUILTINS", "COMPUTED", "Choices", "CONTAINER_CALLS", "NO_PROPERTIES", "PLAIN_CALLS", "TENSOR_ATTRIBUTES",
+__all__ = ["BUILTINS", "COMPUTED", "CONTAINER_CALLS", "NO_PROPERTIES", "PLAIN_CALLS", "TENSOR_ATTRIBUTES",
            "TORCH_NAMES", "fixed_names", "ints_written", "sizes_only", "sizes_written", "unpacks"]
 
 #: an output-size entry that the line computes from something (``x.shape[2] // 2``) or does not show
@@ -46,11 +46,6 @@ TENSOR_ATTRIBUTES = frozenset({"shape", "T", "mT", "H", "mH", "dtype", "device",
 NO_PROPERTIES = frozenset({"self", *TORCH_NAMES, "math", "np", "numpy", "operator", "einops", "sys"})
 
 
-class Choices(tuple):
-    """Output sizes one of which a call has, each fixed (``7 if self.training else 5``: (7, 7) or (5, 5)): the
-    traced size's windows say which (:func:`.frozen_readings.node_readings` reads each)."""
-
-
 def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset(), pooled=None) -> tuple | None:
     """Per axis an int, None (torch's None) or COMPUTED; None: not written out (the module's own attribute,
     ``self.bins``, fixed when it was built as a pooling module's size is: known at the traced size alone).
@@ -61,11 +56,6 @@ def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset(), poole
         return None
     if _same_shape(arg, pooled, k):  # ``F.adaptive_avg_pool2d(x, x.shape[-2:])``: every axis follows the input
         return (None,) * k
-    if isinstance(arg, ast.IfExp) and _fixed_test(arg.test, fixed):  # ``7 if self.training else 5``
-        both = [sizes_written(b, k, fixed, pooled) for b in (arg.body, arg.orelse)]
-        if not any(b is not None and (COMPUTED in b or isinstance(b, Choices)) for b in both):
-            return Choices(dict.fromkeys(both)) if len(set(both)) > 1 else both[0]
-        return (COMPUTED,) * (k or 1)
     if isinstance(arg, ast.Constant) and (arg.value is None or type(arg.value) is int):
         return (arg.value,) * (k or 1) if k else (arg.value,)
     if isinstance(arg, (ast.Tuple, ast.List)) and not any(isinstance(e, ast.Starred) for e in arg.elts):
@@ -100,24 +90,13 @@ def _same_shape(arg, pooled, k: int | None) -> bool:
             and start in (2, -k))
 
 
-def _fixed_test(e, fixed: frozenset[str]) -> bool:
-    """A condition on the module's own attributes and literals alone (``self.training``, ``not self.training``)."""
-    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
-        return _fixed_test(e.operand, fixed)
-    if isinstance(e, ast.BoolOp):
-        return all(_fixed_test(v, fixed) for v in e.values)
-    if isinstance(e, ast.Compare):
-        return all(_fixed_test(v, fixed) for v in (e.left, *e.comparators))
-    return isinstance(e, ast.Constant) or (isinstance(e, (ast.Attribute, ast.Name)) and is_fixed(e, fixed))
-
-
 def is_fixed(e, fixed: frozenset[str]) -> bool:
     """``self.bins``, ``self.cfg.sizes``, ``self.sizes[i]``, ``tuple(self.sizes)``, or a name in ``fixed``: a value
     the module was built with (its shape excepted)."""
     if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in ("tuple", "list") and len(e.args) == 1:
         return is_fixed(e.args[0], fixed)
-    if isinstance(e, ast.Subscript):
-        return is_fixed(e.value, fixed)
+    if isinstance(e, ast.Subscript):  # ``self.sizes[i]``: the index fixed too (not ``self.sizes[x.shape[2] > 40]``)
+        return is_fixed(e.value, fixed) and _index_fixed(e.slice, fixed)
     if isinstance(e, ast.Name):
         return e.id in fixed
     attrs = []
@@ -126,6 +105,21 @@ def is_fixed(e, fixed: frozenset[str]) -> bool:
         e = e.value
     # the module's own attribute, and what it holds (``self.cfg.out_hw``), but no tensor's shape (``self.w.shape``)
     return isinstance(e, ast.Name) and e.id == "self" and bool(attrs) and not {"shape", "size"} & set(attrs[:-1])
+
+
+def _index_fixed(e, fixed: frozenset[str]) -> bool:
+    """An index or slice of literals, fixed names and the module's attributes (``0``, ``-1``, ``1:``, ``i``)."""
+    if e is None or isinstance(e, ast.Constant):
+        return True
+    if isinstance(e, ast.UnaryOp):
+        return _index_fixed(e.operand, fixed)
+    if isinstance(e, ast.BinOp):
+        return _index_fixed(e.left, fixed) and _index_fixed(e.right, fixed)
+    if isinstance(e, ast.Slice):
+        return all(_index_fixed(v, fixed) for v in (e.lower, e.upper, e.step))
+    if isinstance(e, ast.Tuple):
+        return all(_index_fixed(v, fixed) for v in e.elts)
+    return is_fixed(e, fixed)
 
 
 #: builtins that iterate what they are given (``enumerate(self.bins)``: its items fixed where those are)
@@ -140,10 +134,37 @@ def _iterates_fixed(e, fixed: frozenset[str]) -> bool:
         return all(_iterates_fixed(a, fixed) for a in e.args) and not e.keywords
     if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in ("items", "values", "keys"):
         return is_fixed(e.func.value, fixed)
-    if isinstance(e, (ast.Tuple, ast.List)):
-        return all(_iterates_fixed(x, fixed) or isinstance(x, ast.Name) for x in e.elts) and any(
-            _iterates_fixed(x, fixed) for x in e.elts)
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "range" and not e.keywords:
+        return 1 <= len(e.args) <= 3 and all(literal_ints(a) or is_fixed(a, fixed) for a in e.args)
+    if isinstance(e, (ast.Tuple, ast.List)):  # every item fixed: ``(1, n)`` binds the name to n in turn (review30)
+        return all(_iterates_fixed(x, fixed) for x in e.elts)
     return False
+
+
+def _targets(t) -> set[str] | None:
+    """The names a loop target binds, or None where it stores into something else (``sz[0]``, ``self.s``: that
+    object changes, and no name is bound)."""
+    if isinstance(t, ast.Name):
+        return {t.id}
+    if isinstance(t, (ast.Tuple, ast.List)):
+        parts = [_targets(x) for x in t.elts]
+        return None if any(p is None for p in parts) else set().union(*parts)
+    return None
+
+
+def _bound_fixed(target, it, fixed: frozenset[str]) -> set[str]:
+    """The names of a loop's ``target`` fixed over ``it``: all where every item is fixed; by position where the
+    items are tuples of the target's length (``for y, s in ((x, 1), (x * 2, 2))``: ``s``, not ``y``)."""
+    names = _targets(target)
+    if not names:
+        return set()
+    if _iterates_fixed(it, fixed):
+        return names
+    if not (isinstance(target, ast.Tuple) and isinstance(it, (ast.Tuple, ast.List)) and it.elts
+            and all(isinstance(e, (ast.Tuple, ast.List)) and len(e.elts) == len(target.elts) for e in it.elts)):
+        return set()
+    return {t.id for k, t in enumerate(target.elts)
+            if isinstance(t, ast.Name) and all(_iterates_fixed(e.elts[k], fixed) for e in it.elts)}
 
 
 def fixed_names(tree) -> dict[int, frozenset[str]]:
@@ -163,7 +184,7 @@ def fixed_names(tree) -> dict[int, frozenset[str]]:
                 names = {t.id for t in ast.walk(gen.target) if isinstance(t, ast.Name)}
                 kept = _zipped_fixed(gen, frozenset(inner))
                 if kept is None:
-                    kept = names if _iterates_fixed(gen.iter, frozenset(inner)) else set()
+                    kept = _bound_fixed(gen.target, gen.iter, frozenset(inner))
                 inner = (inner - names) | kept
                 for cond in gen.ifs:
                     visit(cond, frozenset(inner))
@@ -176,7 +197,7 @@ def fixed_names(tree) -> dict[int, frozenset[str]]:
             names = {t.id for t in ast.walk(n.target) if isinstance(t, ast.Name)}
             rebound = any(isinstance(t, ast.Name) and isinstance(t.ctx, (ast.Store, ast.Del)) and t.id in names
                           for b in n.body for t in ast.walk(b))  # (a walrus's target is a Store too)
-            kept = names if _iterates_fixed(n.iter, fixed) and not rebound else set()
+            kept = _bound_fixed(n.target, n.iter, fixed) if not rebound else set()
             for b in n.body:
                 visit(b, frozenset((fixed - names) | kept))
             for b in n.orelse:

@@ -21,7 +21,6 @@ import onnx
 
 from ...graph import attributes, constant_value
 from ..exporter_pools import adaptive_sizes
-from .call_args import Choices
 from .metadata import COMPUTED, has_metadata, module_pool, source_line
 
 __all__ = ["ADAPTIVE", "GENUINE", "SCALES", "UNKNOWN", "Reading", "node_readings", "implied_traced", "at_traced",
@@ -82,11 +81,10 @@ def node_readings(node: onnx.NodeProto, kind: str, k: int, lifted: bool,
                 out.append(Reading(GENUINE, says))
         elif call.scales:
             out.append(Reading(SCALES, says))
-        else:  # one reading per size the call may have (``7 if self.training else 5``: the windows say which)
-            for size in (call.size if isinstance(call.size, Choices) else (call.size,)):
-                size = _expand(size, k, lifted)
-                if size is not False and _sizes_fit(node, size, kernel, strides):
-                    out.append(Reading(ADAPTIVE, says, size))
+        else:
+            size = _expand(call.size, k, lifted)
+            if size is not False and _sizes_fit(node, size, kernel, strides):
+                out.append(Reading(ADAPTIVE, says, size))
     if line.opaque or not out:
         why = (f"its source line calls `{line.lookalike}`, named like torch's pooling but not through torch's own "
                "names (`F.`, `torch.`, `nn.functional.`): anyone's, it may pool anything (write it through them)"
