@@ -46,7 +46,7 @@ TENSOR_ATTRIBUTES = frozenset({"shape", "T", "mT", "H", "mH", "dtype", "device",
 NO_PROPERTIES = frozenset({"self", *TORCH_NAMES, "math", "np", "numpy", "operator", "einops", "sys"})
 
 
-def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset(), pooled=None) -> tuple | None:
+def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset()) -> tuple | None:
     """Per axis an int, None (torch's None) or COMPUTED; None: not written out (the module's own attribute,
     ``self.bins``, fixed when it was built as a pooling module's size is: known at the traced size alone).
     COMPUTED is anything else: ``x.shape[2] // 2``, and a variable or ``**kw``, whose value the line does not show
@@ -54,8 +54,6 @@ def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset(), poole
     module's attributes or literals (``for s in self.bins``: ``fixed``)."""
     if arg is None:
         return None
-    if _same_shape(arg, pooled, k):  # ``F.adaptive_avg_pool2d(x, x.shape[-2:])``: every axis follows the input
-        return (None,) * k
     if isinstance(arg, ast.Constant) and (arg.value is None or type(arg.value) is int):
         return (arg.value,) * (k or 1) if k else (arg.value,)
     if isinstance(arg, (ast.Tuple, ast.List)) and not any(isinstance(e, ast.Starred) for e in arg.elts):
@@ -66,28 +64,6 @@ def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset(), poole
                          for m, e in zip(out, arg.elts))
         return None if any(not isinstance(e, ast.Constant) for e in arg.elts) else tuple(out)
     return None if is_fixed(arg, fixed) else (COMPUTED,) * (k or 1)
-
-
-def _same_shape(arg, pooled, k: int | None) -> bool:
-    """``x.shape[-2:]``, ``x.shape[2:]``, ``x.size()[-2:]`` of the pooled tensor ``x`` itself (the call's first
-    argument, a bare name: the same object on one line) as a ``k``-axis pool's output size: its own pooled axes.
-    ``[2:]`` has k entries where torch accepts it (an input of k + 2 dims); ``[-k:]`` has k entries on any."""
-    if not (k and isinstance(pooled, ast.Name) and isinstance(arg, ast.Subscript) and isinstance(arg.slice, ast.Slice)):
-        return False
-    cut, of = arg.slice, arg.value
-    if isinstance(of, ast.Call) and not of.args and not of.keywords and isinstance(of.func, ast.Attribute) \
-            and of.func.attr == "size":
-        tensor = of.func.value
-    elif isinstance(of, ast.Attribute) and of.attr == "shape":
-        tensor = of.value
-    else:
-        return False
-    lower = cut.lower
-    start = -lower.operand.value if isinstance(lower, ast.UnaryOp) and isinstance(lower.op, ast.USub) \
-        and isinstance(lower.operand, ast.Constant) and type(lower.operand.value) is int else \
-        lower.value if isinstance(lower, ast.Constant) and type(lower.value) is int else None
-    return (isinstance(tensor, ast.Name) and tensor.id == pooled.id and cut.upper is None and cut.step is None
-            and start in (2, -k))
 
 
 def is_fixed(e, fixed: frozenset[str]) -> bool:
@@ -141,6 +117,20 @@ def _iterates_fixed(e, fixed: frozenset[str]) -> bool:
     return False
 
 
+def _changes(t, names) -> bool:
+    """Whether node ``t`` rebinds or may change one of ``names``: an assignment to it (a walrus's target is a
+    Store too), into it (``s[0] = ...``, ``s.k = ...``), or a method call on it (``s.append(...)``; review30)."""
+    if isinstance(t, ast.Name):
+        return isinstance(t.ctx, (ast.Store, ast.Del)) and t.id in names
+    if isinstance(t, (ast.Subscript, ast.Attribute)) and isinstance(t.ctx, (ast.Store, ast.Del)):
+        root = t.value
+        while isinstance(root, (ast.Subscript, ast.Attribute)):
+            root = root.value
+        return isinstance(root, ast.Name) and root.id in names
+    return (isinstance(t, ast.Call) and isinstance(t.func, ast.Attribute) and isinstance(t.func.value, ast.Name)
+            and t.func.value.id in names)
+
+
 def _targets(t) -> set[str] | None:
     """The names a loop target binds, or None where it stores into something else (``sz[0]``, ``self.s``: that
     object changes, and no name is bound)."""
@@ -185,6 +175,9 @@ def fixed_names(tree) -> dict[int, frozenset[str]]:
                 kept = _zipped_fixed(gen, frozenset(inner))
                 if kept is None:
                     kept = _bound_fixed(gen.target, gen.iter, frozenset(inner))
+                used = [getattr(n, f, None) for f in ("elt", "key", "value")] + [c for g in n.generators for c in g.ifs]
+                if any(_changes(t, kept) for u in used if u is not None for t in ast.walk(u)):
+                    kept = set()
                 inner = (inner - names) | kept
                 for cond in gen.ifs:
                     visit(cond, frozenset(inner))
@@ -195,8 +188,7 @@ def fixed_names(tree) -> dict[int, frozenset[str]]:
         if isinstance(n, ast.For):  # ``for s in (1, 2, 3, 6): outs.append(F.adaptive_avg_pool2d(x, s))``, one line
             visit(n.iter, fixed)
             names = {t.id for t in ast.walk(n.target) if isinstance(t, ast.Name)}
-            rebound = any(isinstance(t, ast.Name) and isinstance(t.ctx, (ast.Store, ast.Del)) and t.id in names
-                          for b in n.body for t in ast.walk(b))  # (a walrus's target is a Store too)
+            rebound = any(_changes(t, names) for b in n.body for t in ast.walk(b))
             kept = _bound_fixed(n.target, n.iter, fixed) if not rebound else set()
             for b in n.body:
                 visit(b, frozenset((fixed - names) | kept))

@@ -376,7 +376,7 @@ def _pool_call(call: ast.Call, cut: bool = False, fixed: frozenset[str] = frozen
     if m:
         k = int(m.group(2))
         arg = call.args[1] if len(call.args) > 1 else kw.get("output_size")
-        return PoolCall(m.group(1), True, k, sizes_written(arg, k, fixed, (call.args or [kw.get("input")])[0]))
+        return PoolCall(m.group(1), True, k, sizes_written(arg, k, fixed))
     if name == "interpolate":
         mode = kw.get("mode", call.args[3] if len(call.args) > 3 else None)
         if not (isinstance(mode, ast.Constant) and mode.value == "area"):
