@@ -134,6 +134,19 @@ class ForListAppended(nn.Module):
         return outs[0] * 2
 
 
+class ForTwiceBound(nn.Module):  # one name twice in the target: it ends as the last item, n (review31)
+    def forward(self, x):
+        outs = []; n = x.shape[2] // 7  # noqa: E702
+        for s, s in ((1, n),): outs.append(F.adaptive_avg_pool2d(x, s))  # noqa: E701
+        return outs[0] * 2
+
+
+class ZipTwiceBound(nn.Module):
+    def forward(self, x):
+        n = x.shape[2] // 7
+        return [F.adaptive_avg_pool2d(x, s) for s, s in zip((1,), (n,))][0] * 2
+
+
 class TrainingOrComputed(nn.Module):  # the twin: one branch computes from the input
     def forward(self, x):
         return F.adaptive_avg_pool2d(x, 7 if self.training else (x.shape[2] // 7, 7))
@@ -182,6 +195,7 @@ TWINS = {"training_or_computed": (TrainingOrComputed, (35, 28)), "for_rebound": 
          "for_tuple_target": (ForTupleTarget, (35, 35)), "for_subscript_target": (ForSubscriptTarget, (35, 35)),
          "comprehension_subscript_target": (ComprehensionSubscriptTarget, (35, 35)),
          "for_list_changed": (ForListChanged, (35, 35)), "for_list_appended": (ForListAppended, (35, 35)),
+         "for_twice_bound": (ForTwiceBound, (35, 35)), "zip_twice_bound": (ZipTwiceBound, (35, 35)),
          "shape_tail": (ShapeTail, (37, 29)), "lazy_beside_literal": (LazyBesideLiteral, (35, 35)), "lazy_beside_shape": (LazyBesideShape, (35, 35))}
 
 

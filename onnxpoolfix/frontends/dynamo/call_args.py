@@ -154,8 +154,14 @@ def _bound_fixed(target, it, fixed: frozenset[str]) -> set[str]:
     if not (isinstance(target, ast.Tuple) and isinstance(it, (ast.Tuple, ast.List)) and it.elts
             and all(isinstance(e, (ast.Tuple, ast.List)) and len(e.elts) == len(target.elts) for e in it.elts)):
         return set()
-    return {t.id for k, t in enumerate(target.elts)
-            if isinstance(t, ast.Name) and all(_iterates_fixed(e.elts[k], fixed) for e in it.elts)}
+    return {t.id for k, t in enumerate(target.elts) if isinstance(t, ast.Name) and _once(t.id, target)
+            and all(_iterates_fixed(e.elts[k], fixed) for e in it.elts)}
+
+
+def _once(name: str, target) -> bool:
+    """Whether ``name`` is bound at one place of a loop's ``target`` (``for s, s in ((1, n),)`` binds the last:
+    ``n``; review31)."""
+    return sum(isinstance(t, ast.Name) and t.id == name for t in ast.walk(target)) == 1
 
 
 def fixed_names(tree) -> dict[int, frozenset[str]]:
@@ -213,7 +219,7 @@ def _zipped_fixed(gen: ast.comprehension, fixed: frozenset[str]) -> set[str] | N
             and isinstance(t, ast.Tuple) and len(t.elts) == len(e.args)
             and all(isinstance(x, ast.Name) for x in t.elts)):
         return None
-    return {x.id for x, a in zip(t.elts, e.args) if _iterates_fixed(a, fixed)}
+    return {x.id for x, a in zip(t.elts, e.args) if _once(x.id, t) and _iterates_fixed(a, fixed)}
 
 
 def literal_ints(e) -> bool:
