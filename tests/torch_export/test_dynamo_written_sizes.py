@@ -180,14 +180,6 @@ class LazyBesideShape(nn.Module):  # a generator's pool runs on the consumer's l
         return outs[1], outs[0]
 
 
-class LazyBesideLiteral(nn.Module):  # the generator's pool (size H // 7) on a line that shows a 5 and loops
-    def forward(self, x):
-        n = x.shape[2] // 7
-        g = (F.adaptive_avg_pool2d(x * 3, n) for _ in (0,))
-        outs = [F.adaptive_avg_pool2d(x, 5)] + [t for t in g]
-        return outs[1], outs[0]
-
-
 TWINS = {"training_or_computed": (TrainingOrComputed, (35, 28)), "for_rebound": (ForRebound, (42, 42)),
          "for_next_line": (ForNextLine, (36, 36)), "training": (Training, (35, 25)),
          "flag_from_shape": (FlagFromShape, (35, 25)), "index_from_shape": (IndexFromShape, (35, 25)),
@@ -196,7 +188,7 @@ TWINS = {"training_or_computed": (TrainingOrComputed, (35, 28)), "for_rebound": 
          "comprehension_subscript_target": (ComprehensionSubscriptTarget, (35, 35)),
          "for_list_changed": (ForListChanged, (35, 35)), "for_list_appended": (ForListAppended, (35, 35)),
          "for_twice_bound": (ForTwiceBound, (35, 35)), "zip_twice_bound": (ZipTwiceBound, (35, 35)),
-         "shape_tail": (ShapeTail, (37, 29)), "lazy_beside_literal": (LazyBesideLiteral, (35, 35)), "lazy_beside_shape": (LazyBesideShape, (35, 35))}
+         "shape_tail": (ShapeTail, (37, 29)), "lazy_beside_shape": (LazyBesideShape, (35, 35))}
 
 
 @pytest.mark.parametrize("name", list(TWINS))

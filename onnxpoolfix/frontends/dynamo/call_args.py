@@ -4,10 +4,9 @@ can only be a size (no tensor); and the names of calls and attributes known to h
 from __future__ import annotations
 
 import ast
-import re
 
 __all__ = ["BUILTINS", "COMPUTED", "CONTAINER_CALLS", "NO_PROPERTIES", "PLAIN_CALLS", "TENSOR_ATTRIBUTES",
-           "TORCH_NAMES", "fixed_names", "ints_written", "most_pool_runs", "sizes_only", "sizes_written", "unpacks"]
+           "TORCH_NAMES", "fixed_names", "ints_written", "sizes_only", "sizes_written", "unpacks"]
 
 #: an output-size entry that the line computes from something (``x.shape[2] // 2``) or does not show
 COMPUTED = "computed"
@@ -258,80 +257,4 @@ def ints_written(e) -> tuple[int, ...] | None:
     if isinstance(e, (ast.Tuple, ast.List)) and all(isinstance(x, ast.Constant) and type(x.value) is int
                                                      for x in e.elts):
         return tuple(x.value for x in e.elts)
-    return None
-
-
-#: calls that may run a pool: torch's pooling functions by name, and the module's own attributes (a pooling
-#: module, ``self.pool(x)``); anything else on a line the reading trusts holds none
-_POOLING = re.compile(r"^(adaptive_(avg|max)_pool[123]d|(avg|max|lp)_pool[123]d|interpolate|upsample\w*)$")
-
-
-def most_pool_runs(text: str) -> int | None:
-    """The most pooling calls one run of the line ``text`` makes, its loops counted (a call in a loop over a
-    literal tuple of 4 counts 4; a loop holding none costs nothing: ``[t for t in g]``); None where the line does
-    not parse alone or a loop around such a call runs over what the line does not show (``self.bins``). Where a
-    line made more frozen pools than that, one of its calls hides a pool (a generator's, run by the line that
-    consumes it: review30 W4/W5)."""
-    try:
-        tree = ast.parse(text.strip())
-    except SyntaxError:
-        return None
-
-    def pools(n) -> bool:
-        f = n.func
-        return (isinstance(f, ast.Name) and bool(_POOLING.match(f.id))) or (isinstance(f, ast.Attribute) and (
-            bool(_POOLING.match(f.attr)) or (isinstance(f.value, ast.Name) and f.value.id == "self")))
-
-    def runs(n) -> int | None:  # pooling calls in n, run once
-        if isinstance(n, ast.While):
-            inside = _sum(runs(x) for x in [n.test, *n.body])
-            return None if inside != 0 else _sum(runs(x) for x in n.orelse)
-        if isinstance(n, ast.For):
-            heads, inner, after = [n.iter], list(n.body), list(n.orelse)
-        elif isinstance(n, _SCOPES):
-            gens = n.generators
-            heads = [g.iter for g in gens]
-            inner = [x for x in (getattr(n, "elt", None), getattr(n, "key", None), getattr(n, "value", None)) if x]
-            inner += [c for g in gens for c in g.ifs] + heads[1:]  # (a later generator's iterable runs per item)
-            heads, after = heads[:1], []
-        else:
-            own = int(isinstance(n, ast.Call) and pools(n))
-            return _sum([own, *(runs(c) for c in ast.iter_child_nodes(n))])
-        once, body = _sum(runs(x) for x in heads + after), _sum(runs(x) for x in inner)
-        if once is None or body is None:
-            return None
-        if body == 0:
-            return once
-        lengths = [_length(h) for h in ([n.iter] if isinstance(n, ast.For) else [g.iter for g in n.generators])]
-        return None if None in lengths else once + body * _product(lengths)
-
-    return runs(tree)
-
-
-def _sum(values) -> int | None:
-    values = list(values)
-    return None if None in values else sum(values)
-
-
-def _product(values) -> int:
-    out = 1
-    for v in values:
-        out *= v
-    return out
-
-
-def _length(e) -> int | None:
-    """How many items a loop over ``e`` runs, where the line shows it: a literal tuple or list, ``range`` of
-    literals, and ``enumerate``/``reversed``/``sorted``/``list``/``tuple``/``zip`` of those."""
-    if isinstance(e, (ast.Tuple, ast.List)):
-        return None if any(isinstance(x, ast.Starred) for x in e.elts) else len(e.elts)
-    if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and not e.keywords and e.args:
-        if e.func.id == "range" and len(e.args) <= 3 and all(
-                isinstance(a, ast.Constant) and type(a.value) is int for a in e.args):
-            return len(range(*(a.value for a in e.args)))
-        if e.func.id in ("enumerate", "reversed", "sorted", "list", "tuple") and len(e.args) == 1:
-            return _length(e.args[0])
-        if e.func.id == "zip":
-            lengths = [_length(a) for a in e.args]
-            return None if None in lengths else min(lengths)
     return None

@@ -21,7 +21,6 @@ from ...spec import InputDim, PoolNode, PoolSpec
 from ...words import TRACED_SHAPES
 from ..base import EXPORT, STRIPPED, TRACED, FrontEndResult, Region, Suspect
 from ..exporter_pools import adaptive_sizes
-from .call_args import most_pool_runs
 from .dataflow import ENCODING, DataflowGraph
 from .frozen_indices import IndicesChain, index_chains
 from .frozen_readings import (
@@ -154,8 +153,8 @@ def _site(index: int, node: onnx.NodeProto, info, busy, modules, merged: bool) -
 
 
 def _hidden_calls(g: DataflowGraph, sites: list[_Site], modules) -> list[_Site]:
-    """Where one source line made more frozen pooling nodes than it shows pooling calls (where it loops, than its
-    loops run them: :func:`.call_args.most_pool_runs`), a call on it hides a pool (``f * 3`` of a user's class whose
+    """Where one source line made more frozen pooling nodes than it shows pooling calls, and runs no loop (a
+    comprehension would call one several times), a call on it hides a pool (``f * 3`` of a user's class whose
     ``__mul__`` pools, a property): which node is which, the line cannot say, so each gets an unknown reading."""
     lines: dict[tuple, list[int]] = {}
     for i, site in enumerate(sites):
@@ -169,12 +168,8 @@ def _hidden_calls(g: DataflowGraph, sites: list[_Site], modules) -> list[_Site]:
         line = source_line(g.nodes[sites[members[0]].index], modules)
         # (a global pool, output size 1 on every axis, leaves a ReduceMean, no frozen node: not counted)
         shown = [c for c in (line.calls if line else ()) if not (c.size and all(m == 1 for m in c.size))]
-        if line is None or len(members) <= len(shown):
+        if line is None or len(members) <= len(shown) or line.loops:
             continue
-        if line.loops:  # a call may run several times: the most its loops make (unknown: no count)
-            most = most_pool_runs(line.text)
-            if most is None or len(members) <= most:
-                continue
         hidden = Reading(UNKNOWN, f"its source line made {len(members)} pooling nodes and shows "
                                   f"{len(shown)} pooling call(s): a call on it hides a pool: {line.text[:100]}")
         for i in members:
