@@ -37,13 +37,22 @@ class OneLineRange(nn.Module):
 class ByPosition(nn.Module):  # the tuples' second items are literals; the first, tensors, are not sizes
     def forward(self, x):
         outs = []
-        for y, s in ((x, 2), (x * 2, 3)): outs.append(F.adaptive_avg_pool2d(y, s).flatten(1))  # noqa: E701
+        for y, s in ((x, 2), (x * 2, 3)): outs.append(F.adaptive_avg_pool2d(y.relu(), s).flatten(1))  # noqa: E701
         return torch.cat(outs, 1)
+
+
+class RangeOfLength(nn.Module):  # the module's sizes by index over range(len(...))
+    def __init__(self):
+        super().__init__()
+        self.sizes = (2, 3)
+
+    def forward(self, x):
+        return torch.cat([F.adaptive_avg_pool2d(x, self.sizes[i]).flatten(1) for i in range(len(self.sizes))], 1)
 
 
 #: name -> (module, traced size, whether the size needs --traced-shape to be decided)
 CASES = {"one_line_for": (OneLineFor, (36, 36), True), "one_line_range": (OneLineRange, (36, 36), True),
-         "by_position": (ByPosition, (36, 36), True)}
+         "by_position": (ByPosition, (36, 36), True), "range_of_length": (RangeOfLength, (36, 36), True)}
 OTHER = [(37, 29), (64, 48), (9, 13), (23, 17), (40, 41)]
 
 
@@ -134,6 +143,13 @@ class ForListAppended(nn.Module):
         return outs[0] * 2
 
 
+class ForListAliased(nn.Module):  # the loop's list item changed through another name (review31)
+    def forward(self, x):
+        outs = []; n = x.shape[2] // 7  # noqa: E702
+        for s in ([5, 5],): t = s; t[0] = n; outs.append(F.adaptive_avg_pool2d(x, s))  # noqa: E701, E702
+        return outs[0] * 2
+
+
 class ForTwiceBound(nn.Module):  # one name twice in the target: it ends as the last item, n (review31)
     def forward(self, x):
         outs = []; n = x.shape[2] // 7  # noqa: E702
@@ -187,7 +203,7 @@ TWINS = {"training_or_computed": (TrainingOrComputed, (35, 28)), "for_rebound": 
          "for_tuple_target": (ForTupleTarget, (35, 35)), "for_subscript_target": (ForSubscriptTarget, (35, 35)),
          "comprehension_subscript_target": (ComprehensionSubscriptTarget, (35, 35)),
          "for_list_changed": (ForListChanged, (35, 35)), "for_list_appended": (ForListAppended, (35, 35)),
-         "for_twice_bound": (ForTwiceBound, (35, 35)), "zip_twice_bound": (ZipTwiceBound, (35, 35)),
+         "for_list_aliased": (ForListAliased, (35, 35)), "for_twice_bound": (ForTwiceBound, (35, 35)), "zip_twice_bound": (ZipTwiceBound, (35, 35)),
          "shape_tail": (ShapeTail, (37, 29)), "lazy_beside_shape": (LazyBesideShape, (35, 35))}
 
 

@@ -111,7 +111,8 @@ def _iterates_fixed(e, fixed: frozenset[str]) -> bool:
     if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in ("items", "values", "keys"):
         return is_fixed(e.func.value, fixed)
     if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "range" and not e.keywords:
-        return 1 <= len(e.args) <= 3 and all(literal_ints(a) or is_fixed(a, fixed) for a in e.args)
+        return 1 <= len(e.args) <= 3 and all(literal_ints(a) or is_fixed(a, fixed) or _length_of_fixed(a, fixed)
+                                             for a in e.args)
     if isinstance(e, (ast.Tuple, ast.List)):  # every item fixed: ``(1, n)`` binds the name to n in turn (review30)
         return all(_iterates_fixed(x, fixed) for x in e.elts)
     return False
@@ -131,6 +132,12 @@ def _changes(t, names) -> bool:
             and t.func.value.id in names)
 
 
+def _length_of_fixed(e, fixed: frozenset[str]) -> bool:
+    """``len(self.sizes)``: the length of a value the module was built with (``range(len(self.sizes))``)."""
+    return (isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "len" and len(e.args) == 1
+            and not e.keywords and is_fixed(e.args[0], fixed))
+
+
 def _targets(t) -> set[str] | None:
     """The names a loop target binds, or None where it stores into something else (``sz[0]``, ``self.s``: that
     object changes, and no name is bound)."""
@@ -146,8 +153,9 @@ def _bound_fixed(target, it, fixed: frozenset[str]) -> set[str]:
     """The names of a loop's ``target`` fixed over ``it``: all where every item is fixed; by position where the
     items are tuples of the target's length (``for y, s in ((x, 1), (x * 2, 2))``: ``s``, not ``y``)."""
     names = _targets(target)
-    if not names:
-        return set()
+    if not names or (isinstance(it, (ast.Tuple, ast.List))
+                     and any(isinstance(n, ast.List) for e in it.elts for n in ast.walk(e))):
+        return set()  # (a list item may be changed through another name: ``t = s; t[0] = n``; review31)
     if _iterates_fixed(it, fixed):
         return names
     if not (isinstance(target, ast.Tuple) and isinstance(it, (ast.Tuple, ast.List)) and it.elts
@@ -194,8 +202,9 @@ def fixed_names(tree) -> dict[int, frozenset[str]]:
         if isinstance(n, ast.For):  # ``for s in (1, 2, 3, 6): outs.append(F.adaptive_avg_pool2d(x, s))``, one line
             visit(n.iter, fixed)
             names = {t.id for t in ast.walk(n.target) if isinstance(t, ast.Name)}
-            rebound = any(_changes(t, names) for b in n.body for t in ast.walk(b))
-            kept = _bound_fixed(n.target, n.iter, fixed) if not rebound else set()
+            kept = _bound_fixed(n.target, n.iter, fixed)
+            if any(_changes(t, kept) for b in n.body for t in ast.walk(b)):  # (``f.relu()`` of another name: kept)
+                kept = set()
             for b in n.body:
                 visit(b, frozenset((fixed - names) | kept))
             for b in n.orelse:
