@@ -41,6 +41,24 @@ class ByPosition(nn.Module):  # the tuples' second items are literals; the first
         return torch.cat(outs, 1)
 
 
+class ForZip(nn.Module):  # a one-line for over a zip: the sizes by position
+    def __init__(self):
+        super().__init__()
+        self.sizes = (2, 3)
+
+    def forward(self, x):
+        outs = []
+        for f, s in zip((x, x * 2), self.sizes): outs.append(F.adaptive_avg_pool2d(f, s).flatten(1))  # noqa: E701
+        return torch.cat(outs, 1)
+
+
+class ForZipComputed(nn.Module):  # the twin: the zipped sizes hold one computed from the input
+    def forward(self, x):
+        outs = []; n = x.shape[2] // 12  # noqa: E702
+        for f, s in zip((x, x * 2), (2, n)): outs.append(F.adaptive_avg_pool2d(f, s).flatten(1))  # noqa: E701
+        return torch.cat(outs, 1)
+
+
 class RangeOfLength(nn.Module):  # the module's sizes by index over range(len(...))
     def __init__(self):
         super().__init__()
@@ -52,7 +70,8 @@ class RangeOfLength(nn.Module):  # the module's sizes by index over range(len(..
 
 #: name -> (module, traced size, whether the size needs --traced-shape to be decided)
 CASES = {"one_line_for": (OneLineFor, (36, 36), True), "one_line_range": (OneLineRange, (36, 36), True),
-         "by_position": (ByPosition, (36, 36), True), "range_of_length": (RangeOfLength, (36, 36), True)}
+         "by_position": (ByPosition, (36, 36), True), "range_of_length": (RangeOfLength, (36, 36), True),
+         "for_zip": (ForZip, (36, 36), True)}
 OTHER = [(37, 29), (64, 48), (9, 13), (23, 17), (40, 41)]
 
 
@@ -203,7 +222,7 @@ TWINS = {"training_or_computed": (TrainingOrComputed, (35, 28)), "for_rebound": 
          "for_tuple_target": (ForTupleTarget, (35, 35)), "for_subscript_target": (ForSubscriptTarget, (35, 35)),
          "comprehension_subscript_target": (ComprehensionSubscriptTarget, (35, 35)),
          "for_list_changed": (ForListChanged, (35, 35)), "for_list_appended": (ForListAppended, (35, 35)),
-         "for_list_aliased": (ForListAliased, (35, 35)), "for_twice_bound": (ForTwiceBound, (35, 35)), "zip_twice_bound": (ZipTwiceBound, (35, 35)),
+         "for_zip_computed": (ForZipComputed, (36, 36)), "for_list_aliased": (ForListAliased, (35, 35)), "for_twice_bound": (ForTwiceBound, (35, 35)), "zip_twice_bound": (ZipTwiceBound, (35, 35)),
          "shape_tail": (ShapeTail, (37, 29)), "lazy_beside_shape": (LazyBesideShape, (35, 35))}
 
 

@@ -202,7 +202,8 @@ def fixed_names(tree) -> dict[int, frozenset[str]]:
         if isinstance(n, ast.For):  # ``for s in (1, 2, 3, 6): outs.append(F.adaptive_avg_pool2d(x, s))``, one line
             visit(n.iter, fixed)
             names = {t.id for t in ast.walk(n.target) if isinstance(t, ast.Name)}
-            kept = _bound_fixed(n.target, n.iter, fixed)
+            kept = _zipped_fixed(n, fixed)  # (a For has a comprehension's iter and target)
+            kept = _bound_fixed(n.target, n.iter, fixed) if kept is None else kept
             if any(_changes(t, kept) for b in n.body for t in ast.walk(b)):  # (``f.relu()`` of another name: kept)
                 kept = set()
             for b in n.body:
@@ -219,7 +220,7 @@ def fixed_names(tree) -> dict[int, frozenset[str]]:
     return out
 
 
-def _zipped_fixed(gen: ast.comprehension, fixed: frozenset[str]) -> set[str] | None:
+def _zipped_fixed(gen: ast.comprehension | ast.For, fixed: frozenset[str]) -> set[str] | None:
     """For ``for y, s in zip((x, x * 2), self.sizes)``: the target names bound to a fixed iterable, by position
     (``s``); None where the loop is no zip into as many plain names."""
     e, t = gen.iter, gen.target
