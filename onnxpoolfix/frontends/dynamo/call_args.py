@@ -186,13 +186,8 @@ def fixed_names(tree) -> dict[int, frozenset[str]]:
             for gen in n.generators:
                 visit(gen.iter, frozenset(inner))
                 names = {t.id for t in ast.walk(gen.target) if isinstance(t, ast.Name)}
-                kept = _zipped_fixed(gen, frozenset(inner))
-                if kept is None:
-                    kept = _bound_fixed(gen.target, gen.iter, frozenset(inner))
                 used = [getattr(n, f, None) for f in ("elt", "key", "value")] + [c for g in n.generators for c in g.ifs]
-                if any(_changes(t, kept) for u in used if u is not None for t in ast.walk(u)):
-                    kept = set()
-                inner = (inner - names) | kept
+                inner = (inner - names) | _loop_fixed(gen, [u for u in used if u is not None], frozenset(inner))
                 for cond in gen.ifs:
                     visit(cond, frozenset(inner))
             for part in (getattr(n, "elt", None), getattr(n, "key", None), getattr(n, "value", None)):
@@ -202,10 +197,7 @@ def fixed_names(tree) -> dict[int, frozenset[str]]:
         if isinstance(n, ast.For):  # ``for s in (1, 2, 3, 6): outs.append(F.adaptive_avg_pool2d(x, s))``, one line
             visit(n.iter, fixed)
             names = {t.id for t in ast.walk(n.target) if isinstance(t, ast.Name)}
-            kept = _zipped_fixed(n, fixed)  # (a For has a comprehension's iter and target)
-            kept = _bound_fixed(n.target, n.iter, fixed) if kept is None else kept
-            if any(_changes(t, kept) for b in n.body for t in ast.walk(b)):  # (``f.relu()`` of another name: kept)
-                kept = set()
+            kept = _loop_fixed(n, n.body, fixed)
             for b in n.body:
                 visit(b, frozenset((fixed - names) | kept))
             for b in n.orelse:
@@ -218,6 +210,15 @@ def fixed_names(tree) -> dict[int, frozenset[str]]:
 
     visit(tree, frozenset())
     return out
+
+
+def _loop_fixed(loop: ast.comprehension | ast.For, body: list, fixed: frozenset[str]) -> set[str]:
+    """The names a loop (a comprehension's generator or a ``for``) binds to fixed values (by position through a zip
+    or tuples), less any its ``body`` changes (``s.append(...)``; a method of a name not fixed, ``f.relu()``, is
+    no change)."""
+    kept = _zipped_fixed(loop, fixed)
+    kept = _bound_fixed(loop.target, loop.iter, fixed) if kept is None else kept
+    return set() if any(_changes(t, kept) for b in body for t in ast.walk(b)) else kept
 
 
 def _zipped_fixed(gen: ast.comprehension | ast.For, fixed: frozenset[str]) -> set[str] | None:
