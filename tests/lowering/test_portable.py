@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +25,7 @@ import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
 from export_cache import dynamo_export
+from quantize import calibration_batches, quantized, relative_error
 from runtime_matrix import record
 
 import onnxpoolfix
@@ -206,35 +206,6 @@ def test_portable_emits_no_op_a_runtime_lacks(case):
 
 # ---- int8 quantization (onnxruntime.quantization), against the fixtures' saved torch outputs -----------
 
-def relative_error(got, want) -> float:
-    return float(np.abs(np.asarray(got, np.float64) - want).max() / np.abs(want).max())
-
-
-def quantized(model: onnx.ModelProto, x: np.ndarray, mode: str, tmp_path: Path) -> onnx.ModelProto:
-    from onnxruntime.quantization import CalibrationDataReader, quantize_dynamic, quantize_static
-
-    src, dst = tmp_path / "model.onnx", tmp_path / f"model.{mode}.onnx"
-    onnx.save(model, src)
-    name = model.graph.input[0].name
-    rng = np.random.default_rng(0)
-    batches = [x] + [rng.standard_normal(x.shape).astype(x.dtype) for _ in range(4)]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter([{name: b} for b in batches])
-
-        def get_next(self):
-            return next(self.it, None)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if mode == "dynamic":
-            quantize_dynamic(src, dst)
-        else:
-            quantize_static(src, dst, Reader())
-    return onnx.load(dst)
-
-
 # quantize_static of the plain dynamo exports of these modules (float32 fixtures): 5.6e-3 to 2.8e-2 relative,
 # depending on the calibration data (test_quantized_no_worse_than_dynamo holds each fixture to 1.5x its own);
 # quantize_dynamic leaves their pools unquantized (0). A MatMul lowering's quantized matrix: 0.4 to 1.0.
@@ -302,8 +273,7 @@ def quantization_floor(case, x: np.ndarray, want: np.ndarray) -> float:
         zero = np.round(-128 - lo / scale)
         return (np.clip(np.round(a / scale) + zero, -128, 127) - zero) * scale
 
-    rng = np.random.default_rng(0)  # the same batches as quantized()'s calibration
-    batches = [x] + [rng.standard_normal(x.shape).astype(x.dtype) for _ in range(4)]
+    batches = calibration_batches(x)  # quantized()'s calibration
     outs = [loop_reference(b, output_size(case)) for b in batches]
     lo, hi = min(b.min() for b in batches), max(b.max() for b in batches)
     pooled = loop_reference(fake(x, lo, hi), output_size(case))
