@@ -41,7 +41,7 @@ test-runtimes: $(RUNTIMES)
 	ONNXPOOLFIX_RUNTIME_MATRIX=docs/runtime-matrix.md $(PY) -m pytest -n auto --dist worksteal -m "slow or not slow" -q \
 		tests/test_runtimes.py \
 		tests/test_runtime_ncnn.py tests/test_runtime_mnn.py tests/test_runtime_tflite.py \
-		tests/lowering/test_portable.py tests/lowering/test_window_slices.py
+		tests/lowering/test_portable.py tests/lowering/test_quantized_fixtures.py tests/lowering/test_window_slices.py
 
 # the runtimes extra (TVM, ncnn, pnnx, MNN, TensorFlow: about 2 GB) only where test-runtimes asks for it
 $(RUNTIMES): $(STAMP)

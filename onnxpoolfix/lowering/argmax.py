@@ -238,6 +238,8 @@ def window_choice(em, w: str, kall: int | str, elem: int, tie_safe: bool) -> str
     fdt = np_dtype(elem)
     nan = em.is_nan(w, fdt)
     filled = em.op("Where", [nan, em.const("minus_inf", np.array(-np.inf, dtype=fdt)), w])
+    if tie_safe:
+        return _tie_safe_choice(em, filled, nan, kall)
     nanf = em.zero_one(nan, TensorProto.FLOAT)
     if isinstance(kall, str):
         pos = em.cast(em.op("Range", [em.const("zero", np.array(0, np.int64)), kall,
@@ -245,17 +247,7 @@ def window_choice(em, w: str, kall: int | str, elem: int, tie_safe: bool) -> str
         pos = em.unsqueeze(pos, [1])
     else:
         pos = em.const("position", np.arange(kall, dtype=np.float32).reshape(kall, 1))
-    if tie_safe:
-        # TensorRT imports ArgMax as TopK(k=1), whose choice among equal values is not documented: the
-        # first maximum by position instead (float positions: exact below 2**24); past_end only here, where
-        # it is read (an unread initializer makes onnxruntime warn at every load)
-        past_end = (em.cast(kall, TensorProto.FLOAT) if isinstance(kall, str)
-                    else em.const("past_end", np.array(kall, dtype=np.float32)))
-        is_max = em.op("Equal", [filled, em.reduce("ReduceMax", filled, [axis], keepdims=1)])
-        first_max = em.cast(em.reduce("ReduceMin", em.op("Where", [is_max, pos, past_end]), [axis], keepdims=1),
-                            TensorProto.INT64)
-    else:
-        first_max = em.op("ArgMax", [filled], axis=axis, keepdims=1)
+    first_max = em.op("ArgMax", [filled], axis=axis, keepdims=1)
     # the last NaN: the largest NaN position (a reversal, a Gather along the window axis, is 10-50x slower
     # in onnxruntime where that axis is the last, and a runtime one's Range(kall - 1, -1, -1) is what
     # onnxruntime's Gather-to-Slice fusion gets wrong)
@@ -266,6 +258,28 @@ def window_choice(em, w: str, kall: int | str, elem: int, tie_safe: bool) -> str
     else:
         any_nan = em.op("Greater", [most_nan, em.const("zero", np.array(0, dtype=np.float32))])
     return em.op("Where", [any_nan, last_nan, first_max])
+
+
+def _tie_safe_choice(em, filled: str, nan: str, kall: int | str) -> str:
+    """:func:`window_choice` without ArgMax: TensorRT imports ArgMax as TopK(k=1), whose choice among equal
+    values is not documented, so the first maximum is the smallest position holding the maximum. The
+    positions are int64 throughout (Where, ReduceMin/ReduceMax on INT64: TensorRT 10's table takes both):
+    onnxruntime's quantize_static, the QDQ step before a TensorRT int8 engine, quantizes the float inputs of
+    a Where, and float positions came back 1.004, 2.0, 3.01 and were truncated by the Cast to int64 (indices
+    wrong, values 1.5 off: measured on max2d)."""
+    axis = 1
+    if isinstance(kall, str):
+        pos = em.unsqueeze(em.op("Range", [em.const("zero", np.array(0, np.int64)), kall,
+                                           em.const("one", np.array(1, np.int64))]), [1])
+        past_end = kall
+    else:
+        pos = em.const("position", np.arange(kall, dtype=np.int64).reshape(kall, 1))
+        past_end = em.const("past_end", np.array(kall, np.int64))
+    is_max = em.op("Equal", [filled, em.reduce("ReduceMax", filled, [axis], keepdims=1)])
+    first_max = em.reduce("ReduceMin", em.op("Where", [is_max, pos, past_end]), [axis], keepdims=1)
+    none = em.const("no_position", np.array(-1, np.int64))
+    last_nan = em.reduce("ReduceMax", em.op("Where", [nan, pos, none]), [axis], keepdims=1)  # -1: no NaN
+    return em.op("Where", [em.op("Greater", [last_nan, none]), last_nan, first_max])
 
 
 class ArgMaxLowering(Lowering):
