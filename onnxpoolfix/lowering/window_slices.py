@@ -8,8 +8,9 @@ axis)``), window ``i`` is ``[start_i, end_i)`` with (int64, exact)::
 
     start_i = (i * n) div m            end_i = ((i + 1) * n + m - 1) div m
 
-computed for every ``i`` at once (two constant vectors, Mul/Add/Div), split into ``m`` one-element bounds,
-and each window is one ``Slice`` reduced by ReduceMean (average) or ReduceMax (max, with the base class'
+computed as 0-D int64 arithmetic per window (``k * n`` shared by ``end_{k-1}`` and ``start_k``; the
+index of the Gather and the factors 0-D ``Constant`` nodes), each bound Unsqueeze'd to one element, and
+each window is one ``Slice`` reduced by ReduceMean (average) or ReduceMax (max, with the base class'
 NaN / -inf wrapper), keepdims; one Concat puts the ``m`` windows back in order. Axes are pooled one after
 the other, the smaller output first read by the next.
 
@@ -22,16 +23,19 @@ What the default target's runtime windows (:mod:`.dynamic`) use and the runtimes
 is absent: no Range, no runtime pooling matrix or window table, no Reshape to a computed length, no Shape
 with ``start``/``end``, no If, no Gather of the data. No weights (int8 quantization and fp16 storage leave it
 exact), no multiplication of the data (a NaN or inf reaches only its windows). Measured: tract (symbolic
-input facts) and OpenVINO take it; TVM 0.27's ONNX frontend refuses the Gather of ``Shape``
-(docs/targets.md). The price is up to ``2 m`` nodes per axis and a copy of each window: at most
-:data:`MAX_WINDOWS` windows per axis.
+input facts), OpenVINO and TVM 0.27 take it. TVM's ONNX frontend folds 0-D arithmetic on a ``Gather(Shape(x),
+0-D constant)`` into symbolic sizes, so the Slices keep symbolic shapes; a vector of bounds split into one-element
+tensors (the form before review33) is a runtime tensor there, and the second axis' Gather of the first
+axis' output, whose shape it no longer knows, fails (``shape_of expects a tensor input``). The price is up
+to ``9 m`` nodes per axis (per window a Slice, a Reduce and 7 for its bounds, a Constant among them) and a
+copy of each window: at most :data:`MAX_WINDOWS` windows per axis.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from .. import windows as W
 from ..spec import RuntimeDim
@@ -64,7 +68,7 @@ class WindowSlicesStep(OneAxisStep):
         if self.pool_windows:
             return self._runs_cost(tuple(dims), itemsize) + C.NODE + 2 * out * itemsize / C.BANDWIDTH
         inner = numel(tuple(dims[self.axis + 1:]))
-        bounds = 8 * C.NODE if self.n is None else 0.0
+        bounds = (2 + 6 * self.m) * C.NODE if self.n is None else 0.0  # Shape, Gather; 6 0-D nodes a window
         # a Slice copies each window, its ReduceMean reads it: over an axis followed by fewer than
         # REDUCE_NARROW_INNER elements onnxruntime's reduction runs element by element
         read = C.REDUCE_NARROW_READ if inner < C.REDUCE_NARROW_INNER else 2 * itemsize / C.BANDWIDTH
@@ -104,14 +108,23 @@ class WindowSlicesStep(OneAxisStep):
             starts = (i * self.n) // self.m
             ends = ((i + 1) * self.n + self.m - 1) // self.m
             return ([em.ints("window_start", [s]) for s in starts], [em.ints("window_end", [e]) for e in ends])
-        n = em.op("Gather", [em.op("Shape", [x]), em.ints("axis", [self.axis])], axis=0, hint="length")  # [1]
-        m = em.ints("m", [self.m])
-        start = em.op("Div", [em.op("Mul", [n, em.const("i", i)]), m], hint="window_starts")
-        last = em.op("Add", [em.op("Mul", [n, em.const("i_plus_1", i + 1)]), em.ints("m_minus_1", [self.m - 1])])
-        end = em.op("Div", [last, m], hint="window_ends")
-        if self.m == 1:
-            return [start], [end]
-        return split_ones(em, start, self.m, "window_start"), split_ones(em, end, self.m, "window_end")
+        # 0-D arithmetic, one chain per window (not a length-m vector Split): TVM's ONNX frontend reads a
+        # Gather of Shape at a 0-D constant index as a symbolic scalar, folds 0-D Mul/Add/Div on it, and Slices
+        # at the Unsqueeze'd results keep symbolic shapes; a vector of bounds becomes a runtime tensor whose
+        # Slices lose their shapes (TVM 0.27 then cannot lower the Concat: review33). The 0-D constants are
+        # Constant nodes: TVM folds them under keep_params_in_input=True too (initializers become inputs there)
+        def scalar(hint: str, v: int) -> str:
+            return em.op("Constant", [], hint=hint, value=numpy_helper.from_array(np.asarray(v, np.int64)))
+
+        n = em.op("Gather", [em.op("Shape", [x]), scalar("axis", self.axis)], axis=0, hint="length")  # 0-D
+        m, m_minus_1 = scalar("m", self.m), scalar("m_minus_1", self.m - 1)
+        starts, ends = [em.ints("window_start", [0])], []
+        for k in range(1, self.m + 1):
+            kn = em.op("Mul", [n, scalar("i", k)])  # k * n: end_{k-1} and start_k
+            ends.append(em.unsqueeze(em.op("Div", [em.op("Add", [kn, m_minus_1]), m], hint="window_end"), [0]))
+            if k < self.m:
+                starts.append(em.unsqueeze(em.op("Div", [kn, m], hint="window_start"), [0]))
+        return starts, ends
 
     def emit(self, em, x, shape, elem):
         if self.pool_windows:
@@ -151,7 +164,7 @@ class WindowSlicesStep(OneAxisStep):
     def ops(self):
         if self.pool_windows:
             return ("Slice", "AveragePool", "Concat")
-        bounds = ("Shape", "Gather", "Mul", "Add", "Div", "Split") if self.n is None else ()
+        bounds = ("Shape", "Constant", "Gather", "Mul", "Add", "Div", "Unsqueeze") if self.n is None else ()
         return bounds + ("Slice", self.op_type, "Concat")
 
 
@@ -179,16 +192,6 @@ def window_runs(n: int, m: int) -> list[WindowRun]:
                 continue
         runs.append(WindowRun(s, e - s, 1, 1))
     return runs
-
-
-def split_ones(em, v: str, m: int, hint: str) -> list[str]:
-    """``v`` (1-D, length ``m``) as ``m`` one-element tensors: one Split (the sizes an input from opset 13,
-    an attribute before; opset 18 reads them from the input as well)."""
-    if em.opset >= 13:
-        em.op("Split", [v, em.ints("split", [1] * m)], axis=0, n_out=m, hint=hint)
-    else:
-        em.op("Split", [v], axis=0, split=[1] * m, n_out=m, hint=hint)
-    return list(em.nodes[-1].output)
 
 
 def pool_windows(spec, axis: int, n) -> bool:
