@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 import onnx
 
-from ...check.cut import cut_bytes
+from ...check.cut import cut_bytes, cut_nodes
 from ...check.feeds import random_feed
 from ...errors import PoolFixError
 from ...graph.shapes import apply_input_shapes, infer, infer_at, light_copy
@@ -238,7 +238,8 @@ def _run_shapes(model, tensors: Mapping[str, int], binding, model_dir, rng) -> d
 def _search_whole_model(model, todo_all: list[Trial], input_shapes, dtypes, rng, model_dir=None) -> None:
     """Sizes bound on the whole model and inferred (a graph that does not declare its sizes as expressions)."""
     budget = min(_SEARCH_BUDGET, max(8, _WHOLE_MODEL_NODES // max(1, len(model.graph.node))))
-    light = light_copy(model)  # each size is bound on a copy: without the weights' bytes
+    # each size is bound on a copy without the weights' bytes, of the nodes the regions' inputs are computed from
+    light = _inference_cut(light_copy(model), [x for t in todo_all for x in [t.candidate.pooled, *t.proof.sources]])
     first = bool(input_shapes)
     for binding in whole_model_bindings(model, input_shapes):
         todo = [t for t in todo_all if not _enough(t.candidate, t.proof, _proofs_needed(t.candidate)) or first]
@@ -276,6 +277,23 @@ def _search_whole_model(model, todo_all: list[Trial], input_shapes, dtypes, rng,
         first = False
     for _, p, _ in todo_all:
         p.searched = f"on the whole model, {len(p.tried)} sizes"
+
+
+def _inference_cut(light: onnx.ModelProto, wanted: list[str]) -> onnx.ModelProto:
+    """``light`` (changed in place) with only the nodes ``wanted`` are computed from: inference runs forward, so
+    their shapes are the whole model's, at a fraction of the cost (a region's unrolled nodes come after it). The
+    graph inputs and initializers stay (a binding is checked against every input)."""
+    g = light.graph
+    picked = set(cut_nodes(g, wanted)[0])
+    dropped = {o for k, n in enumerate(g.node) if k not in picked for o in n.output if o}
+    kept = [n for k, n in enumerate(g.node) if k in picked]
+    del g.node[:]
+    g.node.extend(kept)
+    for field in (g.value_info, g.output):
+        keep = [vi for vi in field if vi.name not in dropped]
+        del field[:]
+        field.extend(keep)
+    return light
 
 
 def _conclude(c: Candidate, p: Proof, bound: bool) -> None:
