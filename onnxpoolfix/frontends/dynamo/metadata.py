@@ -12,9 +12,8 @@ of modules' ``forward`` only, so a pool inside a method of the module ends its t
 Inception blocks: ``outputs = self._forward(x)``). ``self.conv(x)`` is no such call where ``conv`` is a submodule
 (its nodes carry its own scope): :func:`submodules` reads which names are, from the graph's scopes.
 
-Worked example, the line ``return F.interpolate(F.avg_pool2d(f, 2), size=s) + F.adaptive_avg_pool2d(f, (4, 4))``:
-two pooling calls, ``PoolCall("avg", adaptive=False, kernel=(2,), stride=None)`` (stride defaults to the kernel)
-and ``PoolCall("avg", adaptive=True, rank=2, size=(4, 4))``; ``interpolate`` (nearest) is no pooling call.
+E.g. ``F.interpolate(F.avg_pool2d(f, 2), size=s) + F.adaptive_avg_pool2d(f, (4, 4))``: ``PoolCall("avg", adaptive=False,
+kernel=(2,), stride=None)`` (stride: its kernel), ``PoolCall("avg", adaptive=True, rank=2, size=(4, 4))``, none else.
 """
 from __future__ import annotations
 
@@ -172,9 +171,10 @@ def source_line(node: onnx.NodeProto, modules: dict[tuple[str, ...], frozenset[s
     return _read_line(text, children) or SourceLine(text, (), True)
 
 
+@lru_cache(maxsize=4096)
 def _read_line(text: str, children: frozenset[str]) -> SourceLine | None:
-    """:func:`source_line` of one line of Python; None where no completion of it parses. A pooling module built
-    and called on it (``nn.AdaptiveAvgPool2d((4, 3))(x)``) is none of its calls here (its caller reads it)."""
+    """:func:`source_line` of one line of Python, None where no completion of it parses; cached (nodes repeat lines).
+    A pool module built and called on it (``nn.AdaptiveAvgPool2d((4, 3))(x)``) is none of its calls (its caller's)."""
     parsed = _parse(text)
     if parsed is None:
         return None
