@@ -179,12 +179,16 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
     no such size feeds a node of unknown output shape."""
     g = inferred.graph
     dims: dict[str, tuple] = {}
-    params: dict[str, tuple] = {}
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            dims[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None
-                                  for d in vi.type.tensor_type.shape.dim)
-            params[vi.name] = tuple(d.dim_param or None for d in vi.type.tensor_type.shape.dim)
+    typed: dict[str, onnx.TypeProto.Tensor] = {}  # the last declaration of each name, as below
+    shaped: dict[str, onnx.TypeProto.Tensor] = {}
+    for field in (g.input, g.value_info, g.output):
+        for vi in field:
+            if vi.type.HasField("tensor_type"):
+                tt = typed[vi.name] = vi.type.tensor_type
+                if tt.HasField("shape"):
+                    shaped[vi.name] = tt
+                    dims[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+    params = _Params(shaped)
     values: dict[str, np.ndarray] = {}
     measured: set[str] = set()  # values computed from a Shape
     computed: set[str] = set()  # and from constants, which onnx folds only from Unsqueeze-13/Concat-13 on
@@ -218,15 +222,15 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
     decided = {k: _taken(node, values) for k, node in enumerate(g.node) if node.op_type == "If" and node.domain
                in ("", "ai.onnx") and node.input[0] in conditions and not _sized(dims.get(node.output[0]))}
     decided = {k: b for k, b in decided.items() if b is not None}
-    out = onnx.ModelProto()
-    out.CopyFrom(inferred)
+    out = None  # copied only where something changes (most second rounds change nothing)
     if decided:
+        out = onnx.ModelProto()
+        out.CopyFrom(inferred)
         _inline_branches(out.graph, decided)
     added: dict[str, np.ndarray] = {}
     declared: dict[str, tuple[int, list]] = {}  # Reshape outputs sized here: (elem type, dims)
-    elems = {vi.name: vi.type.tensor_type.elem_type for vi in list(g.input) + list(g.value_info) + list(g.output)
-             if vi.type.HasField("tensor_type")}
-    for node in out.graph.node:
+    edits: list[tuple[int, int, str]] = []  # (node, input, folded name)
+    for k, node in enumerate(g.node if out is None else out.graph.node):
         if node.op_type in _FOLDED or node.domain not in ("", "ai.onnx") or all(
                 _sized(dims.get(o)) for o in node.output if o):
             continue  # onnx infers no other domain's nodes
@@ -235,16 +239,22 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
             if v is None:
                 continue
             target = _known(v)
-            if target is None and node.op_type == "Reshape" and j == 1 and elems.get(node.input[0]):
+            elem = typed[node.input[0]].elem_type if target is None and node.input[0] in typed else 0
+            if elem and node.op_type == "Reshape" and j == 1:
                 shape = _reshape_output(v, node.input[0], attributes(node).get("allowzero", 0), dims, params)
                 if shape is not None:
-                    declared[node.output[0]] = (elems[node.input[0]], shape)
+                    declared[node.output[0]] = (elem, shape)
             if target is not None:
                 name = f"{x}/onnxpoolfix_folded_{len(added)}"
                 added[name] = target
-                node.input[j] = name
+                edits.append((k, j, name))
     if not added and not declared and not decided:
         return None
+    if out is None:
+        out = onnx.ModelProto()
+        out.CopyFrom(inferred)
+    for k, j, name in edits:
+        out.graph.node[k].input[j] = name
     out.graph.initializer.extend(numpy_helper.from_array(v, n) for n, v in added.items())
     kept = [vi for vi in out.graph.value_info if vi.name not in declared]
     del out.graph.value_info[:]
@@ -254,6 +264,17 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
             vi.CopyFrom(onnx.helper.make_tensor_value_info(vi.name, *declared.pop(vi.name)))
     out.graph.value_info.extend(onnx.helper.make_tensor_value_info(n, e, d) for n, (e, d) in declared.items())
     return out
+
+
+class _Params:
+    """The symbolic dims' names of each shaped tensor (``dims``' twin), read only for the few a Reshape needs."""
+
+    def __init__(self, shaped: dict):
+        self.shaped = shaped
+
+    def get(self, name: str) -> tuple | None:
+        tt = self.shaped.get(name)
+        return None if tt is None else tuple(d.dim_param or None for d in tt.shape.dim)
 
 
 def _taken(node: onnx.NodeProto, values: dict) -> onnx.GraphProto | None:
