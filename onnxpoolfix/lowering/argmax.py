@@ -182,10 +182,11 @@ def emit_argmax(em, x: str, rank: int, tables: Sequence[str | np.ndarray | None]
         win_pos.append(pos + 1)
         pos += 2
     lead_pos = list(range(pos, pos + lead))
+    # the output's shape, [lead..., m...] (``out_dims`` is [m..., lead...])
     if out_dims is not None and None not in out_dims:  # every dim static: a constant (TVM's Relax takes no other;
-        keep_shape = em.ints("values_shape", out_dims)  # a -1 for a symbolic batch would stop at batch 0)
+        keep_shape = em.ints("values_shape", list(out_dims[k:]) + list(out_dims[:k]))  # a -1 would stop at batch 0)
     else:
-        keep_shape = em.op("Gather", [em.op("Shape", [g]), em.ints("out_and_lead", out_pos + lead_pos)], axis=0)
+        keep_shape = em.op("Gather", [em.op("Shape", [g]), em.ints("lead_and_out", lead_pos + out_pos)], axis=0)
     if win_pos:
         g = em.op("Transpose", [g], perm=out_pos + win_pos + lead_pos)  # moves whole blocks of the leading dims
     # [output positions, kall, leading dims]: onnxruntime reduces a middle axis 3-6x faster than a first one
@@ -198,9 +199,11 @@ def emit_argmax(em, x: str, rank: int, tables: Sequence[str | np.ndarray | None]
         choice = lazy_window_choice(em, w, kall, elem)
     else:
         choice = window_choice(em, w, kall, elem, tie_safe)
-    values = em.op("Reshape", [em.op("GatherElements", [w, choice], axis=1), keep_shape])
-    back = list(range(k, k + lead)) + list(range(k))  # [m..., lead...] -> [lead..., m...]
-    em.op("Transpose", [values], perm=back, out=y)
+    # [P, 1, R] -> [R, 1, P] -> [lead..., m...]: the leading dims first in the Reshape's target, where a batch of 0
+    # is the 0 its first dim copies (a Reshape reads 0 as "copy the input's dim" below opset 14's allowzero; with
+    # the pooled dims first, a 0 batch copied a dim that is not 0, or one past the input's rank: review35)
+    values = em.op("Transpose", [em.op("GatherElements", [w, choice], axis=1)], perm=[2, 1, 0])
+    em.op("Reshape", [values, keep_shape], out=y)
     if indices:
         if isinstance(n_out, int) and isinstance(kall, int):
             base = em.const("window_base", (np.arange(n_out, dtype=np.int64) * kall).reshape(n_out, 1, 1))
@@ -210,8 +213,8 @@ def emit_argmax(em, x: str, rank: int, tables: Sequence[str | np.ndarray | None]
             base = em.unsqueeze(em.op("Mul", [em.op("Range", [em.const("zero", np.array(0, np.int64)), count,
                                                               em.const("one", np.array(1, np.int64))]), step]), [1, 2])
         lin = em.op("Add", [choice, base])  # output position * kall + window element
-        picked = em.op("Reshape", [em.op("Gather", [flat_index, lin], axis=0), keep_shape])
-        em.op("Transpose", [picked], perm=back, out=indices)
+        picked = em.op("Transpose", [em.op("Gather", [flat_index, lin], axis=0)], perm=[2, 1, 0])
+        em.op("Reshape", [picked, keep_shape], out=indices)
 
 
 def lazy_window_choice(em, w: str, kall: int | str, elem: int) -> str:

@@ -18,6 +18,13 @@ CASES = [
     ("max", ["N", 3, 10, 9], [4, 5], "output", "argmax"),
     ("max", ["N", 3, "H", "W"], [4, 5], "output", "dynamic"),
     ("max", ["N", 3, "H", "W"], [4, 5], "none", "dynamic"),
+    # 1-D and 3-D max with indices (review35: the result reshaped to [m..., lead...] read the 0 batch as "copy the
+    # input's dim", which was not 0 there, or past the input's rank)
+    ("max", ["N", 3, 7], [3], "output", "argmax"),
+    ("max", ["N", 3, "W"], [3], "output", "dynamic"),
+    ("max", ["N", 3, 5, 4, 6], [2, 3, 2], "output", "argmax"),
+    ("max", ["N", 3, "D", "H", "W"], [2, 3, 2], "output", "dynamic"),
+    ("max", ["N", 3, 5, 4, 6], [2, 3, 2], "none", "argmax"),
 ]
 
 
@@ -29,7 +36,8 @@ def test_a_batch_of_zero_gives_an_empty_output(kind, shape, out, indices, strate
     so = ort.SessionOptions()
     so.log_severity_level = 4
     sess = ort.InferenceSession(result.model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    x = np.zeros([0 if d == "N" else 10 if d == "H" else 9 if d == "W" else d for d in shape], np.float32)
+    x = np.zeros([0 if d == "N" else 10 if d == "H" else 9 if d == "W" else 5 if d == "D" else d for d in shape],
+                 np.float32)
     outs = sess.run(None, {"x": x})
     assert len(outs) == (2 if indices == "output" else 1)
     for o in outs:
