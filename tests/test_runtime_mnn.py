@@ -11,7 +11,7 @@ import importlib.util
 import numpy as np
 import onnx
 import pytest
-from helpers import make_leftover
+from helpers import NON_FINITE_MAX_CASES, NON_FINITE_MAX_IDS, assert_bits_equal, make_leftover, non_finite_max_input
 from mnn_runner import MnnFailed, mnn_run
 from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
 from runtime_matrix import record
@@ -80,3 +80,12 @@ def test_non_finite_values_reach_torchs_outputs(kind, shape, size, target):
         np.testing.assert_array_equal(test(got), test(want), err_msg=test.__name__)
     finite = np.isfinite(want)
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape,size,opset", NON_FINITE_MAX_CASES, ids=NON_FINITE_MAX_IDS)
+def test_portable_max_keeps_torchs_non_finite_values(shape, size, opset):
+    """The portable target's static max pooling (lowering/max_steps.py): torch's NaN, +-inf, windows of only
+    -inf, -FLT_MAX and -0.0 bit for bit in MNN too."""
+    model = onnxpoolfix.patch(make_leftover("max", shape, size, opset=opset), target="portable").model
+    x = non_finite_max_input(shape)
+    assert_bits_equal(mnn_run(model, {"x": x})["y"], _torch_pool("max", x, size))

@@ -12,6 +12,7 @@ import importlib.util
 import numpy as np
 import onnx
 import pytest
+from helpers import NON_FINITE_MAX_CASES, NON_FINITE_MAX_IDS, assert_bits_equal, make_leftover, non_finite_max_input
 from ncnn_runner import NcnnFailed, ncnn_run, pnnx_binary
 from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
 from runtime_matrix import record
@@ -29,10 +30,11 @@ pytestmark = pytest.mark.slow
 
 def known_failure(case: dict, target: str) -> str | None:
     """What ncnn (1.0.20261020, through pnnx 20261020) cannot run, measured: the test asserts it fails."""
-    if case["kind"] == "max":
-        # torch's NaN semantics need comparisons (Equal/Less/Greater: no ncnn layer), the windows a Gather (none
-        # either); the default target's If crashes pnnx
-        return "max pooling"
+    if case["kind"] == "max" and (target != "portable" or "indices" in case["name"] or case["rank"] == 3):
+        # the default and tensorrt targets test NaN with comparisons (Equal/Less/Greater, IsNaN: no ncnn layer) and
+        # the indices need them; the default target's If crashes pnnx. The portable target's max without indices
+        # has neither (lowering/max_steps.py): exact below
+        return "max pooling with comparisons"
     if case["rank"] == 3:
         return "3-D pooling (a 4-D Crop, a Reshape)"
     if (target == "portable" and case["opset"] < 10) or (target == "onnxruntime" and case["opset"] < 9):
@@ -120,3 +122,34 @@ def test_pnnx_fp16_storage_rounds_the_tensorrt_targets_matrices():
     (w,) = want.values()
     (g,) = got.values()
     assert np.abs(g.reshape(w.shape) - w).max() > 1e-5 * np.abs(w).max()
+
+
+@pytest.mark.parametrize("defaults", [False, True], ids=["fp32", "ncnn_defaults"])
+@pytest.mark.parametrize("shape,size,opset", NON_FINITE_MAX_CASES, ids=NON_FINITE_MAX_IDS)
+def test_portable_max_keeps_torchs_non_finite_values(shape, size, opset, defaults):
+    """The portable target's static max pooling has no comparison or Gather (lowering/max_steps.py): pnnx
+    converts it, and ncnn keeps torch's NaN, +-inf, windows of only -inf, -FLT_MAX and -0.0 bit for bit, in
+    float32 and with pnnx's and ncnn's defaults (fp16 weight storage; fp16 arithmetic where the CPU has it)."""
+    torch = pytest.importorskip("torch")
+    model = onnxpoolfix.patch(make_leftover("max", shape, size, opset=opset), target="portable").model
+    x = non_finite_max_input(shape)
+    if len(size) == 3:  # a 4-D Crop (the 3-D windows' Slices) fails to load, as for the 3-D averages
+        with pytest.raises(NcnnFailed, match="load_param"):
+            ncnn_run(model, {"x": x}, fp16=defaults, ncnn_defaults=defaults)
+        return
+    want = getattr(torch.nn.functional, f"adaptive_max_pool{len(size)}d")(torch.from_numpy(x), size).numpy()
+    got = ncnn_run(model, {"x": x}, fp16=defaults, ncnn_defaults=defaults)["y"]
+    assert_bits_equal(got.reshape(want.shape), want)
+
+
+@pytest.mark.parametrize("size", [(1, 1), (5, 1), (1, 7)])
+def test_portable_averages_to_one_from_opset_18(size):
+    """An axis averaged to 1 from opset 18: the portable target writes a pooling op spanning it, not a ReduceMean
+    (opset 18's takes its axes as an input, which pnnx dropped: ncnn averaged the wrong dims, measured)."""
+    torch = pytest.importorskip("torch")
+    shape = (1, 4, 8, 9)
+    model = onnxpoolfix.patch(make_leftover("avg", shape, size, opset=18), target="portable").model
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    want = torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(x), size).numpy()
+    got = ncnn_run(model, {"x": x})["y"]
+    np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-5, atol=1e-6)

@@ -12,6 +12,7 @@ import importlib.util
 import numpy as np
 import onnx
 import pytest
+from helpers import NON_FINITE_MAX_CASES, NON_FINITE_MAX_IDS, assert_bits_equal, make_leftover, non_finite_max_input
 from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
 from runtime_matrix import record
 from tflite_runner import TfliteFailed, tflite_run
@@ -89,3 +90,14 @@ def test_tflite_matches_torch(case, target):
         seen.add("wrong at a size" if (case["name"], target, sfx) in KNOWN_WRONG else "exact")
     verdict = next(v for v in ("refused", "wrong at a size", "exact") if v in seen)
     record("TFLite", case, target, "exact, bound" if verdict == "exact" and case["dynamic"] else verdict)
+
+
+@pytest.mark.parametrize("shape,size,opset", NON_FINITE_MAX_CASES, ids=NON_FINITE_MAX_IDS)
+def test_portable_max_keeps_torchs_non_finite_values(shape, size, opset):
+    """The portable target's static max pooling (lowering/max_steps.py) in TFLite: torch's NaN, +-inf, windows
+    of only -inf, -FLT_MAX and -0.0 bit for bit (no denormals in the input: TFLite flushes them to zero)."""
+    torch = pytest.importorskip("torch")
+    model = onnxpoolfix.patch(make_leftover("max", shape, size, opset=opset), target="portable").model
+    x = non_finite_max_input(shape)
+    want = getattr(torch.nn.functional, f"adaptive_max_pool{len(size)}d")(torch.from_numpy(x), size).numpy()
+    assert_bits_equal(tflite_run(model, {"x": x})["y"].reshape(want.shape), want)

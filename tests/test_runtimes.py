@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from helpers import NON_FINITE_MAX_CASES, NON_FINITE_MAX_IDS, assert_bits_equal, make_leftover, non_finite_max_input
 from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
 from runtime_matrix import record
 
@@ -193,3 +194,22 @@ def test_tvm_matches_torch(case, target):
     if tvm_bug:  # every other size compared above
         pytest.xfail(f"at {', '.join(tvm_bug)}: TVM 0.27's LLVM codegen breaks on a lone AveragePool of the shape "
                      f"this file pools (apache/tvm pull 20111)")
+
+
+# ------------------------------------------------------------------- max pooling's NaN, -inf, -0.0, everywhere
+
+@pytest.mark.parametrize("runtime", ["OpenVINO", "tract", pytest.param("TVM", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("shape,size,opset", NON_FINITE_MAX_CASES, ids=NON_FINITE_MAX_IDS)
+def test_portable_max_keeps_torchs_non_finite_values(shape, size, opset, runtime):
+    """The portable target's static max pooling, written without comparisons (lowering/max_steps.py), on NaN,
+    +-inf, windows of only -inf (the runtimes' max starts from -FLT_MAX there), -FLT_MAX and -0.0: bit for
+    bit torch's (tests/test_runtime_ncnn.py, test_runtime_tflite.py and test_runtime_mnn.py: the same there)."""
+    torch = pytest.importorskip("torch")
+    if runtime == "TVM":
+        pytest.importorskip("tvm")
+    model = onnxpoolfix.patch(make_leftover("max", shape, size, opset=opset), target="portable").model
+    x = non_finite_max_input(shape)
+    run = {"OpenVINO": openvino_run, "tract": tract_run,
+           "TVM": lambda m, f: tvm_run(m, f, symbolic=False)}[runtime]
+    want = getattr(torch.nn.functional, f"adaptive_max_pool{len(size)}d")(torch.from_numpy(x), size).numpy()
+    assert_bits_equal(run(model, {"x": x})["y"], want)

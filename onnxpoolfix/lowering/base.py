@@ -17,7 +17,7 @@ from ..reason import needs_opset
 from ..tensorrt import SUPPORTED_OPS, GraphInfo, tensorrt_rejects
 from .avg_non_finite import GUARD_MIN_OPSET, guarded, unguardable
 from .max_steps import NON_FINITE_UNSAFE_MAX, NonFiniteMaxStep
-from .steps import CastStep, Step, emit_steps, run_cost
+from .steps import CastStep, PoolStep, ReduceStep, Step, emit_steps, run_cost
 
 # ops onnxruntime's CPU provider has no float64 kernel for (measured: onnxruntime 1.16-1.32)
 NO_FLOAT64_KERNEL = frozenset({"AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize"})
@@ -180,6 +180,36 @@ def max_drops_nan(spec: PoolSpec) -> str:
                        f"needs opset {guard}, the model has {spec.opset}")
 
 
+#: the most windows one axis may be cut into as Slices (each is a Slice and a Reduce node: window_slices)
+MAX_WINDOWS = 64
+
+
+def slices_fit(spec) -> bool:
+    """Every changed axis of ``spec`` is cut into at most :data:`MAX_WINDOWS` windows, from opset 10 (Slice's
+    bounds as inputs): window_slices applies, and the portable target prefers it to Gathers (ncnn has none)."""
+    return spec.opset >= 10 and all(a.keep or a.m <= MAX_WINDOWS for a in axis_windows(spec))
+
+
+def reduce_whole(spec, axes: tuple[int, ...]) -> Step:
+    """Axes pooled to 1: ReduceMean/ReduceMax over them, or for the portable target one AveragePool/MaxPool whose
+    kernel spans them (static 1-D and 2-D pools), where pnnx gets a Reduce wrong for ncnn (measured): from opset 18,
+    where a Reduce takes its axes as an input, it writes ReduceMean averaging the wrong dims and ReduceMax not at
+    all; before, it does not convert a ReduceMax over two axes."""
+    op = "ReduceMean" if spec.kind == "avg" else "ReduceMax"
+    dims = spec.input_shape
+    if (spec.target == "portable" and (spec.opset >= 18 or spec.kind == "max") and spec.ndim in (3, 4) and spec.k <= 2
+            and all(a >= 2 and isinstance(dims[a], int) for a in axes) and compute_dtype(spec) != TensorProto.DOUBLE):
+        pool = "AveragePool" if spec.kind == "avg" else "MaxPool"
+        return PoolStep(pool, 2, tuple((a, W.Uniform(dims[a], dims[a])) for a in axes))
+    return ReduceStep(op, axes)
+
+
+# ops ncnn (through pnnx) has no layer for (measured, issue 33): the portable target's static max pooling leaves
+# them out wherever window_slices applies and no indices are read (its NaN test then needs no comparison; under
+# symbolic sizes its bounds are a Gather of the input's Shape, and ncnn takes a file bound to one size anyway)
+NCNN_LACKS = frozenset({"Gather", "GatherElements", "Equal", "Less", "Greater"})
+
+
 # what the portable target leaves out, and why (issue 33: measured in onnxruntime, OpenVINO, tract, MNN,
 # ncnn through pnnx, TFLite through onnx2tf, TVM and onnx2torch)
 NOT_PORTABLE = {
@@ -196,6 +226,9 @@ def portable_rejection(ops: set[str], spec: PoolSpec) -> str | None:
     if "IsNaN" in ops and not equal_nan_tests("portable", spec.opset):  # Emitter.is_nan's Equal masks
         return needs_opset(11, f"not portable: IsNaN (MNN and ncnn lack it; the Equal masks written instead need "
                                f"opset 11), the model has {spec.opset}")
+    if spec.kind == "max" and spec.static and not spec.node.indices_output and slices_fit(spec) and ops & NCNN_LACKS:
+        return (f"not portable: {', '.join(sorted(ops & NCNN_LACKS))} (ncnn lacks them; window_slices applies, "
+                f"whose Slices and NaN test without comparisons convert)")
     if spec.k >= 3 and ops & {"AveragePool", "MaxPool"}:
         return "not portable: a 3-D pooling op (MNN crashes on 3-D AveragePool, TFLite needs TensorFlow's Flex ops)"
     return None

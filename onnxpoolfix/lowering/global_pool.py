@@ -1,12 +1,12 @@
 """Every output size is 1: one window spanning each pooled axis.
 
 ReduceMean/ReduceMax over the pooled axes (keepdims) rather than GlobalAveragePool: measured faster in
-onnxruntime, valid for any input rank (unbatched too), and with float64 kernels.
+onnxruntime, valid for any input rank (unbatched too), and with float64 kernels. The portable target's takes a
+pooling op where pnnx gets the Reduce wrong for ncnn (:func:`~.base.reduce_whole`).
 """
 from __future__ import annotations
 
-from .base import Lowering, axis_windows
-from .steps import ReduceStep
+from .base import Lowering, axis_windows, reduce_whole
 
 
 class GlobalLowering(Lowering):
@@ -21,4 +21,4 @@ class GlobalLowering(Lowering):
 
     def _steps(self, spec):
         axes = tuple(a.axis for a in axis_windows(spec) if not a.keep)
-        return [ReduceStep("ReduceMean" if spec.kind == "avg" else "ReduceMax", axes)]
+        return [reduce_whole(spec, axes)]

@@ -125,7 +125,9 @@ class NonFiniteMaxStep(WrappedSteps):
     onnxruntime target) it sits in the else-branch of an If whose condition is "the input's sum is
     finite" (one ReduceSum pass): finite inputs, nearly all of them, run only the plain steps. TensorRT
     gets the eager form (its If is a conditional layer that evaluates both branches anyway).
-    Needs opset 9 (IsNaN, Where)."""
+    Needs opset 9 (IsNaN, Where). The portable target, where every inner step has a mean twin (window
+    slices, reductions, MaxPool), takes the form without comparisons of :meth:`_comparison_free` instead (ncnn has
+    no comparison layer)."""
 
     lazy: bool = False
     #: every mask an Equal (the portable target): MNN 3.6 compares a tensor with a constant wrongly in Less and
@@ -136,18 +138,75 @@ class NonFiniteMaxStep(WrappedSteps):
         if self.lazy:  # priced for the finite path: the plain steps + one read of x + If
             return run_cost(self.inner, shape, itemsize) + 4 * C.NODE + numel(shape) * itemsize / C.BANDWIDTH
         out = numel(self.out_shape(shape))
+        if self.comparison_free:  # three poolings (M, E, S); ten elementwise passes over x, six over the output
+            return (3 * run_cost(self.inner, shape, itemsize) + 16 * C.NODE
+                    + numel(shape) * itemsize * 10 / C.BANDWIDTH + out * itemsize * 6 / C.BANDWIDTH)
         return (2 * run_cost(self.inner, shape, itemsize) + 6 * C.NODE
                 + numel(shape) * (itemsize + 4 * 3) / C.BANDWIDTH + out * (4 + 3 * itemsize) / C.BANDWIDTH)
 
+    def _mean_steps(self):
+        """The inner steps with each window max replaced by the window mean, or None where a step has no such
+        twin: what pools the NaN carrier of the form without comparisons (:meth:`_comparison_free`)."""
+        twins = tuple(s.mean_twin() for s in self.inner)
+        return None if None in twins else twins
+
+    @property
+    def comparison_free(self) -> bool:
+        """The portable target's comparison-free form applies (every inner step has a mean twin)."""
+        return self.equal_masks and not self.lazy and self._mean_steps() is not None
+
     @property
     def ops(self):
+        if self.comparison_free:
+            means = tuple(op for s in self._mean_steps() for op in s.ops)
+            arith = ("Sub", "Relu", "Neg", "Max", "Min", "Add", "Abs", "Exp", "Mul")
+            return self.inner_ops() + tuple(op for op in dict.fromkeys(means + arith) if op not in self.inner_ops())
         masks = ("Equal",) if self.equal_masks else ("Less", "Greater")
         finite_test = ("Sub", "Equal") if self.equal_masks else ("Sub", "Not")  # (Constant: the branches' own)
         lazy = ("ReduceSum",) + finite_test + ("If", "Constant") if self.lazy else ()
         extra = ("Cast", "IsNaN", "Where") + masks + lazy
         return self.inner_ops() + extra
 
+    def _comparison_free(self, em, x, shape, elem):
+        """Torch's max without comparisons (ncnn has no comparison layer; review32 measured it bit-exact in
+        onnxruntime, OpenVINO, tract, MNN, ncnn through pnnx, TVM and TFLite through onnx2tf):
+
+            Y = M - ((S - E*MAX) - E*MAX)
+            M = the window max of x (the inner steps)
+            E = the window max of e = Max(-Relu(-MAX - x), -1): -0.0, or -1 exactly when the window holds
+                only -inf (-1, not -inf: OpenVINO's, tract's and ncnn's max start from -MAX, MNN's MaxPool
+                from -2^24, so a window of -inf comes out as that start; -1 is above all of them)
+            S = the window mean of the NaN carrier c = t - t, t = Min(MAX, Max(-MAX, x)) + Exp(-|x|):
+                +0 for every non-NaN x (t is finite), NaN for NaN; two branches because each runtime drops NaN
+                in one of them (tract: Max/Min; OpenVINO: the Max/Min pair, fused to a clamp; MNN: Abs; ncnn:
+                Exp) and none makes a NaN of a number in either (a Div or Atan of inf does in ncnn)
+
+        (S is taken as S - S after the pooling: TFLite's AveragePool gives -inf for a window with a NaN.)
+        D = (S - E*MAX) - E*MAX is +0 (+0 - -0.0; M, -0.0 included, comes out unchanged), +inf for an all -inf window
+        (Y = -inf whatever the runtime's M there), NaN for a window with a NaN; Y = M - D."""
+        fdt = np_dtype(elem)
+        big = np.finfo(fdt).max
+        y = self.plain(em, x, shape, elem)
+        # e = -Relu(-MAX - x): -0.0 for a number, -inf for -inf. Relu, not Min, and constants of its own:
+        # onnxconverter_common's float16 conversion runs Min/Max in float32 and clamps the other ops' constants to
+        # 1e4 (-MAX would come out -inf), and a constant Min/Max share with another op it writes in both dtypes
+        e = em.op("Neg", [em.op("Relu", [em.op("Sub", [em.const("lowest", np.array(-big, fdt)), x])])])
+        e = em.op("Max", [e, em.const("minus_one", np.array(-1.0, fdt))], hint="neg_inf_code")  # -1 or -0.0
+        neg_inf = self.plain(em, e, shape, elem)  # -1 exactly where the window holds only -inf, else -0.0
+        clipped = em.op("Min", [em.const("highest", np.array(big, fdt)),
+                                em.op("Max", [em.const("lowest", np.array(-big, fdt)), x])])
+        t = em.op("Add", [clipped, em.op("Exp", [em.op("Neg", [em.op("Abs", [x])])])])
+        carrier = em.op("Sub", [t, t], hint="nan_carrier")
+        for s in self._mean_steps():
+            carrier = s.emit(em, carrier, shape, elem)
+            shape = s.out_shape(shape)
+        carrier = em.op("Sub", [carrier, carrier])  # TFLite's AveragePool makes a NaN mean -inf: NaN again
+        scaled = em.op("Mul", [neg_inf, em.const("highest", np.array(big, fdt))])  # -MAX or -0.0
+        return em.op("Sub", [y, em.op("Sub", [em.op("Sub", [carrier, scaled]), scaled])])
+
     def _exact(self, em, x, shape, elem):
+        if self.comparison_free:
+            return self._comparison_free(em, x, shape, elem)
         y = self.plain(em, x, shape, elem)
         f32 = TensorProto.FLOAT
         fdt = np_dtype(elem)

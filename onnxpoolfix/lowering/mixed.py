@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from onnx import TensorProto
 
-from .base import Lowering, axis_windows, compute_dtype, itemsize
+from .base import Lowering, axis_windows, compute_dtype, itemsize, reduce_whole, slices_fit
 from .matmul import cheapest_order
 from .max_steps import MaxPoolGatherStep, WindowGatherStep
 from .pool import for_target, pool_op_reason
@@ -17,12 +17,11 @@ from .steps import (
     GatherStep,
     MatMulStep,
     PoolStep,
-    ReduceStep,
     ResizeStep,
     run_cost,
 )
 from .sum_steps import WindowSumStep
-from .window_slices import WindowSlicesStep, pool_windows, slices_fit
+from .window_slices import WindowSlicesStep, pool_windows
 
 
 class _PerAxis(Lowering):
@@ -53,7 +52,7 @@ class _PerAxis(Lowering):
             to_one = [a for a in uniform if a.m == 1]
             if to_one:  # a Reduce over the axes pooled to 1, the pooling op (if any) for the others
                 rest = tuple((a.axis, a.uniform) for a in uniform if a.m != 1)
-                reduce = ReduceStep("ReduceMean" if spec.kind == "avg" else "ReduceMax", tuple(a.axis for a in to_one))
+                reduce = reduce_whole(spec, tuple(a.axis for a in to_one))
                 options.append([reduce] + ([PoolStep(op, first, rest)] if rest else []))
             size = itemsize(compute_dtype(spec))
             steps += min(options, key=lambda o: run_cost(o, spec.input_shape, size))

@@ -9,7 +9,7 @@ only needs the pooled axes to be static; leading dims are copied with Reshape's 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import gcd, prod
 from typing import ClassVar, Sequence
 
@@ -70,6 +70,10 @@ class Step:
     def at(self, shape: Shape, itemsize: int, opset: int) -> "Step":
         """This step as it runs on ``shape`` (a variant where the input's size changes the best form)."""
         return self
+
+    def mean_twin(self) -> "Step | None":
+        """This max step averaging its windows instead, or None (the NaN carrier's pooling: max_steps.py)."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,9 @@ class ReduceStep(Step):
     def ops(self):
         return (self.op_type,)
 
+    def mean_twin(self):
+        return replace(self, op_type="ReduceMean") if self.op_type == "ReduceMax" else None
+
 
 @dataclass(frozen=True)
 class PoolStep(Step):
@@ -189,6 +196,9 @@ class PoolStep(Step):
     @property
     def ops(self):
         return (self.op_type,)
+
+    def mean_twin(self):
+        return replace(self, op_type="AveragePool") if self.op_type == "MaxPool" else None
 
 
 @dataclass(frozen=True)

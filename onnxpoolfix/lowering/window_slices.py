@@ -41,12 +41,9 @@ from .. import windows as W
 from ..spec import RuntimeDim
 from ..words import TARGET_PORTABLE
 from . import cost as C
-from .base import Lowering, axis_windows, compute_dtype
+from .base import MAX_WINDOWS, Lowering, axis_windows, compute_dtype, reduce_whole
 from .runtime_windows import guess_len
-from .steps import OneAxisStep, ReduceStep, Step, numel
-
-#: the most windows one axis may be cut into (each is a Slice and a Reduce node)
-MAX_WINDOWS = 64
+from .steps import OneAxisStep, Step, numel
 
 
 @dataclass(frozen=True)
@@ -60,6 +57,14 @@ class WindowSlicesStep(OneAxisStep):
     op_type: str  # ReduceMean | ReduceMax
     #: each window an AveragePool over its slice (kernel = its length) instead of a ReduceMean: see pool_windows()
     pool_windows: bool = False
+
+    def mean_twin(self):
+        return replace(self, op_type="ReduceMean") if self.op_type == "ReduceMax" else None
+
+    @property
+    def pool_op(self) -> str:
+        """The pooling op of a run of windows (:meth:`_emit_runs`)."""
+        return "AveragePool" if self.op_type == "ReduceMean" else "MaxPool"
 
     def cost(self, shape, itemsize):
         dims = list(shape)
@@ -158,14 +163,14 @@ class WindowSlicesStep(OneAxisStep):
                 parts.append(cut(run.start, stop, run.step, "window"))
                 continue
             xr = x if (run.start, stop) == (0, self.n) else cut(run.start, stop, 1, "window_run")
-            parts.append(em.op("AveragePool", [xr], kernel_shape=[run.length if a == self.axis else 1 for a in spatial],
+            parts.append(em.op(self.pool_op, [xr], kernel_shape=[run.length if a == self.axis else 1 for a in spatial],
                                strides=[run.step if a == self.axis else 1 for a in spatial]))
         return parts[0] if len(parts) == 1 else em.op("Concat", parts, axis=self.axis)
 
     @property
     def ops(self):
         if self.pool_windows:
-            return ("Slice", "AveragePool", "Concat")
+            return ("Slice", self.pool_op, "Concat")
         bounds = ("Shape", "Constant", "Gather", "Mul", "Add", "Div", "Unsqueeze") if self.n is None else ()
         return bounds + ("Slice", self.op_type, "Concat")
 
@@ -197,18 +202,15 @@ def window_runs(n: int, m: int) -> list[WindowRun]:
 
 
 def pool_windows(spec, axis: int, n) -> bool:
-    """Whether a static average axis is pooled as runs of AveragePools (:meth:`WindowSlicesStep._emit_runs`)
-    rather than a ReduceMean per window: fewer nodes, each window read once. Over a pooling op's spatial dims of
-    a 1-D or 2-D pool (no 3-D pooling op: MNN, TFLite), where onnxruntime has an AveragePool kernel. (It also
-    keeps opset 18's ReduceMean away from pnnx, which drops a Reduce's axes input when it writes ncnn.)"""
-    return (spec.kind == "avg" and isinstance(n, int) and spec.ndim in (3, 4) and axis >= 2
+    """Whether a static axis is pooled as runs of AveragePools or MaxPools (:meth:`WindowSlicesStep._emit_runs`)
+    rather than a ReduceMean/ReduceMax per window: fewer nodes, each window read once. Over a pooling op's spatial
+    dims of a 1-D or 2-D pool (no 3-D pooling op: MNN, TFLite), where onnxruntime has an AveragePool kernel (max
+    pooling's NaN test averages too). Averages always; max pooling from opset 18, whose ReduceMax takes its axes
+    as an input, which pnnx leaves as a layer ncnn does not have (measured; for ReduceMean it drops the axes and
+    ncnn averages the wrong dims). Below opset 18 max keeps ReduceMax: MNN's MaxPool starts its max at -2^24."""
+    max_ok = spec.kind == "max" and spec.opset >= 18
+    return ((spec.kind == "avg" or max_ok) and isinstance(n, int) and spec.ndim in (3, 4) and axis >= 2
             and compute_dtype(spec) != TensorProto.DOUBLE)
-
-
-def slices_fit(spec) -> bool:
-    """Every changed axis of ``spec`` is cut into at most :data:`MAX_WINDOWS` windows, from opset 10 (Slice's
-    bounds as inputs): window_slices applies, and the portable target prefers it to Gathers (ncnn has none)."""
-    return spec.opset >= 10 and all(a.keep or a.m <= MAX_WINDOWS for a in axis_windows(spec))
 
 
 class WindowSlicesLowering(Lowering):
@@ -235,7 +237,7 @@ class WindowSlicesLowering(Lowering):
         steps: list[Step] = []
         whole = tuple(a.axis for a in changed if a.m == 1)
         if whole:
-            steps.append(ReduceStep(op, whole))
+            steps.append(reduce_whole(spec, whole))
         # the axis whose output is smallest relative to its input first: later axes slice less
         rest = sorted((a for a in changed if a.m != 1), key=lambda a: a.m / guess_len(a.n))
         steps += [WindowSlicesStep(a.axis, a.n if isinstance(a.n, int) else None, a.m, op,

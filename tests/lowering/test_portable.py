@@ -25,6 +25,7 @@ import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
 from export_cache import dynamo_export
+from helpers import NON_FINITE_MAX_CASES, NON_FINITE_MAX_IDS, assert_bits_equal, make_leftover, non_finite_max_input
 from quantize import calibration_batches, quantized, relative_error
 from runtime_matrix import record
 
@@ -315,6 +316,28 @@ def test_fp16_weights_exact_to_the_inputs_rounding(case, target):
 
 DIRECT_MAX = [c for c in CASES if c["kind"] == "max" and not c["dynamic"] and c["dtype"] == "float32"
               and c["module"].startswith("nn.Adaptive")]
+
+
+#: what ncnn (through pnnx) has no layer for (docs/targets.md); MNN lacks IsNaN
+NCNN_LACKS = {"Gather", "GatherElements", "Equal", "Less", "Greater", "Where", "IsNaN", "Not", "If"}
+
+
+@pytest.mark.parametrize("shape,size,opset", NON_FINITE_MAX_CASES, ids=NON_FINITE_MAX_IDS)
+def test_static_max_without_comparisons_or_gathers_as_torch(shape, size, opset):
+    """The portable target's static max pooling (no indices read) has no comparison, Where or Gather, which
+    ncnn lacks (review32: Y = M - ((S - E*MAX) - E*MAX), lowering/max_steps.py), and keeps torch's NaN, -inf,
+    -FLT_MAX and -0.0 bit for bit; tests/test_runtime*.py run the same files in the other runtimes."""
+    model = onnxpoolfix.patch(make_leftover("max", shape, size, opset=opset), target="portable").model
+    ops = {n.op_type for n in model.graph.node}
+    assert not ops & NCNN_LACKS, sorted(ops & NCNN_LACKS)
+    if len(size) <= 2:  # pnnx converts no ReduceMax over two axes, nor opset 18's (its axes an input)
+        reduces = [n for n in model.graph.node if n.op_type in ("ReduceMax", "ReduceMean")]
+        assert opset < 18 or not reduces, opset
+        assert all(len(a.ints) == 1 for n in reduces for a in n.attribute if a.name == "axes")
+    x = non_finite_max_input(shape)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    fn = getattr(torch.nn.functional, f"adaptive_max_pool{len(size)}d")
+    assert_bits_equal(sess.run(None, {"x": x})[0], fn(torch.from_numpy(x), size).numpy())
 
 
 @pytest.mark.parametrize("case", DIRECT_MAX, ids=ids(DIRECT_MAX))

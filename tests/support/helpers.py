@@ -218,3 +218,30 @@ def leftovers_in_if_branches(*, opset: int = 17, ir_version: int = 8) -> onnx.Mo
         "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 5, 7])], initializer=[size])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(ATEN, 1)],
                              ir_version=ir_version)
+
+
+#: (input shape, output size, opset) of the max pooling the runtime tests feed :func:`non_finite_max_input`:
+#: non-uniform 2-D (window ReduceMaxes; from opset 18, whose ReduceMax takes its axes as an input, runs of MaxPools),
+#: uniform 2-D (a MaxPool), 1-D, 3-D, and axes pooled to 1 (a MaxPool spanning them: pnnx converts no ReduceMax
+#: over two axes, nor one from opset 18)
+NON_FINITE_MAX_CASES = [((1, 4, 8, 9), (5, 7), 17), ((1, 4, 8, 9), (5, 7), 18), ((1, 4, 7, 7), (3, 3), 17),
+                        ((1, 4, 11), (4,), 17), ((1, 4, 11), (4,), 21), ((1, 4, 4, 5, 6), (2, 3, 4), 17),
+                        ((1, 4, 8, 9), (1, 1), 17), ((1, 4, 8, 9), (5, 1), 18)]
+NON_FINITE_MAX_IDS = ["2d", "2d_opset18", "2d_uniform", "1d", "1d_opset21", "3d", "global", "2d_to_one_opset18"]
+
+
+def non_finite_max_input(shape, seed: int = 0) -> np.ndarray:
+    """What max pooling's NaN handling is tested on, one case per channel: 0, numbers with NaN, +inf and -inf
+    scattered; 1, only -inf (windows of -inf: -inf, where runtimes' max starts from -FLT_MAX or -2^24); 2, a
+    column of -FLT_MAX (a window whose max is -FLT_MAX, not -inf) and a NaN; 3, only -0.0 (-0.0 out)."""
+    g = np.random.default_rng(seed)
+    x = g.standard_normal(shape).astype(np.float32)
+    r = g.random(shape[2:])
+    x[0, 0][r < 0.08] = np.nan
+    x[0, 0][(r >= 0.08) & (r < 0.16)] = np.inf
+    x[0, 0][(r >= 0.16) & (r < 0.4)] = -np.inf
+    x[0, 1] = -np.inf
+    x[0, 2, ..., 0] = -np.finfo(np.float32).max
+    x[0, 2].flat[x[0, 2].size // 2] = np.nan
+    x[0, 3] = -0.0
+    return x

@@ -7,6 +7,7 @@ drops a batch of 1, and a batch above 1 is not representable. Both run in subpro
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -69,17 +70,29 @@ def ncnn_run(model: onnx.ModelProto, feed: dict[str, np.ndarray], *, fp16: bool 
         param, weights = path.with_suffix(".ncnn.param"), path.with_suffix(".ncnn.bin")
         if rc or not param.exists():
             raise NcnnFailed(f"pnnx: exit {rc}: {tail}")
+        batch_in, batch_out = _batch_axes(path.with_name(f"{path.stem}_ncnn.py"))
         ins = []
         for i, n in enumerate(names):
             ins.append(str(Path(d) / f"in{i}.npy"))
-            np.save(ins[-1], feed[n][0])
+            np.save(ins[-1], feed[n][0] if batch_in.get(i, True) else feed[n])
         outs = [str(Path(d) / f"out{i}.npy") for i in range(len(model.graph.output))]
         rc, tail = run_apart([sys.executable, "-c", _RUN, str(param), str(weights), str(int(ncnn_defaults)),
                               str(len(ins)), *ins, *outs])
         if rc:
             raise NcnnFailed(f"ncnn: exit {rc}: {tail} "
                              f"(layers: {sorted(_layers(param))})")
-        return {o.name: np.load(p)[None] for o, p in zip(model.graph.output, outs)}
+        return {o.name: np.load(p)[None] if batch_out.get(i, True) else np.load(p)
+                for i, (o, p) in enumerate(zip(model.graph.output, outs))}
+
+
+def _batch_axes(script: Path) -> tuple[dict[int, bool], dict[int, bool]]:
+    """Which inputs and outputs pnnx dropped the batch axis of, read from the test script it writes beside
+    the model (``batch_index=0``: dropped; ``233``: pnnx found no batch axis, as in a graph of only Slices,
+    reductions and elementwise ops, and keeps every dim)."""
+    text = script.read_text() if script.exists() else ""
+    ins = {int(i): b != "233" for i, b in re.findall(r'ex\.input\("in(\d+)".*?batch_index=(\d+)', text)}
+    outs = {int(i): b != "233" for i, b in re.findall(r'out(\d+)\.numpy\(batch_index=(\d+)\)', text)}
+    return ins, outs
 
 
 def _layers(param: Path) -> set[str]:
