@@ -340,6 +340,19 @@ def test_static_max_without_comparisons_or_gathers_as_torch(shape, size, opset):
     assert_bits_equal(sess.run(None, {"x": x})[0], fn(torch.from_numpy(x), size).numpy())
 
 
+@pytest.mark.parametrize("size", [(1, 1), (5, 1), (1, 7)])
+def test_averages_to_one_from_opset_18_take_no_reduce(size):
+    """An axis averaged to 1 from opset 18 is one AveragePool spanning it: opset 18's ReduceMean takes its axes as
+    an input, which pnnx drops (ncnn averaged the wrong dims: tests/test_runtime_ncnn.py runs these files)."""
+    shape = (2, 4, 8, 9)
+    model = onnxpoolfix.patch(make_leftover("avg", shape, size, opset=18), target="portable").model
+    assert not {n.op_type for n in model.graph.node} & {"ReduceMean", "ReduceSum"}
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    got = run(model, x)
+    np.testing.assert_allclose(got, torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(x), size).numpy(),
+                               rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("case", DIRECT_MAX, ids=ids(DIRECT_MAX))
 def test_max_non_finite_as_torch(case):
     x, _ = saved(case)
