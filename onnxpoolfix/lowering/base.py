@@ -190,18 +190,22 @@ def slices_fit(spec) -> bool:
     return spec.opset >= 10 and all(a.keep or a.m <= MAX_WINDOWS for a in axis_windows(spec))
 
 
-def reduce_whole(spec, axes: tuple[int, ...]) -> Step:
-    """Axes pooled to 1: ReduceMean/ReduceMax over them, or for the portable target one AveragePool/MaxPool whose
-    kernel spans them (static 1-D and 2-D pools), where pnnx gets a Reduce wrong for ncnn (measured): from opset 18,
-    where a Reduce takes its axes as an input, it writes ReduceMean averaging the wrong dims and ReduceMax not at
-    all; before, it does not convert a ReduceMax over two axes."""
+def reduce_whole(spec, axes: tuple[int, ...]) -> list[Step]:
+    """Axes pooled to 1: a ReduceMean/ReduceMax over them, except for the portable target where pnnx gets that
+    wrong for ncnn (measured): from opset 18, where a Reduce takes its axes as an input, pnnx writes ReduceMean
+    averaging the wrong dims and ReduceMax not at all, so static 1-D and 2-D pools take one AveragePool/MaxPool
+    spanning the axes; before, it converts no ReduceMax over two axes, so max takes one ReduceMax per axis (not a
+    MaxPool: MNN's starts its max at -2^24)."""
     op = "ReduceMean" if spec.kind == "avg" else "ReduceMax"
+    if spec.target != "portable":
+        return [ReduceStep(op, axes)]
     dims = spec.input_shape
-    if (spec.target == "portable" and (spec.opset >= 18 or spec.kind == "max") and spec.ndim in (3, 4) and spec.k <= 2
-            and all(a >= 2 and isinstance(dims[a], int) for a in axes) and compute_dtype(spec) != TensorProto.DOUBLE):
+    spatial = range(2, len(dims))
+    if (spec.opset >= 18 and spec.ndim in (3, 4) and spec.k <= 2 and all(a >= 2 for a in axes)
+            and all(isinstance(dims[a], int) for a in spatial) and compute_dtype(spec) != TensorProto.DOUBLE):
         pool = "AveragePool" if spec.kind == "avg" else "MaxPool"
-        return PoolStep(pool, 2, tuple((a, W.Uniform(dims[a], dims[a])) for a in axes))
-    return ReduceStep(op, axes)
+        return [PoolStep(pool, 2, tuple((a, W.Uniform(dims[a], dims[a])) for a in axes))]
+    return [ReduceStep(op, (a,)) for a in axes] if spec.kind == "max" else [ReduceStep(op, axes)]
 
 
 # ops ncnn (through pnnx) has no layer for (measured, issue 33): the portable target's static max pooling leaves
@@ -226,7 +230,8 @@ def portable_rejection(ops: set[str], spec: PoolSpec) -> str | None:
     if "IsNaN" in ops and not equal_nan_tests("portable", spec.opset):  # Emitter.is_nan's Equal masks
         return needs_opset(11, f"not portable: IsNaN (MNN and ncnn lack it; the Equal masks written instead need "
                                f"opset 11), the model has {spec.opset}")
-    if spec.kind == "max" and spec.static and not spec.node.indices_output and slices_fit(spec) and ops & NCNN_LACKS:
+    if (spec.kind == "max" and spec.static and spec.opset >= 11 and not spec.node.indices_output and slices_fit(spec)
+            and ops & NCNN_LACKS):  # (the NaN test without comparisons is written from opset 11, as the Equal one)
         return (f"not portable: {', '.join(sorted(ops & NCNN_LACKS))} (ncnn lacks them; window_slices applies, "
                 f"whose Slices and NaN test without comparisons convert)")
     if spec.k >= 3 and ops & {"AveragePool", "MaxPool"}:

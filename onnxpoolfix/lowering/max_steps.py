@@ -159,7 +159,7 @@ class NonFiniteMaxStep(WrappedSteps):
     def ops(self):
         if self.comparison_free:
             means = tuple(op for s in self._mean_steps() for op in s.ops)
-            arith = ("Sub", "Relu", "Neg", "Max", "Min", "Add", "Abs", "Exp", "Mul")
+            arith = ("Mul", "Min", "Add", "Max", "Sub", "Abs", "Neg", "Exp")
             return self.inner_ops() + tuple(op for op in dict.fromkeys(means + arith) if op not in self.inner_ops())
         masks = ("Equal",) if self.equal_masks else ("Less", "Greater")
         finite_test = ("Sub", "Equal") if self.equal_masks else ("Sub", "Not")  # (Constant: the branches' own)
@@ -173,35 +173,41 @@ class NonFiniteMaxStep(WrappedSteps):
 
             Y = M - ((S - E*MAX) - E*MAX)
             M = the window max of x (the inner steps)
-            E = the window max of e = Max(-Relu(-MAX - x), -1): -0.0, or -1 exactly when the window holds
-                only -inf (-1, not -inf: OpenVINO's, tract's and ncnn's max start from -MAX, MNN's MaxPool
-                from -2^24, so a window of -inf comes out as that start; -1 is above all of them)
-            S = the window mean of the NaN carrier c = t - t, t = Min(MAX, Max(-MAX, x)) + Exp(-|x|):
+            E = the window max of e = Max(Min(u, -4096) + 4096, -1), u = x * 2^(12 - maxexp) (|u| < 4096 for a
+                number): +0, or -1 exactly when the window holds only -inf (-1, not -inf: OpenVINO's, tract's
+                and ncnn's max start from -MAX, MNN's MaxPool from -2^24, so a window of -inf comes out as that
+                start; -1 is above all of them)
+            S = the window mean of the NaN carrier c = t - t, t = Min(4096, Max(-4096, u)) + Exp(-|x|):
                 +0 for every non-NaN x (t is finite), NaN for NaN; two branches because each runtime drops NaN
                 in one of them (tract: Max/Min; OpenVINO: the Max/Min pair, fused to a clamp; MNN: Abs; ncnn:
                 Exp) and none makes a NaN of a number in either (a Div or Atan of inf does in ncnn)
 
         (S is taken as S - S after the pooling: TFLite's AveragePool gives -inf for a window with a NaN.)
-        D = (S - E*MAX) - E*MAX is +0 (+0 - -0.0; M, -0.0 included, comes out unchanged), +inf for an all -inf window
+        D = (S - E*MAX) - E*MAX is +0 (M, -0.0 included, comes out unchanged), +inf for an all -inf window
         (Y = -inf whatever the runtime's M there), NaN for a window with a NaN; Y = M - D."""
         fdt = np_dtype(elem)
         big = np.finfo(fdt).max
         y = self.plain(em, x, shape, elem)
-        # e = -Relu(-MAX - x): -0.0 for a number, -inf for -inf. Relu, not Min, and constants of its own:
-        # onnxconverter_common's float16 conversion runs Min/Max in float32 and clamps the other ops' constants to
-        # 1e4 (-MAX would come out -inf), and a constant Min/Max share with another op it writes in both dtypes
-        e = em.op("Neg", [em.op("Relu", [em.op("Sub", [em.const("lowest", np.array(-big, fdt)), x])])])
-        e = em.op("Max", [e, em.const("minus_one", np.array(-1.0, fdt))], hint="neg_inf_code")  # -1 or -0.0
-        neg_inf = self.plain(em, e, shape, elem)  # -1 exactly where the window holds only -inf, else -0.0
-        clipped = em.op("Min", [em.const("highest", np.array(big, fdt)),
-                                em.op("Max", [em.const("lowest", np.array(-big, fdt)), x])])
+        # e before its Max: 0 for a number, -inf for -inf. Not Min(x, -MAX) + MAX: onnxconverter_common's float16
+        # conversion runs Min/Max in float32 and clamps the other ops' constants into [1e-7, 1e4] (MAX became 1e4,
+        # e -inf for every number); here it only raises the scale, which float16's range allows. Not
+        # -Relu(-MAX - x): MNN's Relu makes NaN of -inf and of numbers below about -1e31.
+        scale = np.array(2.0 ** (12 - np.finfo(fdt).maxexp), fdt)
+        shift = np.array(4096.0, fdt)
+        scaled_x = em.op("Mul", [x, em.const("scale", scale)])
+        e = em.op("Min", [scaled_x, em.const("minus_shift", -shift)])
+        e = em.op("Add", [e, em.const("shift", shift)])
+        e = em.op("Max", [e, em.const("minus_one", np.array(-1.0, fdt))], hint="neg_inf_code")  # -1 or +0
+        neg_inf = self.plain(em, e, shape, elem)  # -1 exactly where the window holds only -inf, else +0
+        # the carrier's clip on the scaled x, to +-4096: what a float16 conversion casts back stays finite
+        clipped = em.op("Min", [em.const("shift", shift), em.op("Max", [em.const("minus_shift", -shift), scaled_x])])
         t = em.op("Add", [clipped, em.op("Exp", [em.op("Neg", [em.op("Abs", [x])])])])
         carrier = em.op("Sub", [t, t], hint="nan_carrier")
         for s in self._mean_steps():
             carrier = s.emit(em, carrier, shape, elem)
             shape = s.out_shape(shape)
         carrier = em.op("Sub", [carrier, carrier])  # TFLite's AveragePool makes a NaN mean -inf: NaN again
-        scaled = em.op("Mul", [neg_inf, em.const("highest", np.array(big, fdt))])  # -MAX or -0.0
+        scaled = em.op("Mul", [neg_inf, em.const("highest", np.array(big, fdt))])  # -MAX or +0
         return em.op("Sub", [y, em.op("Sub", [em.op("Sub", [carrier, scaled]), scaled])])
 
     def _exact(self, em, x, shape, elem):

@@ -53,7 +53,7 @@ class _PerAxis(Lowering):
             if to_one:  # a Reduce over the axes pooled to 1, the pooling op (if any) for the others
                 rest = tuple((a.axis, a.uniform) for a in uniform if a.m != 1)
                 reduce = reduce_whole(spec, tuple(a.axis for a in to_one))
-                options.append([reduce] + ([PoolStep(op, first, rest)] if rest else []))
+                options.append(reduce + ([PoolStep(op, first, rest)] if rest else []))
             size = itemsize(compute_dtype(spec))
             steps += min(options, key=lambda o: run_cost(o, spec.input_shape, size))
         steps += cheapest_order(spec, lambda a: self._general_steps(spec, a), general)

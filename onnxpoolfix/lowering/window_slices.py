@@ -209,8 +209,8 @@ def pool_windows(spec, axis: int, n) -> bool:
     as an input, which pnnx leaves as a layer ncnn does not have (measured; for ReduceMean it drops the axes and
     ncnn averages the wrong dims). Below opset 18 max keeps ReduceMax: MNN's MaxPool starts its max at -2^24."""
     max_ok = spec.kind == "max" and spec.opset >= 18
-    return ((spec.kind == "avg" or max_ok) and isinstance(n, int) and spec.ndim in (3, 4) and axis >= 2
-            and compute_dtype(spec) != TensorProto.DOUBLE)
+    return ((spec.kind == "avg" or max_ok) and isinstance(n, int) and spec.ndim in (3, 4) and spec.k <= 2
+            and axis >= 2 and compute_dtype(spec) != TensorProto.DOUBLE)
 
 
 class WindowSlicesLowering(Lowering):
@@ -237,7 +237,7 @@ class WindowSlicesLowering(Lowering):
         steps: list[Step] = []
         whole = tuple(a.axis for a in changed if a.m == 1)
         if whole:
-            steps.append(reduce_whole(spec, whole))
+            steps += reduce_whole(spec, whole)
         # the axis whose output is smallest relative to its input first: later axes slice less
         rest = sorted((a for a in changed if a.m != 1), key=lambda a: a.m / guess_len(a.n))
         steps += [WindowSlicesStep(a.axis, a.n if isinstance(a.n, int) else None, a.m, op,

@@ -224,16 +224,19 @@ def leftovers_in_if_branches(*, opset: int = 17, ir_version: int = 8) -> onnx.Mo
 #: non-uniform 2-D (window ReduceMaxes; from opset 18, whose ReduceMax takes its axes as an input, runs of MaxPools),
 #: uniform 2-D (a MaxPool), 1-D, 3-D, and axes pooled to 1 (a MaxPool spanning them: pnnx converts no ReduceMax
 #: over two axes, nor one from opset 18)
-NON_FINITE_MAX_CASES = [((1, 4, 8, 9), (5, 7), 17), ((1, 4, 8, 9), (5, 7), 18), ((1, 4, 7, 7), (3, 3), 17),
-                        ((1, 4, 11), (4,), 17), ((1, 4, 11), (4,), 21), ((1, 4, 4, 5, 6), (2, 3, 4), 17),
-                        ((1, 4, 8, 9), (1, 1), 17), ((1, 4, 8, 9), (5, 1), 18)]
+NON_FINITE_MAX_CASES = [((1, 6, 8, 9), (5, 7), 17), ((1, 6, 8, 9), (5, 7), 18), ((1, 6, 7, 7), (3, 3), 17),
+                        ((1, 6, 11), (4,), 17), ((1, 6, 11), (4,), 21), ((1, 6, 4, 5, 6), (2, 3, 4), 17),
+                        ((1, 6, 8, 9), (1, 1), 17), ((1, 6, 8, 9), (5, 1), 18)]
 NON_FINITE_MAX_IDS = ["2d", "2d_opset18", "2d_uniform", "1d", "1d_opset21", "3d", "global", "2d_to_one_opset18"]
+#: the channel of :func:`non_finite_max_input` whose every window's maximum is -3e38 (MNN's MaxPool: -2^24)
+BELOW_MNN_MAXPOOL = 5
 
 
 def non_finite_max_input(shape, seed: int = 0) -> np.ndarray:
     """What max pooling's NaN handling is tested on, one case per channel: 0, numbers with NaN, +inf and -inf
     scattered; 1, only -inf (windows of -inf: -inf, where runtimes' max starts from -FLT_MAX or -2^24); 2, a
-    column of -FLT_MAX (a window whose max is -FLT_MAX, not -inf) and a NaN; 3, only -0.0 (-0.0 out)."""
+    column of -FLT_MAX (a window whose max is -FLT_MAX, not -inf) and a NaN; 3, only -0.0 (-0.0 out); 4, only
+    +inf and huge numbers (3e38, 1e32: MNN's Relu made NaN of their negations); 5, only -3e38."""
     g = np.random.default_rng(seed)
     x = g.standard_normal(shape).astype(np.float32)
     r = g.random(shape[2:])
@@ -244,4 +247,6 @@ def non_finite_max_input(shape, seed: int = 0) -> np.ndarray:
     x[0, 2, ..., 0] = -np.finfo(np.float32).max
     x[0, 2].flat[x[0, 2].size // 2] = np.nan
     x[0, 3] = -0.0
+    x[0, 4] = np.where(r < 0.3, np.inf, np.where(r < 0.6, 1e32, 3e38)).astype(np.float32)
+    x[0, BELOW_MNN_MAXPOOL] = -3e38
     return x
