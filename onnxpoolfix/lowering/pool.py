@@ -34,6 +34,10 @@ class PoolLowering(Lowering):
         bad = [a for a in axes if not a.keep and a.uniform is None]
         if bad:
             return f"axis {bad[0].describe()} has no single kernel/stride"
+        if (spec.target == "portable" and spec.kind == "max" and spec.opset < 18
+                and all(a.keep or a.m == 1 for a in axes)):
+            return ("every pooled axis goes to 1: that is 'global', a ReduceMax per axis (MNN's MaxPool starts its "
+                    "max at -2^24)")
         return pool_op_reason(spec)
 
     def _steps(self, spec):
