@@ -18,6 +18,7 @@ from helpers import (
     assert_bits_equal,
     make_leftover,
     non_finite_max_input,
+    portable_max,
 )
 from mnn_runner import MnnFailed, mnn_run
 from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
@@ -93,7 +94,7 @@ def test_non_finite_values_reach_torchs_outputs(kind, shape, size, target):
 def test_portable_max_keeps_torchs_non_finite_values(shape, size, opset):
     """The portable target's static max pooling (lowering/max_steps.py): torch's NaN, +-inf, windows of only
     -inf, -FLT_MAX and -0.0 bit for bit in MNN too."""
-    model = onnxpoolfix.patch(make_leftover("max", shape, size, opset=opset), target="portable").model
+    model = portable_max(shape, size, opset)
     x = non_finite_max_input(shape)
     got, want = mnn_run(model, {"x": x})["y"], _torch_pool("max", x, size)
     if "MaxPool" in {n.op_type for n in model.graph.node}:

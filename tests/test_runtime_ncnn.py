@@ -12,7 +12,14 @@ import importlib.util
 import numpy as np
 import onnx
 import pytest
-from helpers import NON_FINITE_MAX_CASES, NON_FINITE_MAX_IDS, assert_bits_equal, make_leftover, non_finite_max_input
+from helpers import (
+    NON_FINITE_MAX_CASES,
+    NON_FINITE_MAX_IDS,
+    assert_bits_equal,
+    make_leftover,
+    non_finite_max_input,
+    portable_max,
+)
 from ncnn_runner import NcnnFailed, ncnn_run, pnnx_binary
 from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
 from runtime_matrix import record
@@ -33,7 +40,7 @@ def known_failure(case: dict, target: str) -> str | None:
     if case["kind"] == "max" and (target != "portable" or "indices" in case["name"] or case["rank"] == 3):
         # the default and tensorrt targets test NaN with comparisons (Equal/Less/Greater, IsNaN: no ncnn layer) and
         # the indices need them; the default target's If crashes pnnx. The portable target's max without indices
-        # has neither (lowering/max_steps.py): exact below
+        # is judged by its file below
         return "max pooling with comparisons"
     if case["rank"] == 3:
         return "3-D pooling (a 4-D Crop, a Reshape)"
@@ -42,6 +49,35 @@ def known_failure(case: dict, target: str) -> str | None:
         # below opset 9 (a MatMul's NaN guard needs IsNaN and Where)
         return "window sums: a Gather"
     return None
+
+
+#: ops ncnn (through pnnx) has no layer for (measured)
+NCNN_LACKS = {"Gather", "GatherElements", "Equal", "Less", "Greater", "Where", "IsNaN", "Not", "If"}
+#: the portable target's max fixtures ncnn takes with --strategy window_slices (no indices read, 1-D or 2-D)
+WINDOW_SLICES_MAX = [c for c in CASES if c["kind"] == "max" and "indices" not in c["name"] and c["rank"] <= 2]
+
+
+@pytest.mark.parametrize("case", WINDOW_SLICES_MAX, ids=[c["name"] for c in WINDOW_SLICES_MAX])
+def test_ncnn_takes_the_portable_max_with_window_slices(case):
+    """The remedy docs/targets.md gives ncnn users for max pooling: ``--target portable --strategy window_slices``
+    (window Slices and the NaN test without comparisons), exact at every saved batch-1 size."""
+    rtol, atol = case["suggested_tolerance"]
+    model = onnx.load(FIXTURES / case["file"])
+    sizes = list(_runnable(case))
+    if not sizes:
+        pytest.skip("every saved size has a batch above 1, which ncnn's Mat cannot hold")
+    for sfx, feed, want in sizes:
+        shapes = {k: list(v.shape) for k, v in feed.items()} if case["dynamic"] else None
+        patched = onnxpoolfix.patch(model, target="portable", input_shapes=shapes, strategy="window_slices",
+                                    check=False).model
+        ops = {n.op_type for n in patched.graph.node}
+        assert not ops & NCNN_LACKS
+        if ops == {"Identity"}:
+            continue  # pooling n -> n bound: one Identity, which pnnx cannot convert (nothing to run)
+        got = ncnn_run(patched, feed)
+        for name, w in want.items():
+            np.testing.assert_allclose(got[name].reshape(w.shape), w, rtol=rtol, atol=atol,
+                                       err_msg=f"{name} at {sfx or 'traced'}")
 
 
 def _runnable(case):
@@ -68,9 +104,13 @@ def test_ncnn_matches_torch(case, target):
         record("ncnn", case, target, "batch > 1")
         pytest.skip("every saved size has a batch above 1, which ncnn's Mat cannot hold")
     failure = known_failure(case, target)
-    if failure is None and target == "onnxruntime" and "If" in {n.op_type for n in _patch(case, target,
-                                                                                            sizes[0][1]).graph.node}:
+    ops = {n.op_type for n in _patch(case, target, sizes[0][1]).graph.node}
+    if failure is None and target == "onnxruntime" and "If" in ops:
         failure = "the default target's If (its MatMul averages' NaN guard): comparisons ncnn has no layer for"
+    if failure is None and case["kind"] == "max" and ops & NCNN_LACKS:
+        # the portable target's default static max: Gathers (quantize_static leaves them exact); for ncnn
+        # --strategy window_slices, below
+        failure = "max pooling with Gathers or comparisons"
     if failure:
         sfx, feed, _ = sizes[0]
         with pytest.raises(NcnnFailed):
@@ -97,7 +137,8 @@ def _pool_only(case) -> bool:
     return not any(t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16) for t in model.graph.initializer)
 
 
-FP16_CASES = [c for c in CASES if not c["dynamic"] and known_failure(c, "portable") is None and _pool_only(c)
+FP16_CASES = [c for c in CASES if c["kind"] == "avg" and not c["dynamic"] and known_failure(c, "portable") is None
+              and _pool_only(c)
               and all(v.shape[:1] == (1,) for v in next(runs(c))[1].values())]
 
 
@@ -131,7 +172,7 @@ def test_portable_max_keeps_torchs_non_finite_values(shape, size, opset, default
     converts it, and ncnn keeps torch's NaN, +-inf, windows of only -inf, -FLT_MAX and -0.0 bit for bit, in
     float32 and with pnnx's and ncnn's defaults (fp16 weight storage; fp16 arithmetic where the CPU has it)."""
     torch = pytest.importorskip("torch")
-    model = onnxpoolfix.patch(make_leftover("max", shape, size, opset=opset), target="portable").model
+    model = portable_max(shape, size, opset)
     x = non_finite_max_input(shape)
     if len(size) == 3:  # a 4-D Crop (the 3-D windows' Slices) fails to load, as for the 3-D averages
         with pytest.raises(NcnnFailed, match="load_param"):

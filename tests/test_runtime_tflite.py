@@ -12,7 +12,13 @@ import importlib.util
 import numpy as np
 import onnx
 import pytest
-from helpers import NON_FINITE_MAX_CASES, NON_FINITE_MAX_IDS, assert_bits_equal, make_leftover, non_finite_max_input
+from helpers import (
+    NON_FINITE_MAX_CASES,
+    NON_FINITE_MAX_IDS,
+    assert_bits_equal,
+    non_finite_max_input,
+    portable_max,
+)
 from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
 from runtime_matrix import record
 from tflite_runner import TfliteFailed, tflite_run
@@ -97,7 +103,7 @@ def test_portable_max_keeps_torchs_non_finite_values(shape, size, opset):
     """The portable target's static max pooling (lowering/max_steps.py) in TFLite: torch's NaN, +-inf, windows
     of only -inf, -FLT_MAX and -0.0 bit for bit (no denormals in the input: TFLite flushes them to zero)."""
     torch = pytest.importorskip("torch")
-    model = onnxpoolfix.patch(make_leftover("max", shape, size, opset=opset), target="portable").model
+    model = portable_max(shape, size, opset)
     x = non_finite_max_input(shape)
     want = getattr(torch.nn.functional, f"adaptive_max_pool{len(size)}d")(torch.from_numpy(x), size).numpy()
     assert_bits_equal(tflite_run(model, {"x": x})["y"].reshape(want.shape), want)

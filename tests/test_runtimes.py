@@ -13,7 +13,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from helpers import NON_FINITE_MAX_CASES, NON_FINITE_MAX_IDS, assert_bits_equal, make_leftover, non_finite_max_input
+from helpers import (
+    NON_FINITE_MAX_CASES,
+    NON_FINITE_MAX_IDS,
+    assert_bits_equal,
+    non_finite_max_input,
+    portable_max,
+)
 from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
 from runtime_matrix import record
 
@@ -207,7 +213,7 @@ def test_portable_max_keeps_torchs_non_finite_values(shape, size, opset, runtime
     torch = pytest.importorskip("torch")
     if runtime == "TVM":
         pytest.importorskip("tvm")
-    model = onnxpoolfix.patch(make_leftover("max", shape, size, opset=opset), target="portable").model
+    model = portable_max(shape, size, opset)
     x = non_finite_max_input(shape)
     run = {"OpenVINO": openvino_run, "tract": tract_run,
            "TVM": lambda m, f: tvm_run(m, f, symbolic=False)}[runtime]

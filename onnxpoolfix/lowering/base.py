@@ -208,12 +208,6 @@ def reduce_whole(spec, axes: tuple[int, ...]) -> list[Step]:
     return [ReduceStep(op, (a,)) for a in axes] if spec.kind == "max" else [ReduceStep(op, axes)]
 
 
-# ops ncnn (through pnnx) has no layer for (measured, issue 33): the portable target's static max pooling leaves
-# them out wherever window_slices applies and no indices are read (its NaN test then needs no comparison; under
-# symbolic sizes its bounds are a Gather of the input's Shape, and ncnn takes a file bound to one size anyway)
-NCNN_LACKS = frozenset({"Gather", "GatherElements", "Equal", "Less", "Greater"})
-
-
 # what the portable target leaves out, and why (issue 33: measured in onnxruntime, OpenVINO, tract, MNN,
 # ncnn through pnnx, TFLite through onnx2tf, TVM and onnx2torch)
 NOT_PORTABLE = {
@@ -230,10 +224,6 @@ def portable_rejection(ops: set[str], spec: PoolSpec) -> str | None:
     if "IsNaN" in ops and not equal_nan_tests("portable", spec.opset):  # Emitter.is_nan's Equal masks
         return needs_opset(11, f"not portable: IsNaN (MNN and ncnn lack it; the Equal masks written instead need "
                                f"opset 11), the model has {spec.opset}")
-    if (spec.kind == "max" and spec.static and spec.opset >= 11 and not spec.node.indices_output and slices_fit(spec)
-            and ops & NCNN_LACKS):  # (the NaN test without comparisons is written from opset 11, as the Equal one)
-        return (f"not portable: {', '.join(sorted(ops & NCNN_LACKS))} (ncnn lacks them; window_slices applies, "
-                f"whose Slices and NaN test without comparisons convert)")
     if spec.k >= 3 and ops & {"AveragePool", "MaxPool"}:
         return "not portable: a 3-D pooling op (MNN crashes on 3-D AveragePool, TFLite needs TensorFlow's Flex ops)"
     return None

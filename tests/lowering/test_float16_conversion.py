@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from helpers import NON_FINITE_MAX_CASES, NON_FINITE_MAX_IDS, make_leftover
+from helpers import NON_FINITE_MAX_CASES, NON_FINITE_MAX_IDS, portable_max
 from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
 
 import onnxpoolfix
@@ -50,7 +50,7 @@ def test_the_portable_max_pooling_converts_with_its_numbers_below_minus_1e4(shap
     clamps constants outside Min/Max into [1e-7, 1e4] (review36: its -inf test read every window of numbers
     below -1e4 as -inf, 2e4 off): windows of numbers down to -6e4 and up to 6e4, torch's max of the input's
     float16 rounding exactly."""
-    model = onnxpoolfix.patch(make_leftover("max", shape, size, opset=opset), target="portable").model
+    model = portable_max(shape, size, opset)
     half = float16.convert_float_to_float16(model, keep_io_types=True)
     x = np.random.default_rng(1).uniform(-6e4, -1e4, shape)
     x[0, 1] = -x[0, 1]

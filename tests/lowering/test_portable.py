@@ -25,7 +25,14 @@ import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
 from export_cache import dynamo_export
-from helpers import NON_FINITE_MAX_CASES, NON_FINITE_MAX_IDS, assert_bits_equal, make_leftover, non_finite_max_input
+from helpers import (
+    NON_FINITE_MAX_CASES,
+    NON_FINITE_MAX_IDS,
+    assert_bits_equal,
+    make_leftover,
+    non_finite_max_input,
+    portable_max,
+)
 from quantize import calibration_batches, quantized, relative_error
 from runtime_matrix import record
 
@@ -327,7 +334,7 @@ def test_static_max_without_comparisons_or_gathers_as_torch(shape, size, opset):
     """The portable target's static max pooling (no indices read) has no comparison, Where or Gather, which
     ncnn lacks (review32: Y = M - ((S - E*MAX) - E*MAX), lowering/max_steps.py), and keeps torch's NaN, -inf,
     -FLT_MAX and -0.0 bit for bit; tests/test_runtime*.py run the same files in the other runtimes."""
-    model = onnxpoolfix.patch(make_leftover("max", shape, size, opset=opset), target="portable").model
+    model = portable_max(shape, size, opset)
     ops = {n.op_type for n in model.graph.node}
     assert not ops & NCNN_LACKS, sorted(ops & NCNN_LACKS)
     if len(size) <= 2:  # pnnx converts no ReduceMax over two axes, nor opset 18's (its axes an input)

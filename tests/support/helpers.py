@@ -250,3 +250,15 @@ def non_finite_max_input(shape, seed: int = 0) -> np.ndarray:
     x[0, 4] = np.where(r < 0.3, np.inf, np.where(r < 0.6, 1e32, 3e38)).astype(np.float32)
     x[0, BELOW_MNN_MAXPOOL] = -3e38
     return x
+
+
+def portable_max(shape, size, opset: int) -> onnx.ModelProto:
+    """One max pooling node patched for the portable target as ncnn needs it: ``--strategy window_slices``, or
+    ``pool`` where every window is uniform (one MaxPool), ``global`` where every size is 1; the form without
+    comparisons each way."""
+    import onnxpoolfix
+
+    uniform = all(n % m == 0 for n, m in zip(shape[len(shape) - len(size):], size))
+    strategy = "global" if set(size) == {1} else "pool" if uniform else "window_slices"
+    return onnxpoolfix.patch(make_leftover("max", shape, size, opset=opset), target="portable",
+                             strategy=strategy).model
