@@ -64,7 +64,7 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
     if strategy != AUTO:
         chosen = next(c for c in cands if c.name == strategy)
         if chosen.reason:
-            raise UnsupportedNodeError(f"strategy '{strategy}' is not exact for {spec.node.label}: {chosen.reason}",
+            raise UnsupportedNodeError(f"strategy '{strategy}' does not apply to {spec.node.label}: {chosen.reason}",
                                        f"{DROP_STRATEGY} to let the planner choose", opset=opset_needed(chosen.reason),
                                        node=spec.node.name, reasons={strategy: str(chosen.reason)})
         return Plan(spec, BY_NAME[strategy], cands, FORCED_BY_STRATEGY)

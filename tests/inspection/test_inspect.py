@@ -115,7 +115,7 @@ def test_inspect_does_not_modify_the_model() -> None:
 def test_forced_strategy_that_is_not_exact_is_a_blocker() -> None:
     result = inspect_model(fixture("avg2d_8x9_to_5x7"), strategy="pool")
     assert not result.would_patch and result.exit_code == EXIT_BLOCKED
-    assert "strategy 'pool' is not exact" in result.nodes[0].blocker
+    assert "strategy 'pool' does not apply" in result.nodes[0].blocker
     assert inspect_model(fixture("avg2d_8x9_to_5x7"), strategy="kronecker").nodes[0].chosen == "kronecker"
 
 
