@@ -362,6 +362,21 @@ def test_averages_to_one_from_opset_18_take_no_reduce(size):
                                rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("opset", [17, 18])
+def test_symbolic_max_without_comparisons_one_file_every_size(opset):
+    """The portable target's symbolic max pooling (window_slices, the form without comparisons): one file run at
+    non-square, odd, upsampling and size-1 planes, on NaN, +-inf, windows of -inf alone, -FLT_MAX, -0.0, +inf and
+    huge numbers, bit for bit torch's."""
+    model = onnxpoolfix.patch(make_leftover("max", (1, 6, "H", "W"), (5, 7), opset=opset), target="portable").model
+    # (its bounds Gather the input's Shape; ncnn takes the file bound to one size)
+    assert not {n.op_type for n in model.graph.node} & {"Equal", "Less", "Greater", "Where", "IsNaN", "Not", "If"}
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for hw in [(8, 9), (17, 13), (23, 9), (5, 7), (3, 4), (1, 11)]:
+        x = non_finite_max_input((1, 6) + hw)
+        want = torch.nn.functional.adaptive_max_pool2d(torch.from_numpy(x), (5, 7)).numpy()
+        assert_bits_equal(sess.run(None, {"x": x})[0], want, f"at {hw}")
+
+
 @pytest.mark.parametrize("case", DIRECT_MAX, ids=ids(DIRECT_MAX))
 def test_max_non_finite_as_torch(case):
     x, _ = saved(case)
