@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 import pytest
 from helpers import (
+    NCNN_LACKS,
     NON_FINITE_MAX_CASES,
     NON_FINITE_MAX_IDS,
     assert_bits_equal,
@@ -51,8 +52,6 @@ def known_failure(case: dict, target: str) -> str | None:
     return None
 
 
-#: ops ncnn (through pnnx) has no layer for (measured)
-NCNN_LACKS = {"Gather", "GatherElements", "Equal", "Less", "Greater", "Where", "IsNaN", "Not", "If"}
 #: the portable target's max fixtures ncnn takes with --strategy window_slices (no indices read, 1-D or 2-D)
 WINDOW_SLICES_MAX = [c for c in CASES if c["kind"] == "max" and "indices" not in c["name"] and c["rank"] <= 2]
 

@@ -180,16 +180,6 @@ def max_drops_nan(spec: PoolSpec) -> str:
                        f"needs opset {guard}, the model has {spec.opset}")
 
 
-#: the most windows one axis may be cut into as Slices (each is a Slice and a Reduce node: window_slices)
-MAX_WINDOWS = 64
-
-
-def slices_fit(spec) -> bool:
-    """Every changed axis of ``spec`` is cut into at most :data:`MAX_WINDOWS` windows, from opset 10 (Slice's
-    bounds as inputs): window_slices applies, and the portable target prefers it to Gathers (ncnn has none)."""
-    return spec.opset >= 10 and all(a.keep or a.m <= MAX_WINDOWS for a in axis_windows(spec))
-
-
 def reduce_whole(spec, axes: tuple[int, ...]) -> list[Step]:
     """Axes pooled to 1: a ReduceMean/ReduceMax over them, except for the portable target where pnnx gets that
     wrong for ncnn (measured): from opset 18, where a Reduce takes its axes as an input, pnnx writes ReduceMean

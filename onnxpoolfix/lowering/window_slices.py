@@ -41,9 +41,12 @@ from .. import windows as W
 from ..spec import RuntimeDim
 from ..words import TARGET_PORTABLE
 from . import cost as C
-from .base import MAX_WINDOWS, Lowering, axis_windows, compute_dtype, reduce_whole
+from .base import Lowering, axis_windows, compute_dtype, reduce_whole
 from .runtime_windows import guess_len
 from .steps import OneAxisStep, Step, numel
+
+#: the most windows one axis may be cut into (each is a Slice and a Reduce node)
+MAX_WINDOWS = 64
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,12 @@ def pool_windows(spec, axis: int, n) -> bool:
     max_ok = spec.kind == "max" and spec.opset >= 18
     return ((spec.kind == "avg" or max_ok) and isinstance(n, int) and spec.ndim in (3, 4) and spec.k <= 2
             and axis >= 2 and compute_dtype(spec) != TensorProto.DOUBLE)
+
+
+def slices_fit(spec) -> bool:
+    """Every changed axis of ``spec`` is cut into at most :data:`MAX_WINDOWS` windows, from opset 10 (Slice's
+    bounds as inputs): window_slices applies, and the portable target prefers it to Gathers (ncnn has none)."""
+    return spec.opset >= 10 and all(a.keep or a.m <= MAX_WINDOWS for a in axis_windows(spec))
 
 
 class WindowSlicesLowering(Lowering):

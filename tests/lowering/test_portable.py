@@ -26,6 +26,7 @@ import pytest
 from click.testing import CliRunner
 from export_cache import dynamo_export
 from helpers import (
+    NCNN_LACKS,
     NON_FINITE_MAX_CASES,
     NON_FINITE_MAX_IDS,
     assert_bits_equal,
@@ -323,10 +324,6 @@ def test_fp16_weights_exact_to_the_inputs_rounding(case, target):
 
 DIRECT_MAX = [c for c in CASES if c["kind"] == "max" and not c["dynamic"] and c["dtype"] == "float32"
               and c["module"].startswith("nn.Adaptive")]
-
-
-#: what ncnn (through pnnx) has no layer for (docs/targets.md); MNN lacks IsNaN
-NCNN_LACKS = {"Gather", "GatherElements", "Equal", "Less", "Greater", "Where", "IsNaN", "Not", "If"}
 
 
 @pytest.mark.parametrize("shape,size,opset", NON_FINITE_MAX_CASES, ids=NON_FINITE_MAX_IDS)

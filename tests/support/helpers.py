@@ -220,6 +220,10 @@ def leftovers_in_if_branches(*, opset: int = 17, ir_version: int = 8) -> onnx.Mo
                              ir_version=ir_version)
 
 
+#: ops ncnn (through pnnx) has no layer for (measured, docs/targets.md)
+NCNN_LACKS = frozenset({"Gather", "GatherElements", "Equal", "Less", "Greater", "Where", "IsNaN", "Not", "If"})
+
+
 #: (input shape, output size, opset) of the max pooling the runtime tests feed :func:`non_finite_max_input`:
 #: non-uniform 2-D (window ReduceMaxes; from opset 18, whose ReduceMax takes its axes as an input, runs of MaxPools),
 #: uniform 2-D (a MaxPool), 1-D, 3-D, and axes pooled to 1 (a MaxPool spanning them: pnnx converts no ReduceMax
