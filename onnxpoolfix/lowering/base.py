@@ -106,7 +106,10 @@ class Lowering:
         if spec.opset < self.min_opset:
             if spec.kind == "max" and self.min_opset < GUARD_MIN_OPSET:  # and then the guard's opset
                 return max_drops_nan(spec)
-            return needs_opset(self.min_opset, f"needs opset {self.min_opset}, the model has {spec.opset}")
+            need = self.min_opset  # the portable target's max: its NaN test too (portable_rejection)
+            if spec.kind == "max" and spec.target == "portable" and not equal_nan_tests("portable", need):
+                need = 11
+            return needs_opset(need, f"needs opset {need}, the model has {spec.opset}")
         if spec.dtype == TensorProto.BFLOAT16 and spec.opset < 13:
             return needs_opset(13, f"bfloat16 needs opset 13 (no operator takes bfloat16 before), the model has "
                                    f"{spec.opset}")

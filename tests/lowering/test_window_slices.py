@@ -238,3 +238,14 @@ def test_static_max_quantizes_as_its_input_alone(shape, size, opset, tmp_path):
         err = relative_error(run(q, inp), want)
         assert err <= (2 if len(size) == 2 else 1.05) * floor and err <= 1e-2, (err, floor)
 
+
+@pytest.mark.parametrize("opset", [9, 10])
+def test_below_opset_11_max_names_the_opset_its_nan_test_needs(opset):
+    """window_slices' Slices need opset 10 and the portable target's NaN test 11: a max pool at 9 is told 11
+    (review37: it said 10, where 10 is refused too)."""
+    from onnxpoolfix.inspection.model import inspect_model
+    from onnxpoolfix.reason import opset_needed
+
+    (node,) = inspect_model(make_leftover("max", (1, 4, 8, 9), (5, 7), opset=opset), target="portable").nodes
+    (slices,) = [c for c in node.candidates if c.name == "window_slices"]
+    assert opset_needed(slices.reason) == 11, slices.reason
