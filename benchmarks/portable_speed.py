@@ -1,14 +1,13 @@
 #!/usr/bin/env python
-"""The portable target's lowerings against the default target's, in onnxruntime (issue 33).
+"""The portable target's average lowerings against the default target's, in onnxruntime (issue 33).
 
     python benchmarks/portable_speed.py [--rounds 15] [--cases avg_9to7,...] [--results]
 
-Per case of cases.py without an indices output (and each dynamic-H/W case of cases_dynamic.py without an indices output, run at
+Per average case of cases.py (and each dynamic-H/W case of cases_dynamic.py without an indices output, run at
 a size it was not traced at): the FALLTHROUGH export patched with the default target (``onnxruntime``:
 MatMul against constant 1/len pooling matrices where windows are not uniform) and with ``--target portable``
 (window Slices averaged by AveragePool runs or ReduceMeans, window sums beyond 64 windows; no weights: exact
-after int8 quantization and fp16 storage, NaN kept in its windows; max pooling: the windows stacked for one
-MaxPool per axis, and NaN/-inf without comparisons), timed interleaved with runners.time_interleaved beside the read-once floor (busy
+after int8 quantization and fp16 storage, NaN kept in its windows), timed interleaved with runners.time_interleaved beside the read-once floor (busy
 rounds discarded). The ratio is the median of per-round ratios portable/default. ``--results`` writes the
 table into benchmarks/RESULTS.md as the section under HEADING (every other section kept byte for byte).
 """
@@ -32,20 +31,14 @@ from runners import THREADS, export_fallthrough, med, ort_runner, ratio, time_in
 import onnxpoolfix  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
-HEADING = "## The portable target vs the default (portable_speed.py)"
+HEADING = "## The portable target's averages vs the default's (portable_speed.py)"
 
 
 def avg_cases(names: list[str] | None):
-    """The static average cases."""
-    return [c for c in static_cases(names) if not c.name.startswith("max")]
-
-
-def static_cases(names: list[str] | None):
-    """The static cases without an indices output (max pooling's indices take the same lowerings on both
-    targets but for the NaN guard)."""
+    """The static average cases (max pooling's lowerings are the same on both targets but for the NaN guard)."""
     out = []
     for c in CASES:
-        if c.dynamic_axes or c.name.startswith(("maxidx", "dyn")):
+        if c.dynamic_axes or c.name.startswith(("max", "dyn")):
             continue
         if names is None or c.name in names:
             out.append(c)
@@ -87,11 +80,11 @@ def us(s: float) -> str:
 
 
 def main():
-    args = table_args(__doc__, "comma-separated case names (default: every static case without indices)")
+    args = table_args(__doc__, "comma-separated case names (default: every static average case)")
     lines = ["| case | default: lowering | default | portable: lowering | portable | portable/default | "
              "portable's error vs torch |", "|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
-    for case in static_cases(args.cases) + symbolic_cases(args.cases):
+    for case in avg_cases(args.cases) + symbolic_cases(args.cases):
         r = run(case, args.rounds)
         lines.append(f"| {r['case']} {r['desc']} | {r['default']} | {us(r['t_default'])} | {r['portable']} | "
                      f"{us(r['t_portable'])} | {r['ratio']:.2f}x | {r['error']:.1e} |")

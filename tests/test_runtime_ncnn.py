@@ -40,8 +40,8 @@ def known_failure(case: dict, target: str) -> str | None:
     """What ncnn (1.0.20261020, through pnnx 20261020) cannot run, measured: the test asserts it fails."""
     if case["kind"] == "max" and (target != "portable" or "indices" in case["name"] or case["rank"] == 3):
         # the default and tensorrt targets test NaN with comparisons (Equal/Less/Greater, IsNaN: no ncnn layer) and
-        # the indices need them; the default target's If crashes pnnx. The portable target's 3-D max: Gathers by
-        # default, and pnnx crashes on 5-D Slices (--strategy window_slices)
+        # the indices need them; the default target's If crashes pnnx. The portable target's max without indices
+        # is judged by its file below
         return "max pooling with comparisons"
     if case["rank"] == 3:
         return "3-D pooling (a 4-D Crop, a Reshape)"
@@ -50,6 +50,33 @@ def known_failure(case: dict, target: str) -> str | None:
         # below opset 9 (a MatMul's NaN guard needs IsNaN and Where)
         return "window sums: a Gather"
     return None
+
+
+#: the portable target's max fixtures ncnn takes with --strategy window_slices (no indices read, 1-D or 2-D)
+WINDOW_SLICES_MAX = [c for c in CASES if c["kind"] == "max" and "indices" not in c["name"] and c["rank"] <= 2]
+
+
+@pytest.mark.parametrize("case", WINDOW_SLICES_MAX, ids=[c["name"] for c in WINDOW_SLICES_MAX])
+def test_ncnn_takes_the_portable_max_with_window_slices(case):
+    """The remedy docs/targets.md gives ncnn users for max pooling: ``--target portable --strategy window_slices``
+    (window Slices and the NaN test without comparisons), exact at every saved batch-1 size."""
+    rtol, atol = case["suggested_tolerance"]
+    model = onnx.load(FIXTURES / case["file"])
+    sizes = list(_runnable(case))
+    if not sizes:
+        pytest.skip("every saved size has a batch above 1, which ncnn's Mat cannot hold")
+    for sfx, feed, want in sizes:
+        shapes = {k: list(v.shape) for k, v in feed.items()} if case["dynamic"] else None
+        patched = onnxpoolfix.patch(model, target="portable", input_shapes=shapes, strategy="window_slices",
+                                    check=False).model
+        ops = {n.op_type for n in patched.graph.node}
+        assert not ops & NCNN_LACKS
+        if ops == {"Identity"}:
+            continue  # pooling n -> n bound: one Identity, which pnnx cannot convert (nothing to run)
+        got = ncnn_run(patched, feed)
+        for name, w in want.items():
+            np.testing.assert_allclose(got[name].reshape(w.shape), w, rtol=rtol, atol=atol,
+                                       err_msg=f"{name} at {sfx or 'traced'}")
 
 
 def _runnable(case):
@@ -79,10 +106,10 @@ def test_ncnn_matches_torch(case, target):
     ops = {n.op_type for n in _patch(case, target, sizes[0][1]).graph.node}
     if failure is None and target == "onnxruntime" and "If" in ops:
         failure = "the default target's If (its MatMul averages' NaN guard): comparisons ncnn has no layer for"
-    if target == "portable" and case["kind"] == "max" and failure is None:
-        # the portable target's 1-D/2-D max without indices, as chosen with no strategy named: the windows
-        # stacked for one MaxPool and the NaN test without comparisons (no Gather: ncnn has no layer for it)
-        assert not ops & NCNN_LACKS, sorted(ops & NCNN_LACKS)
+    if failure is None and case["kind"] == "max" and ops & NCNN_LACKS:
+        # the portable target's default static max: Gathers (quantize_static leaves them exact); for ncnn
+        # --strategy window_slices, below
+        failure = "max pooling with Gathers or comparisons"
     if failure:
         sfx, feed, _ = sizes[0]
         with pytest.raises(NcnnFailed):

@@ -201,28 +201,6 @@ def reduce_whole(spec, axes: tuple[int, ...]) -> list[Step]:
     return [ReduceStep(op, (a,)) for a in axes] if spec.kind == "max" else [ReduceStep(op, axes)]
 
 
-#: the most windows one axis may be cut into (each is a Slice and a Reduce node)
-MAX_WINDOWS = 64
-
-
-def stack_windows(spec) -> bool:
-    """Whether a max pool's windows are stacked for one MaxPool (:class:`StackedWindowsStep`): a batched 1-D or
-    2-D pool (a pooling op's N, C, spatial layout; no 3-D pooling op: MNN, TFLite) over static sizes."""
-    return (spec.kind == "max" and spec.ndim == spec.k + 2 and spec.k <= 2 and compute_dtype(spec) != TensorProto.DOUBLE
-            and all(isinstance(spec.input_shape[a], int) for a in range(2, spec.ndim)))
-
-
-def slices_fit(spec) -> bool:
-    """Every changed axis of ``spec`` is cut into at most :data:`MAX_WINDOWS` windows, from opset 10 (Slice's
-    bounds as inputs): window_slices applies, and the portable target prefers it to Gathers (ncnn has none)."""
-    return spec.opset >= 10 and all(a.keep or a.m <= MAX_WINDOWS for a in axis_windows(spec))
-
-
-# ops ncnn (through pnnx) has no layer for (measured, issue 33): the portable target's static 1-D and 2-D max
-# pooling leaves them out wherever window_slices applies and no indices are read
-NCNN_LACKS = frozenset({"Gather", "GatherElements", "Equal", "Less", "Greater", "Where", "IsNaN", "Not", "If"})
-
-
 # what the portable target leaves out, and why (issue 33: measured in onnxruntime, OpenVINO, tract, MNN,
 # ncnn through pnnx, TFLite through onnx2tf, TVM and onnx2torch)
 NOT_PORTABLE = {
@@ -239,10 +217,6 @@ def portable_rejection(ops: set[str], spec: PoolSpec) -> str | None:
     if "IsNaN" in ops and not equal_nan_tests("portable", spec.opset):  # Emitter.is_nan's Equal masks
         return needs_opset(11, f"not portable: IsNaN (MNN and ncnn lack it; the Equal masks written instead need "
                                f"opset 11), the model has {spec.opset}")
-    if (spec.kind == "max" and spec.opset >= 11 and not spec.node.indices_output and stack_windows(spec)
-            and slices_fit(spec) and ops & NCNN_LACKS):  # (the NaN test without comparisons: from opset 11, as Equal)
-        return (f"not portable: {', '.join(sorted(ops & NCNN_LACKS))} (ncnn lacks them; window_slices applies, "
-                f"whose Slices and NaN test without comparisons convert)")
     if spec.k >= 3 and ops & {"AveragePool", "MaxPool"}:
         return "not portable: a 3-D pooling op (MNN crashes on 3-D AveragePool, TFLite needs TensorFlow's Flex ops)"
     return None

@@ -187,6 +187,7 @@ class NonFiniteMaxStep(WrappedSteps):
         (Y = -inf whatever the runtime's M there), NaN for a window with a NaN; Y = M - D."""
         fdt = np_dtype(elem)
         big = np.finfo(fdt).max
+        y = self.plain(em, x, shape, elem)
         # e before its Max: 0 for a number, -inf for -inf. Not Min(x, -MAX) + MAX: onnxconverter_common's float16
         # conversion runs Min/Max in float32 and clamps the other ops' constants into [1e-7, 1e4] (MAX became 1e4,
         # e -inf for every number); here it only raises the scale, which float16's range allows. Not
@@ -194,9 +195,6 @@ class NonFiniteMaxStep(WrappedSteps):
         scale = np.array(2.0 ** (12 - np.finfo(fdt).maxexp), fdt)
         shift = np.array(4096.0, fdt)
         scaled_x = em.op("Mul", [x, em.const("scale", scale)])
-        # the window max after this Mul: onnxruntime's quantize_static, going through the nodes in order, then
-        # has x quantized when it reaches the window Slices, which share x's range (else each its own: clipped)
-        y = self.plain(em, x, shape, elem)
         e = em.op("Min", [scaled_x, em.const("minus_shift", -shift)])
         e = em.op("Add", [e, em.const("shift", shift)])
         e = em.op("Max", [e, em.const("minus_one", np.array(-1.0, fdt))], hint="neg_inf_code")  # -1 or +0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from onnx import TensorProto
 
-from .base import Lowering, axis_windows, compute_dtype, itemsize, reduce_whole, slices_fit
+from .base import Lowering, axis_windows, compute_dtype, itemsize, reduce_whole
 from .matmul import cheapest_order
 from .max_steps import MaxPoolGatherStep, WindowGatherStep
 from .pool import for_target, pool_op_reason
@@ -21,7 +21,7 @@ from .steps import (
     run_cost,
 )
 from .sum_steps import WindowSumStep
-from .window_slices import WindowSlicesStep, pool_windows
+from .window_slices import WindowSlicesStep, pool_windows, slices_fit
 
 
 class _PerAxis(Lowering):

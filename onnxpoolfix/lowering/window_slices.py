@@ -19,10 +19,6 @@ consecutive windows of one length whose starts step evenly): one Slice and one A
 length, stride the step) per run, so ``9 -> 7`` is three runs, not seven windows; windows longer than
 ``cost.POOL_LONG_KERNEL`` stay a ReduceMean each below opset 18 (:meth:`WindowSlicesStep.at`).
 
-A static max over a batched 1-D or 2-D pool (the portable target's choice for it) stacks each axis' windows for
-one MaxPool instead (:class:`StackedWindowsStep`): ncnn takes it, and onnxruntime's quantize_static gives the
-stack its input's range.
-
 What the default target's runtime windows (:mod:`.dynamic`) use and the runtimes of docs/targets.md refuse
 is absent: no Range, no runtime pooling matrix or window table, no Reshape to a computed length, no Shape
 with ``start``/``end``, no If, no Gather of the data. No weights (int8 quantization and fp16 storage leave it
@@ -45,9 +41,12 @@ from .. import windows as W
 from ..spec import RuntimeDim
 from ..words import TARGET_PORTABLE
 from . import cost as C
-from .base import MAX_WINDOWS, Lowering, axis_windows, compute_dtype, reduce_whole, stack_windows
+from .base import Lowering, axis_windows, compute_dtype, reduce_whole
 from .runtime_windows import guess_len
 from .steps import OneAxisStep, Step, numel
+
+#: the most windows one axis may be cut into (each is a Slice and a Reduce node)
+MAX_WINDOWS = 64
 
 
 @dataclass(frozen=True)
@@ -180,69 +179,6 @@ class WindowSlicesStep(OneAxisStep):
 
 
 @dataclass(frozen=True)
-class StackedWindowsStep(OneAxisStep):
-    """Max over the static windows of one axis of a 1-D or 2-D pool in one MaxPool, with no Gather: where the
-    windows are not uniform they are laid side by side along the axis, each padded to the longest length ``K``
-    with its own first elements (max ignores a repeat), by Slices and one Concat; a kernel ``K``, stride ``K``
-    MaxPool then reads one window per output. ``9 -> 7`` (windows [0,2) [1,3) [2,4) [3,6) [5,7) [6,8) [7,9))
-    stacks 0 1 0 | 1 2 1 | 2 3 2 | 3 4 5 | 5 6 5 | 6 7 6 | 7 8 7 for a kernel-3 pool. Uniform windows: their
-    own kernel and stride, no stack. Why (issue 33): the stack holds x's elements, so onnxruntime's
-    quantize_static gives it x's range and the MaxPool shares it (a Concat of one maximum per window, as in
-    :class:`WindowSlicesStep`, gave each window its own calibrated range, clipping test inputs beyond it); and
-    ncnn takes it (no Gather). The twin (AveragePool) pools the NaN carrier, 0 or NaN, where a repeat changes
-    nothing."""
-
-    axis: int
-    n: int
-    m: int
-    op_type: str = "MaxPool"  # | AveragePool
-
-    def layout(self) -> tuple[int, int, tuple[tuple[int, int], ...]]:
-        """``(kernel, stride, pieces)``: pieces the ``[start, end)`` Slices to stack (none where the windows
-        are uniform and the pool reads the axis as it is)."""
-        u = W.uniform_windows(self.n, self.m)
-        if u is not None:
-            return u.kernel, u.stride, ()
-        k = W.max_window(self.n, self.m)
-        pieces: list[tuple[int, int]] = []
-        for s, e in W.windows(self.n, self.m):
-            for a, b in ((s, e), (s, s + k - (e - s))):
-                if b == a:
-                    continue
-                if pieces and pieces[-1][1] == a:  # contiguous with the piece before: one Slice
-                    pieces[-1] = (pieces[-1][0], b)
-                else:
-                    pieces.append((a, b))
-        return k, k, tuple(pieces)
-
-    def cost(self, shape, itemsize):
-        k, _, pieces = self.layout()
-        stacked = numel(shape) // shape[self.axis] * self.m * k
-        out = numel(self.out_shape(shape))
-        # the Slices and the Concat copy each stacked element once each
-        copies = (len(pieces) + 1) * C.NODE + 2 * stacked * itemsize / C.BANDWIDTH if pieces else 0.0
-        return copies + C.NODE + out * k / C.POOL_RATE + (stacked + out) * itemsize / C.BANDWIDTH
-
-    def emit(self, em, x, shape, elem):
-        k, stride, pieces = self.layout()
-        if pieces:
-            axes = em.ints("axes", [self.axis])
-            cut = [em.op("Slice", [x, em.ints("piece_start", [s]), em.ints("piece_end", [e]), axes],
-                         hint="window_piece") for s, e in pieces]
-            x = cut[0] if len(cut) == 1 else em.op("Concat", cut, axis=self.axis, hint="stacked_windows")
-        spatial = range(2, len(shape))
-        return em.op(self.op_type, [x], kernel_shape=[k if a == self.axis else 1 for a in spatial],
-                     strides=[stride if a == self.axis else 1 for a in spatial])
-
-    @property
-    def ops(self):
-        return ("Slice", "Concat", self.op_type)
-
-    def mean_twin(self):
-        return replace(self, op_type="AveragePool") if self.op_type == "MaxPool" else None
-
-
-@dataclass(frozen=True)
 class WindowRun:
     """``count`` consecutive windows of one ``length`` whose starts are ``start``, ``start + step``, ..."""
 
@@ -280,10 +216,15 @@ def pool_windows(spec, axis: int, n) -> bool:
             and axis >= 2 and compute_dtype(spec) != TensorProto.DOUBLE)
 
 
+def slices_fit(spec) -> bool:
+    """Every changed axis of ``spec`` is cut into at most :data:`MAX_WINDOWS` windows, from opset 10 (Slice's
+    bounds as inputs): window_slices applies, and the portable target prefers it to Gathers (ncnn has none)."""
+    return spec.opset >= 10 and all(a.keep or a.m <= MAX_WINDOWS for a in axis_windows(spec))
+
+
 class WindowSlicesLowering(Lowering):
     name = "window_slices"
-    summary = ("per pooled axis: a Slice per window (bounds constant, or from Shape), ReduceMean/ReduceMax, Concat; "
-               "static 1-D/2-D max: per axis the windows stacked by Slices and a Concat, one MaxPool")
+    summary = "per pooled axis: a Slice per window (bounds constant, or from Shape), ReduceMean/ReduceMax, Concat"
     dynamic = True
     min_opset = 10  # Slice with tensor starts/ends
     targets = frozenset({"portable"})
@@ -302,9 +243,6 @@ class WindowSlicesLowering(Lowering):
     def _steps(self, spec):
         op = "ReduceMean" if spec.kind == "avg" else "ReduceMax"
         changed = [a for a in axis_windows(spec) if not a.keep]
-        if stack_windows(spec) and any(a.m != 1 for a in changed):  # (to 1 alone: a ReduceMax per axis, below)
-            # the axis whose output is smallest relative to its input first: the next stacks less
-            return [StackedWindowsStep(a.axis, a.n, a.m) for a in sorted(changed, key=lambda a: a.m / a.n)]
         steps: list[Step] = []
         whole = tuple(a.axis for a in changed if a.m == 1)
         if whole:

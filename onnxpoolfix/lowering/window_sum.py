@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from ..words import TARGET_PORTABLE
 from .avg_non_finite import GUARD_MIN_OPSET
-from .base import MAX_WINDOWS, Lowering, axis_windows, compute_dtype, itemsize, slices_fit
+from .base import Lowering, axis_windows, compute_dtype, itemsize
 from .matmul import cheapest_order
 from .steps import run_cost
 from .sum_steps import FlatWindowSumStep, WindowSumStep
+from .window_slices import MAX_WINDOWS, slices_fit
 
 
 class WindowSumLowering(Lowering):

@@ -34,7 +34,7 @@ from helpers import (
     non_finite_max_input,
     portable_max,
 )
-from quantize import calibration_batches, fake_quantized, quantized, relative_error
+from quantize import calibration_batches, quantized, relative_error
 from runtime_matrix import record
 
 import onnxpoolfix
@@ -276,11 +276,17 @@ def quantization_floor(case, x: np.ndarray, want: np.ndarray) -> float:
     """The relative error of any pooling whose input and output are quantized as quantize_static does it
     (int8, asymmetric, min/max over the calibration batches :func:`quantized` feeds): the numpy pool of the
     fake-quantized input, fake-quantized again, against torch's output."""
+    def fake(a, lo, hi):
+        lo, hi = min(lo, 0.0), max(hi, 0.0)
+        scale = (hi - lo) / 255
+        zero = np.round(-128 - lo / scale)
+        return (np.clip(np.round(a / scale) + zero, -128, 127) - zero) * scale
+
     batches = calibration_batches(x)  # quantized()'s calibration
     outs = [loop_reference(b, output_size(case)) for b in batches]
     lo, hi = min(b.min() for b in batches), max(b.max() for b in batches)
-    pooled = loop_reference(fake_quantized(x, lo, hi), output_size(case))
-    return relative_error(fake_quantized(pooled, min(o.min() for o in outs), max(o.max() for o in outs)), want)
+    pooled = loop_reference(fake(x, lo, hi), output_size(case))
+    return relative_error(fake(pooled, min(o.min() for o in outs), max(o.max() for o in outs)), want)
 
 
 # ---- fp16 weight storage (pnnx's default conversion for ncnn) -----------------------------------------

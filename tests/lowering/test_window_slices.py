@@ -8,12 +8,11 @@ import math
 import numpy as np
 import onnx
 import pytest
-from helpers import NCNN_LACKS, make_leftover, non_finite_max_input
-from quantize import calibration_batches, fake_quantized, quantized, relative_error
+from helpers import make_leftover
 
 import onnxpoolfix
 from onnxpoolfix.errors import CheckFailedError, UnsupportedNodeError
-from onnxpoolfix.lowering import base, window_slices
+from onnxpoolfix.lowering import window_slices
 
 torch = pytest.importorskip("torch")
 
@@ -161,7 +160,7 @@ def test_the_bounds_are_proven_for_every_n(monkeypatch):
 
 
 def test_too_many_windows_refused_with_the_input_shape_hint():
-    n = base.MAX_WINDOWS + 1
+    n = window_slices.MAX_WINDOWS + 1
     with pytest.raises(UnsupportedNodeError) as e:
         onnxpoolfix.patch(make_leftover("avg", ("N", 2, "H", "W"), (n, 3)), target="portable")
     assert f"has {n} windows" in str(e.value) and "input_shapes=" in e.value.hint
@@ -186,57 +185,6 @@ def test_a_size_computed_from_the_input_is_refused_with_the_input_shape_hint():
     got = run(bound.model, x.numpy())
     np.testing.assert_allclose(got, HalfThird()(x).numpy(), rtol=1e-6, atol=1e-6)
     assert math.prod(got.shape) == 3 * 6 * 6
-
-
-# ---- static max pooling by default: the windows stacked for one MaxPool (issue 33: ncnn, quantize_static) ----
-
-# (input shape, output size, opset): non-square, odd, upsampling, an axis uniform or pooled to 1 beside a
-# non-uniform one, batch 2; six channels for non_finite_max_input
-STACKED = [((1, 6, 8, 9), (5, 7), 17), ((2, 6, 17, 13), (5, 7), 18), ((1, 6, 3, 4), (5, 7), 11),
-           ((1, 6, 30), (7,), 17), ((2, 6, 11), (4,), 21), ((1, 6, 8, 9), (4, 7), 17), ((1, 6, 8, 9), (5, 1), 13),
-           ((1, 6, 64, 5), (5, 3), 18)]
-STACKED_IDS = ["2d", "2d_batch2_opset18", "2d_upsampling_opset11", "1d", "1d_batch2_opset21", "2d_h_uniform",
-               "2d_w_to_one_opset13", "2d_long_windows_opset18"]
-
-
-def portable_default(shape, size, opset) -> onnx.ModelProto:
-    return onnxpoolfix.patch(make_leftover("max", shape, size, opset=opset), target="portable").model
-
-
-@pytest.mark.parametrize("shape,size,opset", STACKED, ids=STACKED_IDS)
-def test_static_max_by_default_has_no_op_ncnn_lacks_and_is_torchs(shape, size, opset):
-    """The portable target's static 1-D/2-D max pooling, with no strategy named, carries no Gather, comparison,
-    Where or If (ncnn has no layer for them), pools each axis of its two max paths (the window max, the -inf
-    code) once, not once per window, and keeps torch's NaN, +-inf, -FLT_MAX and -0.0 bit for bit."""
-    model = portable_default(shape, size, opset)
-    ops = [n.op_type for n in model.graph.node]
-    assert not set(ops) & NCNN_LACKS, sorted(set(ops) & NCNN_LACKS)
-    assert (ops.count("MaxPool"), ops.count("ReduceMax")) == (2 * len(size), 0), ops
-    x = non_finite_max_input(shape)
-    got = run(model, x)
-    for want in (torch_pool(x, size, "max"), loop_reference(x, size, "max").astype(np.float32)):
-        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-        finite = ~np.isnan(want)
-        np.testing.assert_array_equal(got[finite].view(np.int32), want[finite].view(np.int32))
-
-
-@pytest.mark.parametrize("shape,size,opset", STACKED[:6], ids=STACKED_IDS[:6])
-def test_static_max_quantizes_as_its_input_alone(shape, size, opset, tmp_path):
-    """onnxruntime's quantize_static of the default portable max file: within issue 33's 1e-2 (dynamo cannot
-    export these) and at most twice what quantizing the input alone costs (the max of the fake-quantized input;
-    a 2-D pool's second axis stacks the first one's maxima, quantized again in their own range), on the
-    calibration input and on a fresh one: no window gets a calibrated range of its own (review37 measured 1.2e-2
-    to 0.34 with a Concat of per-window maxima, which clipped a fresh input's window beyond its calibration)."""
-    g = np.random.default_rng(3)
-    x, fresh = (g.standard_normal(shape).astype(np.float32) for _ in range(2))
-    q = quantized(portable_default(shape, size, opset), x, "static", tmp_path)
-    batches = calibration_batches(x)
-    lo, hi = min(float(b.min()) for b in batches), max(float(b.max()) for b in batches)
-    for inp in (x, fresh):
-        want = torch_pool(inp, size, "max")
-        floor = relative_error(loop_reference(fake_quantized(inp, lo, hi), size, "max"), want)
-        err = relative_error(run(q, inp), want)
-        assert err <= (2 if len(size) == 2 else 1.05) * floor and err <= 1e-2, (err, floor)
 
 
 @pytest.mark.parametrize("opset", [9, 10])

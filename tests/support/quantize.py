@@ -13,14 +13,6 @@ def relative_error(got, want) -> float:
     return float(np.abs(np.asarray(got, np.float64) - want).max() / np.abs(want).max())
 
 
-def fake_quantized(a: np.ndarray, lo: float, hi: float) -> np.ndarray:
-    """``a`` through quantize_static's int8 quantization (asymmetric, its range ``[lo, hi]`` widened to hold 0)."""
-    lo, hi = min(lo, 0.0), max(hi, 0.0)
-    scale = (hi - lo) / 255
-    zero = np.round(-128 - lo / scale)
-    return (np.clip(np.round(a / scale) + zero, -128, 127) - zero) * scale
-
-
 def calibration_batches(x: np.ndarray) -> list[np.ndarray]:
     rng = np.random.default_rng(0)
     return [x] + [rng.standard_normal(x.shape).astype(x.dtype) for _ in range(4)]
