@@ -63,9 +63,10 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
     cands = candidates(spec)
     if strategy != AUTO:
         chosen = next(c for c in cands if c.name == strategy)
-        if chosen.reason:
+        if chosen.reason:  # dropping the strategy helps only where some other lowering applies (review38)
+            drop = f"{DROP_STRATEGY} to let the planner choose" if any(c.reason is None for c in cands) else None
             raise UnsupportedNodeError(f"strategy '{strategy}' does not apply to {spec.node.label}: {chosen.reason}",
-                                       f"{DROP_STRATEGY} to let the planner choose", opset=opset_needed(chosen.reason),
+                                       drop, opset=opset_needed(chosen.reason),
                                        node=spec.node.name, reasons={strategy: str(chosen.reason)})
         return Plan(spec, BY_NAME[strategy], cands, FORCED_BY_STRATEGY)
     ok = sorted((c for c in cands if c.reason is None), key=lambda c: c.cost)
@@ -88,7 +89,7 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
                                    opset=opset_that_would_do(spec, cands))
     best, model = ok[0], cost_model()
     if len(ok) == 1:
-        why = "the only exact lowering"
+        why = "the only lowering that applies"
     elif model.tune and tuning.tunable(spec):
         measured = tuning.measure(spec, [BY_NAME[c.name] for c in ok], model.tune_threads)
         ranked = sorted(ok, key=lambda c: measured[c.name])
