@@ -185,7 +185,7 @@ class NonFiniteMaxStep(WrappedSteps):
         (S is taken as S - S after the pooling: TFLite's AveragePool gives -inf for a window with a NaN.)
         G is +0 or -2^(maxexp - 2) (float32: -2^126; H = 2^-63 is a normal number), so D is +0 (M, -0.0 included,
         comes out unchanged), +inf for an all -inf window (4G overflows; Y = -inf whatever the runtime's M there),
-        NaN for a window with a NaN."""
+        NaN for a window with a NaN. float64: G = E * DBL_MAX (below)."""
         fdt = np_dtype(elem)
         # e before its Max: 0 for a number, -inf for -inf. Not Min(x, -MAX) + MAX: onnxconverter_common's float16
         # conversion runs Min/Max in float32 and clamps the other ops' constants into [1e-7, 1e4] (MAX became 1e4,
@@ -213,8 +213,12 @@ class NonFiniteMaxStep(WrappedSteps):
         # G = E * 2^(maxexp - 2) (float32: -2^126 or +0) by two Divs, and D = S - 4G: +inf exactly where E = -1
         # (4G overflows). Not E * MAX: onnxruntime's quantize_static quantizes a Mul and its constant, and with
         # ActivationSymmetric that made every output about -256 (review38); a Div and a Sub it leaves in float
-        half = np.array(2.0 ** (1 - np.finfo(fdt).maxexp // 2), fdt)  # float32: 2^-63, a normal number
-        g = em.op("Div", [em.op("Div", [neg_inf, em.const("half_range", half)]), em.const("half_range", half)])
+        if fdt == np.float64:  # a Mul by DBL_MAX: no quantizer takes float64, and OpenVINO's CPU plugin computes
+            # float64 in float32, where 2^-511 is 0 (every output NaN; DBL_MAX saturates to FLT_MAX: review39)
+            g = em.op("Mul", [neg_inf, em.const("highest", np.array(np.finfo(fdt).max, fdt))])
+        else:
+            half = np.array(2.0 ** (1 - np.finfo(fdt).maxexp // 2), fdt)  # float32: 2^-63, a normal number
+            g = em.op("Div", [em.op("Div", [neg_inf, em.const("half_range", half)]), em.const("half_range", half)])
         d = carrier
         for _ in range(4):
             d = em.op("Sub", [d, g])
