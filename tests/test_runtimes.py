@@ -17,7 +17,6 @@ from helpers import (
     NON_FINITE_MAX_CASES,
     NON_FINITE_MAX_IDS,
     assert_bits_equal,
-    make_leftover,
     non_finite_max_input,
     portable_max,
 )
@@ -220,17 +219,3 @@ def test_portable_max_keeps_torchs_non_finite_values(shape, size, opset, runtime
            "TVM": lambda m, f: tvm_run(m, f, symbolic=False)}[runtime]
     want = getattr(torch.nn.functional, f"adaptive_max_pool{len(size)}d")(torch.from_numpy(x), size).numpy()
     assert_bits_equal(run(model, {"x": x})["y"], want)
-
-
-@pytest.mark.parametrize("symbolic", [False, True], ids=["window_slices", "symbolic"])
-def test_openvino_float64_max_without_comparisons(symbolic):
-    """A float64 file's form without comparisons in OpenVINO, whose CPU plugin computes float64 in float32: the
-    -inf term's constant stays representable there (review39: two Divs by 2^-511, 0 in float32, made every output
-    NaN; float64 keeps the Mul by DBL_MAX, which saturates to FLT_MAX, and no quantizer takes float64)."""
-    torch = pytest.importorskip("torch")
-    shape = (1, 3, "H", "W") if symbolic else (1, 3, 8, 9)
-    model = onnxpoolfix.patch(make_leftover("max", shape, (5, 7), opset=17, dtype=onnx.TensorProto.DOUBLE),
-                              target="portable", **({} if symbolic else {"strategy": "window_slices"})).model
-    x = np.random.default_rng(0).standard_normal((1, 3, 8, 9))
-    want = torch.nn.functional.adaptive_max_pool2d(torch.from_numpy(x), (5, 7)).numpy()
-    np.testing.assert_allclose(openvino_run(model, {"x": x})["y"], want, rtol=1e-6)  # float32's rounding

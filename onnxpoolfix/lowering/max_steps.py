@@ -159,7 +159,7 @@ class NonFiniteMaxStep(WrappedSteps):
     def ops(self):
         if self.comparison_free:
             means = tuple(op for s in self._mean_steps() for op in s.ops)
-            arith = ("Mul", "Min", "Add", "Max", "Div", "Sub", "Abs", "Neg", "Exp")
+            arith = ("Mul", "Min", "Add", "Max", "Sub", "Abs", "Neg", "Exp")
             return self.inner_ops() + tuple(op for op in dict.fromkeys(means + arith) if op not in self.inner_ops())
         masks = ("Equal",) if self.equal_masks else ("Less", "Greater")
         finite_test = ("Sub", "Equal") if self.equal_masks else ("Sub", "Not")  # (Constant: the branches' own)
@@ -171,7 +171,7 @@ class NonFiniteMaxStep(WrappedSteps):
         """Torch's max without comparisons (ncnn has no comparison layer; review32 measured it bit-exact in
         onnxruntime, OpenVINO, tract, MNN, ncnn through pnnx, TVM and TFLite through onnx2tf):
 
-            Y = M - D,  D = (((S - G) - G) - G) - G,  G = (E / H) / H,  H = 2^(1 - maxexp / 2)
+            Y = M - ((S - E*MAX) - E*MAX)
             M = the window max of x (the inner steps)
             E = the window max of e = Max(Min(u, -4096) + 4096, -1), u = x * 2^(12 - maxexp) (|u| < 4096 for a
                 number): +0, or -1 exactly when the window holds only -inf (-1, not -inf: OpenVINO's, tract's
@@ -183,10 +183,11 @@ class NonFiniteMaxStep(WrappedSteps):
                 Exp) and none makes a NaN of a number in either (a Div or Atan of inf does in ncnn)
 
         (S is taken as S - S after the pooling: TFLite's AveragePool gives -inf for a window with a NaN.)
-        G is +0 or -2^(maxexp - 2) (float32: -2^126; H = 2^-63 is a normal number), so D is +0 (M, -0.0 included,
-        comes out unchanged), +inf for an all -inf window (4G overflows; Y = -inf whatever the runtime's M there),
-        NaN for a window with a NaN. float64: G = E * DBL_MAX (below)."""
+        D = (S - E*MAX) - E*MAX is +0 (M, -0.0 included, comes out unchanged), +inf for an all -inf window
+        (Y = -inf whatever the runtime's M there), NaN for a window with a NaN; Y = M - D."""
         fdt = np_dtype(elem)
+        big = np.finfo(fdt).max
+        y = self.plain(em, x, shape, elem)
         # e before its Max: 0 for a number, -inf for -inf. Not Min(x, -MAX) + MAX: onnxconverter_common's float16
         # conversion runs Min/Max in float32 and clamps the other ops' constants into [1e-7, 1e4] (MAX became 1e4,
         # e -inf for every number); here it only raises the scale, which float16's range allows. Not
@@ -194,10 +195,6 @@ class NonFiniteMaxStep(WrappedSteps):
         scale = np.array(2.0 ** (12 - np.finfo(fdt).maxexp), fdt)
         shift = np.array(4096.0, fdt)
         scaled_x = em.op("Mul", [x, em.const("scale", scale)])
-        # the window max after this Mul: onnxruntime's quantize_static, going through the nodes in order, then
-        # has x quantized when it reaches the window Slices, which share x's range (from opset 18, where a run of
-        # windows is a MaxPool, the runs share it too; else each Slice and run gets its own range: clipped)
-        y = self.plain(em, x, shape, elem)
         e = em.op("Min", [scaled_x, em.const("minus_shift", -shift)])
         e = em.op("Add", [e, em.const("shift", shift)])
         e = em.op("Max", [e, em.const("minus_one", np.array(-1.0, fdt))], hint="neg_inf_code")  # -1 or +0
@@ -210,19 +207,8 @@ class NonFiniteMaxStep(WrappedSteps):
             carrier = s.emit(em, carrier, shape, elem)
             shape = s.out_shape(shape)
         carrier = em.op("Sub", [carrier, carrier])  # TFLite's AveragePool makes a NaN mean -inf: NaN again
-        # G = E * 2^(maxexp - 2) (float32: -2^126 or +0) by two Divs, and D = S - 4G: +inf exactly where E = -1
-        # (4G overflows). Not E * MAX: onnxruntime's quantize_static quantizes a Mul and its constant, and with
-        # ActivationSymmetric that made every output about -256 (review38); a Div and a Sub it leaves in float
-        if fdt == np.float64:  # a Mul by DBL_MAX: no quantizer takes float64, and OpenVINO's CPU plugin computes
-            # float64 in float32, where 2^-511 is 0 (every output NaN; DBL_MAX saturates to FLT_MAX: review39)
-            g = em.op("Mul", [neg_inf, em.const("highest", np.array(np.finfo(fdt).max, fdt))])
-        else:
-            half = np.array(2.0 ** (1 - np.finfo(fdt).maxexp // 2), fdt)  # float32: 2^-63, a normal number
-            g = em.op("Div", [em.op("Div", [neg_inf, em.const("half_range", half)]), em.const("half_range", half)])
-        d = carrier
-        for _ in range(4):
-            d = em.op("Sub", [d, g])
-        return em.op("Sub", [y, d])
+        scaled = em.op("Mul", [neg_inf, em.const("highest", np.array(big, fdt))])  # -MAX or +0
+        return em.op("Sub", [y, em.op("Sub", [em.op("Sub", [carrier, scaled]), scaled])])
 
     def _exact(self, em, x, shape, elem):
         if self.comparison_free:

@@ -26,7 +26,7 @@ NAN_GUARD = {"IsNaN", "Equal", "Less", "Greater", "Where", "Cast", "ReduceSum", 
              "Abs", "Or", "Constant"}  # max: NaN / -inf as torch (Sub, Equal, Abs, Or, Not: the portable target's NaN test)
 # the portable target's max without comparisons (lowering/max_steps.py): window means of a NaN carrier, window maxes
 # of a -inf code
-ARITH_NAN_GUARD = {"Sub", "Relu", "Neg", "Max", "Min", "Add", "Abs", "Exp", "Mul", "Div", "ReduceMean", "AveragePool"}
+ARITH_NAN_GUARD = {"Sub", "Relu", "Neg", "Max", "Min", "Add", "Abs", "Exp", "Mul", "ReduceMean", "AveragePool"}
 # averages of the onnxruntime target through a MatMul: the weights as Div(Cast(indicator), lengths), and the If
 # whose else-branch keeps NaN/inf in their windows (tests/lowering/test_avg_non_finite.py)
 AVG_GUARD = {"Div", "ReduceSum", "Sub", "IsNaN", "Equal", "Abs", "Not", "If", "Identity", "Greater", "Less", "Or",

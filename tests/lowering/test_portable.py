@@ -374,22 +374,6 @@ def test_symbolic_max_without_comparisons_one_file_every_size(opset):
         assert_bits_equal(sess.run(None, {"x": x})[0], want, f"at {hw}")
 
 
-@pytest.mark.parametrize("shape,size,opset", [((1, 6, 8, 9), (5, 7), 17), ((1, 6, 30), (7,), 18),
-                                               ((1, 6, "H", "W"), (5, 7), 17)], ids=["2d", "1d_opset18", "symbolic"])
-def test_max_without_comparisons_survives_symmetric_quantization(shape, size, opset, tmp_path):
-    """quantize_static with ActivationSymmetric=True (QDQ for int8 engines that take symmetric activations) of the
-    form without comparisons: within the quantization of its windows on the calibration input (before, review38:
-    outputs near -256, relative error 83 to 104, from the Mul of the -inf code by FLT_MAX, which the quantizer
-    took with its constant)."""
-    model = onnxpoolfix.patch(make_leftover("max", shape, size, opset=opset), target="portable",
-                              strategy="window_slices").model
-    run_shape = tuple(d if isinstance(d, int) else {"H": 17, "W": 13}[d] for d in shape)
-    x = np.random.default_rng(0).standard_normal(run_shape).astype(np.float32)
-    q = quantized(model, x, "static", tmp_path, extra_options={"ActivationSymmetric": True})
-    want = getattr(torch.nn.functional, f"adaptive_max_pool{len(size)}d")(torch.from_numpy(x), size).numpy()
-    assert relative_error(run(q, x), want) <= 5e-2
-
-
 @pytest.mark.parametrize("case", DIRECT_MAX, ids=ids(DIRECT_MAX))
 def test_max_non_finite_as_torch(case):
     x, _ = saved(case)

@@ -18,7 +18,7 @@ def calibration_batches(x: np.ndarray) -> list[np.ndarray]:
     return [x] + [rng.standard_normal(x.shape).astype(x.dtype) for _ in range(4)]
 
 
-def quantized(model: onnx.ModelProto, x: np.ndarray, mode: str, tmp_path: Path, **options) -> onnx.ModelProto:
+def quantized(model: onnx.ModelProto, x: np.ndarray, mode: str, tmp_path: Path) -> onnx.ModelProto:
     from onnxruntime.quantization import CalibrationDataReader, quantize_dynamic, quantize_static
 
     src, dst = tmp_path / "model.onnx", tmp_path / f"model.{mode}.onnx"
@@ -38,5 +38,5 @@ def quantized(model: onnx.ModelProto, x: np.ndarray, mode: str, tmp_path: Path, 
         if mode == "dynamic":
             quantize_dynamic(src, dst)
         else:
-            quantize_static(src, dst, Reader(), **options)
+            quantize_static(src, dst, Reader())
     return onnx.load(dst)
