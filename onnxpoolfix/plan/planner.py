@@ -63,10 +63,9 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
     cands = candidates(spec)
     if strategy != AUTO:
         chosen = next(c for c in cands if c.name == strategy)
-        if chosen.reason:  # dropping the strategy helps only where some other lowering applies (review38)
-            drop = f"{DROP_STRATEGY} to let the planner choose" if any(c.reason is None for c in cands) else None
+        if chosen.reason:
             raise UnsupportedNodeError(f"strategy '{strategy}' does not apply to {spec.node.label}: {chosen.reason}",
-                                       drop, opset=opset_needed(chosen.reason),
+                                       f"{DROP_STRATEGY} to let the planner choose", opset=opset_needed(chosen.reason),
                                        node=spec.node.name, reasons={strategy: str(chosen.reason)})
         return Plan(spec, BY_NAME[strategy], cands, FORCED_BY_STRATEGY)
     ok = sorted((c for c in cands if c.reason is None), key=lambda c: c.cost)

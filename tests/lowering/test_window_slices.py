@@ -197,16 +197,3 @@ def test_below_opset_11_max_names_the_opset_its_nan_test_needs(opset):
     (node,) = inspect_model(make_leftover("max", (1, 4, 8, 9), (5, 7), opset=opset), target="portable").nodes
     (slices,) = [c for c in node.candidates if c.name == "window_slices"]
     assert opset_needed(slices.reason) == 11, slices.reason
-
-
-def test_a_forced_strategy_is_not_told_to_drop_it_where_nothing_else_applies():
-    """Forcing window_slices on a max pool at opset 9, where no lowering applies, names the opset that would do,
-    not "drop strategy=" (review38: the planner's own choice failed too)."""
-    model = make_leftover("max", (1, 4, 8, 9), (5, 7), opset=9)
-    with pytest.raises(UnsupportedNodeError) as e:
-        onnxpoolfix.patch(model, target="portable", strategy="window_slices")
-    assert e.value.data["opset"] == 11 and "strategy" not in e.value.hint, e.value.hint
-    with pytest.raises(UnsupportedNodeError) as e:  # where another lowering applies, dropping it is the remedy
-        onnxpoolfix.patch(make_leftover("max", (1, 4, 8, 9), (5, 7), opset=17), target="onnxruntime",
-                          strategy="window_slices")
-    assert "strategy" in e.value.hint
