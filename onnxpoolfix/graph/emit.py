@@ -20,6 +20,10 @@ EQUAL_NAN_OPS = ("Sub", "Equal", "Abs", "Or", "Not")
 INDICATOR_WEIGHT_OPS = ("Where", "Cast", "Div")
 
 
+#: the first opset whose Equal takes floats: NaN and inf tested with Equal alone from here (:func:`equal_nan_tests`)
+EQUAL_NAN_MIN_OPSET = 11
+
+
 def equal_nan_tests(target: str | None, opset: int) -> bool:
     """Whether NaN and inf are tested with Equal alone instead of IsNaN/Less/Greater: from opset 11 (Equal on
     floats), for the onnxruntime and portable targets. MNN has no IsNaN and compares floats by their bits in
@@ -27,7 +31,7 @@ def equal_nan_tests(target: str | None, opset: int) -> bool:
     and in branches only non-finite inputs take, so the form costs its finite path nothing. The tensorrt target
     keeps IsNaN on its always-evaluated path: onnx-tensorrt imports it as two layers (Equal(x, x), Not), the
     MNN-proof Equal form of :meth:`Emitter.is_nan` is six, and no GPU here has priced their fusion."""
-    return target in ("onnxruntime", "portable") and opset >= 11
+    return target in ("onnxruntime", "portable") and opset >= EQUAL_NAN_MIN_OPSET
 
 
 class Emitter:

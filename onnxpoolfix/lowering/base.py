@@ -11,7 +11,14 @@ from typing import ClassVar, Sequence
 from onnx import TensorProto
 
 from .. import windows as W
-from ..graph.emit import COMPUTE_IN_FLOAT32, EQUAL_NAN_OPS, INDICATOR_WEIGHT_OPS, Emitter, equal_nan_tests
+from ..graph.emit import (
+    COMPUTE_IN_FLOAT32,
+    EQUAL_NAN_MIN_OPSET,
+    EQUAL_NAN_OPS,
+    INDICATOR_WEIGHT_OPS,
+    Emitter,
+    equal_nan_tests,
+)
 from ..graph.shapes import PoolSpec, make_value_info
 from ..reason import needs_opset
 from ..tensorrt import SUPPORTED_OPS, GraphInfo, tensorrt_rejects
@@ -108,7 +115,7 @@ class Lowering:
                 return max_drops_nan(spec)
             need = self.min_opset  # the portable target's max: its NaN test too (portable_rejection)
             if spec.kind == "max" and spec.target == "portable" and not equal_nan_tests("portable", need):
-                need = 11
+                need = EQUAL_NAN_MIN_OPSET
             return needs_opset(need, f"needs opset {need}, the model has {spec.opset}")
         if spec.dtype == TensorProto.BFLOAT16 and spec.opset < 13:
             return needs_opset(13, f"bfloat16 needs opset 13 (no operator takes bfloat16 before), the model has "
@@ -178,7 +185,7 @@ def max_drops_nan(spec: PoolSpec) -> str:
     """Why no max lowering applies below opset 9 (the portable target's guard: 11)."""
     guard = (f"{GUARD_MIN_OPSET} (IsNaN, Where)" if spec.target != "portable" else
              "11 with the portable target (Equal on floats: MNN and ncnn lack IsNaN)")
-    return needs_opset(11 if spec.target == "portable" else GUARD_MIN_OPSET,
+    return needs_opset(EQUAL_NAN_MIN_OPSET if spec.target == "portable" else GUARD_MIN_OPSET,
                        f"MaxPool/ReduceMax would drop a NaN that torch's max keeps, and the guard that keeps it "
                        f"needs opset {guard}, the model has {spec.opset}")
 
@@ -215,8 +222,9 @@ def portable_rejection(ops: set[str], spec: PoolSpec) -> str | None:
         if op in ops:
             return f"not portable: {op} ({why})"
     if "IsNaN" in ops and not equal_nan_tests("portable", spec.opset):  # Emitter.is_nan's Equal masks
-        return needs_opset(11, f"not portable: IsNaN (MNN and ncnn lack it; the Equal masks written instead need "
-                               f"opset 11), the model has {spec.opset}")
+        return needs_opset(EQUAL_NAN_MIN_OPSET, f"not portable: IsNaN (MNN and ncnn lack it; the Equal masks "
+                                                f"written instead need opset {EQUAL_NAN_MIN_OPSET}), the model has "
+                                                f"{spec.opset}")
     if spec.k >= 3 and ops & {"AveragePool", "MaxPool"}:
         return "not portable: a 3-D pooling op (MNN crashes on 3-D AveragePool, TFLite needs TensorFlow's Flex ops)"
     return None
