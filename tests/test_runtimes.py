@@ -71,7 +71,8 @@ def tract_run(model: onnx.ModelProto, feed: dict, *, concrete: bool = True) -> d
 
 
 _TRACT_TYPES = {"float32": "f32", "int64": "i64"}
-#: tract 0.23 cannot analyse an If (the default target's lazy NaN guard of max pooling with indices)
+#: tract 0.23 cannot analyse the default target's lazy NaN guard of max pooling with indices: its ONNX Cast to int64
+#: gives its dim type, so the If's finite branch (indices cast from float) and the other (gathered) disagree
 _TRACT_REFUSES = {("max2d_indices_output", "onnxruntime"), ("max2d_indices_consumed", "onnxruntime")}
 #: dynamic lowerings tract runs under symbolic sizes (the file as written, one model for every size): the
 #: portable target's window_slices, every dynamic fixture; tensorrt's dynamic max pooling
