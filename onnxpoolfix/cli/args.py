@@ -24,7 +24,6 @@ import functools
 import logging
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import click
@@ -213,7 +212,7 @@ class SaveChoice:
     keep_input_shapes: bool
     save_as_external_data: bool
     in_place: bool
-    report_path: Path | None
+    report_path: str | None  # a string until checked (io.outfile.resolve_output: a trailing separator)
 
 
 class Save(ArgGroup):
@@ -223,7 +222,7 @@ class Save(ArgGroup):
         click.option("--save-as-external-data", is_flag=True,
                      help="Write OUT's tensors of 1 KiB or more to OUT.data beside it (smaller ones stay inline)."),
         click.option("--in-place", is_flag=True, help="Allow OUT to be IN (replaced atomically)."),
-        click.option("--report", "report_path", type=click.Path(path_type=Path),
+        click.option("--report", "report_path", type=click.Path(),
                      help="Also write the report as JSON (schema in onnxpoolfix/report.py)."),
     )
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import OutputError
+from ..io import resolve_output
 from .app import main
 from .guard import reported
 
@@ -33,8 +34,10 @@ def calibrate_cmd(out, threads):
     if out == "-":  # as patch's OUT: a file named '-' where stdout was meant
         raise click.BadParameter("'-' is not standard output here (it would write a file named '-'): give "
                                  "/dev/stdout, or for a file named '-' its absolute path", param_hint="--out")
-    path = Path(out) if out else default_path()
     with reported(False):
+        if out is not None:
+            resolve_output(out, "the costs")  # a name ending in a separator names a folder (Path would drop it)
+        path = Path(out) if out else default_path()
         if out is None:  # the default cache folder is made; a folder named with --out must exist, as for OUT
             path.parent.mkdir(parents=True, exist_ok=True)
         elif not path.parent.is_dir():

@@ -25,10 +25,11 @@ from .progress_line import shown
 
 @command(main, "patch", Plan(), Check(), Save(), Seed(), Logging(quiet=True), epilog=exit_codes_epilog("patch"),
          arguments=(click.argument("src", metavar="IN", type=click.Path(dir_okay=True, path_type=Path)),
-                    click.argument("dst", metavar="OUT", type=click.Path(dir_okay=True, path_type=Path))))
-def patch_cmd(src: Path, dst: Path, plan: PlanChoice, check: CheckChoice, save: SaveChoice, seed: int,
+                    click.argument("dst", metavar="OUT", type=click.Path(dir_okay=True))))
+def patch_cmd(src: Path, dst: str, plan: PlanChoice, check: CheckChoice, save: SaveChoice, seed: int,
               verbosity: Verbosity) -> None:
-    """Patch IN and write OUT (only after the check passed)."""
+    """Patch IN and write OUT (only after the check passed). OUT and --report stay strings until their checks:
+    a name ending in a separator names a folder, which ``Path`` would drop."""
     for path, what in ((dst, "OUT"), (save.report_path, "--report")):
         if path is not None and str(path) == "-":  # would be a file named '-', where stdout was meant
             raise click.BadParameter(
@@ -48,7 +49,7 @@ def patch_cmd(src: Path, dst: Path, plan: PlanChoice, check: CheckChoice, save: 
         plan.check_against(model)
         preflight_output(dst, source_path=src, in_place=save.in_place)  # fail before the work, not after it
         if save.report_path is not None:
-            preflight_report(save.report_path, src, dst, model)
+            preflight_report(save.report_path, src, Path(dst), model)
         external = has_external_data(model)
         result = patch_as_written(model, check=check.check, strategy=plan.strategy, target=plan.target,
                                   input_shapes=plan.input_shapes, keep_input_shapes=save.keep_input_shapes,
@@ -77,7 +78,7 @@ def patch_cmd(src: Path, dst: Path, plan: PlanChoice, check: CheckChoice, save: 
     show(result.report, dst, quiet=verbosity.quiet)
 
 
-def show(report: PatchReport, dst: Path, quiet: bool = False) -> None:
+def show(report: PatchReport, dst: str, quiet: bool = False) -> None:
     """The table, the result line, then a line per note (warnings first, marked, on stderr). ``quiet``
     (-q): the warnings only, since a warning (a partial fix, a size resting on --traced-shape alone) is what
     a script that silenced the rest still has to see."""

@@ -20,14 +20,14 @@ from __future__ import annotations
 from .checker import check_model
 from .commit import preflight_output
 from .load import SMALL_EXTERNAL_INLINE, load_model
-from .outfile import preflight_report, same_file, write_report
+from .outfile import preflight_report, resolve_output, same_file, write_report
 from .save import EXTERNAL_DATA_THRESHOLD, save_model
 from .tensors import PROTOBUF_LIMIT, PathLike, external_data_files, has_external_data
 from .wire import serialize
 
 __all__ = [
     "load_model", "save_model", "check_model", "preflight_output", "preflight_report",
-    "write_report", "same_file",
+    "write_report", "same_file", "resolve_output",
     "has_external_data", "external_data_files", "PROTOBUF_LIMIT", "EXTERNAL_DATA_THRESHOLD",
     "SMALL_EXTERNAL_INLINE", "PathLike", "serialize",
 ]

@@ -47,9 +47,16 @@ class OutputTarget:
     special: bool  # a FIFO or character device: written into, never renamed over
 
 
+#: a file name to suggest inside a folder, by what is written
+_EXAMPLES = {"the report": "report.json", "the costs": "costs.json"}
+
+
 def resolve_output(out_path: PathLike, what: str = "the output") -> OutputTarget:
     """The :class:`OutputTarget` of ``out_path`` (see the module docstring); raises ``OutputError`` for
-    block devices and sockets."""
+    block devices and sockets, and for a name that ends in a separator (a folder's: ``Path`` would drop it)."""
+    if isinstance(out_path, str) and out_path.endswith(tuple({"/", os.sep})):
+        raise OutputError(f"{out_path}: ends in '{out_path[-1]}', so it names a folder, not a file",
+                          f"give a file name inside it, e.g. {out_path}{_EXAMPLES.get(what, 'model_fixed.onnx')}")
     out = Path(out_path)
     try:
         mode = os.stat(out).st_mode  # follows links: the kind of what is finally written
@@ -124,12 +131,13 @@ def write_text(out_path: PathLike, text: str, what: str = "the report") -> Outpu
 _OWN_FILE = "give the report a file of its own, e.g. report.json"
 
 
-def preflight_report(report: Path, src: Path, dst: Path, model) -> None:
+def preflight_report(report: PathLike, src: Path, dst: Path, model) -> None:
     """``--report`` must name a file of its own: not IN or IN's external data (they would be overwritten with
     JSON), not OUT or OUT's data file (the model would be renamed over it), not a folder. A device or FIFO
     is written into and replaces nothing."""
     if resolve_output(report, "the report").special:  # written into (/dev/null, /dev/stdout): replaces nothing
         return
+    report = Path(report)
     for data in external_data_files(model, Path(src).resolve().parent):
         if same_file(report, data):
             raise OutputError(f"--report {report}: is the input model's external data; refusing to overwrite it",

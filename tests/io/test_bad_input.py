@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxpoolfix
 from onnxpoolfix.cli import main
+from onnxpoolfix.io import save_model
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 CONVNET = FIXTURES / "small_convnet.onnx"
@@ -357,6 +358,20 @@ def test_report_must_be_a_file_of_its_own(tmp_path: Path, case: str) -> None:
               "report-is-a-folder": "not a file name"}[case]
     assert_clean_failure(run_cli([src, out, "--report", report]), 6, out, needle)
     assert src.read_bytes() == CONVNET.read_bytes()
+
+
+@pytest.mark.parametrize("which", ["OUT", "--report"])
+def test_a_name_ending_in_a_separator_is_a_folder(tmp_path: Path, which: str) -> None:
+    """``OUT/`` (or ``--report DIR/``) for a folder that does not exist wrote a file named like the folder: the
+    separator was dropped when the argument became a path. Both are output errors now, and nothing is written."""
+    out, report = tmp_path / "o.onnx", tmp_path / "r.json"
+    named = f"{tmp_path / 'newdir'}{os.sep}"
+    args = [CONVNET, named] if which == "OUT" else [CONVNET, out, "--report", named]
+    assert_clean_failure(run_cli(args), 6, out, "names a folder")
+    assert not (tmp_path / "newdir").exists() and not report.exists()
+    with pytest.raises(onnxpoolfix.OutputError, match="names a folder"):  # the API's paths alike
+        save_model(onnx.load(CONVNET), named)
+    assert not (tmp_path / "newdir").exists()
 
 
 def test_in_place_never_overwrites_the_inputs_data_file_for_another_out(tmp_path: Path) -> None:
