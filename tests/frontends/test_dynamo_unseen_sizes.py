@@ -236,3 +236,45 @@ def test_ordinary_code_on_the_pools_line_is_patched_exactly(module, traced):
     out = patch(export_symbolic_hw(m, traced), traced_shapes={"x": [1, 3, *traced]}).model
     errors = errors_vs_torch(m, out, [traced, (20, 12), (9, 7), (23, 30), (17, 20), (40, 31)], seed=1)
     assert max(errors.values()) < 1e-5, errors
+
+
+class CroppedAboveTheTracedWidth(nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x[:, :, :, :40], (3, 5))
+
+
+class CroppedToAMultipleOf8(nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x[:, :, :, : x.shape[3] // 8 * 8], (3, 8))
+
+
+class PaddedToAMinimumWidth(nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(torch.cat([x, x[..., : max(0, 24 - x.shape[3])]], 3), (3, 5))
+
+
+@pytest.mark.parametrize("module,traced", [(CroppedAboveTheTracedWidth, (37, 23)), (CroppedToAMultipleOf8, (37, 24)),
+                                           (PaddedToAMinimumWidth, (37, 30))],
+                         ids=["CroppedAboveTheTracedWidth", "CroppedToAMultipleOf8", "PaddedToAMinimumWidth"])
+def test_a_crop_that_changes_nothing_where_the_proof_looks_is_never_pooled_past(module, traced):
+    """review40 F2: the region from x (the crop taken along) proved at sizes where the crop is the identity
+    (widths below 40, multiples of 8, widths of 24 and more), and exit 0 wrote a pool of the uncropped x: up to
+    1.2 off elsewhere. Without the traced size the region past the crop does not prove: refused, never the pool
+    of x; with it, exact at widths where the crop or pad does something."""
+    from dynamo_exports import errors_vs_torch
+
+    if older_torch(torch):
+        pytest.skip("an older torch exports these otherwise (docs/dynamo-files.md)")
+    m = module().eval()
+    model = export_symbolic_hw(m, traced)
+    sizes = [traced, (30, 64), (20, 41), (9, 100), (37, 25), (40, 63), (37, 9), (12, 17)]
+    try:
+        out = patch(model).model
+    except UnsupportedNodeError as err:
+        assert err.exit_code == 4 and "traced_shapes=" in err.hint
+    else:
+        errors = errors_vs_torch(m, out, sizes, seed=1)
+        assert max(errors.values()) < 1e-5, errors
+    out = patch(model, traced_shapes={"x": [1, 3, *traced]}).model
+    errors = errors_vs_torch(m, out, sizes, seed=1)
+    assert max(errors.values()) < 1e-5, errors

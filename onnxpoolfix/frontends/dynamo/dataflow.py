@@ -322,13 +322,19 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
             continue
         k, x_shape, y_shape, elem, sizes = fit
         fits.append(Candidate(end, result, t, tuple(region), evidence, k, sizes, x_shape, y_shape, elem))
+    # a region whose pooled tensor an op of the model's own reads (a crop, a scale: torch's decomposition reads
+    # it only to transpose or reshape it, or gather from it) is never taken: the op may be the identity at every
+    # size a proof tries (x[:, :, :, :40] traced at 23, review40 F2; x[:, :, :17] traced at 17, review12 F9), and
+    # OUT would pool past it. The region starting past it is the reading; where that one does not prove, or none
+    # does, the pool is refused
+    own = [c for c in fits if any(g.nodes[i].op_type not in _DECOMPOSITION_READS for i in c.region
+                                  if c.pooled in g.nodes[i].input)]
+    fits = [c for c in fits if c not in own]
+    if own and not fits:
+        op = next(g.nodes[i].op_type for i in own[0].region if own[0].pooled in g.nodes[i].input
+                  and g.nodes[i].op_type not in _DECOMPOSITION_READS)
+        why = why or f"it reads '{own[0].pooled}' through an op of the model's own ({op}), whose output no region pools"
     if fits:
-        # a region whose pooled tensor an op of the model's own reads (a crop, a scale: torch's decomposition
-        # reads it only to transpose or reshape it, or gather from it) is tried after the ones that start past
-        # such ops: at the traced size the op may be the identity (x[:, :, :17] traced at 17), which the proof
-        # there cannot see (review12 F9); where the smaller region fails, the larger is still tried
-        fits.sort(key=lambda c: any(g.nodes[i].op_type not in _DECOMPOSITION_READS for i in c.region
-                                    if c.pooled in g.nodes[i].input))
         return replace(fits[0], smaller=tuple(fits[1:_MAX_SMALLER + 1]))
     if selects_nothing and why is None:  # every region either picks no windows or holds another pool's end:
         return None  # an op on a pool's result or on its input that shares the line (``pool(x) / 2``, ``x / 2``)
