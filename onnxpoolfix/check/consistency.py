@@ -11,6 +11,7 @@ inference), nothing is concluded.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from math import prod
 from typing import NamedTuple
 
 import onnx
@@ -134,7 +135,7 @@ def _frozen_index(inferred: onnx.ModelProto, fed: Mapping[str, object]) -> str |
         if n.op_type == "Reshape" and n.input[0] in after and len(n.input) > 1 and n.input[1] not in varying:
             data, target = shapes.get(n.input[0]), constant_value(n.input[1], initializers, constants)
             if data and isinstance(target, list) and target and target[0] == 1 and isinstance(data[0], int) \
-                    and data[0] > 1:
+                    and data[0] > 1 and not _keeps_leading_dim(data, target):
                 return (f"Reshape '{n.name or n.output[0]}' to the constant shape {target} moves the data's batch of "
                         f"{data[0]} into its other dims: a view(y.size(0), -1) of the leftover's traced batch, frozen "
                         "at the size it traced")
@@ -143,6 +144,31 @@ def _frozen_index(inferred: onnx.ModelProto, fed: Mapping[str, object]) -> str |
         if any(i in after for i in n.input):
             after.update(n.output)
     return None
+
+
+def _keeps_leading_dim(data: Sequence[int | None], target: Sequence[int]) -> bool:
+    """Whether reshaping ``data`` to ``target`` keeps data's first dim apart: some leading dims of the target
+    multiply to it (``[2, 64, 49] -> [1, 2, 64, 49]``, an attention's heads in timm's pvt_v2: review41), where a
+    folded ``view(y.size(0), -1)`` (``[2, 64] -> [1, -1]``) merges it into the others."""
+    dims = [data[i] if t == 0 and i < len(data) else t for i, t in enumerate(target)]  # 0: copy (no allowzero)
+    if -1 in dims:
+        if not all(isinstance(d, int) for d in data) or dims.count(-1) > 1:
+            return False
+        known = prod(d for d in dims if d != -1)
+        total = prod(data)
+        if known <= 0 or total % known:
+            return False
+        dims = [total // known if d == -1 else d for d in dims]
+    product = 1
+    for d in dims:
+        if not isinstance(d, int) or d < 0:
+            return False
+        product *= d
+        if product == data[0]:
+            return True
+        if product > data[0]:
+            return False
+    return False
 
 
 def _bind_inputs(light: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import make_leftover
+from helpers import make_leftover, ort_run
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxpoolfix
@@ -161,3 +161,23 @@ def test_a_reshape_to_a_constant_of_the_models_own_is_no_frozen_batch():
     del model.graph.output[:]
     model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [5, "k"]))
     assert onnxpoolfix.patch(model).report.check_passed
+
+
+def test_a_reshape_that_keeps_the_first_dim_apart_is_no_frozen_batch():
+    """review41: timm's pvt_v2 pools its keys to 7x7; torch's attention decomposition reshapes [heads, 64, 49] to the
+    constant [1, heads, 64, 49], whose leading 1 is no traced batch: the first dim stays a dim of its own. Exit 5
+    on every dynamo export of the model (static ones too); patched, against numpy."""
+    model = make_leftover("avg", [1, 4, 17, 13], [7, 7])
+    model.graph.initializer.extend([numpy_helper.from_array(np.array([2, 2, 49], np.int64), "heads"),
+                                    numpy_helper.from_array(np.array([1, 2, 2, 49], np.int64), "batched")])
+    model.graph.node.extend([helper.make_node("Reshape", ["y", "heads"], ["h"], name="split_heads"),
+                             helper.make_node("Reshape", ["h", "batched"], ["z"], name="batch_again")])
+    del model.graph.output[:]
+    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 2, 2, 49]))
+    result = onnxpoolfix.patch(model)
+    x = np.random.default_rng(0).standard_normal((1, 4, 17, 13)).astype(np.float32)
+    (got,) = ort_run(result.model, {"x": x})
+    windows = [[(i * n) // 7, -((-(i + 1) * n) // 7)] for n in (17, 13) for i in range(7)]
+    want = np.array([[x[0, c, windows[i][0]:windows[i][1], windows[7 + j][0]:windows[7 + j][1]].mean()
+                      for i in range(7) for j in range(7)] for c in range(4)])
+    np.testing.assert_allclose(got.reshape(4, 49), want, rtol=1e-5, atol=1e-6)
