@@ -218,6 +218,16 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
         notes.append(Note(f"OUT holds {ifs} If node(s) onnxpoolfix wrote (NaN/inf guards, which finite inputs skip), "
                           f"which pnnx (ncnn) and onnx2torch do not take (nor onnx2tf, around a MatMul{tract}): "
                           f"{TARGET_PORTABLE} writes none", "if-guards", ifs=ifs, top_level_ifs=top))
+    fixed = [d.spec for d in applied if d.spec.node.encoding in ("aten-op", "ATen-attr") and all(
+        isinstance(m, int) for m in d.spec.node.output_size) and not all(
+        isinstance(n, int) for n in d.spec.input_shape[-d.spec.node.rank:])]
+    if fixed:  # review41: (max(7, H), max(7, W)) or int(H * 0.5) traced into a constant that no file shows
+        notes.append(Note(f"{len(fixed)} leftover(s) pool symbolic axes to a constant size written in the file "
+                          f"({', '.join(sorted({'x'.join(map(str, s.node.output_size)) for s in fixed}))}): right "
+                          "where the model's size is constant; where Python computes it from the input's size "
+                          "(int(), max(), math.ceil), the TorchScript exporter wrote the traced value instead, which "
+                          "OUT keeps (onnxpoolfix.export compares with torch at other sizes)", "constant-output-size",
+                          count=len(fixed)))
     if check:
         # OUT's run for the differential check goes with the node check's (one session of OUT's cut)
         extra = ExtraRun(original[0], sorted(redefined_in(model))) if original is not None else None
