@@ -327,12 +327,10 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
     # size a proof tries (x[:, :, :, :40] traced at 23, review40 F2; x[:, :, :17] traced at 17, review12 F9), and
     # OUT would pool past it. The region starting past it is the reading; where that one does not prove, or none
     # does, the pool is refused
-    own = [c for c in fits if any(g.nodes[i].op_type not in _DECOMPOSITION_READS for i in c.region
-                                  if c.pooled in g.nodes[i].input)]
+    own = [c for c in fits if _models_own(g, c, info)]
     fits = [c for c in fits if c not in own]
     if own and not fits:
-        op = next(g.nodes[i].op_type for i in own[0].region if own[0].pooled in g.nodes[i].input
-                  and g.nodes[i].op_type not in _DECOMPOSITION_READS)
+        op = _models_own(g, own[0], info)
         why = why or f"it reads '{own[0].pooled}' through an op of the model's own ({op}), whose output no region pools"
     if fits:
         return replace(fits[0], smaller=tuple(fits[1:_MAX_SMALLER + 1]))
@@ -342,6 +340,25 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
     # a lone ReduceMean (a global average) is exact as it is; a Div of a model is no concern without evidence
     if ev and not (g.nodes[end].op_type == "ReduceMean" and first_evidence is None):
         return Suspect(result, ev, why or "no single pooled tensor dominates it")
+    return None
+
+
+def _models_own(g: DataflowGraph, c: Candidate, info) -> str | None:
+    """The op of the model's own in region ``c`` that reads its pooled tensor, or None: anything torch's
+    decomposition never applies to the tensor it pools, and a Gather by a vector of indices of it or of a
+    Transpose of it (``index_select``, ``x[:, :, rows]``, ``x[..., idx]``: a crop or a reorder, review40 F3),
+    where the decomposition gathers windows by tables of two or more dims."""
+    near = {c.pooled}  # the pooled tensor, and it moved (the exporter transposes an indexed axis first)
+    for i in sorted(c.region):
+        n = g.nodes[i]
+        if c.pooled in n.input and n.op_type not in _DECOMPOSITION_READS:
+            return n.op_type
+        if n.op_type in ("Gather", "GatherND") and n.input[0] in near:
+            index = info.get(n.input[1], (0, None))[1]  # a vector; GatherND's: a column of single positions
+            if index is not None and (len(index) <= 1 if n.op_type == "Gather" else tuple(index[1:]) == (1,)):
+                return f"{n.op_type} by a vector of indices"
+        if n.op_type in ("Transpose", "Cast", "Identity") and n.input[0] in near:
+            near.update(n.output)
     return None
 
 
