@@ -345,9 +345,8 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
 
 def _models_own(g: DataflowGraph, c: Candidate, info) -> str | None:
     """The op of the model's own in region ``c`` that reads its pooled tensor, or None: anything torch's
-    decomposition never applies to the tensor it pools, and a Gather by a vector of indices of it or of a
-    Transpose of it (``index_select``, ``x[:, :, rows]``, ``x[..., idx]``: a crop or a reorder, review40 F3),
-    where the decomposition gathers windows by tables of two or more dims."""
+    decomposition never applies to it, and a Gather by a vector of indices of it or of its Transpose (a crop,
+    ``x[..., idx]``: review40 F3), where the decomposition gathers windows by tables of two or more dims."""
     near = {c.pooled}  # the pooled tensor, and it moved (the exporter transposes an indexed axis first)
     for i in sorted(c.region):
         n = g.nodes[i]
