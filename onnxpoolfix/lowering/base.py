@@ -184,7 +184,7 @@ class Lowering:
 def max_drops_nan(spec: PoolSpec) -> str:
     """Why no max lowering applies below opset 9 (the portable target's guard: 11)."""
     guard = (f"{GUARD_MIN_OPSET} (IsNaN, Where)" if spec.target != "portable" else
-             "11 with the portable target (Equal on floats: MNN and ncnn lack IsNaN)")
+             f"{EQUAL_NAN_MIN_OPSET} with the portable target (Equal on floats: MNN and ncnn lack IsNaN)")
     return needs_opset(EQUAL_NAN_MIN_OPSET if spec.target == "portable" else GUARD_MIN_OPSET,
                        f"MaxPool/ReduceMax would drop a NaN that torch's max keeps, and the guard that keeps it "
                        f"needs opset {guard}, the model has {spec.opset}")
