@@ -84,7 +84,7 @@ def dynamo_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence[P
 def region_notes(regions: Sequence[Region], suspects: Sequence[Suspect], *, bound: bool = False) -> list[Note]:
     out = [Note(f"dynamo region '{r.result}' ({r.nodes} nodes, pooling '{r.pooled}' to {size_text(r.output_size)}): "
                 f"{r.evidence}; " + (f"proven at {'x'.join(map(str, r.proven_at))}" if r.proven_at
-                                     else "output size from its source line"), "dynamo-region", result=r.result)
+                                     else "output size from that evidence"), "dynamo-region", result=r.result)
            for r in regions]
     out += [Note(f"left the suspected region '{s.result}' ({s.evidence}): {s.why}", "suspect-left", result=s.result)
             for s in suspects]

@@ -14,14 +14,14 @@ from math import prod
 import onnx
 
 from ...errors import ShapeError
-from ...graph import read_names
+from ...graph import attributes, read_names
 from ...graph.emit import EMITTED_BY
 from ...graph.shapes import SUPPORTED_DTYPES, infer_at
 from ...spec import InputDim, PoolNode, PoolSpec
 from ...words import TRACED_SHAPES
 from ..base import EXPORT, STRIPPED, TRACED, FrontEndResult, Region, Suspect
 from ..exporter_pools import adaptive_sizes
-from .dataflow import ENCODING, DataflowGraph
+from .dataflow import ENCODING, DataflowGraph, constant_ints
 from .frozen_indices import IndicesChain, index_chains
 from .frozen_readings import (
     ADAPTIVE,
@@ -280,6 +280,8 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
             sibling = known.get(module_scope(node), {})
             ones = [a for a in ones if sibling.get(a) != traced[a]]
         features = classifier_features(g.nodes, g.initializers, result)
+        if traced is None and not ones and (traced := _squeezed(g, node, site.dims, kernel)) is not None:
+            evidence += "; a Squeeze of its result says the symbolic pooled axes pool to 1"
         if traced is None and ones and features is None:  # (1, None) of an OCR model: no traced size decides it
             left(f"an {op} frozen at the traced size whose pooled axis {ones[0]} has windows of one element: "
                  "torch's None (it follows the input) or the traced size of that axis, which differ at other sizes, "
@@ -322,7 +324,7 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
     findings.regions.append(Region(result, node.input[0], frozenset(o for o in node.output if o) | extra_out,
                                    frozenset(x for x in node.input if x) | extra_in, evidence, output_size,
                                    tuple(site.bound or ()), 1 + (len(chain.nodes) if chain else 0)))
-    if reading.size is None:
+    if reading.size is None and site.bound is not None:
         resting.append((result, node.input[0], output_size, op))
     busy.add(result)
     if chain:
@@ -348,6 +350,20 @@ def _declared_at(model, name: str, input_shapes) -> tuple[int, ...] | None:
         return None
     got = tuple(evaluate(d, env) for d in dims)
     return got if all(isinstance(d, int) and d >= 1 for d in got) else None
+
+
+def _squeezed(g: DataflowGraph, node: onnx.NodeProto, dims: tuple, kernel: list[int]) -> tuple[int, ...] | None:
+    """The pooled lengths at the export where a Squeeze of the node's result drops every symbolic pooled axis
+    (the CRNN's ``pool(f.permute(0, 3, 1, 2)).squeeze(3)`` of ``AdaptiveAvgPool2d((None, 1))``): torch squeezed
+    it, so its length was 1 there and the traced length the kernel; static axes as they are. Else None."""
+    squeezed: set[int] = set()
+    for n in g.nodes:
+        if n.op_type == "Squeeze" and n.input and n.input[0] == node.output[0]:
+            axes = constant_ints(g, n.input[1]) if len(n.input) > 1 and n.input[1] else attributes(n).get("axes")
+            squeezed.update(int(a) % len(dims) for a in axes or ())  # (no axes: every unit axis, none named)
+    traced = [d if isinstance(d, int) else kernel[a] if 2 + a in squeezed and kernel[a] > 1 else None
+              for a, d in enumerate(dims[2:])]
+    return None if None in traced else tuple(traced)
 
 
 def _unit_axis(node: onnx.NodeProto, a: int) -> bool:
