@@ -73,6 +73,9 @@ class PoolNode:
     # exporter writes after a MaxPool: the lowering writes torch's indices itself)
     replaces: tuple[int, ...] = ()
     body: BodyPath = ()  # the graph ``index`` counts in: () the top level, else an If/Loop/Scan body
+    # (tensor, perm): ``input`` is no tensor of the graph but this Transpose of one, which the rewrite writes
+    # first (a model's permute torch fused into its decomposition's Transpose: the dynamo front end)
+    input_perm: tuple[str, tuple[int, ...]] | None = None
 
     @property
     def label(self) -> str:

@@ -60,6 +60,8 @@ def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[
         node = p.spec.node
         em = Emitter(node.name, taken, p.spec.opset, constant_nodes=constant_nodes,
                      target=p.spec.target)
+        if node.input_perm is not None:
+            em.op("Transpose", [node.input_perm[0]], out=node.input, perm=list(node.input_perm[1]))
         p.lowering.build(em, p.spec, node.input, node.output, node.indices_output)
         mark_emitted(em.nodes, f"'{p.lowering.name}' lowering of {node.label}")
         replacement[node.index] = em.nodes

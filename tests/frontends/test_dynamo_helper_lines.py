@@ -17,11 +17,11 @@ pytest.importorskip("onnxruntime")
 nn = torch.nn
 F = torch.nn.functional
 
-from dynamo_exports import errors_vs_torch
+from dynamo_exports import assert_matches_torch, errors_vs_torch
 from export_cache import dynamo_export
 
 from onnxpoolfix import patch
-from onnxpoolfix.errors import PoolFixError
+from onnxpoolfix.errors import PoolFixError, ShapeError
 
 
 def normalize(t):
@@ -65,16 +65,17 @@ class PoolOfAPermute(nn.Module):
         return F.adaptive_avg_pool2d(x.permute(0, 1, 3, 2), (5, 7))
 
 
-def test_a_permute_fused_into_the_decomposition_is_refused_without_doubting_a_right_traced_size():
+def test_a_permute_fused_into_the_decomposition_is_the_pool_of_the_permute():
     # torch's optimizer joins the permute and the decomposition's own Transpose: no tensor holds the pooled
-    # input, and the region, cut back to x, computes another thing than pooling x. Refused (safe); the hint
-    # used to ask whether the (right) traced size was the export call's example input
+    # input, and the region, cut back to x, computes another thing than pooling x. It was refused; it is the pool
+    # of the fused Transpose's permute (review40 F1): exact at other sizes, the traced one given or not. A traced
+    # size the graph contradicts is still refused (exit 4), naming an input size it is right at
     dims = {"x": {2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}}
-    model = dynamo_export(PoolOfAPermute().eval(), (torch.randn(2, 4, 29, 61),), dynamic_shapes=dims,
-                          input_names=["x"])
-    with pytest.raises(PoolFixError) as right:
-        patch(model, traced_shapes={"x": [2, 4, 29, 61]})
-    assert "fused" in right.value.hint and "is it the export call's example input" not in right.value.hint
-    with pytest.raises(PoolFixError) as wrong:  # a traced size the graph contradicts keeps the question
+    module = PoolOfAPermute().eval()
+    model = dynamo_export(module, (torch.randn(2, 4, 29, 61),), dynamic_shapes=dims, input_names=["x"])
+    for traced in ({"x": [2, 4, 29, 61]}, None):
+        assert_matches_torch(patch(model, traced_shapes=traced).model, module,
+                             [(2, 4, 29, 61), (2, 4, 13, 8), (2, 4, 40, 41), (2, 4, 7, 100)])
+    with pytest.raises(ShapeError) as wrong:
         patch(model, traced_shapes={"x": [2, 4, 29, 60]})
-    assert "is it the export call's example input" in wrong.value.hint
+    assert wrong.value.exit_code == 4 and "x:2,4," in wrong.value.hint  # (the permute's input, not the pool's)

@@ -1,6 +1,7 @@
-"""Plain dynamo exports under symbolic H/W whose adaptive pool no region of the front end models: never
-"nothing to patch" or a partial patch with the pool left frozen at the traced size (wrong or crashing at other
-sizes, shown here against torch); refused, while onnxpoolfix.export (which keeps the pools) is exact."""
+"""Plain dynamo exports under symbolic H/W whose adaptive pool torch wrote in a form of its own (a pool of a
+permute, fused into the decomposition; pools chained; a region right only where traced): never "nothing to
+patch" or a partial patch with the pool left frozen at the traced size (wrong or crashing at other sizes, shown
+here against torch); patched exact or refused, while onnxpoolfix.export (which keeps the pools) is exact."""
 from __future__ import annotations
 
 import contextlib
@@ -51,7 +52,7 @@ def _dims(axes):
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_the_file_torch_writes_is_refused(name, tmp_path: Path):
+def test_the_file_torch_writes_is_patched_exact(name, tmp_path: Path):
     make, traced, other, axes = CASES[name]
     m, path = make().eval(), tmp_path / "in.onnx"
     with contextlib.redirect_stdout(io.StringIO()):
@@ -63,10 +64,11 @@ def test_the_file_torch_writes_is_refused(name, tmp_path: Path):
         assert not np.allclose(got, m(x).detach().numpy(), atol=1e-4)
     except Exception as e:  # noqa: BLE001 - onnxruntime's out-of-bounds Gather
         assert "out of bounds" in str(e) or "invalid" in str(e).lower(), e
-    with pytest.raises(UnsupportedNodeError, match="frozen"):
-        onnxpoolfix.patch(onnx.load(str(path)), traced_shapes={"x": list(traced)})
-    with pytest.raises(UnsupportedNodeError, match="frozen"):  # nor without the traced size
-        onnxpoolfix.patch(onnx.load(str(path)))
+    # torch fused the permute into its decomposition's Transpose: read as the pool of that permute (review40 F1;
+    # refused before), with the traced size and without, and exact where torch's file is not
+    for traced_shapes in ({"x": list(traced)}, None):
+        out = onnxpoolfix.patch(onnx.load(str(path)), traced_shapes=traced_shapes).model
+        assert_matches_torch(out, m, [traced, other, tuple(d + 3 if i in axes else d for i, d in enumerate(traced))])
 
 
 def test_a_chain_is_never_taken_for_one_pool_proven_where_planes_hold_one_element(tmp_path: Path):

@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
 import onnx
 
-from ...graph import attributes, constant_value, subgraphs
+from ...graph import attributes, subgraphs
 from ...graph.emit import EMITTED_BY
 from ...graph.shapes import SUPPORTED_DTYPES, Dim, infer
 from ...spec import InputDim
@@ -91,12 +90,21 @@ class DataflowGraph:
         self.producer = {o: i for i, n in enumerate(self.nodes) for o in n.output if o}
         self.initializers = {t.name: t for t in graph.initializer}
         self.inputs = {i.name for i in graph.input} - set(self.initializers)
+        self.named: set[str] = set()  # names fresh_name gave
         self.size_only: set[str] = set(self.initializers)
         for n in self.nodes:  # graph.node is topologically sorted
             if n.domain not in ("", "ai.onnx") or n.op_type.startswith(_NONDETERMINISTIC) or subgraphs(n):
                 continue
             if n.op_type in _SHAPE_OPS or all(not i or i in self.size_only for i in _value_inputs(n)):
                 self.size_only.update(o for o in n.output if o)
+
+    def fresh_name(self, base: str) -> str:
+        """A tensor name no node, input or initializer has, nor one this gave before."""
+        taken = {*self.producer, *self.initializers, *self.inputs, *self.named,
+                 *(x for n in self.nodes for x in n.input)}
+        name = next(n for i in range(1, len(taken) + 2) if (n := base if i == 1 else f"{base}_{i}") not in taken)
+        self.named.add(name)
+        return name
 
     def data_inputs(self, i: int) -> list[str]:
         n = self.nodes[i]
@@ -134,7 +142,7 @@ def _value_inputs(n: onnx.NodeProto) -> list[str]:
     return list(n.input[:1]) if n.op_type == "CastLike" else list(n.input)
 
 
-def _region_from(g: DataflowGraph, end: int, pooled: str, closure: set[int]) -> list[int] | None:
+def _region_from(g: DataflowGraph, end: int, pooled: str, inside: set[int]) -> list[int] | None:
     """The data nodes between ``pooled`` and the end node, or None if some data enters elsewhere."""
     seen = {end}
     stack = [end]
@@ -144,7 +152,7 @@ def _region_from(g: DataflowGraph, end: int, pooled: str, closure: set[int]) -> 
             if t == pooled:
                 continue
             p = g.producer.get(t)
-            if p is None or p not in closure:
+            if p is None or p not in inside:
                 return None
             if p not in seen:
                 seen.add(p)
@@ -152,7 +160,7 @@ def _region_from(g: DataflowGraph, end: int, pooled: str, closure: set[int]) -> 
     return sorted(seen)
 
 
-def _closure(g: DataflowGraph, end: int) -> set[int]:
+def closure(g: DataflowGraph, end: int) -> set[int]:
     seen = {end}
     stack = [end]
     while stack and len(seen) < _MAX_REGION:
@@ -194,6 +202,9 @@ class Candidate:
     x_shape: tuple[Dim, ...]
     y_shape: tuple[Dim, ...]
     elem: int
+    # where torch fused the model's permute of the pooled tensor into the decomposition's own Transpose (review40
+    # F1): the pool is of Transpose(pooled, perm), and x_shape is that tensor's
+    perm: tuple[int, ...] | None = None
     # the smaller regions of the same end (from a tensor further in, largest first): tried when this one
     # does not prove out, as where the pooled tensor is a Slice, Relu or Mul of x that the region took along
     smaller: tuple[Candidate, ...] = ()
@@ -212,13 +223,13 @@ class LazyInfo:
             self.declared[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
             self.params[vi.name] = [d.dim_param for d in dims]
 
-    def same_dim(self, x: str, y: str, a: int, x_shape, y_shape) -> bool:
-        """Whether axis ``a`` of ``y`` is by declaration the same size as that of ``x`` (one symbol or one
-        expression of the input's symbols, as the exporter writes them)."""
+    def same_dim(self, x: str, y: str, a: int, x_shape, y_shape, xa: int) -> bool:
+        """Whether axis ``a`` of ``y`` is by declaration the same size as axis ``xa`` of ``x`` (``a`` of ``x_shape``:
+        one symbol or one expression of the input's symbols, as the exporter writes them)."""
         if isinstance(x_shape[a], str) and x_shape[a] == y_shape[a] and not x_shape[a].startswith("unk__"):
             return True
         px, py = self.params.get(x), self.params.get(y)
-        return bool(px and py and len(px) == len(py) > a and px[a] and px[a] == py[a])
+        return bool(px and py and len(px) == len(py) > max(a, xa) and px[xa] and px[xa] == py[a])
 
     def inferred(self) -> dict:
         """onnx's own answer (no declared ints standing in), inferred once for all who ask."""
@@ -243,59 +254,14 @@ class LazyInfo:
         return got
 
 
-def selects_fixed_axes(g: DataflowGraph, end: int, info: LazyInfo) -> bool:
-    """Whether every window selection on the data path into ``end`` picks positions no input size moves: fixed
-    indices along an axis whose length the graph fixes. Then torch's decomposition, frozen at the traced
-    size, is right as written at every size the file takes (its symbolic dims are axes it does not pool: a
-    batch); a selection along a symbolic axis, or one the inference cannot size, says frozen."""
-    selects = [i for i in _closure(g, end) if g.nodes[i].op_type in SELECT_OPS]
-    for i in selects:
-        n = g.nodes[i]
-        dims = info.fixed_dims(n.input[0])
-        _, shape_sources = g.size_ancestors([i])
-        axes = _selected_axes(g, n, len(dims), info) if dims is not None and not shape_sources else None
-        if axes is None or not all(isinstance(dims[a], int) for a in axes):
-            return False
-    return bool(selects)
-
-
-def _selected_axes(g: DataflowGraph, n: onnx.NodeProto, rank: int, info: LazyInfo) -> list[int] | None:
-    """The data axes a select op picks positions along, or None where its inputs do not say."""
-    attrs = attributes(n)
-    if n.op_type in ("Gather", "GatherElements"):
-        return [attrs.get("axis", 0) % rank] if rank else None
-    if n.op_type == "GatherND":
-        index_dims = info.fixed_dims(n.input[1])
-        if not index_dims or not isinstance(index_dims[-1], int):
-            return None
-        return list(range(attrs.get("batch_dims", 0) + index_dims[-1]))
-    if len(n.input) < 2:  # Slice-1: attributes
-        axes = attrs.get("axes", range(len(attrs.get("starts", ()))))
-        return [int(a) % rank for a in axes] if rank else None
-    # Slice: axes given as a constant, or the first len(starts)
-    axes = constant_ints(g, n.input[3]) if len(n.input) > 3 and n.input[3] else None
-    if axes is None:
-        starts = constant_ints(g, n.input[1])
-        return None if starts is None or (len(n.input) > 3 and n.input[3]) else list(range(len(starts)))
-    return [int(a) % rank for a in axes] if rank else None
-
-
-def constant_ints(g: DataflowGraph, name: str) -> list[int] | None:
-    """The values of an initializer or a Constant node's output, flattened, else None."""
-    p = g.producer.get(name)
-    constants = {name: g.nodes[p]} if p is not None and g.nodes[p].op_type == "Constant" else {}
-    value = constant_value(name, g.initializers, constants)
-    return None if value is None else [int(v) for v in np.ravel(value)]
-
-
 def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | None:
     """The region that ends at node ``end``; a :class:`Suspect` where the evidence says adaptive pooling but
     no region fits; None where nothing suggests one."""
-    closure = _closure(g, end)
+    nodes = closure(g, end)
     result = g.nodes[end].output[0]
     # the data tensors entering the closure, earliest first: the largest region that fits wins
     entering = []
-    for i in sorted(closure):
+    for i in sorted(nodes):
         for t in g.data_inputs(i):
             if t not in entering:
                 entering.append(t)
@@ -305,7 +271,7 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
     fits: list[Candidate] = []
     selects_nothing = False  # some region ends here that picks no windows (a Div of a pool's result by 2)
     for t in entering:
-        region = _region_from(g, end, t, closure)
+        region = _region_from(g, end, t, nodes)
         if region is None:
             continue
         if not any(g.nodes[i].op_type in SELECT_OPS for i in region):
@@ -316,12 +282,17 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
             # may equal one at some sizes); each end is a region of its own
         evidence, meta_rank = _region_evidence([g.nodes[i] for i in region])
         first_evidence = first_evidence or evidence
-        fit = _fit(t, result, evidence, meta_rank, info, lambda a, r=region: range_limit(g, r, result, a, info))
-        if isinstance(fit, str):
-            why = why or fit
-            continue
-        k, x_shape, y_shape, elem, sizes = fit
-        fits.append(Candidate(end, result, t, tuple(region), evidence, k, sizes, x_shape, y_shape, elem))
+        # where the region's Transpose is more than the decomposition's own, the pool of the model's permute
+        # first, then of ``t`` itself (where it is no permute after all: the proof decides)
+        perm = fused_perm(g, region, t, meta_rank)
+        for p in (perm, None) if perm else (None,):
+            fit = _fit(t, result, evidence, meta_rank, info, p,
+                       None if p else lambda a, r=region: range_limit(g, r, result, a, info))
+            if isinstance(fit, str):
+                why = why if why or p else fit
+                continue
+            k, x_shape, y_shape, elem, sizes = fit
+            fits.append(Candidate(end, result, t, tuple(region), evidence, k, sizes, x_shape, y_shape, elem, p))
     # a region whose pooled tensor an op of the model's own reads (a crop, a scale: torch's decomposition reads
     # it only to transpose or reshape it, or gather from it) is never taken: the op may be the identity at every
     # size a proof tries (x[:, :, :, :40] traced at 23, review40 F2; x[:, :, :17] traced at 17, review12 F9), and
@@ -361,9 +332,33 @@ def _models_own(g: DataflowGraph, c: Candidate, info) -> str | None:
     return None
 
 
-def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info, runtime=None):
-    """(rank, input shape, output shape, dtype) of pooling ``pooled`` to ``result``, or why it cannot be."""
+def fused_perm(g: DataflowGraph, region: Sequence[int], pooled: str, k: int | None) -> tuple[int, ...] | None:
+    """The model's permute of ``pooled`` that torch's export fused into the decomposition's Transpose: ``pooled``
+    read in the region by one Transpose alone, whose output only GatherNDs read (the decomposition moves the
+    ``k`` pooled axes first to index them). Its perm is the permute's followed by that move; None where it is
+    no permute (the move alone) or not this form."""
+    readers = [i for i in region if pooled in g.nodes[i].input]
+    if k is None or len(readers) != 1 or g.nodes[readers[0]].op_type != "Transpose":
+        return None
+    node = g.nodes[readers[0]]
+    after = [g.nodes[i] for i in region if node.output[0] in g.nodes[i].input]
+    fused = list(attributes(node).get("perm", ()))
+    r = len(fused)
+    if not after or any(n.op_type != "GatherND" for n in after) or not 1 <= k < r or sorted(fused) != list(range(r)):
+        return None
+    move = list(range(r - k, r)) + list(range(r - k))  # the decomposition's: pooled axes first
+    perm = [0] * r
+    for j, a in enumerate(move):
+        perm[a] = fused[j]  # fused = perm[move]
+    return None if perm == list(range(r)) else tuple(perm)
+
+
+def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info, perm=None, runtime=None):
+    """(rank, input shape, output shape, dtype) of pooling ``pooled`` (its Transpose by ``perm`` where given) to
+    ``result``, or why it cannot be."""
     x_elem, x_shape = info.get(pooled, (0, None))
+    if perm is not None and x_shape is not None:
+        x_shape = tuple(x_shape[a] for a in perm) if len(x_shape) == len(perm) else None
     y_elem, y_shape = info.get(result, (0, None))
     if x_elem not in SUPPORTED_DTYPES or x_elem != y_elem:
         return ("its input and result dtypes differ" if x_elem in SUPPORTED_DTYPES
@@ -386,7 +381,7 @@ def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info, r
     for a in range(r - k, r):
         if isinstance(y_shape[a], int) and y_shape[a] >= 1:
             sizes.append(y_shape[a])
-        elif info.same_dim(pooled, result, a, x_shape, y_shape):  # torch's None: the axis follows the input
+        elif info.same_dim(pooled, result, a, x_shape, y_shape, perm[a] if perm else a):  # torch's None
             sizes.append(InputDim(a))
         elif runtime is not None and (m := runtime(a)) is not None:  # computed by the graph (scale_factor)
             sizes.append(m)

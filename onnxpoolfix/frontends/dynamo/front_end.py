@@ -51,7 +51,6 @@ from .dataflow import (
     find_candidate,
     is_end,
     node_evidence,
-    selects_fixed_axes,
 )
 from .frozen import contradiction_hint, frozen_pool_ops, size_text
 from .frozen_readings import GENUINE, node_readings, window_attrs
@@ -60,6 +59,7 @@ from .metadata import has_metadata
 from .proof import Proof
 from .proof_search import prove_all
 from .search import declared_dims, evaluate
+from .selections import selects_fixed_axes
 
 logger = logging.getLogger(__name__)
 
@@ -315,12 +315,15 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
         reads = frozenset(x for i in set(c.region) | size_nodes for x in g.nodes[i].input if x)
         node = g.nodes[c.end]
         k = c.rank
+        fed = g.fresh_name(f"{c.pooled}_permuted") if c.perm else c.pooled
+        evidence = c.evidence + (f"; a pool of its permute {list(c.perm)}, fused into torch's Transpose" if c.perm
+                                 else "")
         pn = PoolNode(index=c.end, name=node.name or f"{node.op_type}_{c.end}", op=f"adaptive_avg_pool{k}d",
-                      kind="avg", rank=k, encoding=ENCODING, input=c.pooled, output=c.result,
+                      kind="avg", rank=k, encoding=ENCODING, input=fed, output=c.result,
                       indices_output=None, unused_outputs=(), output_size=c.output_size, size_input=None,
-                      evidence=c.evidence)
+                      evidence=evidence, input_perm=(c.pooled, c.perm) if c.perm else None)
         findings.specs.append(PoolSpec(pn, c.x_shape, output_shape(pn, c.x_shape), c.elem, opset, target))
-        findings.regions.append(Region(c.result, c.pooled, outs, reads, c.evidence, c.output_size,
+        findings.regions.append(Region(c.result, c.pooled, outs, reads, evidence, c.output_size,
                                        tuple(p.proven_at), len(c.region)))
     if symbolic:
         drop_merged(graph, findings)

@@ -21,7 +21,7 @@ from ...spec import InputDim, PoolNode, PoolSpec
 from ...words import TRACED_SHAPES
 from ..base import EXPORT, STRIPPED, TRACED, FrontEndResult, Region, Suspect
 from ..exporter_pools import adaptive_sizes
-from .dataflow import ENCODING, DataflowGraph, constant_ints
+from .dataflow import ENCODING, DataflowGraph
 from .frozen_indices import IndicesChain, index_chains
 from .frozen_readings import (
     ADAPTIVE,
@@ -37,6 +37,7 @@ from .frozen_readings import (
 )
 from .metadata import COMPUTED, has_metadata, last_line, module_pool, module_scope, source_line, stack_trace, submodules
 from .search import declared_dims, evaluate, symbol_binding
+from .selections import constant_ints
 
 __all__ = ["frozen_pool_ops", "size_text", "contradiction_hint"]
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import onnx
 
 from ...graph import attributes
-from .dataflow import DataflowGraph, constant_ints
+from .dataflow import DataflowGraph
+from .selections import constant_ints
 
 
 @dataclass(frozen=True)

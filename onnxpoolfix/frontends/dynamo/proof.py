@@ -27,6 +27,7 @@ from .dataflow import Candidate, DataflowGraph
 _PROOF_MAX_ELEMENTS = 1 << 25
 _HALF = {TensorProto.FLOAT16: np.float16, TensorProto.BFLOAT16: "bfloat16"}
 _FED = "onnxpoolfix_proof_input"  # the float32 input a half region's input is cast from
+_PERMUTED = "onnxpoolfix_proof_permuted"  # the pooled tensor of a fused permute (Candidate.perm)
 _FETCHED = "onnxpoolfix_proof_output"  # the float32 output a half region's result is cast to
 
 
@@ -72,17 +73,27 @@ def isolated(model: onnx.ModelProto, g: DataflowGraph, c: Candidate, dtypes: Map
     made = {o for i in order for o in g.nodes[i].output if o}
     sources = sorted(s for s in shape_sources if s != c.pooled and s not in made)
     extra = [make_value_info(s, dtypes.get(s, TensorProto.FLOAT), None) for s in sources]
+    entry = c.pooled
+    if c.perm:  # fed the permuted tensor the pool reads, turned back into the one the region reads
+        inverse = [c.perm.index(a) for a in range(len(c.perm))]
+        nodes.insert(0, helper.make_node("Transpose", [_PERMUTED], [c.pooled], perm=inverse))
+        entry = _PERMUTED
     if c.elem in _HALF:
-        nodes.insert(0, helper.make_node("Cast", [_FED], [c.pooled], to=c.elem))
+        nodes.insert(0, helper.make_node("Cast", [_FED], [entry], to=c.elem))
         nodes.append(helper.make_node("Cast", [c.result], [_FETCHED], to=TensorProto.FLOAT))
         inputs = [make_value_info(_FED, TensorProto.FLOAT, None)]
         outputs = [make_value_info(_FETCHED, TensorProto.FLOAT, None)]
     else:
-        inputs, outputs = [make_value_info(c.pooled, c.elem, None)], [make_value_info(c.result, c.elem, None)]
+        inputs, outputs = [make_value_info(entry, c.elem, None)], [make_value_info(c.result, c.elem, None)]
     outputs += [make_value_info(t, dtypes.get(t, TensorProto.INT64), None) for t in runtime_tensors(c)]
     graph = helper.make_graph(nodes, "region", inputs + extra, outputs, initializer=inits)
     m = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     return m, sources
+
+
+def fed_name(c: Candidate) -> str:
+    """The input of the region alone: the pooled tensor, or where it is half or permuted, what it is made from."""
+    return _FED if c.elem in _HALF else _PERMUTED if c.perm else c.pooled
 
 
 def runtime_tensors(c: Candidate) -> list[str]:
@@ -132,7 +143,7 @@ def prove(session, c: Candidate, p: Proof, source_dtypes: Mapping[str, int], sha
             return f"the shape of '{s}' it reads is unknown"
         np_t = onnx.helper.tensor_dtype_to_np_dtype(source_dtypes.get(s, TensorProto.FLOAT))
         extra[s] = ort_value(np.zeros(shapes[s], dtype=np_t))  # (bfloat16 through its bits)
-    fed = _FED if c.elem in _HALF else c.pooled
+    fed = fed_name(c)
     names = runtime_tensors(c)
     for x in _feeds(x_shape, c.elem, rng):
         try:
