@@ -225,7 +225,7 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
     failed += proof_failed
     upstream += [False] * len(proof_failed)  # a window construction that differs is the replacement's own
     report.check_passed = not failed
-    report.notes.append(Note(note, "checked-sizes"))
+    report.notes.append(note if isinstance(note, Note) else Note(note, "checked-sizes"))
     report.notes += foreign_notes(model, " as the input had them: the check ran the part of the graph that "
                                   "computes the replaced nodes, which holds none of them")
     if lacking:

@@ -6,18 +6,16 @@ import logging
 import math
 from typing import Mapping, Sequence
 
-import numpy as np
 import onnx
 
 from .. import windows as W
 from ..errors import ShapeError
-from ..graph.shapes import PoolSpec, light_copy, onnx_inferred
+from ..graph.shapes import PoolSpec
 from ..lowering.dynamic_max import IN_PLACE_MIN_ELEMENTS
-from ..report import dim_label
-from ..sessions import ort_session, ort_value
+from ..report import Note, dim_label
 from ..words import CHECK_OR_INPUT_SHAPES, CHECK_SHAPES_REPEATABLE, NO_CHECK
-from .cut import cut_bytes
-from .feeds import declared_step, graph_inputs, random_feed, symbolic_inputs, tie_named
+from .feeds import declared_step, symbolic_inputs, tie_named
+from .probe import Prober
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +84,7 @@ def _first_size_that_runs(model, specs, binding, *, model_dir, seed) -> dict[str
     spatial = {name: [a for a, d in enumerate(dims) if d is None] for name, dims in free.items()}
     declared_dims = {name: [d for d in symbolic_inputs(model)[name]] for name in free}
     declared = declared_step(declared_dims, spatial)
-    probe = _Prober(model, {s.node.input: s.dtype for s in specs}, model_dir, seed)
+    probe = Prober(model, {s.node.input: s.dtype for s in specs}, model_dir, seed)
     try:
         for b in sorted({-(-b // declared) * declared for b in _PROBE_BASES}):
             shapes = tie_named(symbolic_inputs(model), {**binding, **{name: tuple(b if d is None else d for d in dims)
@@ -191,23 +189,21 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
         return tie_named(sym, out, list(binding))
 
     declared = declared_step(free, spatial)  # dims declared as multiples ('32*h'): only those sizes are valid
-    probe = _Prober(model, {s.node.input: s.dtype for s in dyn}, model_dir, seed)
+    probe = Prober(model, {s.node.input: s.dtype for s in dyn}, model_dir, seed)
     try:
-        base = None
-        for b in sorted({-(-b // declared) * declared for b in _PROBE_BASES}):
-            got0 = probe.pooled(shapes_for([b] * k, 1))
-            if got0 is not None:
-                got1 = probe.pooled(shapes_for([2 * b] * k, 1))
-                if got1 is not None:
-                    base = b
-                    break
-        if base is None:
+        found = _base_runs(probe, shapes_for, k, declared)
+        if found is None:
             raise ShapeError(
                 "cannot choose sizes for the check: the model ran at none of the input sizes tried "
                 f"({', '.join(map(str, _PROBE_BASES))} on the symbolic dims)",
                 f"give them with {CHECK_SHAPES_REPEATABLE}, or skip the check with {NO_CHECK}")
-        step = declared  # base and 2*base run, so some power of two (times the declared step) up to base does
-        while step < base and probe.pooled(shapes_for([base + step] * k, 1)) is None:
+        base, got0, moved = found
+
+        def moving(S: int) -> list[int]:  # S on the pooled axes the model runs at other sizes on, base elsewhere
+            return [base if moved[j] is None else S for j in range(k)]
+
+        step = declared  # base and 2*base (or 3*base) run on the moved axes: some power of two up to base does
+        while step < base and any(moved) and probe.pooled(shapes_for(moving(base + step), 1)) is None:
             step *= 2
         # per pooled axis position j (counted from the last, as shapes_for does): n = n0 + (S - S0) / r, fitted
         # on the first dynamic spec that pools a size-dependent axis there (specs pool different numbers
@@ -216,6 +212,7 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
         for j in range(k):
             from_end = k - j
             fit = None
+            S1, got1 = moved[j] or (base, got0)
             for s in dyn:
                 if s.k < from_end:
                     continue
@@ -224,7 +221,7 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
                 if fit is None:
                     fit = (n0, None, m)
                 if n1 != n0:
-                    fit = (n0, (2 * base - base) / (n1 - n0), m)
+                    fit = (n0, (S1 - base) / (n1 - n0), m)
                     break
             fits.append(fit)
 
@@ -233,6 +230,8 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
         def size_for(j: int, kind: str, fallback: int) -> int:
             """The input size (a multiple of ``step``) nearest the one aimed at ``kind`` on pooled axis j."""
             n0, rate, m = fits[j]
+            if moved[j] is None:  # held: the model runs at no other size tried there
+                return base
             if computed[j] is not None:  # an output size the graph computes: aim at n where m(n) is of that kind
                 kind = RUNTIME_KINDS[WINDOW_KINDS.index(kind)]
                 kind_of = computed[j]
@@ -252,8 +251,8 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
         for r in range(len(WINDOW_KINDS)):
             sizes = [size_for(j, WINDOW_KINDS[(r + j) % len(WINDOW_KINDS)], base + (r + 1) * step) for j in range(k)]
             candidates.append(shapes_for(sizes, 2 if r == 1 else 1))
-        candidates += [shapes_for([base] * k, 2), shapes_for([2 * base + step] * k, 1), shapes_for([3 * base] * k, 1),
-                       shapes_for([2 * base] * k, 1)]
+        candidates += [shapes_for([base] * k, 2), shapes_for(moving(2 * base + step), 1),
+                       shapes_for(moving(3 * base), 1), shapes_for(moving(2 * base), 1)]
         chosen: list[dict[str, tuple[int, ...]]] = []
         pooled: list[dict[str, tuple[int, ...]]] = []
         for c in candidates:
@@ -266,7 +265,7 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
             pooled.append(got)
             if len(chosen) >= 4:
                 break
-        layouts = _both_max_layouts(dyn, pooled, lambda mult: shapes_for([max(step, round(mult * base))] * k, 1),
+        layouts = _both_max_layouts(dyn, pooled, lambda mult: shapes_for(moving(max(step, round(mult * base))), 1),
                                     probe)
         if layouts is not None:
             chosen.append(layouts[0])
@@ -289,9 +288,41 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
     covered = ", ".join(kd for kd in (*WINDOW_KINDS, "kept") if kd in kinds) or "output sizes computed at run time"
     if declared > 1:
         covered += f"; sizes multiples of {declared}, as the input's dims declare"
+    # the input dims on a held pooled axis position (shapes_for's matching): the file itself runs only at base there
+    held = [{"input": name, "axis": a, "size": base} for name, axes in spatial.items() for i, a in enumerate(axes)
+            if moved[k - (len(axes) - i) if len(axes) - i <= k else 0] is None]
+    if held:
+        covered += ("; " + ", ".join(f"{h['input']}[{h['axis']}]" for h in held) + f" held at {base}: the input "
+                    f"file itself ran at no other size tried there ({2 * base}, {3 * base})")
+    return chosen, Note(f"symbolic pooled axes checked at {len(chosen)} sizes (-> {outs}; windows: {covered}"
+                        + (f"; batch {' and '.join(map(str, batches))}" if batches else "") + f"): {desc}",
+                        "checked-sizes", **({"held": held} if held else {}))
 
-    return chosen, (f"symbolic pooled axes checked at {len(chosen)} sizes (-> {outs}; windows: {covered}"
-                    + (f"; batch {' and '.join(map(str, batches))}" if batches else "") + f"): {desc}")
+
+def _base_runs(probe, shapes_for, k: int, declared: int):
+    """The base size S0 (one of :data:`_PROBE_BASES` on every pooled axis) for the fit, its run, and per pooled
+    axis position a second size S1 and its run: 2*S0 on every axis, at the first S0 where the model runs at both;
+    else, where it runs at some S0 only (an op the exporter froze at the traced size of one axis: timm's BAT
+    attention runs only at its traced height), each axis moved alone to 2*S0 then 3*S0, the others held at S0,
+    None where neither runs (the axis is held at S0). None where the model runs at no S0. At most
+    2 * len(_PROBE_BASES) + 2 * k runs."""
+    first = None
+    for b in sorted({-(-b // declared) * declared for b in _PROBE_BASES}):
+        got0 = probe.pooled(shapes_for([b] * k, 1))
+        if got0 is None:
+            continue
+        got1 = probe.pooled(shapes_for([2 * b] * k, 1))
+        if got1 is not None:
+            return b, got0, [(2 * b, got1)] * k
+        first = first or (b, got0)
+    if first is None:
+        return None
+    b, got0 = first
+    moved = []
+    for j in range(k):
+        runs = ((S, probe.pooled(shapes_for([S if i == j else b for i in range(k)], 1))) for S in (2 * b, 3 * b))
+        moved.append(next(((S, got) for S, got in runs if got is not None), None))
+    return b, got0, moved
 
 
 def _both_max_layouts(dyn, pooled, shapes_at, probe):
@@ -316,65 +347,3 @@ def _both_max_layouts(dyn, pooled, shapes_at, probe):
         if got is not None and large(got) not in sides:
             return c, got
     return None
-
-
-class _Prober:
-    """Runs the model with the pooled input tensors fetched as extra outputs; None where it fails."""
-
-    def __init__(self, model, names: Mapping[str, int], model_dir, seed):
-        self.model = model
-        self.names = list(names)
-        self.rng = np.random.default_rng(seed)
-        inputs = {i.name for i in graph_inputs(model)}
-        self.fetch = [n for n in self.names if n not in inputs]
-        # the part of the model computing the pooled inputs (check/cut.py): the layers below are not run
-        self.sess = ort_session(cut_bytes(model, [onnx.helper.make_tensor_value_info(n, names[n], None)
-                                                  for n in self.fetch]), model_dir) if self.fetch else None
-        self.session_inputs = {i.name for i in self.sess.get_inputs()} if self.sess else set()
-        self.inputs = inputs
-        self.light = light_copy(model)  # for shape inference at each size, without the weights' bytes
-        self.empty_anyway = self._empty_tensors({})
-
-    def _empty_tensors(self, shapes) -> set[str] | None:
-        """Tensors that onnx shape inference gives a zero or negative dim at these input sizes (None: it
-        failed). Inference errors are not held against a size: other ops may be beyond onnx's inference."""
-        light = onnx.ModelProto()
-        light.CopyFrom(self.light)
-        for vi in light.graph.input:
-            if vi.name in shapes:
-                dims = vi.type.tensor_type.shape
-                dims.ClearField("dim")
-                for d in shapes[vi.name]:
-                    dims.dim.add().dim_value = int(d)
-        inferred = onnx_inferred(light, f" at {shapes}")
-        if inferred is None:
-            return None
-        return {vi.name for vi in inferred.graph.value_info
-                if any(d.HasField("dim_value") and d.dim_value <= 0 for d in vi.type.tensor_type.shape.dim)}
-
-    def pooled(self, shapes) -> dict[str, tuple[int, ...]] | None:
-        # a size too small for the network's convolutions/pools leaves some tensor empty; onnxruntime does
-        # not always raise on those (its MaxPool traps with SIGFPE on a 1x1 map with a 3x3 window, taking
-        # the process with it), so such sizes are never run
-        empty = self._empty_tensors(shapes)
-        if empty and empty - (self.empty_anyway or set()):
-            logger.debug("probe at %s skipped: shape inference empties %s", shapes, sorted(empty)[:3])
-            return None
-        try:
-            feed = {k: ort_value(v) for k, v in random_feed(self.model, shapes, self.rng).items()
-                    if k in self.session_inputs}
-            outs = self.sess.run_with_ort_values(self.fetch, feed) if self.fetch else []
-        except Exception as e:  # noqa: BLE001 - a size the network cannot run at (too small for its convs)
-            logger.debug("probe at %s failed: %s", shapes, e)
-            return None
-        # the shapes alone, read off the OrtValues (numpy has no bfloat16 to hand a pooled tensor back in)
-        got = {n: tuple(int(d) for d in o.shape()) for n, o in zip(self.fetch, outs)}
-        for n in self.names:
-            if n in self.inputs:
-                got[n] = tuple(shapes[n])
-        if any(0 in dims for dims in got.values()):  # ran, but a pooled tensor is empty: nothing to check
-            return None
-        return got
-
-    def close(self):
-        self.sess = None

@@ -58,7 +58,7 @@ from .merges import drop_merged
 from .metadata import has_metadata
 from .proof import Proof
 from .proof_search import prove_all
-from .search import declared_dims, evaluate
+from .search import declared_dims, evaluate, symbol_binding
 from .selections import selects_fixed_axes
 
 logger = logging.getLogger(__name__)
@@ -292,12 +292,18 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
     against = [(c, p) for c, p in proven if p.contradicts]
     if against:  # regions right only elsewhere: the binding is not the traced size
         c, p = against[0]
+        # the input sizes there: the symbols the region does not pool (a symbolic batch) as given, not as proven
+        env = p.proof_envs.get(p.contradicts)
+        right_at = _input_shapes(model, {**(symbol_binding(declared_dims(model), input_shapes or {}) or {}), **env}
+                                 ) if env else None
         raise ShapeError(
             f"the given traced size contradicts the graph: {len(against)} dynamo region(s) "
             f"({', '.join(repr(c.result) for c, _ in against)}) differ from adaptive pooling there, though "
             f"'{c.result}' equals it at {'x'.join(map(str, p.contradicts))}",
-            contradiction_hint(_input_text(model, p.proof_envs.get(p.contradicts))
-                               or f"a pooled size like {'x'.join(map(str, p.contradicts))} for '{c.pooled}'"))
+            contradiction_hint(("sizes such as " + " ".join(f"{k}:{','.join(map(str, v))}" for k, v in
+                                                           right_at.items())) if right_at else
+                               f"a pooled size like {'x'.join(map(str, p.contradicts))} for '{c.pooled}'"),
+            regions=[c.result for c, _ in against], pooled=list(p.contradicts), right_at=right_at)
     if contradictions:
         raise contradictions[0]
     _rests(findings, resting, proven)
@@ -369,18 +375,16 @@ def _may_divide_by_window_lengths(g, end: int, opset: int, model_dir: str | None
     return bool(value.size == 0 or np.all((value >= 1) & (value == np.round(value))))
 
 
-def _input_text(model, env) -> str | None:
-    """The graph inputs' shapes at a binding of their symbols (``x:1,3,12,14``), as the hint names them."""
-    if not env:
-        return None
-    parts = []
+def _input_shapes(model, env) -> dict[str, list[int]] | None:
+    """The symbolic graph inputs' shapes at a binding of their symbols (the hint's ``x:1,3,12,14``); None where
+    some symbol is unbound."""
+    shapes = {}
     for name, dims in declared_dims(model).items():
         if name in {i.name for i in model.graph.input} and any(isinstance(d, str) for d in dims):
-            got = [evaluate(d, env) for d in dims]
-            if any(v is None for v in got):
+            shapes[name] = [evaluate(d, env) for d in dims]
+            if None in shapes[name]:
                 return None
-            parts.append(f"{name}:{','.join(map(str, got))}")
-    return "sizes such as " + " ".join(parts) if parts else None
+    return shapes or None
 
 
 def _rests(findings: FrontEndResult, resting: list, proven: list[tuple[Candidate, Proof]]) -> None:

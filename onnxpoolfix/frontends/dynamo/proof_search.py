@@ -8,6 +8,7 @@ its :class:`~.proof.Proof`.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -41,6 +42,7 @@ _PROBE_AFTER = 20  # failed runs (onnxruntime) before the unroll probe (probe.pr
 #: the whole-model search infers the model once per size tried: its tries are counted in nodes inferred, so a
 #: large graph gets fewer (a count, never seconds: the same file gets the same verdict on any machine)
 _WHOLE_MODEL_NODES = 200_000
+_NEAR_HINT_ELEMENTS = 1 << 24  # pooled elements run near a bound size that did not prove, per region
 
 
 class Trial(NamedTuple):
@@ -243,8 +245,14 @@ def _search_whole_model(model, todo_all: list[Trial], input_shapes, dtypes, rng,
     # each size is bound on a copy without the weights' bytes, of the nodes the regions' inputs are computed from
     light = _inference_cut(light_copy(model), [x for t in todo_all for x in [t.candidate.pooled, *t.proof.sources]])
     first = bool(input_shapes)
-    for binding in whole_model_bindings(model, input_shapes):
-        todo = [t for t in todo_all if not _enough(t.candidate, t.proof, _proofs_needed(t.candidate)) or first]
+    hinted: dict[int, int] = {}  # per region the bound size did not prove: the elements run near it
+    for binding, near in whole_model_bindings(model, input_shapes):
+        # such a region is decided (_conclude); the sizes near the bound one, as large as it, can only give the
+        # hint a size it is right at: run within an element budget (a huge bound size ran 168 times, minutes)
+        todo = [t for t in todo_all if (not _enough(t.candidate, t.proof, _proofs_needed(t.candidate)) or first)
+                and not (near and t.proof.bound_why and hinted.get(id(t), 0) >= _NEAR_HINT_ELEMENTS)]
+        if near and not todo:
+            continue  # the sizes after the near ones may still give the hint its size
         if not todo or budget <= 0:
             break
         bound = onnx.ModelProto()
@@ -271,6 +279,8 @@ def _search_whole_model(model, todo_all: list[Trial], input_shapes, dtypes, rng,
             if not first and (any(n == m for n, m in zip(xs[-c.rank:], c.output_size)) or xs[-c.rank:] in p.tried):
                 continue  # an axis of identity windows proves nothing; each size is tried once
             budget -= 1
+            if near and p.bound_why:
+                hinted[id(t)] = hinted.get(id(t), 0) + math.prod(xs)
             shapes = {s: tuple(info[s][1]) for s in p.sources if s in info and info[s][1] is not None
                       and all(isinstance(d, int) for d in info[s][1])}
             why = _try(t, dtypes, shapes, xs, rng)

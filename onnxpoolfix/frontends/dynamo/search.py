@@ -284,7 +284,9 @@ def symbol_binding(declared, input_shapes) -> dict[str, int] | None:
             if not names or len(names) != 1:
                 return None
             (s,) = names
-            got = next((u for u in range(1, MAX_SYMBOL + 1) if evaluate(d, {s: u}) == v), None)
+            # a dim that is its symbol is its value, however large (a size beyond MAX_SYMBOL took the whole-model
+            # search, every size near it run at that size: a typo of 100000 ran for minutes)
+            got = v if d == s else next((u for u in range(1, MAX_SYMBOL + 1) if evaluate(d, {s: u}) == v), None)
             if got is None or env.get(s, got) != got:
                 return None
             env[s] = got
@@ -292,9 +294,9 @@ def symbol_binding(declared, input_shapes) -> dict[str, int] | None:
 
 
 def whole_model_bindings(model: onnx.ModelProto, input_shapes):
-    """Input shapes to try: the caller's binding and sizes near it (a region known from structure alone needs
-    a second size, and one near the traced size takes the same branches), then every symbolic dim but the
-    first set to one size."""
+    """Input shapes to try, each with whether it is near the binding: the caller's binding and sizes near it (a
+    region known from structure alone needs a second size, and one near the traced size takes the same
+    branches), then every symbolic dim but the first set to one size."""
     inits = {t.name for t in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in inits and i.type.HasField("tensor_type")]
     dims = {}
@@ -302,7 +304,7 @@ def whole_model_bindings(model: onnx.ModelProto, input_shapes):
         d = [x.dim_value if x.HasField("dim_value") else None for x in i.type.tensor_type.shape.dim]
         dims[i.name] = d
     if input_shapes:
-        yield dict(input_shapes)
+        yield dict(input_shapes), False
         steps = sorted(((a, b) for a in range(-_NEAR, _NEAR + 1) for b in range(-_NEAR, _NEAR + 1) if a or b),
                        key=lambda ab: (abs(ab[0]) + abs(ab[1]), ab))
         for da, db in steps:
@@ -314,10 +316,10 @@ def whole_model_bindings(model: onnx.ModelProto, input_shapes):
                     moved[a] += delta
                 near[name] = moved
             if all(v >= 1 for shape in near.values() for v in shape):
-                yield near
+                yield near, True
     if not any(v is None for d in dims.values() for v in d):
         return
     sizes = list(_COMMON_SIZES) + [s for s in range(2, _SEARCH_MAX + 1) if s not in _COMMON_SIZES]
     for s in sizes:
         yield {name: [v if v is not None else (1 if a == 0 and len(d) > 2 else s) for a, v in enumerate(d)]
-               for name, d in dims.items()}
+               for name, d in dims.items()}, False
