@@ -4,7 +4,8 @@ onnx propagates the values of ``Shape -> Slice -> Concat`` chains only from Shap
 opset 9-14 (the TorchScript exporter's ``x.flatten(2)``, ``x.view(n, c, -1)``: a Reshape to
 ``Concat(Slice(Shape(x)), [-1])``) leaves the Reshape's output, and every pool after it, of unknown shape.
 Nor, before Unsqueeze-13/Concat-13, a static view's target built from constants with constant folding off
-(``Concat(Unsqueeze(2), Unsqueeze(6), Unsqueeze(143))``).
+(``Concat(Unsqueeze(2), Unsqueeze(6), Unsqueeze(143))``). Nor, at any opset, a Reshape of a size: torch's
+``f[:, :, : h // 4 * 4]`` ends its Slice at ``Reshape(h // 4 * 4, [1])``, and the Slice was unsized on every axis.
 Where the shapes such a chain reads are static, :func:`fold_size_chains` computes its values with numpy
 (the ONNX semantics of the few ops size arithmetic uses, per opset) and hands them to a second inference as
 initializers; an If whose condition they decide (torch's squeeze of a dim it did not know) is seen there as
@@ -116,6 +117,10 @@ def _evaluate(node: onnx.NodeProto, ins: list, opset: int, dims: dict) -> np.nda
     if op in ("Add", "Sub", "Mul", "Div"):
         f = {"Add": int.__add__, "Sub": int.__sub__, "Mul": int.__mul__, "Div": _trunc_div}[op]
         return _elementwise(f, ins[0], ins[1])
+    if op == "Reshape":  # a size vector reshaped (torch's ``x[:, :, :h]`` reads ``h`` as Reshape(h, [1]))
+        target = _ints(ins[1])
+        target = [ins[0].shape[a] if t == 0 and not at.get("allowzero", 0) else t for a, t in enumerate(target)]
+        return ins[0].reshape(target)
     if op == "ReduceProd":
         axes = _axes(node, ins, opset, 1, 18)
         if axes is not None and ins[0].ndim > 1:
@@ -197,7 +202,7 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
         if t.data_type in _INT_TYPES and not t.HasField("data_location") and np.prod(t.dims) <= _MAX_ELEMENTS:
             values[t.name] = numpy_helper.to_array(t).astype(object)
     for node in g.node:
-        if node.op_type not in _FOLDED or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+        if node.op_type not in _FOLDED | {"Reshape"} or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
             continue
         if node.op_type == "Constant":
             got = _constant(node)
@@ -231,9 +236,9 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
     declared: dict[str, tuple[int, list]] = {}  # Reshape outputs sized here: (elem type, dims)
     edits: list[tuple[int, int, str]] = []  # (node, input, folded name)
     for k, node in enumerate(g.node if out is None else out.graph.node):
-        if node.op_type in _FOLDED or node.domain not in ("", "ai.onnx") or all(
+        if node.op_type in _FOLDED and node.output[0] in values or node.domain not in ("", "ai.onnx") or all(
                 _sized(dims.get(o)) for o in node.output if o):
-            continue  # onnx infers no other domain's nodes
+            continue  # a value folded here (its readers take it); onnx infers no other domain's nodes
         for j, x in enumerate(node.input):
             v = values.get(x) if x in measured or x in computed else None
             if v is None:

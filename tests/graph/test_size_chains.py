@@ -155,3 +155,20 @@ def test_a_chain_through_an_op_not_folded_reaches_no_reshape():
     model = _division_model("Neg")
     assert fold_size_chains(onnx.shape_inference.infer_shapes(model, data_prop=True), 13) is None
     assert infer(model)["y"][1] is None
+
+
+def test_a_slice_ending_at_a_reshaped_length_from_the_shape_is_sized():
+    """torch's ``x[:, :, : h // 4 * 4]`` at opset 18: the Slice's ``ends`` is ``Reshape(h // 4 * 4, [1])``, which
+    onnx's data propagation does not follow: the Slice's whole shape was unknown (review40 F6)."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], start=2, end=3),
+             helper.make_node("Squeeze", ["s"], ["h"]),
+             helper.make_node("Div", ["h", "four"], ["q"]),
+             helper.make_node("Mul", ["q", "four"], ["crop"]),
+             helper.make_node("Reshape", ["crop", "one"], ["ends"]),
+             helper.make_node("Slice", ["x", "zero", "ends", "two"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 37, 25])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [helper.make_tensor("four", TensorProto.INT64, [], [4]), _ints("one", [1]),
+                           _ints("zero", [0]), _ints("two", [2])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    assert infer(model)["y"][1] == (1, 4, 36, 25)

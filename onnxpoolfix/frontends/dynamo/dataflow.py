@@ -24,6 +24,7 @@ from ...graph.emit import EMITTED_BY
 from ...graph.shapes import SUPPORTED_DTYPES, Dim, infer
 from ...spec import InputDim
 from ..base import Suspect
+from .crops import models_own, past_selects_nothing
 from .metadata import module_pool, source_line
 from .search import range_limit
 
@@ -44,9 +45,6 @@ _DATA_OPS = frozenset({
 })
 #: ops that select window elements: a region without one is no decomposition
 SELECT_OPS = frozenset({"GatherND", "Gather", "GatherElements", "Slice"})
-#: what torch's decomposition does with the tensor it pools (measured over the suite's exports, torch 2.9-2.14)
-_DECOMPOSITION_READS = frozenset({"Transpose", "Reshape", "Shape", "Size", "Unsqueeze", "Squeeze", "Cast",
-                                  "Identity", "Flatten", "Gather", "GatherND", "GatherElements"})
 _SHAPE_OPS = frozenset({"Shape", "Size"})
 _NONDETERMINISTIC = ("Random", "Bernoulli", "Multinomial")
 #: largest region (nodes) considered: a 13 -> 6 AlexNet pool is ~200 nodes; a corrupt graph is bounded
@@ -269,19 +267,23 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
     why = None  # the largest region's: a smaller one inside it (from its own Transpose) says less
     first_evidence = None
     fits: list[Candidate] = []
-    selects_nothing = False  # some region ends here that picks no windows (a Div of a pool's result by 2)
+    selects_nothing, nothing = False, set()  # some region ends here that picks no windows (``pool(x) / 2``)
+    past: dict[str, tuple[str, str]] = {}  # a region that reads its tensor by an op of the model's own: that op
     for t in entering:
         region = _region_from(g, end, t, nodes)
         if region is None:
             continue
         if not any(g.nodes[i].op_type in SELECT_OPS for i in region):
             selects_nothing = True
+            nothing.add(t)
             continue
         if any(i != end and is_end(g, i) for i in region):
             continue  # another pool's end inside: pools chained, which no one adaptive pool computes (though it
             # may equal one at some sizes); each end is a region of its own
         evidence, meta_rank = _region_evidence([g.nodes[i] for i in region])
         first_evidence = first_evidence or evidence
+        if own := models_own(g, t, region, info):
+            past[t] = own
         # where the region's Transpose is more than the decomposition's own, the pool of the model's permute
         # first, then of ``t`` itself (where it is no permute after all: the proof decides)
         perm = fused_perm(g, region, t, meta_rank)
@@ -289,7 +291,7 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
             fit = _fit(t, result, evidence, meta_rank, info, p,
                        None if p else lambda a, r=region: range_limit(g, r, result, a, info))
             if isinstance(fit, str):
-                why = why if why or p else fit
+                why = why or (None if own or p else fit)  # (own: never taken, the region past the op decides)
                 continue
             k, x_shape, y_shape, elem, sizes = fit
             fits.append(Candidate(end, result, t, tuple(region), evidence, k, sizes, x_shape, y_shape, elem, p))
@@ -298,11 +300,12 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
     # size a proof tries (x[:, :, :, :40] traced at 23, review40 F2; x[:, :, :17] traced at 17, review12 F9), and
     # OUT would pool past it. The region starting past it is the reading; where that one does not prove, or none
     # does, the pool is refused
-    own = [c for c in fits if _models_own(g, c, info)]
-    fits = [c for c in fits if c not in own]
-    if own and not fits:
-        op = _models_own(g, own[0], info)
-        why = why or f"it reads '{own[0].pooled}' through an op of the model's own ({op}), whose output no region pools"
+    fits = [c for c in fits if c.pooled not in past]
+    if past and not fits:  # (a mean of the crop: every region past the ops selects nothing, as without them)
+        if why is None and all(past_selects_nothing({p: o for p, (_, o) in past.items()}, nothing, p) for p in past):
+            return None
+        p, (op, _) = next(iter(past.items()))
+        why = why or f"it reads '{p}' through an op of the model's own ({op}), whose output no region pools"
     if fits:
         return replace(fits[0], smaller=tuple(fits[1:_MAX_SMALLER + 1]))
     if selects_nothing and why is None:  # every region either picks no windows or holds another pool's end:
@@ -311,24 +314,6 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
     # a lone ReduceMean (a global average) is exact as it is; a Div of a model is no concern without evidence
     if ev and not (g.nodes[end].op_type == "ReduceMean" and first_evidence is None):
         return Suspect(result, ev, why or "no single pooled tensor dominates it")
-    return None
-
-
-def _models_own(g: DataflowGraph, c: Candidate, info) -> str | None:
-    """The op of the model's own in region ``c`` that reads its pooled tensor, or None: anything torch's
-    decomposition never applies to it, and a Gather by a vector of indices of it or of its Transpose (a crop,
-    ``x[..., idx]``: review40 F3), where the decomposition gathers windows by tables of two or more dims."""
-    near = {c.pooled}  # the pooled tensor, and it moved (the exporter transposes an indexed axis first)
-    for i in sorted(c.region):
-        n = g.nodes[i]
-        if c.pooled in n.input and n.op_type not in _DECOMPOSITION_READS:
-            return n.op_type
-        if n.op_type in ("Gather", "GatherND") and n.input[0] in near:
-            index = info.get(n.input[1], (0, None))[1]  # a vector; GatherND's: a column of single positions
-            if index is not None and (len(index) <= 1 if n.op_type == "Gather" else tuple(index[1:]) == (1,)):
-                return f"{n.op_type} by a vector of indices"
-        if n.op_type in ("Transpose", "Cast", "Identity") and n.input[0] in near:
-            near.update(n.output)
     return None
 
 
