@@ -79,3 +79,26 @@ def test_a_permute_fused_into_the_decomposition_is_the_pool_of_the_permute():
     with pytest.raises(ShapeError) as wrong:
         patch(model, traced_shapes={"x": [2, 4, 29, 60]})
     assert wrong.value.exit_code == 4 and "x:2,4," in wrong.value.hint  # (the permute's input, not the pool's)
+
+class PoolInAMethod(nn.Module):
+    """torch records the caller's line (`a = s.pool(x, (3, 5))`) and no pool on it: evidence from structure."""
+
+    def pool(self, t, o):
+        return F.adaptive_avg_pool2d(t, o)
+
+    def forward(self, x):
+        a = self.pool(x, (3, 5))
+        return a.sum() + self.pool(torch.relu(x), (2, 7)).sum()
+
+
+def test_a_region_right_only_at_the_given_traced_size_names_why_no_traced_size_decides_it():
+    """review40 F4: a region read from structure alone, right at the given traced size and nowhere else tried, was
+    refused with a hint that blamed torch's branches; one size proves no region without metadata, so the hint names
+    that, and the remedy that works (onnxpoolfix.export), not another traced size."""
+    dims = {"x": {2: torch.export.Dim("H", min=2, max=512), 3: torch.export.Dim("W", min=2, max=512)}}
+    model = dynamo_export(PoolInAMethod().eval(), (torch.randn(1, 2, 9, 64),), dynamic_shapes=dims,
+                          input_names=["x"])
+    with pytest.raises(PoolFixError) as refused:
+        patch(model, traced_shapes={"x": [1, 2, 9, 64]})
+    assert refused.value.exit_code == 4
+    assert "without metadata" in refused.value.hint and "onnxpoolfix.export" in refused.value.hint
