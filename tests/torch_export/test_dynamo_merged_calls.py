@@ -133,3 +133,31 @@ def test_identical_computations_of_one_pools_result_merged_are_no_twin_call(form
             want = m(x)
         for got, w in zip(session.run(None, {"x": x.numpy()}), want if isinstance(want, tuple) else (want,)):
             np.testing.assert_allclose(got, w.numpy(), rtol=1e-5, atol=1e-6)
+
+
+class _TwinUpsamples(nn.Module):
+    """UPerHead's FPN (review41 #3): a value below the pool upsampled twice to one size, once in the top-down loop
+    and once for the concat; torch merges the two. Each upsample's translation reads its input twice (its Shape
+    under a symbolic batch, and the Resize): counted per node, the value seemed to lose no reader, and the pool
+    was refused as a merge's twin."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv, self.pool = nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d((3, 5))
+
+    def forward(self, x):
+        f = self.conv(x)
+        u = self.pool(f) * 2.0
+        top = f + F.interpolate(u, size=f.shape[2:], mode="bilinear", align_corners=False)
+        return torch.cat([top, F.interpolate(u, size=f.shape[2:], mode="bilinear", align_corners=False)], 1)
+
+
+def test_twin_upsamples_below_the_pool_under_a_symbolic_batch_are_no_twin_call(tmp_path):
+    m = _TwinUpsamples().eval()
+    dims = {0: torch.export.Dim("B", min=1, max=8), **_dims()}
+    model = export_live(m, torch.randn(2, 3, 16, 12), tmp_path / "in.onnx", dims)
+    for traced in ({"x": [2, 3, 16, 12]}, None):
+        out = onnxpoolfix.patch(model, traced_shapes=traced).model
+        assert_matches_torch(out, m, [(2, 3, 16, 12), (3, 3, 20, 12), (1, 3, 30, 20), (2, 3, 9, 7)],
+                             rtol=1e-5, atol=1e-5)

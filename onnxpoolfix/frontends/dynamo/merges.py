@@ -108,18 +108,21 @@ def _cone(result: str, readers: dict[str, list[onnx.NodeProto]]) -> set[str]:
 
 def _lost_a_reader(graph: onnx.GraphProto) -> set[str]:
     """Values the program read more often than the graph does: its ``fx_node`` ``num_users`` of the value (on the
-    node writing it under its own name) above the graph's reads of it (node inputs, graph outputs)."""
-    reads: dict[str, int] = {}
-    for n in graph.node:
+    node writing it under its own name) above the graph's readers of it: the program's nodes whose translations
+    read it (an upsample reads its input twice, its Shape and its Resize: one user; review41's UPerNet with a
+    symbolic batch), a node without metadata each, a graph output."""
+    readers: dict[str, set] = {}
+    for k, n in enumerate(graph.node):
+        m = _USERS.match(next((p.value for p in n.metadata_props if p.key == _FX_NODE), ""))
         for i in n.input:
-            reads[i] = reads.get(i, 0) + 1
+            readers.setdefault(i, set()).add(m.group(1) if m else k)
     for o in graph.output:
-        reads[o.name] = reads.get(o.name, 0) + 1
+        readers.setdefault(o.name, set()).add(("output", o.name))
     out = set()
     for n in graph.node:
         text = next((p.value for p in n.metadata_props if p.key == _FX_NODE), "")
         m = _USERS.match(text)
-        if m and m.group(1) in n.output and int(m.group(2)) > reads.get(m.group(1), 0):
+        if m and m.group(1) in n.output and int(m.group(2)) > len(readers.get(m.group(1), ())):
             out.add(m.group(1))
     return out
 
