@@ -24,6 +24,7 @@ from ...graph.emit import EMITTED_BY
 from ...graph.shapes import SUPPORTED_DTYPES, Dim, infer
 from ...spec import InputDim
 from ..base import Suspect
+from .computed import COMPUTES_SIZE, computed_axes
 from .crops import models_own, past_selects_nothing
 from .metadata import module_pool, source_line
 from .search import range_limit
@@ -289,7 +290,8 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
         perm = fused_perm(g, region, t, meta_rank)
         for p in (perm, None) if perm else (None,):
             fit = _fit(t, result, evidence, meta_rank, info, p,
-                       None if p else lambda a, r=region: range_limit(g, r, result, a, info))
+                       None if p else lambda a, r=region: range_limit(g, r, result, a, info),
+                       lambda k, r=region: computed_axes([g.nodes[i] for i in r], k))
             if isinstance(fit, str):
                 why = why or (None if own or p else fit)  # (own: never taken, the region past the op decides)
                 continue
@@ -338,9 +340,11 @@ def fused_perm(g: DataflowGraph, region: Sequence[int], pooled: str, k: int | No
     return None if perm == list(range(r)) else tuple(perm)
 
 
-def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info, perm=None, runtime=None):
+def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info, perm=None, runtime=None,
+         computes=None):
     """(rank, input shape, output shape, dtype) of pooling ``pooled`` (its Transpose by ``perm`` where given) to
-    ``result``, or why it cannot be."""
+    ``result``, or why it cannot be. ``computes(k)``: the pooled axes the source line computes the size of (a
+    static size there under a symbolic input axis is torch's at the traced size only, review44 F2)."""
     x_elem, x_shape = info.get(pooled, (0, None))
     if perm is not None and x_shape is not None:
         x_shape = tuple(x_shape[a] for a in perm) if len(x_shape) == len(perm) else None
@@ -365,6 +369,8 @@ def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info, p
     sizes = []
     for a in range(r - k, r):
         if isinstance(y_shape[a], int) and y_shape[a] >= 1:
+            if not isinstance(x_shape[a], int) and computes is not None and a - (r - k) in computes(k):
+                return COMPUTES_SIZE
             sizes.append(y_shape[a])
         elif info.same_dim(pooled, result, a, x_shape, y_shape, perm[a] if perm else a):  # torch's None
             sizes.append(InputDim(a))

@@ -57,6 +57,7 @@ from .merges import drop_merged
 from .metadata import has_metadata
 from .proof import Proof
 from .proof_search import prove_all
+from .reduces import computed_reduces, mean_of_a_result
 from .search import declared_dims, evaluate, symbol_binding
 from .selections import selects_fixed_axes
 
@@ -206,34 +207,13 @@ def _symbolic(graph: onnx.GraphProto) -> bool:
                for d in i.type.tensor_type.shape.dim)
 
 
-_RELAYOUT = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
-
-
-def _mean_of_a_result(g: DataflowGraph, end: int) -> bool:
-    """A ReduceMean of another end's result (through layout ops only): the mean of whole axes of a pooled
-    tensor, which no window table enters; never a decomposition, whose means read gathered windows."""
-    if g.nodes[end].op_type != "ReduceMean":
-        return False
-    t = g.nodes[end].input[0]
-    for _ in range(8):
-        p = g.producer.get(t)
-        if p is None:
-            return False
-        if is_end(g, p):
-            return True
-        if g.nodes[p].op_type not in _RELAYOUT:
-            return False
-        t = g.nodes[p].input[0]
-    return False
-
-
 def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, model_dir) -> FrontEndResult:
     findings = FrontEndResult()
     graph = model.graph
     if _symbolic(graph):
         findings.suspects += _body_suspects(graph)
-    if not any(n.op_type in SELECT_OPS or n.op_type in ("AveragePool", "MaxPool") for n in graph.node
-               if not n.doc_string.startswith(EMITTED_BY)):
+    if not any(n.op_type in SELECT_OPS or n.op_type in ("AveragePool", "MaxPool", "ReduceMean", "ReduceMax")
+               for n in graph.node if not n.doc_string.startswith(EMITTED_BY)):
         return findings
     g = DataflowGraph(graph)
     symbolic = _symbolic(graph)
@@ -250,7 +230,7 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
             continue
         if not _may_divide_by_window_lengths(g, end, opset, model_dir):
             continue  # (x - mean) / std: no adaptive average divides by anything but window lengths
-        if _mean_of_a_result(g, end):
+        if mean_of_a_result(g, end):
             continue  # pool(x).mean((2, 3)): whole axes of a region's result, right at every size as written
         c = find_candidate(g, end, info)
         if isinstance(c, Suspect):
@@ -267,6 +247,9 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
             continue
         claimed.update(c.region)
         candidates.append(c)
+    if symbolic:  # a global mean or max whose line computes its size: frozen where it is 1 (review44 F1)
+        left = {s.result for s in findings.suspects}
+        findings.suspects += [s for s in computed_reduces(g, info, claimed) if s.result not in left]
     candidates.reverse()
     contradictions = frozen_pool_ops(model, g, info, traced_shapes, findings, opset=opset, target=target,
                                      busy=busy, resting=resting)

@@ -1,0 +1,67 @@
+"""Means and maxima of whole axes in a dynamo file (part of the dynamo front end, :mod:`.front_end`), and output
+sizes a pool's source line computes from the input.
+
+torch's decomposition of an adaptive pool whose output is 1 on every pooled axis at the traced size is a
+ReduceMean (a ReduceMax for max pooling): right at every size where the size is 1 there too, a literal ``1`` or
+the module's own. Where the line computes it (``F.adaptive_avg_pool2d(x, (1, x.shape[3] // 4))`` traced where
+``W // 4`` is 1, ``F.interpolate(x, scale_factor=0.25, mode="area")`` traced at 6x7), other sizes pool to
+other sizes: the reduce is frozen at the traced size (review44 F1; it was "nothing to patch"). Likewise a region
+whose result the graph declares static on a symbolic axis the line computes: torch fixed the size where it
+traced (``(x.shape[2] // 8, 5)`` at 13: 1, review44 F2). A mean of another pool's result (``pool(x).mean((2,
+3))``) is no pool of its own, and stays as written.
+"""
+from __future__ import annotations
+
+from ...graph import attributes
+from ...graph.emit import EMITTED_BY
+from ..base import EXPORT, Suspect
+from .computed import COMPUTES_SIZE, computed_axes
+from .dataflow import DataflowGraph, is_end
+from .metadata import has_metadata, source_line
+from .selections import constant_ints
+
+__all__ = ["computed_reduces", "mean_of_a_result"]
+
+_RELAYOUT = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
+_REDUCES = ("ReduceMean", "ReduceMax")
+
+
+def mean_of_a_result(g: DataflowGraph, end: int) -> bool:
+    """A ReduceMean or ReduceMax of another end's result (through layout ops only): the mean of whole axes of a
+    pooled tensor, which no window table enters; never a decomposition, whose means read gathered windows."""
+    if g.nodes[end].op_type not in _REDUCES:
+        return False
+    t = g.nodes[end].input[0]
+    for _ in range(8):
+        p = g.producer.get(t)
+        if p is None:
+            return False
+        if is_end(g, p):
+            return True
+        if g.nodes[p].op_type not in _RELAYOUT:
+            return False
+        t = g.nodes[p].input[0]
+    return False
+
+
+def computed_reduces(g: DataflowGraph, info, skip: set[int]) -> list[Suspect]:
+    """A suspect (frozen, remedy the export) per ReduceMean/ReduceMax of the exporter's, outside ``skip``, that
+    reduces a symbolic axis keeping it (torch's form of an output of 1) where its source line computes the size."""
+    out = []
+    for i, n in enumerate(g.nodes):
+        if i in skip or n.op_type not in _REDUCES or n.domain not in ("", "ai.onnx") or not has_metadata(n) \
+                or n.doc_string.startswith(EMITTED_BY) or not attributes(n).get("keepdims", 1) \
+                or mean_of_a_result(g, i):
+            continue
+        dims = info.get(n.input[0], (0, None))[1]
+        axes = attributes(n).get("axes") or (constant_ints(g, n.input[1]) if len(n.input) > 1 and n.input[1]
+                                             else None)
+        if not dims or not axes:
+            continue
+        axes = sorted({int(a) % len(dims) for a in axes})
+        if all(isinstance(dims[a], int) for a in axes) or axes != list(range(len(dims) - len(axes), len(dims))):
+            continue
+        if computed_axes([n], len(axes)):
+            out.append(Suspect(n.output[0], f"stack trace: {source_line(n).text[:100]}", COMPUTES_SIZE, True,
+                               "only at sizes where the computed size is 1 again", EXPORT))
+    return out

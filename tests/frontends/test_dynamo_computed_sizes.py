@@ -1,0 +1,86 @@
+"""A pool whose source line computes its output size from the input (`(1, x.shape[3] // 4)`, an area resize by
+scale_factor), exported by the dynamo exporter with symbolic H/W at a size where that size is 1 (review44 F1,
+F2): torch writes a global ReduceMean/ReduceMax, or a region whose result it declares static, both right only
+where the size is 1 again. Exit 0 ("nothing to patch", or a pool to 1 written by onnxpoolfix) was wrong at other
+sizes; now refused (exit 4, the export as the remedy). The same lines traced where the size is above 1, and
+sizes that are fixed (a literal 1, the module's own), stay patched or as written, exact against torch."""
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxscript")
+nn, F = torch.nn, torch.nn.functional
+
+import onnx
+from dynamo_exports import errors_vs_torch, export_symbolic_hw
+
+from onnxpoolfix.cli import main
+
+
+class Steps(nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, (1, x.shape[3] // 4)).squeeze(2)
+
+
+class MaxSteps(nn.Module):
+    def forward(self, x):
+        return F.adaptive_max_pool2d(x, (1, x.shape[3] // 4))
+
+
+class Quarter(nn.Module):
+    def forward(self, x):
+        return F.interpolate(x, scale_factor=0.25, mode="area")
+
+
+class Rows(nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, (x.shape[2] // 8, 5))
+
+
+class Global(nn.Module):
+    """Sizes fixed whatever the input: a literal 1, and the module's own."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+
+    def forward(self, x):
+        return F.adaptive_max_pool2d(x, 1) + self.pool(x)
+
+
+SIZES = [(16, 23), (33, 41), (20, 13), (9, 100)]
+
+
+def _export(module, traced):
+    """H and W Dim.DYNAMIC: a named Dim lets torch specialize H to 13 for ``x.shape[2] // 8`` (then the file is
+    right, at its one H)."""
+    from export_cache import dynamo_export
+
+    torch.manual_seed(0)
+    dims = {"x": {2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}}
+    return dynamo_export(module.eval(), (torch.randn(1, 3, *traced),), dynamic_shapes=dims, input_names=["x"])
+
+
+@pytest.mark.parametrize("module,traced", [(Steps(), (16, 7)), (MaxSteps(), (16, 7)), (Quarter(), (6, 7)),
+                                           (Rows(), (13, 23))], ids=["steps", "max_steps", "quarter", "rows"])
+def test_a_computed_size_of_1_at_the_traced_size_is_refused(module, traced, tmp_path):
+    model = _export(module, traced)
+    assert max(errors_vs_torch(module, model, SIZES, seed=0).values()) > 1e-3  # the file as exported
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, src)
+    for extra in ([], ["--traced-shape", f"x:1,3,{traced[0]},{traced[1]}"]):
+        r = CliRunner().invoke(main, [str(src), str(out), *extra])
+        assert r.exit_code == 4 and not out.exists() and "onnxpoolfix.export" in r.stderr, r.output
+
+
+@pytest.mark.parametrize("module,traced", [(Steps(), (37, 23)), (Global(), (13, 9))], ids=["steps", "global"])
+def test_the_same_lines_where_the_size_is_read_stay_exact(module, traced, tmp_path):
+    model = export_symbolic_hw(module, traced)
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, src)
+    r = CliRunner().invoke(main, [str(src), str(out), "--traced-shape", f"x:1,3,{traced[0]},{traced[1]}"])
+    assert r.exit_code == 0, r.output
+    errors = errors_vs_torch(module, onnx.load(out), [traced, *SIZES], seed=1)
+    assert max(errors.values()) < 1e-5, errors
