@@ -50,6 +50,24 @@ class Global(nn.Module):
         return F.adaptive_max_pool2d(x, 1) + self.pool(x)
 
 
+class NoneRowsModule(nn.Module):
+    """A map a quarter as high (one row at H = 7), then a pool whose first axis is torch's None."""
+
+    def __init__(self, pool):
+        super().__init__()
+        self.pool = pool
+
+    def forward(self, x):
+        f = F.avg_pool2d(x, (4, 1))
+        return self.pool(f)
+
+
+class NoneOneWritten(nn.Module):
+    def forward(self, x):
+        f = F.avg_pool2d(x, (4, 1))
+        return F.adaptive_avg_pool2d(f, (None, 1))
+
+
 SIZES = [(16, 23), (33, 41), (20, 13), (9, 100)]
 
 
@@ -84,3 +102,20 @@ def test_the_same_lines_where_the_size_is_read_stay_exact(module, traced, tmp_pa
     assert r.exit_code == 0, r.output
     errors = errors_vs_torch(module, onnx.load(out), [traced, *SIZES], seed=1)
     assert max(errors.values()) < 1e-5, errors
+
+
+@pytest.mark.parametrize("module,without", [(NoneRowsModule(nn.AdaptiveAvgPool2d((None, 5))), True),
+                                            (NoneRowsModule(nn.AdaptiveAvgPool2d((None, 1))), False),
+                                            (NoneOneWritten(), True)], ids=["module_none_5", "module_none_1", "line"])
+def test_torchs_none_on_an_axis_1_long_where_traced_is_refused(module, without, tmp_path):
+    """review44 F2b, F3: (None, 5) and (None, 1) of a map one row high at the traced size (7x23): torch wrote a region
+    proven only where that axis is 1 long (replaced as a pool to 1, exit 0), or a global ReduceMean ("nothing to
+    patch"), both one row at every height. Refused: with the traced size, which says the axis was 1 long (an
+    adaptive module's size is nowhere in the file), and without it where the region or the line says so."""
+    model = _export(module, (7, 23))
+    assert max(errors_vs_torch(module, model, SIZES, seed=0).values()) > 1e-3  # the file as exported
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, src)
+    for extra in ([], ["--traced-shape", "x:1,3,7,23"]) if without else (["--traced-shape", "x:1,3,7,23"],):
+        r = CliRunner().invoke(main, [str(src), str(out), *extra])
+        assert r.exit_code == 4 and not out.exists() and "onnxpoolfix.export" in r.stderr, r.output

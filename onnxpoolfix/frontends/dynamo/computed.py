@@ -12,14 +12,16 @@ from .metadata import module_pool, source_line
 
 __all__ = ["COMPUTES_SIZE", "computed_axes"]
 
-COMPUTES_SIZE = ("its source line computes the output size from the input, and torch fixed it at the traced size "
-                 "(1 there, or a size torch specialized): other sizes pool to other sizes")
+COMPUTES_SIZE = ("its source line takes the output size from the input (computes it, or writes None: it follows the "
+                 "input), and torch fixed it at the traced size (1 there, or a size torch specialized): other sizes "
+                 "pool to other sizes")
 
 
 def computed_axes(nodes: Sequence[onnx.NodeProto], k: int) -> set[int]:
-    """The pooled axes (0..k-1, of the last k) that an adaptive call on the nodes' source lines computes from the
-    input: a computed entry of its size (one entry for every axis where it writes one), or every axis for an
-    area resize by scale_factor."""
+    """The pooled axes (0..k-1, of the last k) whose output size an adaptive call on the nodes' source lines takes
+    from the input: a computed entry of its size (one entry for every axis where it writes one) or a written
+    ``None`` (the axis follows the input: a static size there is its traced length, review44 F3), or every axis
+    for an area resize by scale_factor."""
     out: set[int] = set()
     for node in {_trace(n): n for n in nodes}.values():  # one node per stack trace
         module = module_pool(node)
@@ -34,7 +36,8 @@ def computed_axes(nodes: Sequence[onnx.NodeProto], k: int) -> set[int]:
             size = tuple(call.size or ())
             if len(size) == 1:
                 size *= k
-            out.update(k - len(size) + a for a, m in enumerate(size) if m is COMPUTED and k - len(size) + a >= 0)
+            out.update(k - len(size) + a for a, m in enumerate(size)
+                       if (m is COMPUTED or m is None) and k - len(size) + a >= 0)
     return out
 
 

@@ -1,10 +1,8 @@
 """The dynamo front end's search for the sizes a region proves at (:func:`prove_all`): each candidate run alone
 (:func:`~.proof.prove`) at its declared size when static; with symbolic sizes at the size the caller bound
 (``input_shapes``), else over torch's branch classes per axis (:mod:`.search`), or bound on the whole model
-where the graph does not declare its sizes as expressions. Bounded by counts of runs and of nodes inferred,
-never by seconds: the same file gets the same verdict on any machine. What it learns about each candidate is
-its :class:`~.proof.Proof`.
-"""
+where the graph declares no size expressions. Bounded by counts of runs and nodes inferred, never by seconds:
+the same file gets the same verdict on any machine. What it learns about each candidate is its Proof."""
 from __future__ import annotations
 
 import logging
@@ -39,8 +37,7 @@ logger = logging.getLogger(__name__)
 
 _SEARCH_BUDGET = 600  # proof runs at most, over all regions of a model
 _PROBE_AFTER = 20  # failed runs (onnxruntime) before the unroll probe (probe.probe_unrolled_windows)
-#: the whole-model search infers the model once per size tried: its tries are counted in nodes inferred, so a
-#: large graph gets fewer (a count, never seconds: the same file gets the same verdict on any machine)
+#: the whole-model search infers the model once per size tried: its tries count nodes inferred (large graphs, fewer)
 _WHOLE_MODEL_NODES = 200_000
 _NEAR_HINT_ELEMENTS = 1 << 24  # pooled elements run near a bound size that did not prove, per region
 
@@ -317,7 +314,16 @@ def _inference_cut(light: onnx.ModelProto, wanted: list[str]) -> onnx.ModelProto
 
 def _conclude(c: Candidate, p: Proof, bound: bool) -> None:
     """``p.proven_at`` or ``p.why`` from the sizes it equalled the reference at. With a binding, the region
-    must be right there (it is the traced size): one right only elsewhere contradicts the binding."""
+    must be right there (it is the traced size): one right only elsewhere contradicts the binding. A pool to 1 of
+    a symbolic axis proven only where it is 1 long is none (torch's None reads the same there: review44 F2b)."""
+    _conclude_sizes(c, p, bound)
+    unit = [a for a, m in enumerate(reversed(c.output_size), 1) if m == 1 and not isinstance(c.x_shape[-a], int)]
+    if p.proven_at is not None and unit and not any(all(xs[-a] > 1 for a in unit) for xs in p.proofs):
+        p.proven_at, p.why = None, (f"it pools to 1 an axis proven only where it is 1 long ({shape_text(p.proofs[0])}):"
+                                    " a size of 1 or torch's None (it follows the input), which differ elsewhere")
+
+
+def _conclude_sizes(c: Candidate, p: Proof, bound: bool) -> None:
     need = _proofs_needed(c)
     if p.mismatch:  # the size tensor taken for its output size is not it: nothing else says which is
         p.why = f"not proven: {p.mismatch}"

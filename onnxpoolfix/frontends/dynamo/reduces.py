@@ -4,8 +4,9 @@ sizes a pool's source line computes from the input.
 torch's decomposition of an adaptive pool whose output is 1 on every pooled axis at the traced size is a
 ReduceMean (a ReduceMax for max pooling): right at every size where the size is 1 there too, a literal ``1`` or
 the module's own. Where the line computes it (``F.adaptive_avg_pool2d(x, (1, x.shape[3] // 4))`` traced where
-``W // 4`` is 1, ``F.interpolate(x, scale_factor=0.25, mode="area")`` traced at 6x7), other sizes pool to
-other sizes: the reduce is frozen at the traced size (review44 F1; it was "nothing to patch"). Likewise a region
+``W // 4`` is 1, ``F.interpolate(x, scale_factor=0.25, mode="area")`` traced at 6x7), or writes ``None`` on an
+axis 1 long there (``(None, 1)`` of a map one row high), other sizes pool to other sizes: the reduce is frozen
+at the traced size (review44 F1, F3; it was "nothing to patch"). Likewise a region
 whose result the graph declares static on a symbolic axis the line computes: torch fixed the size where it
 traced (``(x.shape[2] // 8, 5)`` at 13: 1, review44 F2). A mean of another pool's result (``pool(x).mean((2,
 3))``) is no pool of its own, and stays as written.
@@ -17,11 +18,14 @@ from ...graph.emit import EMITTED_BY
 from ..base import EXPORT, Suspect
 from .computed import COMPUTES_SIZE, computed_axes
 from .dataflow import DataflowGraph, is_end
-from .metadata import has_metadata, source_line
+from .metadata import has_metadata, module_pool, source_line
 from .selections import constant_ints
 
 __all__ = ["computed_reduces", "mean_of_a_result"]
 
+ONE_LONG = ("a global reduce of an adaptive module's over an axis 1 long at the given traced size: a size of 1 "
+            "there, or torch's None (it follows the input), which differ at other sizes; the module's size is "
+            "nowhere in the file")
 _RELAYOUT = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
 _REDUCES = ("ReduceMean", "ReduceMax")
 
@@ -44,9 +48,11 @@ def mean_of_a_result(g: DataflowGraph, end: int) -> bool:
     return False
 
 
-def computed_reduces(g: DataflowGraph, info, skip: set[int]) -> list[Suspect]:
+def computed_reduces(g: DataflowGraph, info, skip: set[int], traced=None) -> list[Suspect]:
     """A suspect (frozen, remedy the export) per ReduceMean/ReduceMax of the exporter's, outside ``skip``, that
-    reduces a symbolic axis keeping it (torch's form of an output of 1) where its source line computes the size."""
+    reduces a symbolic axis keeping it (torch's form of an output of 1) where its source line computes the size;
+    or, an adaptive module's (its size nowhere in the file), where that axis is 1 long at the given traced size
+    (``traced``: name -> dims there, or None): 1 or torch's None, which differ at other sizes."""
     out = []
     for i, n in enumerate(g.nodes):
         if i in skip or n.op_type not in _REDUCES or n.domain not in ("", "ai.onnx") or not has_metadata(n) \
@@ -61,7 +67,12 @@ def computed_reduces(g: DataflowGraph, info, skip: set[int]) -> list[Suspect]:
         axes = sorted({int(a) % len(dims) for a in axes})
         if all(isinstance(dims[a], int) for a in axes) or axes != list(range(len(dims) - len(axes), len(dims))):
             continue
-        if computed_axes([n], len(axes)):
+        module = module_pool(n)
+        at = traced(n.input[0]) if traced is not None and module is not None and module[1] else None
+        if at and len(at) == len(dims) and any(at[a] == 1 for a in axes if not isinstance(dims[a], int)):
+            out.append(Suspect(n.output[0], f"metadata: an adaptive pooling module ({n.output[0]})", ONE_LONG, True,
+                               "only at sizes where that axis is 1 long", EXPORT))
+        elif any(not isinstance(dims[axes[a]], int) for a in computed_axes([n], len(axes))):
             out.append(Suspect(n.output[0], f"stack trace: {source_line(n).text[:100]}", COMPUTES_SIZE, True,
                                "only at sizes where the computed size is 1 again", EXPORT))
     return out
