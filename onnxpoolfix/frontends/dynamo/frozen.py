@@ -284,7 +284,7 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
         if traced is None and not ones and (traced := _squeezed(g, node, site.dims, kernel)) is not None:
             evidence += "; a Squeeze of its result says the symbolic pooled axes pool to 1"
         if traced is None and ones and features is None:  # (1, None) of an OCR model: no traced size decides it
-            left(f"an {op} frozen at the traced size whose pooled axis {ones[0]} has windows of one element: "
+            left(f"an {op} frozen at the traced size whose axis {2 + ones[0]} has windows of one element: "
                  "torch's None (it follows the input) or the traced size of that axis, which differ at other sizes, "
                  "and the module's output size is nowhere in the file", EXPORT)
             return
@@ -300,11 +300,11 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
                 f"{'x'.join(map(str, fixed))}, {channels * prod(fixed)} features, and the Gemm/MatMul after it "
                 f"takes {features}", contradiction_hint(None))
         if ones and (features is None or channels is None):
-            left(f"an {op} frozen at the traced size whose pooled axis {ones[0]} has windows of one element: "
+            left(f"an {op} frozen at the traced size whose axis {2 + ones[0]} has windows of one element: "
                  f"torch's None (it follows the input) or the size {traced[ones[0]]}, which differ at other sizes, "
-                 "and the module's output size is nowhere in the file (an export where that axis is longer than "
-                 f"{traced[ones[0]]} would show an int size by its windows; with None every export gives windows "
-                 "of one element)", EXPORT)
+                 "and the module's output size is nowhere in the file (a file exported where that axis is longer "
+                 f"than {traced[ones[0]]} would show an int size by its windows; with None every export gives "
+                 "windows of one element)", EXPORT)
             return
         size = fixed
         if ones:
