@@ -123,8 +123,8 @@ def frozen_error(suspects: Sequence[Suspect], *, traced: bool) -> UnsupportedNod
         hint = (f"no traced size would decide it ({why}): export through onnxpoolfix.export, which keeps "
                 "every adaptive pool's output size" + partial)
     elif traced and all("(right at " in s.right_at for s in frozen):  # proven where traced, nowhere else
-        hint = ("they equal adaptive pooling at a traced size, but torch's decomposition is frozen on the branches "
-                "that size took (other sizes need windows it did not write), which no traced size repairs: export "
+        hint = ("they equal adaptive pooling at the traced size, but torch's decomposition is frozen on the branches "
+                "it took (other sizes need windows this file does not hold; an export at another size may): export "
                 "through onnxpoolfix.export, which keeps every adaptive pool's output size" + partial)
     elif traced and all("at the bound size" in s.why and "differs from adaptive" in s.why for s in frozen):
         hint = ("at the given traced size they ran and computed something other than adaptive pooling of the "
