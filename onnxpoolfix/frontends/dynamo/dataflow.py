@@ -19,9 +19,10 @@ from dataclasses import dataclass, replace
 
 import onnx
 
+from ...errors import PoolFixError
 from ...graph import attributes, subgraphs
 from ...graph.emit import EMITTED_BY
-from ...graph.shapes import SUPPORTED_DTYPES, Dim, infer
+from ...graph.shapes import SUPPORTED_DTYPES, Dim, infer, infer_at
 from ...spec import InputDim
 from ..base import Suspect
 from .computed import COMPUTES_SIZE, computed_axes
@@ -215,7 +216,7 @@ class LazyInfo:
     checks the result's shape, so a stale declaration cannot slip through."""
 
     def __init__(self, model: onnx.ModelProto):
-        self.model, self.info, self.own = model, None, None
+        self.model, self.info, self.own, self.bound = model, None, None, None
         self.declared, self.params = {}, {}
         for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
             dims = vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else []
@@ -229,6 +230,17 @@ class LazyInfo:
             return True
         px, py = self.params.get(x), self.params.get(y)
         return bool(px and py and len(px) == len(py) > max(a, xa) and px[xa] and px[xa] == py[a])
+
+    def at(self, traced_shapes) -> dict:
+        """onnx's answer at the given traced size, inferred once for all who ask (a refused size raises, each time)."""
+        if self.bound is None:
+            try:
+                self.bound = infer_at(self.model, traced_shapes)
+            except PoolFixError as e:
+                self.bound = e
+        if isinstance(self.bound, PoolFixError):
+            raise self.bound
+        return self.bound
 
     def inferred(self) -> dict:
         """onnx's own answer (no declared ints standing in), inferred once for all who ask."""
@@ -367,9 +379,11 @@ def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info, p
     if any(x_shape[a] != y_shape[a] or x_shape[a] is None for a in range(r - k)):
         return "its leading (not pooled) dims change"
     sizes = []
+    computed = None  # computes(k), read once where a static size meets a symbolic axis
     for a in range(r - k, r):
         if isinstance(y_shape[a], int) and y_shape[a] >= 1:
-            if not isinstance(x_shape[a], int) and computes is not None and a - (r - k) in computes(k):
+            if not isinstance(x_shape[a], int) and computes is not None and a - (r - k) in (
+                    computed := computes(k) if computed is None else computed):
                 return COMPUTES_SIZE
             sizes.append(y_shape[a])
         elif info.same_dim(pooled, result, a, x_shape, y_shape, perm[a] if perm else a):  # torch's None

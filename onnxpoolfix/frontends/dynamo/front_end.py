@@ -30,10 +30,10 @@ from dataclasses import replace
 
 import onnx
 
-from ...errors import PoolFixError, ShapeError, UnsupportedNodeError
+from ...errors import ShapeError, UnsupportedNodeError
 from ...graph import nodes_deep, subgraphs
 from ...graph.emit import EMITTED_BY
-from ...graph.shapes import infer_at, model_opset, output_shape
+from ...graph.shapes import model_opset, output_shape
 from ...graph.size_precision import size_precision_error
 from ...report import RESTS_ON_TRACED, Note, WarningNote
 from ...spec import PoolNode, PoolSpec
@@ -249,8 +249,7 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
         candidates.append(c)
     if symbolic:  # a global mean or max whose line computes its size: frozen where it is 1 (review44 F1)
         left = {s.result for s in findings.suspects}
-        traced = _traced_dims(model, traced_shapes) if traced_shapes else None
-        findings.suspects += [s for s in computed_reduces(g, info, claimed, traced) if s.result not in left]
+        findings.suspects += [s for s in computed_reduces(g, info, claimed, traced_shapes) if s.result not in left]
     candidates.reverse()
     contradictions = frozen_pool_ops(model, g, info, traced_shapes, findings, opset=opset, target=target,
                                      busy=busy, resting=resting)
@@ -357,20 +356,6 @@ def _may_divide_by_window_lengths(g, end: int, opset: int, model_dir: str | None
         return True
     value = np.asarray(value, dtype=np.float64)
     return bool(value.size == 0 or np.all((value >= 1) & (value == np.round(value))))
-
-
-def _traced_dims(model, traced_shapes):
-    """name -> its dims at the given traced size, inferred once on first use (None where unknown)."""
-    got: list = []
-
-    def dims(name: str):
-        if not got:
-            try:
-                got.append(infer_at(model, traced_shapes))
-            except PoolFixError:  # a size the model refuses: its own error comes from the check of the binding
-                got.append({})
-        return got[0].get(name, (0, None))[1]
-    return dims
 
 
 def _input_shapes(model, env) -> dict[str, list[int]] | None:

@@ -16,7 +16,7 @@ import onnx
 from ...errors import ShapeError
 from ...graph import attributes, read_names
 from ...graph.emit import EMITTED_BY
-from ...graph.shapes import SUPPORTED_DTYPES, infer_at
+from ...graph.shapes import SUPPORTED_DTYPES
 from ...spec import InputDim, PoolNode, PoolSpec
 from ...words import TRACED_SHAPES
 from ..base import EXPORT, STRIPPED, TRACED, FrontEndResult, Region, Suspect
@@ -55,7 +55,6 @@ def frozen_pool_ops(model, g: DataflowGraph, info, traced_shapes, findings: Fron
     each whose size rests on the traced size alone. Returns the contradictions of the traced size (a node none
     of whose readings has its windows there), for the caller to raise."""
     sites, contradictions = [], []
-    bound_info = None
     outputs = {o.name for o in model.graph.output}
     read = read_names(model.graph) | outputs
     modules = submodules(g.nodes)
@@ -82,9 +81,7 @@ def frozen_pool_ops(model, g: DataflowGraph, info, traced_shapes, findings: Fron
             site = replace(site, chain=chain)
         bx = None
         if traced_shapes:
-            if bound_info is None:
-                bound_info = infer_at(model, traced_shapes)
-            _, bx = bound_info.get(node.input[0], (0, None))
+            _, bx = info.at(traced_shapes).get(node.input[0], (0, None))
             if bx is None or not all(isinstance(d, int) for d in bx):
                 bx = _declared_at(model, node.input[0], traced_shapes)
             if bx is None:

@@ -13,6 +13,7 @@ traced (``(x.shape[2] // 8, 5)`` at 13: 1, review44 F2). A mean of another pool'
 """
 from __future__ import annotations
 
+from ...errors import PoolFixError
 from ...graph import attributes
 from ...graph.emit import EMITTED_BY
 from ..base import EXPORT, Suspect
@@ -48,11 +49,11 @@ def mean_of_a_result(g: DataflowGraph, end: int) -> bool:
     return False
 
 
-def computed_reduces(g: DataflowGraph, info, skip: set[int], traced=None) -> list[Suspect]:
+def computed_reduces(g: DataflowGraph, info, skip: set[int], traced_shapes=None) -> list[Suspect]:
     """A suspect (frozen, remedy the export) per ReduceMean/ReduceMax of the exporter's, outside ``skip``, that
     reduces a symbolic axis keeping it (torch's form of an output of 1) where its source line computes the size;
     or, an adaptive module's (its size nowhere in the file), where that axis is 1 long at the given traced size
-    (``traced``: name -> dims there, or None): 1 or torch's None, which differ at other sizes."""
+    (``traced_shapes``, where given): 1 or torch's None, which differ at other sizes."""
     out = []
     for i, n in enumerate(g.nodes):
         if i in skip or n.op_type not in _REDUCES or n.domain not in ("", "ai.onnx") or not has_metadata(n) \
@@ -68,7 +69,7 @@ def computed_reduces(g: DataflowGraph, info, skip: set[int], traced=None) -> lis
         if all(isinstance(dims[a], int) for a in axes) or axes != list(range(len(dims) - len(axes), len(dims))):
             continue
         module = module_pool(n)
-        at = traced(n.input[0]) if traced is not None and module is not None and module[1] else None
+        at = _traced_dims(info, traced_shapes, n.input[0]) if module is not None and module[1] else None
         if at and len(at) == len(dims) and any(at[a] == 1 for a in axes if not isinstance(dims[a], int)):
             out.append(Suspect(n.output[0], f"metadata: an adaptive pooling module ({n.output[0]})", ONE_LONG, True,
                                "only at sizes where that axis is 1 long", EXPORT))
@@ -76,3 +77,13 @@ def computed_reduces(g: DataflowGraph, info, skip: set[int], traced=None) -> lis
             out.append(Suspect(n.output[0], f"stack trace: {source_line(n).text[:100]}", COMPUTES_SIZE, True,
                                "only at sizes where the computed size is 1 again", EXPORT))
     return out
+
+
+def _traced_dims(info, traced_shapes, name: str):
+    """``name``'s dims at the given traced size (the front end's one inference there), None where unknown."""
+    if not traced_shapes:
+        return None
+    try:
+        return info.at(traced_shapes).get(name, (0, None))[1]
+    except PoolFixError:  # a size the model refuses: its own error comes from the check of the binding
+        return None
