@@ -120,8 +120,8 @@ def frozen_error(suspects: Sequence[Suspect], *, traced: bool) -> UnsupportedNod
                 "opset_version" + partial)
     elif EXPORT in remedies:
         why = next(s.why for s in frozen if s.remedy == EXPORT)
-        hint = (f"no traced size would decide it ({why}): export through onnxpoolfix.export, which keeps "
-                "every adaptive pool's output size" + partial)
+        hint = (f"this file's traced size does not decide it ({why}): export through onnxpoolfix.export, "
+                "which keeps every adaptive pool's output size" + partial)
     elif traced and all("(right at " in s.right_at for s in frozen):  # proven where traced, nowhere else
         hint = ("they equal adaptive pooling at the traced size, but torch's decomposition is frozen on the branches "
                 "it took (other sizes need windows this file does not hold; an export at another size may): export "
@@ -135,7 +135,7 @@ def frozen_error(suspects: Sequence[Suspect], *, traced: bool) -> UnsupportedNod
     else:
         what = ("the given traced size did not prove them (is it the export call's example input? if it is, they "
                 "may be the model's own ops that equal a pool only at that size: x.unfold(3, 3, 2).mean(-1) at 13 "
-                "is 13 -> 6); give the example input's size with "
+                "is 13 -> 6); if it is not, give the example input's size with "
                 if traced else "give the size the model was exported at (the export call's example input) with ")
         hint = what + f"{TRACED_SHAPES_FORM}, or export through onnxpoolfix.export" + partial
     return UnsupportedNodeError(
@@ -294,7 +294,9 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
             frozen = any(not isinstance(d, int) for d in c.x_shape) and not selects_fixed_axes(g, c.end, info)
             right_at = (f"only at sizes that take the traced branches (right at {'x'.join(map(str, p.proofs[0]))})"
                         if p.proofs else
-                        "only at the size the model was exported at (no size tried proved it; give that size)")
+                        "only at the size the model was exported at (" + ("not proven at the given size)"
+                                                                          if input_shapes else
+                                                                          "no size tried proved it; give that size)"))
             # right at the bound size, still unproven (structure alone: a helper's pool, review40 F4): EXPORT
             findings.suspects.append(Suspect(c.result, c.evidence, p.why, frozen, right_at if frozen else "",
                                              STRIPPED if stripped else EXPORT if p.bound_why == "" else TRACED))
