@@ -4,12 +4,23 @@ can only be a size (no tensor); and the names of calls and attributes known to h
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 
 __all__ = ["BUILTINS", "COMPUTED", "CONTAINER_CALLS", "NO_PROPERTIES", "PLAIN_CALLS", "TENSOR_ATTRIBUTES",
-           "TORCH_NAMES", "fixed_names", "ints_written", "sizes_only", "sizes_written", "unpacks"]
+           "TORCH_NAMES", "OwnLength", "fixed_names", "ints_written", "own_resolved", "pooled_name", "sizes_only",
+           "sizes_written", "unpacks"]
 
 #: an output-size entry that the line computes from something (``x.shape[2] // 2``) or does not show
 COMPUTED = "computed"
+
+
+@dataclass(frozen=True)
+class OwnLength:
+    """An output-size entry that is the pooled tensor's own length along ``axis`` as written (``x.size(3)``,
+    ``x.shape[-1]`` in ``F.adaptive_avg_pool2d(x, (1, x.size(3)))``): torch's None where ``axis`` is the entry's
+    own axis (:func:`own_resolved`, which needs the input's rank), else a size the line computes."""
+
+    axis: int
 
 #: the names torch's modules go by on a line (``torch.flatten``, ``F.relu``, ``nn.functional.pad``)
 TORCH_NAMES = frozenset({"torch", "F", "nn", "functional"})
@@ -46,14 +57,23 @@ TENSOR_ATTRIBUTES = frozenset({"shape", "T", "mT", "H", "mH", "dtype", "device",
 NO_PROPERTIES = frozenset({"self", *TORCH_NAMES, "math", "np", "numpy", "operator", "einops", "sys"})
 
 
-def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset()) -> tuple | None:
+def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset(), pooled: str | None = None
+                  ) -> tuple | None:
     """Per axis an int, None (torch's None) or COMPUTED; None: not written out (the module's own attribute,
     ``self.bins``, fixed when it was built as a pooling module's size is: known at the traced size alone).
     COMPUTED is anything else: ``x.shape[2] // 2``, and a variable or ``**kw``, whose value the line does not show
     (``s = (x.shape[2] // 2, 3)`` a line before reads the same), except a name the line itself binds to the
-    module's attributes or literals (``for s in self.bins``: ``fixed``)."""
+    module's attributes or literals (``for s in self.bins``: ``fixed``). ``pooled``: the name the call pools,
+    where nothing on the call rebinds it; a tuple of literals and its lengths (``(1, x.size(3))``) has an
+    :class:`OwnLength` entry for each length."""
     if arg is None:
         return None
+    if pooled is not None and isinstance(arg, (ast.Tuple, ast.List)):
+        own = [_own_axis(e, pooled) for e in arg.elts]
+        if any(a is not None for a in own) and all(
+                a is not None or (isinstance(e, ast.Constant) and (e.value is None or type(e.value) is int))
+                for a, e in zip(own, arg.elts)):
+            return tuple(e.value if a is None else OwnLength(a) for a, e in zip(own, arg.elts))
     if isinstance(arg, ast.Constant) and (arg.value is None or type(arg.value) is int):
         return (arg.value,) * (k or 1) if k else (arg.value,)
     if isinstance(arg, (ast.Tuple, ast.List)) and not any(isinstance(e, ast.Starred) for e in arg.elts):
@@ -269,3 +289,48 @@ def ints_written(e) -> tuple[int, ...] | None:
                                                      for x in e.elts):
         return tuple(x.value for x in e.elts)
     return None
+
+
+def pooled_name(call: ast.Call, kw: dict) -> str | None:
+    """The name ``call`` pools (its first argument), where nothing on the call can rebind it (no walrus)."""
+    x = call.args[0] if call.args else kw.get("input")
+    if not isinstance(x, ast.Name) or any(isinstance(n, ast.NamedExpr) for n in ast.walk(call)):
+        return None
+    return x.id
+
+
+def _own_axis(e, pooled: str) -> int | None:
+    """The axis of ``pooled``'s length ``e`` reads as written: ``x.size(3)``, ``x.size(dim=-1)``, ``x.shape[3]``,
+    ``x.size()[3]``; else None."""
+    def index(v):
+        if isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.USub):
+            i = index(v.operand)
+            return None if i is None else -i
+        return v.value if isinstance(v, ast.Constant) and type(v.value) is int else None
+
+    def is_pooled(v):
+        return isinstance(v, ast.Name) and v.id == pooled
+
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "size" \
+            and is_pooled(e.func.value) and len(e.args) + len(e.keywords) == 1:
+        return index(e.args[0] if e.args else e.keywords[0].value if e.keywords[0].arg == "dim" else None)
+    if isinstance(e, ast.Subscript):
+        v = e.value
+        if (isinstance(v, ast.Attribute) and v.attr == "shape" and is_pooled(v.value)) or (
+                isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "size"
+                and is_pooled(v.func.value) and not v.args and not v.keywords):
+            return index(e.slice)
+    return None
+
+
+def own_resolved(size: tuple | None, k: int, rank: int | None) -> tuple | None:
+    """``size`` (one entry per axis of a ``k``-axis pool, or one for all) with each :class:`OwnLength` entry
+    None where it reads its own axis of a ``rank``-dim input, else COMPUTED (a positive axis also where the rank
+    is unknown: an unbatched input's axis 2 is its width)."""
+    if size is None or not any(isinstance(m, OwnLength) for m in size):
+        return size
+    if len(size) == 1:
+        size *= k
+    return tuple(m if not isinstance(m, OwnLength) else None if len(size) == k and (
+        m.axis == a - k if m.axis < 0 else rank is not None and m.axis == rank - k + a) else COMPUTED
+                 for a, m in enumerate(size))

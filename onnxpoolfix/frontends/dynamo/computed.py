@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import onnx
 
-from .call_args import COMPUTED
+from .call_args import COMPUTED, OwnLength
 from .metadata import module_pool, source_line
 
 __all__ = ["COMPUTES_SIZE", "computed_axes"]
@@ -37,7 +37,7 @@ def computed_axes(nodes: Sequence[onnx.NodeProto], k: int) -> set[int]:
             if len(size) == 1:
                 size *= k
             out.update(k - len(size) + a for a, m in enumerate(size)
-                       if (m is COMPUTED or m is None) and k - len(size) + a >= 0)
+                       if (m is COMPUTED or m is None or isinstance(m, OwnLength)) and k - len(size) + a >= 0)
     return out
 
 

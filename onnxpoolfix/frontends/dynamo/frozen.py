@@ -66,7 +66,7 @@ def frozen_pool_ops(model, g: DataflowGraph, info, traced_shapes, findings: Fron
     merged = {n.input[0] for n in g.nodes if n.op_type == "Identity" and n.input and not has_metadata(n)
               and not any("_alias_" in o for o in n.output)}
     for index, node in enumerate(g.nodes):
-        site = None if index in in_chains else _site(index, node, info, busy, modules, node.output[0] in merged)
+        site = None if index in in_chains else _site(index, node, info, busy, modules, node.output[0] in merged, g)
         if site is None:
             continue
         if len(node.output) > 1 and node.output[1] in read and {r.what for r in site.readings} != {GENUINE}:
@@ -121,7 +121,7 @@ class _Site:
     chain: IndicesChain | None = None  # where the MaxPool's indices are read: the exporter's arithmetic on them
 
 
-def _site(index: int, node: onnx.NodeProto, info, busy, modules, merged: bool) -> _Site | None:
+def _site(index: int, node: onnx.NodeProto, info, busy, modules, merged: bool, g: DataflowGraph) -> _Site | None:
     """A pooling node under symbolic pooled sizes whose windows an adaptive pool could have, with its readings.
     ``merged``: an Identity without metadata reads its result (another call torch merged into it, whose reading
     the file does not hold)."""
@@ -141,7 +141,9 @@ def _site(index: int, node: onnx.NodeProto, info, busy, modules, merged: bool) -
     # a 1D adaptive pool frozen at uniform windows is written as a 2D pool of the input Unsqueezed to
     # (N, C, 1, L), kernel (1, k): the same as a 2D adaptive pool of that tensor to (1, m)
     lifted = k == 2 and dims[2] == 1 and _unit_axis(node, 0)
-    readings = node_readings(node, kind, k, lifted, modules)
+    made = g.producer.get(node.input[0])  # an unbatched tensor the exporter reshaped: the call's rank unknown
+    rank = None if made is not None and g.nodes[made].op_type in ("Unsqueeze", "Reshape") else len(dims)
+    readings = node_readings(node, kind, k, lifted, modules, rank)
     if merged:
         readings = [*readings, Reading(UNKNOWN, "torch merged another call into it (an Identity without exporter "
                                                 "metadata reads its result), whose size the file does not hold")]

@@ -21,6 +21,7 @@ import onnx
 
 from ...graph import attributes, constant_value
 from ..exporter_pools import adaptive_sizes
+from .call_args import own_resolved
 from .metadata import COMPUTED, has_metadata, module_pool, source_line
 
 __all__ = ["ADAPTIVE", "GENUINE", "SCALES", "UNKNOWN", "Reading", "node_readings", "implied_traced", "at_traced",
@@ -56,11 +57,12 @@ def window_attrs(node: onnx.NodeProto) -> tuple[list[int], list[int]] | None:
 
 
 def node_readings(node: onnx.NodeProto, kind: str, k: int, lifted: bool,
-                  modules: dict[tuple[str, ...], frozenset[str]] | None = None) -> list[Reading]:
+                  modules: dict[tuple[str, ...], frozenset[str]] | None = None, rank: int | None = None
+                  ) -> list[Reading]:
     """Every reading the node's metadata allows (before any size is known). ``lifted``: a 2D node of an
     (N, C, 1, L) input whose first axis has single-element windows: a 1D pool may have written it.
     ``modules``: the graph's :func:`.metadata.submodules` (without it every ``self.name(...)`` call may hold
-    the pool)."""
+    the pool). ``rank``: the pooled tensor's as the call saw it (None: unknown), for a length the call reads of it."""
     if not has_metadata(node):
         return [Reading(UNKNOWN, "its exporter metadata is gone (onnxslim, onnxsim and the like drop it)")]
     module = module_pool(node)
@@ -82,7 +84,7 @@ def node_readings(node: onnx.NodeProto, kind: str, k: int, lifted: bool,
         elif call.scales:
             out.append(Reading(SCALES, says))
         else:
-            size = _expand(call.size, k, lifted)
+            size = _expand(own_resolved(call.size, call.rank or k, rank), k, lifted)
             if size is not False and _sizes_fit(node, size, kernel, strides):
                 out.append(Reading(ADAPTIVE, says, size))
     if line.opaque or not out:

@@ -9,8 +9,7 @@ and None), ``F.interpolate(x, scale_factor=0.5, mode="area")`` (an area resize w
 A call to anything else that may hold a pool (a helper function, a lambda, a call through a variable) makes the
 line *opaque*: the node may come from inside it. That includes ``self.helper(x)``: the exporter records the frames
 of modules' ``forward`` only, so a pool inside a method of the module ends its trace at the method's call (timm's
-Inception blocks: ``outputs = self._forward(x)``). ``self.conv(x)`` is no such call where ``conv`` is a submodule
-(its nodes carry its own scope): :func:`submodules` reads which names are, from the graph's scopes.
+Inception: ``self._forward(x)``); not ``self.conv(x)`` of a submodule (its own scope: :func:`submodules`).
 
 E.g. ``F.interpolate(F.avg_pool2d(f, 2), size=s) + F.adaptive_avg_pool2d(f, (4, 4))``: ``PoolCall("avg", adaptive=False,
 kernel=(2,), stride=None)`` (stride: its kernel), ``PoolCall("avg", adaptive=True, rank=2, size=(4, 4))``, none else.
@@ -34,6 +33,7 @@ from .call_args import (
     TORCH_NAMES,
     fixed_names,
     ints_written,
+    pooled_name,
     sizes_only,
     sizes_written,
     unpacks,
@@ -376,7 +376,7 @@ def _pool_call(call: ast.Call, cut: bool = False, fixed: frozenset[str] = frozen
     if m:
         k = int(m.group(2))
         arg = call.args[1] if len(call.args) > 1 else kw.get("output_size")
-        return PoolCall(m.group(1), True, k, sizes_written(arg, k, fixed))
+        return PoolCall(m.group(1), True, k, sizes_written(arg, k, fixed, pooled_name(call, kw)))
     if name == "interpolate":
         mode = kw.get("mode", call.args[3] if len(call.args) > 3 else None)
         if not (isinstance(mode, ast.Constant) and mode.value == "area"):
@@ -385,7 +385,7 @@ def _pool_call(call: ast.Call, cut: bool = False, fixed: frozenset[str] = frozen
         scale = call.args[2] if len(call.args) > 2 else kw.get("scale_factor")
         if size is None or (isinstance(size, ast.Constant) and size.value is None):
             return PoolCall("avg", True, scales=scale is not None)
-        return PoolCall("avg", True, None, sizes_written(size, None, fixed))
+        return PoolCall("avg", True, None, sizes_written(size, None, fixed, pooled_name(call, kw)))
     m = _GENUINE_CALL.match(name)
     if m:
         kernel = call.args[1] if len(call.args) > 1 else kw.get("kernel_size")
