@@ -200,8 +200,8 @@ def _flattens_from_axis_1(n, t: str, initializers, constants) -> bool:
         return all(a.i == 1 for a in n.attribute if a.name == "axis")
     if n.op_type != "Reshape" or n.input[0] != t or len(n.input) < 2:
         return False
-    target = constant_value(n.input[1], initializers, constants)
-    return target is not None and len(target) == 2 and int(target[1]) == -1
+    target = constant_value(n.input[1], initializers, constants)  # [N, -1], or [1, C] of a static batch
+    return target is not None and len(target) == 2 and (int(target[1]) == -1 or min(map(int, target)) >= 1)
 
 
 

@@ -19,11 +19,16 @@ from ...graph.emit import EMITTED_BY
 from ..base import EXPORT, Suspect
 from .computed import COMPUTES_SIZE, computed_axes
 from .dataflow import DataflowGraph, is_end
-from .metadata import has_metadata, module_pool, source_line
+from .frozen_readings import classifier_features
+from .metadata import has_metadata, module_pool, source_line, submodules
 from .selections import constant_ints
 
 __all__ = ["computed_reduces", "mean_of_a_result"]
 
+HIDDEN = ("a global reduce of the exporter's whose source line calls something that may hold an adaptive pool (a "
+          "helper function or method: the exporter records no frame inside it), whose output size the file does not "
+          "show: 1 at the traced size, a size written 1 or one computed from the input, which differ at other sizes; "
+          "no classifier after it takes a fixed number of features")
 ONE_LONG = ("a global reduce of an adaptive module's over an axis 1 long at the given traced size: a size of 1 "
             "there, or torch's None (it follows the input), which differ at other sizes; the module's size is "
             "nowhere in the file")
@@ -54,7 +59,7 @@ def computed_reduces(g: DataflowGraph, info, skip: set[int], traced_shapes=None)
     reduces a symbolic axis keeping it (torch's form of an output of 1) where its source line computes the size;
     or, an adaptive module's (its size nowhere in the file), where that axis is 1 long at the given traced size
     (``traced_shapes``, where given): 1 or torch's None, which differ at other sizes."""
-    out = []
+    out, modules = [], submodules(g.nodes)
     for i, n in enumerate(g.nodes):
         if i in skip or n.op_type not in _REDUCES or n.domain not in ("", "ai.onnx") or not has_metadata(n) \
                 or n.doc_string.startswith(EMITTED_BY) or not attributes(n).get("keepdims", 1) \
@@ -76,6 +81,11 @@ def computed_reduces(g: DataflowGraph, info, skip: set[int], traced_shapes=None)
         elif any(not isinstance(dims[axes[a]], int) for a in computed_axes([n], len(axes))):
             out.append(Suspect(n.output[0], f"stack trace: {source_line(n).text[:100]}", COMPUTES_SIZE, True,
                                "only at sizes where the computed size is 1 again", EXPORT))
+        elif module is None and (line := source_line(n, modules)) is not None and line.opaque \
+                and classifier_features(g.nodes, g.initializers, n.output[0]) is None:  # review45
+            out.append(Suspect(n.output[0], f"stack trace: {line.text[:100]}", HIDDEN, True,
+                               "as written if what the line calls pools to 1 at every size, else only where its "
+                               "size is 1", EXPORT))
     return out
 
 
