@@ -148,9 +148,29 @@ def test_a_global_reduce_behind_a_helper_call_is_refused(module, traced):
     assert "onnxpoolfix.export" in e.value.hint
 
 
-def test_a_reduce_behind_a_helper_call_that_a_classifier_reads_stays_as_written():
-    """The Linear after the flattened result takes 8 features: the pool is to 1 wherever the model runs."""
-    module = HelperHead().eval()
+def avgmax(t):  # timm's adaptive_avgmax_pool2d / adaptive_catavgmax_pool2d, sizes passed in
+    return 0.5 * (F.adaptive_avg_pool2d(t, (1, t.shape[3] // 4)) + F.adaptive_max_pool2d(t, (1, t.shape[3] // 4)))
+
+
+def catavgmax(t):
+    return torch.cat((F.adaptive_avg_pool2d(t, (1, t.shape[3] // 4)), F.adaptive_max_pool2d(t, (1, t.shape[3] // 4))), 1)
+
+
+class AvgMaxHead(HelperHead):
+    def __init__(self, join):
+        super().__init__()
+        self.join = join
+        self.fc = nn.Linear(16 if join is catavgmax else 8, 4)
+
+    def _pool(self, t):
+        return self.join(t)
+
+
+@pytest.mark.parametrize("module", [HelperHead(), AvgMaxHead(avgmax), AvgMaxHead(catavgmax)],
+                         ids=["mean", "avgmax", "catavgmax"])
+def test_a_reduce_behind_a_helper_call_that_a_classifier_reads_stays_as_written(module):
+    """The Linear after the flattened result takes 8 (16) features: the pool is to 1 wherever the model runs."""
+    module = module.eval()
     dims = {"x": {2: torch.export.Dim("H", min=4, max=64), 3: torch.export.Dim("W", min=6, max=7)}}
     model = dynamo_export(module, (torch.randn(1, 3, 16, 7),), dynamic_shapes=dims, input_names=["x"])
     out = patch(model).model

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 
 from ...graph import attributes, constant_value
@@ -169,24 +170,38 @@ def _sizes_fit(node, size, kernel, strides) -> bool:
 
 #: ops a flattened pool output passes through unchanged in size on its way to a classifier
 _SAME_SIZE = frozenset({"Relu", "Clip", "Dropout", "Identity", "Cast", "Sigmoid", "HardSwish", "LeakyRelu", "Gelu"})
+_BINARY = frozenset({"Add", "Mul", "Sub", "Div", "Max", "Min"})
+_POOLS = frozenset({"ReduceMean", "ReduceMax", "AveragePool", "MaxPool"})
 
 
-def classifier_features(nodes, initializers, result: str) -> int | None:
+def classifier_features(nodes, initializers, result: str, joined: bool = False) -> int | None:
     """The number of features a classifier after the pool takes: the pool's output, flattened from axis 1
-    (through size-keeping ops), meets a Gemm/MatMul whose constant weight takes that many (AlexNet's Linear after
-    its 6x6 pool); None where no such consumer is found. Under symbolic sizes the pool's output size must then be
-    fixed: a torch None would make the flattened length follow the input, which that weight takes at no other
-    size."""
+    (through size-keeping ops, and a sum or product with a scalar or with another pool of the same tensor: timm's
+    avgmax), meets a Gemm/MatMul whose constant weight takes that many (AlexNet's Linear after its 6x6 pool); None
+    where no such consumer is found. Under symbolic sizes the pool's output size must then be fixed: a torch None
+    would make the flattened length follow the input, which that weight takes at no other size. ``joined``: also
+    through a Concat along the channels (timm's catavgmax), where the count is no longer the pool's alone."""
     readers: dict[str, list] = {}
+    made = {o: n for n in nodes for o in n.output}
     for n in nodes:
         for x in n.input:
             readers.setdefault(x, []).append(n)
     constants = {n.output[0]: n for n in nodes if n.op_type == "Constant" and n.output}
+    pooled = made[result].input[0] if result in made and made[result].input else None
+
+    def beside(x):  # a scalar, or another pool's result of the pooled tensor
+        v = constant_value(x, initializers, constants)
+        return (v is not None and np.size(v) == 1) or (x in made and made[x].op_type in _POOLS
+                                                   and made[x].input[:1] == [pooled])
+
     frontier, steps = [result], 0
     while frontier and steps < 16:  # a count, not a search: a few size-keeping ops between pool and classifier
         t, steps = frontier.pop(), steps + 1
         for n in readers.get(t, []):
-            if n.op_type in _SAME_SIZE and n.input[0] == t:
+            if (n.op_type in _SAME_SIZE and n.input[0] == t) or (
+                    n.op_type in _BINARY and len(n.input) == 2 and all(x == t or beside(x) for x in n.input)) or (
+                    joined and n.op_type == "Concat" and attributes(n).get("axis") == 1
+                    and all(x == t or beside(x) for x in n.input)):
                 frontier.append(n.output[0])
             elif _flattens_from_axis_1(n, t, initializers, constants):
                 for c in readers.get(n.output[0], []):

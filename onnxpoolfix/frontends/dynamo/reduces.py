@@ -82,7 +82,7 @@ def computed_reduces(g: DataflowGraph, info, skip: set[int], traced_shapes=None)
             out.append(Suspect(n.output[0], f"stack trace: {source_line(n).text[:100]}", COMPUTES_SIZE, True,
                                "only at sizes where the computed size is 1 again", EXPORT))
         elif module is None and (line := source_line(n, modules)) is not None and line.opaque \
-                and classifier_features(g.nodes, g.initializers, n.output[0]) is None:  # review45
+                and classifier_features(g.nodes, g.initializers, n.output[0], joined=True) is None:  # review45
             out.append(Suspect(n.output[0], f"stack trace: {line.text[:100]}", HIDDEN, True,
                                "as written if what the line calls pools to 1 at every size, else only where its "
                                "size is 1", EXPORT))
