@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-from helpers import assert_avg_close, assert_bits_equal, ort_session
+from helpers import assert_avg_close, assert_bits_equal, ort_run, ort_session
 from onnx import TensorProto, helper
 
 import onnxpoolfix
@@ -229,12 +229,27 @@ def test_repaired_pools_of_one_tensor_are_not_grouped():
     assert not {"GlobalAveragePool", "AveragePool"} & {n.op_type for n in result.model.graph.node}
 
 
-def test_a_repair_no_lowering_applies_to_stays_with_a_note():
-    """Opset 10, symbolic sizes: the dynamic lowering needs Range (opset 11). Left as written, said so."""
-    from onnxpoolfix.inspection.model import inspect_model
-
+def test_a_symbolic_repair_below_opset_11_is_a_reduce():
+    """Opset 10, symbolic sizes: the dynamic lowering needs Range (opset 11), a pool to 1 does not (it was left
+    as written): a float64 ReduceMean, equal to NumPy's mean at sizes of every kind."""
     model = _float64_global_pool(shape=(1, 3, "H", "W"))
     model.opset_import[0].version = 10
+    result = onnxpoolfix.patch(model)
+    [row] = result.report.nodes
+    assert row.lowering == "global" and {n.op_type for n in result.model.graph.node} == {"ReduceMean"}
+    rng = np.random.default_rng(0)
+    for shape in [(1, 3, 5, 7), (1, 3, 1, 1), (1, 3, 64, 3)]:
+        x = rng.standard_normal(shape)
+        np.testing.assert_allclose(ort_run(result.model, {"x": x})[0], x.mean(axis=(2, 3), keepdims=True), rtol=1e-13)
+
+
+def test_a_repair_no_lowering_applies_to_stays_with_a_note():
+    """Opset 7, symbolic sizes, float64 max: no lowering keeps a NaN below the guards' opset. Left as written,
+    said so."""
+    from onnxpoolfix.inspection.model import inspect_model
+
+    model = _float64_global_pool(shape=(1, 3, "H", "W"), ops=("GlobalMaxPool",))
+    model.opset_import[0].version = 7
     result = onnxpoolfix.patch(model)
     assert result.report.nodes == [] and [n.severity for n in result.report.notes if n.code == "cannot-run-left"] == [
         "warning"]
