@@ -29,6 +29,24 @@ class MaxSteps(nn.Module):
         return F.adaptive_max_pool2d(x, (1, x.shape[3] // 4))
 
 
+class StepIndices(nn.Module):
+    """The indices alone: torch writes an ArgMax of a view, no ReduceMax (review46 F1)."""
+
+    def forward(self, x):
+        return F.adaptive_max_pool2d(x, (1, x.shape[3] // 4), return_indices=True)[1]
+
+
+class GlobalIndices(nn.Module):
+    """The indices alone of a literal 1 and of the module's own 1: right at every size as written."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AdaptiveMaxPool2d(1, return_indices=True)
+
+    def forward(self, x):
+        return F.adaptive_max_pool2d(x, 1, return_indices=True)[1] + self.pool(x)[1]
+
+
 class Quarter(nn.Module):
     def forward(self, x):
         return F.interpolate(x, scale_factor=0.25, mode="area")
@@ -62,6 +80,18 @@ class NoneRowsModule(nn.Module):
         return self.pool(f)
 
 
+class NoneRowsIndices(nn.Module):
+    """The indices alone of a (None, 1) module's max pool of a map one row high where traced: an ArgMax (review46 F1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AdaptiveMaxPool2d((None, 1), return_indices=True)
+
+    def forward(self, x):
+        f = F.avg_pool2d(x, (4, 1))
+        return self.pool(f)[1]
+
+
 class NoneOneWritten(nn.Module):
     def forward(self, x):
         f = F.avg_pool2d(x, (4, 1))
@@ -81,8 +111,9 @@ def _export(module, traced):
     return dynamo_export(module.eval(), (torch.randn(1, 3, *traced),), dynamic_shapes=dims, input_names=["x"])
 
 
-@pytest.mark.parametrize("module,traced", [(Steps(), (16, 7)), (MaxSteps(), (16, 7)), (Quarter(), (6, 7)),
-                                           (Rows(), (13, 23))], ids=["steps", "max_steps", "quarter", "rows"])
+@pytest.mark.parametrize("module,traced", [(Steps(), (16, 7)), (MaxSteps(), (16, 7)), (StepIndices(), (16, 7)),
+                                           (Quarter(), (6, 7)), (Rows(), (13, 23))],
+                         ids=["steps", "max_steps", "step_indices", "quarter", "rows"])
 def test_a_computed_size_of_1_at_the_traced_size_is_refused(module, traced, tmp_path):
     model = _export(module, traced)
     assert max(errors_vs_torch(module, model, SIZES, seed=0).values()) > 1e-3  # the file as exported
@@ -93,7 +124,8 @@ def test_a_computed_size_of_1_at_the_traced_size_is_refused(module, traced, tmp_
         assert r.exit_code == 4 and not out.exists() and "onnxpoolfix.export" in r.stderr, r.output
 
 
-@pytest.mark.parametrize("module,traced", [(Steps(), (37, 23)), (Global(), (13, 9))], ids=["steps", "global"])
+@pytest.mark.parametrize("module,traced", [(Steps(), (37, 23)), (Global(), (13, 9)), (GlobalIndices(), (13, 9))],
+                         ids=["steps", "global", "global_indices"])
 def test_the_same_lines_where_the_size_is_read_stay_exact(module, traced, tmp_path):
     model = export_symbolic_hw(module, traced)
     src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
@@ -106,7 +138,8 @@ def test_the_same_lines_where_the_size_is_read_stay_exact(module, traced, tmp_pa
 
 @pytest.mark.parametrize("module,without", [(NoneRowsModule(nn.AdaptiveAvgPool2d((None, 5))), True),
                                             (NoneRowsModule(nn.AdaptiveAvgPool2d((None, 1))), False),
-                                            (NoneOneWritten(), True)], ids=["module_none_5", "module_none_1", "line"])
+                                            (NoneRowsIndices(), False), (NoneOneWritten(), True)],
+                         ids=["module_none_5", "module_none_1", "module_none_1_indices", "line"])
 def test_torchs_none_on_an_axis_1_long_where_traced_is_refused(module, without, tmp_path):
     """review44 F2b, F3: (None, 5) and (None, 1) of a map one row high at the traced size (7x23): torch wrote a region
     proven only where that axis is 1 long (replaced as a pool to 1, exit 0), or a global ReduceMean ("nothing to

@@ -104,23 +104,6 @@ def test_a_region_right_only_at_the_given_traced_size_names_why_no_traced_size_d
     assert "without metadata" in refused.value.hint and "onnxpoolfix.export" in refused.value.hint
 
 
-def pool_w(t):  # a CRNN's "the height away, one step per 4 columns", in a helper function
-    return F.adaptive_avg_pool2d(t, (1, t.shape[3] // 4))
-
-
-class HelperFunction(nn.Module):
-    def forward(self, x):
-        return pool_w(x)
-
-
-class HelperMethod(nn.Module):
-    def _pool(self, t):
-        return F.adaptive_max_pool2d(t, (1, t.shape[3] // 4))
-
-    def forward(self, x):
-        return self._pool(x)
-
-
 class HelperHead(nn.Module):
     """A pool to 1 in a helper method, then a classifier: the Linear takes C features at every size."""
 
@@ -133,19 +116,6 @@ class HelperHead(nn.Module):
 
     def forward(self, x):
         return self.fc(torch.flatten(self._pool(self.conv(x)), 1))
-
-
-@pytest.mark.parametrize("module", [HelperFunction(), HelperMethod()], ids=lambda m: type(m).__name__)
-@pytest.mark.parametrize("traced", [None, {"x": [1, 3, 16, 7]}], ids=["alone", "traced shape given"])
-def test_a_global_reduce_behind_a_helper_call_is_refused(module, traced):
-    """review45: traced where W // 4 is 1, torch writes a global ReduceMean/ReduceMax; its line is the helper's
-    call (`return pool_w(x)`). It was "nothing to patch", exit 0: OUT one step wide at every width."""
-    dims = {"x": {2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}}
-    model = dynamo_export(module.eval(), (torch.randn(1, 3, 16, 7),), dynamic_shapes=dims, input_names=["x"])
-    assert max(errors_vs_torch(module, model, [(16, 23), (37, 100)], seed=0).values()) > 1e-3  # as exported
-    with pytest.raises(PoolFixError) as e:
-        patch(model, traced_shapes=traced)
-    assert "onnxpoolfix.export" in e.value.hint
 
 
 def avgmax(t):  # timm's adaptive_avgmax_pool2d / adaptive_catavgmax_pool2d, sizes passed in

@@ -8,13 +8,17 @@ from collections.abc import Sequence
 import onnx
 
 from .call_args import COMPUTED, OwnLength
-from .metadata import module_pool, source_line
+from .metadata import has_metadata, module_pool, source_line, submodules
 
-__all__ = ["COMPUTES_SIZE", "computed_axes"]
+__all__ = ["COMPUTES_SIZE", "HIDDEN_SIZE", "computed_axes", "hides_a_size", "region_hides_a_size"]
 
 COMPUTES_SIZE = ("its source line takes the output size from the input (computes it, or writes None: it follows the "
                  "input), and torch fixed it at the traced size (1 there, or a size torch specialized): other sizes "
                  "pool to other sizes")
+
+HIDDEN_SIZE = ("its source line calls something that may hold a pool (a helper function or method, a lambda), "
+               "which the stack trace does not enter: its pool to 1 there (a size 1 the graph fixes on a symbolic "
+               "axis) may be an adaptive pool whose output size, computed from the input, was 1 at the traced size")
 
 
 def computed_axes(nodes: Sequence[onnx.NodeProto], k: int) -> set[int]:
@@ -43,3 +47,23 @@ def computed_axes(nodes: Sequence[onnx.NodeProto], k: int) -> set[int]:
 
 def _trace(node: onnx.NodeProto) -> tuple:
     return tuple((p.key, p.value) for p in node.metadata_props if p.key.endswith(("stack_trace", "name_scopes")))
+
+
+def hides_a_size(node: onnx.NodeProto, modules: dict[tuple[str, ...], frozenset[str]] | None) -> bool:
+    """Whether the node, of no pooling module, sits on a line that hides the call making it (a helper function or
+    method, a lambda: ``return pool_w(x)``; the stack trace keeps the caller's line only): the size it pools to may
+    be computed from the input there, fixed by torch where it was 1 (review45), even where it is handed the
+    module's own size (the helper may do anything with it).
+    ``modules``: the graph's :func:`.metadata.submodules` (a submodule's call hides nothing)."""
+    if module_pool(node) is not None:
+        return False
+    line = source_line(node, modules)
+    return line is not None and line.opaque
+
+
+def region_hides_a_size(nodes: Sequence[onnx.NodeProto], region) -> bool:
+    """Whether the region's nodes with a stack trace all sit on a line that hides the call making them
+    (:func:`hides_a_size`; review45: ``return pool_h(x)`` pooling to ``(t.shape[2] // 8, 5)``)."""
+    traced = [nodes[i] for i in region if has_metadata(nodes[i])]
+    modules = submodules(nodes)
+    return bool(traced) and all(hides_a_size(n, modules) for n in traced)

@@ -14,6 +14,7 @@ decomposed adaptive average pool begins and ends (:mod:`.front_end` has the whol
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -25,7 +26,7 @@ from ...graph.emit import EMITTED_BY
 from ...graph.shapes import SUPPORTED_DTYPES, Dim, infer, infer_at
 from ...spec import InputDim
 from ..base import Suspect
-from .computed import COMPUTES_SIZE, computed_axes
+from .computed import COMPUTES_SIZE, HIDDEN_SIZE, computed_axes, region_hides_a_size
 from .crops import models_own, past_selects_nothing
 from .metadata import module_pool, source_line
 from .search import range_limit
@@ -71,15 +72,8 @@ def node_evidence(node: onnx.NodeProto) -> tuple[str, int | None] | None:
 
 def _region_evidence(nodes: Sequence[onnx.NodeProto]) -> tuple[str, int | None]:
     """The evidence most of the region's data nodes agree on, or "structure"."""
-    votes: dict[tuple[str, int | None], int] = {}
-    for n in nodes:
-        e = node_evidence(n)
-        if e is not None:
-            votes[e] = votes.get(e, 0) + 1
-    if not votes:
-        return "structure", None
-    best = max(votes.items(), key=lambda kv: kv[1])
-    return best[0]
+    votes = Counter(e for n in nodes if (e := node_evidence(n)) is not None)
+    return max(votes, key=votes.get) if votes else ("structure", None)  # the first of equals
 
 
 # --- the graph's dataflow --------------------------------------------------------------------------------
@@ -303,7 +297,8 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
         for p in (perm, None) if perm else (None,):
             fit = _fit(t, result, evidence, meta_rank, info, p,
                        None if p else lambda a, r=region: range_limit(g, r, result, a, info),
-                       lambda k, r=region: computed_axes([g.nodes[i] for i in r], k))
+                       lambda k, r=region: computed_axes([g.nodes[i] for i in r], k),
+                       lambda r=region: region_hides_a_size(g.nodes, r))
             if isinstance(fit, str):
                 why = why or (None if own or p else fit)  # (own: never taken, the region past the op decides)
                 continue
@@ -324,6 +319,8 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
         return replace(fits[0], smaller=tuple(fits[1:_MAX_SMALLER + 1]))
     if selects_nothing and why is None:  # every region either picks no windows or holds another pool's end:
         return None  # an op on a pool's result or on its input that shares the line (``pool(x) / 2``, ``x / 2``)
+    if why == HIDDEN_SIZE:  # structure alone, on a line that hides the call: its pool to 1 may be a computed size
+        return Suspect(result, f"stack trace: {getattr(source_line(g.nodes[end]), 'text', '')[:100]}", why)
     ev = first_evidence if first_evidence not in (None, "structure") else (node_evidence(g.nodes[end]) or ("",))[0]
     # a lone ReduceMean (a global average) is exact as it is; a Div of a model is no concern without evidence
     if ev and not (g.nodes[end].op_type == "ReduceMean" and first_evidence is None):
@@ -353,7 +350,7 @@ def fused_perm(g: DataflowGraph, region: Sequence[int], pooled: str, k: int | No
 
 
 def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info, perm=None, runtime=None,
-         computes=None):
+         computes=None, hidden=None):
     """(rank, input shape, output shape, dtype) of pooling ``pooled`` (its Transpose by ``perm`` where given) to
     ``result``, or why it cannot be. ``computes(k)``: the pooled axes the source line computes the size of (a
     static size there under a symbolic input axis is torch's at the traced size only, review44 F2)."""
@@ -385,6 +382,8 @@ def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info, p
             if not isinstance(x_shape[a], int) and computes is not None and a - (r - k) in (
                     computed := computes(k) if computed is None else computed):
                 return COMPUTES_SIZE
+            if y_shape[a] == 1 and not isinstance(x_shape[a], int) and hidden is not None and hidden():
+                return HIDDEN_SIZE  # a helper's pool to 1 under a symbolic axis: maybe a computed size, 1 traced
             sizes.append(y_shape[a])
         elif info.same_dim(pooled, result, a, x_shape, y_shape, perm[a] if perm else a):  # torch's None
             sizes.append(InputDim(a))

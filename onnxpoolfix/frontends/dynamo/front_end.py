@@ -212,7 +212,7 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
     graph = model.graph
     if _symbolic(graph):
         findings.suspects += _body_suspects(graph)
-    if not any(n.op_type in SELECT_OPS or n.op_type in ("AveragePool", "MaxPool", "ReduceMean", "ReduceMax")
+    if not any(n.op_type in SELECT_OPS or n.op_type in ("AveragePool", "MaxPool", "ReduceMean", "ReduceMax", "ArgMax")
                for n in graph.node if not n.doc_string.startswith(EMITTED_BY)):
         return findings
     g = DataflowGraph(graph)

@@ -276,6 +276,8 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
     traced = site.bound[2:] if site.bound is not None else None
     if size is None:
         ones = [a for a in range(site.k) if kernel[a] == 1 and not isinstance(site.dims[2 + a], int)]
+        if (module_pool(node) or (None, None, None))[2] == 1:  # AdaptiveAvgPool1d(None) is a TypeError in torch:
+            ones = []  # a 1-D module's one-element windows are its int size, n at the traced size (review46)
         if traced is not None and module_pool(node) is not None:  # the module's other call says the length
             sibling = known.get(module_scope(node), {})
             ones = [a for a in ones if sibling.get(a) != traced[a]]

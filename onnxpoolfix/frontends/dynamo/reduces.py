@@ -61,32 +61,54 @@ def computed_reduces(g: DataflowGraph, info, skip: set[int], traced_shapes=None)
     (``traced_shapes``, where given): 1 or torch's None, which differ at other sizes."""
     out, modules = [], submodules(g.nodes)
     for i, n in enumerate(g.nodes):
-        if i in skip or n.op_type not in _REDUCES or n.domain not in ("", "ai.onnx") or not has_metadata(n) \
-                or n.doc_string.startswith(EMITTED_BY) or not attributes(n).get("keepdims", 1) \
-                or mean_of_a_result(g, i):
+        if i in skip or n.domain not in ("", "ai.onnx") or not has_metadata(n) or n.doc_string.startswith(EMITTED_BY):
             continue
-        dims = info.get(n.input[0], (0, None))[1]
-        axes = attributes(n).get("axes") or (constant_ints(g, n.input[1]) if len(n.input) > 1 and n.input[1]
-                                             else None)
+        if n.op_type == "ArgMax":  # the indices alone (the values unread, so no ReduceMax beside it): review46 F1
+            src, dims, axes = _argmax_of_a_view(g, info, n)
+        elif n.op_type not in _REDUCES or not attributes(n).get("keepdims", 1) or mean_of_a_result(g, i):
+            continue
+        else:
+            src, dims = n.input[0], info.get(n.input[0], (0, None))[1]
+            axes = attributes(n).get("axes") or (constant_ints(g, n.input[1]) if len(n.input) > 1 and n.input[1]
+                                                 else None)
         if not dims or not axes:
             continue
         axes = sorted({int(a) % len(dims) for a in axes})
         if all(isinstance(dims[a], int) for a in axes) or axes != list(range(len(dims) - len(axes), len(dims))):
             continue
         module = module_pool(n)
-        at = _traced_dims(info, traced_shapes, n.input[0]) if module is not None and module[1] else None
+        at = _traced_dims(info, traced_shapes, src) if module is not None and module[1] else None
         if at and len(at) == len(dims) and any(at[a] == 1 for a in axes if not isinstance(dims[a], int)):
             out.append(Suspect(n.output[0], f"metadata: an adaptive pooling module ({n.output[0]})", ONE_LONG, True,
                                "only at sizes where that axis is 1 long", EXPORT))
         elif any(not isinstance(dims[axes[a]], int) for a in computed_axes([n], len(axes))):
             out.append(Suspect(n.output[0], f"stack trace: {source_line(n).text[:100]}", COMPUTES_SIZE, True,
                                "only at sizes where the computed size is 1 again", EXPORT))
-        elif module is None and (line := source_line(n, modules)) is not None and line.opaque \
-                and classifier_features(g.nodes, g.initializers, n.output[0], joined=True) is None:  # review45
+        elif module is None and n.op_type != "ArgMax" and (line := source_line(n, modules)) is not None \
+                and line.opaque and classifier_features(g.nodes, g.initializers, n.output[0], joined=True) is None:
+            # review45 (not an ArgMax of a view: a keypoint decoder's argmax in a helper is no pool to read)
             out.append(Suspect(n.output[0], f"stack trace: {line.text[:100]}", HIDDEN, True,
                                "as written if what the line calls pools to 1 at every size, else only where its "
                                "size is 1", EXPORT))
     return out
+
+
+def _argmax_of_a_view(g: DataflowGraph, info, n) -> tuple:
+    """torch's indices of an adaptive max pool to 1 on every pooled axis: ``ArgMax(Reshape(t, [N, C, -1]), -1)``
+    (``argmax(view(t, [N, C, H * W]), -1)``; a 1-D pool's ``t`` is its unsqueezed input). (t, t's dims, the pooled
+    axes of t: its trailing ones flattened into the last), with t, or Nones where the node is no such ArgMax."""
+    p = g.producer.get(n.input[0])
+    if p is None or g.nodes[p].op_type != "Reshape":
+        return None, None, None
+    t = g.nodes[p].input[0]
+    dims, flat = info.get(t, (0, None))[1], info.get(n.input[0], (0, None))[1]
+    if t in g.size_only or not dims or not flat or attributes(n).get("axis", 0) % len(flat) != len(flat) - 1:
+        return None, None, None
+    k = len(dims) - (len(flat) - 1)
+    kept = zip(dims[:len(flat) - 1], flat[:-1])  # N, C as they were
+    if k < 1 or any(a != b for a, b in kept if isinstance(a, int) and isinstance(b, int)):
+        return None, None, None
+    return t, dims, list(range(len(dims) - k, len(dims)))
 
 
 def _traced_dims(info, traced_shapes, name: str):
