@@ -278,13 +278,17 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
         env = p.proof_envs.get(p.contradicts)
         right_at = _input_shapes(model, {**(symbol_binding(declared_dims(model), input_shapes or {}) or {}), **env}
                                  ) if env else None
+        # the size named was found for this one region: it is the graph's only where nothing else pools (review48:
+        # a PSP pyramid's hint named a size where another level differs, and that one's hint a third)
+        alone = len(proven) == 1 and not contradictions and not findings.specs
         raise ShapeError(
             f"the given traced size contradicts the graph: {len(against)} dynamo region(s) "
             f"({', '.join(repr(c.result) for c, _ in against)}) differ from adaptive pooling there, though "
             f"'{c.result}' equals it at {'x'.join(map(str, p.contradicts))}",
             contradiction_hint(("sizes such as " + " ".join(f"{k}:{','.join(map(str, v))}" for k, v in
                                                            right_at.items())) if right_at else
-                               f"a pooled size like {'x'.join(map(str, p.contradicts))} for '{c.pooled}'"),
+                               f"a pooled size like {'x'.join(map(str, p.contradicts))} for '{c.pooled}'",
+                               None if alone else c.result),
             regions=[c.result for c, _ in against], pooled=list(p.contradicts), right_at=right_at)
     if contradictions:
         raise contradictions[0]

@@ -383,10 +383,15 @@ def size_text(sizes) -> str:
     return "x".join("=" if isinstance(m, InputDim) or m is None else str(m) for m in sizes)
 
 
-def contradiction_hint(pointed: str | None) -> str:
-    """What to do when the graph contradicts a bound or traced size (``pointed``: a size it is right at)."""
-    return ((f"the graph is right at {pointed} (the traced size's branches), not at the given one; " if pointed
-             else "")
+def contradiction_hint(pointed: str | None, region: str | None = None) -> str:
+    """What to do when the graph contradicts a bound or traced size (``pointed``: a size it is right at; with
+    ``region``, a size only that region was found right at: the graph's other pools were not tried there)."""
+    if pointed and region:
+        pointed = (f"region '{region}' is right at {pointed} (its traced branches; the graph's other pools may take "
+                   "other branches there: not a size to give as it is), not at the given one; ")
+    elif pointed:
+        pointed = f"the graph is right at {pointed} (the traced size's branches), not at the given one; "
+    return ((pointed or "")
             + f"give the size the model was exported at (the export call's example input) with {TRACED_SHAPES} "
             "NAME:D0,D1,..., or export through onnxpoolfix.export")
 
