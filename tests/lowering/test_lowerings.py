@@ -176,7 +176,7 @@ def test_lowering(case, dtype):
 def test_every_lowering_has_cases():
     from onnxpoolfix.lowering import BY_NAME
 
-    static = {n for n, lw in BY_NAME.items() if not lw.dynamic} | {"window_slices"}  # (static and symbolic)
+    static = {n for n, lw in BY_NAME.items() if not lw.dynamic} | {"window_slices", "global"}  # (both)
     assert static == {c[0] for c in CASES}
 
 
