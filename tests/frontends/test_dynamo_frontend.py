@@ -496,8 +496,8 @@ def test_a_frozen_1d_average_pool_is_refused_or_made_exact(module, traced):
     (1, k) + Squeeze, frozen at the traced length. It was skipped (its metadata says 1D, the node pools 2 axes):
     'nothing to patch', exit 0, wrong at every other length. Now it is the 2D pool of (N, C, 1, L) to (1, 7):
     refused without a size (the module form), exact at every length with the traced one or a literal size.
-    The module traced at 7 -> 7 (kernel 1) is refused even with the traced size: AdaptiveAvgPool1d(7) and
-    AdaptiveAvgPool1d(None) both froze to it and differ at every other length (issue 32)."""
+    The module traced at 7 -> 7 (kernel 1) is no None either: a 1-D adaptive pool takes an int size only
+    (AdaptiveAvgPool1d(None) is a TypeError in torch; review46), so the traced size gives 7 there too."""
     model = _export_1d(module, traced)
     assert "AveragePool" in _ops(model)
     x = {n: np.random.default_rng(n).standard_normal((1, 3, n)).astype(np.float32) for n in LENGTHS_1D}
@@ -505,11 +505,6 @@ def test_a_frozen_1d_average_pool_is_refused_or_made_exact(module, traced):
     if isinstance(module, Pool1dByModule):
         with pytest.raises(UnsupportedNodeError, match="frozen"):
             patch(model)
-        if traced == 7:
-            with pytest.raises(UnsupportedNodeError, match="frozen") as err:
-                patch(model, traced_shapes={"x": [1, 3, traced]})
-            assert "torch's None" in err.value.hint and "onnxpoolfix.export" in err.value.hint
-            return
         result = patch(model, traced_shapes={"x": [1, 3, traced]})
     else:
         result = patch(model)
