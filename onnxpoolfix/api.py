@@ -25,7 +25,7 @@ from .check.differential import (
 )
 from .errors import ArgumentError, InvalidModelError
 from .frontends.dynamo import frozen_error, partial_lines
-from .graph.shapes import light_copy, model_opset, validate_input_shape
+from .graph.shapes import light_copy, model_opset, validate_shapes
 from .lowering.calibration import CostModel
 from .plan.model import PlanOptions, no_lowering_hint, plan_model
 from .plan.planner import AUTO, check_strategy
@@ -141,13 +141,7 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
     if not input_checked:
         check_input(model)
     # before any work: a typo in a bound or a check size is not worth a patch
-    for name, dims in (input_shapes or {}).items():
-        validate_input_shape(model, name, dims, INPUT_SHAPES)
-    for name, dims in (traced_shapes or {}).items():
-        validate_input_shape(model, name, dims, TRACED_SHAPES)
-    for shapes in check_shapes or ():
-        for name, dims in shapes.items():
-            validate_input_shape(model, name, dims, CHECK_SHAPES)
+    validate_shapes(model, input_shapes, traced_shapes, check_shapes)
     report = PatchReport(opset=model_opset(model), target=target)
     options = PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
                           keep_input_shapes=keep_input_shapes, optimize_exporter_pools=optimize_exporter_pools,

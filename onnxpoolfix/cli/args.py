@@ -29,10 +29,9 @@ from typing import Any, Callable
 import click
 
 from ..api import MAX_DIM, TARGETS
-from ..graph.shapes import validate_input_shape
+from ..graph.shapes import validate_shapes
 from ..lowering.calibration import CostModel
 from ..plan.planner import AUTO, STRATEGIES
-from ..words import INPUT_SHAPES, TRACED_SHAPES
 
 
 class ArgGroup:
@@ -123,10 +122,7 @@ class PlanChoice:
         rank, a fixed dim changed), ``--costs`` read: :class:`~onnxpoolfix.errors.ArgumentError`, exit 2, before
         any work."""
         CostModel.of(**self.cost_arguments)
-        for name, dims in (self.input_shapes or {}).items():
-            validate_input_shape(model, name, dims, INPUT_SHAPES)
-        for name, dims in (self.traced_shapes or {}).items():
-            validate_input_shape(model, name, dims, TRACED_SHAPES)
+        validate_shapes(model, self.input_shapes, self.traced_shapes)
 
 
 class Plan(ArgGroup):

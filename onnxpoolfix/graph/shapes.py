@@ -15,7 +15,7 @@ from onnx import TensorProto
 
 from ..errors import ArgumentError, ShapeError, UnsupportedNodeError
 from ..spec import SUPPORTED_DTYPES, Dim, InputDim, PoolNode, PoolSpec, RuntimeDim, dtype_name  # noqa: F401  (re-exported)
-from ..words import CHECK_SHAPES, INPUT_SHAPES, INPUT_SHAPES_FORM, knob_of, ref
+from ..words import CHECK_SHAPES, INPUT_SHAPES, INPUT_SHAPES_FORM, TRACED_SHAPES, knob_of, ref
 from . import NEGATIVE_PERM_HINT, default_opset, is_repeated, negative_perms
 from .shape_values import fold_size_chains
 
@@ -129,6 +129,13 @@ def validate_input_shape(model: onnx.ModelProto, name: str, dims: Sequence[int],
                                 argument=knob_of(flag), input=name, axis=axis, value=n, fixed=o)
     return vi
 
+
+def validate_shapes(model: onnx.ModelProto, input_shapes=None, traced_shapes=None, check_shapes=()) -> None:
+    """:func:`validate_input_shape` of every shape given, as the flag that gives it (before any work)."""
+    for flag, shapes in ((INPUT_SHAPES, input_shapes), (TRACED_SHAPES, traced_shapes),
+                         *((CHECK_SHAPES, s) for s in check_shapes or ())):
+        for name, dims in (shapes or {}).items():
+            validate_input_shape(model, name, dims, flag)
 
 def apply_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> None:
     """Bind graph inputs to concrete shapes (``--input-shape``), in place. Validates names and ranks."""

@@ -32,7 +32,7 @@ from ..frontends.bodies import describe_path, has_nested_leftovers, nested_lefto
 from ..frontends.dynamo import frozen_error
 from ..frontends.leftovers import aten_operator, is_pool_leftover
 from ..graph import nodes_deep
-from ..graph.shapes import model_opset, validate_input_shape
+from ..graph.shapes import model_opset, validate_shapes
 from ..lowering.base import axis_windows
 from ..lowering.calibration import CostModel
 from ..plan.model import PlanOptions, no_lowering_hint, plan_model
@@ -41,7 +41,7 @@ from ..plan.pyramid import NAME as PYRAMID
 from ..report import Note, dim_label
 from ..rewrite.model import apply_model_plan
 from ..tensorrt import lint_tensorrt
-from ..words import API, INPUT_SHAPES, INPUT_SHAPES_FORM, TARGET_ONNXRUNTIME, TRACED_SHAPES, render_all
+from ..words import API, INPUT_SHAPES_FORM, TARGET_ONNXRUNTIME, render_all
 from .report import (  # noqa: F401  (EXIT_*, SCHEMA_VERSION: re-exported)
     EXIT_BLOCKED,
     EXIT_INVALID,
@@ -104,10 +104,7 @@ def inspect_as_written(model: onnx.ModelProto, *, target: str = "onnxruntime", s
     if not input_checked:
         check_input(model)  # raises the InvalidModelError the CLI exits 3 with
     try:  # as patch() does, before any work (an ArgumentError: exit 2)
-        for name, dims in (input_shapes or {}).items():
-            validate_input_shape(model, name, dims, INPUT_SHAPES)
-        for name, dims in (traced_shapes or {}).items():
-            validate_input_shape(model, name, dims, TRACED_SHAPES)
+        validate_shapes(model, input_shapes, traced_shapes)
     except ArgumentError as err:
         result.blocker, result.hint, result.blocker_exit_code = err.text, err.hint_text, err.exit_code
         return result
