@@ -108,10 +108,10 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
         ort_feed = {k: ort_value(v) for k, v in feed.items() if k in session_inputs}
         feed = {k: v.astype(np.float32) if v.dtype.name == "bfloat16" else v  # exact: bfloat16 fits float32
                 for k, v in feed.items()}
+        shapes_txt = ", ".join(f"{k}:{'x'.join(map(str, v.shape))}" for k, v in feed.items())
         try:
             results = sess.run_with_ort_values(out_names, ort_feed)
         except Exception as e:
-            shapes_txt = ", ".join(f"{k}:{'x'.join(map(str, v.shape))}" for k, v in feed.items())
             frozen = _failed_after_frozen(model, after, str(e))
             if frozen is not None:
                 raise CheckFailedError(
@@ -133,7 +133,6 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
         values.update(feed)
         for s in specs:
             if 0 in values[s.node.input].shape[values[s.node.input].ndim - s.k:]:  # no window to compare
-                shapes_txt = ", ".join(f"{k}:{'x'.join(map(str, v.shape))}" for k, v in feed.items())
                 raise CheckFailedError(
                     f"{s.node.label}: its input is empty ({'x'.join(map(str, values[s.node.input].shape))}) "
                     f"at {shapes_txt}: adaptive pooling has no windows there to check",
