@@ -190,8 +190,7 @@ def choose_dims(runner: TorchRunner, example_calls, ranges: Mapping[str, tuple[i
                 return None
         if not runner.allows(dims):
             return None
-        got = runner.run(runner.inputs(dims))
-        return got
+        return runner.run(runner.inputs(dims))
 
     def in_range(name: str, v: int) -> bool:
         lo, hi = ranges.get(name, (1, None))
