@@ -221,10 +221,7 @@ def _format_node(node: NodeInspection, verbose: bool = False) -> list[str]:
         width = max(len(c.name) for c in shown)
         for c in shown:
             mark = "*" if c.name == node.chosen else " "
-            if c.reason is None:
-                detail = f"chosen: {node.why}" if c.name == node.chosen else "applies"
-            else:
-                detail = c.reason
+            detail = c.reason if c.reason is not None else f"chosen: {node.why}" if c.name == node.chosen else "applies"
             lines.append(f"  {mark} {c.name.ljust(width)}  {_cost(c.cost_s).rjust(8)}  {detail}")
         hidden = len(node.candidates) - len(shown)
         if hidden:
