@@ -67,9 +67,8 @@ def _all_utf8(msg) -> bool:
         if fd.type == fd.TYPE_STRING:
             if any(not isinstance(v, str) for v in (value if is_repeated(fd) else (value,))):
                 return False
-        elif fd.type == fd.TYPE_MESSAGE:
-            if not all(_all_utf8(v) for v in (value if is_repeated(fd) else (value,))):
-                return False
+        elif fd.type == fd.TYPE_MESSAGE and not all(_all_utf8(v) for v in (value if is_repeated(fd) else (value,))):
+            return False
     return True
 
 
