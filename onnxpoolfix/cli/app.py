@@ -3,6 +3,7 @@ runs ``inspect``, ``onnxpoolfix windows N M`` draws windows (the commands regist
 :mod:`.patch_cmd`, :mod:`.inspect_cmd`, :mod:`.windows_cmd`)."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import signal
@@ -63,7 +64,6 @@ def main():
       onnxpoolfix inspect IN.onnx          show what would be done, write nothing
       onnxpoolfix windows N M              show PyTorch's windows for N -> M, and the recipes'
     """
-    try:  # SIGTERM unwinds like Ctrl-C, so the temporary output is removed (not possible off the main thread)
+    # SIGTERM unwinds like Ctrl-C, so the temporary output is removed (not possible off the main thread)
+    with contextlib.suppress(ValueError):
         signal.signal(signal.SIGTERM, raise_interrupted)
-    except ValueError:
-        pass

@@ -20,7 +20,7 @@ import secrets
 import shutil
 import stat
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Union
@@ -120,10 +120,8 @@ def write_text(out_path: PathLike, text: str, what: str = "the report") -> Outpu
         tmp = tmp_dir / target.path.name
         tmp.write_text(text)
         if not target.special:
-            try:
+            with suppress(OSError):  # a new file: keep the umask-derived mode
                 os.chmod(tmp, stat.S_IMODE(target.path.stat().st_mode))
-            except OSError:
-                pass  # a new file: keep the umask-derived mode
         commit(target, tmp)
     return target
 
