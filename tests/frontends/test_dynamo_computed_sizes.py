@@ -14,7 +14,7 @@ pytest.importorskip("onnxscript")
 nn, F = torch.nn, torch.nn.functional
 
 import onnx
-from dynamo_exports import errors_vs_torch, export_symbolic_hw
+from dynamo_exports import assert_cli_refuses, errors_vs_torch, export_dynamic_hw, export_symbolic_hw
 
 from onnxpoolfix.cli import main
 
@@ -101,27 +101,13 @@ class NoneOneWritten(nn.Module):
 SIZES = [(16, 23), (33, 41), (20, 13), (9, 100)]
 
 
-def _export(module, traced):
-    """H and W Dim.DYNAMIC: a named Dim lets torch specialize H to 13 for ``x.shape[2] // 8`` (then the file is
-    right, at its one H)."""
-    from export_cache import dynamo_export
-
-    torch.manual_seed(0)
-    dims = {"x": {2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}}
-    return dynamo_export(module.eval(), (torch.randn(1, 3, *traced),), dynamic_shapes=dims, input_names=["x"])
-
-
 @pytest.mark.parametrize("module,traced", [(Steps(), (16, 7)), (MaxSteps(), (16, 7)), (StepIndices(), (16, 7)),
                                            (Quarter(), (6, 7)), (Rows(), (13, 23))],
                          ids=["steps", "max_steps", "step_indices", "quarter", "rows"])
 def test_a_computed_size_of_1_at_the_traced_size_is_refused(module, traced, tmp_path):
-    model = _export(module, traced)
+    model = export_dynamic_hw(module, traced)
     assert max(errors_vs_torch(module, model, SIZES, seed=0).values()) > 1e-3  # the file as exported
-    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
-    onnx.save(model, src)
-    for extra in ([], ["--traced-shape", f"x:1,3,{traced[0]},{traced[1]}"]):
-        r = CliRunner().invoke(main, [str(src), str(out), *extra])
-        assert r.exit_code == 4 and not out.exists() and "onnxpoolfix.export" in r.stderr, r.output
+    assert_cli_refuses(model, tmp_path, ([], ["--traced-shape", f"x:1,3,{traced[0]},{traced[1]}"]))
 
 
 @pytest.mark.parametrize("module,traced", [(Steps(), (37, 23)), (Global(), (13, 9)), (GlobalIndices(), (13, 9))],
@@ -145,10 +131,7 @@ def test_torchs_none_on_an_axis_1_long_where_traced_is_refused(module, without, 
     proven only where that axis is 1 long (replaced as a pool to 1, exit 0), or a global ReduceMean ("nothing to
     patch"), both one row at every height. Refused: with the traced size, which says the axis was 1 long (an
     adaptive module's size is nowhere in the file), and without it where the region or the line says so."""
-    model = _export(module, (7, 23))
+    model = export_dynamic_hw(module, (7, 23))
     assert max(errors_vs_torch(module, model, SIZES, seed=0).values()) > 1e-3  # the file as exported
-    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
-    onnx.save(model, src)
-    for extra in ([], ["--traced-shape", "x:1,3,7,23"]) if without else (["--traced-shape", "x:1,3,7,23"],):
-        r = CliRunner().invoke(main, [str(src), str(out), *extra])
-        assert r.exit_code == 4 and not out.exists() and "onnxpoolfix.export" in r.stderr, r.output
+    assert_cli_refuses(model, tmp_path, ([], ["--traced-shape", "x:1,3,7,23"]) if without else
+                       (["--traced-shape", "x:1,3,7,23"],))

@@ -109,3 +109,28 @@ def assert_matches_torch(model: onnx.ModelProto, module, shapes, *, rtol: float 
         with torch.no_grad():
             want = module(x).numpy()
         np.testing.assert_allclose(sess.run(None, {"x": x.numpy()})[0], want, rtol=rtol, atol=atol)
+
+
+def export_dynamic_hw(module, hw) -> onnx.ModelProto:
+    """``module`` (put in eval mode) exported by the dynamo exporter from a seeded ``1x3xHxW`` input at ``hw``, H and
+    W ``Dim.DYNAMIC`` (a named Dim lets torch specialize H to 13 for ``x.shape[2] // 8``: the file is then right, at
+    its one H)."""
+    import torch
+    from export_cache import dynamo_export
+
+    torch.manual_seed(0)
+    dims = {"x": {2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}}
+    return dynamo_export(module.eval(), (torch.randn(1, 3, *hw),), dynamic_shapes=dims, input_names=["x"])
+
+
+def assert_cli_refuses(model: onnx.ModelProto, tmp_path, flag_sets) -> None:
+    """``onnxpoolfix IN OUT`` with each of ``flag_sets`` exits 4, writes nothing, and names onnxpoolfix.export."""
+    from click.testing import CliRunner
+
+    from onnxpoolfix.cli import main
+
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, src)
+    for flags in flag_sets:
+        r = CliRunner().invoke(main, [str(src), str(out), *flags])
+        assert r.exit_code == 4 and not out.exists() and "onnxpoolfix.export" in r.stderr, r.output
