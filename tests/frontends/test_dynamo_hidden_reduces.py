@@ -17,7 +17,7 @@ pytest.importorskip("onnxscript")
 nn, F = torch.nn, torch.nn.functional
 
 import onnx
-from dynamo_exports import assert_cli_refuses, errors_vs_torch, export_dynamic_hw
+from dynamo_exports import assert_cli_refuses, errors_vs_torch, export_dynamic_hw, seeded
 
 from onnxpoolfix.cli import main
 
@@ -114,7 +114,7 @@ def test_a_global_reduce_on_a_line_that_hides_the_pool_is_refused(module, traced
     assert_cli_refuses(model, tmp_path, ([], ["--traced-shape", f"x:1,3,{traced[0]},{traced[1]}"]))
 
 
-@pytest.mark.parametrize("module", [SeenMeans(), CatAvgMaxHead()], ids=["seen", "timm_head"])
+@pytest.mark.parametrize("module", [SeenMeans(), seeded(CatAvgMaxHead())], ids=["seen", "timm_head"])
 def test_means_the_line_shows_or_a_classifier_fixes_stay_as_written(module, tmp_path):
     model = export_dynamic_hw(module, (13, 9))
     src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"

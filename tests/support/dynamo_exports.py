@@ -134,3 +134,15 @@ def assert_cli_refuses(model: onnx.ModelProto, tmp_path, flag_sets) -> None:
     for flags in flag_sets:
         r = CliRunner().invoke(main, [str(src), str(out), *flags])
         assert r.exit_code == 4 and not out.exists() and "onnxpoolfix.export" in r.stderr, r.output
+
+
+def seeded(module):
+    """``module`` with weights from a seeded generator: one built at collection, after any number of others, gets
+    the same weights on every run (the export's key reads them)."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    return module
