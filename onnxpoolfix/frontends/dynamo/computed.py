@@ -12,9 +12,10 @@ from .metadata import has_metadata, module_pool, source_line, submodules
 
 __all__ = ["COMPUTES_SIZE", "HIDDEN_SIZE", "computed_axes", "hides_a_size", "region_hides_a_size"]
 
-COMPUTES_SIZE = ("its source line takes the output size from the input (computes it, or writes None: it follows the "
-                 "input), and torch fixed it at the traced size (1 there, or a size torch specialized): other sizes "
-                 "pool to other sizes")
+COMPUTES_SIZE = ("its source line takes the output size from the input or does not show it (computes it, writes None: "
+                 "it follows the input, or names a variable bound elsewhere: a loop written on the line before), and "
+                 "torch fixed it at the traced size (1 there, or a size torch specialized): other sizes may pool to "
+                 "other sizes (a loop over fixed sizes on the call's own line is read)")
 
 HIDDEN_SIZE = ("its source line calls something that may hold a pool (a helper function or method, a lambda), "
                "which the stack trace does not enter: its pool to 1 there (a size 1 the graph fixes on a symbolic "
