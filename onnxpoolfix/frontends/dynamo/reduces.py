@@ -17,7 +17,7 @@ from ...errors import PoolFixError
 from ...graph import attributes
 from ...graph.emit import EMITTED_BY
 from ..base import EXPORT, Suspect
-from .computed import COMPUTES_SIZE, computed_axes
+from .computed import COMPUTES_SIZE, computed_axes, hides_a_size
 from .dataflow import DataflowGraph, is_end
 from .frozen_readings import classifier_features
 from .metadata import has_metadata, module_pool, source_line, submodules
@@ -84,10 +84,10 @@ def computed_reduces(g: DataflowGraph, info, skip: set[int], traced_shapes=None)
         elif any(not isinstance(dims[axes[a]], int) for a in computed_axes([n], len(axes))):
             out.append(Suspect(n.output[0], f"stack trace: {source_line(n).text[:100]}", COMPUTES_SIZE, True,
                                "only at sizes where the computed size is 1 again", EXPORT))
-        elif module is None and n.op_type != "ArgMax" and (line := source_line(n, modules)) is not None \
-                and line.opaque and classifier_features(g.nodes, g.initializers, n.output[0], joined=True) is None:
+        elif n.op_type != "ArgMax" and hides_a_size(n, modules) \
+                and classifier_features(g.nodes, g.initializers, n.output[0], joined=True) is None:
             # review45 (not an ArgMax of a view: a keypoint decoder's argmax in a helper is no pool to read)
-            out.append(Suspect(n.output[0], f"stack trace: {line.text[:100]}", HIDDEN, True,
+            out.append(Suspect(n.output[0], f"stack trace: {source_line(n, modules).text[:100]}", HIDDEN, True,
                                "as written if what the line calls pools to 1 at every size, else only where its "
                                "size is 1", EXPORT))
     return out
