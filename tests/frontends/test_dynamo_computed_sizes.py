@@ -135,3 +135,20 @@ def test_torchs_none_on_an_axis_1_long_where_traced_is_refused(module, without, 
     assert max(errors_vs_torch(module, model, SIZES, seed=0).values()) > 1e-3  # the file as exported
     assert_cli_refuses(model, tmp_path, ([], ["--traced-shape", "x:1,3,7,23"]) if without else
                        (["--traced-shape", "x:1,3,7,23"],))
+
+
+class Doubled(nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, (x.shape[2] * 2, 5))
+
+
+def test_a_computed_upsampling_refusal_says_what_it_lacks(tmp_path):
+    """review45: `(x.shape[2] * 2, 5)` traced at 13x29 is right only where W's unroll holds its windows; the refusal
+    said "without metadata one size is not enough" of a file with its metadata, proven at dozens of sizes."""
+    model = export_dynamic_hw(Doubled(), (13, 29))
+    assert max(errors_vs_torch(Doubled(), model, SIZES, seed=0).values()) > 1e-3  # the file as exported
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, src)
+    r = CliRunner().invoke(main, [str(src), str(out), "--traced-shape", "x:1,3,13,29"])
+    assert r.exit_code == 4 and not out.exists(), r.output
+    assert "without metadata" not in r.stderr and "must be right at every size" in r.stderr, r.stderr

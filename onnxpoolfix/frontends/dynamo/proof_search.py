@@ -44,7 +44,6 @@ _NEAR_HINT_ELEMENTS = 1 << 24  # pooled elements run near a bound size that did 
 
 class Trial(NamedTuple):
     """A candidate under proof: its proof so far and its onnxruntime session (None: it cannot run alone)."""
-
     candidate: Candidate
     proof: Proof
     session: object
@@ -70,8 +69,7 @@ def _prove_all(model, g: DataflowGraph, candidates: Sequence[Candidate], input_s
         iso, sources = isolated(model, g, c, dtypes)
         p, session = Proof(sources), None
         try:
-            # quiet: the exporter's graph failing at a size is expected
-            session = ort_session(iso, model_dir, optimize=False)
+            session = ort_session(iso, model_dir, optimize=False)  # quiet: failing at some size is expected
         except Exception as e:  # noqa: BLE001
             p.why = f"onnxruntime cannot run it alone ({' '.join(str(e).split())[:100]})"
         trials.append(Trial(c, p, session))
@@ -290,9 +288,7 @@ def _search_whole_model(model, todo_all: list[Trial], input_shapes, dtypes, rng,
 
 def _permuted(c: Candidate, dims):
     """The pooled tensor's ``dims`` as the pool reads them (:attr:`.Candidate.perm`); None where unknown."""
-    if c.perm is None or dims is None:
-        return dims
-    return [dims[a] for a in c.perm] if len(dims) == len(c.perm) else None
+    return dims if c.perm is None or dims is None else [dims[a] for a in c.perm] if len(dims) == len(c.perm) else None
 
 
 def _inference_cut(light: onnx.ModelProto, wanted: list[str]) -> onnx.ModelProto:
@@ -343,9 +339,13 @@ def _conclude_sizes(c: Candidate, p: Proof, bound: bool) -> None:
             return
     if _enough(c, p, need):
         p.proven_at = p.proofs[0]
-    elif p.proofs:
-        p.why = (f"under symbolic sizes it equals adaptive average pooling at {shape_text(p.proofs[0])} only, and "
-                 "without metadata one size is not enough")
+    elif p.proofs:  # what it lacks: sizes (no metadata), lengths of a size it computes, unequal axis lengths
+        lacks = ("without metadata one size is not enough" if len(p.proofs) < need and c.evidence == "structure" else
+                 "no size tried pools its axes unequally" if not any(isinstance(m, RuntimeDim) for m in c.output_size)
+                 else f"a size it computes in too few of torch's branches must be right at every size: {p.last}" if
+                 p.last else "the size it computes is proven at too few lengths")
+        at = shape_text(p.proofs[0]) if len(p.proofs) == 1 else f"{len(p.proofs)} sizes ({shape_text(p.proofs[0])} ...)"
+        p.why = f"under symbolic sizes it equals adaptive average pooling at {at}, and {lacks}"
     else:
         p.why = (f"under symbolic sizes, no input size found where it equals adaptive average pooling "
                  f"({len(p.tried)} sizes tried, {p.searched}; last: {p.last or 'none run'})")
