@@ -285,15 +285,16 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
             nothing.add(t)
             continue
         if any(i != end and is_end(g, i) for i in region):
-            continue  # another pool's end inside: pools chained, which no one adaptive pool computes (though it
-            # may equal one at some sizes); each end is a region of its own
+            continue  # another pool's end inside: chained pools no one adaptive pool computes, each its own region
         evidence, meta_rank = _region_evidence([g.nodes[i] for i in region])
         first_evidence = first_evidence or evidence
         if own := models_own(g, t, region, info):
             past[t] = own
         # where the region's Transpose is more than the decomposition's own, the pool of the model's permute
         # first, then of ``t`` itself (where it is no permute after all: the proof decides)
-        perm = fused_perm(g, region, t, meta_rank)
+        r = len(info.get(t, (0, None))[1] or ())  # an area line names no rank: all axes but N, C (review50)
+        area = r > 2 and evidence.startswith("stack trace") and "area" in evidence
+        perm = fused_perm(g, region, t, r - 2 if meta_rank is None and area else meta_rank)
         for p in (perm, None) if perm else (None,):
             fit = _fit(t, result, evidence, meta_rank, info, p,
                        None if p else lambda a, r=region: range_limit(g, r, result, a, info),

@@ -219,16 +219,16 @@ def _inline_modules(line: str) -> tuple[PoolCall, ...] | None:
     parsed = _parse(line)
     if parsed is None:
         return None
-    calls = []
+    calls, fixed = [], fixed_names(parsed[0])  # ``[nn.AdaptiveAvgPool2d(b)(x) for b in (2, 3)]``: b as F's calls
     for n in ast.walk(parsed[0]):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Call):
             m = _MODULE_CALL.match(_name(n.func))
             if m:
-                k = int(m.group(2))
-                built = n.func
+                k, built = int(m.group(2)), n.func
                 kw = {a.arg: a.value for a in built.keywords if a.arg}
                 arg = built.args[0] if built.args else kw.get("output_size")
-                calls.append(PoolCall(m.group(1).lower(), True, k, sizes_written(arg, k) if arg is not None
+                calls.append(PoolCall(m.group(1).lower(), True, k,
+                                      sizes_written(arg, k, fixed.get(id(built), frozenset())) if arg is not None
                                       else (COMPUTED,) * k))
     return tuple(calls) or None
 
