@@ -3,13 +3,23 @@ Gather by a vector of indices that reads the tensor a region would pool. Such a 
 the identity at every size a proof tries: review40 F2, F3); the region starting past the op is the reading. Where
 every region past such ops selects no windows at all (PSP's 1x1 bin after a crop, ``F.adaptive_avg_pool2d(f[:, :,
 :h], 1)``: a ReduceMean of the crop), the end is no decomposition: a mean of whole axes, right as written (review40
-F6), as it is without the crop.
+F6), as it is without the crop. A crop the line writes that the graph does not hold is refused
+(:func:`dropped_crop`).
 """
 from __future__ import annotations
 
+import ast
+import re
 from collections.abc import Mapping
 
-__all__ = ["models_own", "past_selects_nothing"]
+from .metadata import source_line
+
+__all__ = ["DROPPED_CROP", "dropped_crop", "models_own", "past_selects_nothing"]
+
+DROPPED_CROP = ("its source line pools a crop of spatial axes that the graph does not hold: torch's exporter left "
+                "it out where it is the identity at the traced size (torch 2.9), so the region reads the uncropped "
+                "tensor, right only where the crop is the identity")
+_POOLING = re.compile(r"(^self\.\w+$)|adaptive|pool|interpolate", re.IGNORECASE)
 
 #: what torch's decomposition does with the tensor it pools (measured over the suite's exports, torch 2.9-2.14)
 _DECOMPOSITION_READS = frozenset({"Transpose", "Reshape", "Shape", "Size", "Unsqueeze", "Squeeze", "Cast",
@@ -45,3 +55,29 @@ def past_selects_nothing(past: Mapping[str, str], nothing: set[str], pooled: str
         seen.add(pooled)
         pooled = past[pooled]
     return pooled in nothing
+
+
+def dropped_crop(g, end: int) -> bool:
+    """Whether the line of the region ending at ``end`` hands a pooling call (torch's, or a submodule's) a crop of
+    an axis past N and C (``F.adaptive_avg_pool2d(x[..., :40], (3, 5))``) while no Slice of data on that line is
+    in the graph: torch 2.9 writes none where the crop is the identity at the traced size, and drops the guard
+    that says so (review51: exit 0, OUT 0.17 off at widths past 40). A line it cannot parse says nothing."""
+    line = source_line(g.nodes[end])
+    try:
+        tree = ast.parse(line.text.strip()) if line is not None else None
+    except SyntaxError:
+        return False
+    crops = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.args and _crops_space(n.args[0])
+             and _POOLING.search(ast.unparse(n.func))] if tree is not None else []
+    return bool(crops) and not any(n.op_type == "Slice" and n.input[0] not in g.size_only
+                                   and getattr(source_line(n), "text", None) == line.text for n in g.nodes)
+
+
+def _crops_space(x) -> bool:
+    """``x[..., :40]``, ``x[:, :, :h]``: a subscript bounding an axis after the first two (all after ``...``)."""
+    if not isinstance(x, ast.Subscript):
+        return False
+    items = list(x.slice.elts) if isinstance(x.slice, ast.Tuple) else [x.slice]
+    dots = [i for i, e in enumerate(items) if isinstance(e, ast.Constant) and e.value is Ellipsis]
+    spatial = items[dots[0] + 1:] if dots else items[2:]
+    return any(isinstance(e, ast.Slice) and (e.lower or e.upper or e.step) for e in spatial)

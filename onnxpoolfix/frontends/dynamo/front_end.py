@@ -39,6 +39,7 @@ from ...report import RESTS_ON_TRACED, Note, WarningNote
 from ...spec import PoolNode, PoolSpec
 from ...words import ALLOW_PARTIAL, TRACED_SHAPES_FORM
 from ..base import EXPORT, STRIPPED, TRACED, FrontEndResult, PlanOptions, Region, Suspect
+from .crops import DROPPED_CROP, dropped_crop
 from .dataflow import (
     ENCODING,
     FOLLOWS_INPUT,
@@ -233,6 +234,8 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
         if mean_of_a_result(g, end):
             continue  # pool(x).mean((2, 3)): whole axes of a region's result, right at every size as written
         c = find_candidate(g, end, info)
+        if isinstance(c, Candidate) and symbolic and dropped_crop(g, end):  # torch 2.9 wrote no Slice (review51)
+            c = Suspect(c.result, c.evidence, DROPPED_CROP, True, "only where the crop is the identity", EXPORT)
         if isinstance(c, Suspect):
             if not symbolic or c.why in KEPT_AS_WRITTEN or selects_fixed_axes(g, end, info):
                 pass  # right as written at every size the file takes
