@@ -120,7 +120,11 @@ def export_dynamic_hw(module, hw) -> onnx.ModelProto:
 
     torch.manual_seed(0)
     dims = {"x": {2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}}
-    return dynamo_export(module.eval(), (torch.randn(1, 3, *hw),), dynamic_shapes=dims, input_names=["x"])
+    try:
+        return dynamo_export(module.eval(), (torch.randn(1, 3, *hw),), dynamic_shapes=dims, input_names=["x"])
+    except Exception as e:  # noqa: BLE001 - torch 2.9 to 2.12 export no adaptive max pooling (as export_symbolic_hw)
+        skip_where_another_torch_cannot_export(torch, e)
+        raise
 
 
 def assert_cli_refuses(model: onnx.ModelProto, tmp_path, flag_sets) -> None:

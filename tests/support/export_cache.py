@@ -56,7 +56,7 @@ def _describe(value, out: list) -> None:
         out.append(repr(value))
     elif isinstance(value, torch.Tensor):
         t = value.detach().cpu().contiguous()
-        out.append(f"tensor{tuple(t.shape)}{t.dtype}:" + hashlib.sha256(t.view(torch.uint8).numpy().tobytes()
+        out.append(f"tensor{tuple(t.shape)}{t.dtype}:" + hashlib.sha256(t.reshape(-1).view(torch.uint8).numpy().tobytes()
                                                                          if t.numel() else b"").hexdigest())
     elif isinstance(value, (list, tuple)):
         out.append(f"{type(value).__name__}[")
