@@ -33,10 +33,10 @@ class CroppedChannels(torch.nn.Module):
 SIZES = [(37, 23), (40, 30), (7, 5), (64, 9), (100, 51), (45, 64)]
 
 
-def _export(module) -> onnx.ModelProto:
+def _export(module, hw=(37, 23)) -> onnx.ModelProto:
     torch.manual_seed(0)
     dims = {"x": {a: torch.export.Dim(f"d{a}", min=2, max=1024) for a in (2, 3)}}
-    return dynamo_export(module.eval(), (torch.randn(1, 3, 37, 23),), dynamic_shapes=dims, input_names=["x"])
+    return dynamo_export(module.eval(), (torch.randn(1, 3, *hw),), dynamic_shapes=dims, input_names=["x"])
 
 
 def _without_slices(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -57,11 +57,13 @@ def _without_slices(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def test_a_crop_the_graph_does_not_hold_is_refused(tmp_path):
-    model = _without_slices(_export(CroppedWidth()))
-    errors = errors_vs_torch(CroppedWidth(), model, SIZES, seed=0)
-    assert errors[(37, 23)] < 1e-5 and errors[(100, 51)] > 1e-3  # right where traced, as torch 2.9.1's file is
-    assert_cli_refuses(model, tmp_path, ([], ["--traced-shape", "x:1,3,37,23"]))
+@pytest.mark.parametrize("hw", [(37, 23), (36, 20)], ids=["region", "frozen_pool"])
+def test_a_crop_the_graph_does_not_hold_is_refused(hw, tmp_path):
+    """At 37x23 a decomposed region; at 36x20, where the sizes divide, a frozen AveragePool."""
+    model = _without_slices(_export(CroppedWidth(), hw))
+    errors = errors_vs_torch(CroppedWidth(), model, [hw, *SIZES], seed=0)
+    assert errors[hw] < 1e-5 and errors[(100, 51)] > 1e-3  # right where traced, as torch 2.9.1's file is
+    assert_cli_refuses(model, tmp_path, ([], ["--traced-shape", f"x:1,3,{hw[0]},{hw[1]}"]))
 
 
 def test_the_crop_in_the_graph_is_never_pooled_past():

@@ -21,6 +21,7 @@ from ...spec import InputDim, PoolNode, PoolSpec
 from ...words import TRACED_SHAPES
 from ..base import EXPORT, STRIPPED, TRACED, FrontEndResult, Region, Suspect
 from ..exporter_pools import adaptive_sizes
+from .crops import DROPPED_CROP, dropped_crop
 from .dataflow import ENCODING, DataflowGraph
 from .frozen_indices import IndicesChain, index_chains
 from .frozen_readings import (
@@ -258,8 +259,10 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
              EXPORT if UNKNOWN in whats or site.bound is not None else TRACED,
              "as written under one reading, not under another")
         return
-    (reading,) = readings
-    evidence = reading.says
+    (reading,), evidence = readings, readings[0].says
+    if not all(isinstance(d, int) for d in site.dims) and dropped_crop(g, site.index):  # torch 2.9 (review51)
+        left(f"an {op} frozen at the traced size: {DROPPED_CROP}", EXPORT, "only where the crop is the identity")
+        return
     if reading.what == SCALES:
         left(f"an {op} frozen at the traced size of an F.interpolate by scale_factor: its output size follows the "
              "input size, which no adaptive pool of one output size computes", EXPORT,
