@@ -12,7 +12,7 @@ import ast
 import re
 from collections.abc import Mapping
 
-from .metadata import source_line
+from .metadata import parse_line, source_line
 
 __all__ = ["DROPPED_CROP", "dropped_crop", "models_own", "past_selects_nothing"]
 
@@ -63,12 +63,9 @@ def dropped_crop(g, end: int) -> bool:
     in the graph: torch 2.9 writes none where the crop is the identity at the traced size, and drops the guard
     that says so (review51: exit 0, OUT 0.17 off at widths past 40). A line it cannot parse says nothing."""
     line = source_line(g.nodes[end])
-    try:
-        tree = ast.parse(line.text.strip()) if line is not None else None
-    except SyntaxError:
-        return False
-    crops = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.args and _crops_space(n.args[0])
-             and _POOLING.search(ast.unparse(n.func))] if tree is not None else []
+    parsed = parse_line(line.text) if line is not None else None  # the line as the metadata reads it (cached)
+    crops = [n for n in ast.walk(parsed[0]) if isinstance(n, ast.Call) and n.args and _crops_space(n.args[0])
+             and _POOLING.search(ast.unparse(n.func))] if parsed is not None else []
     return bool(crops) and not any(n.op_type == "Slice" and n.input[0] not in g.size_only
                                    and getattr(source_line(n), "text", None) == line.text for n in g.nodes)
 

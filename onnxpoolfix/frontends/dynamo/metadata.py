@@ -39,7 +39,8 @@ from .call_args import (
     unpacks,
 )
 
-__all__ = ["COMPUTED", "PoolCall", "SourceLine", "has_metadata", "module_pool", "source_line", "submodules"]
+__all__ = ["COMPUTED", "PoolCall", "SourceLine", "has_metadata", "module_pool", "parse_line", "source_line",
+           "submodules"]
 
 _MODULE_RE = re.compile(r"^torch\.nn\.modules\.pooling\.(Adaptive)?(Avg|Max)Pool([123])d$")
 _ADAPTIVE_CALL = re.compile(r"^adaptive_(avg|max)_pool([123])d(_with_indices)?$")
@@ -175,7 +176,7 @@ def source_line(node: onnx.NodeProto, modules: dict[tuple[str, ...], frozenset[s
 def _read_line(text: str, children: frozenset[str]) -> SourceLine | None:
     """:func:`source_line` of one line of Python, None where no completion of it parses; cached (nodes repeat lines).
     A pool module built and called on it (``nn.AdaptiveAvgPool2d((4, 3))(x)``) is none of its calls (its caller's)."""
-    parsed = _parse(text)
+    parsed = parse_line(text)
     if parsed is None:
         return None
     tree, end = parsed
@@ -208,7 +209,7 @@ _MODULE_CALL = re.compile(r"^Adaptive(Avg|Max)Pool([123])d$")
 def _unseen_module(text: str) -> tuple[PoolCall, ...]:
     """torch's own pooling line of a module neither a submodule nor built on its caller's line (``pool =
     nn.AdaptiveAvgPool2d((h // 2, 3))`` a line before ``pool(x)``): the call, of a size the file does not show."""
-    parsed = _parse(text)
+    parsed = parse_line(text)
     calls = [_pool_call(n) for n in ast.walk(parsed[0]) if isinstance(n, ast.Call)] if parsed else []
     return tuple(PoolCall(c.kind, True, c.rank, (COMPUTED,) * (c.rank or 1)) for c in calls if c and c.adaptive)
 
@@ -216,7 +217,7 @@ def _unseen_module(text: str) -> tuple[PoolCall, ...]:
 def _inline_modules(line: str) -> tuple[PoolCall, ...] | None:
     """The adaptive pooling modules ``line`` builds and calls on the spot (``nn.AdaptiveAvgPool2d(s)(x)``), each
     with its sizes as written; None where it builds none (a submodule's call: its size was fixed when built)."""
-    parsed = _parse(line)
+    parsed = parse_line(line)
     if parsed is None:
         return None
     calls, fixed = [], fixed_names(parsed[0])  # ``[nn.AdaptiveAvgPool2d(b)(x) for b in (2, 3)]``: b as F's calls
@@ -233,13 +234,13 @@ def _inline_modules(line: str) -> tuple[PoolCall, ...] | None:
     return tuple(calls) or None
 
 
-#: the name of the calls :func:`_parse` opens where a line starts inside brackets
+#: the name of the calls :func:`parse_line` opens where a line starts inside brackets
 _OPEN = "__onnxpoolfix_open__"
 _PAIRS = {")": "(", "]": "[", "}": "{"}
 
 
 @lru_cache(maxsize=4096)
-def _parse(text: str) -> tuple[ast.AST, int] | None:
+def parse_line(text: str) -> tuple[ast.AST, int] | None:
     """The line as Python, and where the line's own text ends in what was parsed. A statement continued over
     several lines is one line of it: brackets left open are closed after it, brackets it closes are opened
     before it (as a call, so keyword arguments parse), and a header (``for ... :``) gets a body. None where no
@@ -258,8 +259,7 @@ def _parse(text: str) -> tuple[ast.AST, int] | None:
 
 def _brackets(text: str) -> tuple[str, list[str], list[str]]:
     """(the line without its comment, brackets it leaves open, closing brackets it has no opener for)."""
-    stack: list[str] = []
-    unopened: list[str] = []
+    stack, unopened = [], []  # type: list[str], list[str]
     quote, i = "", 0
     while i < len(text):
         c = text[i]
