@@ -33,6 +33,7 @@ _FX_NODE = "pkg.torch.onnx.fx_node"
 _REF = re.compile(r"%([A-Za-z_][A-Za-z0-9_]*)")
 _USERS = re.compile(r"^%([A-Za-z_][A-Za-z0-9_]*) : \[num_users=(\d+)\]")
 _NUMBERED = re.compile(r"_\d+$")
+_TARGET = re.compile(r"call_function\[target=([^\]]+)\]")
 
 
 def drop_merged(graph: onnx.GraphProto, findings: FrontEndResult) -> None:
@@ -97,7 +98,7 @@ def _stand_ins(graph: onnx.GraphProto, inside: frozenset[str]) -> set[str]:
     out: set[str] = set()
     for n in graph.node:
         text = next((p.value for p in n.metadata_props if p.key == _FX_NODE), "")
-        if " = " not in text or any(o in inside for o in n.output):
+        if " = " not in text or any(o in inside for o in n.output) or _folded(n, text):
             continue
         refs = _REF.findall(text.split(" = ", 1)[1])
         gone = {_NUMBERED.sub("", r) for r in refs if r not in held}
@@ -107,6 +108,15 @@ def _stand_ins(graph: onnx.GraphProto, inside: frozenset[str]) -> set[str]:
             if v and _NUMBERED.sub("", v) in gone and list(n.input).count(v) > refs.count(v):
                 out.add(v)
     return out
+
+
+def _folded(n: onnx.NodeProto, text: str) -> bool:
+    """Whether ``n`` is a BatchNorm torch's optimizer folded into the Conv, ConvTranspose or Gemm above it: the node
+    keeps the BatchNorm's ``fx_node``, which names the folded layer's output, and reads that layer's input (conv ->
+    conv -> BatchNorm reads ``conv2d_<k>`` for ``conv2d_<k+1>``: the same op, no twin). The exporter writes a batch
+    norm as BatchNormalization, so its metadata on any other op is a fold, not a merge."""
+    target = _TARGET.search(text)
+    return target is not None and "batch_norm" in target.group(1) and n.op_type != "BatchNormalization"
 
 
 def _cone(result: str, readers: dict[str, list[onnx.NodeProto]]) -> set[str]:
