@@ -61,7 +61,10 @@ def drop_merged(graph: onnx.GraphProto, findings: FrontEndResult) -> None:
     kept = [(n.output[0], "metadata: the exporter's " + n.op_type) for n in graph.node
             if n.op_type in ("AveragePool", "MaxPool") and n.output and n.output[0] not in taken
             and any(p.key == _FX_NODE for p in n.metadata_props) and _adaptive_windows(n)]
-    for result, evidence in [(s.node.output, s.node.evidence or "") for s in findings.specs] + kept:
+    # a spec whose pooled axes the file fixes is right at every size the file takes, a twin merged into it too
+    varies = [(s.node.output, s.node.evidence or "") for s in findings.specs
+              if not all(isinstance(d, int) for d in s.input_shape[len(s.input_shape) - s.node.rank:])]
+    for result, evidence in varies + kept:
         merged = merged_into(result)
         if merged is None:
             continue
