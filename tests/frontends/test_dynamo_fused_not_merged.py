@@ -91,3 +91,43 @@ def test_a_batch_norm_folded_below_an_adaptive_pool_is_no_merge(layer, traced, t
     assert r.exit_code == 0, r.output
     errors = errors_vs_torch(module, onnx.load(out), [traced, *SIZES], seed=1)
     assert max(errors.values()) < 1e-5, errors
+
+
+class NoOpBelowAdaptivePool(nn.Module):
+    """A no-op torch's optimizer removes after a value of the same op: its reader reads ``mul`` where its fx_node
+    names ``mul_1`` (``y * 1``), ``add`` for ``add_1`` (``y + 0``), or ``slice_2`` for the full-range Slices of
+    ``y[:, :, :]`` and of axis 0 in ``z[:, :4]``."""
+
+    def __init__(self, op: str):
+        super().__init__()
+        self.op = op
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        p = nn.functional.adaptive_avg_pool2d(self.stem(x), (5, 7))
+        if self.op == "mul":
+            y = p * 2
+            return (y * 1) * 3
+        if self.op == "add":
+            y = p + 2
+            return (y + 0) + 3
+        y = p[:, 1:]
+        z = y[:, :, :]
+        return z[:, :4] * 2
+
+
+@pytest.mark.parametrize("op", ["mul", "add", "slice"])
+def test_a_no_op_the_optimizer_removed_below_an_adaptive_pool_is_no_merge(op, tmp_path):
+    """Was exit 4 ("torch's export merged a computation of 'mul' ..."): patched, exact against torch."""
+    from export_cache import dynamo_export
+
+    module = seeded(NoOpBelowAdaptivePool(op)).eval()
+    dims = {"x": {0: torch.export.Dim.DYNAMIC, 2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}}
+    model = dynamo_export(module, (torch.randn(2, 3, 29, 43, generator=torch.Generator().manual_seed(0)),),
+                          dynamic_shapes=dims, input_names=["x"])  # a symbolic batch keeps axis 0's full Slice
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, src)
+    r = CliRunner().invoke(main, [str(src), str(out)])
+    assert r.exit_code == 0, r.output
+    errors = errors_vs_torch(module, onnx.load(out), [(29, 43), *SIZES], seed=1)
+    assert max(errors.values()) < 1e-5, errors

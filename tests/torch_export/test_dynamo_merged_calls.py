@@ -62,11 +62,25 @@ class GenuineThenAdaptive(AdaptiveThenGenuine):
         return a.amax((2, 3)) + b.amax((2, 3))
 
 
+class TwinsBehindANoOp(nn.Module):
+    """The twins' products merge too, and one of them is multiplied by 1, a no-op torch's optimizer removes: the
+    kept product lost a user, but two gone names read it (one the no-op's, one the twin's): still a merge. (Both
+    read by one node, ``(a * 2) * 1 + b * 2``, makes torch specialise H to 16.)"""
+
+    def forward(self, x):
+        a = F.adaptive_avg_pool2d(x, (16, 4))
+        b = F.adaptive_avg_pool2d(x, (None, 4))
+        return torch.relu((a * 2) * 1).amax((2, 3)) + torch.sigmoid(b * 2).amax((2, 3))
+
+
+MERGED = [TwoCallsMaxed, TwoCallsApart, AdaptiveThenGenuine, GenuineThenAdaptive, TwinsBehindANoOp]
+
+
 def _dims():
     return {2: torch.export.Dim("H", min=2, max=64), 3: torch.export.Dim("W", min=2, max=64)}
 
 
-@pytest.mark.parametrize("make", [TwoCallsMaxed, TwoCallsApart, AdaptiveThenGenuine, GenuineThenAdaptive])
+@pytest.mark.parametrize("make", MERGED)
 @pytest.mark.parametrize("traced_given", [False, True])
 def test_a_pool_a_merge_may_stand_behind_is_refused(make, traced_given, tmp_path):
     model = export_live(make().eval(), torch.randn(*TRACED), tmp_path / "in.onnx", _dims())
@@ -75,7 +89,7 @@ def test_a_pool_a_merge_may_stand_behind_is_refused(make, traced_given, tmp_path
     assert "merged" in (e.value.hint or "") and "onnxpoolfix.export" in (e.value.hint or "")
 
 
-@pytest.mark.parametrize("make", [TwoCallsMaxed, TwoCallsApart, AdaptiveThenGenuine, GenuineThenAdaptive])
+@pytest.mark.parametrize("make", MERGED)
 def test_the_remedy_keeps_each_call_and_is_exact_against_torch(make, tmp_path):
     m = make().eval()
     onnxpoolfix.export(m, (torch.randn(*TRACED),), str(tmp_path / "out.onnx"), input_names=["x"],

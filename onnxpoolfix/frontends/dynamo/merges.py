@@ -17,6 +17,11 @@ stand-in clears the pool (review26: five ordinary heads were refused before); a 
 the pool, at the tensor both calls pooled, and is refused. The same holds for a pool the file keeps as genuine
 (``nn.AvgPool2d((1, 3))`` first, then ``F.adaptive_avg_pool2d(x, (16, 4))`` at 16x12: one AveragePool with the
 genuine call's metadata; "nothing to patch" wrote a file wrong at other sizes, review26 F2).
+
+torch's optimizer leaves the same trace where it removes a node rather than merging two: a BatchNorm folded into
+the Conv or Gemm above it (the layer's output is gone), a no-op (``y * 1``, ``y + 0``, a full-range Slice) whose
+reader then reads ``y``. A removed no-op was one of its input's users, which no node names any more; a value read
+in place of more gone names than it lost users was merged with a twin.
 """
 from __future__ import annotations
 
@@ -98,19 +103,39 @@ def _stand_ins(graph: onnx.GraphProto, inside: frozenset[str]) -> set[str]:
     outputs): a decomposition's own identical selects merge, and the region goes whole."""
     held = {i.name for i in graph.input} | {t.name for t in graph.initializer}
     held |= {o for n in graph.node for o in n.output if o}
-    out: set[str] = set()
+    read_for: dict[str, set[str]] = {}  # a value read in place of a gone one -> the gone names of its op read so
     for n in graph.node:
         text = next((p.value for p in n.metadata_props if p.key == _FX_NODE), "")
         if " = " not in text or any(o in inside for o in n.output) or _folded(n, text):
             continue
         refs = _REF.findall(text.split(" = ", 1)[1])
-        gone = {_NUMBERED.sub("", r) for r in refs if r not in held}
-        if not gone:
-            continue
+        gone = [r for r in refs if r not in held]
         for v in n.input:
-            if v and _NUMBERED.sub("", v) in gone and list(n.input).count(v) > refs.count(v):
-                out.add(v)
-    return out
+            same_op = {g for g in gone if _NUMBERED.sub("", g) == _NUMBERED.sub("", v or "-")}
+            if same_op and list(n.input).count(v) > refs.count(v):
+                read_for.setdefault(v, set()).update(same_op)
+    removed = _removed_users(graph)
+    return {v for v, names in read_for.items() if len(names) > removed.get(v, 0)}
+
+
+def _removed_users(graph: onnx.GraphProto) -> dict[str, int]:
+    """Per program value, how many of its users (its ``fx_node``'s ``num_users``) no node's ``fx_node`` names as
+    reading it: users torch's optimizer removed, a no-op (``y * 1``, ``y + 0``, the full-range Slice of each axis
+    before the one ``t[:, :, a:b]`` cuts) whose readers then read the value itself. Each gone name of the value's op
+    read in its place can be such a removed user; more gone names than removed users, a merge's twin."""
+    named: dict[str, set[str]] = {}
+    users: dict[str, int] = {}
+    for n in graph.node:
+        text = next((p.value for p in n.metadata_props if p.key == _FX_NODE), "")
+        if " = " not in text:
+            continue
+        m = _USERS.match(text)
+        if m and m.group(1) in n.output:
+            users[m.group(1)] = int(m.group(2))
+        me = m.group(1) if m else text.split(" ", 1)[0]
+        for r in _REF.findall(text.split(" = ", 1)[1]):
+            named.setdefault(r, set()).add(me)
+    return {v: k - len(named.get(v, ())) for v, k in users.items() if k > len(named.get(v, ()))}
 
 
 def _folded(n: onnx.NodeProto, text: str) -> bool:
