@@ -1,10 +1,11 @@
 """review53 F1: a float16 model's pyramid (smp PSPNet's ``F.interpolate(x, size=(b, b), mode="area")`` bins), exported by
-the dynamo exporter with symbolic H/W. torch computes the half-precision pools in float32 between Casts; the
-differential check compared OUT's float32 tensors with the original's at float32's 1e-4, and onnxruntime, which drops
-a Cast pair on one side, makes them differ by float16's rounding (2e-4): ``--traced-shape`` with the right size, the
-remedy the tool itself names, was refused ("a pool was misread"), at a size where the bins divide (frozen pools) and
-one where they do not (decomposed, exit 0 without the flag). Now exit 0, OUT against torch's float16 model at sizes
-other than the traced one within float16's rounding."""
+the dynamo exporter with symbolic H/W. The differential check compared the original's values (a plain run of its cut)
+with OUT's fetched by the node check's session, a graph that also outputs the tensors it checks: where float16 values
+flow, onnxruntime rounds them otherwise there, up to half a float16 step (2e-4 where 1e-4 is allowed). ``--traced-shape``
+with the right size, the remedy the tool itself names, was refused ("a pool was misread"), at a size where the bins
+divide (frozen pools) and one where they do not (decomposed, exit 0 without the flag). OUT's cut now runs as the
+original's does: exit 0, OUT against torch's float16 model at sizes other than the traced one within float16's
+rounding (the tolerance is unchanged)."""
 from __future__ import annotations
 
 import numpy as np
