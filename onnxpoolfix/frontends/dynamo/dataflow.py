@@ -259,9 +259,9 @@ class LazyInfo:
         return got
 
 
-def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | None:
-    """The region that ends at node ``end``; a :class:`Suspect` where the evidence says adaptive pooling but
-    no region fits; None where nothing suggests one."""
+def find_candidate(g: DataflowGraph, end: int, info, stripped: bool = False) -> Candidate | Suspect | None:
+    """The region that ends at node ``end``; a :class:`Suspect` where the evidence (a ``stripped`` file's window
+    selects too: review52 F3) says adaptive pooling but no region fits; None where nothing suggests one."""
     nodes = closure(g, end)
     result = g.nodes[end].output[0]
     # the data tensors entering the closure, earliest first: the largest region that fits wins
@@ -323,10 +323,10 @@ def find_candidate(g: DataflowGraph, end: int, info) -> Candidate | Suspect | No
     if why == HIDDEN_SIZE:  # structure alone, on a line that hides the call: its pool to 1 may be a computed size
         return Suspect(result, f"stack trace: {getattr(source_line(g.nodes[end]), 'text', '')[:100]}", why)
     ev = first_evidence if first_evidence not in (None, "structure") else (node_evidence(g.nodes[end]) or ("",))[0]
-    # a lone ReduceMean (a global average) is exact as it is; a Div of a model is no concern without evidence
-    if ev and not (g.nodes[end].op_type == "ReduceMean" and first_evidence is None):
+    if ev and not (g.nodes[end].op_type == "ReduceMean" and first_evidence is None):  # a lone ReduceMean: exact
         return Suspect(result, ev, why or "no single pooled tensor dominates it")
-    return None
+    stray = stripped and first_evidence == "structure" and why is not None  # windows selected, no region fits
+    return Suspect(result, "structure", f"it selects windows as torch decomposes, but {why}") if stray else None
 
 
 def fused_perm(g: DataflowGraph, region: Sequence[int], pooled: str, k: int | None) -> tuple[int, ...] | None:

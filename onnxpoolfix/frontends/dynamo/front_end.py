@@ -115,10 +115,10 @@ def frozen_error(suspects: Sequence[Suspect], *, traced: bool) -> UnsupportedNod
     partial = f"; {ALLOW_PARTIAL} writes the partial fix anyway"
     if STRIPPED in remedies:
         hint = ("the file lacks the dynamo exporter's node metadata, which tells an adaptive pool from a genuine "
-                "one: torch drops it converting to an opset_version below 18, onnxslim and onnxsim drop it (and may "
-                "rewrite a decomposition); run onnxpoolfix on the file the exporter wrote at opset 18 or later (its "
-                "default), before any simplifier, or export through onnxpoolfix.export, which keeps it at any "
-                "opset_version" + partial)
+                "one: torch drops it below opset_version 18, as do onnxslim, onnxsim, onnx.version_converter, "
+                "onnx-graphsurgeon and onnxruntime's optimized_model_filepath (which may rewrite a decomposition); "
+                "run onnxpoolfix on the file torch wrote at opset 18 or later (its default), before any of them, or "
+                "export through onnxpoolfix.export, which keeps it at any opset_version" + partial)
     elif EXPORT in remedies:
         why = next(s.why for s in frozen if s.remedy == EXPORT)
         hint = (f"this file's traced size does not decide it ({why}): export through onnxpoolfix.export, "
@@ -174,12 +174,18 @@ def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
 _BODY_POOL_OPS = SELECT_OPS | {"Div", "ReduceMean", "ReduceSum", "ReduceMax", "AveragePool", "MaxPool"}
 
 
+def _marked(graph: onnx.GraphProto) -> bool:
+    """torch's metadata on the graph's own values, kept where a tool renamed the nodes and cleared theirs (review52)."""
+    return any(p.key.startswith("pkg.torch.") for v in (*graph.input, *graph.output, *graph.value_info)
+               for p in v.metadata_props)
+
+
 def _body_suspects(graph: onnx.GraphProto) -> list[Suspect]:
     """Per If/Loop/Scan node whose bodies hold dynamo-written adaptive pooling (``torch.cond`` branches: a
     decomposition or a frozen pool, by its metadata or its windows): under symbolic sizes it is frozen at the
     traced size there too, and this front end reads top-level graphs only. A suspect (refused unless allowed),
     never "nothing to patch"."""
-    out = []
+    out, marked = [], _marked(graph)
     for node in graph.node:
         bodies = subgraphs(node)
         if not bodies:
@@ -188,7 +194,7 @@ def _body_suspects(graph: onnx.GraphProto) -> list[Suspect]:
             if n.domain not in ("", "ai.onnx") or n.op_type not in _BODY_POOL_OPS:
                 continue  # an aten leftover (onnxpoolfix.export's, FALLTHROUGH's) is read by frontends.bodies
             ev = node_evidence(n)
-            if ev is None and n.op_type in ("AveragePool", "MaxPool") and n.name.startswith("node_"):
+            if ev is None and n.op_type in ("AveragePool", "MaxPool") and (n.name.startswith("node_") or marked):
                 attrs = window_attrs(n)
                 readings = node_readings(n, "max" if n.op_type == "MaxPool" else "avg", len(attrs[0]), False) \
                     if attrs else []
@@ -220,7 +226,9 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
     symbolic = _symbolic(graph)
     # the dynamo exporter's file after a simplifier (its node names, none of its metadata): a region that does
     # not prove may be one the simplifier rewrote, so the file the exporter wrote is what would decide it
-    stripped = not any(has_metadata(n) for n in graph.node) and any(n.name.startswith("node_") for n in graph.node)
+    marked = _marked(graph)
+    stripped = not any(has_metadata(n) for n in graph.node) and (marked or any(n.name.startswith("node_")
+                                                                               for n in graph.node))
     info = LazyInfo(model)  # shape inference only once some region is in sight (it is the costly part)
     busy = {s.node.output for s in taken}  # results already planned (aten leftovers)
     resting: list = []
@@ -233,7 +241,7 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
             continue  # (x - mean) / std: no adaptive average divides by anything but window lengths
         if mean_of_a_result(g, end):
             continue  # pool(x).mean((2, 3)): whole axes of a region's result, right at every size as written
-        c = find_candidate(g, end, info)
+        c = find_candidate(g, end, info, stripped)
         if isinstance(c, Candidate) and symbolic and dropped_crop(g, end):  # torch 2.9 wrote no Slice (review51)
             c = Suspect(c.result, c.evidence, DROPPED_CROP, True, "only where the crop is the identity", EXPORT)
         if isinstance(c, Suspect):
@@ -243,7 +251,7 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
                 c = replace(c, frozen=True, right_at="only at sizes that take the traced branches",
                             remedy=STRIPPED if stripped else TRACED)
             else:  # torch's decomposition, frozen at the traced size, that no region models (a pool of a
-                c = replace(c, frozen=True, remedy=EXPORT)  # permuted tensor)
+                c = replace(c, frozen=True, remedy=STRIPPED if stripped else EXPORT)  # permuted tensor)
             findings.suspects.append(c)
             continue
         if c is None or c.result in busy:
@@ -255,7 +263,7 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
         findings.suspects += [s for s in computed_reduces(g, info, claimed, traced_shapes) if s.result not in left]
     candidates.reverse()
     contradictions = frozen_pool_ops(model, g, info, traced_shapes, findings, opset=opset, target=target,
-                                     busy=busy, resting=resting)
+                                     busy=busy, resting=resting, dynamo_file=marked or bool(candidates))
     if not candidates:
         if contradictions:
             raise contradictions[0]

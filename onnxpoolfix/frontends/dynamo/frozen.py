@@ -44,7 +44,7 @@ __all__ = ["frozen_pool_ops", "size_text", "contradiction_hint"]
 
 
 def frozen_pool_ops(model, g: DataflowGraph, info, traced_shapes, findings: FrontEndResult, *, opset, target,
-                     busy, resting: list) -> list[ShapeError]:
+                     busy, resting: list, dynamo_file: bool = False) -> list[ShapeError]:
     """Pooling nodes the dynamo exporter may have frozen at the traced size under symbolic sizes (an adaptive
     pool whose windows were uniform there: AlexNet's 6 -> 6 at 224 is an AveragePool k1 s1; torch writes
     adaptive max pooling with uniform windows as a MaxPool), read by :mod:`.frozen_readings`. A node whose one
@@ -54,7 +54,7 @@ def frozen_pool_ops(model, g: DataflowGraph, info, traced_shapes, findings: Fron
     ``traced_shapes``: the export call's input shapes where given (never a deployment size: the output size it
     gives a module's pool is n / kernel there). ``resting``: (result, pooled tensor, output size, op type) of
     each whose size rests on the traced size alone. Returns the contradictions of the traced size (a node none
-    of whose readings has its windows there), for the caller to raise."""
+    of whose readings has its windows there), for the caller to raise; ``dynamo_file``: whatever its nodes say."""
     sites, contradictions = [], []
     outputs = {o.name for o in model.graph.output}
     read = read_names(model.graph) | outputs
@@ -67,7 +67,9 @@ def frozen_pool_ops(model, g: DataflowGraph, info, traced_shapes, findings: Fron
     merged = {n.input[0] for n in g.nodes if n.op_type == "Identity" and n.input and not has_metadata(n)
               and not any("_alias_" in o for o in n.output)}
     for index, node in enumerate(g.nodes):
-        site = None if index in in_chains else _site(index, node, info, busy, modules, node.output[0] in merged, g)
+        theirs = dynamo_file or has_metadata(node) or node.name.startswith("node_")  # TorchScript freezes no pool
+        site = None if index in in_chains or not theirs else _site(index, node, info, busy, modules,
+                                                                   node.output[0] in merged, g)
         if site is None:
             continue
         if len(node.output) > 1 and node.output[1] in read and {r.what for r in site.readings} != {GENUINE}:
@@ -136,8 +138,6 @@ def _site(index: int, node: onnx.NodeProto, info, busy, modules, merged: bool, g
     k = len(dims) - 2
     if all(isinstance(d, int) for d in dims[2:]) or len(window_attrs(node)[0]) != k:
         return None  # static: the exporter's node is right (--optimize-exporter-pools plans it)
-    if not has_metadata(node) and not node.name.startswith("node_"):
-        return None  # not the dynamo exporter's (TorchScript names it "/pool/AveragePool"; it freezes no pool)
     kind = "max" if node.op_type == "MaxPool" else "avg"
     # a 1D adaptive pool frozen at uniform windows is written as a 2D pool of the input Unsqueezed to
     # (N, C, 1, L), kernel (1, k): the same as a 2D adaptive pool of that tensor to (1, m)
