@@ -13,7 +13,7 @@ pytest.importorskip("onnxruntime")
 nn = torch.nn
 F = torch.nn.functional
 
-from dynamo_exports import errors_vs_torch, skip_where_another_torch_cannot_export
+from dynamo_exports import errors_vs_torch
 from export_cache import dynamo_export
 
 from onnxpoolfix import patch
@@ -42,11 +42,7 @@ TRACED = {"x": [2, 3, 24, 30]}
 def _export(module):
     dims = {"x": {0: torch.export.Dim("N", min=1, max=64), 2: torch.export.Dim("H", min=1, max=4096),
                   3: torch.export.Dim("W", min=1, max=4096)}}
-    try:
-        return dynamo_export(module.eval(), (torch.randn(*TRACED["x"]),), dynamic_shapes=dims, input_names=["x"])
-    except Exception as e:  # noqa: BLE001 - torch 2.9 to 2.11 export no adaptive max pooling
-        skip_where_another_torch_cannot_export(torch, e)
-        raise
+    return dynamo_export(module.eval(), (torch.randn(*TRACED["x"]),), dynamic_shapes=dims, input_names=["x"])
 
 
 @pytest.mark.parametrize("cls", [FlattenHead, IndicesGathered], ids=lambda c: c.__name__)

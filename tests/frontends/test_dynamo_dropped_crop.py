@@ -13,7 +13,7 @@ pytest.importorskip("onnxscript")
 F = torch.nn.functional
 
 import onnx
-from dynamo_exports import assert_cli_refuses, errors_vs_torch, skip_where_another_torch_cannot_export
+from dynamo_exports import assert_cli_refuses, errors_vs_torch
 from export_cache import dynamo_export
 
 from onnxpoolfix import patch
@@ -36,11 +36,7 @@ SIZES = [(37, 23), (40, 30), (7, 5), (64, 9), (100, 51), (45, 64)]
 def _export(module, hw=(37, 23)) -> onnx.ModelProto:
     torch.manual_seed(0)
     dims = {"x": {a: torch.export.Dim(f"d{a}", min=2, max=1024) for a in (2, 3)}}
-    try:
-        return dynamo_export(module.eval(), (torch.randn(1, 3, *hw),), dynamic_shapes=dims, input_names=["x"])
-    except Exception as e:  # noqa: BLE001 - torch 2.10 and 2.11 cannot export the crop (unbacked size of the slice)
-        skip_where_another_torch_cannot_export(torch, e)
-        raise
+    return dynamo_export(module.eval(), (torch.randn(1, 3, *hw),), dynamic_shapes=dims, input_names=["x"])
 
 
 def _without_slices(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from dynamo_exports import skip_where_another_torch_cannot_export
 from export_cache import dynamo_export
 
 torch = pytest.importorskip("torch")
@@ -61,11 +60,7 @@ def _export(name):
     torch.manual_seed(0)
     module = make().eval()
     dims = {"x": {a: torch.export.Dim(f"d{a}", min=2, max=1024) for a in axes}}
-    try:
-        return module, dynamo_export(module, (torch.randn(*shape(*TRACED)),), dynamic_shapes=dims, input_names=["x"])
-    except Exception as e:  # noqa: BLE001 - torch 2.10 and 2.11 cannot export the crop (unbacked size of the slice)
-        skip_where_another_torch_cannot_export(torch, e)
-        raise
+    return module, dynamo_export(module, (torch.randn(*shape(*TRACED)),), dynamic_shapes=dims, input_names=["x"])
 
 
 def _errors(module, model, shape) -> list[float]:

@@ -17,7 +17,7 @@ pytest.importorskip("onnxruntime")
 nn = torch.nn
 F = torch.nn.functional
 
-from dynamo_exports import assert_matches_torch, errors_vs_torch, seeded, skip_where_another_torch_cannot_export
+from dynamo_exports import assert_matches_torch, errors_vs_torch, seeded
 from export_cache import dynamo_export
 
 from onnxpoolfix import patch
@@ -142,10 +142,6 @@ def test_a_reduce_behind_a_helper_call_that_a_classifier_reads_stays_as_written(
     """The Linear after the flattened result takes 8 (16) features: the pool is to 1 wherever the model runs."""
     module = module.eval()
     dims = {"x": {2: torch.export.Dim("H", min=4, max=64), 3: torch.export.Dim("W", min=6, max=7)}}
-    try:
-        model = dynamo_export(module, (torch.randn(1, 3, 16, 7),), dynamic_shapes=dims, input_names=["x"])
-    except Exception as e:  # noqa: BLE001 - torch 2.9 to 2.12 export no adaptive max pooling
-        skip_where_another_torch_cannot_export(torch, e)
-        raise
+    model = dynamo_export(module, (torch.randn(1, 3, 16, 7),), dynamic_shapes=dims, input_names=["x"])
     out = patch(model).model
     assert_matches_torch(out, module, [(1, 3, 16, 7), (1, 3, 33, 6), (1, 3, 5, 7)])

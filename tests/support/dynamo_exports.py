@@ -15,11 +15,7 @@ def export_symbolic_hw(module, hw, *, low: int = 2, high: int = 1024) -> onnx.Mo
     torch.manual_seed(0)
     module.eval()
     dims = {"x": {2: torch.export.Dim("H", min=low, max=high), 3: torch.export.Dim("W", min=low, max=high)}}
-    try:
-        return dynamo_export(module, (torch.randn(1, 3, *hw),), dynamic_shapes=dims, input_names=["x"])
-    except Exception as e:  # noqa: BLE001 - torch's own exporter errors, by class name (they move between versions)
-        skip_where_another_torch_cannot_export(torch, e)
-        raise
+    return dynamo_export(module, (torch.randn(1, 3, *hw),), dynamic_shapes=dims, input_names=["x"])
 
 
 def _pinned() -> str | None:
@@ -120,11 +116,7 @@ def export_dynamic_hw(module, hw) -> onnx.ModelProto:
 
     torch.manual_seed(0)
     dims = {"x": {2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}}
-    try:
-        return dynamo_export(module.eval(), (torch.randn(1, 3, *hw),), dynamic_shapes=dims, input_names=["x"])
-    except Exception as e:  # noqa: BLE001 - torch 2.9 to 2.12 export no adaptive max pooling (as export_symbolic_hw)
-        skip_where_another_torch_cannot_export(torch, e)
-        raise
+    return dynamo_export(module.eval(), (torch.randn(1, 3, *hw),), dynamic_shapes=dims, input_names=["x"])
 
 
 def assert_cli_refuses(model: onnx.ModelProto, tmp_path, flag_sets) -> None:

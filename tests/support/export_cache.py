@@ -166,6 +166,10 @@ def dynamo_export(module, args: tuple, **kwargs) -> onnx.ModelProto:
     except Exception as e:
         if key and RECORD:
             _write(error_path, f"{type(e).__name__}: {e}".splitlines()[0].encode())
+        import torch
+        from dynamo_exports import skip_where_another_torch_cannot_export
+
+        skip_where_another_torch_cannot_export(torch, e)  # torch 2.9 to 2.12 cannot export some modules (review54)
         raise
     if key and RECORD:
         _write(model_path, model.SerializeToString())
