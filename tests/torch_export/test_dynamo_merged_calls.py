@@ -73,7 +73,17 @@ class TwinsBehindANoOp(nn.Module):
         return torch.relu((a * 2) * 1).amax((2, 3)) + torch.sigmoid(b * 2).amax((2, 3))
 
 
-MERGED = [TwoCallsMaxed, TwoCallsApart, AdaptiveThenGenuine, GenuineThenAdaptive, TwinsBehindANoOp]
+class TwinsBesideABareNoOp(nn.Module):
+    """One call multiplied by 1 (a no-op the optimizer removes: the kept pool lost a user), the twin read beside it:
+    the pool is read in place of two gone names, the no-op's (another op) and the twin's."""
+
+    def forward(self, x):
+        a = F.adaptive_avg_pool2d(x, (16, 4))
+        b = F.adaptive_avg_pool2d(x, (None, 4))
+        return torch.relu(a * 1).amax((2, 3)) + torch.sigmoid(b).amax((2, 3))
+
+
+MERGED = [TwoCallsMaxed, TwoCallsApart, AdaptiveThenGenuine, GenuineThenAdaptive, TwinsBehindANoOp, TwinsBesideABareNoOp]
 
 
 def _dims():

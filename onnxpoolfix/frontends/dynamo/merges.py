@@ -21,7 +21,7 @@ genuine call's metadata; "nothing to patch" wrote a file wrong at other sizes, r
 torch's optimizer leaves the same trace where it removes a node rather than merging two: a BatchNorm folded into
 the Conv or Gemm above it (the layer's output is gone), a no-op (``y * 1``, ``y + 0``, a full-range Slice) whose
 reader then reads ``y``. A removed no-op was one of its input's users, which no node names any more; a value read
-in place of more gone names than it lost users was merged with a twin.
+where more gone names (of any op) are named than it lost users, one of its own op, was merged with a twin.
 """
 from __future__ import annotations
 
@@ -103,7 +103,8 @@ def _stand_ins(graph: onnx.GraphProto, inside: frozenset[str]) -> set[str]:
     outputs): a decomposition's own identical selects merge, and the region goes whole."""
     held = {i.name for i in graph.input} | {t.name for t in graph.initializer}
     held |= {o for n in graph.node for o in n.output if o}
-    read_for: dict[str, set[str]] = {}  # a value read in place of a gone one -> the gone names of its op read so
+    read_for: dict[str, set[str]] = {}  # a value read where gone ones are named -> those gone names (any op)
+    twin: set[str] = set()  # ... of which one is of the value's own op
     for n in graph.node:
         text = next((p.value for p in n.metadata_props if p.key == _FX_NODE), "")
         if " = " not in text or any(o in inside for o in n.output) or _folded(n, text):
@@ -111,11 +112,12 @@ def _stand_ins(graph: onnx.GraphProto, inside: frozenset[str]) -> set[str]:
         refs = _REF.findall(text.split(" = ", 1)[1])
         gone = [r for r in refs if r not in held]
         for v in n.input:
-            same_op = {g for g in gone if _NUMBERED.sub("", g) == _NUMBERED.sub("", v or "-")}
-            if same_op and list(n.input).count(v) > refs.count(v):
-                read_for.setdefault(v, set()).update(same_op)
+            if v and gone and list(n.input).count(v) > refs.count(v):
+                read_for.setdefault(v, set()).update(gone)
+                if any(_NUMBERED.sub("", g) == _NUMBERED.sub("", v) for g in gone):
+                    twin.add(v)
     removed = _removed_users(graph)
-    return {v for v, names in read_for.items() if len(names) > removed.get(v, 0)}
+    return {v for v in twin if len(read_for[v]) > removed.get(v, 0)}
 
 
 def _removed_users(graph: onnx.GraphProto) -> dict[str, int]:
