@@ -18,7 +18,7 @@ import onnx
 
 from ..errors import CheckFailedError, ShapeError
 from ..graph import outer_reads
-from ..graph.emit import EMITTED_BY
+from ..graph.emit import COMPUTE_IN_FLOAT32, EMITTED_BY
 from ..graph.shapes import PoolSpec
 from ..sessions import ort_session
 from ..words import TRACED_SHAPES_FORM
@@ -127,19 +127,14 @@ def compare_with_original(model: onnx.ModelProto, feed: dict, want: dict, *, mod
             _differs(name, "different values", where, traced)
 
 
-_HALF = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
-
-
 def _holds_half(model: onnx.ModelProto) -> bool:
     """Whether the main graph holds a float16/bfloat16 tensor: an input, output, initializer, declared value or a
     Cast to one of them."""
     g = model.graph
-    typed = [*g.input, *g.output, *g.value_info]
-    if any(v.type.tensor_type.elem_type in _HALF for v in typed):
-        return True
-    if any(t.data_type in _HALF for t in g.initializer):
-        return True
-    return any(n.op_type == "Cast" and any(a.name == "to" and a.i in _HALF for a in n.attribute) for n in g.node)
+    return (any(v.type.tensor_type.elem_type in COMPUTE_IN_FLOAT32 for v in (*g.input, *g.output, *g.value_info))
+            or any(t.data_type in COMPUTE_IN_FLOAT32 for t in g.initializer)
+            or any(a.name == "to" and a.i in COMPUTE_IN_FLOAT32 for n in g.node if n.op_type == "Cast"
+                   for a in n.attribute))
 
 
 def _differs(name: str, what: str, where: str, traced: bool) -> None:
