@@ -126,18 +126,12 @@ def _removed_users(graph: onnx.GraphProto) -> dict[str, int]:
     before the one ``t[:, :, a:b]`` cuts) whose readers then read the value itself. Each gone name of the value's op
     read in its place can be such a removed user; more gone names than removed users, a merge's twin."""
     named: dict[str, set[str]] = {}
-    users: dict[str, int] = {}
     for n in graph.node:
         text = next((p.value for p in n.metadata_props if p.key == _FX_NODE), "")
-        if " = " not in text:
-            continue
-        m = _USERS.match(text)
-        if m and m.group(1) in n.output:
-            users[m.group(1)] = int(m.group(2))
-        me = m.group(1) if m else text.split(" ", 1)[0]
-        for r in _REF.findall(text.split(" = ", 1)[1]):
-            named.setdefault(r, set()).add(me)
-    return {v: k - len(named.get(v, ())) for v, k in users.items() if k > len(named.get(v, ()))}
+        if " = " in text:
+            for r in _REF.findall(text.split(" = ", 1)[1]):
+                named.setdefault(r, set()).add(text.split(" ", 1)[0])
+    return {v: k - len(named.get(v, ())) for v, k in _declared_users(graph).items() if k > len(named.get(v, ()))}
 
 
 def _folded(n: onnx.NodeProto, text: str) -> bool:
@@ -173,12 +167,16 @@ def _lost_a_reader(graph: onnx.GraphProto) -> set[str]:
             readers.setdefault(i, set()).add(m.group(1) if m else k)
     for o in graph.output:
         readers.setdefault(o.name, set()).add(("output", o.name))
-    out = set()
+    return {v for v, k in _declared_users(graph).items() if k > len(readers.get(v, ()))}
+
+
+def _declared_users(graph: onnx.GraphProto) -> dict[str, int]:
+    """Per value a node writes under its own program name, the program's users of it (``fx_node``'s ``num_users``)."""
+    out = {}
     for n in graph.node:
-        text = next((p.value for p in n.metadata_props if p.key == _FX_NODE), "")
-        m = _USERS.match(text)
-        if m and m.group(1) in n.output and int(m.group(2)) > len(readers.get(m.group(1), ())):
-            out.add(m.group(1))
+        m = _USERS.match(next((p.value for p in n.metadata_props if p.key == _FX_NODE), ""))
+        if m and m.group(1) in n.output:
+            out[m.group(1)] = int(m.group(2))
     return out
 
 
