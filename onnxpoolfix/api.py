@@ -212,6 +212,14 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
         notes.append(Note(f"OUT holds {ifs} If node(s) onnxpoolfix wrote (NaN/inf guards, which finite inputs skip), "
                           f"which pnnx (ncnn) and onnx2torch do not take (nor onnx2tf, around a MatMul{tract}): "
                           f"{TARGET_PORTABLE} writes none", "if-guards", ifs=ifs, top_level_ifs=top))
+    one_axis = [d.spec.node.label for d in applied if d.lowering == "window_slices" and d.spec.opset >= 18
+                and not all(isinstance(n, int) for n in d.spec.in_sizes)]
+    if one_axis:  # review58: pnnx's Reduction then lists no axes; the two-axis global mean converts
+        notes.append(Note(f"{len(one_axis)} node(s) reduce windows of symbolic length along one axis, whose axes "
+                          "input (from opset 18) pnnx drops when it writes ncnn: ncnn then averages nothing and is "
+                          "wrong (measured); for ncnn, export at opset 17 (torch.onnx.export(..., "
+                          "opset_version=17)), where the axes are an attribute pnnx keeps", "pnnx-reduce-axes",
+                          nodes=one_axis))
     fixed = [d.spec for d in applied if d.spec.node.encoding in ("aten-op", "ATen-attr") and all(
         isinstance(m, int) for m in d.spec.node.output_size) and not all(
         isinstance(n, int) for n in d.spec.input_shape[-d.spec.node.rank:])]

@@ -193,3 +193,19 @@ def test_portable_averages_to_one_from_opset_18(size):
     want = torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(x), size).numpy()
     got = ncnn_run(model, {"x": x})["y"]
     np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+def test_pnnx_keeps_one_axis_window_means_below_opset_18_only(opset):
+    """The portable target's windows of symbolic length, each a one-axis ReduceMean: from opset 18 its axes are
+    an input, which pnnx drops (its Reduction lists no axes: ncnn returns the windows un-averaged, review58);
+    below, an attribute it keeps. Asserted both ways (this fails the day pnnx keeps the input: then the
+    report's ``pnnx-reduce-axes`` note goes), and the note is written exactly where it fails."""
+    torch = pytest.importorskip("torch")
+    patched = onnxpoolfix.patch(make_leftover("avg", (1, 4, "h", "w"), (3, 3), opset=opset), target="portable")
+    assert ("pnnx-reduce-axes" in [n.code for n in patched.report.notes]) == (opset >= 18)
+    x = np.random.default_rng(0).standard_normal((1, 4, 13, 11)).astype(np.float32)
+    want = torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(x), (3, 3)).numpy()
+    got = ncnn_run(patched.model, {"x": x})["y"]
+    exact = got.size == want.size and np.allclose(got.reshape(want.shape), want, rtol=1e-5, atol=1e-6)
+    assert exact == (opset < 18), got.shape

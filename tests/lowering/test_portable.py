@@ -391,3 +391,14 @@ def test_max_non_finite_as_torch(case):
     np.testing.assert_array_equal(got[0], v.numpy())  # NaN positions, -inf, values: bit for bit
     if len(got) > 1 and got[1].dtype == np.int64:
         np.testing.assert_array_equal(got[1], i.numpy())
+
+
+@pytest.mark.parametrize("opset, shape, target, noted", [
+    (18, (1, 4, "h", "w"), "portable", True),  # one-axis ReduceMeans with an axes input: pnnx drops it
+    (17, (1, 4, "h", "w"), "portable", False),  # the axes an attribute
+    (18, (1, 4, 13, 11), "portable", False),  # static windows: AveragePools
+    (18, (1, 4, "h", "w"), "onnxruntime", False),  # the dynamic lowering: no window Reduces
+])
+def test_the_report_names_pnnxs_dropped_reduce_axes(opset, shape, target, noted):
+    report = onnxpoolfix.patch(make_leftover("avg", shape, (3, 3), opset=opset), target=target).report
+    assert ("pnnx-reduce-axes" in [n.code for n in report.notes]) == noted
