@@ -271,8 +271,9 @@ def _search_whole_model(model, todo_all: list[Trial], input_shapes, dtypes, rng,
                     p.bound_why = "its input size at the bound input shapes is unknown"
                 continue
             xs = tuple(xs)
-            if not first and (any(n == m for n, m in zip(xs[-c.rank:], c.output_size)) or xs[-c.rank:] in p.tried):
-                continue  # an axis of identity windows proves nothing; each size is tried once
+            if not first and (any(n == m for n, m in zip(xs[-c.rank:], c.output_size)) or xs[-c.rank:] in p.tried
+                              or max(xs[-c.rank:]) <= 1):  # _try runs nothing there, yet it read as failed
+                continue  # an axis of identity windows, or one element per plane, proves nothing; each size once
             budget -= 1
             if near and p.bound_why:
                 hinted[id(t)] = hinted.get(id(t), 0) + math.prod(xs)
@@ -360,8 +361,7 @@ def _inferred_at(model: onnx.ModelProto, input_shapes) -> dict:
 
 
 def _runtime_pairs(c: Candidate, p: Proof, xs: tuple[int, ...]) -> dict[int, tuple[int, int]]:
-    """Per pooled axis whose output size the graph computes: (n, m) at the pooled size ``xs`` (m as the last
-    proof run read it, ``p.last_sizes``)."""
+    """Per pooled axis whose output size the graph computes: (n, m) at ``xs`` (m as the last proof read it)."""
     lead = len(xs) - c.rank
     return {a: (xs[lead + a], p.last_sizes[a]) for a, m in enumerate(c.output_size)
             if isinstance(m, RuntimeDim) and a < len(p.last_sizes)}

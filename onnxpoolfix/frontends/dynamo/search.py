@@ -18,6 +18,7 @@ simplifier) falls back on the whole-model search in :mod:`.proof`.
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import operator
 from collections.abc import Iterator, Mapping, Sequence
@@ -280,23 +281,62 @@ def symbol_binding(declared, input_shapes) -> dict[str, int] | None:
         for d, v in zip(decl, dims):
             if not isinstance(d, str):
                 continue
-            names = symbols(d)
-            if not names or len(names) != 1:
+            got = _solved(d, v)
+            if got is None or got[1] is None or env.get(got[0], got[1]) != got[1]:
                 return None
-            (s,) = names
-            # a dim that is its symbol is its value, however large (a size beyond MAX_SYMBOL took the whole-model
-            # search, every size near it run at that size: a typo of 100000 ran for minutes)
-            got = v if d == s else next((u for u in range(1, MAX_SYMBOL + 1) if evaluate(d, {s: u}) == v), None)
-            if got is None or env.get(s, got) != got:
-                return None
-            env[s] = got
+            env[got[0]] = got[1]
     return env
+
+
+def allows(declared, binding) -> bool:
+    """Whether the inputs' declared dims can take the sizes ``binding`` gives: a dim declared ``32*h`` only a
+    multiple of 32, one symbol one value wherever it is used. Nothing the file declares is ever run at another
+    size (torch traced its program for these sizes alone; the check keeps to them too). A dim this module
+    cannot solve for one symbol (two symbols, an expression it does not evaluate) takes any size."""
+    env: dict[str, int] = {}
+    for name, dims in binding.items():
+        decl = declared.get(name)
+        if decl is None or len(decl) != len(dims):
+            continue
+        for d, v in zip(decl, dims):
+            got = _solved(d, v) if isinstance(d, str) else None
+            if got is not None and (got[1] is None or env.setdefault(got[0], got[1]) != got[1]):
+                return False
+    return True
+
+
+def _solved(d: str, v: int) -> tuple[str, int | None] | None:
+    """(symbol, the smallest value of it giving ``v``; None where none up to MAX_SYMBOL does) for a dim declared
+    as an expression of one symbol; None where it is not one. A dim that is its symbol is its value, however
+    large (a size beyond MAX_SYMBOL took the whole-model search, every size near it run at that size: a typo of
+    100000 ran for minutes)."""
+    names = symbols(d)
+    if not names or len(names) != 1:
+        return None
+    (s,) = names
+    return s, v if d == s else _image(d, s, MAX_SYMBOL).get(v)
+
+
+@functools.lru_cache(maxsize=256)
+def _image(d: str, s: str, most: int) -> dict[int, int]:
+    """Each value of the expression ``d`` at its one symbol ``s`` = 1 .. ``most``, with the smallest ``s``."""
+    out: dict[int, int] = {}
+    for u in range(1, most + 1):
+        n = evaluate(d, {s: u})
+        if n is not None:
+            out.setdefault(n, u)
+    return out
 
 
 def whole_model_bindings(model: onnx.ModelProto, input_shapes):
     """Input shapes to try, each with whether it is near the binding: the caller's binding and sizes near it (a
     region known from structure alone needs a second size, and one near the traced size takes the same
-    branches), then every symbolic dim but the first set to one size."""
+    branches; near in the declared symbols: ``32*h`` moves by 32), then every symbolic dim but the first set
+    to one size, then the last two to consecutive such sizes (with square sizes alone, the output sizes a graph
+    computes per axis are always equal: one read for the other never shows). Only sizes the inputs' declared
+    dims allow (:func:`allows`) after the binding: a region run at a size torch never traced its program for
+    (a stride-2 map 127 long where the file declares ``16*s`` of a stride-32 map) fails where nothing is wrong."""
+    declared = declared_dims(model)
     inits = {t.name for t in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in inits and i.type.HasField("tensor_type")]
     dims = {}
@@ -313,13 +353,40 @@ def whole_model_bindings(model: onnx.ModelProto, input_shapes):
                 free = [a for a, v in enumerate(dims.get(name, [])) if v is None and a > 0]
                 moved = list(shape)
                 for a, delta in zip(free[-2:], (da, db)):
-                    moved[a] += delta
+                    decl = declared.get(name) or []
+                    moved[a] = _moved(decl[a] if a < len(decl) else None, moved[a], delta)
                 near[name] = moved
-            if all(v >= 1 for shape in near.values() for v in shape):
+            if all(v >= 1 for shape in near.values() for v in shape) and allows(declared, near):
                 yield near, True
     if not any(v is None for d in dims.values() for v in d):
         return
     sizes = list(_COMMON_SIZES) + [s for s in range(2, _SEARCH_MAX + 1) if s not in _COMMON_SIZES]
+    square = []
     for s in sizes:
-        yield {name: [v if v is not None else (1 if a == 0 and len(d) > 2 else s) for a, v in enumerate(d)]
-               for name, d in dims.items()}, False
+        binding = _sized(dims, s, s)
+        if allows(declared, binding):
+            square.append(s)
+            yield binding, False
+    if any(sum(v is None and not (a == 0 and len(d) > 2) for a, v in enumerate(d)) > 1 for d in dims.values()):
+        for s, t in zip(square, square[1:]):
+            binding = _sized(dims, s, t)
+            if allows(declared, binding):
+                yield binding, False
+
+
+def _sized(dims: Mapping[str, list], s: int, t: int) -> dict[str, list[int]]:
+    """Each input's symbolic dims at ``s``, its last one at ``t`` (a batch-like first dim of a rank > 2 input at 1)."""
+    out = {}
+    for name, d in dims.items():
+        free = [a for a, v in enumerate(d) if v is None and not (a == 0 and len(d) > 2)]
+        out[name] = [v if v is not None else 1 if a not in free else t if a == free[-1] else s for a, v in enumerate(d)]
+    return out
+
+
+def _moved(d, v: int, delta: int) -> int:
+    """The size ``delta`` steps from ``v`` of a dim declared ``d``: ``delta`` values of its one symbol, else ``v +
+    delta`` (0 where no such size)."""
+    got = _solved(d, v) if isinstance(d, str) else None
+    if got is None or got[1] is None:
+        return v + delta
+    return (evaluate(d, {got[0]: got[1] + delta}) or 0) if got[1] + delta >= 1 else 0
