@@ -32,7 +32,7 @@ from .plan.planner import AUTO, check_strategy
 from .progress import phase, shapes_detail
 from .report import NOT_CHECKED, NOTHING_TO_PATCH, NodeReport, Note, PatchReport, WarningNote
 from .rewrite.model import apply_model_plan
-from .words import API, CHECK_SHAPES, INPUT_SHAPES, TARGET_PORTABLE, TRACED_SHAPES, render_all
+from .words import API, CHECK_SHAPES, INPUT_SHAPES, TARGET_PORTABLE, TARGET_TENSORRT, TRACED_SHAPES, render_all
 
 logger = logging.getLogger(__name__)
 
@@ -210,8 +210,10 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
         top = sum(n.op_type == "If" for n in model.graph.node)
         tract = "; nor tract, with two in one graph" if top > 1 else ""
         notes.append(Note(f"OUT holds {ifs} If node(s) onnxpoolfix wrote (NaN/inf guards, which finite inputs skip), "
-                          f"which pnnx (ncnn) and onnx2torch do not take (nor onnx2tf, around a MatMul{tract}): "
-                          f"{TARGET_PORTABLE} writes none", "if-guards", ifs=ifs, top_level_ifs=top))
+                          f"which pnnx (ncnn) and onnx2torch do not take (nor onnx2tf, around a MatMul{tract}), "
+                          "and OpenVINO 2026.4 computed garbage for them under symbolic sizes in some networks (measured): "
+                          f"{TARGET_PORTABLE} writes none, nor {TARGET_TENSORRT}", "if-guards", ifs=ifs,
+                          top_level_ifs=top))
     one_axis = [d.spec.node.label for d in applied if d.lowering == "window_slices" and d.spec.opset >= 18
                 and not all(isinstance(n, int) for n in d.spec.in_sizes)]
     if one_axis:  # review58: pnnx's Reduction then lists no axes; the two-axis global mean converts

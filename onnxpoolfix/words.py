@@ -110,7 +110,7 @@ STRATEGY, DROP_STRATEGY, FORCED_BY_STRATEGY = ref("strategy"), ref("drop_strateg
 CHECK_OR_INPUT_SHAPES = ref("check_or_input_shapes")
 BIND_INPUT_SIZES, BIND_SYMBOLIC_DIMS = ref("bind", "input sizes"), ref("bind", "symbolic input dims")
 TARGET_ONNXRUNTIME = ref("target", "onnxruntime")
-TARGET_PORTABLE = ref("target", "portable")
+TARGET_PORTABLE, TARGET_TENSORRT = ref("target", "portable"), ref("target", "tensorrt")
 OR_EXPORT_COMPARED = ref("or_export_compared")
 REPORT_IT = ref("report_it")
 
