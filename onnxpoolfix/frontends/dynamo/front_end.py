@@ -16,11 +16,8 @@ exporter AveragePool frozen at the traced size whose output size is unknown, is 
 left as it is, with why, in the notes, the report and ``inspect``.
 
 The frozen AveragePool: where the windows were uniform at the traced size the exporter wrote a plain
-AveragePool (k1 s1 for AlexNet's 6 -> 6 at 224). Its metadata names the module
-(``class_hierarchy``: AdaptiveAvgPool2d) but not the output size: ``fx_node`` is the already decomposed
-``aten.avg_pool2d(x, kernel, stride)`` and the stack trace is the caller's line (``self.avgpool(x)``).
-So only the traced size, bound with ``input_shapes``, gives it; then the node's windows must be exactly
-the adaptive ones at that size. Those nodes are read in :mod:`.frozen`.
+AveragePool (k1 s1 for AlexNet's 6 -> 6 at 224), whose metadata names the module but not the output size
+(``fx_node`` is ``aten.avg_pool2d(x, kernel, stride)``, the stack trace the caller's line): read in :mod:`.frozen`.
 """
 from __future__ import annotations
 
@@ -58,6 +55,7 @@ from .merges import drop_merged
 from .metadata import has_metadata
 from .proof import Proof
 from .proof_search import prove_all
+from .ranges import range_note
 from .reduces import computed_reduces, mean_of_a_result
 from .search import declared_dims, evaluate, symbol_binding
 from .selections import selects_fixed_axes
@@ -79,6 +77,7 @@ def dynamo_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence[P
                                    input_shapes=binding, traced_shapes=options.traced_shapes, taken=found,
                                    seed=options.seed, model_dir=options.model_dir)
     result.notes += region_notes(result.regions, result.suspects, bound=bool(options.traced_shapes))
+    result.notes += range_note(model) if result.specs else []
     return result
 
 
@@ -262,8 +261,8 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
         left = {s.result for s in findings.suspects}
         findings.suspects += [s for s in computed_reduces(g, info, claimed, traced_shapes) if s.result not in left]
     candidates.reverse()
-    contradictions = frozen_pool_ops(model, g, info, traced_shapes, findings, opset=opset, target=target,
-                                     busy=busy, resting=resting, dynamo_file=marked or bool(candidates))
+    contradictions = frozen_pool_ops(model, g, info, traced_shapes, findings, opset=opset, target=target, busy=busy,
+                                     resting=resting, dynamo_file=marked, ends=[c.end for c in candidates])
     if not candidates:
         if contradictions:
             raise contradictions[0]

@@ -15,6 +15,7 @@ only the genuine one is left.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,10 +92,16 @@ def node_readings(node: onnx.NodeProto, kind: str, k: int, lifted: bool,
     if line.opaque or not out:
         why = (f"its source line calls `{line.lookalike}`, named like torch's pooling but not through torch's own "
                "names (`F.`, `torch.`, `nn.functional.`): anyone's, it may pool anything (write it through them)"
-               if line.lookalike else "its source line calls something that may hold a pool" if line.opaque
+               if line.lookalike else "its stack trace holds no source text (a model defined by exec() or in a "
+               "notebook whose cells linecache does not hold): nothing says which call made it" if _NO_SOURCE.match(
+                   line.text) else "its source line calls something that may hold a pool" if line.opaque
                else "its source line holds no pooling call its windows fit")
         out.append(Reading(UNKNOWN, f"{why}: {line.text[:100]}"))
     return list(dict.fromkeys(out))
+
+
+#: a trace whose last line is a frame's header: the source was nowhere to read at the export (review56)
+_NO_SOURCE = re.compile(r'^File ".*", line \d+, in \S+$')
 
 
 def at_traced(node: onnx.NodeProto, readings: list[Reading], traced: tuple[int, ...]) -> list[Reading]:

@@ -203,7 +203,7 @@ def _read_line(text: str, children: frozenset[str]) -> SourceLine | None:
     return SourceLine(text, tuple(calls), opaque, loops, "" if other else lookalike)  # the whole reason only
 
 
-_MODULE_CALL = re.compile(r"^Adaptive(Avg|Max)Pool([123])d$")
+_MODULE_CALL, _RESIZES = re.compile(r"^Adaptive(Avg|Max)Pool([123])d$"), ("interpolate", "upsample")
 
 
 def _unseen_module(text: str) -> tuple[PoolCall, ...]:
@@ -241,17 +241,17 @@ _PAIRS = {")": "(", "]": "[", "}": "{"}
 
 @lru_cache(maxsize=4096)
 def parse_line(text: str) -> tuple[ast.AST, int] | None:
-    """The line as Python, and where the line's own text ends in what was parsed. A statement continued over
-    several lines is one line of it: brackets left open are closed after it, brackets it closes are opened
-    before it (as a call, so keyword arguments parse), and a header (``for ... :``) gets a body. None where no
-    such completion parses. Cached (many nodes share a line): callers read the tree, never change it."""
+    """The line as Python, and where the line's own text ends in what was parsed (in UTF-8 bytes, as ``ast``'s
+    column offsets count: review56). A statement continued over several lines is one line of it: brackets left
+    open are closed after it, brackets it closes are opened before it (as a call, so keyword arguments parse), and
+    a header (``for ... :``) gets a body. None where no such completion parses. Cached (many nodes share a line)."""
     code, opened, unopened = _brackets(text)
     head = "".join(f"{_OPEN}(" if c == ")" else _PAIRS[c] for c in reversed(unopened))
     tail = "".join({"(": ")", "[": "]", "{": "}"}[c] for c in reversed(opened))
     for lead in ("", "None"):
         for end in ("", " None", " pass"):
             try:
-                return ast.parse(head + lead + code + end + tail), len(head + lead + code)
+                return ast.parse(head + lead + code + end + tail), len((head + lead + code).encode())
             except SyntaxError:
                 continue
     return None
@@ -327,7 +327,7 @@ def _may_hold_a_pool(call: ast.Call, children: frozenset[str]) -> bool:
     name = _name(call)
     if isinstance(f, ast.Name):  # a bare name: a function of the user's (``normalize(x)``) unless a builtin
         return name not in BUILTINS
-    if name in ("interpolate", "upsample") and _torchs(call):  # a mode the line does not write out may be "area"
+    if name in _RESIZES and _torchs(call):  # a mode the line does not write out may be "area"
         if unpacks(call):
             return True
         mode = {a.arg: a.value for a in call.keywords}.get("mode", call.args[3] if len(call.args) > 3 else None)
@@ -363,8 +363,8 @@ def _pool_call(call: ast.Call, cut: bool = False, fixed: frozenset[str] = frozen
     (:func:`.call_args.fixed_names`)."""
     name = _name(call)
     m = _ADAPTIVE_CALL.match(name) or _GENUINE_CALL.match(name)
-    if cut or (unpacks(call) and (m or name == "interpolate")):  # (*args, **kw: none is known either)
-        if name == "interpolate":
+    if cut or (unpacks(call) and (m or name in _RESIZES)):  # (*args, **kw: none is known either)
+        if name in _RESIZES:
             return PoolCall("avg", True, size=(COMPUTED,))
         if m is None:
             return None
@@ -377,7 +377,7 @@ def _pool_call(call: ast.Call, cut: bool = False, fixed: frozenset[str] = frozen
         k = int(m.group(2))
         arg = call.args[1] if len(call.args) > 1 else kw.get("output_size")
         return PoolCall(m.group(1), True, k, sizes_written(arg, k, fixed, pooled_name(call, kw)))
-    if name == "interpolate":
+    if name in _RESIZES:  # ``F.upsample``: torch's alias of F.interpolate (review56: its area resize was no call)
         mode = kw.get("mode", call.args[3] if len(call.args) > 3 else None)
         if not (isinstance(mode, ast.Constant) and mode.value == "area"):
             return None

@@ -1,0 +1,36 @@
+"""The input-size range torch.export proved a dynamo file's program for: its ``range_constraints``, which
+the exporter keeps in the model's metadata (``{s53: VR[41, 256], s0: VR[4, 256]}``). A Python branch on a
+size (``6 if x.shape[2] > 40 else 4``) narrows it silently under ``Dim.DYNAMIC``, and the file holds only the
+branch taken: outside the range torch's model runs code the file does not hold, so nothing onnxpoolfix writes
+can equal torch there (review56 F7). The symbols are torch's own, not the inputs' dim names: the note names
+the ranges as the file writes them."""
+from __future__ import annotations
+
+import re
+
+import onnx
+
+from ...report import Note
+
+RANGE_KEY = "pkg.torch.export.ExportedProgram.range_constraints"
+_RANGE = re.compile(r"(\w+):\s*VR\[(-?\w+),\s*(-?\w+)\]")
+#: torch's own bounds of an unconstrained size (0 and 1 are specialised)
+_FREE_LOW, _FREE_HIGH = ("0", "1", "2"), ("int_oo", "oo", "inf")
+
+
+def narrowed_ranges(model: onnx.ModelProto) -> list[tuple[str, str, str]]:
+    """(symbol, low, high) of every size symbol whose range is narrower than torch's unconstrained one."""
+    text = next((p.value for p in [*model.metadata_props, *model.graph.metadata_props] if p.key == RANGE_KEY), "")
+    return [(s, lo, hi) for s, lo, hi in _RANGE.findall(text) if lo not in _FREE_LOW or hi not in _FREE_HIGH]
+
+
+def range_note(model: onnx.ModelProto) -> list[Note]:
+    """A note naming the narrowed ranges, for a file whose pools onnxpoolfix replaces."""
+    ranges = narrowed_ranges(model)
+    if not ranges:
+        return []
+    text = ", ".join(f"{s} in [{lo}, {hi}]" for s, lo, hi in ranges)
+    return [Note(f"torch.export proved this file's program only where its size symbols lie in {text} (the "
+                        "file's range_constraints: the export's Dim bounds, narrowed by any Python branch on a size, "
+                        "silently under Dim.DYNAMIC): OUT equals torch there; outside, torch's model may run code the "
+                        "file does not hold", "traced-range", ranges=[list(r) for r in ranges])]
