@@ -12,10 +12,11 @@ import click
 from ..api import patch_as_written
 from ..errors import exit_codes_epilog
 from ..frontends.input_check import check_input_model
-from ..io import has_external_data, load_model, preflight_output, preflight_report, save_model
+from ..io import has_external_data, load_model, preflight_output, preflight_report, resolve_output, save_model
 from ..io import write_report as write_report_file
+from ..io.save import plan_save
 from ..progress import phase
-from ..report import PatchReport
+from ..report import Note, PatchReport
 from ..words import CLI
 from .app import main
 from .args import Check, CheckChoice, Logging, Plan, PlanChoice, Save, SaveChoice, Seed, Verbosity, command
@@ -58,6 +59,8 @@ def patch_cmd(src: Path, dst: str, plan: PlanChoice, check: CheckChoice, save: S
                                   optimize_exporter_pools=plan.optimize_exporter_pools,
                                   traced_shapes=plan.traced_shapes, allow_partial=plan.allow_partial,
                                   input_checked=True, **plan.cost_arguments)
+        if external and not save.save_as_external_data:
+            result.report.notes += shared_data(result.model, src, dst, in_place=save.in_place)
         # the report is written once OUT is complete but before it is renamed into place: a report that
         # cannot be written leaves no OUT, and a failed commit takes the report away again
         written: list[Path] = []
@@ -91,3 +94,17 @@ def show(report: PatchReport, dst: str, quiet: bool = False) -> None:
     if not quiet:
         for line in notes:
             click.echo(line)
+
+
+def shared_data(model, src: Path, dst: str, *, in_place: bool) -> list[Note]:
+    """OUT beside IN keeps IN's external data files rather than copying them (:func:`~onnxpoolfix.io.save_model`):
+    a note naming them, since OUT moved alone does not load (review58 F6). None for IN patched in place."""
+    target = resolve_output(dst)
+    if target.special or in_place:
+        return []
+    plan = plan_save(model, target.path, source_path=src, save_as_external_data=False, in_place=False)
+    if plan.mode != "keep":
+        return []
+    names = sorted({p.name for p in plan.source_files})
+    return [Note(f"OUT reads its weights from IN's data file(s) {', '.join(names)} beside it (shared, not copied): "
+                 "move them with OUT, or give --save-as-external-data for OUT's own", "shared-data", files=names)]

@@ -92,6 +92,26 @@ def test_external_data_save_as_external_data(tmp_path: Path) -> None:
     assert_runs_and_matches(out, rows, cols, count)
 
 
+@pytest.mark.parametrize("where", ["same folder", "other folder", "own data file"])
+def test_out_sharing_ins_data_file_says_so(tmp_path: Path, where: str) -> None:
+    """OUT beside IN reads IN's data file (shared, not copied): OUT moved alone does not load (review58 F6), so the
+    run names the file, in the JSON report too; OUT elsewhere, or with its own data file, holds its weights."""
+    import json
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
+    src = model_with_pool(tmp_path / "in", 256, 16, 2)
+    out = (tmp_path / "in" if where == "same folder" else tmp_path / "out") / "fixed.onnx"
+    extra = ["--save-as-external-data"] if where == "own data file" else []
+    p = patch_subprocess(src, out, "--report", tmp_path / "r.json", *extra)
+    notes = [n for n in json.loads((tmp_path / "r.json").read_text())["notes"] if n["code"] == "shared-data"]
+    shared = {e.value for t in onnx.load(out, load_external_data=False).graph.initializer for e in t.external_data
+              if e.key == "location"} == {"weights.bin"}
+    assert shared == bool(notes) == (where == "same folder")
+    if notes:
+        assert notes[0]["data"]["files"] == ["weights.bin"] and "weights.bin" in p.stdout
+
+
 def test_patch_never_reads_the_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """OUT next to IN shares the data file; with --no-check nothing may open it (the C++ checker only stats
     it). With the check, only onnxruntime reads it."""
