@@ -28,7 +28,9 @@ __all__ = ["computed_reduces", "mean_of_a_result"]
 HIDDEN = ("a global reduce of the exporter's whose source line calls something that may hold an adaptive pool (a "
           "helper function or method: the exporter records no frame inside it), whose output size the file does not "
           "show: 1 at the traced size, a size written 1 or one computed from the input, which differ at other sizes; "
-          "no classifier after it takes a fixed number of features")
+          "no flatten that keeps the batch (a Flatten, a Reshape to [N, -1]) leads it to a classifier of a fixed "
+          "number of features (under a symbolic batch torch writes flatten(p, 1) as a Reshape to [-1, C], as it "
+          "writes a per-position view(-1, C))")
 ONE_LONG = ("a global reduce of an adaptive module's over an axis 1 long at the given traced size: a size of 1 "
             "there, or torch's None (it follows the input), which differ at other sizes; the module's size is "
             "nowhere in the file")
