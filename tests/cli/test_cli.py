@@ -290,7 +290,7 @@ def test_a_run_prints_a_result_line_then_one_line_per_note(tmp_path: Path) -> No
     assert re.fullmatch(r"PARTIAL fix, OUT is not right at every size: replaced 2 nodes; onnxruntime check passed "
                         rf"\(max error [0-9.e+-]+\); wrote {re.escape(str(out))}", lines[at]), lines[at]
     notes = lines[at + 1:]
-    assert len(notes) == 7 and all(n.startswith("note: ") for n in notes), notes
+    assert len(notes) == 8 and all(n.startswith("note: ") for n in notes), notes
     assert "dynamo region 'mean_1'" in notes[0] and "also run alone" in notes[-2]
     assert any("If node(s) onnxpoolfix wrote" in n and "--target portable writes none" in n for n in notes)
     assert "every window of the dynamic lowering proven up to n = 512" in notes[-1]
