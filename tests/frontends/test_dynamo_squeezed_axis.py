@@ -71,3 +71,20 @@ def test_a_squeeze_does_not_decide_an_axis_of_one_element_windows(tmp_path):
     onnx.save(model, src)
     r = CliRunner().invoke(main, [str(src), str(out)])
     assert r.exit_code == 4 and not out.exists() and "torch's None" in r.stderr
+
+
+def test_a_traced_size_the_squeeze_agrees_with_does_not_rest_on_the_traced_size_alone(tmp_path):
+    """With --traced-shape at the export's own size the Squeeze still says the pool is to 1 (review57 F2: the run
+    warned that the size rested on the traced size alone, "nothing in the graph confirms it", while the same file
+    without the option was patched from the Squeeze). A traced size the Squeeze does not agree with still rests
+    on the option alone (and the Squeeze after it refuses the size it reads)."""
+    torch.manual_seed(0)
+    module = Crnn(nn.AdaptiveAvgPool2d((None, 1))).eval()
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(export_symbolic_hw(module, TRACED), src)
+    r = CliRunner().invoke(main, [str(src), str(out), "--traced-shape", "x:1,3,32,100"])
+    assert r.exit_code == 0, r.output
+    assert "rests on" not in r.output and "a Squeeze of its result says" in r.output, r.output
+    assert max(errors_vs_torch(module, onnx.load(out), SIZES, seed=2).values()) < 1e-5
+    r = CliRunner().invoke(main, [str(src), str(out), "--traced-shape", "x:1,3,64,100"])  # 16 by the kernel 8: 2
+    assert r.exit_code == 5 and "read off the given --traced-shape alone" in r.output, r.output

@@ -286,8 +286,8 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
             sibling = known.get(module_scope(node), {})
             ones = [a for a in ones if sibling.get(a) != traced[a]]
         features = classifier_features(g.nodes, g.initializers, result)
-        if traced is None and not ones and (traced := _squeezed(g, node, site.dims, kernel)) is not None:
-            evidence += "; a Squeeze of its result says the symbolic pooled axes pool to 1"
+        if (squeezed := None if ones else _squeezed(g, node, site.dims, kernel)) and traced in (None, squeezed):
+            traced, evidence = squeezed, f"{evidence}; a Squeeze of its result says the symbolic pooled axes pool to 1"
         if traced is None and ones and features is None:  # (1, None) of an OCR model: no traced size decides it
             left(f"an {op} frozen at the traced size whose axis {2 + ones[0]} has windows of one element: "
                  "torch's None (it follows the input) or the traced size of that axis, which differ at other sizes, "
@@ -330,8 +330,8 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
     findings.regions.append(Region(result, node.input[0], frozenset(o for o in node.output if o) | extra_out,
                                    frozenset(x for x in node.input if x) | extra_in, evidence, output_size,
                                    tuple(site.bound or ()), 1 + (len(chain.nodes) if chain else 0)))
-    if reading.size is None and site.bound is not None:
-        resting.append((result, node.input[0], output_size, op))
+    if reading.size is None and site.bound is not None and site.bound[2:] != squeezed:  # (a Squeeze
+        resting.append((result, node.input[0], output_size, op))  # that agrees with the traced size confirms it)
     busy.add(result)
     if chain:
         busy.add(chain.indices)
