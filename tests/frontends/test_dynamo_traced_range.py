@@ -25,6 +25,10 @@ from onnxpoolfix import patch  # noqa: E402
     ("{s53: VR[2, int_oo], s0: VR[2, int_oo]}", []),  # Dim.DYNAMIC, nothing narrowed
     ("{s77: VR[0, int_oo], s53: VR[2, 64]}", [("s53", "2", "64")]),
     ("", []),
+    # a derived Dim (``8*h``): its key is the expression, not the symbol it names (review59 F1: "s39 in [8, 512]")
+    ("{8*s39: VR[8, 512], 8*s94: VR[8, 512], s39: VR[2, 64], s94: VR[2, 64]}",
+     [("8*s39", "8", "512"), ("8*s94", "8", "512"), ("s39", "2", "64"), ("s94", "2", "64")]),
+    ("{2*s1 + 1: VR[5, 129], s1: VR[2, int_oo]}", [("2*s1 + 1", "5", "129")]),
 ])
 def test_the_narrowed_ranges_are_read_from_the_metadata(text, want):
     model = onnx.ModelProto()

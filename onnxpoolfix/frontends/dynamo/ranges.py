@@ -13,7 +13,8 @@ import onnx
 from ...report import Note
 
 RANGE_KEY = "pkg.torch.export.ExportedProgram.range_constraints"
-_RANGE = re.compile(r"(\w+):\s*VR\[(-?\w+),\s*(-?\w+)\]")
+#: a key is a symbol or, for a derived Dim (``8*h``), an expression of one: ``{8*s39: VR[8, 512], s39: VR[1, 64]}``
+_RANGE = re.compile(r"(?:^|[{,])\s*([^:,{}]+?):\s*VR\[(-?\w+),\s*(-?\w+)\]")
 #: torch's own bounds of an unconstrained size (0 and 1 are specialised)
 _FREE_LOW, _FREE_HIGH = ("0", "1", "2"), ("int_oo", "oo", "inf")
 
