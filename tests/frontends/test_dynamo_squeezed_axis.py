@@ -77,7 +77,8 @@ def test_a_traced_size_the_squeeze_agrees_with_does_not_rest_on_the_traced_size_
     """With --traced-shape at the export's own size the Squeeze still says the pool is to 1 (review57 F2: the run
     warned that the size rested on the traced size alone, "nothing in the graph confirms it", while the same file
     without the option was patched from the Squeeze). A traced size the Squeeze does not agree with still rests
-    on the option alone (and the Squeeze after it refuses the size it reads)."""
+    on the option alone: the Squeeze after it contradicts the given size, which is refused as a contradiction
+    (exit 4, as any binding the graph contradicts), not left to the check."""
     torch.manual_seed(0)
     module = Crnn(nn.AdaptiveAvgPool2d((None, 1))).eval()
     src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
@@ -86,5 +87,7 @@ def test_a_traced_size_the_squeeze_agrees_with_does_not_rest_on_the_traced_size_
     assert r.exit_code == 0, r.output
     assert "rests on" not in r.output and "a Squeeze of its result says" in r.output, r.output
     assert max(errors_vs_torch(module, onnx.load(out), SIZES, seed=2).values()) < 1e-5
-    r = CliRunner().invoke(main, [str(src), str(out), "--traced-shape", "x:1,3,64,100"])  # 16 by the kernel 8: 2
-    assert r.exit_code == 5 and "read off the given --traced-shape alone" in r.output, r.output
+    wrong = tmp_path / "wrong.onnx"
+    r = CliRunner().invoke(main, [str(src), str(wrong), "--traced-shape", "x:1,3,64,100"])  # 16 by the kernel 8: 2
+    assert r.exit_code == 4 and not wrong.exists(), r.output  # refused before any check (it exited 5 before)
+    assert "contradicts the graph" in r.stderr and "Squeeze" in r.stderr, r.stderr

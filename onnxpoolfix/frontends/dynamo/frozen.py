@@ -1,10 +1,9 @@
-"""The dynamo exporter's pooling ops frozen at the traced size under symbolic sizes (part of the dynamo
-front end, :mod:`.front_end`): an AveragePool/MaxPool whose kernel and strides were computed from the traced
-input. Each node's readings (:mod:`.frozen_readings`: genuine pool, adaptive pool of a written or traced size,
-area resize by scale_factor, unknown) are narrowed by the traced size and by what other nodes of the same
-tensor imply; a node is replaced only where one adaptive reading of a known output size is left, stays where
-one genuine reading is left, and is a suspect with why (refused unless allowed) otherwise.
-"""
+"""The dynamo exporter's pooling ops frozen at the traced size under symbolic sizes (part of :mod:`.front_end`):
+an AveragePool/MaxPool whose kernel and strides were computed from the traced input. Each node's readings
+(:mod:`.frozen_readings`: genuine pool, adaptive pool of a written or traced size, area resize by scale_factor,
+unknown) are narrowed by the traced size and by what other nodes of the same tensor imply; a node is replaced
+only where one adaptive reading of a known output size is left, stays where one genuine reading is left, and is a
+suspect with why (refused unless allowed) otherwise."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -54,17 +53,16 @@ def frozen_pool_ops(model, g: DataflowGraph, info, traced_shapes, findings: Fron
     ``traced_shapes``: the export call's input shapes where given (never a deployment size: the output size it
     gives a module's pool is n / kernel there). ``resting``: (result, pooled tensor, output size, op type) of
     each whose size rests on the traced size alone; ``ends``: the decomposed regions' end nodes. Returns the
-    contradictions of the traced size (a node none of whose readings has its windows there), for the caller
-    to raise; ``dynamo_file`` or ``ends``: whatever its nodes say."""
+    contradictions of the traced size (a node none of whose readings has its windows there, or a Squeeze after it
+    contradicts), for the caller to raise; ``dynamo_file`` or ``ends``: whatever its nodes say."""
     sites, contradictions, dynamo_file = [], [], dynamo_file or bool(ends)
     outputs = {o.name for o in model.graph.output}
     read = read_names(model.graph) | outputs
     modules = submodules(g.nodes)
     chains = index_chains(g, outputs)  # torch's indices from ONNX's: the exporter's arithmetic after a MaxPool
     in_chains = {i for c in chains.values() for i in c.nodes}  # its kernel-1 MaxPool is no pool of its own
-    # torch's export merges two calls that pool one tensor with the same windows at the traced size into one
-    # node, with the first call's metadata; the second call's result is an Identity of it without metadata
-    # (an Identity the exporter writes for one tensor returned twice is named "<name>_alias_<k>": no merge)
+    # torch merges two calls pooling one tensor with the same traced windows into one node (the first call's
+    # metadata); the second's result is an Identity of it without metadata ("<name>_alias_<k>" is no merge)
     merged = {n.input[0] for n in g.nodes if n.op_type == "Identity" and n.input and not has_metadata(n)
               and not any("_alias_" in o for o in n.output)}
     for index, node in enumerate(g.nodes):
@@ -127,8 +125,7 @@ class _Site:
 
 def _site(index: int, node: onnx.NodeProto, info, busy, modules, merged: bool, g: DataflowGraph) -> _Site | None:
     """A pooling node under symbolic pooled sizes whose windows an adaptive pool could have, with its readings.
-    ``merged``: an Identity without metadata reads its result (another call torch merged into it, whose reading
-    the file does not hold)."""
+    ``merged``: an Identity without metadata reads its result (a call torch merged into it, unread in the file)."""
     if node.op_type not in ("AveragePool", "MaxPool") or node.domain not in ("", "ai.onnx") or not node.input:
         return None
     if node.doc_string.startswith(EMITTED_BY) or node.output[0] in busy or window_attrs(node) is None:
@@ -286,7 +283,12 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
             sibling = known.get(module_scope(node), {})
             ones = [a for a in ones if sibling.get(a) != traced[a]]
         features = classifier_features(g.nodes, g.initializers, result)
-        if (squeezed := None if ones else _squeezed(g, node, site.dims, kernel)) and traced in (None, squeezed):
+        if (squeezed := None if ones else _squeezed(g, node, site.dims, kernel)) and traced not in (None, squeezed):
+            return ShapeError(f"the given traced size contradicts the graph: the {op} '{result}' pools "
+                              f"{size_text(traced)} to {size_text(adaptive_sizes(node, tuple(traced)))}; a Squeeze of "
+                              f"its result drops axes 1 long only where that is {size_text(squeezed)}",
+                              contradiction_hint(None))
+        if squeezed:
             traced, evidence = squeezed, f"{evidence}; a Squeeze of its result says the symbolic pooled axes pool to 1"
         if traced is None and ones and features is None:  # (1, None) of an OCR model: no traced size decides it
             left(f"an {op} frozen at the traced size whose axis {2 + ones[0]} has windows of one element: "
@@ -374,9 +376,7 @@ def _squeezed(g: DataflowGraph, node: onnx.NodeProto, dims: tuple, kernel: list[
 
 def _unit_axis(node: onnx.NodeProto, a: int) -> bool:
     """Whether the pooling node's windows on pooled axis ``a`` are single elements (kernel 1, stride 1, no pads)."""
-    attrs = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
-    kernel, strides = list(attrs.get("kernel_shape", [])), list(attrs.get("strides", []))
-    pads = list(attrs.get("pads", []))
+    kernel, strides, pads = (list(attributes(node).get(k, [])) for k in ("kernel_shape", "strides", "pads"))
     return (a < len(kernel) and kernel[a] == 1 and (not strides or strides[a] == 1)
             and not any(pads[i] for i in (a, a + len(kernel)) if i < len(pads)))
 
