@@ -210,8 +210,7 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
         top = sum(n.op_type == "If" for n in model.graph.node)
         tract = "; nor tract, with two in one graph" if top > 1 else ""
         notes.append(Note(f"OUT holds {ifs} If node(s) onnxpoolfix wrote (NaN/inf guards, which finite inputs skip), "
-                          f"which pnnx (ncnn) and onnx2torch do not take (nor onnx2tf, around a MatMul{tract}), "
-                          "and OpenVINO 2026.4 computed garbage for them under symbolic sizes in some networks "
+                          f"which pnnx (ncnn) and onnx2torch do not take (nor onnx2tf, around a MatMul{tract}) "
                           f"(measured): {TARGET_PORTABLE} writes none, nor {TARGET_TENSORRT}", "if-guards", ifs=ifs,
                           top_level_ifs=top))
     one_axis = [d.spec.node.label for d in applied if d.lowering == "window_slices" and d.spec.opset >= 18

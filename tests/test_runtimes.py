@@ -54,11 +54,11 @@ def test_openvino_matches_torch(case, target):
 def test_openvino_runs_an_area_upsampling_joined_with_a_skip(tmp_path):
     """smp's Unet with ``decoder_interpolation="area"`` in miniature (review58 F2, review57 F1): two stride-2 convs,
     the deeper map upsampled by ``F.interpolate(scale_factor=2, mode="area")`` and joined with the skip, exported
-    by TorchScript with symbolic N/H/W. OpenVINO 2026.4 computes garbage (1e30, NaN; uninitialised memory, some
-    runs right) for the default target's NaN-guard ``If`` here under symbolic sizes, which a Concat reads after
-    convolutions: not asserted either way (not deterministic). The tensorrt target writes no If, and docs/targets.md
-    names it for OpenVINO with symbolic sizes (the portable target refuses output sizes computed at run time):
-    run here at three sizes against torch."""
+    by TorchScript with symbolic N/H/W. OpenVINO 2026.4's CPU plugin computed garbage (1e30, NaN) on a compiled
+    model's first run where the default target's NaN-guard ``If`` handed the pooled tensor through its finite
+    branch and a Concat read it: every size, each compiled afresh. The If now hands out a one-element zero and a
+    Where after it picks the pooled tensor. Both targets (the tensorrt one writes no If) at three sizes, each
+    OpenVINO's first run of its compiled model, against torch."""
     torch = pytest.importorskip("torch")
     functional = torch.nn.functional
 
@@ -80,14 +80,15 @@ def test_openvino_runs_an_area_upsampling_joined_with_a_skip(tmp_path):
                       input_names=["x"], output_names=["y"],
                       operator_export_type=torch.onnx.OperatorExportTypes.ONNX_FALLTHROUGH,
                       dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}})
-    patched = onnxpoolfix.patch(onnx.load(path), target="tensorrt").model
-    assert not [n for n in patched.graph.node if n.op_type == "If"]
-    for shape in [(1, 2, 12, 16), (1, 2, 8, 8), (2, 2, 20, 28)]:
-        x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
-        with torch.no_grad():
-            want = module(torch.from_numpy(x)).numpy()
-        np.testing.assert_allclose(openvino_run(patched, {"x": x})["y"], want, rtol=1e-5, atol=1e-5,
-                                   err_msg=f"at {shape}")
+    for target, ifs in (("onnxruntime", 1), ("tensorrt", 0)):
+        patched = onnxpoolfix.patch(onnx.load(path), target=target).model
+        assert sum(n.op_type == "If" for n in patched.graph.node) == ifs, target
+        for shape in [(1, 2, 12, 16), (1, 2, 8, 8), (2, 2, 20, 28)]:
+            x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+            with torch.no_grad():
+                want = module(torch.from_numpy(x)).numpy()
+            np.testing.assert_allclose(openvino_run(patched, {"x": x})["y"], want, rtol=1e-5, atol=1e-5,
+                                       err_msg=f"{target} at {shape}")
 
 
 # --------------------------------------------------------------------------------------------------- tract

@@ -27,7 +27,8 @@ class NonFiniteAvgStep(WrappedSteps):
 
     The plain steps run first; their output is finite exactly when the input is (every input element lies in
     some window, and a finite average of finite values is finite): one ReduceSum over the pooled OUTPUT
-    tells. Finite: the If's then-branch hands the plain result on. Otherwise the else-branch recomputes
+    tells. Finite: the If's then-branch hands the plain result on (under symbolic sizes a Where after the If picks
+    it, the If's finite branch a one-element zero: OpenVINO, :meth:`emit`). Otherwise the else-branch recomputes
     from the input with every NaN/inf zeroed, pools three 0/1 masks (NaN, +inf, -inf) with the same steps
     (a window's mask average is > 0 iff the window holds one), and writes torch's value where a mask
     reached. Needs opset 9 (IsNaN, Where).
@@ -38,9 +39,10 @@ class NonFiniteAvgStep(WrappedSteps):
 
     equal_masks: bool = False  # every test an Equal (from opset 11; see above)
 
-    def cost(self, shape, itemsize):  # priced for the finite path: the plain steps, one read of y, the If
-        read = numel(self.out_shape(shape)) * itemsize / C.BANDWIDTH
-        return run_cost(self.inner, shape, itemsize) + 4 * C.NODE + read
+    def cost(self, shape, itemsize):  # priced for the finite path: the plain steps, one read of y, the If (and under
+        read = numel(self.out_shape(shape)) * itemsize / C.BANDWIDTH  # symbolic sizes the Where: y read, written)
+        where = 0 if all(isinstance(d, int) for d in shape) else C.NODE + 2 * read
+        return run_cost(self.inner, shape, itemsize) + 4 * C.NODE + read + where
 
     @property
     def ops(self):
@@ -73,9 +75,19 @@ class NonFiniteAvgStep(WrappedSteps):
         y = self.plain(em, x, shape, elem)
         total = em.op("ReduceSum", [y], keepdims=0)  # NaN iff y holds a NaN or an inf (or both signs)
         finite = em.is_finite(total, np_dtype(elem))
-        then_branch = if_branch(em, "finite_pooled", elem, lambda sub: y)
+        # Under symbolic sizes (a batch's too) the If hands out no tensor of the outer graph: its finite branch is
+        # a one-element zero and a Where after it picks y. OpenVINO 2026.4's CPU plugin computed garbage on a
+        # compiled model's first run where the branch passed y through and a Concat read the If (smp's Unet
+        # with an area decoder; static files are right: measured, tests/test_runtimes.py). The Where costs one
+        # pass over the pooled output.
+        static = all(isinstance(d, int) for d in shape)
+        nothing = np.zeros([1] * len(shape), np_dtype(elem))
+        then_branch = if_branch(em, "finite_pooled", elem,
+                                lambda sub: y if static else sub.const("finite_pooled", nothing))
         else_branch = if_branch(em, "non_finite_pooled", elem, lambda sub: self._exact(sub, x, shape, elem))
-        return em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)
+        if static:
+            return em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)
+        return em.op("Where", [finite, y, em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)])
 
 
 #: IsNaN and Where, which the guard needs, come with opset 9
