@@ -17,11 +17,13 @@ import onnx
 from .check import ExtraRun, foreign_notes, run_check
 from .check.bodies import check_in_bodies
 from .check.differential import (
+    as_given,
     compare_with_original,
-    known_right_shapes,
+    input_signature,
     original_outputs,
     redefined_by_plan,
     redefined_in,
+    right_shapes,
 )
 from .errors import ArgumentError, InvalidModelError
 from .frontends.dynamo import frozen_error, partial_lines
@@ -63,6 +65,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
         input_shapes: bind graph inputs' symbolic dims, e.g. ``{"x": [1, 3, 224, 224]}``. Where a
             pooled axis was symbolic, the static lowering then holds for that size only, so the patched
             model keeps the bound input shape (the report says so); otherwise the original signature stays.
+            A dynamo file's regions are proven at it (it must then equal ``traced_shapes`` where both bind OUT).
         keep_input_shapes: always save the bound input shapes.
         check_shapes: concrete input shapes to run the check at (default: derived from the model).
         model_dir: the folder holding the model's external data, when its weights are not loaded.
@@ -147,6 +150,7 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
                           keep_input_shapes=keep_input_shapes, optimize_exporter_pools=optimize_exporter_pools,
                           seed=int(seed), traced_shapes=traced_shapes, model_dir=model_dir,
                           cost_model=cost_model, kept_by_table=kept_by_table)
+    signature = input_signature(model)  # (a front end may bind OUT's inputs: the file as given is this one)
     mp = plan_model(model, options)
     found = mp.found
     if found.inlined and inplace:  # the inliner builds a new model: inplace means the caller's object
@@ -184,11 +188,12 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
     # where the original file is known right (its static size, the given traced size) and the dynamo front end
     # read frozen pools or regions in it: its outputs there, before the rewrite, for OUT to equal
     original = None
-    right_at = known_right_shapes(model, traced_shapes) if check and found.regions and not input_shapes else None
+    right_at = right_shapes(model, signature, traced_shapes, input_shapes) if check and found.regions else None
     if right_at is not None:
         planned = [p.spec for p in mp.separate] + [lv.spec for g in mp.groups for lv in g.levels]
-        original = original_outputs(model, right_at, redefined_by_plan(model, planned), seed=seed,
-                                    model_dir=model_dir)
+        with as_given(model, signature):  # IN as torch wrote it, where OUT is bound (--input-shape)
+            original = original_outputs(model, right_at, redefined_by_plan(model, planned), seed=seed,
+                                        model_dir=model_dir)
     # the input file's graph without its weights, for the check of the layers after the replaced nodes
     input_light = light_copy(model) if check else None
     applied = apply_model_plan(model, mp)
@@ -218,8 +223,9 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
     if one_axis:  # review58: pnnx's Reduction then lists no axes; the two-axis global mean converts
         notes.append(Note(f"{len(one_axis)} node(s) reduce windows of symbolic length along one axis, whose axes "
                           "input (from opset 18) pnnx drops when it writes ncnn: ncnn then averages nothing and is "
-                          "wrong (measured); for ncnn, export at opset 17 (torch.onnx.export(..., "
-                          "opset_version=17)), where the axes are an attribute pnnx keeps", "pnnx-reduce-axes",
+                          f"wrong (measured); for ncnn, bind the size with {INPUT_SHAPES} (static windows), or "
+                          "export at opset 17 (torch.onnx.export(..., opset_version=17)), where the axes are an "
+                          "attribute pnnx keeps", "pnnx-reduce-axes",
                           nodes=one_axis))
     fixed = [d.spec for d in applied if d.spec.node.encoding in ("aten-op", "ATen-attr") and all(
         isinstance(m, int) for m in d.spec.node.output_size) and not all(
@@ -247,7 +253,7 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
         if in_bodies:
             check_in_bodies(model, in_bodies, report.nodes[len(done):], report, model_dir=model_dir, seed=seed)
         if original is not None:
-            where = ("its static size" if not right_at else "the given traced size "
+            where = ("its static size" if not right_at else f"the given {'traced' if traced_shapes else 'bound'} size "
                      + " ".join(f"{k}:{','.join(map(str, v))}" for k, v in right_at.items()))
             with phase("compare", shapes_detail(right_at)):
                 compare_with_original(model, *original, model_dir=model_dir, where=where, traced=bool(right_at),

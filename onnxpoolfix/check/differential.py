@@ -11,7 +11,8 @@ taken for an adaptive 4x4 pool of a 16x16 map differs at once.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import onnx
@@ -25,7 +26,8 @@ from ..words import TRACED_SHAPES_FORM
 from .cut import cut_bytes
 from .feeds import random_feed, symbolic_inputs
 
-__all__ = ["known_right_shapes", "redefined_by_plan", "redefined_in", "original_outputs", "compare_with_original"]
+__all__ = ["known_right_shapes", "input_signature", "as_given", "right_shapes", "redefined_by_plan", "redefined_in",
+           "original_outputs", "compare_with_original"]
 
 #: output tolerance relative to the output's scale, per float dtype (sums in another order round otherwise)
 _RELATIVE = {np.dtype(np.float64): 1e-9, np.dtype(np.float32): 1e-4, np.dtype(np.float16): 1e-2}
@@ -41,6 +43,42 @@ def known_right_shapes(model: onnx.ModelProto, traced_shapes: Mapping[str, Seque
     if traced_shapes and all(name in traced_shapes for name in symbolic):
         return {name: list(traced_shapes[name]) for name in symbolic}
     return None
+
+
+def input_signature(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Copies of the graph's inputs: the file's signature before a front end binds OUT's (``--input-shape``)."""
+    out = [onnx.ValueInfoProto() for _ in model.graph.input]
+    for o, i in zip(out, model.graph.input):
+        o.CopyFrom(i)
+    return out
+
+
+@contextmanager
+def as_given(model: onnx.ModelProto, signature: Sequence[onnx.ValueInfoProto]) -> Iterator[onnx.ModelProto]:
+    """``model`` with its inputs as ``signature`` declares them for the block (the file as given, its sizes
+    symbolic where a front end bound them: the original runs as torch wrote it), then as they were."""
+    bound = input_signature(model)
+    del model.graph.input[:]
+    model.graph.input.extend(signature)
+    try:
+        yield model
+    finally:
+        del model.graph.input[:]
+        model.graph.input.extend(bound)
+
+
+def right_shapes(model: onnx.ModelProto, signature: Sequence[onnx.ValueInfoProto],
+                 traced_shapes: Mapping[str, Sequence[int]] | None,
+                 input_shapes: Mapping[str, Sequence[int]] | None) -> dict | None:
+    """:func:`known_right_shapes` of the file as given (``signature``: its inputs before the front ends ran), at
+    the traced size, else at the bound size (the dynamo front end proves its regions there); None where OUT, its
+    inputs bound at another size than the traced one, does not run there."""
+    bound = [i.SerializeToString() for i in model.graph.input] != [i.SerializeToString() for i in signature]
+    if bound and traced_shapes and input_shapes and any(
+            list(v) != list(input_shapes.get(k, v)) for k, v in traced_shapes.items()):
+        return None
+    with as_given(model, signature):
+        return known_right_shapes(model, traced_shapes or input_shapes)
 
 
 def redefined_by_plan(model: onnx.ModelProto, specs: Sequence[PoolSpec]) -> list[str]:

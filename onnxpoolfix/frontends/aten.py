@@ -36,7 +36,7 @@ def bind_and_resolve(model, nodes, *, opset, target, input_shapes, keep_input_sh
     if not input_shapes:
         return resolve_specs(model, nodes, opset=opset, target=target), notes
     if keep_input_shapes:
-        _bind_in_out(model, input_shapes)
+        bind_in_out(model, input_shapes)
         return resolve_specs(model, nodes, opset=opset, target=target), ["input shapes bound as given"]
     originals = {i.name: onnx.ValueInfoProto() for i in model.graph.input}
     for i in model.graph.input:
@@ -51,13 +51,18 @@ def bind_and_resolve(model, nodes, *, opset, target, input_shapes, keep_input_sh
         free = [None] * len(nodes)
     specs = [f if f is not None and f.static else b for f, b in zip(free, bound)]
     if any(f is None or not f.static for f in free):
-        _bind_in_out(model, input_shapes)
-        notes.append(WarningNote("input shapes kept as bound: a pooled axis was symbolic and the static lowering "
-                                 "holds only at the bound size", "input-shapes-kept"))
+        bind_in_out(model, input_shapes)
+        notes.append(kept_note())
     return specs, notes
 
 
-def _bind_in_out(model: onnx.ModelProto, input_shapes) -> None:
+def kept_note() -> WarningNote:
+    """The note of a binding kept in OUT (this front end's and the dynamo front end's)."""
+    return WarningNote("input shapes kept as bound: a pooled axis was symbolic and the static lowering holds only "
+                       "at the bound size", "input-shapes-kept")
+
+
+def bind_in_out(model: onnx.ModelProto, input_shapes) -> None:
     """Bind the inputs in the model OUT is made of, dropping the shapes the exporter declared for standard ops'
     outputs: torch's, at the traced size, which a bound size other than it contradicts (onnxruntime refused OUT
     where an If the patch wrote reads such a tensor: "Can't merge shape info", review22 case 243)."""
@@ -66,4 +71,8 @@ def _bind_in_out(model: onnx.ModelProto, input_shapes) -> None:
         standard = drop_standard_declarations(g)
         for vi in g.output:  # (the graph outputs too: torch declares a dim no dynamic_axes names at its trace)
             if vi.name in standard and vi.type.HasField("tensor_type"):
-                vi.type.tensor_type.ClearField("shape")
+                if g is model.graph and vi.type.tensor_type.HasField("shape"):  # the checker wants the top level's
+                    for d in vi.type.tensor_type.shape.dim:  # shapes: its rank kept, every dim unknown (review61)
+                        d.Clear()
+                else:
+                    vi.type.tensor_type.ClearField("shape")

@@ -36,6 +36,7 @@ from ...report import RESTS_ON_TRACED, Note, WarningNote
 from ...spec import PoolNode, PoolSpec
 from ...words import ALLOW_PARTIAL, TRACED_SHAPES_FORM
 from ..base import EXPORT, STRIPPED, TRACED, FrontEndResult, PlanOptions, Region, Suspect
+from .binding import bind_dynamo_out
 from .crops import DROPPED_CROP, dropped_crop
 from .dataflow import (
     ENCODING,
@@ -66,16 +67,16 @@ __all__ = ["ENCODING", "dynamo_specs", "find_decomposed_pools", "frozen_error", 
 
 
 def dynamo_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence[PoolSpec] = ()) -> FrontEndResult:
-    """The front end at the seam: every proven region of the top-level graph, with notes naming the
-    evidence per region and each suspect left. The size the regions are proven at: ``traced_shapes``, else
-    ``input_shapes`` (the aten front end binds those in OUT; here they are the traced size too). None where
-    ``kept_by_table``: onnxpoolfix.export kept every adaptive pool as a node."""
-    if options.kept_by_table:
+    """The front end at the seam: every proven region of the top-level graph, with notes naming the evidence per
+    region and each suspect left. The size the regions are proven at: ``traced_shapes``, else ``input_shapes``,
+    which are bound in OUT where a region pools a symbolic axis (:mod:`.binding`). None where ``kept_by_table``."""
+    if options.kept_by_table:  # onnxpoolfix.export kept every adaptive pool as a node
         return FrontEndResult()
-    binding = options.traced_shapes or options.input_shapes
     result = find_decomposed_pools(model, opset=model_opset(model), target=options.target,
-                                   input_shapes=binding, traced_shapes=options.traced_shapes, taken=found,
-                                   seed=options.seed, model_dir=options.model_dir)
+                                   input_shapes=options.traced_shapes or options.input_shapes,
+                                   traced_shapes=options.traced_shapes, taken=found, seed=options.seed,
+                                   model_dir=options.model_dir)
+    bind_dynamo_out(model, result, options.input_shapes, options.traced_shapes)
     result.notes += region_notes(result.regions, result.suspects, bound=bool(options.traced_shapes))
     result.notes += range_note(model) if result.specs else []
     return result

@@ -1,0 +1,70 @@
+"""``--input-shape`` on a dynamo file: OUT bound at that size, as the ATen front end binds a leftover's
+(:func:`~onnxpoolfix.frontends.aten.bind_in_out`).
+
+The regions are proven at the bound size (it is the traced size to them, :func:`.front_end.dynamo_specs`).
+Where some region pools a symbolic axis, its spec gets the pooled tensor's sizes there (the file's declared dim
+expressions evaluated at the binding, else the shape the proof ran it at) and OUT's inputs are bound: the planner
+then picks a static lowering (no window arithmetic at run time, which converters such as pnnx and onnx2tf cannot
+take), exact at the one size OUT accepts. The differential check compares that OUT with the file as torch
+wrote it at the same size (``patch``). A bound size other than a given traced size is refused: the file is known
+right at its traced size only, which the bound OUT does not run at.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import onnx
+
+from ...errors import ArgumentError
+from ...graph.shapes import output_shape
+from ...spec import PoolSpec
+from ...words import INPUT_SHAPES, TRACED_SHAPES
+from ..aten import bind_in_out, kept_note
+from ..base import FrontEndResult
+from .search import declared_dims, evaluate, symbol_binding
+
+__all__ = ["bind_dynamo_out"]
+
+
+def bind_dynamo_out(model: onnx.ModelProto, result: FrontEndResult, input_shapes: Mapping[str, Sequence[int]] | None,
+                    traced_shapes: Mapping[str, Sequence[int]] | None) -> None:
+    """Bind ``input_shapes`` in ``model`` (in place) where some spec of ``result`` pools a symbolic axis that the
+    binding sizes, its specs made static there and a note added; nothing where no spec needs it."""
+    if not input_shapes or all(s.static for s in result.specs):
+        return
+    env = symbol_binding(declared_dims(model), input_shapes) or {}
+    proven = {r.result: r.proven_at for r in result.regions}
+    specs = [_at(s, env, proven.get(s.node.output)) for s in result.specs]
+    if not any(s.static and not old.static for s, old in zip(specs, result.specs)):
+        return  # no pooled size known at the binding: OUT stays symbolic, its lowerings exact at every size
+    other = {name: list(dims) for name, dims in (traced_shapes or {}).items()
+             if name in input_shapes and list(dims) != list(input_shapes[name])}
+    if other:
+        bound = " ".join(f"{k}:{','.join(map(str, input_shapes[k]))}" for k in other)
+        traced = " ".join(f"{k}:{','.join(map(str, v))}" for k, v in other.items())
+        raise ArgumentError(
+            f"{INPUT_SHAPES} {bound} would bind this dynamo file's OUT at a size other than its {TRACED_SHAPES} "
+            f"{traced}: the file is known right only at its traced size, where the bound OUT does not run, so "
+            "nothing would check it",
+            f"give {INPUT_SHAPES} alone (its regions are proven at that size and OUT compared with the file there), "
+            f"the same size to both, or no {INPUT_SHAPES} for a symbolic OUT exact at every size",
+            argument="input_shapes", value={k: list(v) for k, v in input_shapes.items()})
+    result.specs[:] = specs
+    bind_in_out(model, input_shapes)
+    result.notes.append(kept_note())
+
+
+def _at(spec: PoolSpec, env: Mapping[str, int], proven: Sequence[int] | None) -> PoolSpec:
+    """``spec`` with its input's dims at the binding ``env`` (a dim the expressions do not give: the shape the
+    region was proven at, where that is the binding's), or ``spec`` itself where a pooled size stays unknown."""
+    if spec.static:
+        return spec
+    dims = [evaluate(d, env) if isinstance(d, str) else d for d in spec.input_shape]
+    if proven is not None and len(proven) == len(dims) and all(isinstance(p, int) for p in proven):
+        dims = [p if d is None else d for d, p in zip(dims, proven)]
+    dims = [d if d is not None else old for d, old in zip(dims, spec.input_shape)]
+    if not all(isinstance(d, int) for d in dims[len(dims) - spec.k:]):
+        return spec
+    shape = tuple(dims)
+    return replace(spec, input_shape=shape, output_shape=output_shape(spec.node, shape))
