@@ -5,8 +5,8 @@
 
 Per average case of cases.py and each dynamic-H/W average case of cases_dynamic.py (run at a size it was not
 traced at): the FALLTHROUGH export patched with the default target, whose MatMul averages sit behind an If
-("is the pooled output finite?": a Where after it picks the MatMul's result, its else-branch recomputes
-with NaN/inf kept in their windows), against the same file with each guard replaced by the plain result
+("is the pooled output finite?": its then-branch, or under symbolic sizes a Where after it, hands the MatMul's
+result on, its else-branch recomputes with NaN/inf kept in their windows), against the same file with each guard replaced by the plain result
 (what the default target wrote before the guard), and beside the portable target's weight-free averages.
 Timed interleaved with runners.time_interleaved beside the read-once floor (busy rounds discarded); each
 ratio is the median of per-round ratios. Only cases whose default lowering carries a guard are listed.
@@ -44,9 +44,15 @@ def without_guards(model: onnx.ModelProto) -> onnx.ModelProto | None:
     if not guards:
         return None
     picks = {n.input[2]: n for n in g.node if n.op_type == "Where" and len(n.input) == 3}
-    for n in guards:  # the Where after the If picks the plain result (its input 1) where finite
-        where = picks[n.output[0]]
-        where.op_type, where.input[:] = "Identity", [where.input[1]]
+    for n in guards:
+        if n.output[0] in picks:  # symbolic sizes: the Where after the If picks the plain result (its input 1)
+            where = picks[n.output[0]]
+            where.op_type, where.input[:] = "Identity", [where.input[1]]
+            continue
+        then = next(a.g for a in n.attribute if a.name == "then_branch")
+        (only,) = then.node  # static: the If's finite branch hands the plain result on
+        n.op_type, n.input[:] = "Identity", [only.input[0]]
+        del n.attribute[:]
     live, keep = {o.name for o in g.output}, []
     for n in reversed(g.node):  # nodes are in topological order: walk back from the outputs
         if any(o in live for o in n.output):
@@ -98,7 +104,7 @@ def main():
                  f"onnxruntime, {THREADS} threads, fp32, interleaved, on a machine shared with other jobs. "
                  "\"without guard\" is the same patched file with each guard replaced by the plain result: "
                  "what the default target wrote before the guard existed. The guard's finite path adds one "
-                 "ReduceSum over the pooled output, an If and a Where.")
+                 "ReduceSum over the pooled output and an If (and under symbolic sizes a Where).")
         write_table(RESULTS, HEADING, intro, lines)
 
 
