@@ -13,7 +13,7 @@ pytest.importorskip("onnxscript")
 F = torch.nn.functional
 
 import onnx
-from dynamo_exports import assert_cli_refuses, errors_vs_torch
+from dynamo_exports import assert_cli_refuses, errors_vs_torch, older_torch
 from export_cache import dynamo_export
 
 from onnxpoolfix import patch
@@ -45,6 +45,8 @@ def _without_slices(model: onnx.ModelProto) -> onnx.ModelProto:
     out.CopyFrom(model)
     g = out.graph
     gone = {n.output[0]: n.input[0] for n in g.node if n.op_type == "Slice" and n.input[0] == "x"}
+    if not gone and older_torch(torch):  # torch 2.9.1 itself wrote this file (review63): nothing to remove
+        return out
     assert gone, "torch wrote no Slice of x"
     kept = [n for n in g.node if n.output[0] not in gone]
     for n in kept:
