@@ -123,3 +123,64 @@ def test_means_the_line_shows_or_a_classifier_fixes_stay_as_written(module, tmp_
     assert r.exit_code == 0, r.output
     errors = errors_vs_torch(module, onnx.load(out), [(13, 9), *SIZES], seed=1)
     assert max(errors.values()) < 1e-5, errors
+
+
+class AvgMaxHead(nn.Module):
+    """timm's SelectAdaptivePool2d(pool_type='avgmax', flatten=True) and a classifier (resnet18(global_pool='avgmax'))."""
+
+    def __init__(self):
+        super().__init__()
+        self.output_size = 1
+        self.flatten = nn.Flatten(1)
+        self.fc = nn.Linear(3, 4)
+
+    def forward(self, x):
+        return self.fc(self.flatten(avgmax(x, self.output_size)))
+
+
+class PerPositionView(nn.Module):
+    """A hidden pool's result viewed per position, ``view(-1, C)``: torch writes the same Reshape to [-1, C] as an
+    nn.Flatten's under a symbolic batch, and here the rows follow the input (2 per sample at W = 8)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+
+    def forward(self, x):
+        return self.fc(pool_w(x).view(-1, 3))
+
+
+def _export_dynamic_batch(module, hw):
+    from export_cache import dynamo_export
+
+    torch.manual_seed(0)
+    dims = {"x": {0: torch.export.Dim.DYNAMIC, 2: torch.export.Dim.DYNAMIC, 3: torch.export.Dim.DYNAMIC}}
+    return dynamo_export(module.eval(), (torch.randn(2, 3, *hw),), dynamic_shapes=dims, input_names=["x"])
+
+
+@pytest.mark.parametrize("module", [seeded(AvgMaxHead()), seeded(CatAvgMaxHead())], ids=["avgmax", "catavgmax"])
+def test_a_timm_head_under_a_symbolic_batch_stays_as_written(module, tmp_path):
+    """review62: with the batch symbolic too, torch writes nn.Flatten(1) as a Reshape to [-1, C], which was not read
+    as a flatten that keeps the batch: the head was refused (exit 4), though torch's file is exact at every size."""
+    model = _export_dynamic_batch(module, (13, 9))
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, src)
+    r = CliRunner().invoke(main, [str(src), str(out), "--traced-shape", "x:2,3,13,9"])
+    assert r.exit_code == 0, r.output
+    import numpy as np
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    for batch, hw in [(2, (13, 9)), (1, (16, 23)), (3, (33, 41)), (3, (20, 13)), (1, (9, 100))]:
+        x = rng.standard_normal((batch, 3, *hw)).astype(np.float32)
+        with torch.no_grad():
+            want = module(torch.from_numpy(x)).numpy()
+        got = sess.run(None, {"x": x})[0]
+        assert got.shape == want.shape and float(np.abs(got - want).max()) < 1e-5, (batch, hw)
+
+
+def test_a_per_position_view_of_a_hidden_pool_stays_refused(tmp_path):
+    module = PerPositionView()
+    model = _export_dynamic_batch(module, (16, 7))
+    assert_cli_refuses(model, tmp_path, ([], ["--traced-shape", "x:2,3,16,7"]))

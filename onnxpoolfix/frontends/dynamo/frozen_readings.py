@@ -223,7 +223,20 @@ def _flattens_from_axis_1(n, t: str, initializers, constants) -> bool:
     if n.op_type != "Reshape" or n.input[0] != t or len(n.input) < 2:
         return False
     target = constant_value(n.input[1], initializers, constants)  # [N, -1], or [1, C] of a static batch
-    return target is not None and len(target) == 2 and (int(target[1]) == -1 or min(map(int, target)) >= 1)
+    if target is None or len(target) != 2:
+        return False
+    return int(target[1]) == -1 or min(map(int, target)) >= 1 or (
+        int(target[0]) == -1 and int(target[1]) > 1 and _flatten_module(n))
+
+
+def _flatten_module(n) -> bool:
+    """``n`` is an ``nn.Flatten``'s (the innermost module of the exporter's ``class_hierarchy``): under a symbolic
+    batch torch writes its ``flatten(p, 1)`` as a Reshape to [-1, C], which a per-position ``view(-1, C)`` writes
+    too; an nn.Flatten of a pool's [N, C, 1, 1] to two dims whose last is longer than 1 is start_dim=1 alone
+    (timm's SelectAdaptivePool2d(flatten=True) with a symbolic batch; review62)."""
+    text = next((p.value for p in n.metadata_props if p.key == "pkg.torch.onnx.class_hierarchy"), "")
+    modules = re.findall(r"'([^']+)'", text)
+    return len(modules) >= 2 and modules[-2] == "torch.nn.modules.flatten.Flatten"
 
 
 
