@@ -224,8 +224,9 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
         notes.append(Note(f"{len(one_axis)} node(s) reduce windows of symbolic length along one axis, whose axes "
                           "input (from opset 18) pnnx drops when it writes ncnn: ncnn then averages nothing and is "
                           f"wrong (measured); for ncnn, bind the size with {INPUT_SHAPES} (static windows), or "
-                          "export at opset 17 (torch.onnx.export(..., opset_version=17)), where the axes are an "
-                          "attribute pnnx keeps", "pnnx-reduce-axes",
+                          "export at opset 17 (torch.onnx.export(..., opset_version=17); torch keeps 18 where it "
+                          "cannot convert down: check the file), where the axes are an attribute pnnx keeps",
+                          "pnnx-reduce-axes",
                           nodes=one_axis))
     fixed = [d.spec for d in applied if d.spec.node.encoding in ("aten-op", "ATen-attr") and all(
         isinstance(m, int) for m in d.spec.node.output_size) and not all(

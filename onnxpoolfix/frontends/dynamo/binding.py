@@ -7,7 +7,9 @@ expressions evaluated at the binding, else the shape the proof ran it at) and OU
 then picks a static lowering (no window arithmetic at run time, which converters such as pnnx and onnx2tf cannot
 take), exact at the one size OUT accepts. The differential check compares that OUT with the file as torch
 wrote it at the same size (``patch``). A bound size other than a given traced size is refused: the file is known
-right at its traced size only, which the bound OUT does not run at.
+right at its traced size only, which the bound OUT does not run at; so is one outside the range torch.export
+proved the file's program for (its ``range_constraints``, :mod:`.ranges`): OUT would run where torch's model may
+not be the file.
 """
 from __future__ import annotations
 
@@ -16,12 +18,13 @@ from dataclasses import replace
 
 import onnx
 
-from ...errors import ArgumentError
+from ...errors import ArgumentError, ShapeError
 from ...graph.shapes import output_shape
 from ...spec import PoolSpec
 from ...words import INPUT_SHAPES, TRACED_SHAPES
 from ..aten import bind_in_out, kept_note
 from ..base import FrontEndResult
+from .ranges import outside_ranges
 from .search import declared_dims, evaluate, symbol_binding
 
 __all__ = ["bind_dynamo_out"]
@@ -50,6 +53,14 @@ def bind_dynamo_out(model: onnx.ModelProto, result: FrontEndResult, input_shapes
             f"give {INPUT_SHAPES} alone (its regions are proven at that size and OUT compared with the file there), "
             f"the same size to both, or no {INPUT_SHAPES} for a symbolic OUT exact at every size",
             argument="input_shapes", value={k: list(v) for k, v in input_shapes.items()})
+    if outside := outside_ranges(model, env):  # OUT would run only where the file is not torch's program (review65)
+        where = ", ".join(f"{k} = {v} (proved for [{lo}, {hi}])" for k, v, lo, hi in outside)
+        raise ShapeError(
+            f"{INPUT_SHAPES} binds this dynamo file's OUT where torch.export did not prove its program: {where} (the "
+            "file's range_constraints: the export's Dim bounds, narrowed by any Python branch on a size): torch's "
+            "model may run code the file does not hold there, and OUT would accept that size alone",
+            "give a size inside the range (the export call's example input is), or no "
+            f"{INPUT_SHAPES} for a symbolic OUT")
     result.specs[:] = specs
     bind_in_out(model, input_shapes)
     result.notes.append(kept_note())

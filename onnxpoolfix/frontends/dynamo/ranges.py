@@ -11,6 +11,7 @@ import re
 import onnx
 
 from ...report import Note
+from .search import evaluate
 
 RANGE_KEY = "pkg.torch.export.ExportedProgram.range_constraints"
 #: a key is a symbol or, for a derived Dim (``8*h``), an expression of one: ``{8*s39: VR[8, 512], s39: VR[1, 64]}``
@@ -35,3 +36,19 @@ def range_note(model: onnx.ModelProto) -> list[Note]:
                         "file's range_constraints: the export's Dim bounds, narrowed by any Python branch on a size, "
                         "silently under Dim.DYNAMIC): OUT equals torch there; outside, torch's model may run code the "
                         "file does not hold", "traced-range", ranges=[list(r) for r in ranges])]
+
+
+def outside_ranges(model: onnx.ModelProto, env) -> list[tuple[str, int, str, str]]:
+    """(range key, its value, low, high) of each narrowed range that the symbols' values ``env`` (the inputs' dim
+    names, bound) put outside it; a key naming a symbol ``env`` lacks (a named Dim's: torch's symbols are not the
+    inputs' dim names then) says nothing."""
+    out = []
+    for key, lo, hi in narrowed_ranges(model):
+        value = evaluate(key.strip(), env)
+        if value is None:
+            continue
+        low = int(lo) if lo.lstrip("-").isdigit() else None
+        high = int(hi) if hi.lstrip("-").isdigit() else None
+        if (low is not None and value < low) or (high is not None and value > high):
+            out.append((key.strip(), value, lo, hi))
+    return out
