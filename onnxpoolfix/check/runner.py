@@ -118,9 +118,11 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
                     f"onnxruntime failed to run the patched model at {shapes_txt} in '{frozen}', a node after the "
                     "replaced dynamo pool: the export computed its shape at the traced size, from that pool frozen "
                     "there (a flatten's length, say) or from a dim torch made static (the batch, say: torch 2.9 "
-                    f"freezes a batch traced at 1), which replacing the pool does not change: "
+                    "freezes a batch traced at 1), which replacing the pool does not change, or the model itself "
+                    "does not run at that size (a map too small for its layers: review62, BEiT at 16x16): "
                     f"{' '.join(str(e).split())[:200]}",
-                    "export through onnxpoolfix.export, which keeps every adaptive pool's output size") from None
+                    f"where the model runs at other sizes only, choose them with {CHECK_SHAPES}; otherwise export "
+                    "through onnxpoolfix.export, which keeps every adaptive pool's output size") from None
             theirs = _exporters_node(model, str(e))
             where = f" in '{theirs}', a node of the input file, not one onnxpoolfix wrote" if theirs else ""
             raise CheckFailedError(
