@@ -37,7 +37,7 @@ from ..check import foreign_ops
 from ..errors import PoolFixError, ShapeError, UnsupportedNodeError
 from ..graph.size_precision import torch_doubles
 from ..io import has_external_data, load_model, preflight_output, save_model
-from ..report import Note, PatchReport, WarningNote
+from ..report import PatchReport, WarningNote
 from ..words import API, EXPORT, EXPORT_TORCHSCRIPT, render_all
 from .declared import declared_dims, dynamic_axes_probe, dynamic_axes_spec, specialised_dims
 from .guards import branch_sizes
@@ -383,8 +383,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                                            outside=outside, guarded=guarded, seed=seed,
                                            audience=EXPORT if dynamo else EXPORT_TORCHSCRIPT)
             logger.info("%s", checked.note())
-            if checked.note():
-                result.report.notes.append(Note(checked.note(), "matched-torch"))
+            result.report.notes += checked.records()
 
         if hasattr(f, "write"):
             patched = Path(tmp) / "patched.onnx"

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..check.sizes import WINDOW_KINDS, window_kind
 from ..errors import TorchMismatchError
+from ..report import Note, WarningNote
 from ..sessions import ort_session, ort_value
 from ..words import API, REPORT_IT
 from .declared import DeclaredDims
@@ -55,12 +56,27 @@ class TorchCheck:
     shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
     kinds: set[str] = field(default_factory=set)
     max_error: float = 0.0
+    # the symbols of the inputs' symbolic dims compared at their example value alone: no other value inside their
+    # ranges ran in torch (review62: transformers' MobileViT, only the batch varied; its file crashed elsewhere)
+    unvaried: list[str] = field(default_factory=list)
 
     def note(self) -> str:
         sizes = "; ".join(" ".join(f"{k}:{'x'.join(map(str, v))}" for k, v in s.items()) for s in self.shapes)
         kinds = ", ".join(k for k in (*WINDOW_KINDS, "kept") if k in self.kinds)
         return (f"matched torch at {len(self.shapes)} input size(s) (max error {self.max_error:.1e}"
                 + (f"; pooled windows: {kinds}" if kinds else "") + f"): {sizes}")
+
+
+    def records(self) -> list[Note]:
+        """The report's notes: the sizes compared, and a warning where a symbol was compared at one value alone
+        (the file declares its dims symbolic: OUT accepts sizes nothing compared)."""
+        out = [Note(self.note(), "matched-torch")]
+        if self.unvaried:
+            out.append(WarningNote(
+                f"compared with torch at the example's value of {', '.join(self.unvaried)} alone: the module ran at "
+                "no other value inside the range torch.export allows (it may have narrowed it), so OUT, which "
+                "declares those dims symbolic, is unchecked at other sizes", "unvaried-sizes", symbols=self.unvaried))
+        return out
 
 
 def _to_numpy(torch, t) -> np.ndarray:
@@ -208,6 +224,7 @@ def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), outside,
             if (got := runner.run(runner.inputs(dims))) is not None:
                 why[id(dims)] = point
                 (ones if point.kind == "guard" else runs).append((dims, got))
+    varied: set[str] = set()
     for strict, (dims, (tensors, want, calls)) in [(True, r) for r in runs] + [(False, r) for r in ones]:
         shapes = {n: tuple(int(d) for d in t.shape) for n, t in zip(runner.names, tensors)}
         where = "at " + " ".join(f"{n}:{'x'.join(map(str, s))}" for n, s in shapes.items())
@@ -238,7 +255,17 @@ def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), outside,
                                          FLOAT_HINT) from None
         check.shapes.append(shapes)
         check.kinds |= {window_kind(n, m) for ns, ms in calls for n, m in zip(ns, ms)}
+        varied.update(name for name, v in dims.items() if v != example.get(name))
+    check.unvaried = [_uses(runner, name) for name in example if name not in varied]
     return check
+
+
+def _uses(runner: TorchRunner, name: str) -> str:
+    """Symbol ``name`` with the input dims declared with it: ``s39 (x dim 2: 32*s39)``."""
+    exprs = runner.declared.exprs if runner.declared is not None else {}
+    uses = [f"{runner.names[i]} dim {a}: {e}" for (i, a), e in exprs.items()
+            if i < len(runner.names) and name in {str(s) for s in e.free_symbols}]
+    return f"{name} ({', '.join(uses)})" if uses else name
 
 
 #: OUT may be this many times as far from torch's float64 result as float32's noise moves it
