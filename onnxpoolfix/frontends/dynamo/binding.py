@@ -3,7 +3,8 @@
 
 The regions are proven at the bound size (it is the traced size to them, :func:`.front_end.dynamo_specs`).
 Where some region pools a symbolic axis, its spec gets the pooled tensor's sizes there (the file's declared dim
-expressions evaluated at the binding, else the shape the proof ran it at) and OUT's inputs are bound: the planner
+expressions evaluated at the binding, else the shape the proof ran it at where the binding sizes every symbolic
+input as the proof did) and OUT's inputs are bound: the planner
 then picks a static lowering (no window arithmetic at run time, which converters such as pnnx and onnx2tf cannot
 take), exact at the one size OUT accepts. The differential check compares that OUT with the file as torch
 wrote it at the same size (``patch``). A bound size other than a given traced size is refused: the file is known
@@ -37,7 +38,11 @@ def bind_dynamo_out(model: onnx.ModelProto, result: FrontEndResult, input_shapes
     if not input_shapes or all(s.static for s in result.specs):
         return
     env = symbol_binding(declared_dims(model), input_shapes) or {}
-    proven = {r.result: r.proven_at for r in result.regions}
+    # the shape a region was proven at is the binding's only where the proof ran at it on every symbolic input
+    # (review66: a --traced-shape of x with --input-shape y:.. proved x's pool at the traced size, which OUT, x
+    # left symbolic, would then hold at every size of x)
+    proven = {r.result: r.proven_at for r in result.regions} if _proven_at_binding(
+        model, input_shapes, traced_shapes or input_shapes) else {}
     specs = [_at(s, env, proven.get(s.node.output)) for s in result.specs]
     if not any(s.static and not old.static for s, old in zip(specs, result.specs)):
         return  # no pooled size known at the binding: OUT stays symbolic, its lowerings exact at every size
@@ -79,3 +84,18 @@ def _at(spec: PoolSpec, env: Mapping[str, int], proven: Sequence[int] | None) ->
         return spec
     shape = tuple(dims)
     return replace(spec, input_shape=shape, output_shape=output_shape(spec.node, shape))
+
+
+def _proven_at_binding(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
+                       proof: Mapping[str, Sequence[int]]) -> bool:
+    """Whether ``input_shapes`` and the binding the regions were proven at (``proof``) both size every graph input
+    with a symbolic dim, alike: OUT then runs at the proven shapes alone."""
+    weights = {t.name for t in model.graph.initializer}
+    for vi in model.graph.input:
+        dims = vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else []
+        if vi.name in weights or (vi.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims)):
+            continue
+        given, proved = input_shapes.get(vi.name), proof.get(vi.name)
+        if given is None or proved is None or list(given) != list(proved):
+            return False
+    return True
