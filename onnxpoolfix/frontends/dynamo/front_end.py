@@ -34,9 +34,9 @@ from ...graph.shapes import model_opset, output_shape
 from ...graph.size_precision import size_precision_error
 from ...report import RESTS_ON_TRACED, Note, WarningNote
 from ...spec import PoolNode, PoolSpec
-from ...words import ALLOW_PARTIAL, TRACED_SHAPES_FORM
+from ...words import ALLOW_PARTIAL, INPUT_SHAPES, TRACED_SHAPES_FORM
 from ..base import EXPORT, STRIPPED, TRACED, FrontEndResult, PlanOptions, Region, Suspect
-from .binding import bind_dynamo_out
+from .binding import bind_dynamo_out, contradiction_hint
 from .crops import DROPPED_CROP, dropped_crop
 from .dataflow import (
     ENCODING,
@@ -50,7 +50,7 @@ from .dataflow import (
     is_end,
     node_evidence,
 )
-from .frozen import contradiction_hint, frozen_pool_ops, size_text
+from .frozen import frozen_pool_ops, size_text
 from .frozen_readings import GENUINE, node_readings, window_attrs
 from .merges import drop_merged
 from .metadata import has_metadata
@@ -293,13 +293,13 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
         # a PSP pyramid's hint named a size where another level differs, and that one's hint a third)
         alone = len(proven) == 1 and not contradictions and not findings.specs
         raise ShapeError(
-            f"the given traced size contradicts the graph: {len(against)} dynamo region(s) "
-            f"({', '.join(repr(c.result) for c, _ in against)}) differ from adaptive pooling there, though "
-            f"'{c.result}' equals it at {'x'.join(map(str, p.contradicts))}",
+            f"the {'given traced size' if traced_shapes else f'size {INPUT_SHAPES} gives'} contradicts the graph: "
+            f"{len(against)} dynamo region(s) ({', '.join(repr(c.result) for c, _ in against)}) differ from "
+            f"adaptive pooling there, though '{c.result}' equals it at {'x'.join(map(str, p.contradicts))}",
             contradiction_hint(("sizes such as " + " ".join(f"{k}:{','.join(map(str, v))}" for k, v in
                                                            right_at.items())) if right_at else
                                f"a pooled size like {'x'.join(map(str, p.contradicts))} for '{c.pooled}'",
-                               None if alone else c.result),
+                               None if alone else c.result, bound=not traced_shapes),
             regions=[c.result for c, _ in against], pooled=list(p.contradicts), right_at=right_at)
     if contradictions:
         raise contradictions[0]

@@ -17,9 +17,9 @@ from ...graph import attributes, read_names
 from ...graph.emit import EMITTED_BY
 from ...graph.shapes import SUPPORTED_DTYPES
 from ...spec import InputDim, PoolNode, PoolSpec
-from ...words import TRACED_SHAPES
 from ..base import EXPORT, STRIPPED, TRACED, FrontEndResult, Region, Suspect
 from ..exporter_pools import adaptive_sizes
+from .binding import contradiction_hint
 from .crops import DROPPED_CROP, dropped_crop
 from .dataflow import ENCODING, DataflowGraph
 from .frozen_indices import IndicesChain, index_chains
@@ -39,7 +39,7 @@ from .metadata import COMPUTED, has_metadata, last_line, module_pool, module_sco
 from .search import declared_dims, evaluate, symbol_binding
 from .selections import constant_ints
 
-__all__ = ["frozen_pool_ops", "size_text", "contradiction_hint"]
+__all__ = ["frozen_pool_ops", "size_text"]
 
 
 def frozen_pool_ops(model, g: DataflowGraph, info, traced_shapes, findings: FrontEndResult, *, opset, target,
@@ -384,17 +384,3 @@ def _unit_axis(node: onnx.NodeProto, a: int) -> bool:
 def size_text(sizes) -> str:
     """An output size as the notes write it (an axis that follows the input: ``=``)."""
     return "x".join("=" if isinstance(m, InputDim) or m is None else str(m) for m in sizes)
-
-
-def contradiction_hint(pointed: str | None, region: str | None = None) -> str:
-    """What to do when the graph contradicts a bound or traced size (``pointed``: a size it is right at; with
-    ``region``, a size only that region was found right at: the graph's other pools were not tried there)."""
-    if pointed and region:
-        pointed = (f"region '{region}' is right at {pointed} (its traced branches; the graph's other pools may take "
-                   "other branches there: not a size to give as it is), not at the given one; ")
-    elif pointed:
-        pointed = f"the graph is right at {pointed} (the traced size's branches), not at the given one; "
-    return ((pointed or "")
-            + f"give the size the model was exported at (the export call's example input) with {TRACED_SHAPES} "
-            "NAME:D0,D1,..., or export through onnxpoolfix.export")
-
