@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import onnx
 
+from ...check.feeds import symbolic_inputs
 from ...errors import ArgumentError, ShapeError
 from ...graph.shapes import output_shape
 from ...spec import PoolSpec
@@ -90,15 +91,8 @@ def _proven_at_binding(model: onnx.ModelProto, input_shapes: Mapping[str, Sequen
                        proof: Mapping[str, Sequence[int]]) -> bool:
     """Whether ``input_shapes`` and the binding the regions were proven at (``proof``) both size every graph input
     with a symbolic dim, alike: OUT then runs at the proven shapes alone."""
-    weights = {t.name for t in model.graph.initializer}
-    for vi in model.graph.input:
-        dims = vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else []
-        if vi.name in weights or (vi.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims)):
-            continue
-        given, proved = input_shapes.get(vi.name), proof.get(vi.name)
-        if given is None or proved is None or list(given) != list(proved):
-            return False
-    return True
+    return all(n in input_shapes and n in proof and list(input_shapes[n]) == list(proof[n])
+               for n in symbolic_inputs(model))
 
 
 def contradiction_hint(pointed: str | None, region: str | None = None, *, bound: bool = False) -> str:
