@@ -92,9 +92,9 @@ def main():
     if args.results:
         intro = (f"`python benchmarks/portable_speed.py --rounds {args.rounds}` on {time.strftime('%Y-%m-%d')}, "
                  f"onnxruntime, {THREADS} threads, fp32, interleaved (runners.time_interleaved), on a machine shared "
-                 "with other jobs. The default target keeps its MatMul lowerings: they are faster in onnxruntime on all "
-                 "but the largest windows, and its files are byte for byte what they were before the portable target existed (all "
-                 "shipped fixtures compared), so its speed is unchanged. `--target portable` pays the ratio below "
+                 "with other jobs. The default target takes the window Slices itself where its cost model estimates "
+                 "them faster than its MatMuls (long windows, large planes: RESULTS.md, section \"The default "
+                 "target's choice between MatMul and window Slices\"); elsewhere `--target portable` pays the ratio below "
                  "for averages that survive int8 quantization (quantize_dynamic: float32-exact; quantize_static: "
                  "at most the dynamo export's error), fp16 weight storage (exact) and NaN/inf (confined to their "
                  "windows as in torch); where every axis has uniform windows or integer upsampling both targets "

@@ -40,8 +40,18 @@ fitted to:
 - a pooling kernel longer than ``POOL_LONG_KERNEL`` along one axis slows in proportion to its length
   (1x3x1024x1024, AveragePool k147x1 s146x1: 6.6 ms, 0.48 G reads/s; k2x1 on 1x2048x9x9: 4.3 G reads/s);
 - reductions (ReduceMean over one axis): streamed at ``BANDWIDTH`` where the elements after the axis are many
-  (1x3x1024x1024 over H: 180 us), but element by element, ``REDUCE_NARROW_READ`` each, where fewer than
-  ``REDUCE_NARROW_INNER`` follow it (1x2048x9x9 over H: 352 us for 166k elements);
+  (1x3x1024x1024 over H: 180 us), but element by element, ``REDUCE_NARROW_READ`` each, where 2 to
+  ``REDUCE_NARROW_INNER - 1`` follow it (1x2048x9x9 over H: 352 us for 166k elements; over W, the last axis,
+  each window is contiguous: 58 us) and where nothing precedes it (N = C = 1: 1x1x1024x1024 -> 7 along H,
+  the ReduceMeans 3.0 ms, 0.24 ms at 3 channels; profiled, review67);
+- the window Slices (lowering/window_slices.py), fitted so that their estimates and the MatMuls' order about 50
+  shapes as measured side by side (review67; 1-D, 2-D, 3-D, 1 to 2048 channels, batch 1 to 4: every switch
+  to the Slices measured 0.25x-0.95x the MatMul, every MatMul kept 1.07x-8x faster than the Slices, one
+  near tie kept, [1,32,300] -> 7 at 0.93x; benchmarks/RESULTS.md): a Slice copies its window (read and
+  write at ``BANDWIDTH``), its ReduceMean reads it back from cache (uncharged) and pays ``REDUCE_OUT`` per
+  output (1x64x17^3 -> 4^3: the ReduceMeans 336 us of 492 us for 96k outputs), and each run of Slice +
+  AveragePool pays ``POOL_RUN_PLANE`` per plane, N x C (onnxruntime's blocked-layout reorders around the
+  pool: 158 us of 338 us at 1x512x17x13 -> 5x7, 6 runs);
 - every node costs ``NODE`` of fixed overhead.
 """
 from __future__ import annotations
@@ -65,4 +75,6 @@ ARGMAX_OUT_OF_CACHE = 4  # their slowdown when the windows exceed CACHE_BYTES (8
 POOL_LONG_KERNEL = 16  # AveragePool kernels longer than this along one axis read POOL_RATE * 16 / length
 REDUCE_NARROW_INNER = 16  # a reduction over an axis followed by fewer elements than this runs element by element
 REDUCE_NARROW_READ = 2e-9  # seconds per element read there (1x2048x9x9, ReduceMean over H: 352 us; over W 58 us)
+REDUCE_OUT = 4e-9  # seconds per output of a ReduceMean over a window Slice
+POOL_RUN_PLANE = 40e-9  # seconds per plane (N x C) of each run of a window Slice + AveragePool
 NODE = 2e-6  # fixed per-node overhead

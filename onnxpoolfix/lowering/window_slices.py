@@ -75,15 +75,18 @@ class WindowSlicesStep(OneAxisStep):
         out = numel(self.out_shape(shape))
         if self.pool_windows:
             return self._runs_cost(tuple(dims), itemsize) + C.NODE + 2 * out * itemsize / C.BANDWIDTH
-        inner = numel(tuple(dims[self.axis + 1:]))
+        inner, lead = numel(tuple(dims[self.axis + 1:])), numel(tuple(dims[:self.axis]))
         # Shape, Gather, and 6 0-D int64 nodes a window, measured at 0.7 to 2.3 us a window in onnxruntime
         # (12 windows: +8 us, 128 windows: +300 us against the vector bounds; RESULTS.md, review33)
         bounds = (2 + self.m) * C.NODE if self.n is None else 0.0
-        # a Slice copies each window, its ReduceMean reads it: over an axis followed by fewer than
-        # REDUCE_NARROW_INNER elements onnxruntime's reduction runs element by element
-        read = C.REDUCE_NARROW_READ if inner < C.REDUCE_NARROW_INNER else 2 * itemsize / C.BANDWIDTH
         windows = out * guess_len(dims[self.axis]) / self.m * (self.m if self.n is None else 1)
-        return bounds + (2 * self.m + 1) * C.NODE + numel(tuple(dims)) * itemsize / C.BANDWIDTH + windows * read
+        nodes = bounds + (2 * self.m + 1) * C.NODE
+        # onnxruntime's reduction runs element by element over an axis followed by 2 to REDUCE_NARROW_INNER - 1
+        # elements, and over one preceded by nothing (N = C = 1); over the last axis it reads contiguous windows
+        if 1 < inner < C.REDUCE_NARROW_INNER or (lead == 1 and inner > 1):
+            return nodes + numel(tuple(dims)) * itemsize / C.BANDWIDTH + windows * C.REDUCE_NARROW_READ
+        # a Slice copies each window (read, write), its ReduceMean reads it from cache and writes each output
+        return nodes + windows * 2 * itemsize / C.BANDWIDTH + out * C.REDUCE_OUT
 
     def _runs_cost(self, shape, itemsize) -> float:
         """Each run's Slice (a copy of what it covers) and AveragePool (as :class:`~.steps.PoolStep` costs it)."""
@@ -94,7 +97,8 @@ class WindowSlicesStep(OneAxisStep):
             region = numel(tuple(covered))
             pooled = region // covered[self.axis] * run.count
             slow = max(1.0, run.length / C.POOL_LONG_KERNEL)
-            total += 2 * C.NODE + 2 * region * itemsize / C.BANDWIDTH + pooled * run.length * slow / C.POOL_RATE
+            total += (2 * C.NODE + 2 * region * itemsize / C.BANDWIDTH + pooled * run.length * slow / C.POOL_RATE
+                      + numel(tuple(shape[:2])) * C.POOL_RUN_PLANE)
             if region * itemsize > C.CACHE_BYTES:
                 total += region * C.POOL_OUT_OF_CACHE
         return total
@@ -227,9 +231,21 @@ class WindowSlicesLowering(Lowering):
     summary = "per pooled axis: a Slice per window (bounds constant, or from Shape), ReduceMean/ReduceMax, Concat"
     dynamic = True
     min_opset = 10  # Slice with tensor starts/ends
-    targets = frozenset({"portable"})
+    #: the default target takes its static averages where they are estimated faster than the MatMuls (large
+    #: planes: issue 33, benchmarks/RESULTS.md); exact with no If and no weights, so that file runs in ncnn/TFLite too
+    targets = frozenset({"portable", "onnxruntime"})
     other_targets_reason = (f"for {TARGET_PORTABLE} (no Range or runtime matrices); the dynamic lowering runs "
                             "faster in onnxruntime")
+
+    def check(self, spec):
+        """The default target's restriction first: a reason about the opset would offer an opset it does not
+        meet (symbolic sizes below opset 11 are the ``dynamic`` lowering's)."""
+        if spec.target == "onnxruntime" and (spec.kind != "avg" or not spec.static or not any(
+                not a.keep and a.upsample is None for a in axis_windows(spec))):
+            return (f"for {TARGET_PORTABLE} (no Range or runtime matrices, max pooling without comparisons); the "
+                    f"default target takes it for static averages that shrink or unevenly stretch some axis, where "
+                    f"it was measured (symbolic sizes: the dynamic lowering runs faster in onnxruntime)")
+        return super().check(spec)
 
     def _check(self, spec):
         for a, size in zip(axis_windows(spec), spec.node.output_size):
