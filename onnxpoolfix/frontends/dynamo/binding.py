@@ -26,10 +26,10 @@ from ...spec import PoolSpec
 from ...words import INPUT_SHAPES, TRACED_SHAPES
 from ..aten import bind_in_out, kept_note
 from ..base import FrontEndResult
-from .ranges import outside_ranges
-from .search import declared_dims, evaluate, symbol_binding
+from .ranges import RANGE_KEY, outside_ranges, unchecked_ranges
+from .search import MAX_SYMBOL, declared_dims, dim_image, evaluate, solved_dim, symbol_binding, symbols
 
-__all__ = ["bind_dynamo_out", "contradiction_hint"]
+__all__ = ["bind_dynamo_out", "contradiction_hint", "refuse_undeclared_sizes"]
 
 
 def bind_dynamo_out(model: onnx.ModelProto, result: FrontEndResult, input_shapes: Mapping[str, Sequence[int]] | None,
@@ -66,7 +66,16 @@ def bind_dynamo_out(model: onnx.ModelProto, result: FrontEndResult, input_shapes
             "file's range_constraints: the export's Dim bounds, narrowed by any Python branch on a size): torch's "
             "model may run code the file does not hold there, and OUT would accept that size alone",
             "give a size inside the range (the export call's example input is), or no "
-            f"{INPUT_SHAPES} for a symbolic OUT")
+            f"{INPUT_SHAPES} for a symbolic OUT", outside=[list(o) for o in outside])
+    free = {s for n, dims in declared_dims(model).items() if n in symbolic_inputs(model) and n not in input_shapes
+            for d in dims if isinstance(d, str) for s in symbols(d) or ()}
+    if unchecked := unchecked_ranges(model, env, free):  # review70: a named Dim's range read as torch's symbol
+        where = ", ".join(f"{k} in [{lo}, {hi}]" for k, lo, hi in unchecked)
+        raise ShapeError(
+            f"{INPUT_SHAPES} binds this dynamo file's OUT, but the file's range_constraints narrow sizes that cannot "
+            f"be read at the binding ({where}: a symbol no input dim names, or an expression not evaluated): torch's "
+            "model may run code the file does not hold there, and OUT would accept that size alone",
+            f"give no {INPUT_SHAPES} for a symbolic OUT", ranges=[list(u) for u in unchecked])
     result.specs[:] = specs
     bind_in_out(model, input_shapes)
     result.notes.append(kept_note())
@@ -112,3 +121,31 @@ def contradiction_hint(pointed: str | None, region: str | None = None, *, bound:
     return ((pointed or "")
             + f"give the size the model was exported at (the export call's example input) with {TRACED_SHAPES} "
             "NAME:D0,D1,..., or export through onnxpoolfix.export")
+
+
+def refuse_undeclared_sizes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None) -> None:
+    """An ArgumentError (exit 2) where ``input_shapes`` gives a dynamo file's input dim a size its declared
+    expression cannot take (``8*h`` bound to 33: torch.export traced the program for multiples of 8 alone), or one
+    symbol two sizes (review65: refused as a contradiction of the graph, exit 4, naming no multiple)."""
+    if not input_shapes or not any(p.key == RANGE_KEY for p in [*model.metadata_props, *model.graph.metadata_props]):
+        return
+    declared, env = declared_dims(model), {}
+    for name, dims in input_shapes.items():
+        for axis, (d, v) in enumerate(zip(declared.get(name) or (), dims)):
+            got = solved_dim(d, v) if isinstance(d, str) else None
+            if got is None:
+                continue  # not an expression of one symbol: any size
+            symbol, value = got
+            if value is not None and env.setdefault(symbol, (value, name, axis))[0] == value:
+                continue
+            takes = sorted(dim_image(d, symbol, MAX_SYMBOL))
+            near = [n for n in takes if n < v][-1:] + [n for n in takes if n > v][:1]
+            other = env.get(symbol)
+            raise ArgumentError(
+                f"{INPUT_SHAPES} {name}: dim {axis} is {v}, but the file declares it {d}, "
+                + (f"which no {symbol} in 1..{MAX_SYMBOL} makes {v} (torch.export traced the program for those "
+                   "sizes alone)" if value is None else
+                   f"and {symbol} is {other[0]} from {other[1]} dim {other[2]}"),
+                f"give a size {d} takes" + (f" (near {v}: {' or '.join(map(str, near))})" if near and value is None
+                                            else f" with {symbol} = {other[0]}" if value is not None else ""),
+                argument="input_shapes", input=name, axis=axis, value=v, declared=d)

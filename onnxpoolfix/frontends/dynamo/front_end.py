@@ -36,7 +36,7 @@ from ...report import RESTS_ON_TRACED, Note, WarningNote
 from ...spec import PoolNode, PoolSpec
 from ...words import ALLOW_PARTIAL, INPUT_SHAPES, TRACED_SHAPES_FORM
 from ..base import EXPORT, STRIPPED, TRACED, FrontEndResult, PlanOptions, Region, Suspect
-from .binding import bind_dynamo_out, contradiction_hint
+from .binding import bind_dynamo_out, contradiction_hint, refuse_undeclared_sizes
 from .crops import DROPPED_CROP, dropped_crop
 from .dataflow import (
     ENCODING,
@@ -67,11 +67,11 @@ __all__ = ["ENCODING", "dynamo_specs", "find_decomposed_pools", "frozen_error", 
 
 
 def dynamo_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence[PoolSpec] = ()) -> FrontEndResult:
-    """The front end at the seam: every proven region of the top-level graph, with notes naming the evidence per
-    region and each suspect left. The size the regions are proven at: ``traced_shapes``, else ``input_shapes``,
-    which are bound in OUT where a region pools a symbolic axis (:mod:`.binding`). None where ``kept_by_table``."""
-    if options.kept_by_table:  # onnxpoolfix.export kept every adaptive pool as a node
+    """Every proven region of the top-level graph, notes naming each one's evidence and each suspect left. Proven at
+    ``traced_shapes``, else ``input_shapes``, bound in OUT where a region pools a symbolic axis (:mod:`.binding`)."""
+    if options.kept_by_table:  # onnxpoolfix.export kept every adaptive pool as a node: nothing
         return FrontEndResult()
+    refuse_undeclared_sizes(model, options.input_shapes)  # a size the file's dim cannot take: exit 2 (review70)
     result = find_decomposed_pools(model, opset=model_opset(model), target=options.target,
                                    input_shapes=options.traced_shapes or options.input_shapes,
                                    traced_shapes=options.traced_shapes, taken=found, seed=options.seed,

@@ -3,7 +3,15 @@ the exporter keeps in the model's metadata (``{s53: VR[41, 256], s0: VR[4, 256]}
 size (``6 if x.shape[2] > 40 else 4``) narrows it silently under ``Dim.DYNAMIC``, and the file holds only the
 branch taken: outside the range torch's model runs code the file does not hold, so nothing onnxpoolfix writes
 can equal torch there (review56 F7). The symbols are torch's own, not the inputs' dim names: the note names
-the ranges as the file writes them."""
+the ranges as the file writes them.
+
+A named ``Dim("H")``, a derived ``8*h`` or a ``dynamic_axes`` name renames the input's dim (``H``, ``8*h``,
+``height``), not the range key (``s53``, ``8*s39``; review70). The file keeps no table between the two; torch
+writes the keys in the order of the user inputs' symbolic dims (``make_constraints``: each new dim expression as
+met, the derived dims' roots after them; symbols of the program's own sizes last, ``_get_updated_range_constraints``),
+which :func:`key_names` reads, keeping only a pairing that every dim torch did not rename and every derived dim's
+form confirm. A narrowed key it cannot tie to the inputs' dims is one no binding can be checked against
+(:func:`unchecked_ranges`)."""
 from __future__ import annotations
 
 import re
@@ -40,15 +48,71 @@ def range_note(model: onnx.ModelProto) -> list[Note]:
 
 def outside_ranges(model: onnx.ModelProto, env) -> list[tuple[str, int, str, str]]:
     """(range key, its value, low, high) of each narrowed range that the symbols' values ``env`` (the inputs' dim
-    names, bound) put outside it; a key naming a symbol ``env`` lacks (a named Dim's: torch's symbols are not the
-    inputs' dim names then) says nothing."""
+    names, bound) put outside it, the key read in the inputs' dim names (:func:`key_names`); a key naming a symbol
+    ``env`` lacks (an input left unbound, a symbol not tied to any input: :func:`unchecked_ranges`) says nothing."""
     out = []
+    names = key_names(model)
     for key, lo, hi in narrowed_ranges(model):
-        value = evaluate(key.strip(), env)
+        value = evaluate(_renamed(key.strip(), names), env)
         if value is None:
             continue
         low = int(lo) if lo.lstrip("-").isdigit() else None
         high = int(hi) if hi.lstrip("-").isdigit() else None
         if (low is not None and value < low) or (high is not None and value > high):
-            out.append((key.strip(), value, lo, hi))
+            out.append((_renamed(key.strip(), names), value, lo, hi))
+    return out
+
+
+_TOKEN = re.compile(r"[A-Za-z_]\w*|\d+|\S")
+_TORCH_SYMBOL = re.compile(r"[su]\d+")
+
+
+def key_names(model: onnx.ModelProto) -> dict[str, str]:
+    """torch's size symbol -> the graph inputs' dim name it is written as (``s53`` -> ``H``, ``s39`` -> ``h`` from
+    ``8*s39`` written ``8*h``; a dim torch did not rename: itself), from the order torch writes the range keys in
+    (module doc). Empty (keys read as written) where that order does not pair the keys with the inputs' dims: a
+    dim written with torch's symbols that is not its key, a derived dim of another form, a scalar (SymInt) input."""
+    text = next((p.value for p in [*model.metadata_props, *model.graph.metadata_props] if p.key == RANGE_KEY), "")
+    keys = [k.strip() for k, _, _ in _RANGE.findall(text)]
+    while keys and re.fullmatch(r"u\d+", keys[0]):  # inline constraints (unbacked sizes) come first
+        keys.pop(0)
+    inits = {t.name for t in model.graph.initializer}
+    dims: list[str] = []
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        shape = vi.type.tensor_type.shape if vi.type.HasField("tensor_type") else None
+        if shape is None or not shape.dim:
+            return {}  # a SymInt input (or one of no known rank) holds a key the dims do not show
+        dims += [d for d in dict.fromkeys(d.dim_param for d in shape.dim if d.dim_param) if d not in dims]
+    if len(keys) < len(dims):
+        return {}
+    names: dict[str, str] = {}
+    for key, dim in zip(keys, dims):
+        a, b = _TOKEN.findall(key), _TOKEN.findall(dim)
+        if len(a) != len(b):
+            return {}
+        for x, y in zip(a, b):
+            if _TORCH_SYMBOL.fullmatch(x):
+                if names.setdefault(x, y) != y or (_TORCH_SYMBOL.fullmatch(y) and x != y) or not y.isidentifier():
+                    return {}
+            elif x != y:
+                return {}
+    return names if len(set(names.values())) == len(names) else {}
+
+
+def _renamed(key: str, names) -> str:
+    return "".join(names.get(t, t) if _TORCH_SYMBOL.fullmatch(t) else t for t in _TOKEN.findall(key))
+
+
+def unchecked_ranges(model: onnx.ModelProto, env, free=frozenset()) -> list[tuple[str, str, str]]:
+    """The narrowed ranges a binding (``env``) cannot be checked against: the key, read in the inputs' dim names,
+    names a symbol tied to no input's dim (:func:`key_names`) or one that is neither bound nor ``free`` (the
+    symbols of inputs left unbound, which stay symbolic), or is an expression :func:`evaluate` does not read."""
+    names = key_names(model)
+    out = []
+    for key, lo, hi in narrowed_ranges(model):
+        read = _renamed(key.strip(), names)
+        if evaluate(read, env) is None and not set(t for t in _TOKEN.findall(read) if t.isidentifier()) <= set(free):
+            out.append((read, lo, hi))
     return out

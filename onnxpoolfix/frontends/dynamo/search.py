@@ -281,7 +281,7 @@ def symbol_binding(declared, input_shapes) -> dict[str, int] | None:
         for d, v in zip(decl, dims):
             if not isinstance(d, str):
                 continue
-            got = _solved(d, v)
+            got = solved_dim(d, v)
             if got is None or got[1] is None or env.get(got[0], got[1]) != got[1]:
                 return None
             env[got[0]] = got[1]
@@ -299,13 +299,13 @@ def allows(declared, binding) -> bool:
         if decl is None or len(decl) != len(dims):
             continue
         for d, v in zip(decl, dims):
-            got = _solved(d, v) if isinstance(d, str) else None
+            got = solved_dim(d, v) if isinstance(d, str) else None
             if got is not None and (got[1] is None or env.setdefault(got[0], got[1]) != got[1]):
                 return False
     return True
 
 
-def _solved(d: str, v: int) -> tuple[str, int | None] | None:
+def solved_dim(d: str, v: int) -> tuple[str, int | None] | None:
     """(symbol, the smallest value of it giving ``v``; None where none up to MAX_SYMBOL does) for a dim declared
     as an expression of one symbol; None where it is not one. A dim that is its symbol is its value, however
     large (a size beyond MAX_SYMBOL took the whole-model search, every size near it run at that size: a typo of
@@ -314,11 +314,11 @@ def _solved(d: str, v: int) -> tuple[str, int | None] | None:
     if not names or len(names) != 1:
         return None
     (s,) = names
-    return s, v if d == s else _image(d, s, MAX_SYMBOL).get(v)
+    return s, v if d == s else dim_image(d, s, MAX_SYMBOL).get(v)
 
 
 @functools.lru_cache(maxsize=256)
-def _image(d: str, s: str, most: int) -> dict[int, int]:
+def dim_image(d: str, s: str, most: int) -> dict[int, int]:
     """Each value of the expression ``d`` at its one symbol ``s`` = 1 .. ``most``, with the smallest ``s``."""
     out: dict[int, int] = {}
     for u in range(1, most + 1):
@@ -386,7 +386,7 @@ def _sized(dims: Mapping[str, list], s: int, t: int) -> dict[str, list[int]]:
 def _moved(d, v: int, delta: int) -> int:
     """The size ``delta`` steps from ``v`` of a dim declared ``d``: ``delta`` values of its one symbol, else ``v +
     delta`` (0 where no such size)."""
-    got = _solved(d, v) if isinstance(d, str) else None
+    got = solved_dim(d, v) if isinstance(d, str) else None
     if got is None or got[1] is None:
         return v + delta
     return (evaluate(d, {got[0]: got[1] + delta}) or 0) if got[1] + delta >= 1 else 0
