@@ -181,13 +181,14 @@ _BINARY = frozenset({"Add", "Mul", "Sub", "Div", "Max", "Min"})
 _POOLS = frozenset({"ReduceMean", "ReduceMax", "AveragePool", "MaxPool"})
 
 
-def classifier_features(nodes, initializers, result: str, joined: bool = False) -> int | None:
+def classifier_features(nodes, initializers, result: str, joined: bool = False, info=None) -> int | None:
     """The number of features a classifier after the pool takes: the pool's output, flattened from axis 1
     (through size-keeping ops, and a sum or product with a scalar or with another pool of the same tensor: timm's
     avgmax), meets a Gemm/MatMul whose constant weight takes that many (AlexNet's Linear after its 6x6 pool); None
     where no such consumer is found. Under symbolic sizes the pool's output size must then be fixed: a torch None
     would make the flattened length follow the input, which that weight takes at no other size. ``joined``: also
-    through a Concat along the channels (timm's catavgmax), where the count is no longer the pool's alone."""
+    through a Concat along the channels (timm's catavgmax), where the count is no longer the pool's alone.
+    ``info`` (a :class:`.dataflow.LazyInfo`): also read torch's own view sizes where it flattened (review71)."""
     readers: dict[str, list] = {}
     made = {o: n for n in nodes for o in n.output}
     for n in nodes:
@@ -210,14 +211,14 @@ def classifier_features(nodes, initializers, result: str, joined: bool = False) 
                     joined and n.op_type == "Concat" and attributes(n).get("axis") == 1
                     and all(x == t or beside(x) for x in n.input)):
                 frontier.append(n.output[0])
-            elif _flattens_from_axis_1(n, t, initializers, constants):
+            elif _flattens_from_axis_1(n, t, initializers, constants, info):
                 for c in readers.get(n.output[0], []):
                     if (features := _features(c, n.output[0], initializers)) is not None:
                         return features
     return None
 
 
-def _flattens_from_axis_1(n, t: str, initializers, constants) -> bool:
+def _flattens_from_axis_1(n, t: str, initializers, constants, info=None) -> bool:
     if n.op_type == "Flatten" and n.input[0] == t:
         return all(a.i == 1 for a in n.attribute if a.name == "axis")
     if n.op_type != "Reshape" or n.input[0] != t or len(n.input) < 2:
@@ -226,7 +227,7 @@ def _flattens_from_axis_1(n, t: str, initializers, constants) -> bool:
     if target is None or len(target) != 2:
         return False
     return int(target[1]) == -1 or min(map(int, target)) >= 1 or (
-        int(target[0]) == -1 and int(target[1]) > 1 and _flatten_module(n))
+        int(target[0]) == -1 and int(target[1]) > 1 and (_flatten_module(n) or _view_of_the_batch(n, t, info)))
 
 
 def _flatten_module(n) -> bool:
@@ -238,6 +239,20 @@ def _flatten_module(n) -> bool:
     modules = re.findall(r"'([^']+)'", text)
     return len(modules) >= 2 and modules[-2] == "torch.nn.modules.flatten.Flatten"
 
+
+def _view_of_the_batch(n, t: str, info) -> bool:
+    """``n`` is torch's ``view(t, [N, C])`` (or ``[N, -1]``), N the batch read from a tensor's size, which the
+    exporter wrote as a Reshape to [-1, C] under a symbolic batch: ``torch.flatten(p, 1)``, ``p.flatten(1)``,
+    ``p.view(p.size(0), -1)`` (torchvision's resnet18 and r3d_18 heads; review71). The exporter's ``fx_node``
+    keeps the sizes as torch gave them: a ``%sym_size_int`` first, where a per-position ``view(-1, C)`` has -1;
+    and it declares that first size the same symbol as ``t``'s batch. torch's view of [N, C, ...] to N rows keeps
+    the element count, so the pooled axes are 1 wherever torch runs."""
+    fx = next((p.value for p in n.metadata_props if p.key == "pkg.torch.onnx.fx_node"), "")
+    if info is None or not re.search(r"aten\.view\.default\]\(args = \(%" + re.escape(t)
+                                     + r", \[%sym_size_int\w*, -?\d+\]\)", fx):
+        return False
+    src, dst = info.params.get(t), info.params.get(n.output[0])  # the exporter's own symbols (ranks differ)
+    return bool(src and dst and len(dst) == 2 and src[0] and src[0] == dst[0])
 
 
 def _features(n, x: str, initializers) -> int | None:

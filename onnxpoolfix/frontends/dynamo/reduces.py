@@ -81,7 +81,7 @@ def computed_reduces(g: DataflowGraph, info, skip: set[int], traced_shapes=None)
         module = module_pool(n)
         at = _traced_dims(info, traced_shapes, src) if module is not None and module[1] else None
         if at and len(at) == len(dims) and any(at[a] == 1 for a in axes if not isinstance(dims[a], int)) and not (
-                len(dims) == 2 + len(axes) and _classifier_takes(g, n.output[0], dims[1])):
+                len(dims) == 2 + len(axes) and _classifier_takes(g, n.output[0], dims[1], info)):
             out.append(Suspect(n.output[0], f"metadata: an adaptive pooling module ({n.output[0]})", ONE_LONG, True,
                                "only at sizes where that axis is 1 long", EXPORT))
         elif any(not isinstance(dims[axes[a]], int) for a in computed_axes([n], len(axes))):
@@ -96,10 +96,10 @@ def computed_reduces(g: DataflowGraph, info, skip: set[int], traced_shapes=None)
     return out
 
 
-def _classifier_takes(g: DataflowGraph, result: str, channels) -> bool:
+def _classifier_takes(g: DataflowGraph, result: str, channels, info=None) -> bool:
     """A classifier after ``result`` takes its channels alone: flattened, the pooled axes are 1 at every size the
     model runs at (torch's None there would make the flattened length follow the input: r3d_18 traced at T = 7)."""
-    return isinstance(channels, int) and classifier_features(g.nodes, g.initializers, result) == channels
+    return isinstance(channels, int) and classifier_features(g.nodes, g.initializers, result, info=info) == channels
 
 
 def _argmax_of_a_view(g: DataflowGraph, info, n) -> tuple:
