@@ -95,11 +95,11 @@ class Emitter:
         return self.const(hint, np.asarray(list(values), dtype=np.int64))
 
     def op(self, op_type: str, inputs: Sequence[str], *, out: str | Sequence[str] | None = None,
-           n_out: int = 1, hint: str | None = None, **attrs) -> str:
+           hint: str | None = None, **attrs) -> str:
         """Add one node; returns its (first) output name. ``out`` names the output(s) explicitly."""
         label = hint or op_type
         if out is None:
-            outputs = [self.fresh(f"{label}_output" if n_out == 1 else f"{label}_output_{i}") for i in range(n_out)]
+            outputs = [self.fresh(f"{label}_output")]
         else:
             outputs = [out] if isinstance(out, str) else list(out)
         attrs = {k: v for k, v in attrs.items() if v is not None}

@@ -64,7 +64,7 @@ class _Value:
         return self.a
 
 
-def _axes(node, ins, at: int, attrs) -> list[int] | None:
+def _axes(ins, at: int, attrs) -> list[int] | None:
     if len(ins) > at and ins[at] is not None:
         return [int(v) for v in ins[at].constant().reshape(-1)]
     return list(attrs["axes"]) if "axes" in attrs else None
@@ -111,7 +111,7 @@ def _op(node: onnx.NodeProto, ins: list, n: int, shape_rows: np.ndarray) -> _Val
         axis = at.get("axis", 0) % max(x.rank, 1)
         return _Value(np.take(x.a, ins[1].constant(), axis=axis), x.batched)
     if op in ("Squeeze", "Unsqueeze"):
-        axes = _axes(node, ins, 1, at)
+        axes = _axes(ins, 1, at)
         if op == "Squeeze":
             axes = [i for i in range(x.rank) if x.a.shape[i] == 1] if axes is None else [a % x.rank for a in axes]
             return _Value(np.squeeze(x.a, axis=tuple(axes)), x.batched)
@@ -129,7 +129,7 @@ def _op(node: onnx.NodeProto, ins: list, n: int, shape_rows: np.ndarray) -> _Val
             axes, steps = at.get("axes", list(range(len(starts)))), [1] * len(starts)
         else:
             starts, ends = ins[1].constant().reshape(-1), ins[2].constant().reshape(-1)
-            axes = _axes(node, ins, 3, {}) or list(range(len(starts)))
+            axes = _axes(ins, 3, {}) or list(range(len(starts)))
             steps = ins[4].constant().reshape(-1) if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
         index = [slice(None)] * x.a.ndim
         for s, e, a, st in zip(starts, ends, axes, steps):

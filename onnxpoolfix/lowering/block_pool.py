@@ -47,13 +47,13 @@ class BlockPoolStep(OneAxisStep):
             channels *= d if isinstance(d, int) else 1
         return (shape[0], channels * g, self.n // g) + tuple(shape[self.axis + 1:])
 
-    def _pool(self, shape) -> PoolStep:
+    def _pool(self) -> PoolStep:
         _, u = block_uniform(self.n, self.m)
         return PoolStep(self.op_type, 2, ((2, u),))
 
     def cost(self, shape, itemsize):
         folded = self._folded(shape)
-        return self._pool(folded).cost(folded, itemsize) + NODE_RESHAPE * C.NODE
+        return self._pool().cost(folded, itemsize) + NODE_RESHAPE * C.NODE
 
     def emit(self, em, x, shape, elem):
         g, _ = block_uniform(self.n, self.m)
@@ -62,7 +62,7 @@ class BlockPoolStep(OneAxisStep):
         middle = [d if isinstance(d, int) else -1 for d in shape[1:self.axis]]
         periods = g * prod(middle) if all(isinstance(d, int) for d in shape[1:self.axis]) else -1
         folded = em.op("Reshape", [x, em.ints("periods", [0, periods, self.n // g] + tail)])
-        pooled = self._pool(self._folded(shape)).emit(em, folded, self._folded(shape), elem)
+        pooled = self._pool().emit(em, folded, self._folded(shape), elem)
         return em.op("Reshape", [pooled, em.ints("shape", [0] + middle + [self.m] + tail)])
 
     @property
