@@ -119,7 +119,7 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
                     "replaced dynamo pool: the export computed its shape at the traced size, from that pool frozen "
                     "there (a flatten's length, say) or from a dim torch made static (the batch, say: torch 2.9 "
                     "freezes a batch traced at 1), which replacing the pool does not change, or the model itself "
-                    "does not run at that size (a map too small for its layers: review62, BEiT at 16x16): "
+                    "does not run at that size (a map too small for its layers: BEiT at 16x16, say): "
                     f"{' '.join(str(e).split())[:200]}",
                     f"where the model runs at other sizes only, choose them with {CHECK_SHAPES}; otherwise export "
                     "through onnxpoolfix.export, which keeps every adaptive pool's output size") from None
