@@ -27,7 +27,7 @@ from ...words import INPUT_SHAPES, TRACED_SHAPES
 from ..aten import bind_in_out, kept_note
 from ..base import FrontEndResult
 from .ranges import RANGE_KEY, outside_ranges, unchecked_ranges
-from .search import MAX_SYMBOL, declared_dims, dim_image, evaluate, solved_dim, symbol_binding, symbols
+from .search import MAX_SYMBOL, declared_dims, dim_image, evaluate, first_undeclared, symbol_binding, symbols
 
 __all__ = ["bind_dynamo_out", "contradiction_hint", "refuse_undeclared_sizes"]
 
@@ -129,23 +129,16 @@ def refuse_undeclared_sizes(model: onnx.ModelProto, input_shapes: Mapping[str, S
     symbol two sizes (review65: refused as a contradiction of the graph, exit 4, naming no multiple)."""
     if not input_shapes or not any(p.key == RANGE_KEY for p in [*model.metadata_props, *model.graph.metadata_props]):
         return
-    declared, env = declared_dims(model), {}
-    for name, dims in input_shapes.items():
-        for axis, (d, v) in enumerate(zip(declared.get(name) or (), dims)):
-            got = solved_dim(d, v) if isinstance(d, str) else None
-            if got is None:
-                continue  # not an expression of one symbol: any size
-            symbol, value = got
-            if value is not None and env.setdefault(symbol, (value, name, axis))[0] == value:
-                continue
-            takes = sorted(dim_image(d, symbol, MAX_SYMBOL))
-            near = [n for n in takes if n < v][-1:] + [n for n in takes if n > v][:1]
-            other = env.get(symbol)
-            raise ArgumentError(
-                f"{INPUT_SHAPES} {name}: dim {axis} is {v}, but the file declares it {d}, "
-                + (f"which no {symbol} in 1..{MAX_SYMBOL} makes {v} (torch.export traced the program for those "
-                   "sizes alone)" if value is None else
-                   f"and {symbol} is {other[0]} from {other[1]} dim {other[2]}"),
-                f"give a size {d} takes" + (f" (near {v}: {' or '.join(map(str, near))})" if near and value is None
-                                            else f" with {symbol} = {other[0]}" if value is not None else ""),
-                argument="input_shapes", input=name, axis=axis, value=v, declared=d)
+    if (found := first_undeclared(declared_dims(model), input_shapes)) is None:
+        return
+    name, axis, d, v, symbol, other = found
+    takes = sorted(dim_image(d, symbol, MAX_SYMBOL))
+    near = [n for n in takes if n < v][-1:] + [n for n in takes if n > v][:1]
+    raise ArgumentError(
+        f"{INPUT_SHAPES} {name}: dim {axis} is {v}, but the file declares it {d}, "
+        + (f"which no {symbol} in 1..{MAX_SYMBOL} makes {v} (torch.export traced the program for those "
+           "sizes alone)" if other is None else
+           f"and {symbol} is {other[0]} from {other[1]} dim {other[2]}"),
+        f"give a size {d} takes" + (f" (near {v}: {' or '.join(map(str, near))})" if near and other is None
+                                    else f" with {symbol} = {other[0]}" if other is not None else ""),
+        argument="input_shapes", input=name, axis=axis, value=v, declared=d)

@@ -289,20 +289,28 @@ def symbol_binding(declared, input_shapes) -> dict[str, int] | None:
 
 
 def allows(declared, binding) -> bool:
-    """Whether the inputs' declared dims can take the sizes ``binding`` gives: a dim declared ``32*h`` only a
-    multiple of 32, one symbol one value wherever it is used. Nothing the file declares is ever run at another
+    """Whether the declared dims take the sizes ``binding`` gives: ``32*h`` only a multiple of 32, a symbol one
+    value wherever used (inputs of another rank are not read). Nothing the file declares is ever run at another
     size (torch traced its program for these sizes alone; the check keeps to them too). A dim this module
     cannot solve for one symbol (two symbols, an expression it does not evaluate) takes any size."""
-    env: dict[str, int] = {}
+    return first_undeclared(declared, binding) is None
+
+
+def first_undeclared(declared, binding) -> tuple | None:
+    """The first bound dim its declared expression cannot take (:func:`allows`): (input, axis, declared dim, size,
+    symbol, the (value, input, axis) that gave the symbol another value, or None where no value gives the size)."""
+    env: dict[str, tuple] = {}
     for name, dims in binding.items():
         decl = declared.get(name)
         if decl is None or len(decl) != len(dims):
             continue
-        for d, v in zip(decl, dims):
-            got = solved_dim(d, v) if isinstance(d, str) else None
-            if got is not None and (got[1] is None or env.setdefault(got[0], got[1]) != got[1]):
-                return False
-    return True
+        for axis, (d, v) in enumerate(zip(decl, dims)):
+            if (got := solved_dim(d, v) if isinstance(d, str) else None) is None:
+                continue
+            symbol, value = got
+            if value is None or env.setdefault(symbol, (value, name, axis))[0] != value:
+                return name, axis, d, v, symbol, None if value is None else env[symbol]
+    return None
 
 
 def solved_dim(d: str, v: int) -> tuple[str, int | None] | None:
