@@ -79,8 +79,8 @@ class CheckFailedError(PoolFixError):
 
     exit_code = 5
 
-    def __init__(self, message: str, hint: str | None = None, report=None):
-        super().__init__(message, hint)
+    def __init__(self, message: str, hint: str | None = None, report=None, **data):
+        super().__init__(message, hint, **data)
         self.report = report
 
 

@@ -26,7 +26,7 @@ from .consistency import layers_after_refuse
 from .feeds import graph_inputs
 from .runner import ExtraRun, check_patched
 from .sizes import default_check_shapes
-from .whole import load_whole
+from .whole import load_whole, runs_through
 
 __all__ = ["run_check", "refuse_huge_check", "foreign_ops", "ONNXRUNTIME_DOMAINS", "CHECK_MAX_ELEMENTS",
            "check_patched", "ExtraRun", "default_check_shapes", "compare", "NodeCheck"]
@@ -166,6 +166,23 @@ def _refused_hint(report: PatchReport) -> str:
             f"skip the check with {NO_CHECK} to write OUT anyway")
 
 
+def _after_frozen_verdict(err: CheckFailedError, input_light, seed: int) -> CheckFailedError:
+    """``err`` told apart where OUT failed in a node of the input file after a replaced dynamo pool and the input
+    file runs that node at the same sizes (:func:`~.whole.runs_through`): the shape the export computed there from
+    the traced size is then the cause, which no check size changes (review69's two pools flattened under a dynamic
+    batch: the hint offered check sizes). Where the input file fails there too (a frozen export fails where torch
+    runs, as a model may not run at a size) or its run says nothing, ``err`` as it is."""
+    node = err.data.get("after_frozen")
+    if not node or input_light is None or runs_through(input_light, node, err.data["shapes"], seed) is not True:
+        return err
+    return CheckFailedError(
+        err.text + f"; the input file runs '{node}' at those sizes: the export computed its shape at the traced size, "
+        "which no other check size changes",
+        "export through onnxpoolfix.export, which keeps every adaptive pool's output size (the layers after it then "
+        f"follow the input's size), or bind the export call's example input with {INPUT_SHAPES_FORM} for a static "
+        "OUT", report=err.report, **err.data, cause="computed-at-traced-size")
+
+
 def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, model_dir, seed,
               extra: ExtraRun | None = None, input_light=None) -> None:
     if not check_shapes:  # sizes the user chose are the user's call
@@ -196,8 +213,11 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
             raise CheckFailedError(f"the layers after the replaced nodes do not take what these compute (onnx's "
                                    f"shape inference, which takes the input file as it is): {refused.error}",
                                    NEGATIVE_PERM_HINT if negative_perms(model.graph) else _refused_hint(report))
-        results = check_patched(model, specs, input_shapes=shapes_list, model_dir=model_dir, seed=seed,
-                                extra=extra)
+        try:
+            results = check_patched(model, specs, input_shapes=shapes_list, model_dir=model_dir, seed=seed,
+                                    extra=extra)
+        except CheckFailedError as e:
+            raise _after_frozen_verdict(e, input_light, seed) from None
         lacking = None if foreign_ops(model) else load_whole(model, model_dir)  # the layers the cut left out
     except PoolFixError:
         raise

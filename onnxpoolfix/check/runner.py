@@ -122,7 +122,8 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
                     "does not run at that size (a map too small for its layers: BEiT at 16x16, say): "
                     f"{' '.join(str(e).split())[:200]}",
                     f"where the model runs at other sizes only, choose them with {CHECK_SHAPES}; otherwise export "
-                    "through onnxpoolfix.export, which keeps every adaptive pool's output size") from None
+                    "through onnxpoolfix.export, which keeps every adaptive pool's output size",
+                    after_frozen=frozen, shapes={k: list(v.shape) for k, v in feed.items()}) from None
             theirs = _exporters_node(model, str(e))
             where = f" in '{theirs}', a node of the input file, not one onnxpoolfix wrote" if theirs else ""
             raise CheckFailedError(

@@ -20,12 +20,14 @@ from onnx import TensorProto, helper
 
 from ..io import serialize
 from ..sessions import ort_session
-from .cut import model_shell
+from .cut import cut_nodes, model_shell
 
-__all__ = ["load_whole"]
+__all__ = ["load_whole", "runs_through"]
 
 #: elements up to which an initializer stays a constant in the skeleton (a count: the same file, the same verdict)
 SKELETON_CONSTANT_ELEMENTS = 4096
+#: elements of zeros :func:`runs_through` feeds for the weights at most (beyond: no verdict)
+ZERO_WEIGHT_ELEMENTS = 1 << 26
 
 
 def load_whole(model: onnx.ModelProto, model_dir: str | None) -> str | None:
@@ -67,3 +69,43 @@ def _graph_bytes(model: onnx.ModelProto, *, skeleton: bool) -> bytes:
         elif t.name not in declared:
             graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
     return out.SerializeToString()
+
+
+def runs_through(light: onnx.ModelProto, node: str, shapes, seed: int) -> bool | None:
+    """Whether the input file runs its node ``node`` at the input ``shapes`` (``light``: its weight-free copy,
+    :func:`~onnxpoolfix.graph.shapes.light_copy`): the part computing that node run in onnxruntime, on random
+    inputs and its large weights fed as zeros (the sizes its layers compute do not read them). True where it runs;
+    False where onnxruntime fails in ``node`` itself; None where anything else stops it (or the weights fed would be
+    too many), which says nothing."""
+    import numpy as np
+
+    from .feeds import random_feed
+
+    g = light.graph
+    at = next((n for n in g.node if n.name == node), None)
+    if at is None:
+        return None
+    picked, reads = cut_nodes(g, [o for o in at.output if o])
+    out = model_shell(light, "runs_through")
+    out.graph.node.extend(g.node[k] for k in picked)
+    out.graph.input.extend(i for i in g.input if i.name in reads)
+    out.graph.output.extend(onnx.ValueInfoProto(name=o) for o in at.output if o)
+    zeros = {}
+    for t in g.initializer:
+        if t.name not in reads:
+            continue
+        if t.data_location != TensorProto.EXTERNAL:
+            out.graph.initializer.append(t)
+        elif t.name not in {i.name for i in out.graph.input}:
+            out.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+            zeros[t.name] = (helper.tensor_dtype_to_np_dtype(t.data_type), tuple(t.dims))
+    if sum(math.prod(d) for _, d in zeros.values()) > ZERO_WEIGHT_ELEMENTS:
+        return None
+    try:
+        feed = random_feed(light, shapes, np.random.default_rng(seed))
+        feed = {k: v for k, v in feed.items() if k in reads}
+        feed.update({k: np.zeros(d, dt) for k, (dt, d) in zeros.items()})
+        ort_session(out.SerializeToString(), optimize=False).run(None, feed)
+    except Exception as e:  # noqa: BLE001 - onnxruntime's exception types live in its compiled module
+        return False if type(e).__module__.startswith("onnxruntime") and f"Name:'{node}'" in str(e) else None
+    return True

@@ -29,7 +29,7 @@ from ..base import FrontEndResult
 from .ranges import RANGE_KEY, outside_ranges, unchecked_ranges
 from .search import MAX_SYMBOL, declared_dims, dim_image, evaluate, first_undeclared, symbol_binding, symbols
 
-__all__ = ["bind_dynamo_out", "contradiction_hint", "refuse_undeclared_sizes"]
+__all__ = ["bind_dynamo_out", "refuse_undeclared_sizes"]
 
 
 def bind_dynamo_out(model: onnx.ModelProto, result: FrontEndResult, input_shapes: Mapping[str, Sequence[int]] | None,
@@ -102,25 +102,6 @@ def _proven_at_binding(model: onnx.ModelProto, input_shapes: Mapping[str, Sequen
     with a symbolic dim, alike: OUT then runs at the proven shapes alone."""
     return all(n in input_shapes and n in proof and list(input_shapes[n]) == list(proof[n])
                for n in symbolic_inputs(model))
-
-
-def contradiction_hint(pointed: str | None, region: str | None = None, *, bound: bool = False) -> str:
-    """What to do when the graph contradicts a bound or traced size (``pointed``: a size it is right at; with
-    ``region``, a size only that region was found right at: the graph's other pools were not tried there).
-    ``bound``: the size came from ``--input-shape`` alone, which binds OUT there (review66: the hint named
-    ``--traced-shape``, which given beside another ``--input-shape`` is refused)."""
-    if pointed and region:
-        pointed = (f"region '{region}' is right at {pointed} (its traced branches; the graph's other pools may take "
-                   "other branches there: not a size to give as it is), not at the given one; ")
-    elif pointed:
-        pointed = f"the graph is right at {pointed} (the traced size's branches), not at the given one; "
-    if bound:
-        return ((pointed or "") + f"bind a size the file is right at with {INPUT_SHAPES}, or give no {INPUT_SHAPES} "
-                "for a symbolic OUT exact at every size (a converter that needs static windows binds it then: "
-                "docs/targets.md, \"A dynamo file for pnnx and onnx2tf\")")
-    return ((pointed or "")
-            + f"give the size the model was exported at (the export call's example input) with {TRACED_SHAPES} "
-            "NAME:D0,D1,..., or export through onnxpoolfix.export")
 
 
 def refuse_undeclared_sizes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None) -> None:

@@ -27,16 +27,17 @@ from dataclasses import replace
 
 import onnx
 
-from ...errors import ShapeError, UnsupportedNodeError
+from ...errors import UnsupportedNodeError
 from ...graph import nodes_deep, subgraphs
 from ...graph.emit import EMITTED_BY
 from ...graph.shapes import model_opset, output_shape
 from ...graph.size_precision import size_precision_error
 from ...report import RESTS_ON_TRACED, Note, WarningNote
 from ...spec import PoolNode, PoolSpec
-from ...words import ALLOW_PARTIAL, INPUT_SHAPES, TRACED_SHAPES_FORM
+from ...words import ALLOW_PARTIAL, TRACED_SHAPES_FORM
 from ..base import EXPORT, STRIPPED, TRACED, FrontEndResult, PlanOptions, Region, Suspect
-from .binding import bind_dynamo_out, contradiction_hint, refuse_undeclared_sizes
+from .binding import bind_dynamo_out, refuse_undeclared_sizes
+from .contradiction import contradiction_error
 from .crops import DROPPED_CROP, dropped_crop
 from .dataflow import (
     ENCODING,
@@ -58,7 +59,6 @@ from .proof import Proof
 from .proof_search import prove_all
 from .ranges import range_note
 from .reduces import computed_reduces, mean_of_a_result
-from .search import declared_dims, evaluate, symbol_binding
 from .selections import selects_fixed_axes
 
 logger = logging.getLogger(__name__)
@@ -283,24 +283,11 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
                 proven[i] = (t, p)
         pending = [i for i, p in zip(pending, proofs) if p.why and smaller[i]]
     against = [(c, p) for c, p in proven if p.contradicts]
-    if against:  # regions right only elsewhere: the binding is not the traced size
-        c, p = against[0]
-        # the input sizes there: the symbols the region does not pool (a symbolic batch) as given, not as proven
-        env = p.proof_envs.get(p.contradicts)
-        right_at = _input_shapes(model, {**(symbol_binding(declared_dims(model), input_shapes or {}) or {}), **env}
-                                 ) if env else None
+    if against:  # regions right only elsewhere: the binding is not the traced size (or gives some inputs alone)
         # the size named was found for this one region: it is the graph's only where nothing else pools (review48:
         # a PSP pyramid's hint named a size where another level differs, and that one's hint a third)
         alone = len(proven) == 1 and not contradictions and not findings.specs
-        raise ShapeError(
-            f"the {'given traced size' if traced_shapes else f'size {INPUT_SHAPES} gives'} contradicts the graph: "
-            f"{len(against)} dynamo region(s) ({', '.join(repr(c.result) for c, _ in against)}) differ from "
-            f"adaptive pooling there, though '{c.result}' equals it at {'x'.join(map(str, p.contradicts))}",
-            contradiction_hint(("sizes such as " + " ".join(f"{k}:{','.join(map(str, v))}" for k, v in
-                                                           right_at.items())) if right_at else
-                               f"a pooled size like {'x'.join(map(str, p.contradicts))} for '{c.pooled}'",
-                               None if alone else c.result, bound=not traced_shapes),
-            regions=[c.result for c, _ in against], pooled=list(p.contradicts), right_at=right_at)
+        raise contradiction_error(model, g, against, input_shapes, traced=bool(traced_shapes), alone=alone)
     if contradictions:
         raise contradictions[0]
     _rests(findings, resting, proven)
@@ -373,18 +360,6 @@ def _may_divide_by_window_lengths(g, end: int, opset: int, model_dir: str | None
         return True
     value = np.asarray(value, dtype=np.float64)
     return bool(value.size == 0 or np.all((value >= 1) & (value == np.round(value))))
-
-
-def _input_shapes(model, env) -> dict[str, list[int]] | None:
-    """The symbolic graph inputs' shapes at a binding of their symbols (the hint's ``x:1,3,12,14``); None where
-    some symbol is unbound."""
-    shapes = {}
-    for name, dims in declared_dims(model).items():
-        if name in {i.name for i in model.graph.input} and any(isinstance(d, str) for d in dims):
-            shapes[name] = [evaluate(d, env) for d in dims]
-            if None in shapes[name]:
-                return None
-    return shapes or None
 
 
 def _rests(findings: FrontEndResult, resting: list, proven: list[tuple[Candidate, Proof]]) -> None:

@@ -19,7 +19,7 @@ from ...graph.shapes import SUPPORTED_DTYPES
 from ...spec import InputDim, PoolNode, PoolSpec
 from ..base import EXPORT, STRIPPED, TRACED, FrontEndResult, Region, Suspect
 from ..exporter_pools import adaptive_sizes
-from .binding import contradiction_hint
+from .contradiction import contradiction_hint
 from .crops import DROPPED_CROP, dropped_crop
 from .dataflow import ENCODING, DataflowGraph
 from .frozen_indices import IndicesChain, index_chains

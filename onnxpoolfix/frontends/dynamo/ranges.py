@@ -105,6 +105,13 @@ def _renamed(key: str, names) -> str:
     return "".join(names.get(t, t) if _TORCH_SYMBOL.fullmatch(t) else t for t in _TOKEN.findall(key))
 
 
+def ranges_as_named(model: onnx.ModelProto) -> list[tuple[str, str, str]]:
+    """:func:`narrowed_ranges` with each key read in the inputs' dim names (:func:`key_names`; ``H in [17, 64]``
+    for torch's ``s53``), what a message names."""
+    names = key_names(model)
+    return [(_renamed(key.strip(), names), lo, hi) for key, lo, hi in narrowed_ranges(model)]
+
+
 def unchecked_ranges(model: onnx.ModelProto, env, free=frozenset()) -> list[tuple[str, str, str]]:
     """The narrowed ranges a binding (``env``) cannot be checked against: the key, read in the inputs' dim names,
     names a symbol tied to no input's dim (:func:`key_names`) or one that is neither bound nor ``free`` (the
