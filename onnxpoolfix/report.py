@@ -105,6 +105,11 @@ _SAID_BY_THE_RESULT_LINE = {NOTHING_TO_PATCH.code, NOT_CHECKED.code}
 # the words of the note a frozen pool sized from the given traced size alone gets (frontends/dynamo/front_end.py); the
 # check's hint looks for them
 RESTS_ON_TRACED = "rests on the given traced size alone"
+#: what no dynamo file shows: a pool's size set in forward from the input's (review79: ``self.pool.output_size =
+#: (x.size(2) // 2, ...)`` writes the same file as ``nn.AdaptiveAvgPool2d((6, 3))``); a traced size then freezes it
+OWN_SIZE_UNSEEN = ("a size assigned in forward from the input's, pool.output_size = x.size(2) // 2, writes the same "
+                   "file as a fixed one, and given a traced size OUT pools to the traced output size at every input "
+                   "size; onnxpoolfix.export is exact either way")
 
 
 def note_lines(notes, audience: str = API) -> tuple[list[str], list[str]]:

@@ -32,7 +32,7 @@ from ...graph import nodes_deep, subgraphs
 from ...graph.emit import EMITTED_BY
 from ...graph.shapes import model_opset, output_shape
 from ...graph.size_precision import size_precision_error
-from ...report import RESTS_ON_TRACED, Note, WarningNote
+from ...report import OWN_SIZE_UNSEEN, RESTS_ON_TRACED, Note, WarningNote
 from ...spec import PoolNode, PoolSpec
 from ...words import ALLOW_PARTIAL, TRACED_SHAPES_FORM
 from ..base import EXPORT, STRIPPED, TRACED, FrontEndResult, PlanOptions, Region, Suspect
@@ -138,7 +138,8 @@ def frozen_error(suspects: Sequence[Suspect], *, traced: bool) -> UnsupportedNod
                 "may be the model's own ops that equal a pool only at that size: x.unfold(3, 3, 2).mean(-1) at 13 "
                 "is 13 -> 6); if it is not, give the example input's size with "
                 if traced else "give the size the model was exported at (the export call's example input) with ")
-        hint = what + f"{TRACED_SHAPES_FORM}, or export through onnxpoolfix.export" + partial
+        hint = what + f"{TRACED_SHAPES_FORM} where each pool's size is the one its module was built with, or " \
+            f"export through onnxpoolfix.export ({OWN_SIZE_UNSEEN})" + partial
     return UnsupportedNodeError(
         f"{len(frozen)} pooling region(s) of this export would stay frozen at its traced size, so OUT "
         f"would be wrong or crash at other input sizes: {names}", hint)
@@ -372,4 +373,5 @@ def _rests(findings: FrontEndResult, resting: list, proven: list[tuple[Candidate
                                 for r in findings.regions]
             findings.notes.append(WarningNote(
                 f"the output size of the frozen {op} '{result}' ({size_text(output_size)}) {RESTS_ON_TRACED}: "
-                "the graph cannot tell whether the file was exported at it", "rests-on-traced-shape", result=result))
+                "the graph cannot tell whether the file was exported at it, nor whether the pool's size is the one its "
+                f"module was built with ({OWN_SIZE_UNSEEN})", "rests-on-traced-shape", result=result))
