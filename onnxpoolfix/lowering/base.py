@@ -24,7 +24,7 @@ from ..reason import needs_opset
 from ..tensorrt import SUPPORTED_OPS, GraphInfo, tensorrt_rejects
 from .avg_non_finite import GUARD_MIN_OPSET, guarded, unguardable
 from .max_steps import NON_FINITE_UNSAFE_MAX, NonFiniteMaxStep
-from .steps import CastStep, PoolStep, ReduceStep, Step, emit_steps, run_cost
+from .steps import CastStep, PoolStep, ReduceStep, Step, WrappedSteps, emit_steps, run_cost
 
 # ops onnxruntime's CPU provider has no float64 kernel for (measured: onnxruntime 1.16-1.32)
 NO_FLOAT64_KERNEL = frozenset({"AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize"})
@@ -131,7 +131,7 @@ class Lowering:
             return f"onnxruntime has no float64 kernel for {', '.join(missing)}" + (
                 f" at opset {spec.opset}" if set(missing) & set(NO_FLOAT64_KERNEL_BEFORE) else "")
         if spec.target == "portable":
-            return portable_rejection(ops, spec)
+            return portable_rejection(ops, spec, self.steps(spec))
         if spec.target == "onnxruntime":
             return unguardable(ops, spec.kind, spec.target, spec.opset)
         if spec.target == "tensorrt":
@@ -216,8 +216,9 @@ NOT_PORTABLE = {
 }
 
 
-def portable_rejection(ops: set[str], spec: PoolSpec) -> str | None:
-    """Why the portable target does not take what a lowering emits for ``spec``, or None."""
+def portable_rejection(ops: set[str], spec: PoolSpec, steps: Sequence[Step] | None = None) -> str | None:
+    """Why the portable target does not take what a lowering emits for ``spec`` (``steps``: its steps, where
+    known: a 3-D pool's pooling ops on 4-D planes are 2-D ones), or None."""
     for op, why in NOT_PORTABLE.items():
         if op in ops:
             return f"not portable: {op} ({why})"
@@ -225,9 +226,21 @@ def portable_rejection(ops: set[str], spec: PoolSpec) -> str | None:
         return needs_opset(EQUAL_NAN_MIN_OPSET, f"not portable: IsNaN (MNN and ncnn lack it; the Equal masks "
                                                 f"written instead need opset {EQUAL_NAN_MIN_OPSET}), the model has "
                                                 f"{spec.opset}")
-    if spec.k >= 3 and ops & {"AveragePool", "MaxPool"}:
+    if spec.k >= 3 and (pool_ops(steps) if steps is not None else ops) & {"AveragePool", "MaxPool"}:
         return "not portable: a 3-D pooling op (MNN crashes on 3-D AveragePool, TFLite needs TensorFlow's Flex ops)"
     return None
+
+
+def pool_ops(steps: Sequence[Step]) -> set[str]:
+    """The ops of ``steps`` (and of a wrapper's mean twins) but those of steps pooling 4-D planes whatever the
+    input's rank (:class:`~.separable.SeparableStep`)."""
+    out: set[str] = set()
+    for s in steps:
+        if isinstance(s, WrappedSteps):
+            out |= pool_ops(s.inner) | pool_ops([t for t in (i.mean_twin() for i in s.inner) if t is not None])
+        elif not getattr(s, "plane_pools", False):
+            out |= set(s.ops)
+    return out
 
 
 def specialized(steps: Sequence[Step], shape, size: int, opset: int) -> list[Step]:

@@ -21,7 +21,7 @@ from .steps import (
     run_cost,
 )
 from .sum_steps import WindowSumStep
-from .window_slices import WindowSlicesStep, pool_windows, slices_fit
+from .window_slices import WindowSlicesStep, pool_windows, separable, slices_fit
 
 
 class _PerAxis(Lowering):
@@ -81,6 +81,8 @@ class MixedLowering(_PerAxis):
         if spec.kind == "max" and any(a.uniform for a in axes) and pool_op_reason(spec):
             # without MaxPool a uniform axis would fall to the general method, which is MatMul here
             return pool_op_reason(spec)
+        if separable(spec):  # its uniform axes would be Slices of the 5-D tensor, which ncnn cannot load
+            return "the portable target's static 3-D pools are 'window_slices' (two 2-D pools: ncnn, no 3-D pooling op)"
         special = [a for a in axes if a.uniform or a.upsample]
         if not special:
             return "no axis has uniform windows or an integer upsample (that is plain 'matmul')"

@@ -43,6 +43,7 @@ from ..words import TARGET_PORTABLE
 from . import cost as C
 from .base import Lowering, axis_windows, compute_dtype, reduce_whole
 from .runtime_windows import guess_len
+from .separable import SeparableStep
 from .steps import OneAxisStep, Step, numel
 
 #: the most windows one axis may be cut into (each is a Slice and a Reduce node)
@@ -60,9 +61,14 @@ class WindowSlicesStep(OneAxisStep):
     op_type: str  # ReduceMean | ReduceMax
     #: each window an AveragePool over its slice (kernel = its length) instead of a ReduceMean: see pool_windows()
     pool_windows: bool = False
+    #: the mean twin (max pooling's NaN carrier) in runs of AveragePools even where the max is not: a 3-D pool's
+    #: planes (:mod:`.separable`), where a pooling op is what lets pnnx drop the batch (ncnn)
+    twin_pools: bool = False
 
     def mean_twin(self):
-        return replace(self, op_type="ReduceMean") if self.op_type == "ReduceMax" else None
+        if self.op_type != "ReduceMax":
+            return None
+        return replace(self, op_type="ReduceMean", pool_windows=self.pool_windows or self.twin_pools)
 
     @property
     def pool_op(self) -> str:
@@ -208,15 +214,17 @@ def window_runs(n: int, m: int) -> list[WindowRun]:
     return runs
 
 
-def pool_windows(spec, axis: int, n) -> bool:
+def pool_windows(spec, axis: int, n, planes: bool = False) -> bool:
     """Whether a static axis is pooled as runs of AveragePools or MaxPools (:meth:`WindowSlicesStep._emit_runs`)
     rather than a ReduceMean/ReduceMax per window: fewer nodes, each window read once. Over a pooling op's spatial
     dims of a 1-D or 2-D pool (no 3-D pooling op: MNN, TFLite), where onnxruntime has an AveragePool kernel (max
     pooling's NaN test averages too). Averages always; max pooling from opset 18, whose ReduceMax takes its axes
     as an input, which pnnx leaves as a layer ncnn does not have (measured; for ReduceMean it drops the axes and
-    ncnn averages the wrong dims). Below opset 18 max keeps ReduceMax: MNN's MaxPool starts its max at -2^24."""
+    ncnn averages the wrong dims). Below opset 18 max keeps ReduceMax: MNN's MaxPool starts its max at -2^24.
+    ``planes``: an axis of a 3-D pool cut as 2-D ones (:mod:`.separable`), whose tensors are 4-D."""
     max_ok = spec.kind == "max" and spec.opset >= 18
-    return ((spec.kind == "avg" or max_ok) and isinstance(n, int) and spec.ndim in (3, 4) and spec.k <= 2
+    rank_ok = (spec.ndim in (3, 4) and spec.k <= 2) or planes
+    return ((spec.kind == "avg" or max_ok) and isinstance(n, int) and rank_ok
             and axis >= 2 and compute_dtype(spec) != TensorProto.DOUBLE)
 
 
@@ -258,6 +266,8 @@ class WindowSlicesLowering(Lowering):
 
     def _steps(self, spec):
         op = "ReduceMean" if spec.kind == "avg" else "ReduceMax"
+        if separable(spec):
+            return [separable_step(spec, op)]
         changed = [a for a in axis_windows(spec) if not a.keep]
         steps: list[Step] = []
         whole = tuple(a.axis for a in changed if a.m == 1)
@@ -268,3 +278,22 @@ class WindowSlicesLowering(Lowering):
         steps += [WindowSlicesStep(a.axis, a.n if isinstance(a.n, int) else None, a.m, op,
                                    pool_windows(spec, a.axis, a.n)) for a in rest]
         return steps
+
+
+def separable(spec) -> bool:
+    """The portable target's static batched 3-D pools go as two 2-D ones (:mod:`.separable`: ncnn)."""
+    return spec.target == "portable" and spec.k == 3 and spec.ndim == 5 and spec.static
+
+
+def separable_step(spec, op: str) -> SeparableStep:
+    """Axes H and W (2 and 3 of ``[N, C*D, H, W]``), then D (2 of ``[N, C, D, H'*W']``), each changed one cut
+    into windows (one spanning an axis pooled to 1); the max's NaN carrier averaged in runs of AveragePools (the
+    pooling op pnnx drops the batch at, :attr:`WindowSlicesStep.twin_pools`)."""
+    d, h, w = axis_windows(spec)
+    double = compute_dtype(spec) == TensorProto.DOUBLE
+
+    def step(a, axis):
+        return WindowSlicesStep(axis, a.n, a.m, op, pool_windows(spec, axis, a.n, planes=True), twin_pools=not double)
+
+    plane = tuple(step(a, axis) for a, axis in ((h, 2), (w, 3)) if not a.keep)
+    return SeparableStep(plane, (step(d, 2),) if not d.keep else ())

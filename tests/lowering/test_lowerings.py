@@ -125,7 +125,8 @@ CASES = [
     ("window_sum", "avg", (3, 70, 11), (65, 4), {"Pad", "Gather", "ReduceSum", "Div"}),  # unbatched
     # batched 1-D/2-D averages: runs of windows, one AveragePool each (float64: a ReduceMean per window)
     ("window_slices", "avg", (2, 3, 10, 11), (4, 4), {"Slice", "AveragePool", "Concat"}),
-    ("window_slices", "avg", (2, 2, 5, 6, 7), (3, 4, 5), {"Slice", "ReduceMean", "Concat"}),
+    # 3-D: two 2-D pools, over H/W of [N, C*D, H, W] and over D of [N, C, D, H'*W'] (lowering/separable.py)
+    ("window_slices", "avg", (2, 2, 5, 6, 7), (3, 4, 5), {"Reshape", "Slice", "AveragePool", "Concat"}),
     ("window_slices", "avg", (2, 3, 5), (6,), {"Slice", "AveragePool", "Concat"}),  # non-integer upsample
     ("window_slices", "avg", (3, 10, 11), (4, 4), {"Slice", "ReduceMean", "AveragePool", "Concat"}),  # unbatched: H reduced
     ("window_slices", "max", (2, 3, 11, 13), (4, 5), {"Slice", "ReduceMax", "Concat"}),

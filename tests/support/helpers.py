@@ -226,12 +226,13 @@ NCNN_LACKS = frozenset({"Gather", "GatherElements", "Equal", "Less", "Greater", 
 
 #: (input shape, output size, opset) of the max pooling the runtime tests feed :func:`non_finite_max_input`:
 #: non-uniform 2-D (window ReduceMaxes; from opset 18, whose ReduceMax takes its axes as an input, runs of MaxPools),
-#: uniform 2-D (a MaxPool), 1-D, 3-D, and axes pooled to 1 (a MaxPool spanning them: pnnx converts no ReduceMax
-#: over two axes, nor one from opset 18)
+#: uniform 2-D (a MaxPool), 1-D, 3-D (two 2-D pools: ReduceMaxes; from opset 18 MaxPools), and axes pooled to 1
+#: (a MaxPool spanning them: pnnx converts no ReduceMax over two axes, nor one from opset 18)
 NON_FINITE_MAX_CASES = [((1, 6, 8, 9), (5, 7), 17), ((1, 6, 8, 9), (5, 7), 18), ((1, 6, 7, 7), (3, 3), 17),
                         ((1, 6, 11), (4,), 17), ((1, 6, 11), (4,), 21), ((1, 6, 4, 5, 6), (2, 3, 4), 17),
-                        ((1, 6, 8, 9), (1, 1), 17), ((1, 6, 8, 9), (5, 1), 18)]
-NON_FINITE_MAX_IDS = ["2d", "2d_opset18", "2d_uniform", "1d", "1d_opset21", "3d", "global", "2d_to_one_opset18"]
+                        ((1, 6, 8, 9), (1, 1), 17), ((1, 6, 8, 9), (5, 1), 18), ((1, 6, 4, 5, 6), (2, 3, 4), 18)]
+NON_FINITE_MAX_IDS = ["2d", "2d_opset18", "2d_uniform", "1d", "1d_opset21", "3d", "global", "2d_to_one_opset18",
+                      "3d_opset18"]
 #: the channel of :func:`non_finite_max_input` whose every window's maximum is -3e38 (MNN's MaxPool: -2^24)
 BELOW_MNN_MAXPOOL = 5
 
