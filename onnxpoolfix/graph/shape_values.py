@@ -7,7 +7,7 @@ Nor, before Unsqueeze-13/Concat-13, a static view's target built from constants 
 (``Concat(Unsqueeze(2), Unsqueeze(6), Unsqueeze(143))``). Nor, at any opset, a Reshape of a size: torch's
 ``f[:, :, : h // 4 * 4]`` ends its Slice at ``Reshape(h // 4 * 4, [1])``, and the Slice was unsized on every axis.
 Where the shapes such a chain reads are static, :func:`fold_size_chains` computes its values with numpy
-(the ONNX semantics of the few ops size arithmetic uses, per opset) and hands them to a second inference as
+(:func:`~.size_vectors.node_value` over ints and symbolic entries) and hands them to a second inference as
 initializers; an If whose condition they decide (torch's squeeze of a dim it did not know) is seen there as
 the branch it takes. Only for shape inference: the model written is never changed (the If stays, exact).
 """
@@ -18,18 +18,11 @@ import onnx
 from onnx import numpy_helper
 
 from . import attributes, subgraphs
+from .size_vectors import Unsupported, Value, node_value
 
 #: a folded value larger than this is no size vector
 _MAX_ELEMENTS = 64
 _INT_TYPES = {onnx.TensorProto.INT64: np.int64, onnx.TensorProto.INT32: np.int32}
-
-
-def _axes(node, ins, opset: int, at: int, since: int):
-    """The ``axes`` of Squeeze/Unsqueeze/Slice-like nodes: an input from ``since`` on, an attribute before."""
-    if opset >= since:
-        return None if len(ins) <= at or ins[at] is None else [int(v) for v in ins[at].reshape(-1)]
-    got = attributes(node).get("axes")
-    return None if got is None else list(got)
 
 
 class Dim:
@@ -41,96 +34,11 @@ class Dim:
         self.tensor, self.axis = tensor, axis
 
 
-def _slice(node, ins, opset: int) -> np.ndarray:
-    x = ins[0]
-    if opset >= 10:
-        starts, ends = _ints(ins[1]), _ints(ins[2])
-        axes = _ints(ins[3]) if len(ins) > 3 and ins[3] is not None else list(range(len(starts)))
-        steps = _ints(ins[4]) if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
-    else:
-        at = attributes(node)
-        starts, ends = at.get("starts"), at.get("ends")
-        axes = at.get("axes", list(range(len(starts))))
-        steps = [1] * len(starts)
-    index = [slice(None)] * x.ndim
-    for s, e, a, st in zip(starts, ends, axes, steps):
-        index[int(a) % x.ndim] = slice(int(s), int(e), int(st))  # python clamps as ONNX does
-    return x[tuple(index)]
-
-
-def _ints(v: np.ndarray) -> list[int]:
-    """A value every entry of which is known, as ints (ValueError otherwise)."""
-    flat = list(v.reshape(-1))
-    if not all(isinstance(e, (int, np.integer)) for e in flat):
-        raise ValueError("not a known value")
-    return [int(e) for e in flat]
-
-
-def _elementwise(f, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``f`` entry by entry (broadcasting); an entry with an unknown operand is unknown."""
-    a, b = np.broadcast_arrays(a, b)
-    out = np.empty(a.shape, dtype=object)
-    for i in np.ndindex(a.shape):
-        x, y = a[i], b[i]
-        out[i] = int(f(int(x), int(y))) if isinstance(x, (int, np.integer)) and isinstance(y, (int, np.integer)) \
-            else None
-    return out
-
-
-def _trunc_div(x: int, y: int) -> int:  # ONNX's integer Div truncates toward zero
-    q = abs(x) // abs(y)
-    return q if (x >= 0) == (y > 0) else -q
-
-
-def _evaluate(node: onnx.NodeProto, ins: list, opset: int, dims: dict) -> np.ndarray | None:
-    op, at = node.op_type, attributes(node)
-    if op == "Shape":
-        shape = dims.get(node.input[0])
-        if shape is None:
-            return None
-        entries = [d if isinstance(d, int) else Dim(node.input[0], a) for a, d in enumerate(shape)]
-        out = np.empty(len(entries), dtype=object)
-        out[:] = entries
-        return out[at.get("start", 0):at.get("end", None)]
-    if not ins or ins[0] is None or op != "Slice" and any(v is None for v in ins):
+def _evaluate(node: onnx.NodeProto, ins: list, dims: dict) -> np.ndarray | None:
+    """``node``'s output (:func:`~.size_vectors.node_value` over object arrays); None where not known."""
+    if node.op_type != "Shape" and (not ins or any(v is None for v in (ins[:3] if node.op_type == "Slice" else ins))):
         return None
-    if op == "Gather":
-        return np.take(ins[0], np.array(_ints(ins[1])).reshape(ins[1].shape), axis=at.get("axis", 0))
-    if op == "Slice":
-        return None if any(v is None for v in ins[:3]) else _slice(node, ins, opset)
-    if op == "Concat":
-        return np.concatenate([v.reshape(-1) if v.ndim == 0 else v for v in ins], axis=at.get("axis", 0))
-    if op in ("Unsqueeze", "Squeeze"):
-        axes = _axes(node, ins, opset, 1, 13)
-        if op == "Squeeze":
-            return np.squeeze(ins[0], axis=None if axes is None else tuple(axes))
-        out = ins[0]
-        for a in sorted(a % (out.ndim + len(axes)) for a in axes):
-            out = np.expand_dims(out, a)
-        return out
-    if op == "Cast":
-        return ins[0] if at.get("to") in _INT_TYPES else None
-    if op == "Identity":
-        return ins[0]
-    if op == "Equal":  # torch's squeeze of a dim it did not know: If(Shape(x)[d] == 1, Squeeze, Identity)
-        return _elementwise(int.__eq__, ins[0], ins[1])
-    if op in ("Add", "Sub", "Mul", "Div"):
-        f = {"Add": int.__add__, "Sub": int.__sub__, "Mul": int.__mul__, "Div": _trunc_div}[op]
-        return _elementwise(f, ins[0], ins[1])
-    if op == "Reshape":  # a size vector reshaped (torch's ``x[:, :, :h]`` reads ``h`` as Reshape(h, [1]))
-        target = _ints(ins[1])
-        target = [ins[0].shape[a] if t == 0 and not at.get("allowzero", 0) else t for a, t in enumerate(target)]
-        return ins[0].reshape(target)
-    if op == "ReduceProd":
-        axes = _axes(node, ins, opset, 1, 18)
-        if axes is not None and ins[0].ndim > 1:
-            return None
-        return np.array(int(np.prod(_ints(ins[0]))), dtype=object).reshape((1,) if at.get("keepdims", 1) else ())
-    return None
-
-
-_FOLDED = {"Shape", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast", "Identity", "Add", "Sub", "Mul",
-           "Div", "ReduceProd", "Constant", "Equal"}
+    return node_value(node, [None if v is None else Value(v, False) for v in ins], 1, lambda nd: _shape(nd, dims)).a
 
 
 def _constant(node: onnx.NodeProto) -> np.ndarray | None:
@@ -142,6 +50,19 @@ def _constant(node: onnx.NodeProto) -> np.ndarray | None:
         if a.name == "value_int":
             return np.array(a.i, dtype=object)
     return None
+
+
+def _shape(node: onnx.NodeProto, dims: dict) -> Value:
+    shape = dims.get(node.input[0])
+    if shape is None:
+        raise Unsupported("a Shape of a tensor whose rank is not known")
+    out = np.empty(len(shape), dtype=object)
+    out[:] = [d if isinstance(d, int) else Dim(node.input[0], a) for a, d in enumerate(shape)]
+    return Value(out, False)
+
+
+_FOLDED = {"Shape", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast", "Identity", "Add", "Sub", "Mul",
+           "Div", "ReduceProd", "Constant", "Equal"}
 
 
 def _known(v: np.ndarray) -> np.ndarray | None:
@@ -177,7 +98,7 @@ def _reshape_output(v: np.ndarray, data: str, allowzero: int, dims: dict, params
     return None if any(isinstance(d, int) and d < 0 for d in out) else out
 
 
-def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto | None:
+def fold_size_chains(inferred: onnx.ModelProto) -> onnx.ModelProto | None:
     """A copy of ``inferred`` (a light copy after one shape inference) whose nodes read the sizes computed
     from static shapes as initializers, and whose Reshapes to partly known targets (symbolic dims copied
     through) have their outputs declared (:func:`_reshape_output`), for inference to run again; None where
@@ -204,17 +125,13 @@ def fold_size_chains(inferred: onnx.ModelProto, opset: int) -> onnx.ModelProto |
     for node in g.node:
         if node.op_type not in _FOLDED | {"Reshape"} or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
             continue
-        if node.op_type == "Constant":
+        if node.op_type == "Constant":  # a malformed one raises: the caller keeps the first inference
             got = _constant(node)
         else:
             try:
-                got = _evaluate(node, [values.get(x) if x else None for x in node.input], opset, dims)
-            except (ValueError, IndexError, TypeError, ZeroDivisionError, AttributeError):
+                got = _evaluate(node, [values.get(x) if x else None for x in node.input], dims)
+            except (Unsupported, ValueError, IndexError, KeyError, TypeError, ZeroDivisionError, AttributeError):
                 got = None
-        if got is not None and not isinstance(got, np.ndarray):  # a 0-d take of an object array: the entry
-            one = np.empty((), dtype=object)
-            one[()] = got
-            got = one
         if got is not None and got.size <= _MAX_ELEMENTS:
             values[node.output[0]] = got
             if node.op_type == "Equal":  # a bool: only an If's condition here, never handed to inference

@@ -242,7 +242,7 @@ def _with_folded_sizes(inferred: onnx.ModelProto, rounds: int = 3) -> onnx.Model
     current = inferred
     for _ in range(rounds):
         try:
-            folded = fold_size_chains(current, model_opset(current))
+            folded = fold_size_chains(current)
         except Exception as e:  # noqa: BLE001 - an aid to inference only: the first inference stands
             logger.debug("folding size chains failed: %s", e, exc_info=True)
             break

@@ -103,6 +103,6 @@ def test_an_equal_is_read_for_an_ifs_condition_only():
                           [helper.make_tensor("one", TensorProto.INT64, [], [1]),
                            helper.make_tensor("three", TensorProto.INT64, [], [3])])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    folded = fold_size_chains(onnx.shape_inference.infer_shapes(model), 13)
+    folded = fold_size_chains(onnx.shape_inference.infer_shapes(model))
     where = [n for n in (folded or model).graph.node if n.op_type == "Where"][0]
     assert where.input[0] == "eq"
