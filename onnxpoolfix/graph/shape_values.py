@@ -38,7 +38,8 @@ def _evaluate(node: onnx.NodeProto, ins: list, dims: dict) -> np.ndarray | None:
     """``node``'s output (:func:`~.size_vectors.node_value` over object arrays); None where not known."""
     if node.op_type != "Shape" and (not ins or any(v is None for v in (ins[:3] if node.op_type == "Slice" else ins))):
         return None
-    return node_value(node, [None if v is None else Value(v, False) for v in ins], 1, lambda nd: _shape(nd, dims)).a
+    got = node_value(node, [None if v is None else Value(v, False) for v in ins], 1, lambda nd: _shape(nd, dims))
+    return np.asarray(got.a, dtype=object)  # (an entry indexed out of a 0-d array, as an array)
 
 
 def _constant(node: onnx.NodeProto) -> np.ndarray | None:
