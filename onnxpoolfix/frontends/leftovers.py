@@ -117,7 +117,8 @@ class _SizeEvaluator:
                     return np.array(attrs[key])
             raise _NotConstant(f"the Constant '{node.name}' has no numeric value")
         if op in ("Identity", "Cast"):
-            return self.value(node.input[0], d)
+            v = self.value(node.input[0], d)  # a Cast of constants cast as ONNX does (300 to uint8 is 44)
+            return _fold(node, [v], name, self.opset) if op == "Cast" and v.dtype != object else v
         if op == "Shape" and node.input[0] == self.pooled_input:
             # opset 15 Shape has start/end attributes; the rank is resolved later, so keep axes symbolic
             start = attrs.get("start", 0)
