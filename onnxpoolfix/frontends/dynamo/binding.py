@@ -26,7 +26,7 @@ from ...spec import PoolSpec
 from ...words import INPUT_SHAPES, TRACED_SHAPES
 from ..aten import bind_in_out, kept_note
 from ..base import FrontEndResult
-from .ranges import RANGE_KEY, outside_ranges, unchecked_ranges
+from .ranges import RANGE_KEY, outside_ranges, refuse_unshown_forms, unchecked_ranges
 from .search import MAX_SYMBOL, declared_dims, dim_image, evaluate, first_undeclared, symbol_binding, symbols
 
 __all__ = ["bind_dynamo_out", "refuse_undeclared_sizes"]
@@ -36,6 +36,8 @@ def bind_dynamo_out(model: onnx.ModelProto, result: FrontEndResult, input_shapes
                     traced_shapes: Mapping[str, Sequence[int]] | None) -> None:
     """Bind ``input_shapes`` in ``model`` (in place) where some spec of ``result`` pools a symbolic axis that the
     binding sizes, its specs made static there and a note added; nothing where no spec needs it."""
+    if result.specs:  # review78: a dim torch held as 2*s24 that the file writes W (read before any binding)
+        refuse_unshown_forms(model)
     if not input_shapes or all(s.static for s in result.specs):
         return
     env = symbol_binding(declared_dims(model), input_shapes) or {}

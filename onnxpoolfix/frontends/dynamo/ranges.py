@@ -18,6 +18,7 @@ import re
 
 import onnx
 
+from ...errors import UnsupportedNodeError
 from ...report import Note
 from .search import evaluate
 
@@ -32,6 +33,18 @@ def narrowed_ranges(model: onnx.ModelProto) -> list[tuple[str, str, str]]:
     """(symbol, low, high) of every size symbol whose range is narrower than torch's unconstrained one."""
     text = next((p.value for p in [*model.metadata_props, *model.graph.metadata_props] if p.key == RANGE_KEY), "")
     return [(s, lo, hi) for s, lo, hi in _RANGE.findall(text) if lo not in _FREE_LOW or hi not in _FREE_HIGH]
+
+
+def refuse_unshown_forms(model: onnx.ModelProto) -> None:
+    """Refuse (exit 4) a file whose range keys hold an input dim in a form the file does not write
+    (:func:`unshown_forms`), for a file whose pools onnxpoolfix replaces; read before any binding."""
+    if unshown := unshown_forms(model):
+        where = ", ".join(f"{dim} as {key}" for key, dim in unshown)
+        raise UnsupportedNodeError(
+            f"torch.export held this dynamo file's input dims in a form the file does not write ({where}, its "
+            "range_constraints, the dim by the keys' order): the file takes every size there but is torch's program "
+            "only at sizes of that form (torch 2.9 writes x[..., : W // 2 * 2] traced at an even W with no crop), so "
+            "OUT would be wrong at the others", "export through onnxpoolfix.export", unshown=[list(u) for u in unshown])
 
 
 def range_note(model: onnx.ModelProto) -> list[Note]:
@@ -99,6 +112,33 @@ def key_names(model: onnx.ModelProto) -> dict[str, str]:
             elif x != y:
                 return {}
     return names if len(set(names.values())) == len(names) else {}
+
+
+def _input_dims(model: onnx.ModelProto) -> list[str]:
+    inits = {t.name for t in model.graph.initializer}
+    dims: list[str] = []
+    for vi in model.graph.input:
+        if vi.name not in inits and vi.type.HasField("tensor_type"):
+            dims += [d for d in dict.fromkeys(d.dim_param for d in vi.type.tensor_type.shape.dim if d.dim_param)
+                     if d not in dims]
+    return dims
+
+
+def _form(text: str) -> str:
+    return "".join("_" if t[0].isalpha() or t[0] == "_" else t for t in _TOKEN.findall(text))
+
+
+def unshown_forms(model: onnx.ModelProto) -> list[tuple[str, str]]:
+    """(range key, the input dim at its place in the keys' order) of each key that is an expression of torch's
+    symbols (``2*s24``) whose form no input's dim is written in (``8*s39`` is shown by ``8*h``): torch.export held
+    that dim so (torch 2.9.1 holds W as ``2*s24`` for ``x[..., : W // 2 * 2]`` traced at an even W, writes no crop
+    and names the dim ``W``; review78), and the file, which takes every size, is its program only at those."""
+    text = next((p.value for p in [*model.metadata_props, *model.graph.metadata_props] if p.key == RANGE_KEY), "")
+    keys = [k.strip() for k, _, _ in _RANGE.findall(text) if not re.fullmatch(r"u\d+", k.strip())]
+    dims = _input_dims(model)
+    forms = {_form(d) for d in dims}
+    return [(k, dims[i] if i < len(dims) else "?") for i, k in enumerate(keys)
+            if not _TORCH_SYMBOL.fullmatch(k) and _form(k) not in forms]
 
 
 def _renamed(key: str, names) -> str:
