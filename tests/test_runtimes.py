@@ -16,7 +16,10 @@ import pytest
 from helpers import (
     NON_FINITE_MAX_CASES,
     NON_FINITE_MAX_IDS,
+    OLD_OPSET_AVG,
     assert_bits_equal,
+    assert_same_non_finite,
+    non_finite_avg_input,
     non_finite_max_input,
     portable_max,
 )
@@ -260,3 +263,24 @@ def test_portable_max_keeps_torchs_non_finite_values(shape, size, opset, runtime
            "TVM": lambda m, f: tvm_run(m, f, symbolic=False)}[runtime]
     want = getattr(torch.nn.functional, f"adaptive_max_pool{len(size)}d")(torch.from_numpy(x), size).numpy()
     assert_bits_equal(run(model, {"x": x})["y"], want)
+
+
+@pytest.mark.parametrize("runtime", ["OpenVINO", "tract", pytest.param("TVM", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("target", ["onnxruntime", "portable"])
+@pytest.mark.parametrize("name", OLD_OPSET_AVG)
+def test_old_opset_averages_keep_torchs_non_finite_values(name, target, runtime):
+    """The average fixtures below opset 11 with NaN (either sign), +inf, -inf and both infinities in one window:
+    the default target's MatMul guard at opset 9 (Less against 0 and 1, no IsNaN or Equal) and its window sums at
+    7, the portable target's Slice-1 windows, reach the outputs torch's do (test_runtime_mnn.py, _ncnn.py and
+    _tflite.py: the same there)."""
+    torch = pytest.importorskip("torch")
+    if runtime == "TVM":
+        pytest.importorskip("tvm")
+    (case,) = [c for c in CASES if c["name"] == name]
+    _, feed, want = next(runs(case))
+    x = non_finite_avg_input(feed["x"])
+    model = onnxpoolfix.patch(onnx.load(FIXTURES / case["file"]), target=target, check=False).model
+    run = {"OpenVINO": openvino_run, "tract": tract_run,
+           "TVM": lambda m, f: tvm_run(m, f, symbolic=False)}[runtime]
+    expected = torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(x), want["y"].shape[2:]).numpy()
+    assert_same_non_finite(run(model, {"x": x})["y"], expected)

@@ -31,36 +31,43 @@ class NonFiniteAvgStep(WrappedSteps):
     it, the If's finite branch a one-element zero: OpenVINO, :meth:`emit`). Otherwise the else-branch recomputes
     from the input with every NaN/inf zeroed, pools three 0/1 masks (NaN, +inf, -inf) with the same steps
     (a window's mask average is > 0 iff the window holds one), and writes torch's value where a mask
-    reached. Needs opset 9 (IsNaN, Where).
+    reached. Needs opset 9 (Where).
 
     From opset 11 every test is an Equal (:func:`~onnxpoolfix.graph.emit.equal_nan_tests`): MNN has no
     IsNaN and compares floats by their bits in Less/Greater, and the finite path should not cost a file its
-    runtime; the masks' averages are compared with Greater against +0.0, which bits order as values."""
+    runtime; the masks' averages are compared with Greater against +0.0, which bits order as values. At opset 9
+    and 10 (Equal takes no floats) the tests are Less against 0 and 1 (:func:`finite_by_less`), no IsNaN."""
 
     equal_masks: bool = False  # every test an Equal (from opset 11; see above)
 
     def cost(self, shape, itemsize):  # priced for the finite path: the plain steps, one read of y, the If (and under
         read = numel(self.out_shape(shape)) * itemsize / C.BANDWIDTH  # symbolic sizes the Where: y read, written)
         where = 0 if all(isinstance(d, int) for d in shape) else C.NODE + 2 * read
-        return run_cost(self.inner, shape, itemsize) + 4 * C.NODE + read + where
+        tests = 4 if self.equal_masks else 6  # ReduceSum, Sub, Equal (or Less, Less, Xor), If
+        return run_cost(self.inner, shape, itemsize) + tests * C.NODE + read + where
 
     @property
     def ops(self):
-        tests = ("Sub", "Equal", "Abs", "Or", "Not") if self.equal_masks else ("Sub", "IsNaN", "Not", "Less")
+        tests = ("Sub", "Equal", "Abs", "Or", "Not") if self.equal_masks else ("Sub", "Less", "Xor", "Not", "Div")
         extra = ("ReduceSum",) + tests + ("If", "Identity", "Greater", "Or", "And", "Where", "Cast", "Constant")
         return self.inner_ops() + extra
 
     def _exact(self, em, x, shape, elem):
         fdt = np_dtype(elem)
         inf, minus_inf = em.const("inf", np.array(np.inf, fdt)), em.const("minus_inf", np.array(-np.inf, fdt))
-        nan = em.is_nan(x, fdt)
-        if self.equal_masks:
-            pos_inf, neg_inf = em.op("Equal", [x, inf]), em.op("Equal", [x, minus_inf])
-        else:
-            pos_inf = em.op("Greater", [x, em.const("highest", np.array(np.finfo(fdt).max, fdt))])
-            neg_inf = em.op("Less", [x, em.const("lowest", np.array(np.finfo(fdt).min, fdt))])
-        bad = em.op("Or", [nan, em.op("Or", [pos_inf, neg_inf])])
         zero = em.const("zero", np.array(0, fdt))
+        if self.equal_masks:
+            nan = em.is_nan(x, fdt)
+            pos_inf, neg_inf = em.op("Equal", [x, inf]), em.op("Equal", [x, minus_inf])
+            bad = em.op("Or", [nan, em.op("Or", [pos_inf, neg_inf])])
+        else:  # NaN: x and 1/x both non-finite (1/inf = 0); the sign of an infinity: Less(x, 0), right in MNN too
+            bad = em.op("Not", [finite_by_less(em, x, fdt)])
+            one_over = em.op("Div", [em.const("one", np.array(1, fdt)), x])
+            nan = em.op("And", [bad, em.op("Not", [finite_by_less(em, one_over, fdt)])], hint="is_nan")
+            infinite = em.op("And", [bad, em.op("Not", [nan])])
+            negative = em.op("Less", [x, zero])
+            pos_inf = em.op("And", [infinite, em.op("Not", [negative])])
+            neg_inf = em.op("And", [infinite, negative])
         y = self.plain(em, em.op("Where", [bad, zero, x]), shape, elem)
 
         def reached(mask):  # the windows holding a mask element: their 0/1 average is > 0
@@ -74,7 +81,7 @@ class NonFiniteAvgStep(WrappedSteps):
     def emit(self, em, x, shape, elem):
         y = self.plain(em, x, shape, elem)
         total = em.op("ReduceSum", [y], keepdims=0)  # NaN iff y holds a NaN or an inf (or both signs)
-        finite = em.is_finite(total, np_dtype(elem))
+        finite = em.is_finite(total, np_dtype(elem)) if self.equal_masks else finite_by_less(em, total, np_dtype(elem))
         # Under symbolic sizes (a batch's too) the If hands out no tensor of the outer graph: its finite branch is
         # a one-element zero and a Where after it picks y. OpenVINO 2026.4's CPU plugin computed garbage on a
         # compiled model's first run where the branch passed y through and a Concat read the If (smp's Unet
@@ -90,7 +97,20 @@ class NonFiniteAvgStep(WrappedSteps):
         return em.op("Where", [finite, y, em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)])
 
 
-#: IsNaN and Where, which the guard needs, come with opset 9
+def finite_by_less(em, x: str, dtype) -> str:
+    """A bool mask of ``x``'s finite values below opset 11 (Equal takes no floats), without IsNaN (MNN has none):
+    ``d = x - x`` is +0.0 for a finite ``x`` and NaN otherwise, and ``Xor(Less(d, 1), Less(d, 0))`` is true for
+    +0.0 only, in onnxruntime, OpenVINO, tract, TVM and MNN (review76: MNN 3.6's Less takes a NaN with the sign
+    bit, as x86 makes ``inf - inf``, as below 0 and 1, so ``Less(d, 1)`` alone passes it; OpenVINO's Greater
+    takes a NaN as above -1; Cast to bool makes NaN false in OpenVINO and INT_MIN in MNN; MNN's Abs makes NaN
+    0; Equal of the two bools fails tract and TVM). One node more than ``Not(IsNaN(d))``: +0.2 to 0.5 us."""
+    d = em.op("Sub", [x, x])
+    below_one = em.op("Less", [d, em.const("one", np.array(1, dtype))])
+    below_zero = em.op("Less", [d, em.const("zero", np.array(0, dtype))])
+    return em.op("Xor", [below_one, below_zero], hint="finite")
+
+
+#: Where, which the guard needs, comes with opset 9
 GUARD_MIN_OPSET = 9
 
 
@@ -99,7 +119,7 @@ def unguardable(ops, kind: str, target: str, opset: int) -> str | None:
     MatMul would carry a NaN or inf beyond its windows with nothing to keep it there (the window sums do not)."""
     if kind == "avg" and target == "onnxruntime" and opset < GUARD_MIN_OPSET and set(ops) & SPREADS_NON_FINITE:
         return needs_opset(GUARD_MIN_OPSET, f"a MatMul carries a NaN or inf beyond its windows, and its guard needs "
-                                            f"opset {GUARD_MIN_OPSET} (IsNaN, Where), the model has {opset}")
+                                            f"opset {GUARD_MIN_OPSET} (Where), the model has {opset}")
     return None
 
 

@@ -38,6 +38,8 @@ import numpy as np
 from onnx import TensorProto, numpy_helper
 
 from .. import windows as W
+from ..graph.emit import EQUAL_NAN_MIN_OPSET
+from ..reason import needs_opset
 from ..spec import RuntimeDim
 from ..words import TARGET_PORTABLE
 from . import cost as C
@@ -64,6 +66,8 @@ class WindowSlicesStep(OneAxisStep):
     #: the mean twin (max pooling's NaN carrier) in runs of AveragePools even where the max is not: a 3-D pool's
     #: planes (:mod:`.separable`), where a pooling op is what lets pnnx drop the batch (ncnn)
     twin_pools: bool = False
+    #: below opset 10 the static windows are cut by Split (:func:`split_cut`), set by :meth:`at`
+    split_cuts: bool = False
 
     def mean_twin(self):
         if self.op_type != "ReduceMax":
@@ -80,7 +84,8 @@ class WindowSlicesStep(OneAxisStep):
         dims[self.axis] = guess_len(dims[self.axis])
         out = numel(self.out_shape(shape))
         if self.pool_windows:
-            return self._runs_cost(tuple(dims), itemsize) + C.NODE + 2 * out * itemsize / C.BANDWIDTH
+            return (self._runs_cost(tuple(dims), itemsize) + C.NODE + 2 * out * itemsize / C.BANDWIDTH
+                    + self._split_cost(dims, itemsize))
         inner, lead = numel(tuple(dims[self.axis + 1:])), numel(tuple(dims[:self.axis]))
         # Shape, Gather, and 6 0-D int64 nodes a window, measured at 0.7 to 2.3 us a window in onnxruntime
         # (12 windows: +8 us, 128 windows: +300 us against the vector bounds; RESULTS.md, review33)
@@ -92,7 +97,14 @@ class WindowSlicesStep(OneAxisStep):
         if 1 < inner < C.REDUCE_NARROW_INNER or (lead == 1 and inner > 1):
             return nodes + numel(tuple(dims)) * itemsize / C.BANDWIDTH + windows * C.REDUCE_NARROW_READ
         # a Slice copies each window (read, write), its ReduceMean reads it from cache and writes each output
-        return nodes + windows * 2 * itemsize / C.BANDWIDTH + out * C.REDUCE_OUT
+        return nodes + windows * 2 * itemsize / C.BANDWIDTH + out * C.REDUCE_OUT + self._split_cost(dims, itemsize)
+
+    def _split_cost(self, shape, itemsize) -> float:
+        """What a Split cut (below opset 10) copies beyond the Slice it replaces: the rest of the axis, per cut."""
+        if not self.split_cuts:
+            return 0.0
+        cuts = len(window_runs(self.n, self.m)) if self.pool_windows else self.m
+        return cuts * (C.NODE + 2 * numel(tuple(shape)) * itemsize / C.BANDWIDTH)
 
     def _runs_cost(self, shape, itemsize) -> float:
         """Each run's Slice (a copy of what it covers) and AveragePool (as :class:`~.steps.PoolStep` costs it)."""
@@ -115,11 +127,12 @@ class WindowSlicesStep(OneAxisStep):
         ReduceMeans of the same windows 0.5 ms), while over short windows the runs win (1x2048x9x9 -> 7x7:
         0.6 ms, a ReduceMean per window 2.2 ms). From opset 18 the runs whatever the length (pnnx drops opset
         18's Reduce axes input when it writes ncnn: :func:`pool_windows`)."""
-        if not self.pool_windows or opset >= 18:
-            return self
+        step = replace(self, split_cuts=True) if opset < SLICE_INPUTS_OPSET and self.n is not None else self
+        if not step.pool_windows or opset >= 18:
+            return step
         if max(run.length for run in window_runs(self.n, self.m)) > C.POOL_LONG_KERNEL:
-            return replace(self, pool_windows=False)
-        return self
+            return replace(step, pool_windows=False)
+        return step
 
     def bounds(self, em, x) -> tuple[list[str], list[str]]:
         """The ``m`` windows' one-element start and end tensors (int64 ``[1]``)."""
@@ -149,6 +162,10 @@ class WindowSlicesStep(OneAxisStep):
     def emit(self, em, x, shape, elem):
         if self.pool_windows:
             return self._emit_runs(em, x, shape)
+        if self.split_cuts:
+            pooled = [em.reduce(self.op_type, split_cut(em, x, self.axis, self.n, s, e), [self.axis], keepdims=1)
+                      for s, e in W.windows(self.n, self.m)]
+            return pooled[0] if self.m == 1 else em.op("Concat", pooled, axis=self.axis)
         starts, ends = self.bounds(em, x)
         axes = em.ints("axes", [self.axis])
         pooled = [em.reduce(self.op_type, em.op("Slice", [x, s, e, axes], hint="window"), [self.axis], keepdims=1)
@@ -162,6 +179,10 @@ class WindowSlicesStep(OneAxisStep):
         axes: list[str] = []  # one constant, made at the first Slice (an unread one makes onnxruntime warn)
 
         def cut(start: int, stop: int, step: int, hint: str) -> str:
+            if self.split_cuts:  # (a run of single elements: starts step by 1 here, a window being >= n/m long)
+                part = split_cut(em, x, self.axis, self.n, start, stop)
+                return part if step == 1 else em.op(self.pool_op, [part], kernel_shape=[1] * (len(shape) - 2),
+                                                    strides=[step if a == self.axis else 1 for a in spatial])
             steps = [em.ints("step", [step])] if step != 1 else []
             bounds = [em.ints("run_start", [start]), em.ints("run_end", [stop])]
             if not axes:
@@ -182,10 +203,25 @@ class WindowSlicesStep(OneAxisStep):
 
     @property
     def ops(self):
+        cut = "Split" if self.split_cuts else "Slice"
         if self.pool_windows:
-            return ("Slice", self.pool_op, "Concat")
+            return (cut, self.pool_op, "Concat")
         bounds = ("Shape", "Constant", "Gather", "Mul", "Add", "Div", "Unsqueeze") if self.n is None else ()
-        return bounds + ("Slice", self.op_type, "Concat")
+        return bounds + (cut, self.op_type, "Concat")
+
+
+def split_cut(em, x: str, axis: int, n: int, start: int, stop: int) -> str:
+    """``x[start:stop]`` along ``axis`` (of length ``n``) below opset 10, where Slice takes its bounds as
+    attributes: one Split at the bounds (attribute ``split``), its middle part, or ``x`` itself where the cut is
+    the whole axis. Not Slice-1: TVM 0.27's ONNX frontend converts every Slice with its opset 13 converter, which
+    reads the bounds as inputs (``Cannot cast <class 'NoneType'> to list of Expr``; review76); not a Gather:
+    ncnn has no layer for it."""
+    if (start, stop) == (0, n):
+        return x
+    parts = [length for length in (start, stop - start, n - stop) if length]
+    outs = [em.fresh("window_cut") if i == int(start > 0) else em.fresh("window_cut_unread") for i in range(len(parts))]
+    em.op("Split", [x], out=outs, axis=axis, split=parts)
+    return outs[int(start > 0)]
 
 
 @dataclass(frozen=True)
@@ -230,15 +266,32 @@ def pool_windows(spec, axis: int, n, planes: bool = False) -> bool:
 
 def slices_fit(spec) -> bool:
     """Every changed axis of ``spec`` is cut into at most :data:`MAX_WINDOWS` windows, from opset 10 (Slice's
-    bounds as inputs): window_slices applies, and the portable target prefers it to Gathers (ncnn has none)."""
-    return spec.opset >= 10 and all(a.keep or a.m <= MAX_WINDOWS for a in axis_windows(spec))
+    bounds as inputs), or static averages before (cut by Split): window_slices applies, and the portable target
+    prefers it to Gathers (ncnn has none)."""
+    return below_slice_inputs(spec) is None and all(a.keep or a.m <= MAX_WINDOWS for a in axis_windows(spec))
+
+
+#: Slice takes its bounds as inputs from this opset; before, static windows are cut by Split (:func:`split_cut`)
+SLICE_INPUTS_OPSET = 10
+
+
+def below_slice_inputs(spec) -> str | None:
+    """Why window_slices does not apply below opset 10, or None: symbolic bounds need Slice's inputs, and max
+    pooling's NaN test without IsNaN (ncnn, MNN) opset 11. The portable target's static averages are cut by
+    Split there; the default target keeps its window sums (onnxruntime: [1,512,10,10] -> 7x7 at opset 8, 78 us
+    as window sums, 284 us as Split cuts; review76)."""
+    if spec.opset >= SLICE_INPUTS_OPSET or (spec.kind == "avg" and spec.static and spec.target == "portable"):
+        return None
+    need = EQUAL_NAN_MIN_OPSET if spec.kind == "max" and spec.target == "portable" else SLICE_INPUTS_OPSET
+    return needs_opset(need, f"needs opset {need}, the model has {spec.opset}")
 
 
 class WindowSlicesLowering(Lowering):
     name = "window_slices"
     summary = "per pooled axis: a Slice per window (bounds constant, or from Shape), ReduceMean/ReduceMax, Concat"
     dynamic = True
-    min_opset = 10  # Slice with tensor starts/ends
+    # (no min_opset: Slice takes tensor bounds from opset 10; before, static averages are cut by Split and the
+    # rest refused with the opset that would do: below_slice_inputs)
     #: the default target takes its static averages where they are estimated faster than the MatMuls (large
     #: planes: issue 33, benchmarks/RESULTS.md); exact with no If and no weights, so that file runs in ncnn/TFLite too
     targets = frozenset({"portable", "onnxruntime"})
@@ -256,6 +309,9 @@ class WindowSlicesLowering(Lowering):
         return super().check(spec)
 
     def _check(self, spec):
+        below = below_slice_inputs(spec)
+        if below:
+            return below
         for a, size in zip(axis_windows(spec), spec.node.output_size):
             if isinstance(size, RuntimeDim):
                 return (f"the output size of axis {a.axis} is computed from the input's size at run time; the "

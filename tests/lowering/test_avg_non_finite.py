@@ -115,6 +115,50 @@ def test_pyramid_stacked_matmuls_are_guarded():
         same_non_finite(got, torch_pool(x, size))
 
 
+def _deep_ops(graph: onnx.GraphProto) -> set[str]:
+    ops = set()
+    for n in graph.node:
+        ops.add(n.op_type)
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                ops |= _deep_ops(a.g)
+    return ops
+
+
+def _signed_nans(x: np.ndarray) -> np.ndarray:
+    """``x`` with its NaNs alternately of either sign (x86 makes ``inf - inf`` a NaN with the sign bit)."""
+    bits = x.view(np.uint32).copy()
+    nans = np.flatnonzero(np.isnan(x))
+    bits.reshape(-1)[nans[::2]] |= np.uint32(0x80000000)
+    return bits.view(np.float32)
+
+
+@pytest.mark.parametrize("opset", [9, 10])
+@pytest.mark.parametrize("strategy,shape,size", [c for c in CASES if c[0] != "mixed"] + [("pyramid", (1, 4, 20, 20),
+                         [(2, 2), (3, 3), (6, 6)])], ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
+def test_below_opset_11_the_guard_tests_without_isnan(opset, strategy, shape, size):
+    """At opset 9 and 10 (Equal takes no floats) the guard tests with Less against 0 and 1 and a Div, no IsNaN
+    (MNN has none: tests/test_runtime_mnn.py runs the fixture there); NaN of either sign, +inf, -inf and windows
+    holding both infinities reach torch's outputs."""
+    if strategy == "pyramid":
+        model, sizes = pyramid_leftovers(F32, shape, size), size
+        model.opset_import[0].version = opset
+        res = onnxpoolfix.patch(model)
+        assert {n.lowering for n in res.report.nodes} == {"pyramid"}
+    else:
+        sizes = [size]
+        res = onnxpoolfix.patch(make_leftover("avg", shape, size, opset=opset), strategy=strategy)
+    ops = _deep_ops(res.model.graph)
+    assert "If" in ops and "IsNaN" not in ops and "Equal" not in ops
+    for seed in range(4):
+        x = _signed_nans(sprinkled(shape, seed))
+        for got, s in zip(ort_run(res.model, {"x": x}), sizes):
+            same_non_finite(got, torch_pool(x, s))
+    x = np.random.default_rng(9).standard_normal(shape).astype(np.float32)
+    for got, s in zip(ort_run(res.model, {"x": x}), sizes):
+        np.testing.assert_allclose(got, torch_pool(x, s), rtol=1e-5, atol=1e-6)
+
+
 def test_the_tensorrt_target_still_spreads_a_nan():
     """No guard there (TensorRT's If runs both branches): the limitation docs/targets.md names, measured."""
     shape, size = (1, 2, 8, 9), (5, 7)

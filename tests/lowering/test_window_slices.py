@@ -229,3 +229,31 @@ def test_below_opset_11_max_names_the_opset_its_nan_test_needs(opset):
     (node,) = inspect_model(make_leftover("max", (1, 4, 8, 9), (5, 7), opset=opset), target="portable").nodes
     (slices,) = [c for c in node.candidates if c.name == "window_slices"]
     assert opset_needed(slices.reason) == 11, slices.reason
+
+
+@pytest.mark.parametrize("opset", [7, 8, 9])
+@pytest.mark.parametrize("shape,size", [((1, 2, 8, 9), (5, 7)), (("N", 3, 8, 9), (5, 7)), ((2, 3, 11), (4,)),
+                                        ((1, 2, 4, 5), (6, 6)), ((3, 10, 11), (4, 4)), ((1, 2, 5, 6, 7), (3, 4, 5)),
+                                        ((1, 2, 40, 9), (2, 7)), ((1, 2, 9, 9), (1, 7))],
+                         ids=["2d", "symbolic_batch", "1d", "upsample", "unbatched", "3d", "long_windows", "to_one"])
+def test_static_averages_below_opset_10_are_cut_by_split(shape, size, opset):
+    """Below opset 10 (Slice's bounds are attributes) the portable target cuts its static windows with Split: no
+    Gather (ncnn has no layer for it) and no Slice-1 (TVM 0.27's converter reads every Slice's bounds as inputs;
+    tests/test_runtime*.py run the fixtures there); exact against torch and the window loop, NaN and infinities
+    in their windows."""
+    patched = onnxpoolfix.patch(make_leftover("avg", shape, size, opset=opset), target="portable")
+    ops = {n.op_type for n in patched.model.graph.node}
+    # a static 3-D pool's two 2-D pools sit between Reshapes of constant shapes (lowering/separable.py)
+    assert not ops & ({"Gather", "Slice"} | NOT_PORTABLE) - ({"Reshape"} if len(shape) == 5 else set()), ops
+    run_shape = tuple(2 if isinstance(d, str) else d for d in shape)
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal(run_shape).astype(np.float32)
+        if seed:
+            r = np.random.default_rng(seed + 10).random(run_shape)
+            x[r < 0.04], x[(r >= 0.04) & (r < 0.08)], x[(r >= 0.08) & (r < 0.12)] = np.nan, np.inf, -np.inf
+        got = run(patched.model, x)
+        for want in (torch_pool(x, size, "avg"), loop_reference(x, size, "avg")):
+            for test in (np.isnan, np.isposinf, np.isneginf):
+                np.testing.assert_array_equal(test(got), test(want), err_msg=test.__name__)
+            finite = np.isfinite(want)
+            np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-6)

@@ -267,3 +267,28 @@ def portable_max(shape, size, opset: int) -> onnx.ModelProto:
     strategy = "global" if set(size) == {1} else "pool" if uniform else "window_slices"
     return onnxpoolfix.patch(make_leftover("max", shape, size, opset=opset), target="portable",
                              strategy=strategy).model
+
+
+#: the average fixtures below opset 11 (8x9 -> 5x7): the default target's MatMul guard tests NaN without Equal
+#: there (opset 9; opset 7 takes window sums), the portable target's windows are Slice-1s (docs/targets.md)
+OLD_OPSET_AVG = ("avg2d_opset7", "avg2d_opset9")
+
+
+def non_finite_avg_input(x: np.ndarray) -> np.ndarray:
+    """A copy of an [N, C, 8, 9] input (pooled to 5x7) with, in channel 0: a NaN with the sign bit (x86's
+    ``inf - inf``) and one without, a window of +inf alone (W window 0), one of -inf alone (W window 1), one
+    holding both (W window 2: NaN), all in H window 4; the other channels finite (a MatMul spreads NaN there)."""
+    x = np.array(x, np.float32)
+    x[0, 0, 0, 0] = np.uint32(0xFFC00000).view(np.float32)
+    x[0, 0, 2, 8] = np.nan
+    x[0, 0, 7, 0], x[0, 0, 7, 2], x[0, 0, 7, 3] = np.inf, -np.inf, np.inf
+    return x
+
+
+def assert_same_non_finite(got: np.ndarray, want: np.ndarray) -> None:
+    """NaN, +inf and -inf at the same places; the finite values close."""
+    got, want = np.asarray(got, np.float64).reshape(want.shape), np.asarray(want, np.float64)
+    for what, test in (("NaN", np.isnan), ("+inf", np.isposinf), ("-inf", np.isneginf)):
+        np.testing.assert_array_equal(test(got), test(want), err_msg=f"{what} positions differ")
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-6)
