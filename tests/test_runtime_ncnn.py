@@ -225,3 +225,31 @@ def test_portable_averages_below_opset_10_cut_windows_with_split(name):
     x = non_finite_avg_input(feed["x"])
     expected = torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(x), want["y"].shape[2:]).numpy()
     assert_same_non_finite(ncnn_run(model, {"x": x})["y"], expected)
+
+
+#: static 3-D pools that upsample (input shape, output size): every axis by an integer, D alone, W alone, integer up
+#: and down, non-integer up, one axis up and another down
+UPSAMPLE_3D = [((1, 6, 2, 3, 4), (4, 6, 8)), ((1, 6, 2, 3, 4), (4, 3, 4)), ((1, 6, 2, 3, 4), (2, 3, 8)),
+               ((1, 6, 4, 3, 4), (2, 6, 8)), ((1, 6, 2, 3, 4), (3, 5, 7)), ((1, 6, 3, 4, 5), (6, 3, 2))]
+
+
+@pytest.mark.parametrize("kind", ["avg", "max"])
+@pytest.mark.parametrize("shape,size", UPSAMPLE_3D, ids=["x".join(map(str, s)) for _, s in UPSAMPLE_3D])
+def test_ncnn_runs_the_portable_3d_upsampling(shape, size, kind):
+    """The portable target's static 3-D pools that upsample, against torch in ncnn: an integer upsample's copy as
+    two 4-D Resizes (a 5-D Resize pnnx converted without its scales, and ncnn returned the input's size with no
+    error, review81), the rest as two 2-D pools; the max as :func:`portable_max` writes it, NaN, +-inf, windows of
+    -inf alone, -FLT_MAX and -0.0 bit for bit."""
+    torch = pytest.importorskip("torch")
+    x = non_finite_max_input(shape)
+    if kind == "avg":
+        x[0, 2:] = np.random.default_rng(1).standard_normal(x[0, 2:].shape)  # (3e38s would overflow the sums)
+        model = onnxpoolfix.patch(make_leftover("avg", shape, size, opset=17), target="portable").model
+    else:
+        model = portable_max(shape, size, 17)
+    want = getattr(torch.nn.functional, f"adaptive_{kind}_pool3d")(torch.from_numpy(x), size).numpy()
+    got = ncnn_run(model, {"x": x})["y"]
+    assert got.size == want.size, got.shape
+    if kind == "max":
+        assert_bits_equal(got.reshape(want.shape), want)
+    np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-6, atol=1e-6)

@@ -228,6 +228,9 @@ def portable_rejection(ops: set[str], spec: PoolSpec, steps: Sequence[Step] | No
                                                 f"{spec.opset}")
     if spec.k >= 3 and (pool_ops(steps) if steps is not None else ops) & {"AveragePool", "MaxPool"}:
         return "not portable: a 3-D pooling op (MNN crashes on 3-D AveragePool, TFLite needs TensorFlow's Flex ops)"
+    if spec.k == 3 and spec.ndim == 5 and spec.static and "Resize" in (pool_ops(steps) if steps is not None else ops):
+        # a static 3-D pool's Resizes are 4-D (lowering/resize.py); mixed ones' copies are Gathers there
+        return "not portable: a 5-D Resize (pnnx drops its scales: ncnn returns the input's size, measured)"
     return None
 
 

@@ -13,6 +13,7 @@ from .base import Lowering, axis_windows, compute_dtype, itemsize, reduce_whole
 from .matmul import cheapest_order
 from .max_steps import MaxPoolGatherStep, WindowGatherStep
 from .pool import for_target, pool_op_reason
+from .resize import ResizeLowering
 from .steps import (
     GatherStep,
     MatMulStep,
@@ -59,8 +60,9 @@ class _PerAxis(Lowering):
         steps += cheapest_order(spec, lambda a: self._general_steps(spec, a), general)
         if upsample:
             # Gather copies exactly where Resize has no kernel (float64) or no asymmetric/floor mode (opset < 11);
-            # never MatMul for a copy: 0 * NaN/inf would spread a non-finite value along the row (and is no max)
-            if compute_dtype(spec) == TensorProto.DOUBLE or spec.opset < 11:
+            # never MatMul for a copy: 0 * NaN/inf would spread a non-finite value along the row (and is no max);
+            # the portable target's static 3-D pools: a 5-D Resize is what pnnx drops the scales of (base.py)
+            if compute_dtype(spec) == TensorProto.DOUBLE or spec.opset < 11 or separable(spec):
                 steps += [GatherStep(a.axis, tuple(i // a.upsample for i in range(a.m)), "upsample") for a in upsample]
             else:
                 steps.append(ResizeStep(tuple((a.axis, a.upsample) for a in upsample)))
@@ -121,4 +123,7 @@ class WindowGatherLowering(_PerAxis):
             return "nothing to pool (every size is kept)"
         if not any(a.general for a in axes) and pool_op_reason(spec) is None:
             return "no axis has non-uniform windows (that is plain 'pool' or 'resize')"
+        if (separable(spec) and all(a.upsample for a in axes) and spec.opset >= ResizeLowering.min_opset
+                and compute_dtype(spec) != TensorProto.DOUBLE):  # a copy: the resize lowering's 4-D Resizes (ncnn)
+            return "every changed axis is an integer upsample (that is 'resize': two 4-D Resizes, which ncnn runs)"
         return None

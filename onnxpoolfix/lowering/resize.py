@@ -2,13 +2,19 @@
 
 That is Resize nearest with coordinate_transformation_mode=asymmetric and nearest_mode=floor. Where
 onnxruntime has no Resize kernel for the dtype (float64), a Gather of i // q does the same copy.
+
+The portable target's static batched 3-D pools resize as two 4-D Resizes (:mod:`.separable`: H and W of
+``[N, C*D, H, W]``, then D of ``[N, C, D, H'*W']``): pnnx converts a 5-D Resize without its scales, and ncnn
+returns the input's size with no error (measured, review81); 4-D ones ncnn runs exactly (tests/test_runtime_ncnn.py).
 """
 from __future__ import annotations
 
 from onnx import TensorProto
 
 from .base import Lowering, axis_windows, compute_dtype
+from .separable import SeparableStep
 from .steps import GatherStep, ResizeStep
+from .window_slices import separable
 
 
 class ResizeLowering(Lowering):
@@ -31,4 +37,9 @@ class ResizeLowering(Lowering):
         if compute_dtype(spec) == TensorProto.DOUBLE or spec.dtype == TensorProto.BFLOAT16:
             return [GatherStep(a, tuple(i // q for i in range(n * q)), "upsample")
                     for (a, q), n in zip(factors, [spec.input_shape[a] for a, _ in factors])]
+        if separable(spec):
+            f = dict(factors)
+            plane = tuple((a, f[d]) for a, d in ((2, 3), (3, 4)) if d in f)
+            return [SeparableStep((ResizeStep(plane),) if plane else (),
+                                  (ResizeStep(((2, f[2]),)),) if 2 in f else ())]
         return [ResizeStep(factors)]

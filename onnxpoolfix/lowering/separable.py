@@ -7,7 +7,8 @@ windows of each axis depend on that axis alone), so ``[N, C, D, H, W] -> [N, C, 
     -> the D windows along axis 2 (``depth``) -> Reshape [N, C, D', H', W']
 
 each part the 2-D window slices (:class:`~.window_slices.WindowSlicesStep`: Slices averaged by runs of 2-D
-AveragePools or ReduceMean, or maxed). Why: ncnn's Mat holds at most 4 dims without the batch, and pnnx drops
+AveragePools or ReduceMean, or maxed), or for an integer upsample's copy a 4-D Resize (:mod:`.resize`: pnnx drops
+a 5-D Resize's scales, review81). Why: ncnn's Mat holds at most 4 dims without the batch, and pnnx drops
 the batch of a tensor only where the graph has a pooling op it knows (``F.avg_pool2d`` ...) and every Reshape
 between keeps that dim 1 (its ``solve_batch_index``); the Slices of the 5-D tensor (a 4-D Crop) fail to load
 (measured, review77). On 4-D tensors every part is what ncnn runs for 2-D pools; the Reshapes move no data.

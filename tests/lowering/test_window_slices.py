@@ -8,7 +8,7 @@ import math
 import numpy as np
 import onnx
 import pytest
-from helpers import make_leftover
+from helpers import assert_bits_equal, make_leftover, non_finite_max_input, portable_max
 
 import onnxpoolfix
 from onnxpoolfix.errors import CheckFailedError, UnsupportedNodeError
@@ -143,6 +143,36 @@ def test_static_3d_pools_are_two_2d_pools(kind, shape, size, opset):
     got, want = run(res.model, x), torch_pool(x, size, kind)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)  # +-inf where torch's: equal_nan, same infs
+
+
+#: static 3-D pools that upsample: every axis by an integer, one axis only, integer up and down, non-integer up,
+#: one axis up and another down (input shape, output size)
+UPSAMPLE_3D = [((1, 6, 2, 3, 4), (4, 6, 8)), ((2, 6, 2, 3, 4), (4, 3, 4)), ((1, 6, 2, 3, 4), (2, 3, 8)),
+               ((1, 6, 4, 3, 4), (2, 6, 8)), ((1, 6, 2, 3, 4), (3, 5, 7)), ((1, 6, 3, 4, 5), (6, 3, 2))]
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+@pytest.mark.parametrize("kind", ["avg", "max"])
+@pytest.mark.parametrize("shape,size", UPSAMPLE_3D, ids=[_id(("", *c))[1:] for c in UPSAMPLE_3D])
+def test_static_3d_upsampling_writes_no_5d_resize(shape, size, kind, opset):
+    """The portable target's static 3-D pools that upsample: no Resize of a 5-D tensor (pnnx converts it without
+    its scales: ncnn returned the input's size, no error, review81; an integer upsample's copy is two 4-D Resizes,
+    tests/test_runtime_ncnn.py runs them), torch's values, NaN and +-inf where torch's, -0.0 and -inf windows of
+    the max bit for bit (the form ncnn takes for max: helpers.portable_max)."""
+    model = (portable_max(shape, size, opset) if kind == "max" else
+             onnxpoolfix.patch(make_leftover(kind, shape, size, opset=opset), target="portable").model)
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in list(inferred.graph.value_info) +
+             list(inferred.graph.input)}
+    assert all(ranks[n.input[0]] <= 4 for n in model.graph.node if n.op_type == "Resize"), ranks
+    x = non_finite_max_input(shape)
+    if kind == "avg":  # (non_finite_max_input's 3e38 channels overflow a sum: its NaN/inf channel and finite ones)
+        x[0, 2:] = np.random.default_rng(1).standard_normal(x[0, 2:].shape)
+    got, want = run(model, x), torch_pool(x, size, kind)
+    if kind == "max":
+        assert_bits_equal(got, want)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
 def test_window_runs_cover_the_windows_in_order():

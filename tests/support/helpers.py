@@ -226,13 +226,15 @@ NCNN_LACKS = frozenset({"Gather", "GatherElements", "Equal", "Less", "Greater", 
 
 #: (input shape, output size, opset) of the max pooling the runtime tests feed :func:`non_finite_max_input`:
 #: non-uniform 2-D (window ReduceMaxes; from opset 18, whose ReduceMax takes its axes as an input, runs of MaxPools),
-#: uniform 2-D (a MaxPool), 1-D, 3-D (two 2-D pools: ReduceMaxes; from opset 18 MaxPools), and axes pooled to 1
-#: (a MaxPool spanning them: pnnx converts no ReduceMax over two axes, nor one from opset 18)
+#: uniform 2-D (a MaxPool), 1-D, 3-D (two 2-D pools: ReduceMaxes; from opset 18 MaxPools), axes pooled to 1
+#: (a MaxPool spanning them: pnnx converts no ReduceMax over two axes, nor one from opset 18), and a 3-D integer
+#: upsample (a copy: two 4-D Resizes, review81)
 NON_FINITE_MAX_CASES = [((1, 6, 8, 9), (5, 7), 17), ((1, 6, 8, 9), (5, 7), 18), ((1, 6, 7, 7), (3, 3), 17),
                         ((1, 6, 11), (4,), 17), ((1, 6, 11), (4,), 21), ((1, 6, 4, 5, 6), (2, 3, 4), 17),
-                        ((1, 6, 8, 9), (1, 1), 17), ((1, 6, 8, 9), (5, 1), 18), ((1, 6, 4, 5, 6), (2, 3, 4), 18)]
+                        ((1, 6, 8, 9), (1, 1), 17), ((1, 6, 8, 9), (5, 1), 18), ((1, 6, 4, 5, 6), (2, 3, 4), 18),
+                        ((1, 6, 2, 3, 4), (4, 6, 8), 17)]
 NON_FINITE_MAX_IDS = ["2d", "2d_opset18", "2d_uniform", "1d", "1d_opset21", "3d", "global", "2d_to_one_opset18",
-                      "3d_opset18"]
+                      "3d_opset18", "3d_upsample"]
 #: the channel of :func:`non_finite_max_input` whose every window's maximum is -3e38 (MNN's MaxPool: -2^24)
 BELOW_MNN_MAXPOOL = 5
 
@@ -263,8 +265,12 @@ def portable_max(shape, size, opset: int) -> onnx.ModelProto:
     comparisons each way."""
     import onnxpoolfix
 
-    uniform = all(n % m == 0 for n, m in zip(shape[len(shape) - len(size):], size))
-    strategy = "global" if set(size) == {1} else "pool" if uniform else "window_slices"
+    ins = shape[len(shape) - len(size):]
+    uniform = all(n % m == 0 for n, m in zip(ins, size))
+    # every changed axis an integer upsample: a copy (a static 3-D pool's as two 4-D Resizes: window Slices of length
+    # 1 alone give pnnx no pooling op to drop the batch at, and ncnn fails to load them)
+    upsample = all(m % n == 0 for n, m in zip(ins, size)) and any(m > n for n, m in zip(ins, size))
+    strategy = "global" if set(size) == {1} else "pool" if uniform else "resize" if upsample else "window_slices"
     return onnxpoolfix.patch(make_leftover("max", shape, size, opset=opset), target="portable",
                              strategy=strategy).model
 
