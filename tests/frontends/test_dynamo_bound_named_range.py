@@ -14,13 +14,13 @@ pytest.importorskip("onnxscript")
 pytest.importorskip("onnxruntime")
 nn = torch.nn
 
-from dynamo_exports import assert_matches_torch  # noqa: E402
+from dynamo_exports import assert_matches_torch, ranged_model  # noqa: E402
 from export_cache import dynamo_export  # noqa: E402
 
 from onnxpoolfix import patch  # noqa: E402
 from onnxpoolfix.cli import main  # noqa: E402
 from onnxpoolfix.errors import ArgumentError, ShapeError  # noqa: E402
-from onnxpoolfix.frontends.dynamo.ranges import RANGE_KEY, key_names, outside_ranges, unchecked_ranges  # noqa: E402
+from onnxpoolfix.frontends.dynamo.ranges import key_names, outside_ranges, unchecked_ranges  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -111,21 +111,6 @@ def test_a_derived_dim_bound_outside_the_range_refused(tmp_path):
     assert _cli_exit(model, tmp_path, [1, 3, 33, 13]) == 2
 
 
-def _model(ranges: str, *dims) -> onnx.ModelProto:
-    model = onnx.ModelProto()
-    model.metadata_props.add(key=RANGE_KEY, value=ranges)
-    for i, shape in enumerate(dims):
-        vi = model.graph.input.add()
-        vi.name = f"in{i}"
-        vi.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
-        for d in shape:
-            if isinstance(d, int):
-                vi.type.tensor_type.shape.dim.add().dim_value = d
-            else:
-                vi.type.tensor_type.shape.dim.add().dim_param = d
-    return model
-
-
 @pytest.mark.parametrize("ranges, dims, want", [
     # the order torch writes the keys in (torch 2.13, measured): the inputs' dims as met, derived roots last
     ("{s53: VR[17, 64], s0: VR[4, 64]}", [[1, 3, "H", "W"]], {"s53": "H", "s0": "W"}),
@@ -141,16 +126,16 @@ def _model(ranges: str, *dims) -> onnx.ModelProto:
     ("{s53: VR[17, 64]}", [[1, 3, "H", "W"]], {}),  # fewer keys than dims
 ])
 def test_range_keys_read_in_the_inputs_dim_names(ranges, dims, want):
-    assert key_names(_model(ranges, *dims)) == want
+    assert key_names(ranged_model(ranges, *dims)) == want
 
 
 def test_a_binding_is_checked_in_the_inputs_dim_names():
     """Values by hand: the keys read as the inputs' dims; a narrowed key tied to no dim cannot be checked."""
-    model = _model("{8*s39: VR[8, 64], s0: VR[4, 64], s39: VR[3, 8]}", [1, 3, "8*h", "W"])
+    model = ranged_model("{8*s39: VR[8, 64], s0: VR[4, 64], s39: VR[3, 8]}", [1, 3, "8*h", "W"])
     assert outside_ranges(model, {"h": 2, "W": 13}) == [("h", 2, "3", "8")]
     assert outside_ranges(model, {"h": 3, "W": 70}) == [("W", 70, "4", "64")]
     assert unchecked_ranges(model, {"h": 3, "W": 13}) == []
-    model = _model("{s53: VR[17, 64], s0: VR[4, 64], s83: VR[2, 9]}", [1, 3, "H", "W"])
+    model = ranged_model("{s53: VR[17, 64], s0: VR[4, 64], s83: VR[2, 9]}", [1, 3, "H", "W"])
     assert unchecked_ranges(model, {"H": 20, "W": 13}) == [("s83", "2", "9")]
-    model = _model("{s53: VR[17, 64], s0: VR[4, 64], s48: VR[0, int_oo]}", [1, 3, "H", "W"], [1, "L"])
+    model = ranged_model("{s53: VR[17, 64], s0: VR[4, 64], s48: VR[0, int_oo]}", [1, 3, "H", "W"], [1, "L"])
     assert unchecked_ranges(model, {"H": 20, "W": 13}, free={"L"}) == []

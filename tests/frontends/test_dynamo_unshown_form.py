@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
-from dynamo_exports import assert_cli_refuses, errors_vs_torch  # noqa: E402
+from dynamo_exports import assert_cli_refuses, errors_vs_torch, ranged_model  # noqa: E402
 
 from onnxpoolfix import patch  # noqa: E402
 from onnxpoolfix.errors import UnsupportedNodeError  # noqa: E402
@@ -50,21 +50,6 @@ def test_a_dim_held_in_a_form_the_file_does_not_write_is_refused(tmp_path, monke
     assert_cli_refuses(model, tmp_path, ([], ["--traced-shape", "x:1,3,17,12"]))
 
 
-def _model(ranges: str, *dims) -> onnx.ModelProto:
-    model = onnx.ModelProto()
-    model.metadata_props.add(key=RANGE_KEY, value=ranges)
-    for i, shape in enumerate(dims):
-        vi = model.graph.input.add()
-        vi.name = f"in{i}"
-        vi.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
-        for d in shape:
-            if isinstance(d, int):
-                vi.type.tensor_type.shape.dim.add().dim_value = d
-            else:
-                vi.type.tensor_type.shape.dim.add().dim_param = d
-    return model
-
-
 @pytest.mark.parametrize("ranges, dims, want", [
     (TORCH_291_RANGES, [[1, 3, "H", "W"]], [("2*s24", "W")]),
     # a declared derived Dim, a Dim.AUTO dim torch relates to another, 8*h + 1, a dict-order swap (torch 2.9 to 2.14,
@@ -78,4 +63,4 @@ def _model(ranges: str, *dims) -> onnx.ModelProto:
     ("{s53: VR[17, 64], s0: VR[4, 64]}", [[1, 3, "H", "W"]], []),
 ])
 def test_keys_in_a_form_no_dim_is_written_in(ranges, dims, want):
-    assert unshown_forms(_model(ranges, *dims)) == want
+    assert unshown_forms(ranged_model(ranges, *dims)) == want

@@ -142,3 +142,22 @@ def seeded(module):
         for p in module.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * 0.1)
     return module
+
+
+def ranged_model(ranges: str, *dims) -> onnx.ModelProto:
+    """A bare model holding torch's range_constraints text ``ranges`` and inputs ``in0``, ``in1``, ... of ``dims``
+    (ints static, strings symbolic): what the range readers (frontends/dynamo/ranges.py) see."""
+    from onnxpoolfix.frontends.dynamo.ranges import RANGE_KEY
+
+    model = onnx.ModelProto()
+    model.metadata_props.add(key=RANGE_KEY, value=ranges)
+    for i, shape in enumerate(dims):
+        vi = model.graph.input.add()
+        vi.name = f"in{i}"
+        vi.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+        for d in shape:
+            if isinstance(d, int):
+                vi.type.tensor_type.shape.dim.add().dim_value = d
+            else:
+                vi.type.tensor_type.shape.dim.add().dim_param = d
+    return model
