@@ -46,7 +46,8 @@ class Knob:
 
 
 _STATIC = "static sizes (leave those dims out of dynamic_shapes / dynamic_axes)"
-_RANGES = "Dim ranges (min/max in dynamic_shapes) that keep to sizes the model takes"
+_RANGES = ("Dim ranges (min/max in dynamic_shapes), or multiples (16 * Dim('h') for a model that takes multiples "
+           "of 16), that keep to sizes the model takes")
 _RANGES_TS = "static sizes for those dims (leave them out of dynamic_axes)"
 
 KNOBS: dict[str, Knob] = {
