@@ -17,6 +17,7 @@ from typing import Iterator, Sequence
 import onnx
 
 from ..errors import PoolFixError
+from ..graph import keep_only
 from ..graph.shapes import (
     light_copy,
     make_value_info,
@@ -65,13 +66,12 @@ def graph_at(model: onnx.ModelProto, path: BodyPath) -> onnx.GraphProto:
 def describe_path(model: onnx.ModelProto, path: BodyPath) -> str:
     """``path`` as a reader finds it: each enclosing node and its attribute, outermost first, e.g.
     ``Loop '/Loop' body > If '/If' then_branch`` (``[k]`` after a GRAPHS attribute's name)."""
-    g, steps = model.graph, []
-    for ni, ai, gi in path:
-        node = g.node[ni]
+    steps = []
+    for i, (ni, ai, gi) in enumerate(path):
+        node = graph_at(model, path[:i]).node[ni]
         a = node.attribute[ai]
         name = node.name or f"{node.op_type}_{ni}"
         steps.append(f"{node.op_type} '{name}' {a.name}" + (f"[{gi}]" if a.type == onnx.AttributeProto.GRAPHS else ""))
-        g = a.g if a.type == onnx.AttributeProto.GRAPH else a.graphs[gi]
     return " > ".join(steps)
 
 
@@ -281,9 +281,8 @@ def type_bodies(model: onnx.ModelProto) -> bool:
         for o in body.output:
             if o.name in typed:
                 o.CopyFrom(typed.pop(o.name))
-        keep = [vi for vi in body.value_info if vi.name not in typed]
-        del body.value_info[:]
-        body.value_info.extend(keep + list(typed.values()))
+        keep_only(body.value_info, lambda vi: vi.name not in typed)
+        body.value_info.extend(typed.values())
     fill_untyped(model)
     return True
 

@@ -54,10 +54,8 @@ def adaptive_sizes(node: onnx.NodeProto, spatial: tuple[int, ...]) -> tuple[int,
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
     kernel = list(attrs.get("kernel_shape", []))
     strides = list(attrs.get("strides", [1] * k))
-    pads = list(attrs.get("pads", [0] * 2 * k))
-    dilations = list(attrs.get("dilations", [1] * k))
-    if (auto_pad not in ("NOTSET", "VALID") or len(kernel) != k or len(strides) != k or any(pads)
-            or any(d != 1 for d in dilations)):
+    if (auto_pad not in ("NOTSET", "VALID") or len(kernel) != k or len(strides) != k or any(attrs.get("pads", []))
+            or any(d != 1 for d in attrs.get("dilations", []))):
         return None
     out = []
     for n, kk, s in zip(spatial, kernel, strides):

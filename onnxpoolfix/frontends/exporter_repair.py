@@ -12,7 +12,7 @@ import onnx
 from onnx import TensorProto
 
 from ..graph import read_names
-from ..graph.shapes import Dim, PoolSpec, infer, model_opset
+from ..graph.shapes import Dim, PoolSpec, infer, light_copy, make_value_info, model_opset
 from ..lowering.base import no_float64_kernel
 from ..report import WarningNote
 from .base import REPAIRED, FrontEndResult, PlanOptions
@@ -91,8 +91,6 @@ def as_repaired(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """A light copy of ``model`` (no weights' bytes) with each pool this front end repairs swapped for an opaque
     node typed as its repair will be: what the input check judges where the ONNX checker rejects such a pool
     (a kernel of the pooling rank on an unbatched input). None where there is none to repair."""
-    from ..graph.shapes import light_copy, make_value_info
-
     try:
         info = infer(model)
     except Exception:  # noqa: BLE001 - no inference, no repair to judge by

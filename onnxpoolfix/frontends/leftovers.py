@@ -18,7 +18,7 @@ from typing import Iterable
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 
 from ..errors import InvalidModelError, UnsupportedNodeError
 from ..graph import attributes, read_names
@@ -73,10 +73,11 @@ class _SizeEvaluator:
     ``Gather(Shape(input), const)`` / ``Shape(input, start, end)`` where ``input`` is the pooled tensor.
     """
 
-    def __init__(self, graph: onnx.GraphProto, opset: int | None = None):
-        self.producers = {o: n for n in graph.node for o in n.output if o}
-        self.initializers = {t.name: t for t in graph.initializer}
-        self.graph_inputs = {i.name for i in graph.input}
+    def __init__(self, graph: onnx.GraphProto, opset: int | None = None, scope: Iterable[onnx.GraphProto] = ()):
+        graphs = [*reversed(list(scope)), graph]  # a later one's names win: the body's own, then the outermost's
+        self.producers = {o: n for g in graphs for n in g.node for o in n.output if o}
+        self.initializers = {t.name: t for g in graphs for t in g.initializer}
+        self.graph_inputs = {i.name for g in graphs for i in g.input}
         self.pooled_input = ""
         self.opset = opset
 
@@ -222,7 +223,6 @@ _NONDETERMINISTIC = ("Random", "Bernoulli", "Multinomial")
 
 def _fold(node: onnx.NodeProto, args: list, name: str, opset: int | None) -> np.ndarray:
     """``node``'s output ``name`` for constant inputs ``args`` (None: an omitted optional input)."""
-    from onnx import helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
 
     one = onnx.NodeProto()
@@ -254,11 +254,7 @@ def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None, *,
     graph_outputs = {o.name for o in graph.output}
 
     found: list[PoolNode] = []
-    sizes = _SizeEvaluator(graph, opset)  # its tables built once (a graph may hold hundreds of leftovers)
-    for outer in scope:  # outer-scope names, the body's own taking precedence
-        sizes.producers = {**{o: n for n in outer.node for o in n.output if o}, **sizes.producers}
-        sizes.initializers = {**{t.name: t for t in outer.initializer}, **sizes.initializers}
-        sizes.graph_inputs |= {i.name for i in outer.input}
+    sizes = _SizeEvaluator(graph, opset, scope)  # its tables built once (a graph may hold hundreds of leftovers)
     for index, node in enumerate(graph.node):
         op = aten_operator(node)
         if op is None:
@@ -329,9 +325,8 @@ def _parse_size(value: np.ndarray, rank: int, label: str) -> tuple[int | InputDi
         if isinstance(v, (InputDim, RuntimeDim)):
             out.append(v)
             continue
-        if isinstance(v, float) and not (np.isfinite(v) and v == round(v)):
-            raise UnsupportedNodeError(f"{label}: output size {_short(flat)} is not integer", _HINT_MALFORMED)
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if (isinstance(v, float) and not (np.isfinite(v) and v == round(v))) or isinstance(v, bool) \
+                or not isinstance(v, (int, float)):
             raise UnsupportedNodeError(f"{label}: output size {_short(flat)} is not integer", _HINT_MALFORMED)
         if v < 1:
             raise UnsupportedNodeError(f"{label}: output size {_short(flat)} has a zero or negative entry",

@@ -29,7 +29,7 @@ def crashing_front_end(monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(dynamo, "_find", boom)
+    monkeypatch.setattr(dynamo, "find_decomposed_pools", boom)
 
 
 @pytest.mark.parametrize("hw", [("H", "W"), (12, 12)], ids=["symbolic", "static"])

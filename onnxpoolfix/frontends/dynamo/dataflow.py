@@ -29,7 +29,7 @@ from ..base import Suspect
 from .computed import COMPUTES_SIZE, HIDDEN_SIZE, computed_axes, region_hides_a_size
 from .crops import models_own, past_selects_nothing
 from .metadata import module_pool, source_line
-from .search import range_limit
+from .search import declared_dims, range_limit
 
 ENCODING = "dynamo"  # the encoding reported for these regions
 FOLLOWS_INPUT = "its output size is not static"  # (None, m): an output axis that follows the input
@@ -104,9 +104,7 @@ class DataflowGraph:
         n = self.nodes[i]
         if n.op_type in _SHAPE_OPS:
             return []
-        if n.op_type == "CastLike":  # its second input gives the type only
-            return [x for x in n.input[:1] if x and x not in self.size_only]
-        return [x for x in n.input if x and x not in self.size_only]
+        return [x for x in _value_inputs(n) if x and x not in self.size_only]
 
     def size_ancestors(self, indices: Sequence[int]) -> tuple[set[int], set[str]]:
         """The size-only nodes the given nodes read (transitively), and the tensors read only for their shape."""
@@ -211,11 +209,9 @@ class LazyInfo:
 
     def __init__(self, model: onnx.ModelProto):
         self.model, self.info, self.own, self.bound = model, None, None, None
-        self.declared, self.params = {}, {}
-        for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
-            dims = vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else []
-            self.declared[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in dims]
-            self.params[vi.name] = [d.dim_param for d in dims]
+        declared = declared_dims(model)  # per tensor: the declared ints, and the symbols ("" where none)
+        self.declared = {name: [d if isinstance(d, int) else None for d in dims] for name, dims in declared.items()}
+        self.params = {name: [d if isinstance(d, str) else "" for d in dims] for name, dims in declared.items()}
 
     def same_dim(self, x: str, y: str, a: int, x_shape, y_shape, xa: int) -> bool:
         """Whether axis ``a`` of ``y`` is by declaration the same size as axis ``xa`` of ``x`` (``a`` of ``x_shape``:
@@ -265,11 +261,7 @@ def find_candidate(g: DataflowGraph, end: int, info, stripped: bool = False) -> 
     nodes = closure(g, end)
     result = g.nodes[end].output[0]
     # the data tensors entering the closure, earliest first: the largest region that fits wins
-    entering = []
-    for i in sorted(nodes):
-        for t in g.data_inputs(i):
-            if t not in entering:
-                entering.append(t)
+    entering = list(dict.fromkeys(t for i in sorted(nodes) for t in g.data_inputs(i)))
     entering.sort(key=lambda t: g.producer.get(t, -1))
     why = None  # the largest region's: a smaller one inside it (from its own Transpose) says less
     first_evidence = None

@@ -167,64 +167,15 @@ def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
     An exception inside it is a bug, and goes up as one (exit 1): a front end that cannot follow a graph never
     lets the rest be written as if it held no decomposition.
     """
-    return _find(model, opset=opset, target=target, input_shapes=input_shapes, traced_shapes=traced_shapes,
-                 taken=taken, seed=seed, model_dir=model_dir)
-
-
-#: the ops of a decomposition or a frozen pool (what pooling in a body is written as)
-_BODY_POOL_OPS = SELECT_OPS | {"Div", "ReduceMean", "ReduceSum", "ReduceMax", "AveragePool", "MaxPool"}
-
-
-def _marked(graph: onnx.GraphProto) -> bool:
-    """torch's metadata on the graph's own values, kept where a tool renamed the nodes and cleared theirs (review52)."""
-    return any(p.key.startswith("pkg.torch.") for v in (*graph.input, *graph.output, *graph.value_info)
-               for p in v.metadata_props)
-
-
-def _body_suspects(graph: onnx.GraphProto) -> list[Suspect]:
-    """Per If/Loop/Scan node whose bodies hold dynamo-written adaptive pooling (``torch.cond`` branches: a
-    decomposition or a frozen pool, by its metadata or its windows): under symbolic sizes it is frozen at the
-    traced size there too, and this front end reads top-level graphs only. A suspect (refused unless allowed),
-    never "nothing to patch"."""
-    out, marked = [], _marked(graph)
-    for node in graph.node:
-        bodies = subgraphs(node)
-        if not bodies:
-            continue
-        for n in nodes_deep(n for body in bodies for n in body.node):
-            if n.domain not in ("", "ai.onnx") or n.op_type not in _BODY_POOL_OPS:
-                continue  # an aten leftover (onnxpoolfix.export's, FALLTHROUGH's) is read by frontends.bodies
-            ev = node_evidence(n)
-            if ev is None and n.op_type in ("AveragePool", "MaxPool") and (n.name.startswith("node_") or marked):
-                attrs = window_attrs(n)
-                readings = node_readings(n, "max" if n.op_type == "MaxPool" else "avg", len(attrs[0]), False) \
-                    if attrs else []
-                ev = next(((r.says, None) for r in readings if r.what != GENUINE), None)
-            if ev is not None:
-                out.append(Suspect(node.output[0] if node.output else node.name, ev[0],
-                                   f"adaptive pooling inside the bodies of the {node.op_type} '{node.name}' "
-                                   "(torch.cond): onnxpoolfix reads the dynamo exporter's pooling in the top-level "
-                                   "graph only", True, "only at the size the model was exported at", EXPORT))
-                break
-    return out
-
-
-def _symbolic(graph: onnx.GraphProto) -> bool:
-    """Some graph input has a dim without a value (a symbolic or unknown size)."""
-    return any(not d.HasField("dim_value") for i in graph.input if i.type.HasField("tensor_type")
-               for d in i.type.tensor_type.shape.dim)
-
-
-def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, model_dir) -> FrontEndResult:
     findings = FrontEndResult()
     graph = model.graph
-    if _symbolic(graph):
+    symbolic = _symbolic(graph)
+    if symbolic:
         findings.suspects += _body_suspects(graph)
     if not any(n.op_type in SELECT_OPS or n.op_type in ("AveragePool", "MaxPool", "ReduceMean", "ReduceMax", "ArgMax")
                for n in graph.node if not n.doc_string.startswith(EMITTED_BY)):
         return findings
     g = DataflowGraph(graph)
-    symbolic = _symbolic(graph)
     # the dynamo exporter's file after a simplifier (its node names, none of its metadata): a region that does
     # not prove may be one the simplifier rewrote, so the file the exporter wrote is what would decide it
     marked = _marked(graph)
@@ -323,6 +274,50 @@ def _find(model, *, opset, target, input_shapes, traced_shapes, taken, seed, mod
         drop_merged(graph, findings)
     size_precision_error(model, findings.specs)  # a computed size in float32 that torch computes otherwise
     return findings
+
+
+#: the ops of a decomposition or a frozen pool (what pooling in a body is written as)
+_BODY_POOL_OPS = SELECT_OPS | {"Div", "ReduceMean", "ReduceSum", "ReduceMax", "AveragePool", "MaxPool"}
+
+
+def _marked(graph: onnx.GraphProto) -> bool:
+    """torch's metadata on the graph's own values, kept where a tool renamed the nodes and cleared theirs (review52)."""
+    return any(p.key.startswith("pkg.torch.") for v in (*graph.input, *graph.output, *graph.value_info)
+               for p in v.metadata_props)
+
+
+def _body_suspects(graph: onnx.GraphProto) -> list[Suspect]:
+    """Per If/Loop/Scan node whose bodies hold dynamo-written adaptive pooling (``torch.cond`` branches: a
+    decomposition or a frozen pool, by its metadata or its windows): under symbolic sizes it is frozen at the
+    traced size there too, and this front end reads top-level graphs only. A suspect (refused unless allowed),
+    never "nothing to patch"."""
+    out, marked = [], _marked(graph)
+    for node in graph.node:
+        bodies = subgraphs(node)
+        if not bodies:
+            continue
+        for n in nodes_deep(n for body in bodies for n in body.node):
+            if n.domain not in ("", "ai.onnx") or n.op_type not in _BODY_POOL_OPS:
+                continue  # an aten leftover (onnxpoolfix.export's, FALLTHROUGH's) is read by frontends.bodies
+            ev = node_evidence(n)
+            if ev is None and n.op_type in ("AveragePool", "MaxPool") and (n.name.startswith("node_") or marked):
+                attrs = window_attrs(n)
+                readings = node_readings(n, "max" if n.op_type == "MaxPool" else "avg", len(attrs[0]), False) \
+                    if attrs else []
+                ev = next(((r.says, None) for r in readings if r.what != GENUINE), None)
+            if ev is not None:
+                out.append(Suspect(node.output[0] if node.output else node.name, ev[0],
+                                   f"adaptive pooling inside the bodies of the {node.op_type} '{node.name}' "
+                                   "(torch.cond): onnxpoolfix reads the dynamo exporter's pooling in the top-level "
+                                   "graph only", True, "only at the size the model was exported at", EXPORT))
+                break
+    return out
+
+
+def _symbolic(graph: onnx.GraphProto) -> bool:
+    """Some graph input has a dim without a value (a symbolic or unknown size)."""
+    return any(not d.HasField("dim_value") for i in graph.input if i.type.HasField("tensor_type")
+               for d in i.type.tensor_type.shape.dim)
 
 
 #: constant denominators evaluated (nodes) to tell window lengths from other divisors; beyond, assumed lengths

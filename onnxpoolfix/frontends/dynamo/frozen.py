@@ -128,18 +128,19 @@ def _site(index: int, node: onnx.NodeProto, info, busy, modules, merged: bool, g
     ``merged``: an Identity without metadata reads its result (a call torch merged into it, unread in the file)."""
     if node.op_type not in ("AveragePool", "MaxPool") or node.domain not in ("", "ai.onnx") or not node.input:
         return None
-    if node.doc_string.startswith(EMITTED_BY) or node.output[0] in busy or window_attrs(node) is None:
+    if node.doc_string.startswith(EMITTED_BY) or node.output[0] in busy or (windows := window_attrs(node)) is None:
         return None
     elem, dims = info.get(node.input[0], (0, None))
     if dims is None or len(dims) < 3 or elem not in SUPPORTED_DTYPES:
         return None
     k = len(dims) - 2
-    if all(isinstance(d, int) for d in dims[2:]) or len(window_attrs(node)[0]) != k:
+    if all(isinstance(d, int) for d in dims[2:]) or len(windows[0]) != k:
         return None  # static: the exporter's node is right (--optimize-exporter-pools plans it)
     kind = "max" if node.op_type == "MaxPool" else "avg"
     # a 1D adaptive pool frozen at uniform windows is written as a 2D pool of the input Unsqueezed to
-    # (N, C, 1, L), kernel (1, k): the same as a 2D adaptive pool of that tensor to (1, m)
-    lifted = k == 2 and dims[2] == 1 and _unit_axis(node, 0)
+    # (N, C, 1, L), kernel (1, k): the same as a 2D adaptive pool of that tensor to (1, m) (window_attrs: no
+    # pads, strides the kernel)
+    lifted = k == 2 and dims[2] == 1 and windows[0][0] == 1
     made = g.producer.get(node.input[0])  # an unbatched tensor the exporter reshaped: the call's rank unknown
     rank = None if made is not None and g.nodes[made].op_type in ("Unsqueeze", "Reshape") else len(dims)
     readings = node_readings(node, kind, k, lifted, modules, rank)
@@ -372,13 +373,6 @@ def _squeezed(g: DataflowGraph, node: onnx.NodeProto, dims: tuple, kernel: list[
     traced = [d if isinstance(d, int) else kernel[a] if 2 + a in squeezed and kernel[a] > 1 else None
               for a, d in enumerate(dims[2:])]
     return None if None in traced else tuple(traced)
-
-
-def _unit_axis(node: onnx.NodeProto, a: int) -> bool:
-    """Whether the pooling node's windows on pooled axis ``a`` are single elements (kernel 1, stride 1, no pads)."""
-    kernel, strides, pads = (list(attributes(node).get(k, [])) for k in ("kernel_shape", "strides", "pads"))
-    return (a < len(kernel) and kernel[a] == 1 and (not strides or strides[a] == 1)
-            and not any(pads[i] for i in (a, a + len(kernel)) if i < len(pads)))
 
 
 def size_text(sizes) -> str:

@@ -156,8 +156,7 @@ def source_line(node: onnx.NodeProto, modules: dict[tuple[str, ...], frozenset[s
                 ) -> SourceLine | None:
     """The node's source line read as Python, or None where the node has no stack trace. ``modules``
     (:func:`submodules` of the graph): which ``self.name(...)`` calls are submodules; without it none is."""
-    scopes = _scopes(node)
-    children = (modules or {}).get(tuple(scopes[:-1]), frozenset()) if scopes else frozenset()
+    children = (modules or {}).get(module_scope(node), frozenset())  # (no key of submodules is empty)
     text = last_line(node)
     if not text:
         return None

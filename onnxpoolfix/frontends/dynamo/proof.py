@@ -111,11 +111,9 @@ def _feeds(shape: tuple[int, ...], elem: int, rng: np.random.Generator) -> list[
         return raw
     if elem == TensorProto.FLOAT16:
         return [x.astype(np.float16).astype(np.float32) for x in raw]
-    if elem == TensorProto.BFLOAT16:
-        import ml_dtypes
+    import ml_dtypes  # bfloat16, the last of SUPPORTED_DTYPES (a region of any other dtype is never a Candidate)
 
-        return [x.astype(ml_dtypes.bfloat16).astype(np.float32) for x in raw]
-    return [x.astype(np.float32) for x in raw]
+    return [x.astype(ml_dtypes.bfloat16).astype(np.float32) for x in raw]
 
 
 def _spec(c: Candidate, x_shape: tuple[int, ...], values: Mapping[str, np.ndarray] | None = None) -> PoolSpec:

@@ -16,6 +16,7 @@ import onnx
 from ...check.cut import cut_bytes, cut_nodes
 from ...check.feeds import random_feed
 from ...errors import PoolFixError
+from ...graph import arrange, keep_only
 from ...graph.shapes import apply_input_shapes, infer, infer_at, light_copy
 from ...progress import phase
 from ...sessions import ort_session, ort_value
@@ -57,58 +58,53 @@ def prove_all(model, g: DataflowGraph, candidates: Sequence[Candidate], input_sh
     ``model_dir``: where the region's external initializers resolve (onnxruntime reads a proto's relative
     locations against the working folder otherwise)."""
     with phase("search", str(len(candidates))):
-        return _prove_all(model, g, candidates, input_shapes, seed, info0, model_dir=model_dir)
-
-
-def _prove_all(model, g: DataflowGraph, candidates: Sequence[Candidate], input_shapes, seed: int,
-               info0: Mapping[str, tuple[int, tuple | None]], *, model_dir: str | None = None) -> list[Proof]:
-    rng = np.random.default_rng(seed)
-    dtypes = {k: v[0] for k, v in info0.items()}
-    trials = []  # the sessions live as long as this search
-    for c in candidates:
-        iso, sources = isolated(model, g, c, dtypes)
-        p, session = Proof(sources), None
-        try:
-            session = ort_session(iso, model_dir, optimize=False)  # quiet: failing at some size is expected
-        except Exception as e:  # noqa: BLE001
-            p.why = f"onnxruntime cannot run it alone ({' '.join(str(e).split())[:100]})"
-        trials.append(Trial(c, p, session))
-    pending = [t for t in trials if not t.proof.why]
-    static = [t for t in pending if all(isinstance(d, int) for d in t.candidate.x_shape)]
-    for c, p, session in static:
-        shapes = {s: info0.get(s, (0, None))[1] for s in p.sources}
-        shapes = {s: tuple(d) for s, d in shapes.items() if d is not None and all(isinstance(v, int) for v in d)}
-        why = prove(session, c, p, dtypes, shapes, c.x_shape, rng)
-        if why:
-            p.why = f"not proven: {why}"
-        else:
-            p.proven_at = c.x_shape
-    symbolic = [t for t in pending if not any(t is u for u in static)]
-    if not symbolic:
+        rng = np.random.default_rng(seed)
+        dtypes = {k: v[0] for k, v in info0.items()}
+        trials = []  # the sessions live as long as this search
+        for c in candidates:
+            iso, sources = isolated(model, g, c, dtypes)
+            p, session = Proof(sources), None
+            try:
+                session = ort_session(iso, model_dir, optimize=False)  # quiet: failing at some size is expected
+            except Exception as e:  # noqa: BLE001
+                p.why = f"onnxruntime cannot run it alone ({' '.join(str(e).split())[:100]})"
+            trials.append(Trial(c, p, session))
+        pending = [t for t in trials if not t.proof.why]
+        static = [t for t in pending if all(isinstance(d, int) for d in t.candidate.x_shape)]
+        for c, p, session in static:
+            shapes = {s: info0.get(s, (0, None))[1] for s in p.sources}
+            shapes = {s: tuple(d) for s, d in shapes.items() if d is not None and all(isinstance(v, int) for v in d)}
+            why = prove(session, c, p, dtypes, shapes, c.x_shape, rng)
+            if why:
+                p.why = f"not proven: {why}"
+            else:
+                p.proven_at = c.x_shape
+        symbolic = [t for t in pending if not any(t is u for u in static)]
+        if not symbolic:
+            return [t.proof for t in trials]
+        declared = declared_dims(model)
+        env0 = symbol_binding(declared, input_shapes) if input_shapes else {}
+        whole = []  # regions whose sizes are not declared as expressions: the whole-model search
+        inferred: list = []  # the whole model inferred at the bound shapes, once, where a region needs it
+        for t in symbolic:
+            c = t.candidate
+            seen = {**declared, c.pooled: _permuted(c, declared.get(c.pooled))} if c.perm else declared
+            space = SizeSpace.of(seen, c.pooled, t.proof.sources, c.output_size) if env0 is not None else None
+            if space is None:
+                whole.append(t)
+            else:
+                env = env0
+                if env0 and not set(space.axis_symbols) <= set(env0):
+                    if not inferred:  # the whole model at the bound shapes, inferred once for every region
+                        inferred.append(_inferred_at(model, input_shapes))
+                    elem, xs = inferred[0].get(c.pooled, (0, None))
+                    env = completed_binding({c.pooled: (elem, _permuted(c, xs))}, env0, space, c.pooled)
+                _search_alone(t, space, env, dtypes, rng)
+        if whole:
+            _search_whole_model(model, whole, input_shapes, dtypes, rng, model_dir)
+        for c, p, _ in symbolic:
+            _conclude(c, p, bool(input_shapes))
         return [t.proof for t in trials]
-    declared = declared_dims(model)
-    env0 = symbol_binding(declared, input_shapes) if input_shapes else {}
-    whole = []  # regions whose sizes are not declared as expressions: the whole-model search
-    inferred: list = []  # the whole model inferred at the bound shapes, once, where a region needs it
-    for t in symbolic:
-        c = t.candidate
-        seen = {**declared, c.pooled: _permuted(c, declared.get(c.pooled))} if c.perm else declared
-        space = SizeSpace.of(seen, c.pooled, t.proof.sources, c.output_size) if env0 is not None else None
-        if space is None:
-            whole.append(t)
-        else:
-            env = env0
-            if env0 and not set(space.axis_symbols) <= set(env0):
-                if not inferred:  # the whole model at the bound shapes, inferred once for every region
-                    inferred.append(_inferred_at(model, input_shapes))
-                elem, xs = inferred[0].get(c.pooled, (0, None))
-                env = completed_binding({c.pooled: (elem, _permuted(c, xs))}, env0, space, c.pooled)
-            _search_alone(t, space, env, dtypes, rng)
-    if whole:
-        _search_whole_model(model, whole, input_shapes, dtypes, rng, model_dir)
-    for c, p, _ in symbolic:
-        _conclude(c, p, bool(input_shapes))
-    return [t.proof for t in trials]
 
 
 def _try(t: Trial, dtypes, shapes, xs: tuple[int, ...], rng) -> str | None:
@@ -123,9 +119,8 @@ def _try(t: Trial, dtypes, shapes, xs: tuple[int, ...], rng) -> str | None:
         pairs = _runtime_pairs(c, p, xs)
         for a, (n, m) in pairs.items():
             p.branches.setdefault(a, set()).add(branch_class(n, m))
-        p.uneven = p.uneven or len({m for _, m in pairs.values()}) > 1
-        for a, (_, m) in pairs.items():
             p.lengths.setdefault(a, set()).add(m)
+        p.uneven = p.uneven or len({m for _, m in pairs.values()}) > 1
     else:
         p.last = why
     return why
@@ -299,13 +294,9 @@ def _inference_cut(light: onnx.ModelProto, wanted: list[str]) -> onnx.ModelProto
     g = light.graph
     picked = set(cut_nodes(g, wanted)[0])
     dropped = {o for k, n in enumerate(g.node) if k not in picked for o in n.output if o}
-    kept = [n for k, n in enumerate(g.node) if k in picked]
-    del g.node[:]
-    g.node.extend(kept)
+    arrange(g.node, [n for k, n in enumerate(g.node) if k in picked])
     for field in (g.value_info, g.output):
-        keep = [vi for vi in field if vi.name not in dropped]
-        del field[:]
-        field.extend(keep)
+        keep_only(field, lambda vi: vi.name not in dropped)
     return light
 
 

@@ -64,15 +64,14 @@ def outside_ranges(model: onnx.ModelProto, env) -> list[tuple[str, int, str, str
     names, bound) put outside it, the key read in the inputs' dim names (:func:`key_names`); a key naming a symbol
     ``env`` lacks (an input left unbound, a symbol not tied to any input: :func:`unchecked_ranges`) says nothing."""
     out = []
-    names = key_names(model)
-    for key, lo, hi in narrowed_ranges(model):
-        value = evaluate(_renamed(key.strip(), names), env)
+    for key, lo, hi in ranges_as_named(model):
+        value = evaluate(key, env)
         if value is None:
             continue
         low = int(lo) if lo.lstrip("-").isdigit() else None
         high = int(hi) if hi.lstrip("-").isdigit() else None
         if (low is not None and value < low) or (high is not None and value > high):
-            out.append((_renamed(key.strip(), names), value, lo, hi))
+            out.append((key, value, lo, hi))
     return out
 
 
@@ -90,14 +89,10 @@ def key_names(model: onnx.ModelProto) -> dict[str, str]:
     while keys and re.fullmatch(r"u\d+", keys[0]):  # inline constraints (unbacked sizes) come first
         keys.pop(0)
     inits = {t.name for t in model.graph.initializer}
-    dims: list[str] = []
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        shape = vi.type.tensor_type.shape if vi.type.HasField("tensor_type") else None
-        if shape is None or not shape.dim:
-            return {}  # a SymInt input (or one of no known rank) holds a key the dims do not show
-        dims += [d for d in dict.fromkeys(d.dim_param for d in shape.dim if d.dim_param) if d not in dims]
+    if any(vi.name not in inits and not (vi.type.HasField("tensor_type") and vi.type.tensor_type.shape.dim)
+           for vi in model.graph.input):
+        return {}  # a SymInt input (or one of no known rank) holds a key the dims do not show
+    dims = _input_dims(model)
     if len(keys) < len(dims):
         return {}
     names: dict[str, str] = {}
@@ -156,10 +151,5 @@ def unchecked_ranges(model: onnx.ModelProto, env, free=frozenset()) -> list[tupl
     """The narrowed ranges a binding (``env``) cannot be checked against: the key, read in the inputs' dim names,
     names a symbol tied to no input's dim (:func:`key_names`) or one that is neither bound nor ``free`` (the
     symbols of inputs left unbound, which stay symbolic), or is an expression :func:`evaluate` does not read."""
-    names = key_names(model)
-    out = []
-    for key, lo, hi in narrowed_ranges(model):
-        read = _renamed(key.strip(), names)
-        if evaluate(read, env) is None and not set(t for t in _TOKEN.findall(read) if t.isidentifier()) <= set(free):
-            out.append((read, lo, hi))
-    return out
+    return [(read, lo, hi) for read, lo, hi in ranges_as_named(model)
+            if evaluate(read, env) is None and not {t for t in _TOKEN.findall(read) if t.isidentifier()} <= set(free)]

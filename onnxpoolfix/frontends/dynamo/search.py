@@ -106,12 +106,8 @@ class SizeSpace:
         for d in self.pooled[len(self.pooled) - k:]:
             names = symbols(d) if isinstance(d, str) else set()
             self.axis_symbols.append(next(iter(names)) if names and len(names) == 1 else "")
-        every = [d for d in self.pooled + [x for s in self.sources.values() for x in s]]
-        self.others = set()
-        for d in every:
-            if isinstance(d, str):
-                self.others |= symbols(d) or set()
-        self.others -= set(self.axis_symbols)
+        every = self.pooled + [x for s in self.sources.values() for x in s]
+        self.others = {x for d in every if isinstance(d, str) for x in symbols(d) or ()} - set(self.axis_symbols)
 
     @classmethod
     def of(cls, declared: Mapping[str, list], pooled: str, sources: Sequence[str], output_size) -> SizeSpace | None:
@@ -288,17 +284,13 @@ def symbol_binding(declared, input_shapes) -> dict[str, int] | None:
     return env
 
 
-def allows(declared, binding) -> bool:
-    """Whether the declared dims take the sizes ``binding`` gives: ``32*h`` only a multiple of 32, a symbol one
-    value wherever used (inputs of another rank are not read). Nothing the file declares is ever run at another
-    size (torch traced its program for these sizes alone; the check keeps to them too). A dim this module
-    cannot solve for one symbol (two symbols, an expression it does not evaluate) takes any size."""
-    return first_undeclared(declared, binding) is None
-
-
 def first_undeclared(declared, binding) -> tuple | None:
-    """The first bound dim its declared expression cannot take (:func:`allows`): (input, axis, declared dim, size,
-    symbol, the (value, input, axis) that gave the symbol another value, or None where no value gives the size)."""
+    """The first bound dim its declared expression cannot take: (input, axis, declared dim, size, symbol, the
+    (value, input, axis) that gave the symbol another value, or None where no value gives the size); None where
+    the declared dims take every size ``binding`` gives: ``32*h`` only a multiple of 32, a symbol one value
+    wherever used (inputs of another rank are not read). Nothing the file declares is ever run at another size
+    (torch traced its program for these sizes alone; the check keeps to them too). A dim this module cannot
+    solve for one symbol (two symbols, an expression it does not evaluate) takes any size."""
     env: dict[str, tuple] = {}
     for name, dims in binding.items():
         decl = declared.get(name)
@@ -342,15 +334,13 @@ def whole_model_bindings(model: onnx.ModelProto, input_shapes):
     branches; near in the declared symbols: ``32*h`` moves by 32), then every symbolic dim but the first set
     to one size, then the last two to consecutive such sizes (with square sizes alone, the output sizes a graph
     computes per axis are always equal: one read for the other never shows). Only sizes the inputs' declared
-    dims allow (:func:`allows`) after the binding: a region run at a size torch never traced its program for
+    dims allow (:func:`first_undeclared`) after the binding: a region run at a size torch never traced its program for
     (a stride-2 map 127 long where the file declares ``16*s`` of a stride-32 map) fails where nothing is wrong."""
     declared = declared_dims(model)
     inits = {t.name for t in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in inits and i.type.HasField("tensor_type")]
-    dims = {}
-    for i in inputs:
-        d = [x.dim_value if x.HasField("dim_value") else None for x in i.type.tensor_type.shape.dim]
-        dims[i.name] = d
+    dims = {i.name: [x.dim_value if x.HasField("dim_value") else None for x in i.type.tensor_type.shape.dim]
+            for i in inputs}
     if input_shapes:
         yield dict(input_shapes), False
         steps = sorted(((a, b) for a in range(-_NEAR, _NEAR + 1) for b in range(-_NEAR, _NEAR + 1) if a or b),
@@ -364,7 +354,7 @@ def whole_model_bindings(model: onnx.ModelProto, input_shapes):
                     decl = declared.get(name) or []
                     moved[a] = _moved(decl[a] if a < len(decl) else None, moved[a], delta)
                 near[name] = moved
-            if all(v >= 1 for shape in near.values() for v in shape) and allows(declared, near):
+            if all(v >= 1 for shape in near.values() for v in shape) and first_undeclared(declared, near) is None:
                 yield near, True
     if not any(v is None for d in dims.values() for v in d):
         return
@@ -372,13 +362,13 @@ def whole_model_bindings(model: onnx.ModelProto, input_shapes):
     square = []
     for s in sizes:
         binding = _sized(dims, s, s)
-        if allows(declared, binding):
+        if first_undeclared(declared, binding) is None:
             square.append(s)
             yield binding, False
     if any(sum(v is None and not (a == 0 and len(d) > 2) for a, v in enumerate(d)) > 1 for d in dims.values()):
         for s, t in zip(square, square[1:]):
             binding = _sized(dims, s, t)
-            if allows(declared, binding):
+            if first_undeclared(declared, binding) is None:
                 yield binding, False
 
 
