@@ -41,21 +41,15 @@ from .first_max_windows import (
     window_positions,
 )
 from .max_steps import branch, finite_input, if_branch
-from .steps import Step, numel
+from .steps import AllAxesStep, numel
 
 
 @dataclass(frozen=True)
-class ArgMaxStep(Step):
-    first_axis: int
-    n: tuple[int, ...]
-    m: tuple[int, ...]
+class ArgMaxStep(AllAxesStep):
     want_indices: bool
     tie_safe: bool = False  # no ArgMax (TensorRT: see emit_both)
     lazy: bool = False  # the NaN-aware choice only for non-finite windows (an If; onnxruntime target)
     exact_non_finite = True  # NaN and all -inf windows as torch, without the NonFiniteMaxStep wrapper
-
-    def out_shape(self, shape):
-        return tuple(shape[: self.first_axis]) + self.m
 
     def cost(self, shape, isz):
         kmax = [W.max_window(n, m) for n, m in zip(self.n, self.m)]
@@ -135,25 +129,22 @@ def emit_argmax(em, x: str, rank: int, tables: Sequence[str | np.ndarray | None]
     if lazy and not tie_safe and separable is not None:
         outputs = [(y, elem)] + ([(indices, TensorProto.INT64)] if indices else [])
 
+        def whole(sub, outs):
+            emit_first_max_windows(sub, x, rank, separable, whole_windows, kall, outs[0], outs[1] if indices else None)
+
+        def parts(sub, outs):
+            emit_first_max(sub, x, rank, separable, outs[0], outs[1] if indices else None)
+
         def finite_path(sub, outs):
             if isinstance(whole_windows, str):  # runtime sizes: chosen at run time
                 inner = [(outs[0], elem)] + ([(outs[1], TensorProto.INT64)] if indices else [])
-
-                def whole(s2, o2):
-                    emit_first_max_windows(s2, x, rank, separable, whole_windows, kall, o2[0],
-                                           o2[1] if indices else None)
-
-                def parts(s2, o2):
-                    emit_first_max(s2, x, rank, separable, o2[0], o2[1] if indices else None)
-
                 sub.op("If", [takes_whole_windows(sub, x, rank, len(separable), kall, whole_windows_max)],
                        out=[name for name, _ in inner], then_branch=branch(sub, "small_windows", inner, whole),
                        else_branch=branch(sub, "large_windows", inner, parts))
             elif whole_windows is not None:
-                emit_first_max_windows(sub, x, rank, separable, whole_windows, kall, outs[0],
-                                       outs[1] if indices else None)
+                whole(sub, outs)
             else:
-                emit_first_max(sub, x, rank, separable, outs[0], outs[1] if indices else None)
+                parts(sub, outs)
 
         def exact_path(sub, outs):
             emit_argmax(sub, x, rank, tables, kall, n_out, elem, False, outs[0], outs[1] if indices else None,
@@ -218,10 +209,9 @@ def emit_argmax(em, x: str, rank: int, tables: Sequence[str | np.ndarray | None]
 
 
 def lazy_window_choice(em, w: str, kall: int | str, elem: int) -> str:
-    """:func:`window_choice` behind an If: where every window element is finite (their sum is: an
-    overflowing sum only sends us down the exact branch) torch's choice is the first maximum, a plain
-    ArgMax (onnxruntime's ArgMax takes the first of equal values, ``select_last_index`` 0); otherwise the
-    NaN-aware choice. float16 windows are summed in float32 (a float16 sum overflows early)."""
+    """:func:`window_choice` behind an If on :func:`~.max_steps.finite_input`: finite windows take torch's choice,
+    the first maximum, a plain ArgMax (onnxruntime's ArgMax takes the first of equal values, ``select_last_index``
+    0); the others the NaN-aware choice."""
     finite = finite_input(em, w, elem)
     then_branch = if_branch(em, "finite_windows", TensorProto.INT64,
                             lambda sub: sub.op("ArgMax", [w], axis=1, keepdims=1))

@@ -100,6 +100,8 @@ class Lowering:
     #: the targets the lowering is for (None: every one), and why not for the others
     targets: ClassVar[frozenset[str] | None] = None
     other_targets_reason: ClassVar[str] = ""
+    #: a node whose every pooled axis keeps its length is not this lowering's to write (``identity`` copies it)
+    refuses_copies: ClassVar[bool] = False
 
     def check(self, spec: PoolSpec) -> str | None:
         if spec.kind not in self.kinds:
@@ -120,6 +122,8 @@ class Lowering:
         if spec.dtype == TensorProto.BFLOAT16 and spec.opset < 13:
             return needs_opset(13, f"bfloat16 needs opset 13 (no operator takes bfloat16 before), the model has "
                                    f"{spec.opset}")
+        if self.refuses_copies and all(a.keep for a in axis_windows(spec)):
+            return "nothing to pool (every size is kept)"
         reason = self._check(spec)
         if reason:
             return reason

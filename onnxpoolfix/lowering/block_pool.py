@@ -36,9 +36,6 @@ def block_uniform(n: int, m: int) -> tuple[int, W.Uniform] | None:
 @dataclass(frozen=True)
 class BlockPoolStep(OneAxisStep):
     op_type: str  # AveragePool | MaxPool
-    axis: int
-    n: int
-    m: int
 
     def _folded(self, shape):
         g, _ = block_uniform(self.n, self.m)
@@ -73,11 +70,12 @@ class BlockPoolStep(OneAxisStep):
 class BlockPoolLowering(Lowering):
     name = "block_pool"
     summary = "one changed axis, uniform within each gcd period: Reshape into periods + one AveragePool/MaxPool"
+    refuses_copies = True
 
     def _check(self, spec):
         changed = [a for a in axis_windows(spec) if not a.keep]
         if len(changed) != 1:
-            return "needs exactly one changed axis" if changed else "nothing to pool (every size is kept)"
+            return "needs exactly one changed axis"
         a = changed[0]
         if block_uniform(a.n, a.m) is None:
             g = gcd(a.n, a.m)
@@ -93,5 +91,5 @@ class BlockPoolLowering(Lowering):
 
     def _steps(self, spec):
         a = next(a for a in axis_windows(spec) if not a.keep)
-        return [BlockPoolStep("AveragePool" if spec.kind == "avg" else "MaxPool", a.axis, a.n, a.m)]
+        return [BlockPoolStep(a.axis, a.n, a.m, "AveragePool" if spec.kind == "avg" else "MaxPool")]
 

@@ -54,10 +54,10 @@ def _model(nodes, x_shape, inits=()):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _seconds(model, x: np.ndarray, threads: int, runs: int) -> float:
-    """The fastest of ``runs`` batches of 5 calls: the machine's own speed (on a shared machine other tenants
-    only ever slow a call down, and every probe is slowed alike only by luck)."""
-    sess = ort_session(model, threads=threads or None, log_level=3)
+def _seconds(nodes, x: np.ndarray, threads: int, runs: int, inits=()) -> float:
+    """``nodes`` (reading ``x``) timed: the fastest of ``runs`` batches of 5 calls, the machine's own speed (on a
+    shared machine other tenants only ever slow a call down, and every probe is slowed alike only by luck)."""
+    sess = ort_session(_model(nodes, list(x.shape), inits), threads=threads or None, log_level=3)
     feed = {"x": x}
     for _ in range(3):
         sess.run(None, feed)
@@ -83,34 +83,31 @@ def measure(threads: int = 0, runs: int = 9) -> dict[str, float]:
     chain = [helper.make_node("Neg", ["x" if i == 0 else f"t{i}"], [f"t{i + 1}" if i < 39 else "y"])
              for i in range(40)]
     x = rng.standard_normal(16).astype(np.float32)
-    out["NODE"] = _seconds(_model(chain, [16]), x, threads, runs) / 40
+    out["NODE"] = _seconds(chain, x, threads, runs) / 40
     node = out["NODE"]
 
     x = rng.standard_normal(8 << 20).astype(np.float32)
-    t = _seconds(_model([helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)], [x.size]), x, threads, runs)
+    t = _seconds([helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)], x, threads, runs)
     out["BANDWIDTH"] = x.nbytes / max(t - node, 1e-9)
     bw = out["BANDWIDTH"]
 
     x = rng.standard_normal((4096, 81)).astype(np.float32)
     w = numpy_helper.from_array(rng.standard_normal((81, 49)).astype(np.float32), "w")
-    t = _seconds(_model([helper.make_node("MatMul", ["x", "w"], ["y"])], list(x.shape), [w]), x, threads, runs)
+    t = _seconds([helper.make_node("MatMul", ["x", "w"], ["y"])], x, threads, runs, [w])
     out["MAC_RATE"] = 4096 * 81 * 49 / max(t - node - 2 * x.nbytes / bw, 1e-9)
 
     x = rng.standard_normal((1, 256, 33, 33)).astype(np.float32)
-    pool = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[5, 5], strides=[4, 4])
-    t = _seconds(_model([pool], list(x.shape)), x, threads, runs)
+    t = _seconds([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[5, 5], strides=[4, 4])], x, threads, runs)
     out["POOL_RATE"] = 256 * 8 * 8 * 25 / max(t - node - x.nbytes / bw, 1e-9)
 
     x = rng.standard_normal((4096, 256)).astype(np.float32)
     rows = numpy_helper.from_array(rng.integers(0, 4096, 4096).astype(np.int64), "rows")
-    t = _seconds(_model([helper.make_node("Gather", ["x", "rows"], ["y"], axis=0)], list(x.shape), [rows]), x,
-                 threads, runs)
+    t = _seconds([helper.make_node("Gather", ["x", "rows"], ["y"], axis=0)], x, threads, runs, [rows])
     out["GATHER_RATE"] = x.size / max(t - node - 4096 * C.GATHER_BLOCK, 1e-9)
 
     x = rng.standard_normal((4096, 64)).astype(np.float32)
     cols = numpy_helper.from_array(rng.integers(0, 64, 64).astype(np.int64), "cols")
-    t = _seconds(_model([helper.make_node("Gather", ["x", "cols"], ["y"], axis=1)], list(x.shape), [cols]), x,
-                 threads, runs)
+    t = _seconds([helper.make_node("Gather", ["x", "cols"], ["y"], axis=1)], x, threads, runs, [cols])
     out["GATHER_BLOCK"] = max(t - node - x.size / out["GATHER_RATE"], 0.0) / x.size
     return out
 

@@ -29,7 +29,7 @@ from . import cost as C
 from .base import Lowering, axis_windows
 from .max_steps import WindowGatherStep
 from .pool import pool_op_reason
-from .steps import Step, gather_cost, numel
+from .steps import OneAxisStep, gather_cost, numel
 
 MAX_MISSED = 2  # at most this many missed elements per window (beyond it the Gather is no longer small)
 
@@ -70,23 +70,17 @@ def cover(n: int, m: int) -> Cover | None:
 
 
 @dataclass(frozen=True)
-class CoverMaxStep(Step):
+class CoverMaxStep(OneAxisStep):
     """``Max(MaxPool(x), pooled missed rows)`` along ``axis`` (module docstring); ``others``: the uniform axes
     pooled in the same MaxPool (absolute axis, kernel/stride)."""
 
     first_spatial: int
-    axis: int
-    n: int
-    m: int
     others: tuple[tuple[int, W.Uniform], ...]
-
-    def _cover(self) -> Cover:
-        return cover(self.n, self.m)
 
     def _pool(self, shape, grid: bool):
         """kernel, strides of the MaxPool over ``shape``'s spatial axes (``grid``: ``axis`` on the grid)."""
         u = dict(self.others)
-        c = self._cover()
+        c = cover(self.n, self.m)
         k = [c.kernel if a == self.axis and grid else (u[a].kernel if a in u else 1)
              for a in range(self.first_spatial, len(shape))]
         s = [c.stride if a == self.axis and grid else (u[a].stride if a in u else 1)
@@ -94,8 +88,7 @@ class CoverMaxStep(Step):
         return k, s
 
     def out_shape(self, shape):
-        out = list(shape)
-        out[self.axis] = self.m
+        out = list(super().out_shape(shape))
         for a, u in self.others:
             out[a] = (shape[a] - u.kernel) // u.stride + 1
         return tuple(out)
@@ -103,7 +96,7 @@ class CoverMaxStep(Step):
     def cost(self, shape, itemsize):
         """The MaxPool as :class:`~.steps.PoolStep` prices it, plus the Gather of the missed rows, their
         MaxPool on the other axes (cache-resident: no out-of-cache charge) and the Max."""
-        width = len(self._cover().missed[0])
+        width = len(cover(self.n, self.m).missed[0])
         out = numel(self.out_shape(shape))
         k, _ = self._pool(shape, True)
         big = numel(shape) * C.POOL_OUT_OF_CACHE if numel(shape) * itemsize > C.CACHE_BYTES else 0.0
@@ -116,7 +109,7 @@ class CoverMaxStep(Step):
         return pool + missed
 
     def emit(self, em, x, shape, elem):
-        c = self._cover()
+        c = cover(self.n, self.m)
         k, s = self._pool(shape, True)
         grid = em.op("MaxPool", [x], kernel_shape=k, strides=s, ceil_mode=1)
         width = len(c.missed[0])
@@ -157,5 +150,5 @@ class CoverMaxLowering(Lowering):
         general = [a for a in axes if a.general]
         covered = next(a for a in general if cover(a.n, a.m) is not None)
         others = tuple((a.axis, a.uniform) for a in axes if a.uniform)
-        first = CoverMaxStep(spec.ndim - spec.k, covered.axis, covered.n, covered.m, others)
+        first = CoverMaxStep(covered.axis, covered.n, covered.m, spec.ndim - spec.k, others)
         return [first] + [WindowGatherStep(a.axis, a.n, a.m) for a in general if a is not covered]

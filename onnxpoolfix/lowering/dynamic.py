@@ -15,13 +15,9 @@ time), with ``i`` in ``[0, m)`` and ``j = Range(0, n)``, window ``i`` is ``[star
   GEMM); an earlier axis whose later dims are static and small
   (just pooled: 7, 5x7, ...) is one GEMM against ``kron(P^T, I)`` on the flattened tail, so no per-plane
   GEMMs are issued (those made this 3-7x slower than the static lowering on 512-channel inputs);
-- max: the window table of ``end_i - kmax .. end_i - 1`` clamped below at ``start_i`` (``kmax`` the longest
-  window; short windows repeat their first index, which changes no maximum), built
-  once for the axes pooled to the same ``m`` (:func:`~.runtime_windows.runtime_window_tables`); Gather
-  along the axis, ReduceMax over the window dim, never a Gather along the last axis (element by element in
-  onnxruntime): the pooled axes are moved in front of the others, or, from 2^16 input elements on (an If
-  on ``Size``; TensorRT always in front), gathered in place with only the last moved
-  (:class:`~.dynamic_max.DynamicWindowMaxStep`). NaN/-inf handling is the base class' wrapper.
+- max: per axis a Gather of its window table (built at run time, once for the axes pooled to the same ``m``:
+  :func:`~.runtime_windows.runtime_window_tables`) and a ReduceMax over the window dim, in the layouts of
+  :class:`~.dynamic_max.DynamicWindowMaxStep`. NaN/-inf handling is the base class' wrapper.
 
 Axes whose output size is 1 become one ReduceMean/ReduceMax (exact for any ``n``); axes that follow the
 input (torch's ``None``) are untouched; static axes of a partly symbolic node use constant matrices or
@@ -121,18 +117,13 @@ def _shape_part(em, shape: str, start: int, end: int) -> str:
 
 @dataclass(frozen=True)
 class DynamicMatMulStep(Step):
-    """Average along ``axes`` (absolute, each with its static length or None, and its output length m),
-    the last axis first.
-
-    The last axis: ``x @ P^T`` (one GEMM). An earlier axis whose later dims are static with product
-    ``t <= KRON_IDENTITY_MAX`` (the usual case: they were just pooled to 7x7 or so): flatten from the axis
-    on and multiply by ``kron(P^T, I_t)``, again one GEMM. Otherwise ``P @ x`` per plane (Reshape with
-    ``0``/``-1``), or, with two symbolic later dims, Transposes around a last-axis MatMul. Static axes
-    get constant matrices, symbolic ones runtime matrices.
-    """
+    """Average along ``axes`` (absolute, each with its static length or None, and its output length m), the
+    last axis first: ``x @ P^T``; an earlier axis whose later dims are static with product ``t <=
+    KRON_IDENTITY_MAX`` one GEMM against ``kron(P^T, I_t)`` (module docstring); else ``P @ x`` per plane (Reshape
+    with ``0``/``-1``) or, with two symbolic later dims, Transposes around a last-axis MatMul. Static axes get
+    constant matrices, symbolic ones runtime matrices."""
 
     axes: tuple[tuple[int, int | None, int], ...]  # (axis, n or None, m), in the order they are pooled
-    rank: int
 
     def out_shape(self, shape):
         out = list(shape)
@@ -326,7 +317,7 @@ class DynamicLowering(Lowering):
         if not rest:
             return steps
         if spec.kind == "avg":
-            steps.append(DynamicMatMulStep(tuple((a.axis, n_of(a), m_of(a)) for a in rest), spec.ndim))
+            steps.append(DynamicMatMulStep(tuple((a.axis, n_of(a), m_of(a)) for a in rest)))
             return steps
         # max: all changed axes in one step, earlier axes first (see DynamicWindowMaxStep)
         steps.append(DynamicWindowMaxStep(tuple((a.axis, n_of(a), m_of(a)) for a in sorted(rest, key=lambda a: a.axis)),

@@ -22,7 +22,7 @@ from . import cost as C
 from .argmax import ARGMAX_OPS, LAZY_OPS, argmax_seconds, emit_argmax
 from .first_max import PooledAxis, first_max_seconds
 from .first_max_windows import RUNTIME_WHOLE_WINDOWS
-from .max_steps import if_branch
+from .max_steps import gather_window_max, if_branch, window_max
 from .runtime_windows import (
     RuntimeLengths,
     guess_len,
@@ -37,11 +37,6 @@ from .steps import Step
 
 # from this many input elements on, the pooled axes are gathered in place (see DynamicWindowMaxStep)
 IN_PLACE_MIN_ELEMENTS = 1 << 16
-
-
-def window_max(em, x: str, table: str, axis: int) -> str:
-    """ReduceMax over the windows of ``table`` (``[m, kmax]``) gathered along ``axis``."""
-    return em.reduce("ReduceMax", em.op("Gather", [x, table], axis=axis), [axis + 1], keepdims=0)
 
 
 @dataclass(frozen=True)
@@ -138,12 +133,8 @@ class DynamicWindowMaxStep(Step):
 
     def _in_place(self, em, x, rank, tables):
         g = x
-        for a, _, _ in self.axes:
-            if a < rank - 1:
-                g = window_max(em, g, tables[a], a)
-            else:
-                front = em.op("Transpose", [g], perm=[rank - 1] + list(range(rank - 1)))
-                g = em.op("Transpose", [window_max(em, front, tables[a], 0)], perm=list(range(1, rank)) + [0])
+        for a, _, _ in self.axes:  # each where it is, but the last: moved to the front and back
+            g = gather_window_max(em, g, tables[a], a, rank)
         return g
 
     @property
@@ -254,30 +245,24 @@ class DynamicArgMaxStep(Step):
             terms: list[str] = []
             stride: int | str = 1
             for j in reversed(range(k)):
-                dims = [1] * rank
                 if j in tables and not isinstance(ms[j], int):  # [m, kmax], both runtime: placed by Unsqueeze
                     coord = em.unsqueeze(tables[j], [b for b in range(rank) if b not in (j, k + changed.index(j))])
-                    terms.append(coord if stride == 1 else
-                                 em.op("Mul", [coord, stride if isinstance(stride, str) else
-                                               int64_scalar(em, "stride", stride)]))
-                    if j > 0:
-                        stride = product([stride, self.n[j] if isinstance(self.n[j], int) else length(j)])
-                    continue
-                if j in tables:
-                    t = tables[j]
-                    coord = em.const(f"window_table_{j}", t) if isinstance(t, np.ndarray) else t
-                    dims[j], dims[k + changed.index(j)] = self.m[j], -1
                 else:
-                    coord = (em.ints("coordinate", range(self.n[j])) if isinstance(self.n[j], int) else
-                             em.op("Range", [int64_scalar(em, "zero", 0), length(j), int64_scalar(em, "one", 1)],
-                                   hint="coordinate"))
-                    dims[j] = -1
-                coord = em.op("Reshape", [coord, em.ints("shape", dims)])
-                if stride == 1:
-                    terms.append(coord)
-                else:
+                    dims = [1] * rank
+                    if j in tables:
+                        t = tables[j]
+                        coord = em.const(f"window_table_{j}", t) if isinstance(t, np.ndarray) else t
+                        dims[j], dims[k + changed.index(j)] = self.m[j], -1
+                    else:
+                        coord = (em.ints("coordinate", range(self.n[j])) if isinstance(self.n[j], int) else
+                                 em.op("Range", [int64_scalar(em, "zero", 0), length(j), int64_scalar(em, "one", 1)],
+                                       hint="coordinate"))
+                        dims[j] = -1
+                    coord = em.op("Reshape", [coord, em.ints("shape", dims)])
+                if stride != 1:
                     by = stride if isinstance(stride, str) else int64_scalar(em, "stride", stride)
-                    terms.append(em.op("Mul", [coord, by]))
+                    coord = em.op("Mul", [coord, by])
+                terms.append(coord)
                 if j > 0:
                     stride = product([stride, self.n[j] if isinstance(self.n[j], int) else length(j)])
             acc = terms[0]

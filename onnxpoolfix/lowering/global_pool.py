@@ -13,13 +13,12 @@ class GlobalLowering(Lowering):
     name = "global"
     summary = "ReduceMean/ReduceMax over the pooled axes: every output size is 1"
     dynamic = True  # a symbolic axis pooled to 1 or following the input needs no window arithmetic (no Range)
+    refuses_copies = True
 
     def _check(self, spec):
         if not spec.static and any(not a.keep and spec.node.output_size[a.axis - (spec.ndim - spec.k)] != 1
                                    for a in axis_windows(spec)):
             return "a symbolic pooled axis has an output size other than 1 or the input's own"
-        if all(a.keep for a in axis_windows(spec)):
-            return "nothing to pool (every size is kept)"
         bad = [a.describe() for a in axis_windows(spec) if a.m != 1 and not a.keep]
         return f"axis {bad[0]} has output size > 1" if bad else None
 

@@ -29,11 +29,7 @@ class SeparableMatMulLowering(Lowering):
     name = "matmul"
     summary = "one MatMul per changed axis against its constant pooling matrix"
     kinds = frozenset({"avg"})
-
-    def _check(self, spec):
-        if all(a.keep for a in axis_windows(spec)):
-            return "nothing to pool (every size is kept)"
-        return None
+    refuses_copies = True
 
     def _steps(self, spec):
         changed = [a for a in axis_windows(spec) if not a.keep]

@@ -11,7 +11,7 @@ from onnx import GraphProto, TensorProto
 from .. import windows as W
 from ..graph.emit import Emitter, np_dtype
 from . import cost as C
-from .steps import OneAxisStep, WrappedSteps, gather_cost, numel, run_cost
+from .steps import OneAxisStep, WrappedSteps, emit_chain, gather_cost, numel, run_cost
 
 
 @dataclass(frozen=True)
@@ -20,10 +20,7 @@ class MaxPoolGatherStep(OneAxisStep):
     ``max(M[start_i], M[end_i - kmin])``. Exact: every window is covered by those two kmin-windows because
     the longest window is at most twice the shortest. Needs the input to be N, C, spatial."""
 
-    axis: int
     first_spatial: int
-    n: int
-    m: int
 
     def _parts(self):
         w = W.windows(self.n, self.m)
@@ -32,12 +29,10 @@ class MaxPoolGatherStep(OneAxisStep):
         lasts = tuple(e - kmin for _, e in w)
         return kmin, starts, lasts
 
-
     def cost(self, shape, itemsize):
         kmin, starts, lasts = self._parts()
-        e_in = numel(shape)
-        e_out = numel(self.out_shape(shape))
         out_shape = self.out_shape(shape)
+        e_in, e_out = numel(shape), numel(out_shape)
         c = C.NODE * 2 + gather_cost(out_shape, self.axis)
         if kmin > 1:
             rate = C.POOL_RATE_3D if len(shape) - self.first_spatial >= 3 else C.POOL_RATE
@@ -69,11 +64,6 @@ class WindowGatherStep(OneAxisStep):
     """Max along one axis via the window table: Gather ``[m, kmax]`` indices (short windows padded with
     their own last index), then ReduceMax over the window dim. Exact for any windows and any rank."""
 
-    axis: int
-    n: int
-    m: int
-
-
     def cost(self, shape, itemsize):
         kmax = W.max_window(self.n, self.m)
         out_shape = self.out_shape(shape)
@@ -101,12 +91,14 @@ def gather_window_max(em: Emitter, x: str, table: str, axis: int, rank: int) -> 
     moved back after the ReduceMax (measured 725 -> 309 us for 1x256x33x33 -> 8 along W).
     """
     if axis != rank - 1:
-        g = em.op("Gather", [x, table], axis=axis)
-        return em.reduce("ReduceMax", g, [axis + 1], keepdims=0)
+        return window_max(em, x, table, axis)
     front = em.op("Transpose", [x], perm=[rank - 1] + list(range(rank - 1)))
-    g = em.op("Gather", [front, table], axis=0)
-    r = em.reduce("ReduceMax", g, [1], keepdims=0)
-    return em.op("Transpose", [r], perm=list(range(1, rank)) + [0])
+    return em.op("Transpose", [window_max(em, front, table, 0)], perm=list(range(1, rank)) + [0])
+
+
+def window_max(em: Emitter, x: str, table: str, axis: int) -> str:
+    """ReduceMax over the windows of ``table`` (``[m, kmax]``) gathered along ``axis``."""
+    return em.reduce("ReduceMax", em.op("Gather", [x, table], axis=axis), [axis + 1], keepdims=0)
 
 
 # ops whose onnxruntime CPU kernels are not torch's max on non-finite input (measured, onnxruntime 1.32):
@@ -203,9 +195,7 @@ class NonFiniteMaxStep(WrappedSteps):
         clipped = em.op("Min", [em.const("shift", shift), em.op("Max", [em.const("minus_shift", -shift), scaled_x])])
         t = em.op("Add", [clipped, em.op("Exp", [em.op("Neg", [em.op("Abs", [x])])])])
         carrier = em.op("Sub", [t, t], hint="nan_carrier")
-        for s in self._mean_steps():
-            carrier = s.emit(em, carrier, shape, elem)
-            shape = s.out_shape(shape)
+        carrier = emit_chain(em, self._mean_steps(), carrier, shape, elem)
         carrier = em.op("Sub", [carrier, carrier])  # TFLite's AveragePool makes a NaN mean -inf: NaN again
         scaled = em.op("Mul", [neg_inf, em.const("highest", np.array(big, fdt))])  # -MAX or +0
         return em.op("Sub", [y, em.op("Sub", [em.op("Sub", [carrier, scaled]), scaled])])
@@ -237,8 +227,6 @@ class NonFiniteMaxStep(WrappedSteps):
     def emit(self, em, x, shape, elem):
         if not self.lazy:
             return self._exact(em, x, shape, elem)
-        # sum(x) is finite iff x holds no NaN/inf (an overflowing sum only sends us down the exact branch);
-        # float16 sums overflow early, so it is summed in float32
         finite = finite_input(em, x, elem)
         then_branch = if_branch(em, "finite_inputs", elem, lambda sub: self.plain(sub, x, shape, elem))
         else_branch = if_branch(em, "non_finite_inputs", elem, lambda sub: self._exact(sub, x, shape, elem))

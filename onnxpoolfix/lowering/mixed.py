@@ -27,6 +27,7 @@ from .window_slices import WindowSlicesStep, pool_windows, separable, slices_fit
 
 class _PerAxis(Lowering):
     general_method: str  # "matmul" | "pool_gather" | "window_gather"
+    refuses_copies = True
 
     def _general_steps(self, spec, a):
         if self.general_method == "matmul" and spec.target == "portable":  # no weights; NaN kept in place
@@ -36,7 +37,7 @@ class _PerAxis(Lowering):
         if self.general_method == "matmul":
             return [MatMulStep(a.axis, a.n, a.m)]
         if self.general_method == "pool_gather":
-            return [MaxPoolGatherStep(a.axis, spec.ndim - spec.k, a.n, a.m)]
+            return [MaxPoolGatherStep(a.axis, a.n, a.m, spec.ndim - spec.k)]
         return [WindowGatherStep(a.axis, a.n, a.m)]
 
     def _steps(self, spec):
@@ -63,7 +64,7 @@ class _PerAxis(Lowering):
             # never MatMul for a copy: 0 * NaN/inf would spread a non-finite value along the row (and is no max);
             # the portable target's static 3-D pools: a 5-D Resize is what pnnx drops the scales of (base.py)
             if compute_dtype(spec) == TensorProto.DOUBLE or spec.opset < 11 or separable(spec):
-                steps += [GatherStep(a.axis, tuple(i // a.upsample for i in range(a.m)), "upsample") for a in upsample]
+                steps += [GatherStep(a.axis, tuple(i // a.upsample for i in range(a.m))) for a in upsample]
             else:
                 steps.append(ResizeStep(tuple((a.axis, a.upsample) for a in upsample)))
         return steps
@@ -76,8 +77,6 @@ class MixedLowering(_PerAxis):
 
     def _check(self, spec):
         axes = [a for a in axis_windows(spec) if not a.keep]
-        if not axes:
-            return "nothing to pool (every size is kept)"
         if spec.kind == "max" and any(a.general for a in axes):
             return "a max-pooled axis has non-uniform windows (that is 'pool_gather' or 'window_gather')"
         if spec.kind == "max" and any(a.uniform for a in axes) and pool_op_reason(spec):
@@ -103,8 +102,6 @@ class MaxPoolGatherLowering(_PerAxis):
 
     def _check(self, spec):
         axes = [a for a in axis_windows(spec) if not a.keep]
-        if not axes:
-            return "nothing to pool (every size is kept)"
         if not any(a.general for a in axes):
             return "no axis has non-uniform windows (that is plain 'pool' or 'resize')"
         return pool_op_reason(spec)
@@ -119,8 +116,6 @@ class WindowGatherLowering(_PerAxis):
 
     def _check(self, spec):
         axes = [a for a in axis_windows(spec) if not a.keep]
-        if not axes:
-            return "nothing to pool (every size is kept)"
         if not any(a.general for a in axes) and pool_op_reason(spec) is None:
             return "no axis has non-uniform windows (that is plain 'pool' or 'resize')"
         if (separable(spec) and all(a.upsample for a in axes) and spec.opset >= ResizeLowering.min_opset

@@ -26,11 +26,10 @@ def pool_op_reason(spec) -> str | None:
 class PoolLowering(Lowering):
     name = "pool"
     summary = "one AveragePool/MaxPool: every changed axis has uniform windows"
+    refuses_copies = True
 
     def _check(self, spec):
         axes = axis_windows(spec)
-        if all(a.keep for a in axes):
-            return "nothing to pool (every size is kept)"
         bad = [a for a in axes if not a.keep and a.uniform is None]
         if bad:
             return f"axis {bad[0].describe()} has no single kernel/stride"

@@ -35,7 +35,7 @@ class ResizeLowering(Lowering):
     def _steps(self, spec):
         factors = tuple((a.axis, a.upsample) for a in axis_windows(spec) if not a.keep)
         if compute_dtype(spec) == TensorProto.DOUBLE or spec.dtype == TensorProto.BFLOAT16:
-            return [GatherStep(a, tuple(i // q for i in range(n * q)), "upsample")
+            return [GatherStep(a, tuple(i // q for i in range(n * q)))
                     for (a, q), n in zip(factors, [spec.input_shape[a] for a, _ in factors])]
         if separable(spec):
             f = dict(factors)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from . import cost as C
 from .base import specialized
-from .steps import Step, run_cost
+from .steps import Step, chain_shape, emit_chain, run_cost
 
 
 @dataclass(frozen=True)
@@ -32,18 +32,12 @@ class SeparableStep(Step):
     #: its pooling ops run on 4-D tensors whatever the input's rank (no 3-D pooling op: MNN, TFLite)
     plane_pools = True
 
-    @staticmethod
-    def _chain(steps, shape):
-        for s in steps:
-            shape = s.out_shape(shape)
-        return shape
-
     def _shapes(self, shape):
         n, c, d, h, w = shape
         plane_in = (n, c * d if isinstance(c, int) else None, h, w)
-        h2, w2 = self._chain(self.plane, plane_in)[2:]
+        h2, w2 = chain_shape(self.plane, plane_in)[2:]
         depth_in = (n, c, d, h2 * w2)
-        d2 = self._chain(self.depth, depth_in)[2]
+        d2 = chain_shape(self.depth, depth_in)[2]
         return plane_in, depth_in, (n, c, d2, h2, w2)
 
     def out_shape(self, shape):
@@ -72,13 +66,9 @@ class SeparableStep(Step):
             return em.op("Reshape", [y, em.ints("shape", [lead, *dims])])
 
         y = reshape(x, [plane_in[1] if isinstance(plane_in[1], int) else -1, *plane_in[2:]])
-        for s in self.plane:
-            y = s.emit(em, y, plane_in, elem)
-            plane_in = s.out_shape(plane_in)
+        y = emit_chain(em, self.plane, y, plane_in, elem)
         y = reshape(y, [shape[1] if isinstance(shape[1], int) else -1, *depth_in[2:]])
-        for s in self.depth:
-            y = s.emit(em, y, depth_in, elem)
-            depth_in = s.out_shape(depth_in)
+        y = emit_chain(em, self.depth, y, depth_in, elem)
         return reshape(y, [shape[1] if isinstance(shape[1], int) else -1, *out[2:]])
 
     @property

@@ -22,12 +22,8 @@ from . import cost as C
 Shape = tuple
 
 
-def static_dim(d) -> int:
-    return d if isinstance(d, int) else 1
-
-
 def numel(shape: Shape) -> int:
-    return prod(static_dim(d) for d in shape)
+    return prod(d if isinstance(d, int) else 1 for d in shape)
 
 
 def gather_cost(out_shape: Shape, axis: int) -> float:
@@ -38,7 +34,7 @@ def gather_cost(out_shape: Shape, axis: int) -> float:
     return out / C.GATHER_RATE + out / max(inner, 1) * C.GATHER_BLOCK
 
 
-def _gemm_seconds(macs: float, n_cols: int) -> float:
+def gemm_seconds(macs: float, n_cols: int) -> float:
     """GEMM time: narrow outputs (fewer than NARROW_N columns) waste part of every column strip."""
     return macs / (C.MAC_RATE * min(1.0, max(n_cols, 1) / C.NARROW_N))
 
@@ -84,27 +80,39 @@ class WrappedSteps(Step):
     inner: tuple[Step, ...]
 
     def out_shape(self, shape):
-        for s in self.inner:
-            shape = s.out_shape(shape)
-        return shape
+        return chain_shape(self.inner, shape)
 
     def inner_ops(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(op for s in self.inner for op in s.ops))
 
     def plain(self, em: Emitter, x: str, shape: Shape, elem: int) -> str:
-        for s in self.inner:
-            x = s.emit(em, x, shape, elem)
-            shape = s.out_shape(shape)
-        return x
+        return emit_chain(em, self.inner, x, shape, elem)
 
 
+@dataclass(frozen=True)
 class OneAxisStep(Step):
-    """A step that maps one axis (``self.axis``) to length ``self.m`` and leaves the others."""
+    """A step that pools one axis, ``n -> m``, and leaves the others."""
+
+    axis: int
+    n: int | None  # (None: read at run time, window_slices)
+    m: int
 
     def out_shape(self, shape):
         out = list(shape)
         out[self.axis] = self.m
         return tuple(out)
+
+
+@dataclass(frozen=True)
+class AllAxesStep(Step):
+    """A step over every pooled axis at once: the axes from ``first_axis`` on, each ``n[j]`` -> ``m[j]``."""
+
+    first_axis: int
+    n: tuple[int, ...]
+    m: tuple[int, ...]
+
+    def out_shape(self, shape):
+        return tuple(shape[: self.first_axis]) + self.m
 
 
 @dataclass(frozen=True)
@@ -228,7 +236,6 @@ class GatherStep(Step):
 
     axis: int
     indices: tuple[int, ...]
-    hint: str = "gather"
 
     def out_shape(self, shape):
         out = list(shape)
@@ -239,7 +246,7 @@ class GatherStep(Step):
         return C.NODE + gather_cost(self.out_shape(shape), self.axis)
 
     def emit(self, em, x, shape, elem):
-        idx = em.ints(f"{self.hint}_indices", self.indices)
+        idx = em.ints("upsample_indices", self.indices)
         return em.op("Gather", [x, idx], axis=self.axis)
 
     ops = ("Gather",)
@@ -268,10 +275,6 @@ class MatMulStep(OneAxisStep):
     No zero-padding of a 5/7-column ``P^T`` to 8: re-measured 1.03-1.27x slower, 1.14-1.69x with the Slice.
     """
 
-    axis: int
-    n: int
-    m: int
-
     def _tail(self, shape) -> int | None:
         """t, the product of the later dims, where a kron form may take them (static, small), else None."""
         later = shape[self.axis + 1:]
@@ -286,14 +289,14 @@ class MatMulStep(OneAxisStep):
         traffic = (numel(shape) + out) * itemsize / C.BANDWIDTH
         if kron:  # [.., g, p*t] @ [p*t, q*t]: every input element meets q*t columns, one GEMM
             t = self._tail(shape)
-            return 3 * C.NODE + _gemm_seconds(numel(shape) * q * t, q * t) + C.GEMM_CALL + traffic
+            return 3 * C.NODE + gemm_seconds(numel(shape) * q * t, q * t) + C.GEMM_CALL + traffic
         macs = numel(shape) * q  # every input element meets the q columns of its block
         # x @ P^T: q output columns; P @ x: the plane's columns, and x (the B operand) is packed per call
         cols = q if pos == 0 else numel(shape[self.axis + 1:])
         pack = 0.0 if pos == 0 else numel(shape) * C.PACK_ELEM
         calls = 1 if pos == 0 else numel(shape[: self.axis]) * g
         nodes = 1 if pos < 2 and g == 1 else 3
-        return C.NODE * nodes + _gemm_seconds(macs, cols) + pack + calls * C.GEMM_CALL + traffic
+        return C.NODE * nodes + gemm_seconds(macs, cols) + pack + calls * C.GEMM_CALL + traffic
 
     def layout(self, shape) -> tuple[int, bool]:
         """``(g, kron)``: the period of the block form (1: the full matrix) and whether the later dims are
@@ -335,43 +338,19 @@ class MatMulStep(OneAxisStep):
     ops = ("MatMul",)
 
 
-@dataclass(frozen=True)
-class KroneckerStep(Step):
-    """All pooled axes at once: flatten them, one MatMul against ``kron(P_1, ..., P_k)^T``.
+def chain_shape(steps: Sequence[Step], shape: Shape) -> Shape:
+    """The shape ``steps`` make of ``shape``, applied in order."""
+    for s in steps:
+        shape = s.out_shape(shape)
+    return shape
 
-    One GEMM for the whole tensor; the matrix has prod(in) * prod(out) entries, so it wins on small planes.
-    """
 
-    first_axis: int
-    n: tuple[int, ...]
-    m: tuple[int, ...]
-
-    def out_shape(self, shape):
-        return tuple(shape[: self.first_axis]) + self.m
-
-    def matrix_entries(self) -> int:
-        return prod(self.n) * prod(self.m)
-
-    def cost(self, shape, itemsize):
-        planes = numel(shape[: self.first_axis])
-        macs = planes * self.matrix_entries()
-        out = numel(self.out_shape(shape))
-        # the constant matrix is not charged as traffic (as MatMulStep's is not): onnxruntime prepacks it once,
-        # and its reads are the GEMM's own (measured, 2 threads: 1x2x5x7x9 -> 3x7x4 17 us vs the separable
-        # 18 us, where charging its 106 KB at BANDWIDTH estimated 28 vs 18; the large matrices, 64x64 -> 5x7 or
-        # 100x100 -> 7x7, still lose to the separable form on their MACs)
-        return (3 * C.NODE + _gemm_seconds(macs, prod(self.m)) + C.GEMM_CALL
-                + (numel(shape) + out) * itemsize / C.BANDWIDTH)
-
-    def emit(self, em, x, shape, elem):
-        k = np.ones((1, 1))
-        for n, m in zip(self.n, self.m):
-            k = np.kron(k, W.pooling_matrix(n, m, dtype=np.float64))
-        flat = reshape_keep(em, x, self.first_axis, [prod(self.n)])  # not -1: see BlockPoolStep (a batch of 0)
-        y = em.op("MatMul", [flat, em.weights("kron_matrix_t", k.T, elem)])
-        return reshape_keep(em, y, self.first_axis, list(self.m))
-
-    ops = ("Reshape", "MatMul")
+def emit_chain(em: Emitter, steps: Sequence[Step], x: str, shape: Shape, elem: int) -> str:
+    """Emit ``steps`` from ``x`` in order, each on the shape the one before makes; returns the last output."""
+    for s in steps:
+        x = s.emit(em, x, shape, elem)
+        shape = s.out_shape(shape)
+    return x
 
 
 def run_cost(steps: Sequence[Step], shape: Shape, itemsize: int) -> float:

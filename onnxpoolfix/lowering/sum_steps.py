@@ -10,7 +10,17 @@ import numpy as np
 from .. import windows as W
 from ..graph.emit import np_dtype
 from . import cost as C
-from .steps import OneAxisStep, Step, gather_cost, numel, reshape_keep
+from .steps import AllAxesStep, OneAxisStep, gather_cost, numel, reshape_keep
+
+
+def pad_zero(em, x: str, rank: int, axis: int) -> str:
+    """``x`` with one zero after the last element of ``axis`` (the window tables' padding index); Pad takes its
+    pads as an input from opset 11."""
+    pads = [0] * (2 * rank)
+    pads[rank + axis] = 1
+    if em.opset >= 11:
+        return em.op("Pad", [x, em.ints("pads", pads)], mode="constant")
+    return em.op("Pad", [x], mode="constant", pads=pads, value=0.0)
 
 
 @dataclass(frozen=True)
@@ -26,15 +36,9 @@ class WindowSumStep(OneAxisStep):
     the last axis copies element by element; :func:`~.max_steps.gather_window_max`).
     """
 
-    axis: int
-    n: int
-    m: int
-
     def table(self) -> np.ndarray:
-        w = W.windows(self.n, self.m)
-        kmax = max(e - s for s, e in w)
-        t = np.full((self.m, kmax), self.n, dtype=np.int64)  # n: the zero appended by the Pad
-        for i, (s, e) in enumerate(w):
+        t = np.full((self.m, W.max_window(self.n, self.m)), self.n, dtype=np.int64)  # n: the zero appended by the Pad
+        for i, (s, e) in enumerate(W.windows(self.n, self.m)):
             t[i, : e - s] = np.arange(s, e)
         return t
 
@@ -57,13 +61,7 @@ class WindowSumStep(OneAxisStep):
         axis = 0 if last else self.axis
         if last:
             x = em.op("Transpose", [x], perm=[rank - 1] + list(range(rank - 1)))
-        pads = [0] * (2 * rank)
-        pads[rank + axis] = 1  # one zero after the axis' last element
-        if em.opset >= 11:
-            padded = em.op("Pad", [x, em.ints("pads", pads)], mode="constant")
-        else:
-            padded = em.op("Pad", [x], mode="constant", pads=pads, value=0.0)
-        g = em.op("Gather", [padded, em.const("window_table", self.table())], axis=axis)
+        g = em.op("Gather", [pad_zero(em, x, rank, axis), em.const("window_table", self.table())], axis=axis)
         sums = em.reduce("ReduceSum", g, [axis + 1], keepdims=0)
         lengths = np.asarray(W.window_lengths(self.n, self.m), dtype=np_dtype(elem))
         lengths = lengths.reshape((self.m,) + (1,) * (rank - 1 - axis))
@@ -78,24 +76,16 @@ class WindowSumStep(OneAxisStep):
 
 
 @dataclass(frozen=True)
-class FlatWindowSumStep(Step):
+class FlatWindowSumStep(AllAxesStep):
     """:class:`WindowSumStep` over all pooled axes at once (the Kronecker form's counterpart): the pooled
     axes flattened and moved to the front, one zero appended, one Gather of the ``[prod(m), prod(kmax)]``
     flat window table (padded with the zero's index), ReduceSum, Div by the window sizes, back in place.
     One Gather of contiguous blocks for the whole tensor instead of one per axis: small planes."""
 
-    first_axis: int
-    n: tuple[int, ...]
-    m: tuple[int, ...]
-
-    def out_shape(self, shape):
-        return tuple(shape[: self.first_axis]) + self.m
-
     def table(self) -> tuple[np.ndarray, np.ndarray]:
         """The flat window table and the window sizes, both in output (row-major) order."""
         per_axis = [W.windows(n, m) for n, m in zip(self.n, self.m)]
-        kmax = prod(max(e - s for s, e in w) for w in per_axis)
-        total = prod(self.n)
+        kmax, total = self.kmax(), prod(self.n)
         rows, sizes = [], []
         for idx in np.ndindex(*self.m):
             ranges = [np.arange(*per_axis[a][i]) for a, i in enumerate(idx)]
@@ -119,14 +109,8 @@ class FlatWindowSumStep(Step):
         flat = reshape_keep(em, x, first, [prod(self.n)])  # [lead..., P]
         front = em.op("Transpose", [flat], perm=[first] + list(range(first)))  # [P, lead...]
         rank = first + 1
-        pads = [0] * (2 * rank)
-        pads[rank] = 1  # one zero after the last element of the flattened axis
-        if em.opset >= 11:
-            padded = em.op("Pad", [front, em.ints("pads", pads)], mode="constant")
-        else:
-            padded = em.op("Pad", [front], mode="constant", pads=pads, value=0.0)
         table, sizes = self.table()
-        g = em.op("Gather", [padded, em.const("window_table", table)], axis=0)  # [M, K, lead...]
+        g = em.op("Gather", [pad_zero(em, front, rank, 0), em.const("window_table", table)], axis=0)  # [M, K, lead...]
         sums = em.reduce("ReduceSum", g, [1], keepdims=0)  # [M, lead...]
         sizes = sizes.astype(np_dtype(elem)).reshape((-1,) + (1,) * first)
         y = em.op("Div", [sums, em.const("window_sizes", sizes)])

@@ -25,8 +25,9 @@ with ``start``/``end``, no If, no Gather of the data. No weights (int8 quantizat
 exact), no multiplication of the data (a NaN or inf reaches only its windows). Measured: tract (symbolic
 input facts), OpenVINO and TVM 0.27 take it. TVM's ONNX frontend folds 0-D arithmetic on a ``Gather(Shape(x),
 0-D constant)`` into symbolic sizes, so the Slices keep symbolic shapes; a vector of bounds split into one-element
-tensors (the form before review33) is a runtime tensor there, and the second axis' Gather of the first
-axis' output, whose shape it no longer knows, fails (``shape_of expects a tensor input``). The price is up
+tensors (the form before review33) is a runtime tensor there, whose Slices lose their shapes: TVM 0.27 cannot
+lower their Concat, and the second axis' Gather of the first axis' output fails (``shape_of expects a tensor
+input``). The price is up
 to ``9 m`` nodes per axis (per window a Slice, a Reduce and 7 for its bounds, a Constant among them) and a
 copy of each window: at most :data:`MAX_WINDOWS` windows per axis.
 """
@@ -57,9 +58,6 @@ class WindowSlicesStep(OneAxisStep):
     """One axis pooled ``n -> m`` (``n`` an int, or None where it is read at run time): ``m`` Slices, each
     reduced with ``op_type`` (keepdims), concatenated along the axis."""
 
-    axis: int
-    n: int | None
-    m: int
     op_type: str  # ReduceMean | ReduceMax
     #: each window an AveragePool over its slice (kernel = its length) instead of a ReduceMean: see pool_windows()
     pool_windows: bool = False
@@ -136,16 +134,11 @@ class WindowSlicesStep(OneAxisStep):
 
     def bounds(self, em, x) -> tuple[list[str], list[str]]:
         """The ``m`` windows' one-element start and end tensors (int64 ``[1]``)."""
-        i = np.arange(self.m, dtype=np.int64)
         if self.n is not None:  # a static axis: constants
-            starts = (i * self.n) // self.m
-            ends = ((i + 1) * self.n + self.m - 1) // self.m
-            return ([em.ints("window_start", [s]) for s in starts], [em.ints("window_end", [e]) for e in ends])
-        # 0-D arithmetic, one chain per window (not a length-m vector Split): TVM's ONNX frontend reads a
-        # Gather of Shape at a 0-D constant index as a symbolic scalar, folds 0-D Mul/Add/Div on it, and Slices
-        # at the Unsqueeze'd results keep symbolic shapes; a vector of bounds becomes a runtime tensor whose
-        # Slices lose their shapes (TVM 0.27 then cannot lower the Concat: review33). The 0-D constants are
-        # Constant nodes: TVM folds them under keep_params_in_input=True too (initializers become inputs there)
+            w = W.windows(self.n, self.m)
+            return [em.ints("window_start", [s]) for s, _ in w], [em.ints("window_end", [e]) for _, e in w]
+        # one 0-D chain per window, not a vector of bounds (TVM: the module docstring); the 0-D constants are
+        # Constant nodes, which TVM folds under keep_params_in_input=True too (initializers become inputs there)
         def scalar(hint: str, v: int) -> str:
             return em.op("Constant", [], hint=hint, value=numpy_helper.from_array(np.asarray(v, np.int64)))
 
@@ -162,14 +155,13 @@ class WindowSlicesStep(OneAxisStep):
     def emit(self, em, x, shape, elem):
         if self.pool_windows:
             return self._emit_runs(em, x, shape)
-        if self.split_cuts:
-            pooled = [em.reduce(self.op_type, split_cut(em, x, self.axis, self.n, s, e), [self.axis], keepdims=1)
-                      for s, e in W.windows(self.n, self.m)]
-            return pooled[0] if self.m == 1 else em.op("Concat", pooled, axis=self.axis)
-        starts, ends = self.bounds(em, x)
-        axes = em.ints("axes", [self.axis])
-        pooled = [em.reduce(self.op_type, em.op("Slice", [x, s, e, axes], hint="window"), [self.axis], keepdims=1)
-                  for s, e in zip(starts, ends)]
+        if self.split_cuts:  # (generators: each window cut just before its reduction)
+            cuts = (split_cut(em, x, self.axis, self.n, s, e) for s, e in W.windows(self.n, self.m))
+        else:
+            starts, ends = self.bounds(em, x)
+            axes = em.ints("axes", [self.axis])
+            cuts = (em.op("Slice", [x, s, e, axes], hint="window") for s, e in zip(starts, ends))
+        pooled = [em.reduce(self.op_type, cut, [self.axis], keepdims=1) for cut in cuts]
         return pooled[0] if self.m == 1 else em.op("Concat", pooled, axis=self.axis)
 
     def _emit_runs(self, em, x, shape):

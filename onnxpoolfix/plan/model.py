@@ -208,10 +208,9 @@ def _group(mp: ModelPlan) -> None:
         mp.groups, rest = [], plans
     keepable = {id(n.plan) for n in top if n.keepable}
     mp.kept = [p for p in rest if id(p) in keepable]
-    kept = {id(p) for p in mp.kept}
     # a repaired node: neither kept (it cannot run as written) nor grouped (its why says what was repaired)
     repaired = [n.plan for n in top if n.plan is not None and n.repair]
-    mp.separate = [p for p in rest if id(p) not in kept] + repaired
+    mp.separate = [p for p in rest if id(p) not in keepable] + repaired
 
 
 def no_lowering_hint(spec: PoolSpec, n: int | None) -> str:

@@ -75,16 +75,16 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
             symbolic = [f"{dim_label(n)}->{dim_label(m)}" if n != m else f"{dim_label(n)} (kept)"
                         for n, m in zip(spec.in_sizes, spec.out_sizes)
                         if not (isinstance(n, int) and isinstance(m, int))]
-            dyn = "; ".join(f"{c.name}: {c.reason}" for c in cands if BY_NAME[c.name].dynamic)
-            opset = min((n for n in (opset_needed(c.reason) for c in cands if BY_NAME[c.name].dynamic)
-                         if n is not None and n > spec.opset), default=None)
+            dynamic = [c for c in cands if BY_NAME[c.name].dynamic]
+            dyn = "; ".join(f"{c.name}: {c.reason}" for c in dynamic)
+            opset = min((n for n in map(opset_needed, (c.reason for c in dynamic)) if n is not None and n > spec.opset),
+                        default=None)
             raise UnsupportedNodeError(
                 f"no exact lowering applies to {spec.node.label}: pooled axes {', '.join(symbolic)} are "
                 f"symbolic" + (f" ({dyn})" if dyn else ""),
                 # a newer opset keeps the sizes symbolic: the caller's hint names it before binding them
                 None if opset else f"{BIND_INPUT_SIZES}; a static lowering then applies at that size",
-                opset=opset, node=spec.node.name, reasons={c.name: str(c.reason) for c in cands
-                                                           if BY_NAME[c.name].dynamic})
+                opset=opset, node=spec.node.name, reasons={c.name: str(c.reason) for c in dynamic})
         reasons = "; ".join(f"{c.name}: {c.reason}" for c in cands)
         raise UnsupportedNodeError(f"no exact lowering applies to {spec.node.label} ({reasons})", node=spec.node.name,
                                    reasons={c.name: str(c.reason) for c in cands},

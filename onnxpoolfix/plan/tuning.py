@@ -35,17 +35,13 @@ def tunable(spec: PoolSpec) -> bool:
     return int(np.prod(shape)) * np.dtype(np_dtype(spec.dtype)).itemsize <= MAX_BYTES
 
 
-def _session(lowering, spec: PoolSpec, shape: list[int], threads: int | None):
-    return ort_session(lowering_model(lowering, spec, shape, None, "tune")[0], threads=threads, log_level=3)
-
-
 def measure(spec: PoolSpec, lowerings: Sequence, threads: int | None = None) -> dict[str, float]:
     """Median over rounds of the fastest of ``CALLS`` calls, per lowering name (seconds)."""
     shape = [d if isinstance(d, int) else 1 for d in spec.input_shape]
     x = np.random.default_rng(0).standard_normal(shape).astype(np_dtype(spec.dtype))
     runs = {}
     for lw in lowerings:
-        sess = _session(lw, spec, shape, threads)
+        sess = ort_session(lowering_model(lw, spec, shape, None, "tune")[0], threads=threads, log_level=3)
         sess.run(None, {"x": x})  # warm-up
         runs[lw.name] = sess
     per: dict[str, list[float]] = {name: [] for name in runs}

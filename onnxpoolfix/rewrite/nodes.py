@@ -191,12 +191,8 @@ def drop_dead_size_constants(graph: onnx.GraphProto, names: Sequence[str]) -> No
     drop_unread(graph, names, lambda n: sum(1 for o in n.output if o) == 1)
 
 
-def _uses_domain(graph: onnx.GraphProto, domain: str) -> bool:
-    return any(n.domain == domain for n in nodes_deep(graph.node))
-
-
 def _drop_unused_aten_import(model: onnx.ModelProto) -> None:
-    if _uses_domain(model.graph, ATEN_DOMAIN) or any(
+    if any(n.domain == ATEN_DOMAIN for n in nodes_deep(model.graph.node)) or any(
             n.domain == ATEN_DOMAIN for f in model.functions for n in f.node):
         return
     keep_only(model.opset_import, lambda o: o.domain != ATEN_DOMAIN)

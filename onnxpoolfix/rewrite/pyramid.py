@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..graph.emit import Emitter, op_types
 from ..lowering.avg_non_finite import guarded
+from ..lowering.steps import emit_chain
 from ..plan.pyramid import GroupPlan, stacked_steps
 
 __all__ = ["build_group"]
@@ -20,11 +21,8 @@ def build_group(g: GroupPlan, taken: set[str], opset: int, constant_nodes: bool)
         first = stacked_levels[0].spec
         em = Emitter(f"{first.node.name}/stacked", taken, opset, constant_nodes=constant_nodes,
                      target=first.target)
-        stacked = x
-        shape = first.input_shape
-        for step in guarded(stacked_steps([lv.spec for lv in stacked_levels]), "avg", first.target, opset):
-            stacked = step.emit(em, stacked, shape, first.dtype)
-            shape = step.out_shape(shape)
+        steps = guarded(stacked_steps([lv.spec for lv in stacked_levels]), "avg", first.target, opset)
+        stacked = emit_chain(em, steps, x, first.input_shape, first.dtype)
         nodes += em.nodes
         inits += em.initializers
         stacked_ops = op_types(em.nodes)
