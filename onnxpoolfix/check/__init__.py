@@ -27,6 +27,7 @@ from .feeds import graph_inputs
 from .runner import ExtraRun, check_patched
 from .sizes import default_check_shapes
 from .whole import load_whole, runs_through
+from .windows_proof import prove_slice_bounds, prove_windows
 
 __all__ = ["run_check", "refuse_huge_check", "foreign_ops", "ONNXRUNTIME_DOMAINS", "CHECK_MAX_ELEMENTS",
            "check_patched", "ExtraRun", "default_check_shapes", "compare", "NodeCheck"]
@@ -40,9 +41,7 @@ CHECK_MAX_ELEMENTS = 1 << 28
 def refuse_huge_check(specs) -> None:
     for s in specs:
         for what, shape in (("input", s.input_shape), ("output", s.output_shape)):
-            n = 1
-            for d in shape:
-                n *= d if isinstance(d, int) else 2  # symbolic dims are checked at small sizes
+            n = math.prod(d if isinstance(d, int) else 2 for d in shape)  # symbolic dims are checked at small sizes
             if n > CHECK_MAX_ELEMENTS:
                 raise CheckTooLargeError(
                     f"{s.node.label}: its {what} {format_shape(shape)} has {n:.3g} elements, too many to run "
@@ -113,8 +112,6 @@ def foreign_notes(model, why: str) -> list[WarningNote]:
 def _prove_dynamic_windows(model, specs, report: PatchReport, failed: list[str]) -> str:
     """Every window of each ``dynamic`` (or ``window_slices``) lowering proven up to a bound
     (:mod:`.windows_proof`); the note."""
-    from .windows_proof import prove_slice_bounds, prove_windows
-
     cache: dict = {}
     bounds, lines, names = [], [], []
     for n, s in zip(report.nodes, specs):

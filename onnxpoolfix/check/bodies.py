@@ -19,7 +19,9 @@ from ..report import NodeReport, Note, PatchReport
 from ..sessions import ort_session
 from ..spec import PoolSpec, RuntimeDim, bind_runtime_sizes
 from ..words import NO_CHECK, STRATEGY, VERBOSE
+from . import foreign_ops
 from .compare import NodeCheck, compare
+from .feeds import graph_inputs, random_feed, symbolic_inputs
 from .runner import STRUCTURED_MAX_ELEMENTS, isolate, run_alone, structured_inputs
 from .sizes import WINDOW_KINDS, window_targets
 
@@ -54,9 +56,6 @@ def _run_whole(model: onnx.ModelProto, sess, seed: int) -> bool:
     replacement run alone sees its body's declared shapes, the loop its passes' (a scripted loop carrying a
     pooled tensor changes its shape after the first pass). ``sess``: the model's session, loaded once. Refuses
     (exit 5) where onnxruntime fails; False where not run."""
-    from . import foreign_ops
-    from .feeds import graph_inputs, random_feed, symbolic_inputs
-
     if symbolic_inputs(model) or foreign_ops(model):
         return False
     feed = random_feed(model, {}, np.random.default_rng(seed))
@@ -151,8 +150,7 @@ def check_nested(model: onnx.ModelProto, patched: Sequence, rows: Sequence[NodeR
         if not check.passed:
             failed.append(f"{s.node.label} (in a body): {check.detail}")
     if failed:
-        err = CheckFailedError(f"onnxruntime check failed for {len(failed)} node(s): {failed[0]}",
+        raise CheckFailedError(f"onnxruntime check failed for {len(failed)} node(s): {failed[0]}",
                                f"this is a bug in onnxpoolfix: please report it with the model {VERBOSE}; "
                                f"{STRATEGY} can force another lowering meanwhile")
-        raise err
 

@@ -98,23 +98,27 @@ def compare(spec: PoolSpec, x: np.ndarray, y: np.ndarray, idx: np.ndarray | None
     """Compare one node's actual output with the reference; accumulate into ``check`` (``input_rounding``:
     see :func:`tolerance`)."""
     size = torch_size(spec)
-    xf, yf = x, y
     shape = tuple(int(d) for d in x.shape)
     if shape not in check.shapes:
         check.shapes.append(shape)
     if spec.kind == "avg":
-        ref = reference.adaptive_avg_pool(xf.astype(np.float64), size)
-        if ref.shape != yf.shape:
-            check.passed, check.detail = False, f"output shape {yf.shape}, expected {ref.shape}"
-            check.max_error = float("inf")
-            return
+        ref = reference.adaptive_avg_pool(x.astype(np.float64), size)
+    elif idx is None:
+        ref, ref_i = reference.adaptive_max_pool_values(x, size), None
+    else:
+        ref, ref_i = reference.adaptive_max_pool(x, size)
+    if ref.shape != y.shape:
+        check.passed, check.detail = False, f"output shape {y.shape}, expected {ref.shape}"
+        check.max_error = float("inf")
+        return
+    if spec.kind == "avg":
         if ref.size == 0:  # an output length of 0 (torch gives it too): equal shapes are all there is
             return
         tol = tolerance(spec, x, ref, input_rounding)
-        both_nan = np.isnan(ref) & np.isnan(yf)
-        same_inf = np.isinf(ref) & (yf.astype(np.float64) == ref)
+        both_nan = np.isnan(ref) & np.isnan(y)
+        same_inf = np.isinf(ref) & (y.astype(np.float64) == ref)
         with np.errstate(invalid="ignore"):
-            err = np.where(both_nan | same_inf, 0.0, np.abs(yf.astype(np.float64) - ref))
+            err = np.where(both_nan | same_inf, 0.0, np.abs(y.astype(np.float64) - ref))
         err = np.nan_to_num(err, nan=np.inf)
         e = float(err.max()) if err.size else 0.0
         check.max_error = max(check.max_error, e)
@@ -126,18 +130,9 @@ def compare(spec: PoolSpec, x: np.ndarray, y: np.ndarray, idx: np.ndarray | None
             check.detail = (f"error {float(err[where]):.3g} > tolerance {float(tol[where]):.3g} at output "
                             f"{tuple(int(i) for i in where)} for input {x.shape}")
         return
-    if idx is None:
-        ref_v, ref_i = reference.adaptive_max_pool_values(xf, size), None
-    else:
-        ref_v, ref_i = reference.adaptive_max_pool(xf, size)
-    if ref_v.shape != yf.shape:
-        check.passed, check.detail = False, f"output shape {yf.shape}, expected {ref_v.shape}"
-        check.max_error = float("inf")
-        return
-    same = np.array_equal(ref_v.astype(yf.dtype), yf, equal_nan=True)
-    if not same:
+    if not np.array_equal(ref.astype(y.dtype), y, equal_nan=True):
         with np.errstate(invalid="ignore"):  # inf - inf where both are inf: NaN, counted as a difference
-            diff = np.abs(ref_v.astype(np.float64) - yf.astype(np.float64))
+            diff = np.abs(ref.astype(np.float64) - y.astype(np.float64))
         check.max_error = max(check.max_error, float(np.nan_to_num(diff, nan=np.inf).max()))
         check.passed, check.detail = False, f"max values differ (error {check.max_error:.3g}) at input {x.shape}"
     if idx is not None and not np.array_equal(idx, ref_i):

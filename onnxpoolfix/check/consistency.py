@@ -20,19 +20,14 @@ from onnx import TensorProto
 from ..graph import constant_value, keep_only, nodes_deep, subgraphs
 from ..graph.shapes import PoolSpec, make_value_info
 
-__all__ = ["strict_inference_error", "layers_after_refuse", "LayersAfter"]
+__all__ = ["strict_inference", "layers_after_refuse", "LayersAfter"]
 
 
-def strict_inference_error(light: onnx.ModelProto) -> str | None:
+def strict_inference(light: onnx.ModelProto) -> tuple[str | None, onnx.ModelProto | None]:
     """onnx's strict shape inference of ``light`` (a weight-free copy, changed here) with its declared
     intermediate and output shapes dropped (onnxruntime only warns where those differ; what is asked is whether
     every op takes what it is fed), without data propagation (the weights' bytes are not there): its error on one
-    line, or None where it infers cleanly."""
-    return _strict_inference(light)[0]
-
-
-def _strict_inference(light: onnx.ModelProto) -> tuple[str | None, onnx.ModelProto | None]:
-    """:func:`strict_inference_error`, and the model inferred where it infers cleanly."""
+    line and None, or None and the model inferred where it infers cleanly."""
     graphs = [light.graph] + [b for n in nodes_deep(light.graph.node) for b in subgraphs(n)]
     for g in graphs:  # the bodies' too: torch types an If's branches at the traced shape
         del g.value_info[:]
@@ -82,20 +77,15 @@ def _fed_error(input_light: onnx.ModelProto, specs: Sequence[PoolSpec], named: M
     def bound(dims) -> list:
         return [named.get(d, d) if isinstance(d, str) else d if isinstance(d, int) else None for d in dims]
 
-    as_is = onnx.ModelProto()
-    as_is.CopyFrom(input_light)
-    _bind_inputs(as_is, shapes or {})
-    if strict_inference_error(as_is) is not None:
+    if strict_inference(_bound_copy(input_light, shapes or {}))[0] is not None:
         return None
     fed = {s.node.output: (s.dtype, s.output_shape) for s in specs}
     fed.update({s.node.indices_output: (TensorProto.INT64, s.output_shape) for s in specs if s.node.indices_output})
-    light = onnx.ModelProto()
-    light.CopyFrom(input_light)
-    _bind_inputs(light, shapes or {})
+    light = _bound_copy(input_light, shapes or {})
     keep_only(light.graph.node, lambda n: not any(o in fed for o in n.output))
     for name, (elem, dims) in fed.items():
         light.graph.input.append(make_value_info(name, elem, bound(dims)))
-    error, inferred = _strict_inference(light)
+    error, inferred = strict_inference(light)
     if error is not None:
         return error, False
     frozen = _frozen_index(inferred, fed)
@@ -171,9 +161,13 @@ def _keeps_leading_dim(data: Sequence[int | None], target: Sequence[int]) -> boo
     return False
 
 
-def _bind_inputs(light: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> None:
-    for vi in light.graph.input:
+def _bound_copy(light: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
+    """A copy of ``light`` with the declared dims of its inputs in ``shapes`` set to those sizes."""
+    out = onnx.ModelProto()
+    out.CopyFrom(light)
+    for vi in out.graph.input:
         if vi.name in shapes and vi.type.tensor_type.HasField("shape"):
             for d, v in zip(vi.type.tensor_type.shape.dim, shapes[vi.name]):
                 d.Clear()
                 d.dim_value = int(v)
+    return out

@@ -3,13 +3,7 @@
 For each replaced node the check fetches the node's ACTUAL input and output tensors from the patched
 graph (the outputs of a cut of it that computes them, :mod:`.cut`) and compares the output with
 :mod:`onnxpoolfix.reference` applied to that input. So the comparison covers the emitted subgraph only,
-whatever the rest of the model does, and needs no torch.
-
-Tolerances: max pooling must match bit for bit (values and indices). Averages, per output element:
-``4 * eps * sqrt(L) * mean|x| over the window + eps * |ref|`` (the summation order differs from torch's;
-eps of the compute dtype, float32 for float16/bfloat16) plus one ulp of a float16/bfloat16 output (one
-rounding of a float32 result) and ``L + 1`` steps of the subnormal grid; see
-:func:`onnxpoolfix.check.compare.tolerance`.
+whatever the rest of the model does, and needs no torch. Tolerances: :mod:`.compare`.
 """
 from __future__ import annotations
 
@@ -112,10 +106,10 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
         try:
             results = sess.run_with_ort_values(out_names, ort_feed)
         except Exception as e:
-            frozen = _failed_after_frozen(model, after, str(e))
-            if frozen is not None:
+            node = _files_node(model, str(e))
+            if node is not None and after & set(node.input):
                 raise CheckFailedError(
-                    f"onnxruntime failed to run the patched model at {shapes_txt} in '{frozen}', a node after the "
+                    f"onnxruntime failed to run the patched model at {shapes_txt} in '{node.name}', a node after the "
                     "replaced dynamo pool: the export computed its shape at the traced size, from that pool frozen "
                     "there (a flatten's length, say) or from a dim torch made static (the batch, say: torch 2.9 "
                     "freezes a batch traced at 1), which replacing the pool does not change, or the model itself "
@@ -123,8 +117,10 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
                     f"{' '.join(str(e).split())[:200]}",
                     f"where the model runs at other sizes only, choose them with {CHECK_SHAPES}; otherwise export "
                     "through onnxpoolfix.export, which keeps every adaptive pool's output size",
-                    after_frozen=frozen, shapes={k: list(v.shape) for k, v in feed.items()}) from None
-            theirs = _exporters_node(model, str(e))
+                    after_frozen=node.name, shapes={k: list(v.shape) for k, v in feed.items()}) from None
+            # the input file's own node, unless it reads a replacement's result (then it is ours too)
+            emitted = {o for n in model.graph.node if n.doc_string.startswith(EMITTED_BY) for o in n.output}
+            theirs = node.name if node is not None and not emitted & set(node.input) else None
             where = f" in '{theirs}', a node of the input file, not one onnxpoolfix wrote" if theirs else ""
             raise CheckFailedError(
                 f"onnxruntime failed to run the patched model at {shapes_txt}{where}: "
@@ -172,22 +168,6 @@ def _after_frozen(model: onnx.ModelProto, specs: Sequence[PoolSpec]) -> set[str]
         if reached & set(n.input):
             reached.update(o for o in n.output if o)
     return reached
-
-
-def _failed_after_frozen(model: onnx.ModelProto, after: set[str], error: str) -> str | None:
-    """The input file's node onnxruntime names in ``error`` where it reads a tensor of ``after``
-    (:func:`_after_frozen`), else None."""
-    node = _files_node(model, error)
-    return node.name if node is not None and after & set(node.input) else None
-
-
-def _exporters_node(model: onnx.ModelProto, error: str) -> str | None:
-    """The input file's node onnxruntime names in ``error`` where it reads no replacement's result, else None."""
-    node = _files_node(model, error)
-    if node is None:
-        return None
-    emitted = {o for n in model.graph.node if n.doc_string.startswith(EMITTED_BY) for o in n.output}
-    return None if emitted & set(node.input) else node.name  # one reading a replacement's result: ours too
 
 
 def _files_node(model: onnx.ModelProto, error: str) -> onnx.NodeProto | None:
@@ -270,9 +250,8 @@ def isolate(model: onnx.ModelProto, spec: PoolSpec, *, feed_sizes: bool = False,
     used = reads - {spec.node.input} - set(fed)
     if any(name not in inits or inits[name].data_location == TensorProto.EXTERNAL for name in used):
         return None
-    for name in sizes:  # the runtime output size: fetched as int64 (computed inside, from the input, or fed)
-        if name not in made and name not in fed:
-            return None
+    if any(name not in made and name not in fed for name in sizes):  # a runtime size neither computed nor fed
+        return None
     nodes = [g.node[k] for k in picked]  # graph order is topological
     size_outs = []
     for name in sizes:

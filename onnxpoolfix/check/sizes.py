@@ -13,9 +13,11 @@ from ..errors import ShapeError
 from ..graph.shapes import PoolSpec
 from ..lowering.dynamic_max import IN_PLACE_MIN_ELEMENTS
 from ..report import Note, dim_label
+from ..spec import RuntimeDim
 from ..words import CHECK_OR_INPUT_SHAPES, CHECK_SHAPES_REPEATABLE, NO_CHECK
 from .feeds import declared_step, symbolic_inputs, tie_named
 from .probe import Prober
+from .windows_proof import BOUND, yielded_sizes
 
 logger = logging.getLogger(__name__)
 
@@ -49,16 +51,8 @@ def default_check_shapes(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
         if dims is None:
             unresolved.append(name)
             continue
-        shape = []
-        for axis, d in enumerate(dims):
-            if isinstance(d, int):
-                shape.append(d)
-            elif axis == 0:
-                shape.append(2)
-            else:
-                unresolved.append(f"{name}[{axis}]")
-                shape.append(None)
-        binding[name] = tuple(shape)
+        binding[name] = tuple(d if isinstance(d, int) else 2 if axis == 0 else None for axis, d in enumerate(dims))
+        unresolved += [f"{name}[{axis}]" for axis, d in enumerate(binding[name]) if d is None]
     how = ""
     if unresolved and all(name in binding for name in sym):  # only spatial dims of inputs of known rank
         found = _first_size_that_runs(model, specs, binding, model_dir=model_dir, seed=seed)
@@ -82,8 +76,7 @@ def _first_size_that_runs(model, specs, binding, *, model_dir, seed) -> dict[str
     fixed size before the pool) are checked at one size the graph accepts, as the pools are the same at all."""
     free = {name: dims for name, dims in binding.items() if None in dims}
     spatial = {name: [a for a, d in enumerate(dims) if d is None] for name, dims in free.items()}
-    declared_dims = {name: [d for d in symbolic_inputs(model)[name]] for name in free}
-    declared = declared_step(declared_dims, spatial)
+    declared = declared_step(symbolic_inputs(model), spatial)
     probe = Prober(model, {s.node.input: s.dtype for s in specs}, model_dir, seed)
     try:
         for b in sorted({-(-b // declared) * declared for b in _PROBE_BASES}):
@@ -113,9 +106,6 @@ def runtime_kinds(model, dyn, k: int) -> list[dict[int, str] | None]:
     """Per pooled position (as the probe counts them, from the last), for the first dynamic spec whose output
     size there is computed by the graph: the kind its output length takes at each input length n <= 512
     (its size subgraph run alone); None elsewhere or where that subgraph cannot run alone."""
-    from ..spec import RuntimeDim
-    from .windows_proof import BOUND, yielded_sizes
-
     out: list[dict[int, str] | None] = []
     for j in range(k):
         from_end = k - j

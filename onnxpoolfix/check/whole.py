@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
 from ..io import serialize
 from ..sessions import ort_session
 from .cut import cut_nodes, model_shell
+from .feeds import random_feed
 
 __all__ = ["load_whole", "runs_through"]
 
@@ -77,10 +79,6 @@ def runs_through(light: onnx.ModelProto, node: str, shapes, seed: int) -> bool |
     inputs and its large weights fed as zeros (the sizes its layers compute do not read them). True where it runs;
     False where onnxruntime fails in ``node`` itself; None where anything else stops it (or the weights fed would be
     too many), which says nothing."""
-    import numpy as np
-
-    from .feeds import random_feed
-
     g = light.graph
     at = next((n for n in g.node if n.name == node), None)
     if at is None:

@@ -30,6 +30,7 @@ from ..graph.size_subgraph import fed_by_shape, size_subgraph, sizes_at
 from ..lowering.base import compute_dtype
 from ..lowering.dynamic import runtime_pooling_matrices_t, runtime_size_matrix_t
 from ..lowering.runtime_windows import runtime_window_table, runtime_window_tables
+from ..lowering.window_slices import WindowSlicesStep
 from ..sessions import ort_session
 from ..spec import InputDim, PoolSpec, RuntimeDim
 
@@ -151,8 +152,6 @@ def prove_slice_bounds(spec: PoolSpec, cache: dict) -> Proof:
     bounds subgraph the lowering emits (:meth:`~onnxpoolfix.lowering.window_slices.WindowSlicesStep.bounds`,
     read from a tensor's Shape) runs for every length ``n <= BOUND`` and its ``m`` starts and ends are
     compared with windows.py. One session per ``m``, one run per ``n``."""
-    from ..lowering.window_slices import WindowSlicesStep
-
     proof = Proof()
     lead = spec.ndim - spec.k
     for j, (n, m) in enumerate(zip(spec.in_sizes, spec.out_sizes)):

@@ -1,5 +1,5 @@
 """Small read-only helpers over ONNX graphs, each defined once: the subgraph walk, the names nodes read,
-the default-domain opset, and protobuf's repeated-field test. A leaf module: it imports only onnx."""
+the default-domain opset, and protobuf's repeated-field test and field copy. A leaf module: it imports only onnx."""
 from __future__ import annotations
 
 from collections import Counter
@@ -85,6 +85,16 @@ def is_repeated(fd) -> bool:
     """Whether a protobuf field descriptor is a repeated field (``label`` is deprecated in protobuf 5+)."""
     is_rep = getattr(fd, "is_repeated", None)
     return bool(is_rep) if is_rep is not None else fd.label == fd.LABEL_REPEATED
+
+
+def copy_field(dst, field, value) -> None:
+    """Field ``field`` (a descriptor) of message ``dst`` set to a copy of ``value``."""
+    if is_repeated(field):
+        getattr(dst, field.name).extend(value)
+    elif field.message_type:
+        getattr(dst, field.name).CopyFrom(value)
+    else:
+        setattr(dst, field.name, value)
 
 
 def arrange(field, order: Iterable) -> None:

@@ -109,26 +109,19 @@ class Emitter:
 
     # ---- opset-dependent forms -------------------------------------------------------------------
 
-    def reduce(self, op_type: str, x: str, axes: Sequence[int], *, keepdims: int) -> str:
-        """ReduceMean/ReduceMax/ReduceSum: axes are an attribute before opset 18, an input from 18 on.
-
-        (ReduceSum moved to an input at opset 13.) TensorRT needs the axes input to be a constant,
-        which an initializer is.
-        """
-        as_input = self.opset >= (13 if op_type == "ReduceSum" else 18)
-        if as_input:
+    def reduce(self, op_type: str, x: str, axes: Sequence[int], *, keepdims: int | None = None) -> str:
+        """ReduceMean/ReduceMax/ReduceSum (and Squeeze/Unsqueeze): axes are an attribute before opset 18
+        (ReduceSum, Squeeze, Unsqueeze: 13), an input from then on. TensorRT needs the axes input to be a
+        constant, which an initializer is."""
+        if self.opset >= (13 if op_type in ("ReduceSum", "Squeeze", "Unsqueeze") else 18):
             return self.op(op_type, [x, self.ints("axes", axes)], keepdims=keepdims)
         return self.op(op_type, [x], axes=list(axes), keepdims=keepdims)
 
     def unsqueeze(self, x: str, axes: Sequence[int]) -> str:
-        if self.opset >= 13:
-            return self.op("Unsqueeze", [x, self.ints("axes", axes)])
-        return self.op("Unsqueeze", [x], axes=list(axes))
+        return self.reduce("Unsqueeze", x, axes)
 
     def squeeze(self, x: str, axes: Sequence[int]) -> str:
-        if self.opset >= 13:
-            return self.op("Squeeze", [x, self.ints("axes", axes)])
-        return self.op("Squeeze", [x], axes=list(axes))
+        return self.reduce("Squeeze", x, axes)
 
     def resize_nearest(self, x: str, scales: Sequence[float]) -> str:
         """Nearest-neighbour Resize with x_in = floor(x_out / scale): exact integer upsampling.

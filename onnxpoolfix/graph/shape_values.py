@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from . import attributes, subgraphs
+from . import attributes, keep_only, subgraphs
 from .size_vectors import Unsupported, Value, node_value
 
 #: a folded value larger than this is no size vector
@@ -179,9 +179,7 @@ def fold_size_chains(inferred: onnx.ModelProto) -> onnx.ModelProto | None:
     for k, j, name in edits:
         out.graph.node[k].input[j] = name
     out.graph.initializer.extend(numpy_helper.from_array(v, n) for n, v in added.items())
-    kept = [vi for vi in out.graph.value_info if vi.name not in declared]
-    del out.graph.value_info[:]
-    out.graph.value_info.extend(kept)
+    keep_only(out.graph.value_info, lambda vi: vi.name not in declared)
     for vi in out.graph.output:
         if vi.name in declared:
             vi.CopyFrom(onnx.helper.make_tensor_value_info(vi.name, *declared.pop(vi.name)))

@@ -8,6 +8,7 @@ stubs (dims and dtype kept, bytes dropped): a 500 MB model is never copied or se
 from __future__ import annotations
 
 import logging
+import math
 from typing import Callable, Mapping, Sequence
 
 import onnx
@@ -16,7 +17,7 @@ from onnx import TensorProto
 from ..errors import ArgumentError, ShapeError, UnsupportedNodeError
 from ..spec import SUPPORTED_DTYPES, Dim, InputDim, PoolNode, PoolSpec, RuntimeDim, dtype_name  # noqa: F401  (re-exported)
 from ..words import CHECK_SHAPES, INPUT_SHAPES, INPUT_SHAPES_FORM, TRACED_SHAPES, knob_of, ref
-from . import NEGATIVE_PERM_HINT, default_opset, is_repeated, negative_perms
+from . import NEGATIVE_PERM_HINT, copy_field, default_opset, keep_only, negative_perms
 from .shape_values import fold_size_chains
 
 logger = logging.getLogger(__name__)
@@ -52,24 +53,12 @@ def type_dims(type_proto: onnx.TypeProto) -> tuple[int, tuple[Dim, ...] | None]:
     return tt.elem_type, tuple(dims)
 
 
-def _copy_field(dst, field, value) -> None:
-    if is_repeated(field):
-        getattr(dst, field.name).extend(value)
-    elif field.message_type:
-        getattr(dst, field.name).CopyFrom(value)
-    else:
-        setattr(dst, field.name, value)
-
-
 def is_small_tensor(t: TensorProto) -> bool:
     """At most ``_KEEP_INITIALIZER_BYTES`` of data, judged from dims x dtype: ``ByteSize()`` would encode
     the whole tensor (upb keeps no cached size), which costs seconds on a 400 MB weight."""
     if t.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
         return t.ByteSize() <= _KEEP_INITIALIZER_BYTES
-    n = 1
-    for d in t.dims:
-        n *= d
-    return n * 8 <= _KEEP_INITIALIZER_BYTES  # 8 bytes: the widest common element
+    return math.prod(t.dims) * 8 <= _KEEP_INITIALIZER_BYTES  # 8 bytes: the widest common element
 
 
 def light_copy(model: onnx.ModelProto, stub_location: str = "onnxpoolfix-dropped-for-shape-inference"
@@ -82,11 +71,11 @@ def light_copy(model: onnx.ModelProto, stub_location: str = "onnxpoolfix-dropped
     # copy everything but the initializers field by field, so the weights are never duplicated
     for field, value in model.ListFields():
         if field.name != "graph":
-            _copy_field(light, field, value)
+            copy_field(light, field, value)
     g = light.graph
     for field, value in graph.ListFields():
         if field.name != "initializer":
-            _copy_field(g, field, value)
+            copy_field(g, field, value)
     for t in graph.initializer:
         if t.data_location == TensorProto.EXTERNAL or is_small_tensor(t):
             g.initializer.append(t)
@@ -195,9 +184,7 @@ def drop_standard_declarations(graph: onnx.GraphProto) -> set[str]:
     """Drop (in place) the value_info of standard ops' outputs, which onnx infers itself and an exporter may have
     declared stale; returns those outputs' names (other domains' outputs keep their declarations)."""
     standard = {o for n in graph.node if n.domain in ("", "ai.onnx") for o in n.output if o}
-    kept = [vi for vi in graph.value_info if vi.name not in standard]
-    del graph.value_info[:]
-    graph.value_info.extend(kept)
+    keep_only(graph.value_info, lambda vi: vi.name not in standard)
     return standard
 
 
@@ -213,9 +200,7 @@ def infer_at(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
 def seed_types(graph: onnx.GraphProto, seeds: Mapping[str, tuple[int, Sequence[Dim] | None]]) -> None:
     """Force ``seeds``' types on ``graph`` (in place), for shape inference to start from: their value_info
     entries are replaced and graph outputs among them overwritten."""
-    kept = [vi for vi in graph.value_info if vi.name not in seeds]
-    del graph.value_info[:]
-    graph.value_info.extend(kept)
+    keep_only(graph.value_info, lambda vi: vi.name not in seeds)
     graph.value_info.extend(make_value_info(name, elem, dims) for name, (elem, dims) in seeds.items())
     for vi in graph.output:
         if vi.name in seeds:

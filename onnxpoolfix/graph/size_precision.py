@@ -5,15 +5,22 @@ may have held for each float32 constant (:func:`torch_readings`), the size subgr
 Where they differ, or cannot be compared, the pool is refused."""
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from fractions import Fraction
 
+import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
+from ..errors import UnsupportedNodeError
+from ..sessions import ort_session
+from ..spec import RuntimeDim
 from . import arrange, nodes_deep
 from .size_subgraph import fed_by_shape, size_subgraph, sizes_at, value_type
+from .size_vectors import Unsupported, size_at_lengths
 
 #: input lengths the float32 size arithmetic is compared with torch's double at in onnxruntime (a count, never
 #: a time), and then in numpy (:mod:`.size_vectors`, which must read the first ones as onnxruntime does) up to
@@ -63,11 +70,6 @@ def torch_readings(v: float) -> list[float]:
     side of its nearest: a scale torch computed lands there (``1/1.3`` is 10/13's nearest double less one unit,
     ``0.3 * 3`` 0.9's), and where the two floor differently (at 39 x 10/13: 30 against 29) the file cannot say
     which torch holds. A value a double holds exactly (0.5, 0.75, 3/8) is read as itself alone."""
-    import math
-    from fractions import Fraction
-
-    import numpy as np
-
     v32 = np.float32(v)
     if not np.isfinite(v32):
         return [float(v32)]
@@ -103,32 +105,24 @@ def in_double(sub: onnx.ModelProto) -> list[onnx.ModelProto]:
     from ``scale_factor`` (Python floats): each Cast to a float type casts to double, each float constant one of
     its :func:`torch_readings` (model ``i`` takes each constant's ``i``-th, or its last). Empty where it computes
     nothing in floating point."""
-    import numpy as np
-    from onnx import numpy_helper
+    most = 1  # the most readings any constant has: one model per reading
+
+    def reading(v: float, i: int) -> float:
+        nonlocal most
+        r = torch_readings(v)
+        most = max(most, len(r))
+        return r[min(i, len(r) - 1)]
 
     def widen(t: onnx.TensorProto, i: int) -> onnx.TensorProto | None:
         if t.data_type not in _FLOATS:
             return None
         a = numpy_helper.to_array(t).astype(np.float32)
-        wide = [(r := torch_readings(v))[min(i, len(r) - 1)] for v in a.reshape(-1).tolist()]
+        wide = [reading(v, i) for v in a.reshape(-1).tolist()]
         return numpy_helper.from_array(np.array(wide, np.float64).reshape(a.shape), t.name)
 
-    def constants(m: onnx.ModelProto) -> list[float]:
-        values = [v for t in m.graph.initializer if t.data_type in _FLOATS
-                  for v in numpy_helper.to_array(t).reshape(-1).tolist()]
-        for node in m.graph.node:
-            for a in node.attribute:
-                if node.op_type in ("Constant", "ConstantOfShape") and a.name == "value" and a.t.data_type in _FLOATS:
-                    values += numpy_helper.to_array(a.t).reshape(-1).tolist()
-                elif node.op_type == "Constant" and a.name == "value_float":
-                    values.append(a.f)
-                elif node.op_type == "Constant" and a.name == "value_floats":
-                    values += list(a.floats)
-        return values
-
-    variants = max((len(torch_readings(v)) for v in constants(sub)), default=1)
-    models = []
-    for i in range(variants):
+    models: list[onnx.ModelProto] = []
+    while len(models) < most:  # (model 0 reads every constant: ``most`` is known after it)
+        i = len(models)
         out = onnx.ModelProto()
         out.CopyFrom(sub)
         changed = False
@@ -142,7 +136,7 @@ def in_double(sub: onnx.ModelProto) -> list[onnx.ModelProto]:
                     changed = True
                 elif node.op_type == "Constant" and a.name in ("value_float", "value_floats"):
                     values = [a.f] if a.name == "value_float" else list(a.floats)
-                    wide = [(r := torch_readings(v))[min(i, len(r) - 1)] for v in values]
+                    wide = [reading(v, i) for v in values]
                     node.attribute.remove(a)
                     node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(
                         np.array(wide[0] if a.name == "value_float" else wide, np.float64))))
@@ -167,10 +161,6 @@ def size_precision_error(model: onnx.ModelProto, specs: list) -> None:
     file's size, and that size wrong at one n in ten. Every reading of its constants torch may have held
     (:func:`torch_readings`: 0.7, or 3/11 where the file holds 0.27272728) must agree with the file.
     (Up to :data:`PRECISION_FAR`.)"""
-
-    from ..errors import UnsupportedNodeError
-    from ..spec import RuntimeDim
-
     for s in specs:
         for tensor in dict.fromkeys(e.tensor for e in s.node.output_size if isinstance(e, RuntimeDim)):
             indices = [(j, e.index) for j, e in enumerate(s.node.output_size)
@@ -275,8 +265,6 @@ def _computes_in_float(model: onnx.ModelProto, tensor: str) -> bool:
 
 
 def _uncompared(s, tensor: str, why: str):
-    from ..errors import UnsupportedNodeError
-
     return UnsupportedNodeError(
         f"{s.node.label}: the exporter computes its output size '{tensor}' in float32, torch in double, and "
         f"the two cannot be compared ({why})",
@@ -287,11 +275,6 @@ def _compare_readings(s, tensor: str, sub, wide, base: list[int], sweeps: list) 
     """Raise where the file's float32 size ``sub`` and one double reading ``wide`` of it differ at some length:
     ``sweeps`` holds ``(axis, index, lengths)``, entry ``index`` of the size as the subgraph's input (shape
     ``base``) takes each of ``lengths`` on ``axis`` (None: every length, to :data:`PRECISION_FAR`)."""
-    from onnx import numpy_helper
-
-    from ..errors import UnsupportedNodeError
-    from ..sessions import ort_session
-
     x = sub.graph.input[0].name
     try:
         file, torch_like = ort_session(fed_by_shape(sub)), ort_session(fed_by_shape(wide))
@@ -334,10 +317,6 @@ def _differ_beyond(sub, wide, base: list[int], axis: int, index: int, near: list
     the length whose pooling matrix (the file's size x n, :mod:`~onnxpoolfix.lowering.dynamic`) passes
     :data:`AVG_CELLS`: OUT cannot be run past it. Raises :class:`~.size_vectors.Unsupported` where numpy cannot
     take the subgraph or reads the lengths onnxruntime ran (``near``) otherwise."""
-    import numpy as np
-
-    from .size_vectors import Unsupported, size_at_lengths
-
     with np.errstate(all="ignore"):
         first = np.arange(1, PRECISION_N + 1)
         for model, ran in zip((sub, wide), near):

@@ -5,8 +5,14 @@ aim at sizes where the output is smaller, equal or larger, and by the window pro
 sizes occur."""
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import onnx
 from onnx import helper
+
+from ..spec import RuntimeDim
+from .shapes import type_dims
 
 
 def size_subgraph(model: onnx.ModelProto, size_tensor: str, pooled: str | None, elem: int) -> onnx.ModelProto | None:
@@ -49,8 +55,6 @@ def size_subgraph(model: onnx.ModelProto, size_tensor: str, pooled: str | None, 
 def value_type(model: onnx.ModelProto, name: str) -> tuple[int, tuple | None]:
     """``name``'s element type and dims (:func:`~.shapes.type_dims`) as the model's inputs, value_info or
     outputs declare them; ``(0, None)`` where none does."""
-    from .shapes import type_dims
-
     for v in (*model.graph.input, *model.graph.value_info, *model.graph.output):
         if v.name == name:
             return type_dims(v.type)
@@ -61,12 +65,7 @@ def fold_static_sizes(model: onnx.ModelProto, specs: list) -> list:
     """``specs`` with each computed output size folded to its constant where the pooled input's size is
     static (a dynamic export bound with ``--input-shape``): the static lowerings then apply, as for a size the
     exporter folded itself. A size that also reads a symbolic (batch) dim, or that is 0, stays computed."""
-    from dataclasses import replace
-
-    import numpy as np
-    from onnx.reference import ReferenceEvaluator
-
-    from ..spec import RuntimeDim
+    from onnx.reference import ReferenceEvaluator  # (a slow import, for this one use)
 
     out = []
     for s in specs:
@@ -123,8 +122,6 @@ _SHAPE = "onnxpoolfix_input_shape"
 def sizes_at(sess, base: list[int], axis: int, index: int, lengths):
     """Entry ``index`` of the size a :func:`fed_by_shape` session computes, ``axis`` of ``base`` at each length:
     ``(n, size)`` pairs, ``size`` None where the subgraph fails at that length."""
-    import numpy as np
-
     for n in lengths:
         shape = list(base)
         shape[axis] = n

@@ -1,19 +1,9 @@
-"""Reading and writing ONNX models without ever corrupting or half-writing one.
-
-The tool sits in deployment pipelines, so this package is deliberately defensive:
-
-* :mod:`.load` (``load_model``) turns every way a file can fail to be an ONNX model into one
-  ``InvalidModelError`` whose message names the file and the problem. By default it leaves external tensors
-  as references, so the graph can be patched without reading gigabytes of weights.
-* :mod:`.checker` (``check_model``, ``check_model_light``) runs the ONNX checker without copying weights.
-* :mod:`.save` (``save_model``) chooses how the tensors are stored and writes everything into a private
-  temporary folder inside OUT's folder; :mod:`.commit` renames the files into place at the very end. Any
-  failure (including the caller's ``before_commit`` check) leaves no trace and a pre-existing OUT untouched.
-  :mod:`.outfile` is the one rule for where a path really writes (through a symbolic link; into a FIFO or
-  character device such as /dev/null; block devices and sockets refused), for OUT and ``--report`` alike.
-* :mod:`.wire` serialises the model piece by piece (its docstring says why not ``onnx.save``), so saving
-  needs about the model's own memory plus its largest tensor and never modifies the caller's ``ModelProto``;
-  :mod:`.tensors` walks every tensor and streams external data.
+"""Reading and writing ONNX models without ever corrupting or half-writing one: the tool sits in deployment
+pipelines, so this package is deliberately defensive. :mod:`.load` (every way a file is not a model: one
+``InvalidModelError``; external weights stay on disk), :mod:`.checker` (the ONNX checker without copying weights),
+:mod:`.save` and :mod:`.commit` (everything written into a private temporary folder, renamed into place at the very
+end: any failure leaves no trace), :mod:`.outfile` (where a path really writes, OUT and ``--report`` alike),
+:mod:`.wire` (the piece-by-piece serializer), :mod:`.tensors` (every tensor walked, external data streamed).
 """
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 
@@ -23,8 +24,6 @@ def _run_checker(model_or_path) -> None:
     """``onnx.checker.check_model(..., full_check=True)`` with the C++ checker's own prints (e.g. "Warning:
     Model contains experimental ops: ATen", written straight to file descriptor 1) sent to the log instead:
     the tool's stdout is the report, and ``-q`` promises silence."""
-    import sys
-
     try:
         sys.stdout.flush()
         saved = os.dup(1)

@@ -12,7 +12,7 @@ from onnx import ModelProto, TensorProto
 
 from ..errors import InvalidModelError
 from ..graph import is_repeated
-from .tensors import HINT_REEXPORT, PROTOBUF_LIMIT, PathLike, external_refs, read_range, walk_tensors
+from .tensors import HINT_REEXPORT, PROTOBUF_LIMIT, VALUE_FIELDS, PathLike, external_refs, read_range, walk_tensors
 
 logger = logging.getLogger(__name__)
 
@@ -21,15 +21,11 @@ logger = logging.getLogger(__name__)
 SMALL_EXTERNAL_INLINE = 1024
 
 
-_TENSOR_DATA_FIELDS = frozenset({"raw_data", "float_data", "int32_data", "string_data", "int64_data",
-                                 "double_data", "uint64_data"})
-
-
 def _invalid_utf8_field(msg, where: str = "") -> str | None:
     """The first string field holding invalid UTF-8 (protobuf's Python runtime hands such proto2 strings back
     as bytes, or raises, far from the load: a corrupt name would become an internal error deep inside the
     patch). Walks every message but never touches tensor data."""
-    skip = _TENSOR_DATA_FIELDS if msg.DESCRIPTOR is TensorProto.DESCRIPTOR else ()
+    skip = VALUE_FIELDS if msg.DESCRIPTOR is TensorProto.DESCRIPTOR else ()
     for fd in msg.DESCRIPTOR.fields:
         if fd.name in skip:
             continue
@@ -150,7 +146,6 @@ def load_model(path: PathLike, *, load_external_data: bool = False) -> ModelProt
     refs = external_refs(model, p.parent, name)
     if refs:
         logger.debug("%s: %d external tensors in %d file(s)", name, len(refs), len({r.file for r in refs.values()}))
-    if refs:
         by_path = dict(walk_tensors(model))
         for tpath, ref in refs.items():
             # tiny external tensors (output sizes, Reshape targets: a few bytes) are values the patch reads,

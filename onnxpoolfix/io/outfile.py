@@ -23,12 +23,10 @@ import tempfile
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Iterator
 
 from ..errors import OutputError
-from .tensors import external_data_files
-
-PathLike = Union[str, "os.PathLike[str]"]
+from .tensors import PathLike, external_data_files
 
 #: the suffix of every temporary folder an output is prepared in (so leftovers of a killed run are findable)
 TMP_SUFFIX = ".onnxpoolfix-tmp"
@@ -96,18 +94,13 @@ def temp_folder(target: OutputTarget) -> Iterator[Path]:
     raise FileExistsError(f"no free temporary folder name in {parent}")
 
 
-def write_into(target: OutputTarget, complete: Path) -> None:
-    """Commit a complete file to a special ``target`` by copying its bytes in (blocks on a FIFO until a
-    reader opens it, as ``cp`` does)."""
-    with open(complete, "rb") as src, open(target.path, "wb") as dst:
-        shutil.copyfileobj(src, dst, 16 << 20)
-        dst.flush()
-
-
 def commit(target: OutputTarget, complete: Path) -> None:
-    """Put a complete file in place: rename it over a regular target, copy it into a special one."""
+    """Put a complete file in place: rename it over a regular target, copy its bytes into a special one (which
+    blocks on a FIFO until a reader opens it, as ``cp`` does)."""
     if target.special:
-        write_into(target, complete)
+        with open(complete, "rb") as src, open(target.path, "wb") as dst:
+            shutil.copyfileobj(src, dst, 16 << 20)
+            dst.flush()
     else:
         os.replace(complete, target.path)
 

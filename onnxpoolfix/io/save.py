@@ -62,9 +62,7 @@ def _external_stub(tensor: TensorProto, entries: dict[str, str]) -> TensorProto:
 
 def _inline_copy(tensor: TensorProto, raw: bytes) -> TensorProto:
     """A copy of ``tensor``'s metadata holding ``raw`` inline (for a small tensor read from a data file)."""
-    stub = _external_stub(tensor, {})
-    del stub.external_data[:]
-    stub.ClearField("data_location")
+    stub = metadata_copy(tensor)
     stub.raw_data = raw
     return stub
 

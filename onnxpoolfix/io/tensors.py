@@ -50,10 +50,10 @@ CONTAINERS = frozenset(
 )
 
 
-DATA_FIELDS = frozenset(
-    {"raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data",
-     "external_data", "data_location"}
-)
+#: a TensorProto's values, and with where they are stored, all its data
+VALUE_FIELDS = frozenset({"raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data",
+                          "uint64_data"})
+DATA_FIELDS = VALUE_FIELDS | {"external_data", "data_location"}
 
 
 TensorPath = tuple  # ((field number, index), ...) from the ModelProto down to a TensorProto

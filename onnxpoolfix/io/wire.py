@@ -18,7 +18,7 @@ from typing import BinaryIO
 import onnx
 from onnx import FunctionProto, GraphProto, ModelProto, TensorProto, TrainingInfoProto
 
-from ..graph import is_repeated
+from ..graph import copy_field, is_repeated
 from .tensors import CONTAINERS, DATA_FIELDS, TensorPath, message_fields
 
 # Containers that are always written field by field, so no single big serialised copy of them is made.
@@ -55,18 +55,21 @@ class SizeGuessWrong(Exception):
         self.tensor = tensor
 
 
+def _raw_nbytes(t: TensorProto) -> int | None:
+    """The bytes raw_data holds for ``t``'s dims x dtype; None for strings, sub-byte types and unknown dtypes."""
+    if t.data_type in (TensorProto.STRING, TensorProto.UNDEFINED) or t.data_type in _SUB_BYTE_TYPES:
+        return None
+    try:
+        return math.prod(t.dims) * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    except Exception:  # noqa: BLE001 - an unknown dtype is the checker's business
+        return None
+
+
 def raw_data_mismatch(t: TensorProto) -> str | None:
     """Why ``t``'s raw_data cannot hold its dims x dtype (truncated or padded weights), or None. Reads the
     bytes' length, which copies them: only for tensors already suspected, or small ones."""
-    if not t.HasField("raw_data") or t.data_type in (TensorProto.STRING, TensorProto.UNDEFINED) \
-            or t.data_type in _SUB_BYTE_TYPES:
-        return None
-    try:
-        need = math.prod(t.dims) * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-    except Exception:  # noqa: BLE001 - an unknown dtype is the checker's business
-        return None
-    have = len(t.raw_data)
-    if have == need:
+    need = _raw_nbytes(t) if t.HasField("raw_data") else None
+    if need is None or (have := len(t.raw_data)) == need:
         return None
     return f"tensor '{t.name}' holds {have} bytes of data; its dims {list(t.dims)} need {need}"
 
@@ -87,16 +90,8 @@ def _guess_tensor_size(value) -> int | None:
     (not a tensor, small, no raw_data, sub-byte or variable-size dtype)."""
     if value.DESCRIPTOR is not TensorProto.DESCRIPTOR or not value.HasField("raw_data"):
         return None
-    if value.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
-        return None
-    try:
-        itemsize = onnx.helper.tensor_dtype_to_np_dtype(value.data_type).itemsize
-    except Exception:  # noqa: BLE001 - unknown dtype: let ByteSize decide
-        return None
-    if value.data_type in _SUB_BYTE_TYPES:
-        return None
-    n = math.prod(value.dims) * itemsize
-    if n < GUESS_MIN:
+    n = _raw_nbytes(value)  # (None: let ByteSize decide)
+    if n is None or n < GUESS_MIN:
         return None
     meta = metadata_copy(value, skip=("raw_data",))
     return meta.ByteSize() + len(_RAW_DATA_TAG) + len(_varint(n)) + n
@@ -171,27 +166,8 @@ def metadata_copy(tensor: TensorProto, skip=DATA_FIELDS) -> TensorProto:
     descriptor: ``ListFields()`` would materialise (copy) the data fields too."""
     stub = TensorProto()
     for fd in TensorProto.DESCRIPTOR.fields:
-        if fd.name in skip:
-            continue
-        if is_repeated(fd):
-            value = getattr(tensor, fd.name)
-            if not len(value):
-                continue
-        elif not tensor.HasField(fd.name):
-            continue
-        else:
-            value = getattr(tensor, fd.name)
-        if is_repeated(fd):
-            field = getattr(stub, fd.name)
-            if fd.type == fd.TYPE_MESSAGE:
-                for item in value:
-                    field.add().CopyFrom(item)
-            else:
-                field.extend(value)
-        elif fd.type == fd.TYPE_MESSAGE:
-            getattr(stub, fd.name).CopyFrom(value)
-        else:
-            setattr(stub, fd.name, value)
+        if fd.name not in skip and (len(getattr(tensor, fd.name)) if is_repeated(fd) else tensor.HasField(fd.name)):
+            copy_field(stub, fd, getattr(tensor, fd.name))
     return stub
 
 
