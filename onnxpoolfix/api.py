@@ -27,6 +27,7 @@ from .check.differential import (
 )
 from .errors import ArgumentError, InvalidModelError
 from .frontends.dynamo import frozen_error, partial_lines
+from .frontends.input_check import check_input_model
 from .graph.shapes import light_copy, model_opset, validate_shapes
 from .lowering.calibration import CostModel
 from .plan.model import PlanOptions, no_lowering_hint, plan_model
@@ -94,11 +95,7 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     replaced by the exact lowering of the adaptive pool they stand for
     (:mod:`onnxpoolfix.frontends.exporter_repair`; their ``why`` says "repaired: ...").
     """
-    return render_all(patch_as_written(
-        model, check=check, strategy=strategy, target=target, input_shapes=input_shapes,
-        keep_input_shapes=keep_input_shapes, check_shapes=check_shapes, inplace=inplace, model_dir=model_dir, seed=seed,
-        optimize_exporter_pools=optimize_exporter_pools, traced_shapes=traced_shapes, allow_partial=allow_partial,
-        costs=costs, tune=tune, tune_threads=tune_threads), API)
+    return render_all(patch_as_written(**locals()), API)  # every argument as given
 
 
 def _foreign_kept(model: onnx.ModelProto) -> list[Note]:
@@ -122,13 +119,10 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
     model itself (the CLI, naming the file): the ONNX checker runs once per run, not twice. ``kept_by_table``:
     the model is ``onnxpoolfix.export``'s, whose translation table kept every adaptive pool as a node
     (:class:`~onnxpoolfix.frontends.base.PlanOptions`)."""
-    check_arguments("patch", model, target, strategy)
-    check_seed(seed)
-    check_flags(check=check, keep_input_shapes=keep_input_shapes, inplace=inplace,
-                optimize_exporter_pools=optimize_exporter_pools, allow_partial=allow_partial, tune=tune)
-    cost_model = CostModel.of(costs, tune, tune_threads)
-    input_shapes = shape_map(input_shapes, "input_shapes")
-    traced_shapes = shape_map(traced_shapes, "traced_shapes")
+    cost_model, input_shapes, traced_shapes = read_arguments(
+        "patch", model, target, strategy, seed, costs, tune, tune_threads, input_shapes, traced_shapes,
+        check=check, keep_input_shapes=keep_input_shapes, inplace=inplace,
+        optimize_exporter_pools=optimize_exporter_pools, allow_partial=allow_partial, tune=tune)
     if check_shapes is not None:
         if isinstance(check_shapes, Mapping) or not isinstance(check_shapes, Sequence):
             raise TypeError("check_shapes takes a list of {input name: shape} mappings, one per check run, "
@@ -141,8 +135,8 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
         model = copy
     if not model.HasField("graph"):
         raise InvalidModelError("the model has no graph", "the file is not a complete ONNX model; re-export it")
-    if not input_checked:
-        check_input(model)
+    if not input_checked:  # the CLI's check of IN (exit 3) on a model in memory, the model named "model": no file
+        check_input_model(model)  # onnxruntime cannot run (an unbatched export's own pools) is "nothing to patch"
     # before any work: a typo in a bound or a check size is not worth a patch
     validate_shapes(model, input_shapes, traced_shapes, check_shapes)
     report = PatchReport(opset=model_opset(model), target=target)
@@ -298,12 +292,18 @@ def shape_map(value, what: str) -> dict[str, list[int]] | None:
     return out
 
 
-def check_arguments(caller: str, model, target: str, strategy: str) -> None:
+def read_arguments(caller: str, model, target: str, strategy: str, seed, costs, tune, tune_threads, input_shapes,
+                   traced_shapes, /, **flags) -> tuple[CostModel, dict | None, dict | None]:
     """The arguments ``patch`` and ``inspect_model`` share, checked before any work (a TypeError or
-    ValueError naming the argument: a programming error, not a model problem)."""
+    ValueError naming the argument: a programming error, not a model problem), then read: the cost model and
+    the input and traced shapes (:func:`shape_map`). ``flags``: the yes/no arguments (:func:`check_flags`)."""
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"{caller}() takes an onnx.ModelProto, not {type(model).__name__}")
     check_choices(target, strategy)
+    check_seed(seed)
+    check_flags(**flags)
+    return (CostModel.of(costs, tune, tune_threads), shape_map(input_shapes, "input_shapes"),
+            shape_map(traced_shapes, "traced_shapes"))
 
 
 def _traced_alone(check_shapes, traced_shapes) -> bool:
@@ -335,17 +335,6 @@ def check_seed(seed) -> None:
     """``seed`` as ``patch`` and ``inspect_model`` take it: a non-negative integer (numpy's welcome)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, not {seed!r}")
-
-
-def check_input(model: onnx.ModelProto) -> None:
-    """The input check the CLI runs on IN (exit 3), for a model in memory: the same ``InvalidModelError``
-    (message and hint; the model is named "model") from ``patch``, ``patch_model`` and ``inspect_model``, so
-    that none of them returns a file onnxruntime cannot run (an unbatched export's own pools) as "nothing to
-    patch". A model without a graph is left to the caller's own message."""
-    if model.HasField("graph"):
-        from .frontends.input_check import check_input_model
-
-        check_input_model(model)
 
 
 def patch_model(model: onnx.ModelProto, **kwargs) -> onnx.ModelProto:

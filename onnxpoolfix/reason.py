@@ -24,15 +24,15 @@ class Reason(str):
         self.code, self.data = code, dict(data)
         return self
 
-    def with_text(self, message: str) -> "Reason":  # the same reason, its text rendered (onnxpoolfix.words)
-        return Reason(message, self.code, **self.data)
+    def with_text(self, message: str) -> "Reason":  # the same record, its text rendered (onnxpoolfix.words)
+        return type(self)(message, self.code, **self.data)
 
-    def __reduce__(self):  # pickles (and copies) keep code and data
-        return (_rebuild, (str(self), self.code, self.data))
+    def __reduce__(self):  # pickles (and copies) keep the class (report.Note's too), code and data
+        return (_rebuild, (str(self), self.code, self.data, type(self)))
 
 
-def _rebuild(message: str, code: str, data: dict[str, Any]) -> Reason:
-    return Reason(message, code, **data)
+def _rebuild(message: str, code: str, data: dict[str, Any], cls: type | None = None) -> Reason:
+    return (cls or Reason)(message, code, **data)
 
 
 def needs_opset(opset: int, message: str) -> Reason:

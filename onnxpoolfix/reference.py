@@ -46,6 +46,14 @@ def _pool_axis(x: np.ndarray, axis: int, m: int, reduce) -> np.ndarray:
     return np.concatenate(parts, axis=axis)
 
 
+def _pool_axes(x: np.ndarray, output_size: Sequence[int | None], reduce) -> np.ndarray:
+    """``reduce`` over the windows of each pooled axis in turn (for a separable reduction: mean, max)."""
+    out = resolve_output_size(x.shape, output_size)
+    for j, m in enumerate(out):
+        x = _pool_axis(x, x.ndim - len(out) + j, m, reduce)
+    return x
+
+
 def adaptive_avg_pool(x: np.ndarray, output_size: Sequence[int | None]) -> np.ndarray:
     """Reference ``adaptive_avg_pool{1,2,3}d``.
 
@@ -53,24 +61,14 @@ def adaptive_avg_pool(x: np.ndarray, output_size: Sequence[int | None]) -> np.nd
     per-axis means), accumulated in float64 and rounded once to x's dtype. Per-axis keeps the cost at
     sum(m) slices instead of prod(m), so a 1000x1000 output is checked in seconds.
     """
-    out = resolve_output_size(x.shape, output_size)
-    k = len(out)
-    y = x.astype(np.float64)
     with np.errstate(invalid="ignore"):  # inf + -inf in a window: NaN, as torch gives it
-        for j, m in enumerate(out):
-            y = _pool_axis(y, x.ndim - k + j, m, np.mean)
-    return y.astype(x.dtype)
+        return _pool_axes(x.astype(np.float64), output_size, np.mean).astype(x.dtype)
 
 
 def adaptive_max_pool_values(x: np.ndarray, output_size: Sequence[int | None]) -> np.ndarray:
     """The values of :func:`adaptive_max_pool` alone, one axis at a time (max is separable; np.max
     propagates NaN as torch does). Use it when the indices are not needed: it costs sum(m), not prod(m)."""
-    out = resolve_output_size(x.shape, output_size)
-    k = len(out)
-    y = x
-    for j, m in enumerate(out):
-        y = _pool_axis(y, x.ndim - k + j, m, np.max)
-    return y
+    return _pool_axes(x, output_size, np.max)
 
 
 def adaptive_max_pool(x: np.ndarray, output_size: Sequence[int | None]) -> tuple[np.ndarray, np.ndarray]:

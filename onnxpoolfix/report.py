@@ -53,37 +53,22 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
+from .reason import Reason
 from .version import __version__
 from .words import API, NO_CHECK, render, render_all
 
 SCHEMA_VERSION = 2
 
-class Note(str):
-    """One thing a run has to say, as a record: ``severity`` (``note`` or ``warning``), ``code`` (what it is
-    about, for code to act on), ``data`` and its text (the ``str`` itself: a report's notes still read, join
-    and compare as text). The JSON report writes each as ``{"severity", "code", "text", "data"}``."""
+class Note(Reason):
+    """One thing a run has to say, as a record (a :class:`~onnxpoolfix.reason.Reason`'s text, ``code`` and
+    ``data``) with a ``severity`` (``note`` or ``warning``): its ``code`` says what it is about, for code to act
+    on, and a report's notes still read, join and compare as text. The JSON report writes each as
+    ``{"severity", "code", "text", "data"}``."""
 
     severity = "note"
-    code: str
-    data: dict
-
-    def __new__(cls, text: str, code: str = "other", **data) -> "Note":
-        self = super().__new__(cls, text)
-        self.code, self.data = code, dict(data)
-        return self
-
-    def with_text(self, text: str) -> "Note":  # the same record, its text rendered (onnxpoolfix.words)
-        return type(self)(text, self.code, **self.data)
-
-    def __reduce__(self):
-        return (_rebuild_note, (type(self), str(self), self.code, self.data))
 
     def record(self) -> dict:
         return {"severity": self.severity, "code": self.code, "text": str(self), "data": self.data}
-
-
-def _rebuild_note(cls, text, code, data):
-    return cls(text, code, **data)
 
 
 class WarningNote(Note):

@@ -13,20 +13,16 @@ from __future__ import annotations
 from .app import main
 from .guard import Interrupted
 
-__all__ = ["main", "parse_shapes", "parse_size_pairs", "Interrupted"]
+__all__ = ["main", "parse_shapes", "Interrupted"]
 
 
 def __getattr__(name: str):
-    """``parse_shapes`` and ``parse_size_pairs`` load their command's modules on first use (the commands
-    themselves load when looked up: :data:`.app.COMMANDS`)."""
+    """``parse_shapes`` loads its commands' modules on first use (the commands themselves load when looked up:
+    :data:`.app.COMMANDS`)."""
     if name == "parse_shapes":
         from .args import parse_shapes
 
         return parse_shapes
-    if name == "parse_size_pairs":
-        from .windows_cmd import parse_size_pairs
-
-        return parse_size_pairs
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 if __name__ == "__main__":  # pragma: no cover

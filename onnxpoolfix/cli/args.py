@@ -16,7 +16,7 @@ How to add a flag:
 
 ``parse`` raises ``click.BadParameter`` for a value that is wrong on its own (exit 2, click's usage message);
 a value wrong only for the model (an ``--input-shape`` naming no input) is checked once the model is loaded
-(:meth:`PlanChoice.check_against`: :class:`~onnxpoolfix.errors.ArgumentError`, also exit 2).
+(:meth:`PlanChoice.load`: :class:`~onnxpoolfix.errors.ArgumentError`, also exit 2).
 """
 from __future__ import annotations
 
@@ -24,14 +24,19 @@ import functools
 import logging
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import click
+import onnx
 
 from ..api import MAX_DIM, TARGETS
+from ..frontends.input_check import check_input_model
 from ..graph.shapes import validate_shapes
+from ..io import has_external_data, load_model
 from ..lowering.calibration import CostModel
 from ..plan.planner import AUTO, STRATEGIES
+from ..progress import phase
 
 
 class ArgGroup:
@@ -101,7 +106,8 @@ def parse_shapes(values: tuple[str, ...], flag: str) -> dict[str, list[int]]:
 
 @dataclass(frozen=True)
 class PlanChoice:
-    """What to plan, as ``patch``/``inspect_model`` take it."""
+    """What to plan, as ``patch``/``inspect_model`` take it: its fields are their keyword arguments
+    (``**asdict(plan)``)."""
 
     target: str
     strategy: str
@@ -113,16 +119,17 @@ class PlanChoice:
     tune: bool = False
     tune_threads: int | None = None
 
-    @property
-    def cost_arguments(self) -> dict:
-        return {"costs": self.costs, "tune": self.tune, "tune_threads": self.tune_threads}
-
-    def check_against(self, model) -> None:
-        """``--input-shape`` / ``--traced-shape`` against the loaded model (a name that is no input, a wrong
-        rank, a fixed dim changed), ``--costs`` read: :class:`~onnxpoolfix.errors.ArgumentError`, exit 2, before
-        any work."""
-        CostModel.of(**self.cost_arguments)
+    def load(self, src) -> tuple[onnx.ModelProto, str | None]:
+        """IN as ``patch`` and ``inspect`` start from: loaded, checked (exit 3 where the ONNX checker rejects it),
+        with ``--input-shape`` / ``--traced-shape`` checked against it (a name that is no input, a wrong rank, a
+        fixed dim changed) and ``--costs`` read (:class:`~onnxpoolfix.errors.ArgumentError`, exit 2), before
+        any work. Returns the model and the folder of its external data (None: it has none)."""
+        with phase("load", str(src)):
+            model = load_model(src)  # external weights stay on disk: nothing below reads them but onnxruntime
+        check_input_model(model, src)
+        CostModel.of(self.costs, self.tune, self.tune_threads)
         validate_shapes(model, self.input_shapes, self.traced_shapes)
+        return model, str(Path(src).resolve().parent) if has_external_data(model) else None
 
 
 class Plan(ArgGroup):

@@ -5,14 +5,14 @@ verdict, where it went), then one line per note: warnings first, marked, on stde
 Where OUT and ``--report`` may write is :mod:`onnxpoolfix.io.outfile`'s rule."""
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import click
 
 from ..api import patch_as_written
 from ..errors import exit_codes_epilog
-from ..frontends.input_check import check_input_model
-from ..io import has_external_data, load_model, preflight_output, preflight_report, resolve_output, save_model
+from ..io import preflight_output, preflight_report, resolve_output, save_model
 from ..io import write_report as write_report_file
 from ..io.save import plan_save
 from ..progress import phase
@@ -44,22 +44,14 @@ def patch_cmd(src: Path, dst: str, plan: PlanChoice, check: CheckChoice, save: S
             click.echo(report.format_table(CLI), err=True)
 
     with reported(verbosity.verbose, before=show_failed_check), shown(verbosity.quiet):
-        with phase("load", str(src)):
-            model = load_model(src)  # external weights stay on disk: nothing below reads them but onnxruntime
-        check_input_model(model, src)
-        plan.check_against(model)
+        model, model_dir = plan.load(src)
         preflight_output(dst, source_path=src, in_place=save.in_place)  # fail before the work, not after it
         if save.report_path is not None:
             preflight_report(save.report_path, src, Path(dst), model)
-        external = has_external_data(model)
-        result = patch_as_written(model, check=check.check, strategy=plan.strategy, target=plan.target,
-                                  input_shapes=plan.input_shapes, keep_input_shapes=save.keep_input_shapes,
-                                  check_shapes=check.check_shapes, inplace=True,
-                                  model_dir=str(Path(src).resolve().parent) if external else None, seed=seed,
-                                  optimize_exporter_pools=plan.optimize_exporter_pools,
-                                  traced_shapes=plan.traced_shapes, allow_partial=plan.allow_partial,
-                                  input_checked=True, **plan.cost_arguments)
-        if external and not save.save_as_external_data:
+        result = patch_as_written(model, check=check.check, keep_input_shapes=save.keep_input_shapes,
+                                  check_shapes=check.check_shapes, inplace=True, model_dir=model_dir, seed=seed,
+                                  input_checked=True, **asdict(plan))
+        if model_dir is not None and not save.save_as_external_data:
             result.report.notes += shared_data(result.model, src, dst, in_place=save.in_place)
         # the report is written once OUT is complete but before it is renamed into place: a report that
         # cannot be written leaves no OUT, and a failed commit takes the report away again

@@ -26,15 +26,15 @@ from typing import Mapping, Sequence
 import onnx
 from onnx import TensorProto
 
-from ..api import check_arguments, check_flags, check_input, check_seed, shape_map
+from ..api import read_arguments
 from ..errors import ArgumentError, InvalidModelError, PoolFixError, UnsupportedNodeError
 from ..frontends.bodies import describe_path, has_nested_leftovers, nested_leftover_nodes
 from ..frontends.dynamo import frozen_error
+from ..frontends.input_check import check_input_model
 from ..frontends.leftovers import aten_operator, is_pool_leftover
 from ..graph import nodes_deep
 from ..graph.shapes import model_opset, validate_shapes
 from ..lowering.base import axis_windows
-from ..lowering.calibration import CostModel
 from ..plan.model import PlanOptions, no_lowering_hint, plan_model
 from ..plan.planner import plan
 from ..plan.pyramid import NAME as PYRAMID
@@ -42,12 +42,10 @@ from ..report import Note, dim_label
 from ..rewrite.model import apply_model_plan
 from ..tensorrt import lint_tensorrt
 from ..words import API, INPUT_SHAPES_FORM, TARGET_ONNXRUNTIME, render_all
-from .report import (  # noqa: F401  (EXIT_*, SCHEMA_VERSION: re-exported)
+from .report import (  # noqa: F401  (EXIT_*: re-exported)
     EXIT_BLOCKED,
-    EXIT_INVALID,
     EXIT_OK,
     EXIT_TENSORRT,
-    SCHEMA_VERSION,
     CandidateInfo,
     Inspection,
     NodeInspection,
@@ -72,14 +70,12 @@ def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strate
 
     Never raises for a model-level problem it can describe (non-constant output size, uninferable shape,
     unsupported dtype, bad ``input_shapes``): that becomes :attr:`Inspection.blocker`; a model the ONNX
-    checker rejects raises the ``InvalidModelError`` the CLI exits 3 with (:func:`onnxpoolfix.api.check_input`).
+    checker rejects raises the ``InvalidModelError`` the CLI exits 3 with
+    (:func:`~onnxpoolfix.frontends.input_check.check_input_model`).
     ``model`` is not modified. The onnxruntime check is not run; ``seed`` is that of the dynamo front end's
     proof (as patch's); ``model_dir`` the folder of its external data, as patch's.
     """
-    return render_all(inspect_as_written(
-        model, target=target, strategy=strategy, input_shapes=input_shapes, name=name,
-        optimize_exporter_pools=optimize_exporter_pools, seed=seed, traced_shapes=traced_shapes,
-        allow_partial=allow_partial, model_dir=model_dir, costs=costs, tune=tune, tune_threads=tune_threads), API)
+    return render_all(inspect_as_written(**locals()), API)  # every argument as given
 
 
 def inspect_as_written(model: onnx.ModelProto, *, target: str = "onnxruntime", strategy: str = "auto",
@@ -90,19 +86,16 @@ def inspect_as_written(model: onnx.ModelProto, *, target: str = "onnxruntime", s
                        tune_threads: int | None = None, input_checked: bool = False) -> Inspection:
     """:func:`inspect_model`, its texts as written (references unrendered: :mod:`onnxpoolfix.words`), for
     the CLI to say with its flags (``input_checked``: as :func:`~onnxpoolfix.api.patch_as_written`'s)."""
-    check_arguments("inspect_model", model, target, strategy)
-    check_seed(seed)
-    check_flags(optimize_exporter_pools=optimize_exporter_pools, allow_partial=allow_partial, tune=tune)
-    cost_model = CostModel.of(costs, tune, tune_threads)  # (costs, tune: as patch's)
-    input_shapes = shape_map(input_shapes, "input_shapes")
-    traced_shapes = shape_map(traced_shapes, "traced_shapes")
+    cost_model, input_shapes, traced_shapes = read_arguments(  # (costs, tune: as patch's)
+        "inspect_model", model, target, strategy, seed, costs, tune, tune_threads, input_shapes, traced_shapes,
+        optimize_exporter_pools=optimize_exporter_pools, allow_partial=allow_partial, tune=tune)
     result = Inspection(target=target, strategy=strategy, model=name, opset=model_opset(model))
     if not model.HasField("graph"):  # as patch() says it
         err = InvalidModelError("the model has no graph", "the file is not a complete ONNX model; re-export it")
         result.blocker, result.hint, result.blocker_exit_code = err.text, err.hint_text, err.exit_code
         return result
     if not input_checked:
-        check_input(model)  # raises the InvalidModelError the CLI exits 3 with
+        check_input_model(model)  # raises the InvalidModelError the CLI exits 3 with
     try:  # as patch() does, before any work (an ArgumentError: exit 2)
         validate_shapes(model, input_shapes, traced_shapes)
     except ArgumentError as err:

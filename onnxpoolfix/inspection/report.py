@@ -46,7 +46,6 @@ from ..words import API, render, render_all
 SCHEMA_VERSION = 2
 # the verdict's exit codes, from the one table (onnxpoolfix.errors.EXIT_CODES)
 EXIT_OK = errors.EXIT_OK
-EXIT_INVALID = errors.InvalidModelError.exit_code
 EXIT_BLOCKED = errors.UnsupportedNodeError.exit_code
 EXIT_TENSORRT = errors.TensorRTRejectionError.exit_code
 

@@ -81,10 +81,7 @@ def tensorrt_rejects(node: onnx.NodeProto, graph_info: GraphInfo) -> str | None:
     ``graph_info`` describes the graph the node sits in (see :meth:`GraphInfo.from_model`); warnings are not
     rejections and are not reported here.
     """
-    for severity, reason in check_node(node, graph_info):
-        if severity == "error":
-            return reason
-    return None
+    return next((reason for severity, reason in check_node(node, graph_info) if severity == "error"), None)
 
 
 def _lint_graph(graph: onnx.GraphProto, info: GraphInfo, findings: list[LintFinding], where: str) -> None:

@@ -30,17 +30,15 @@ Severity = Literal["error", "warning"]
 def check_node(node: onnx.NodeProto, info: GraphInfo) -> list[tuple[Severity, str]]:
     out: list[tuple[Severity, str]] = []
     op = node.op_type
+    if (node.domain, op) in info.functions:
+        return out  # inlined by the parser; its body is linted separately
     if node.domain not in STANDARD_DOMAINS:
-        if (node.domain, op) in info.functions:
-            return out  # inlined by the parser; its body is linted separately
         if node.domain == "org.pytorch.aten":
             out.append(("error", "custom domain 'org.pytorch.aten' (a PyTorch ATen fallback op): TensorRT's "
                                  "ONNX parser has no importer for it"))
         else:
             out.append(("error", f"custom domain '{node.domain}': no TensorRT ONNX importer; only a TensorRT "
                                  f"plugin registered as '{op}' could serve it"))
-        return out
-    if (node.domain, op) in info.functions:
         return out
     if op not in OP_TYPES:
         if op == "ATen":
@@ -185,11 +183,6 @@ def _needs_constant(index: int, what: str, severity: Severity = "error"):
     return check
 
 
-def _check_squeeze(node: onnx.NodeProto, info: GraphInfo) -> list[tuple[Severity, str]]:
-    # Table: "axes must be resolvable to a constant" (a computed axes tensor may still fold), so a warning.
-    return _needs_constant(1, "axes", "warning")(node, info)
-
-
 def _check_topk(node: onnx.NodeProto, info: GraphInfo) -> list[tuple[Severity, str]]:
     out: list[tuple[Severity, str]] = []
     if node_attrs(node).get("sorted", 1) != 1:
@@ -202,11 +195,13 @@ def _check_topk(node: onnx.NodeProto, info: GraphInfo) -> list[tuple[Severity, s
     return out
 
 
-def _check_pad(node: onnx.NodeProto, info: GraphInfo) -> list[tuple[Severity, str]]:
-    mode = node_attrs(node).get("mode", "constant")
-    if mode not in PAD_MODES:
-        return [("error", f"Pad mode '{mode}' is not supported by TensorRT")]
-    return []
+def _only(attr: str, default, allowed, reason: str):
+    """The rule that attribute ``attr`` (``default`` where absent) is one of ``allowed``; an error saying
+    ``reason`` (``{}``: the value) otherwise."""
+    def check(node: onnx.NodeProto, info: GraphInfo) -> list[tuple[Severity, str]]:
+        value = node_attrs(node).get(attr, default)
+        return [] if value in allowed else [("error", reason.format(value))]
+    return check
 
 
 def _check_dropout(node: onnx.NodeProto, info: GraphInfo) -> list[tuple[Severity, str]]:
@@ -228,13 +223,6 @@ def _check_extra_outputs_unused(keep: int, what: str):
             return [("error", f"{node.op_type} output(s) {used} are used: TensorRT supports {what} only")]
         return []
     return check
-
-
-def _check_scatternd(node: onnx.NodeProto, info: GraphInfo) -> list[tuple[Severity, str]]:
-    reduction = node_attrs(node).get("reduction", "none")
-    if reduction != "none":
-        return [("error", f"ScatterND reduction '{reduction}': TensorRT supports 'none' only")]
-    return []
 
 
 def _check_lstm(node: onnx.NodeProto, info: GraphInfo) -> list[tuple[Severity, str]]:
@@ -268,14 +256,15 @@ _RULES = {
     "Resize": _check_resize,
     "Cast": _check_cast,
     "CumSum": _needs_constant(1, "axis"),
-    "Squeeze": _check_squeeze,
-    "Unsqueeze": _check_squeeze,
+    # Table: "axes must be resolvable to a constant" (a computed axes tensor may still fold), so a warning.
+    "Squeeze": _needs_constant(1, "axes", "warning"),
+    "Unsqueeze": _needs_constant(1, "axes", "warning"),
     "OneHot": _needs_constant(1, "depth", "warning"),
     "TopK": _check_topk,
-    "Pad": _check_pad,
+    "Pad": _only("mode", "constant", PAD_MODES, "Pad mode '{}' is not supported by TensorRT"),
     "Dropout": _check_dropout,
     "LayerNormalization": _check_extra_outputs_unused(1, "the first output Y"),
-    "ScatterND": _check_scatternd,
+    "ScatterND": _only("reduction", "none", ("none",), "ScatterND reduction '{}': TensorRT supports 'none' only"),
     "LSTM": _check_lstm,
     "GridSample": _check_gridsample,
     "Constant": _check_constant,

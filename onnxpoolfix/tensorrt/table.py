@@ -20,22 +20,11 @@ from onnx import TensorProto
 # activationHelper rejects INT32 for Relu and Gelu; unaryHelper's default branch rejects integer IsNaN.
 
 F = ("FP32", "FP16", "BF16")
-
-
 I = ("INT32", "INT64")
-
-
 B = ("BOOL",)
-
-
 FI = F + I
-
-
 FIB = F + I + B
-
-
 F32_16 = ("FP32", "FP16")
-
 
 #: op_type -> the "Supported Types" column of the table, for every row marked Y.
 OP_TYPES: dict[str, tuple[str, ...]] = {
@@ -71,7 +60,6 @@ OP_TYPES: dict[str, tuple[str, ...]] = {
     "Transpose": FIB, "Trilu": FIB, "Unsqueeze": FIB, "Upsample": F, "Where": FIB, "Xor": B,
 }
 
-
 #: Rows of the table marked N (listed to give a precise reason; any op absent from OP_TYPES is rejected).
 OPS_MARKED_UNSUPPORTED = frozenset({
     "AffineGrid", "Bernoulli", "BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor", "Col2Im",
@@ -83,14 +71,11 @@ OPS_MARKED_UNSUPPORTED = frozenset({
     "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer", "Unique",
 })
 
-
 #: Standard-domain op_types TensorRT 10's ONNX parser imports (the table's Y rows).
 SUPPORTED_OPS: frozenset[str] = frozenset(OP_TYPES)
 
-
 #: The default-domain opset range the 10.15 table states (10.0: 9..20).
 SUPPORTED_OPSET_RANGE = (9, 24)
-
 
 # ONNX element types the parser can represent (importer: convertDtype), as the table names them.
 # DOUBLE is accepted but computed as FP32 (table note: cast down, clamped to +-FLT_MAX).
@@ -101,17 +86,14 @@ TYPE_LABEL: dict[int, str] = {
     TensorProto.INT4: "INT4", TensorProto.FLOAT4E2M1: "FP4", TensorProto.DOUBLE: "DOUBLE",
 }
 
-
 # Unary ops the importer builds with unaryHelper's default rule: no BOOL, INT32, INT64 or UINT8 input.
 FLOAT_ONLY_UNARY = frozenset({
     "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Ceil", "Cos", "Cosh", "Erf", "Exp", "Floor", "Log",
     "Round", "Sin", "Sinh", "Sqrt", "Tan",
 })
 
-
 # Importers that call checkNotInvalidType(input0, {"INT32", "INT64"}).
 NO_INTEGER_INPUT = frozenset({"MatMul", "Gemm", "PRelu"})
-
 
 # Reductions whose axes, when given as an input, must be weights (importer: reduceTensor).
 REDUCE_OPS = frozenset({
@@ -119,22 +101,16 @@ REDUCE_OPS = frozenset({
     "ReduceProd", "ReduceSum", "ReduceSumSquare",
 })
 
-
 # Ops that read UINT8 (the table's note: UINT8 only as network input or output, so cast it first).
 UINT8_READERS = frozenset({"Cast", "CastLike"})
 
-
 CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
-
 
 RESIZE_COORD_MODES = frozenset({"half_pixel", "pytorch_half_pixel", "tf_half_pixel_for_nn", "asymmetric",
                                  "align_corners"})
 
-
 RESIZE_NEAREST_MODES = frozenset({"floor", "ceil", "round_prefer_floor", "round_prefer_ceil"})
 
-
 PAD_MODES = frozenset({"constant", "reflect", "edge", "wrap"})
-
 
 TOPK_K_LIMIT = 3840

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ..check.feeds import graph_inputs
 from .specialised import Specialised
 
 logger = logging.getLogger(__name__)
@@ -49,10 +50,8 @@ class DeclaredDims:
 
     def allows(self, values: Mapping[str, int]) -> bool:
         """Every declared range holds at these symbol values (a derived dim's range included)."""
-        for name, v in values.items():
-            lo, hi = self.ranges.get(name, (1, None))
-            if v < max(lo, 1) or (hi is not None and v > hi):
-                return False
+        if not all(within(v, self.ranges.get(name, (1, None))) for name, v in values.items()):
+            return False
         for expr, lo, hi in self.constraints:
             try:
                 v = int(expr.xreplace({s: values.get(str(s), self.example.get(str(s), 1))
@@ -72,6 +71,12 @@ class DeclaredDims:
         return dataclasses.replace(self, exprs={**self.exprs, key: sympy.Symbol(name)},
                                    example={**self.example, name: self.size(key, {})},
                                    ranges={**self.ranges, name: lo_hi})
+
+
+def within(v: int, lo_hi: tuple[int, int | None]) -> bool:
+    """``v`` inside the range (min, max; max None: unbounded), sizes starting at 1 whatever the min."""
+    lo, hi = lo_hi
+    return max(lo, 1) <= v and (hi is None or v <= hi)
 
 
 def apart_form(declared: DeclaredDims, form: str, name: str, lo_hi: tuple[int, int | None]) -> DeclaredDims:
@@ -239,8 +244,7 @@ def _caller_dims(torch, module, args: tuple, kwargs: dict, program, model, spec)
     """Each dim ``spec`` (dynamic_shapes) declares dynamic, as the export holds it: (the file's input name,
     axis, how it was declared, the declared range or None, torch's size: an int where it is static, else its
     SymInt). Empty where torch's own helpers do not map the spec to the inputs."""
-    init = {t.name for t in model.graph.initializer}
-    inputs = [vi for vi in model.graph.input if vi.name not in init]
+    inputs = graph_inputs(model)
     ep = getattr(program, "exported_program", None)
     if spec is None or ep is None:
         return []

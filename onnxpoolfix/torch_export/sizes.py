@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 
 from ..check.sizes import WINDOW_KINDS, window_targets
 from ..errors import TorchMismatchError
-from .declared import DeclaredDims
+from .declared import DeclaredDims, within
 
 logger = logging.getLogger(__name__)
 
@@ -164,16 +164,9 @@ class TorchRunner:
 
 def _symbolic_dims(model_inputs) -> list[list[str | None]]:
     """Per input, per axis: the symbolic dim's name (unnamed ones get one of their own), None if static."""
-    out = []
-    for i, vi in enumerate(model_inputs):
-        dims = []
-        for a, d in enumerate(vi.type.tensor_type.shape.dim):
-            if d.HasField("dim_value"):
-                dims.append(None)
-            else:
-                dims.append(d.dim_param or f"{vi.name}[{a}]")
-        out.append(dims)
-    return out
+    return [[None if d.HasField("dim_value") else d.dim_param or f"{vi.name}[{a}]"
+             for a, d in enumerate(vi.type.tensor_type.shape.dim)]
+            for vi in model_inputs]
 
 
 def choose_dims(runner: TorchRunner, example_calls, ranges: Mapping[str, tuple[int, int | None]],
@@ -184,17 +177,12 @@ def choose_dims(runner: TorchRunner, example_calls, ranges: Mapping[str, tuple[i
     def attempt(dims: dict[str, int]):
         if any(dims == c for c, _ in chosen) or dims == dict(example):
             return None
-        for name, v in dims.items():
-            lo, hi = ranges.get(name, (1, None))
-            if v < max(lo, 1) or (hi is not None and v > hi):
-                return None
-        if not runner.allows(dims):
+        if not all(within(v, ranges.get(name, (1, None))) for name, v in dims.items()) or not runner.allows(dims):
             return None
         return runner.run(runner.inputs(dims))
 
     def in_range(name: str, v: int) -> bool:
-        lo, hi = ranges.get(name, (1, None))
-        return v >= max(lo, 1) and (hi is None or v <= hi) and runner.allows({**example, name: v})
+        return within(v, ranges.get(name, (1, None))) and runner.allows({**example, name: v})
 
     # per symbol: the smallest step that runs, then the smallest multiple of it that moves a pooled length
     # (a stride-32 network moves it only every 32): the slope of pooled length against input size

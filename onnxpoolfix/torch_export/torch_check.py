@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..check.feeds import graph_inputs
 from ..check.sizes import WINDOW_KINDS, window_kind
 from ..errors import TorchMismatchError
 from ..report import Note, WarningNote
@@ -179,8 +180,7 @@ def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), outside,
     import torch
 
     model = onnx.load(str(path), load_external_data=False)
-    init = {t.name for t in model.graph.initializer}
-    model_inputs = [vi for vi in model.graph.input if vi.name not in init]
+    model_inputs = graph_inputs(model)
     out_names = [o.name for o in model.graph.output]
     half = _half_in(model)
     bf16 = [o.name for o in model.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16]
@@ -320,9 +320,7 @@ def torch_sizes(model, module: Any, args: tuple, kwargs: Mapping | None, declare
     are read). Empty when torch fails on the example (the comparison then says why)."""
     import torch
 
-    init = {t.name for t in model.graph.initializer}
-    model_inputs = [vi for vi in model.graph.input if vi.name not in init]
-    runner = TorchRunner(torch, module, tuple(args), dict(kwargs or {}), model_inputs, seed, declared)
+    runner = TorchRunner(torch, module, tuple(args), dict(kwargs or {}), graph_inputs(model), seed, declared)
     example, sym_ranges = runner.symbols()
     base = runner.run(runner.inputs(example))
     if base is None:
