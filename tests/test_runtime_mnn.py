@@ -16,12 +16,16 @@ from helpers import (
     NON_FINITE_MAX_CASES,
     NON_FINITE_MAX_IDS,
     OLD_OPSET_AVG,
+    POOLED_AVG_FEW,
+    POOLED_AVG_FEW_IDS,
     assert_bits_equal,
     assert_same_non_finite,
     make_leftover,
     non_finite_avg_input,
     non_finite_max_input,
+    non_finite_pool_input,
     portable_max,
+    portable_pooled_avg,
 )
 from mnn_runner import MnnFailed, mnn_run
 from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
@@ -118,3 +122,12 @@ def test_old_opset_averages_keep_torchs_non_finite_values(name, target):
     model = onnxpoolfix.patch(onnx.load(FIXTURES / case["file"]), target=target, check=False).model
     expected = _torch_pool("avg", x, want["y"].shape[2:])
     assert_same_non_finite(mnn_run(model, {"x": x})["y"], expected)
+
+
+@pytest.mark.parametrize("shape,size,opset", POOLED_AVG_FEW, ids=POOLED_AVG_FEW_IDS)
+def test_portable_pooled_averages_keep_torchs_non_finite_values(shape, size, opset):
+    """The portable target's averages through AveragePool with the form that keeps TFLite's NaN (Neg, Max, Min,
+    Sub: lowering/avg_non_finite.py): NaN (either sign), +inf, -inf and both infinities in one window reach the
+    outputs torch's do in MNN too."""
+    x = non_finite_pool_input(shape)
+    assert_same_non_finite(mnn_run(portable_pooled_avg(shape, size, opset), {"x": x})["y"], _torch_pool("avg", x, size))

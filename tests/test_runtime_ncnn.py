@@ -17,12 +17,16 @@ from helpers import (
     NON_FINITE_MAX_CASES,
     NON_FINITE_MAX_IDS,
     OLD_OPSET_AVG,
+    POOLED_AVG_FEW,
+    POOLED_AVG_FEW_IDS,
     assert_bits_equal,
     assert_same_non_finite,
     make_leftover,
     non_finite_avg_input,
     non_finite_max_input,
+    non_finite_pool_input,
     portable_max,
+    portable_pooled_avg,
 )
 from ncnn_runner import NcnnFailed, ncnn_run, pnnx_binary
 from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
@@ -253,3 +257,17 @@ def test_ncnn_runs_the_portable_3d_upsampling(shape, size, kind):
     if kind == "max":
         assert_bits_equal(got.reshape(want.shape), want)
     np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("defaults", [False, True], ids=["fp32", "ncnn_defaults"])
+@pytest.mark.parametrize("shape,size,opset", POOLED_AVG_FEW, ids=POOLED_AVG_FEW_IDS)
+def test_portable_pooled_averages_keep_torchs_non_finite_values(shape, size, opset, defaults):
+    """The portable target's averages through AveragePool with the form that keeps TFLite's NaN (Neg, Max, Min,
+    Sub: lowering/avg_non_finite.py): NaN (either sign), +inf, -inf and both infinities in one window reach the
+    outputs torch's do, in float32 and with pnnx's and ncnn's fp16 defaults; 3-D pools to 1 as two 2-D pools (a 5-D
+    ReduceMean failed to load: review87)."""
+    torch = pytest.importorskip("torch")
+    x = non_finite_pool_input(shape)
+    want = getattr(torch.nn.functional, f"adaptive_avg_pool{len(size)}d")(torch.from_numpy(x), size).numpy()
+    got = ncnn_run(portable_pooled_avg(shape, size, opset), {"x": x}, fp16=defaults, ncnn_defaults=defaults)["y"]
+    assert_same_non_finite(got, want)

@@ -16,11 +16,15 @@ from helpers import (
     NON_FINITE_MAX_CASES,
     NON_FINITE_MAX_IDS,
     OLD_OPSET_AVG,
+    POOLED_AVG_FEW,
+    POOLED_AVG_FEW_IDS,
     assert_bits_equal,
     assert_same_non_finite,
     non_finite_avg_input,
     non_finite_max_input,
+    non_finite_pool_input,
     portable_max,
+    portable_pooled_avg,
 )
 from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
 from runtime_matrix import record
@@ -114,18 +118,40 @@ def test_portable_max_keeps_torchs_non_finite_values(shape, size, opset):
 
 @pytest.mark.parametrize("name", OLD_OPSET_AVG)
 def test_portable_averages_below_opset_10_keep_torchs_non_finite_values(name):
-    """The portable target's Split-cut windows below opset 10 (tests/test_runtimes.py): +inf, -inf and both
-    infinities in one window reach the outputs torch's do; a window holding a NaN comes out -inf, TFLite's
-    AVERAGE_POOL_2D's doing (the Slice-cut files from opset 10 and the exporter's AveragePool alike; review76):
-    asserted, so the test fails the day TFLite keeps the NaN."""
+    """The portable target's Split-cut windows below opset 10 (tests/test_runtimes.py): NaN (either sign), +inf,
+    -inf and both infinities in one window reach the outputs torch's do; TFLite's AVERAGE_POOL_2D alone makes -inf
+    of a NaN mean (review76), which the portable target's form takes back to NaN (PooledNanStep, review87)."""
     torch = pytest.importorskip("torch")
     (case,) = [c for c in CASES if c["name"] == name]
     _, feed, want = next(runs(case))
     model = onnxpoolfix.patch(onnx.load(FIXTURES / case["file"]), target="portable", check=False).model
     x = non_finite_avg_input(feed["x"])
     expected = torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(x), want["y"].shape[2:]).numpy()
-    got = tflite_run(model, {"x": x})["y"].reshape(expected.shape)
-    nan = np.isnan(expected)
-    assert np.isneginf(got[nan]).all(), got[nan]
-    got[nan] = np.nan
-    assert_same_non_finite(got, expected)
+    assert_same_non_finite(tflite_run(model, {"x": x})["y"], expected)
+
+
+@pytest.mark.parametrize("shape,size,opset", POOLED_AVG_FEW, ids=POOLED_AVG_FEW_IDS)
+def test_portable_pooled_averages_keep_torchs_non_finite_values(shape, size, opset):
+    """The portable target's averages through AveragePool (1-D, 2-D, 3-D as two 2-D pools, pools to 1 from
+    opset 18): TFLite's AVERAGE_POOL_2D makes -inf of a window torch makes NaN (a NaN in it, or both
+    infinities; review76, review77), and the form around it (lowering/avg_non_finite.py) makes it NaN again;
+    +inf and -inf alone stay (tests/lowering/test_portable_lost_nan.py: the same against a reference)."""
+    torch = pytest.importorskip("torch")
+    x = non_finite_pool_input(shape)
+    want = getattr(torch.nn.functional, f"adaptive_avg_pool{len(size)}d")(torch.from_numpy(x), size).numpy()
+    assert_same_non_finite(tflite_run(portable_pooled_avg(shape, size, opset), {"x": x})["y"], want)
+
+
+def test_tflite_average_pool_makes_nan_means_minus_inf():
+    """Why: the exporter's own AveragePool (a plain ``avg_pool2d``) in TFLite gives -inf where torch gives NaN;
+    asserted, so the test fails the day TFLite keeps the NaN (then PooledNanStep can go)."""
+    torch = pytest.importorskip("torch")
+    node = onnx.helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    model = onnx.helper.make_model(onnx.helper.make_graph(
+        [node], "pool", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 6, 8, 8])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)]),
+        opset_imports=[onnx.helper.make_opsetid("", 17)])
+    x = non_finite_pool_input((1, 6, 8, 8))
+    want = torch.nn.functional.avg_pool2d(torch.from_numpy(x), 2).numpy()
+    got = tflite_run(model, {"x": x})["y"].reshape(want.shape)
+    assert np.isnan(want).any() and np.isneginf(got[np.isnan(want)]).all()

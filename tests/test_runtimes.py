@@ -17,11 +17,15 @@ from helpers import (
     NON_FINITE_MAX_CASES,
     NON_FINITE_MAX_IDS,
     OLD_OPSET_AVG,
+    POOLED_AVG_CASES,
+    POOLED_AVG_IDS,
     assert_bits_equal,
     assert_same_non_finite,
     non_finite_avg_input,
     non_finite_max_input,
+    non_finite_pool_input,
     portable_max,
+    portable_pooled_avg,
 )
 from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
 from runtime_matrix import record
@@ -284,3 +288,19 @@ def test_old_opset_averages_keep_torchs_non_finite_values(name, target, runtime)
            "TVM": lambda m, f: tvm_run(m, f, symbolic=False)}[runtime]
     expected = torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(x), want["y"].shape[2:]).numpy()
     assert_same_non_finite(run(model, {"x": x})["y"], expected)
+
+
+@pytest.mark.parametrize("runtime", ["OpenVINO", "tract", pytest.param("TVM", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("shape,size,opset", POOLED_AVG_CASES, ids=POOLED_AVG_IDS)
+def test_portable_pooled_averages_keep_torchs_non_finite_values(shape, size, opset, runtime):
+    """The portable target's averages through AveragePool with the form that keeps TFLite's NaN (Neg, Max, Min,
+    Sub: lowering/avg_non_finite.py): NaN (either sign), +inf, -inf and both infinities in one window reach the
+    outputs torch's do (test_runtime_mnn.py, _ncnn.py and _tflite.py: the same there)."""
+    torch = pytest.importorskip("torch")
+    if runtime == "TVM":
+        pytest.importorskip("tvm")
+    x = non_finite_pool_input(shape)
+    run = {"OpenVINO": openvino_run, "tract": tract_run,
+           "TVM": lambda m, f: tvm_run(m, f, symbolic=False)}[runtime]
+    want = getattr(torch.nn.functional, f"adaptive_avg_pool{len(size)}d")(torch.from_numpy(x), size).numpy()
+    assert_same_non_finite(run(portable_pooled_avg(shape, size, opset), {"x": x})["y"], want)

@@ -123,12 +123,60 @@ def unguardable(ops, kind: str, target: str, opset: int) -> str | None:
     return None
 
 
-def guarded(inner: list[Step], kind: str, target: str, opset: int) -> list[Step]:
+def guarded(inner: list[Step], kind: str, target: str, opset: int, static: bool = True) -> list[Step]:
     """``inner`` wrapped in :class:`NonFiniteAvgStep` where it spreads NaN/inf: averages of the onnxruntime
     target from opset 9 (the tensorrt target's If is a conditional layer that runs both branches; the
-    portable target writes no MatMul)."""
+    portable target writes no MatMul); the portable target's averages through an AveragePool in
+    :class:`PooledNanStep` (TFLite), but below opset 8 under symbolic sizes (a batch's: Min-6 broadcasts nothing,
+    and the zero it would take has the pooled shape)."""
     if (kind == "avg" and target == "onnxruntime" and opset >= GUARD_MIN_OPSET
             and any(op in SPREADS_NON_FINITE for s in inner for op in s.ops)):
         return [NonFiniteAvgStep(tuple(inner), equal_masks=equal_nan_tests(target, opset))]
+    if (kind == "avg" and target == "portable" and any("AveragePool" in s.ops for s in inner)
+            and (static or opset >= MIN_BROADCASTS_OPSET)):
+        return [PooledNanStep(tuple(inner))]
     return inner
 
+
+#: Max and Min broadcast from this opset
+MIN_BROADCASTS_OPSET = 8
+
+
+@dataclass(frozen=True)
+class PooledNanStep(WrappedSteps):
+    """The portable target's averages through AveragePool, with torch's NaN where TFLite's AveragePool loses it.
+
+    TFLite's AVERAGE_POOL_2D (through onnx2tf) makes -inf of a window torch makes NaN, one holding a NaN or both
+    infinities (its output clamp takes -inf over a NaN); every other runtime measured gives NaN there, and
+    TFLite's ReduceMean (MEAN) too. Written without comparisons, Where or IsNaN (ncnn has no layer for them)::
+
+        Y = the mean (the inner steps)      Q = the same steps on -x      Z = Min(Max(Y, Q), 0)
+        out = Y - (Z - Z)
+
+    ``Q`` is ``-Y`` bit for bit wherever the mean is not NaN (negation commutes with every rounding of the sum
+    and the division), and in TFLite -inf where ``Y`` is a lost NaN, as ``Y`` is. So ``Z`` is +-0 where ``Y`` is
+    finite (``Min(|Y|, 0)``), +-0 where it is +-inf (``Max(Y, -Y) = +inf``), and -inf only where both are -inf:
+    TFLite's lost NaN (a window of -inf alone has ``Q = +inf``). ``Z - Z`` is +0, or NaN there, and ``Y - (+0)``
+    is ``Y``, -0.0 included. Where ``Y`` is NaN (every other runtime) ``Q`` is NaN too and ``out`` stays NaN
+    whatever Max and Min make of it. The price: the pooling twice, one pass over ``x`` and four over the
+    pooled output; no constant but 0 (int8 quantization, fp16 storage: as the plain means)."""
+
+    def cost(self, shape, itemsize):
+        """Priced as the plain means: every portable lowering through AveragePool takes this form, and the planner's
+        choice among them stays what it was. Priced at what it does (the pooling twice, the passes), it moved
+        [16,256,1000] -> 30 from one block AveragePool (1.3 ms in onnxruntime) to window ReduceMeans (168 ms;
+        review87), where the cost model misjudges the ReduceMeans."""
+        return run_cost(self.inner, shape, itemsize)
+
+    @property
+    def ops(self):
+        return self.inner_ops() + tuple(op for op in ("Neg", "Max", "Min", "Sub") if op not in self.inner_ops())
+
+    def emit(self, em, x, shape, elem):
+        y = self.plain(em, x, shape, elem)
+        q = self.plain(em, em.op("Neg", [x]), shape, elem)  # -y, or -inf with y where TFLite lost a NaN
+        out = self.out_shape(shape)
+        # Min-6 broadcasts nothing (opset 7, static there): a zero of the output's shape
+        zero = np.zeros(out if em.opset < MIN_BROADCASTS_OPSET else (), np_dtype(elem))
+        z = em.op("Min", [em.op("Max", [y, q]), em.const("zero", zero)], hint="lost_nan")
+        return em.op("Sub", [y, em.op("Sub", [z, z])], hint="nan_kept")

@@ -158,7 +158,7 @@ class Lowering:
                 and any(op in NON_FINITE_UNSAFE_MAX for s in inner for op in s.ops)):
             inner = [NonFiniteMaxStep(tuple(inner), lazy=spec.target == "onnxruntime",  # NaN/-inf as torch
                                       equal_masks=equal_nan_tests(spec.target, spec.opset))]
-        inner = guarded(inner, spec.kind, spec.target, spec.opset)
+        inner = guarded(inner, spec.kind, spec.target, spec.opset, all(isinstance(d, int) for d in spec.input_shape))
         work = compute_dtype(spec)
         if work != spec.dtype:
             return [CastStep(work)] + inner + [CastStep(spec.dtype)]

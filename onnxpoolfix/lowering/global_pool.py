@@ -2,11 +2,15 @@
 
 ReduceMean/ReduceMax over the pooled axes (keepdims) rather than GlobalAveragePool: measured faster in
 onnxruntime, valid for any input rank (unbatched too), and with float64 kernels. The portable target's takes a
-pooling op where pnnx gets the Reduce wrong for ncnn (:func:`~.base.reduce_whole`).
+pooling op where pnnx gets the Reduce wrong for ncnn (:func:`~.base.reduce_whole`), and its static batched 3-D
+pools are two 2-D ones (:mod:`.separable`, each axis pooled to 1 one window spanning it): ncnn fails to load a
+5-D ReduceMean (``layer load_param 1 mean_0 failed``; pnnx keeps a 5-D input where it finds no pooling op, which
+ncnn's Mat cannot hold; review87), as it does the 5-D window Slices.
 """
 from __future__ import annotations
 
 from .base import Lowering, axis_windows, reduce_whole
+from .window_slices import separable, separable_step
 
 
 class GlobalLowering(Lowering):
@@ -23,5 +27,7 @@ class GlobalLowering(Lowering):
         return f"axis {bad[0]} has output size > 1" if bad else None
 
     def _steps(self, spec):
+        if separable(spec):
+            return [separable_step(spec, "ReduceMean" if spec.kind == "avg" else "ReduceMax")]
         axes = tuple(a.axis for a in axis_windows(spec) if not a.keep)
         return reduce_whole(spec, axes)

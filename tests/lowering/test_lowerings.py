@@ -163,8 +163,10 @@ def test_lowering(case, dtype):
     assert required <= ops, ops
     guarded = kind == "avg" and target == "onnxruntime" and "MatMul" in required
     max_guard = ARITH_NAN_GUARD if target == "portable" else NAN_GUARD
+    # the portable target's averages through AveragePool: TFLite's lost NaN taken back (avg_non_finite.PooledNanStep)
+    lost_nan = {"Neg", "Max", "Min", "Sub"} if kind == "avg" and target == "portable" and "AveragePool" in ops else set()
     allowed = (required | GLUE | (max_guard if kind == "max" else set()) | (ARGMAX if name == "argmax" else set())
-               | (AVG_GUARD if guarded else set()))
+               | (AVG_GUARD if guarded else set()) | lost_nan)
     assert ops <= allowed, ops - allowed
     assert ("If" in ops) == (guarded or (kind == "max" and "If" in ops))
     assert rep.ops == op_types(out.graph.node)  # the If branches' nodes too

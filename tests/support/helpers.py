@@ -228,13 +228,15 @@ NCNN_LACKS = frozenset({"Gather", "GatherElements", "Equal", "Less", "Greater", 
 #: non-uniform 2-D (window ReduceMaxes; from opset 18, whose ReduceMax takes its axes as an input, runs of MaxPools),
 #: uniform 2-D (a MaxPool), 1-D, 3-D (two 2-D pools: ReduceMaxes; from opset 18 MaxPools), axes pooled to 1
 #: (a MaxPool spanning them: pnnx converts no ReduceMax over two axes, nor one from opset 18), and a 3-D integer
-#: upsample (a copy: two 4-D Resizes, review81)
+#: upsample (a copy: two 4-D Resizes, review81), 3-D pools to 1 (two 2-D pools: a 5-D ReduceMax fails to load in
+#: ncnn, review87)
 NON_FINITE_MAX_CASES = [((1, 6, 8, 9), (5, 7), 17), ((1, 6, 8, 9), (5, 7), 18), ((1, 6, 7, 7), (3, 3), 17),
                         ((1, 6, 11), (4,), 17), ((1, 6, 11), (4,), 21), ((1, 6, 4, 5, 6), (2, 3, 4), 17),
                         ((1, 6, 8, 9), (1, 1), 17), ((1, 6, 8, 9), (5, 1), 18), ((1, 6, 4, 5, 6), (2, 3, 4), 18),
-                        ((1, 6, 2, 3, 4), (4, 6, 8), 17)]
+                        ((1, 6, 2, 3, 4), (4, 6, 8), 17), ((1, 6, 4, 5, 6), (1, 1, 1), 17),
+                        ((1, 6, 4, 5, 6), (4, 1, 1), 18)]
 NON_FINITE_MAX_IDS = ["2d", "2d_opset18", "2d_uniform", "1d", "1d_opset21", "3d", "global", "2d_to_one_opset18",
-                      "3d_opset18", "3d_upsample"]
+                      "3d_opset18", "3d_upsample", "3d_global", "3d_to_one_opset18"]
 #: the channel of :func:`non_finite_max_input` whose every window's maximum is -3e38 (MNN's MaxPool: -2^24)
 BELOW_MNN_MAXPOOL = 5
 
@@ -270,7 +272,8 @@ def portable_max(shape, size, opset: int) -> onnx.ModelProto:
     # every changed axis an integer upsample: a copy (a static 3-D pool's as two 4-D Resizes: window Slices of length
     # 1 alone give pnnx no pooling op to drop the batch at, and ncnn fails to load them)
     upsample = all(m % n == 0 for n, m in zip(ins, size)) and any(m > n for n, m in zip(ins, size))
-    strategy = "global" if set(size) == {1} else "pool" if uniform else "resize" if upsample else "window_slices"
+    to_one = all(m in (1, n) for n, m in zip(ins, size))  # every changed axis pooled to 1
+    strategy = "global" if to_one else "pool" if uniform else "resize" if upsample else "window_slices"
     return onnxpoolfix.patch(make_leftover("max", shape, size, opset=opset), target="portable",
                              strategy=strategy).model
 
@@ -298,3 +301,46 @@ def assert_same_non_finite(got: np.ndarray, want: np.ndarray) -> None:
         np.testing.assert_array_equal(test(got), test(want), err_msg=f"{what} positions differ")
     finite = np.isfinite(want)
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-6)
+
+
+def non_finite_pool_input(shape, seed: int = 0) -> np.ndarray:
+    """What the portable averages' NaN handling is tested on (any rank): channel 0 normal numbers with NaN of either
+    sign, +inf and -inf scattered, a NaN with the sign bit (x86's ``inf - inf``) in the first window and both
+    infinities in the last; 1, -inf alone; 2, +inf alone; 3, -0.0; the others normal numbers."""
+    g = np.random.default_rng(seed)
+    x = g.standard_normal(shape).astype(np.float32)
+    r = g.random(shape[2:])
+    x[0, 0][r < 0.06] = np.nan
+    x[0, 0][(r >= 0.06) & (r < 0.09)] = np.uint32(0xFFC00000).view(np.float32)
+    x[0, 0][(r >= 0.09) & (r < 0.2)] = np.inf
+    x[0, 0][(r >= 0.2) & (r < 0.32)] = -np.inf
+    x[0, 0].flat[0] = np.uint32(0xFFC00000).view(np.float32)
+    x[0, 0].flat[-2:] = -np.inf, np.inf
+    x[0, 1], x[0, 2], x[0, 3] = -np.inf, np.inf, -0.0
+    return x
+
+
+#: (input shape, output size, opset) of every portable average form with an AveragePool (whose NaN mean TFLite
+#: makes -inf: lowering/avg_non_finite.py, PooledNanStep): 1-D and 2-D runs (Slice cuts; Split below opset 10),
+#: uniform windows (one AveragePool), axes averaged to 1 from opset 18 (a pool spanning them), a uniform axis beside
+#: runs (mixed), a non-integer upsample, 3-D as two 2-D pools, 3-D pools to 1 (two 2-D pools too: ncnn)
+POOLED_AVG_CASES = [((1, 6, 11), (4,), 17), ((1, 6, 11), (4,), 21), ((1, 6, 12), (4,), 17), ((1, 6, 11), (1,), 18),
+                    ((1, 6, 8, 9), (5, 7), 7), ((1, 6, 8, 9), (5, 7), 9), ((1, 6, 8, 9), (5, 7), 11),
+                    ((1, 6, 8, 9), (5, 7), 17), ((1, 6, 8, 9), (5, 7), 18), ((1, 6, 8, 8), (4, 4), 17),
+                    ((1, 6, 8, 9), (1, 1), 18), ((1, 6, 8, 9), (5, 1), 18), ((1, 6, 8, 9), (4, 7), 17),
+                    ((1, 6, 4, 5), (6, 6), 17), ((1, 6, 4, 5, 6), (2, 3, 4), 17), ((1, 6, 4, 5, 6), (2, 3, 4), 18),
+                    ((1, 6, 4, 6, 8), (2, 3, 4), 17), ((1, 6, 4, 5, 6), (1, 3, 4), 17), ((1, 6, 4, 5, 6), (1, 1, 1), 17),
+                    ((1, 6, 4, 5, 6), (1, 1, 1), 18), ((1, 6, 4, 5, 6), (4, 1, 1), 17), ((1, 6, 4, 5, 6), (1, 5, 6), 17)]
+POOLED_AVG_IDS = [f"{'x'.join(map(str, i[2:]))}_to_{'x'.join(map(str, s))}_opset{o}" for i, s, o in POOLED_AVG_CASES]
+#: the few of them the slow runtimes (a conversion each) run: 1-D, 2-D below opset 10, 2-D runs, uniform, to one
+#: from opset 18, 3-D, and 3-D pools to 1
+POOLED_AVG_FEW = [POOLED_AVG_CASES[i] for i in (0, 3, 5, 8, 9, 11, 14, 18, 20)]
+POOLED_AVG_FEW_IDS = [POOLED_AVG_IDS[i] for i in (0, 3, 5, 8, 9, 11, 14, 18, 20)]
+
+
+def portable_pooled_avg(shape, size, opset: int) -> onnx.ModelProto:
+    """One average pooling node patched for the portable target (each of :data:`POOLED_AVG_CASES` writes an
+    AveragePool)."""
+    import onnxpoolfix
+
+    return onnxpoolfix.patch(make_leftover("avg", shape, size, opset=opset), target="portable").model

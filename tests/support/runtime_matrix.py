@@ -69,4 +69,15 @@ def render(records) -> str:
         lines.append(f"| {f} | " + " | ".join(row) + " |")
     lines += ["", "| mark | meaning |", "|---|---|"]
     lines += [f"| {_SHORT[v]} | {meaning} |" for v, meaning in LEGEND.items()]
+    lines += ["", NON_FINITE]
     return "\n".join(lines) + "\n"
+
+
+#: what the cells do not say (the saved inputs are finite), written below the legend
+NON_FINITE = ("NaN and infinities: the saved inputs are finite. With a NaN (either sign), +inf, -inf and both "
+              "infinities placed in its windows, the portable target's averages (1-D, 2-D, 3-D, opsets 7 to 21) and "
+              "max pooling reach the outputs torch's do in every runtime above, TFLite included (its AveragePool "
+              "makes -inf of a NaN mean; the portable target's form takes it back to NaN, review87), the max bit for "
+              "bit but MNN's MaxPool start (docs/targets.md; tests/test_runtime*.py, "
+              "tests/lowering/test_portable_lost_nan.py). The default and tensorrt targets' AveragePools make such "
+              "windows -inf in TFLite.")
