@@ -191,11 +191,14 @@ def _once(name: str, target) -> bool:
     return sum(isinstance(t, ast.Name) and t.id == name for t in ast.walk(target)) == 1
 
 
-def fixed_names(tree) -> dict[int, frozenset[str]]:
+def fixed_names(tree, end: int | None = None) -> dict[int, frozenset[str]]:
     """Per call (by ``id``), the names fixed where it is: those a comprehension around it binds over the
     module's attributes or literals (``[F.adaptive_avg_pool2d(x, s) for s in self.bins]``, ``for i, s in
     enumerate((1, 2, 3, 6))``), in Python's scopes (a comprehension's name is its own; the same name outside it
-    is the variable's). A zip with other iterables fixes nothing (which target holds what, only order says)."""
+    is the variable's). A zip with other iterables fixes nothing (which target holds what, only order says).
+    ``end``: where the line's own text ends in ``tree`` (:func:`.metadata.parse_line`); a comprehension that goes
+    on past it fixes nothing: its iterable (``for s in (`` closed as ``()``, or ``for s in`` completed with
+    ``None``) or a further ``for`` is on the next line (review88: read as literals, exit 0 and OUT wrong)."""
     out: dict[int, frozenset[str]] = {}
 
     def visit(n, fixed: frozenset[str]) -> None:
@@ -203,11 +206,13 @@ def fixed_names(tree) -> dict[int, frozenset[str]]:
             out[id(n)] = fixed
         if isinstance(n, _SCOPES):
             inner = set(fixed)
+            cut = end is not None and (n.end_lineno, n.end_col_offset) > (1, end)
             for gen in n.generators:
                 visit(gen.iter, frozenset(inner))
                 names = {t.id for t in ast.walk(gen.target) if isinstance(t, ast.Name)}
                 used = [getattr(n, f, None) for f in ("elt", "key", "value")] + [c for g in n.generators for c in g.ifs]
-                inner = (inner - names) | _loop_fixed(gen, [u for u in used if u is not None], frozenset(inner))
+                inner = (inner - names) | (set() if cut else _loop_fixed(gen, [u for u in used if u is not None],
+                                                                         frozenset(inner)))
                 for cond in gen.ifs:
                     visit(cond, frozenset(inner))
             for part in (getattr(n, "elt", None), getattr(n, "key", None), getattr(n, "value", None)):

@@ -6,6 +6,7 @@ only where one adaptive reading of a known output size is left, stays where one 
 suspect with why (refused unless allowed) otherwise."""
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, replace
 from itertools import product
 from math import prod
@@ -19,6 +20,7 @@ from ...graph.shapes import SUPPORTED_DTYPES
 from ...spec import InputDim, PoolNode, PoolSpec
 from ..base import EXPORT, STRIPPED, TRACED, FrontEndResult, Region, Suspect
 from ..exporter_pools import adaptive_sizes
+from . import metadata as source_lines
 from .contradiction import contradiction_hint
 from .crops import DROPPED_CROP, dropped_crop
 from .dataflow import ENCODING, DataflowGraph
@@ -168,13 +170,25 @@ def _hidden_calls(g: DataflowGraph, sites: list[_Site], modules, pools: set) -> 
         line, made = source_line(g.nodes[sites[members[0]].index], modules), len(members) + others.count(key)
         # (a global pool, output size 1 on every axis, leaves a ReduceMean, no frozen node: not counted)
         shown = [c for c in (line.calls if line else ()) if not (c.size and all(m == 1 for m in c.size))]
-        if line is None or made <= len(shown) or line.loops:
+        if line is None or line.loops or (made <= len(shown) and not _branch_continued(line.text)):
             continue
         hidden = Reading(UNKNOWN, f"its source line made {made} pooling nodes and shows "
                                   f"{len(shown)} pooling call(s): a call on it hides a pool: {line.text[:100]}")
         for i in members:
             out[i] = replace(sites[i], readings=[*sites[i].readings, hidden])
     return out
+
+
+def _branch_continued(text: str) -> bool:
+    """A line that goes on past its end (a bracket left open) and calls something in one branch of ``a if c else
+    b``: the call that does not run counts as shown, and a comprehension opened on the line (``+ [`` with its body
+    on the next line: Python 3.11 records the line it opens on) may hide a pool there (review88 F2)."""
+    if (parsed := source_lines.parse_line(text)) is None:
+        return False
+    tree, end = parsed
+    goes_on = any(getattr(n, "end_col_offset", 0) > end for n in ast.walk(tree))
+    branches = [n for n in ast.walk(tree) if isinstance(n, ast.IfExp)]
+    return goes_on and any(isinstance(c, ast.Call) for n in branches for c in ast.walk(n))
 
 
 #: combinations of readings tried per pooled tensor (a count, never seconds: the same file, the same verdict)

@@ -180,7 +180,7 @@ def _read_line(text: str, children: frozenset[str]) -> SourceLine | None:
         return None
     tree, end = parsed
     calls, opaque, other, lookalike = [], False, False, ""
-    fixed = fixed_names(tree)
+    fixed = fixed_names(tree, end)
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     built = {id(x) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Call)
              and _MODULE_CALL.match(_name(n.func)) for x in (n, n.func)}
@@ -219,7 +219,7 @@ def _inline_modules(line: str) -> tuple[PoolCall, ...] | None:
     parsed = parse_line(line)
     if parsed is None:
         return None
-    calls, fixed = [], fixed_names(parsed[0])  # ``[nn.AdaptiveAvgPool2d(b)(x) for b in (2, 3)]``: b as F's calls
+    calls, fixed = [], fixed_names(*parsed)  # ``[nn.AdaptiveAvgPool2d(b)(x) for b in (2, 3)]``: b as F's calls
     for n in ast.walk(parsed[0]):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Call):
             m = _MODULE_CALL.match(_name(n.func))
