@@ -56,3 +56,25 @@ def test_the_evaluator_loses_nan_as_tflite_does():
     want = torch.nn.functional.avg_pool2d(torch.from_numpy(x), 2).numpy()
     got = ReferenceEvaluator(model, new_ops=[AveragePool]).run(None, {"x": x})[0]
     assert np.isnan(want).any() and np.isneginf(got[np.isnan(want)]).all()
+
+
+@pytest.mark.parametrize("shape,size,opset", [(("N", 6, 8, 9), (5, 7), 17), (("N", "C", 11), (4,), 18),
+                                              (("N", 6, 4, 5, 6), (2, 3, 4), 17), (("N", 6, 8, 9), (1, 1), 18)],
+                         ids=["2d_runs", "1d_n_c", "3d", "2d_to_one"])
+def test_symbolic_batch_keeps_nan_at_every_batch(shape, size, opset):
+    """The form under symbolic N (and C): one file, run at several batches and channel counts, in onnxruntime and
+    through the AveragePool that loses NaN, against torch."""
+    import onnxruntime as ort
+    from helpers import make_leftover
+
+    import onnxpoolfix
+
+    model = onnxpoolfix.patch(make_leftover("avg", shape, size, opset=opset), target="portable").model
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n, c in [(1, 6), (3, 6), (2, 5)]:
+        x = non_finite_pool_input(tuple(n if d == "N" else c if d == "C" else d for d in shape))
+        want = getattr(torch.nn.functional, f"adaptive_avg_pool{len(size)}d")(torch.from_numpy(x), size).numpy()
+        assert_same_non_finite(session.run(None, {"x": x})[0], want)
+        with np.errstate(invalid="ignore"):
+            assert_same_non_finite(ReferenceEvaluator(model, new_ops=[AveragePool]).run(None, {"x": x})[0], want)
+    assert "Neg" in {n.op_type for n in model.graph.node}  # the form this is about
