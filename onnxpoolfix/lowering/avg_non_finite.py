@@ -115,9 +115,17 @@ GUARD_MIN_OPSET = 9
 
 
 def unguardable(ops, kind: str, target: str, opset: int) -> str | None:
-    """Why the onnxruntime target does not take average steps writing ``ops`` below opset 9, or None: their
-    MatMul would carry a NaN or inf beyond its windows with nothing to keep it there (the window sums do not)."""
-    if kind == "avg" and target == "onnxruntime" and opset < GUARD_MIN_OPSET and set(ops) & SPREADS_NON_FINITE:
+    """Why a target does not take average steps writing ``ops``, or None: their MatMul would carry a NaN or inf
+    beyond its windows with nothing to keep it there (the window sums and pooling ops do not). The onnxruntime
+    target guards it from opset 9. The tensorrt target never: TensorRT's If is a conditional layer that runs both
+    branches, and a TensorRT build computes a float32 MatMul in TF32 unless told otherwise (BuilderFlag.TF32 is
+    on by default: inputs rounded to 10-bit mantissas), where its pooling and reduction layers stay float32."""
+    if kind != "avg" or not set(ops) & SPREADS_NON_FINITE:
+        return None
+    if target == "tensorrt":
+        return ("a MatMul carries a NaN or inf beyond its windows, and TensorRT computes it in TF32 by default "
+                "(the tensorrt target writes averages as pooling and reductions)")
+    if target == "onnxruntime" and opset < GUARD_MIN_OPSET:
         return needs_opset(GUARD_MIN_OPSET, f"a MatMul carries a NaN or inf beyond its windows, and its guard needs "
                                             f"opset {GUARD_MIN_OPSET} (Where), the model has {opset}")
     return None

@@ -142,7 +142,7 @@ class Lowering:
             missing = ops - SUPPORTED_OPS
             if missing:
                 return f"TensorRT's ONNX parser does not support {', '.join(sorted(missing))}"
-            return tensorrt_rejection(self, spec)
+            return unguardable(ops, spec.kind, spec.target, spec.opset) or tensorrt_rejection(self, spec)
         return None
 
     def _check(self, spec: PoolSpec) -> str | None:

@@ -286,9 +286,8 @@ class WindowSlicesLowering(Lowering):
     # rest refused with the opset that would do: below_slice_inputs)
     #: the default target takes its static averages where they are estimated faster than the MatMuls (large
     #: planes: issue 33, benchmarks/RESULTS.md); exact with no If and no weights, so that file runs in ncnn/TFLite too
-    targets = frozenset({"portable", "onnxruntime"})
-    other_targets_reason = (f"for {TARGET_PORTABLE} (no Range or runtime matrices); the dynamic lowering runs "
-                            "faster in onnxruntime")
+    #: the tensorrt target takes its averages, static and symbolic: pooling and reductions, no MatMul (TF32)
+    targets = frozenset({"portable", "onnxruntime", "tensorrt"})
 
     def check(self, spec):
         """The default target's restriction first: a reason about the opset would offer an opset it does not
@@ -298,6 +297,8 @@ class WindowSlicesLowering(Lowering):
             return (f"for {TARGET_PORTABLE} (no Range or runtime matrices, max pooling without comparisons); the "
                     f"default target takes it for static averages that shrink or unevenly stretch some axis, where "
                     f"it was measured (symbolic sizes: the dynamic lowering runs faster in onnxruntime)")
+        if spec.target == "tensorrt" and spec.kind != "avg":
+            return "the tensorrt target's max pooling keeps MaxPool, ReduceMax and Gathers"
         return super().check(spec)
 
     def _check(self, spec):
@@ -307,7 +308,7 @@ class WindowSlicesLowering(Lowering):
         for a, size in zip(axis_windows(spec), spec.node.output_size):
             if isinstance(size, RuntimeDim):
                 return (f"the output size of axis {a.axis} is computed from the input's size at run time; the "
-                        f"portable target needs a constant one")
+                        f"window Slices need a constant one")
             if not a.keep and a.m > MAX_WINDOWS:
                 return f"axis {a.axis} has {a.m} windows (at most {MAX_WINDOWS} are cut as Slices)"
         return None

@@ -6,7 +6,6 @@ and a NaN or inf reaches only its own windows, as in torch. onnxruntime runs the
 """
 from __future__ import annotations
 
-from ..words import TARGET_PORTABLE
 from .avg_non_finite import GUARD_MIN_OPSET
 from .base import Lowering, axis_windows, compute_dtype, itemsize
 from .matmul import cheapest_order
@@ -19,9 +18,7 @@ class WindowSumLowering(Lowering):
     name = "window_sum"
     summary = "per changed axis: Gather of the window table, ReduceSum, Div by the window lengths"
     kinds = frozenset({"avg"})
-    targets = frozenset({"portable", "onnxruntime"})
-    other_targets_reason = (f"for {TARGET_PORTABLE} (no weights to quantize, NaN kept in its windows); MatMul runs "
-                            "faster in onnxruntime")
+    targets = frozenset({"portable", "onnxruntime", "tensorrt"})
 
     def _check(self, spec):
         if spec.target == "onnxruntime" and spec.opset >= GUARD_MIN_OPSET:

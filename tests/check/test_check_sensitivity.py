@@ -112,8 +112,26 @@ def test_an_average_spreading_nan_below_opset_9_fails_the_check(opset):
     m = make_leftover("avg", [1, 3, 11, 13], (4, 5), opset=opset)
     specs = resolve_specs(m, find_pool_nodes(m.graph), opset=opset, target="onnxruntime")
     assert _passes(onnxpoolfix.patch(m).model, specs)
-    spreading = onnxpoolfix.patch(m, strategy="matmul", target="tensorrt", check=False).model
-    assert not _passes(spreading, specs)
+    assert not _passes(_unguarded_matmul_pool([1, 3, 11, 13], (4, 5), opset), specs)
+
+
+def _unguarded_matmul_pool(shape, size, opset):
+    """x -> P_H @ x @ P_W^T -> y: the average as two MatMuls against its pooling matrices (torch's windows,
+    written here from the formula), with nothing keeping a NaN or inf in its windows."""
+    def matrix(n, m):
+        p = np.zeros((m, n), np.float32)
+        for i in range(m):
+            start, end = i * n // m, -(-(i + 1) * n // m)
+            p[i, start:end] = 1 / (end - start)
+        return p
+
+    ph, pwt = matrix(shape[-2], size[0]), matrix(shape[-1], size[1]).T
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("MatMul", ["ph", "x"], ["t"]), onnx.helper.make_node("MatMul", ["t", "pwt"], ["y"])],
+        "unguarded", [onnx.helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [onnx.helper.make_tensor_value_info("y", TensorProto.FLOAT, [*shape[:-2], *size])],
+        [numpy_helper.from_array(ph, "ph"), numpy_helper.from_array(pwt, "pwt")])
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
 
 
 # ---- the indices output ----------------------------------------------------------------------------------

@@ -159,14 +159,31 @@ def test_below_opset_11_the_guard_tests_without_isnan(opset, strategy, shape, si
         np.testing.assert_allclose(got, torch_pool(x, s), rtol=1e-5, atol=1e-6)
 
 
-def test_the_tensorrt_target_still_spreads_a_nan():
-    """No guard there (TensorRT's If runs both branches): the limitation docs/targets.md names, measured."""
-    shape, size = (1, 2, 8, 9), (5, 7)
-    res = onnxpoolfix.patch(make_leftover("avg", shape, size), strategy="matmul", target="tensorrt")
-    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    x[0, 0, 0, 0] = np.nan
-    (got,) = ort_run(res.model, {"x": x})
-    assert np.isnan(got).sum() > np.isnan(torch_pool(x, size)).sum() == 1
+TENSORRT_CASES = [(shape, size, opset) for _, shape, size in CASES for opset in (9, 17)] + [
+    ((1, 3, 1000), (30,), 13),  # long 1-D windows
+    ((2, 3, 130, 7), (65, 3), 17),  # more than 64 windows on H: window sums
+    ((1, "C", "H", "W"), (5, 7), 17),  # symbolic: windows from the input's shape
+    ((1, 2, "H", 9), (4, 7), 18),  # one symbolic axis, opset 18 (Reduce axes as inputs)
+]
+
+
+@pytest.mark.parametrize("shape,size,opset", TENSORRT_CASES, ids=lambda v: "x".join(map(str, v)) if isinstance(
+    v, tuple) else str(v))
+def test_the_tensorrt_target_keeps_nan_and_inf_in_their_windows_without_a_matmul(shape, size, opset):
+    """The tensorrt target has no guard (TensorRT's If is a conditional layer that runs both branches), and a
+    TensorRT build computes a float32 MatMul in TF32 by default: its averages are pooling and reductions, no
+    MatMul, and NaN of either sign, +inf, -inf and windows holding both reach torch's outputs."""
+    res = onnxpoolfix.patch(make_leftover("avg", shape, size, opset=opset), target="tensorrt")
+    assert "MatMul" not in _deep_ops(res.model.graph) and "If" not in _deep_ops(res.model.graph)
+    for seed, at in enumerate(((1, 3, 8, 9), (2, 5, 13, 9), (1, 3, 6, 9)) if isinstance(shape[-1], str) or
+                              isinstance(shape[-2], str) else (shape,)):
+        at = tuple(a if isinstance(d, str) else d for a, d in zip(at[-len(shape):], shape))
+        x = _signed_nans(sprinkled(at, seed))
+        (got,) = ort_run(res.model, {"x": x})
+        same_non_finite(got, torch_pool(x, size))
+    with pytest.raises(onnxpoolfix.UnsupportedNodeError):  # a MatMul is refused there, asked for or not
+        onnxpoolfix.patch(make_leftover("avg", (1, 2, 8, 9), (5, 7), opset=opset), target="tensorrt",
+                          strategy="matmul")
 
 
 # ---- the weights -----------------------------------------------------------------------------------------

@@ -104,7 +104,7 @@ def patched(case, target: str, **kw) -> onnx.ModelProto:
     return onnxpoolfix.patch(onnx.load(FIXTURES / case["file"]), target=target, **kw).model
 
 
-TARGETS = ["portable", "onnxruntime"]
+TARGETS = ["portable", "onnxruntime", "tensorrt"]
 
 
 def assert_same_non_finite_and_close(got, want, rtol):

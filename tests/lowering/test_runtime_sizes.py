@@ -108,7 +108,16 @@ def test_empty_output_where_torch_computes_size_zero(exported):
     assert got.shape == (1, 3, 0, 2)
 
 
-@pytest.mark.parametrize("name", ["area2d_0.625", "max2d_h3p1_5_indices", "max2d_h3p1_5", "avg3d"])
+@pytest.mark.parametrize("name", ["area2d_0.625", "avg3d"])
+def test_runtime_output_size_tensorrt_target_average_is_refused_with_the_remedy(name, exported):
+    """The tensorrt target's averages are pooling and reductions (a MatMul spreads NaN and runs in TF32 in a
+    TensorRT build), whose windows need a constant output size: refused, the remedy binding the input's sizes."""
+    with pytest.raises(onnxpoolfix.UnsupportedNodeError) as err:
+        onnxpoolfix.patch(exported[name], target="tensorrt")
+    assert err.value.exit_code == 4 and "input_shapes" in err.value.hint
+
+
+@pytest.mark.parametrize("name", ["max2d_h3p1_5_indices", "max2d_h3p1_5"])
 def test_runtime_output_size_tensorrt_target(name, exported):
     module, _, shapes = CASES[name]
     result = onnxpoolfix.patch(exported[name], target="tensorrt")

@@ -24,9 +24,7 @@ LEGEND = {
     "quantized within the bar": "onnxruntime's quantize_dynamic / quantize_static of the file: its error at most "
                                 "1.5x the plain dynamo export's quantized, or 1e-2 where dynamo cannot export "
                                 "the module (issue 33's bar; tests/lowering/test_portable.py, "
-                                "test_quantized_fixtures.py). Averages: the default and portable targets (the "
-                                "tensorrt target's constant 1/len matrices are quantized: docs/targets.md); "
-                                "max pooling and the networks: every target",
+                                "test_quantized_fixtures.py), every target",
 }
 _SHORT = {"exact": "✓", "exact, bound": "✓ b", "exact, bound; symbolic refused": "✓ b*", "refused": "✗",
           "wrong at a size": "✗ size", "runtime bug at a size": "✓ bug", "batch > 1": "n/a",

@@ -156,9 +156,9 @@ def test_the_settings_it_imposes_are_accepted_when_repeated(torch_mod, tmp_path:
 @pytest.mark.torch
 def test_export_passes_strategy_and_target(torch_mod, tmp_path: Path) -> None:
     report = onnxpoolfix.export(_module(torch_mod), (torch_mod.randn(1, 3, 8, 9),), tmp_path / "m.onnx",
-                                dynamo=False, strategy="kronecker", target="tensorrt", opset_version=18)
+                                dynamo=False, strategy="window_slices", target="tensorrt", opset_version=18)
     assert report.target == "tensorrt" and report.opset == 18
-    assert [n.lowering for n in report.nodes] == ["kronecker"]
+    assert [n.lowering for n in report.nodes] == ["window_slices"]
 
 
 @pytest.mark.torch
