@@ -18,6 +18,7 @@ import onnx
 
 from ...graph import attributes
 from .dataflow import DataflowGraph
+from .frozen_readings import window_attrs
 from .selections import constant_ints
 
 
@@ -96,9 +97,5 @@ def _unit_max_pool(node: onnx.NodeProto, pool: onnx.NodeProto) -> bool:
     if node.op_type != "MaxPool" or node.domain not in ("", "ai.onnx") or list(node.input[:1]) != list(pool.input[:1]):
         return False
     k = len(attributes(pool).get("kernel_shape", []))
-    attrs = attributes(node)
-    pad = attrs.get("auto_pad", b"NOTSET")
-    return (len(node.output) > 1 and bool(node.output[1]) and list(attrs.get("kernel_shape", [])) == [1] * k
-            and list(attrs.get("strides", [1] * k)) == [1] * k and not any(attrs.get("pads", []))
-            and list(attrs.get("dilations", [1] * k)) == [1] * k and pad in (b"NOTSET", "NOTSET")
-            and not attrs.get("storage_order", 0))
+    return (len(node.output) > 1 and bool(node.output[1]) and window_attrs(node) == ([1] * k, [1] * k)
+            and not attributes(node).get("storage_order", 0))

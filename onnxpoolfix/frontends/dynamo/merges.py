@@ -29,8 +29,8 @@ import re
 
 import onnx
 
-from ...graph import attributes
 from ..base import EXPORT, FrontEndResult, Suspect
+from .frozen_readings import window_attrs
 
 __all__ = ["drop_merged"]
 
@@ -63,9 +63,11 @@ def drop_merged(graph: onnx.GraphProto, findings: FrontEndResult) -> None:
         return None if merged is None or _shared_below(merged, result, cone, lost, producer) else merged
 
     taken = {s.node.output for s in findings.specs} | {s.result for s in findings.suspects}
+    # only pools torch's decomposition writes (window_attrs): a merge joins identical calls, so a pool of other
+    # windows (VoVNet's MaxPool2d(3, 2, ceil_mode=True)) never had an adaptive call merged into it (review49 F2)
     kept = [(n.output[0], "metadata: the exporter's " + n.op_type) for n in graph.node
             if n.op_type in ("AveragePool", "MaxPool") and n.output and n.output[0] not in taken
-            and any(p.key == _FX_NODE for p in n.metadata_props) and _adaptive_windows(n)]
+            and any(p.key == _FX_NODE for p in n.metadata_props) and window_attrs(n) is not None]
     # a spec whose pooled axes the file fixes is right at every size the file takes, a twin merged into it too
     varies = [(s.node.output, s.node.evidence or "") for s in findings.specs
               if not all(isinstance(d, int) for d in s.input_shape[len(s.input_shape) - s.node.rank:])]
@@ -81,20 +83,6 @@ def drop_merged(graph: onnx.GraphProto, findings: FrontEndResult) -> None:
             f"after it reads '{merged}' where the exported program read a value the merge removed): another adaptive "
             "call with the same windows there may stand behind it, whose output size is not in the file",
             True, "only at the size the model was exported at", EXPORT))
-
-
-def _adaptive_windows(n: onnx.NodeProto) -> bool:
-    """Whether torch's decomposition of an adaptive pool could have written this pool: it writes one only where the
-    sizes divide, ``avg_pool2d(x, kernel, stride)`` / ``max_pool2d(x, kernel)`` with kernel = stride = n / m, no
-    padding, no ceil mode, no dilation. A merge joins identical calls only, so a pool of other windows (VoVNet's
-    ``MaxPool2d(3, 2, ceil_mode=True)``) never had an adaptive call merged into it (review49 F2)."""
-    a = attributes(n)
-    kernel = list(a.get("kernel_shape") or [])
-    strides = list(a.get("strides") or [1] * len(kernel))
-    auto_pad = a.get("auto_pad", "NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
-    return (bool(kernel) and kernel == strides and not any(a.get("pads") or []) and not a.get("ceil_mode", 0)
-            and all(d == 1 for d in (a.get("dilations") or [])) and auto_pad in ("NOTSET", ""))
 
 
 def _stand_ins(graph: onnx.GraphProto, inside: frozenset[str]) -> set[str]:
