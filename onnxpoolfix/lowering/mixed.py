@@ -22,7 +22,7 @@ from .steps import (
     run_cost,
 )
 from .sum_steps import WindowSumStep
-from .window_slices import WindowSlicesStep, pool_windows, separable, slices_fit
+from .window_slices import WEIGHTLESS, WindowSlicesStep, pool_windows, separable, slices_fit
 
 
 class _PerAxis(Lowering):
@@ -30,7 +30,7 @@ class _PerAxis(Lowering):
     refuses_copies = True
 
     def _general_steps(self, spec, a):
-        if self.general_method == "matmul" and spec.target == "portable":  # no weights; NaN kept in place
+        if self.general_method == "matmul" and spec.target in WEIGHTLESS:  # no weights; NaN kept in place
             if slices_fit(spec):  # Slices over Gathers: ncnn has no Gather layer
                 return [WindowSlicesStep(a.axis, a.n, a.m, "ReduceMean", pool_windows(spec, a.axis, a.n))]
             return [WindowSumStep(a.axis, a.n, a.m)]

@@ -265,14 +265,16 @@ def slices_fit(spec) -> bool:
 
 #: Slice takes its bounds as inputs from this opset; before, static windows are cut by Split (:func:`split_cut`)
 SLICE_INPUTS_OPSET = 10
+#: the targets whose averages take no MatMul against a pooling matrix (docs/targets.md, docs/tensorrt.md)
+WEIGHTLESS = frozenset({"portable", "tensorrt"})
 
 
 def below_slice_inputs(spec) -> str | None:
     """Why window_slices does not apply below opset 10, or None: symbolic bounds need Slice's inputs, and max
-    pooling's NaN test without IsNaN (ncnn, MNN) opset 11. The portable target's static averages are cut by
-    Split there; the default target keeps its window sums (onnxruntime: [1,512,10,10] -> 7x7 at opset 8, 78 us
-    as window sums, 284 us as Split cuts; review76)."""
-    if spec.opset >= SLICE_INPUTS_OPSET or (spec.kind == "avg" and spec.static and spec.target == "portable"):
+    pooling's NaN test without IsNaN (ncnn, MNN) opset 11. The portable and tensorrt targets' static averages are
+    cut by Split there; the default target keeps its window sums (onnxruntime: [1,512,10,10] -> 7x7 at opset 8,
+    78 us as window sums, 284 us as Split cuts; review76)."""
+    if spec.opset >= SLICE_INPUTS_OPSET or (spec.kind == "avg" and spec.static and spec.target in WEIGHTLESS):
         return None
     need = EQUAL_NAN_MIN_OPSET if spec.kind == "max" and spec.target == "portable" else SLICE_INPUTS_OPSET
     return needs_opset(need, f"needs opset {need}, the model has {spec.opset}")
