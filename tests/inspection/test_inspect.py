@@ -270,7 +270,9 @@ def test_tensorrt_target_every_lowering_that_applies_is_lint_clean(strategy: str
     # no fixture is all-identity or global-only; a lowering for other targets only never applies here, nor an
     # average's MatMul (TF32, NaN: the tensorrt target writes averages as pooling and reductions)
     targets = BY_NAME[strategy].targets
-    if strategy not in ("identity", "global", *MATMUL_AVERAGES) and (targets is None or "tensorrt" in targets):
+    # (nor window_sum: no fixture has more than 64 windows on an axis; test_avg_non_finite.py lints one)
+    if strategy not in ("identity", "global", "window_sum", *MATMUL_AVERAGES) and (
+            targets is None or "tensorrt" in targets):
         assert fired, f"{strategy} applied to no fixture"
     if strategy in MATMUL_AVERAGES:
         assert not fired, f"{strategy} wrote a MatMul average for the tensorrt target"

@@ -17,6 +17,7 @@ from onnx import TensorProto, numpy_helper
 
 import onnxpoolfix
 from onnxpoolfix import reference
+from onnxpoolfix.tensorrt import lint_tensorrt
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -175,6 +176,7 @@ def test_the_tensorrt_target_keeps_nan_and_inf_in_their_windows_without_a_matmul
     MatMul, and NaN of either sign, +inf, -inf and windows holding both reach torch's outputs."""
     res = onnxpoolfix.patch(make_leftover("avg", shape, size, opset=opset), target="tensorrt")
     assert "MatMul" not in _deep_ops(res.model.graph) and "If" not in _deep_ops(res.model.graph)
+    assert [f for f in lint_tensorrt(res.model) if f.severity == "error"] == []
     for seed, at in enumerate(((1, 3, 8, 9), (2, 5, 13, 9), (1, 3, 6, 9)) if isinstance(shape[-1], str) or
                               isinstance(shape[-2], str) else (shape,)):
         at = tuple(a if isinstance(d, str) else d for a, d in zip(at[-len(shape):], shape))
