@@ -277,8 +277,8 @@ def structured_inputs(spec: PoolSpec, shape: tuple[int, ...], rng: np.random.Gen
     """Ramps along each pooled axis (a window one element off moves an average by half a step, and moves a
     max's value and index); for max also falling ramps (the window starts) and NaN/-inf: NaN scattered,
     one whole window of -inf and a band of -inf (the exact NaN/-inf path, which finite inputs never take);
-    for averages NaN, +inf and -inf scattered (kept in their windows: the MatMul guard's else-branch), but
-    with the tensorrt target, whose MatMuls are unguarded (docs/targets.md)."""
+    for averages NaN, +inf and -inf scattered (kept in their windows: the MatMul guard's else-branch, and the
+    pooling ops and reductions of the portable and tensorrt targets)."""
     dt = np.float32 if spec.dtype == TensorProto.BFLOAT16 else onnx.helper.tensor_dtype_to_np_dtype(spec.dtype)
     k = spec.k
     rank = len(shape)
@@ -298,7 +298,7 @@ def structured_inputs(spec: PoolSpec, shape: tuple[int, ...], rng: np.random.Gen
         band[rank - 1] = slice(shape[-1] // 2, shape[-1] // 2 + 2)
         x[tuple(band)] = -np.inf
         out.append(x)
-    if spec.kind == "avg" and spec.target != "tensorrt":
+    if spec.kind == "avg":
         x = rng.standard_normal(shape).astype(dt)
         r = rng.random(shape)
         x[r < 0.02] = np.nan

@@ -2,6 +2,7 @@
 table (:mod:`.table`) and the importer's own checks (its sources are named in :mod:`.table`)."""
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import numpy as np
@@ -94,6 +95,10 @@ def _check_types(node: onnx.NodeProto, info: GraphInfo) -> list[tuple[Severity, 
     return out
 
 
+#: TensorRT's pooling windows hold fewer elements than this (MAX_KERNEL_DIMS_PRODUCT; onnx-tensorrt issue 937)
+MAX_KERNEL_VOLUME = 100_000
+
+
 def _check_pool(node: onnx.NodeProto, info: GraphInfo) -> list[tuple[Severity, str]]:
     out: list[tuple[Severity, str]] = []
     attrs = node_attrs(node)
@@ -104,6 +109,9 @@ def _check_pool(node: onnx.NodeProto, info: GraphInfo) -> list[tuple[Severity, s
         rank = info.ranks.get(node.input[0])
         if rank is not None and rank != 3:
             out.append(("error", f"1D pooling on a rank-{rank} input: TensorRT only reshapes rank-3 input"))
+    if kernel is not None and math.prod(kernel) >= MAX_KERNEL_VOLUME:
+        out.append(("error", f"kernel {list(kernel)} spans {math.prod(kernel)} elements: TensorRT's pooling layer "
+                             f"takes fewer than {MAX_KERNEL_VOLUME} (onnx-tensorrt issue 937: a crash before)"))
     dilations = attrs.get("dilations")
     if dilations and any(d != 1 for d in dilations):
         out.append(("error", f"dilations {list(dilations)}: TensorRT pooling needs dilations empty or all ones"))

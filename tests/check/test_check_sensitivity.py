@@ -115,6 +115,15 @@ def test_an_average_spreading_nan_below_opset_9_fails_the_check(opset):
     assert not _passes(_unguarded_matmul_pool([1, 3, 11, 13], (4, 5), opset), specs)
 
 
+def test_an_average_spreading_nan_fails_the_tensorrt_targets_check():
+    """The tensorrt target writes no MatMul average (docs/tensorrt.md), so its check feeds NaN and inf too: an
+    unguarded MatMul (what it wrote before) fails it."""
+    m = make_leftover("avg", [1, 3, 11, 13], (4, 5), opset=17)
+    specs = resolve_specs(m, find_pool_nodes(m.graph), opset=17, target="tensorrt")
+    assert _passes(onnxpoolfix.patch(m, target="tensorrt").model, specs)
+    assert not _passes(_unguarded_matmul_pool([1, 3, 11, 13], (4, 5), 17), specs)
+
+
 def _unguarded_matmul_pool(shape, size, opset):
     """x -> P_H @ x @ P_W^T -> y: the average as two MatMuls against its pooling matrices (torch's windows,
     written here from the formula), with nothing keeping a NaN or inf in its windows."""

@@ -191,6 +191,34 @@ def test_maxpool_dilations_and_4d_kernels_are_errors():
     assert len(_errors(lint_tensorrt(model))) == 1
 
 
+@pytest.mark.parametrize("kernel,errors", [([316, 316], 0), ([317, 317], 1), ([50, 50, 40], 1), ([46, 46, 47], 0)])
+def test_a_pooling_window_of_100000_elements_or_more_is_an_error(kernel, errors):
+    """TensorRT's pooling layer takes windows of fewer than 100000 elements (onnx-tensorrt issue 937: a crash
+    at 317 x 317 before the parser checked it)."""
+    pool = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=kernel, name="ap")
+    model = _model([pool], [_vi("x", [1, 1, *kernel])], [_vi("y", None)])
+    assert len(_errors(lint_tensorrt(model))) == errors
+
+
+def test_the_tensorrt_target_writes_no_pooling_window_of_100000_elements():
+    """[1, 3, 1024, 1024] -> 2 x 2 has uniform windows of 512 x 512: one AveragePool would do in onnxruntime, but
+    not in TensorRT; the tensorrt target cuts it another way, exact against the windows' means."""
+    from helpers import make_leftover
+
+    import onnxpoolfix
+
+    res = onnxpoolfix.patch(make_leftover("avg", (1, 3, 1024, 1024), (2, 2)), target="tensorrt", check=False)
+    assert _errors(lint_tensorrt(res.model)) == []
+    kernels = [list(a.ints) for n in res.model.graph.node for a in n.attribute if a.name == "kernel_shape"]
+    assert all(np.prod(k) < 100_000 for k in kernels), kernels
+    x = np.random.default_rng(0).standard_normal((1, 3, 1024, 1024)).astype(np.float32)
+    import onnxruntime as ort
+
+    (got,) = ort.InferenceSession(res.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    want = x.astype(np.float64).reshape(1, 3, 2, 512, 2, 512).mean(axis=(3, 5))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_1d_pooling_is_fine():
     pool = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3], strides=[2])
     model = _model([pool], [_vi("x", [1, 2, 9])], [_vi("y", None)])
