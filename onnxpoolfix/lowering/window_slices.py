@@ -48,6 +48,7 @@ from .base import Lowering, axis_windows, compute_dtype, reduce_whole
 from .runtime_windows import guess_len
 from .separable import SeparableStep
 from .steps import OneAxisStep, Step, numel
+from .sum_steps import WindowSumStep
 
 #: the most windows one axis may be cut into (each is a Slice and a Reduce node)
 MAX_WINDOWS = 64
@@ -311,7 +312,7 @@ class WindowSlicesLowering(Lowering):
             if isinstance(size, RuntimeDim):
                 return (f"the output size of axis {a.axis} is computed from the input's size at run time; the "
                         f"window Slices need a constant one")
-            if not a.keep and a.m > MAX_WINDOWS:
+            if not a.keep and a.m > MAX_WINDOWS and not summed_axis(spec, a):
                 return f"axis {a.axis} has {a.m} windows (at most {MAX_WINDOWS} are cut as Slices)"
         return None
 
@@ -326,9 +327,20 @@ class WindowSlicesLowering(Lowering):
             steps += reduce_whole(spec, whole)
         # the axis whose output is smallest relative to its input first: later axes slice less
         rest = sorted((a for a in changed if a.m != 1), key=lambda a: a.m / guess_len(a.n))
-        steps += [WindowSlicesStep(a.axis, a.n if isinstance(a.n, int) else None, a.m, op,
+        steps += [WindowSumStep(a.axis, a.n, a.m) if summed_axis(spec, a) else
+                  WindowSlicesStep(a.axis, a.n if isinstance(a.n, int) else None, a.m, op,
                                    pool_windows(spec, a.axis, a.n)) for a in rest]
         return steps
+
+
+def summed_axis(spec, a) -> bool:
+    """The tensorrt target's static axis of more than :data:`MAX_WINDOWS` windows beside a symbolic pooled one:
+    window sums along it (:class:`~.sum_steps.WindowSumStep`, its table constant), Slices on the others. The
+    window_sum lowering takes no symbolic axis and no other TensorRT average keeps NaN in its windows (the
+    MatMuls: TF32, If), so such a file was refused (review90). The portable target keeps its refusal: ncnn has
+    no Gather layer."""
+    return (spec.target == "tensorrt" and not spec.static and not a.keep and isinstance(a.n, int)
+            and a.m > MAX_WINDOWS)
 
 
 def separable(spec) -> bool:
