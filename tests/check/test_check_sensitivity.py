@@ -253,3 +253,35 @@ def test_wrong_max_indices_fail_the_check(shape, size, how, target, monkeypatch)
     assert np.array_equal(good_v, bad_v), "the corruption changed the values: not an indices-only bug"
     assert not np.array_equal(good_i, bad_i), "the corruption did not change the indices"
     assert not _passes(bad, specs)
+
+
+# ---- long windows: float32 sums taken in order ------------------------------------------------------------
+
+@pytest.mark.parametrize("shape,size", [((1, 2, 512, 512), (2, 2)), ((1, 3, 720, 1280), (2, 2))])
+def test_long_uniform_windows_pass_the_check_as_torch_computes_them(shape, size):
+    """One AveragePool of 256x256 or 360x640 windows: on a ramp along W its float32 sums pass 2^24 and round
+    the same way at each step, so torch's own float32 result is 0.17 / 0.46 off the exact mean, and
+    onnxruntime's equal to it. The check allowed a random walk's sqrt(L) error only and refused (exit 5)."""
+    torch = pytest.importorskip("torch")
+    result = onnxpoolfix.patch(make_leftover("avg", list(shape), size))
+    assert result.report.check_passed
+    ramp = np.broadcast_to(np.arange(shape[-1], dtype=np.float32), shape).copy()
+    (got,) = ort_run(result.model, {"x": ramp})
+    want32 = torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(ramp), size).numpy()
+    exact = ramp.astype(np.float64).reshape(shape[0], shape[1], size[0], -1, size[1], shape[-1] // size[1]).mean((3, 5))
+    np.testing.assert_allclose(got, want32, rtol=1e-6)
+    np.testing.assert_allclose(got, exact, rtol=2e-3)
+
+
+def test_a_long_window_one_row_off_still_fails_the_check():
+    """Where the in-order float32 error stays small (the ramp along H: 1.5e-3 at 512x512 -> 2x2) a window one
+    row off (rows 0..256 and 255..511: kernel 257, stride 255) moves the mean by 0.5 and fails the check."""
+    m = make_leftover("avg", [1, 2, 512, 512], (2, 2))
+    specs = resolve_specs(m, find_pool_nodes(m.graph), opset=model_opset(m), target="onnxruntime")
+    pool = onnx.helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[257, 256], strides=[255, 256])
+    graph = onnx.helper.make_graph([pool], "off", [onnx.helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                       [1, 2, 512, 512])],
+                                   [onnx.helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 2, 2])])
+    wrong = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    assert _passes(onnxpoolfix.patch(m).model, specs)
+    assert not _passes(wrong, specs)
