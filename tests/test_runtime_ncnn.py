@@ -66,8 +66,8 @@ WINDOW_SLICES_MAX = [c for c in CASES if c["kind"] == "max" and "indices" not in
 
 @pytest.mark.parametrize("case", WINDOW_SLICES_MAX, ids=[c["name"] for c in WINDOW_SLICES_MAX])
 def test_ncnn_takes_the_portable_max_with_window_slices(case):
-    """``--target portable --strategy window_slices`` (window copies or Slices, and the NaN test without comparisons;
-    the portable target's default for static max since review89), exact at every saved batch-1 size."""
+    """The remedy docs/targets.md gives ncnn users for max pooling: ``--target portable --strategy window_slices``
+    (window Slices and the NaN test without comparisons), exact at every saved batch-1 size."""
     rtol, atol = case["suggested_tolerance"]
     model = onnx.load(FIXTURES / case["file"])
     sizes = list(_runnable(case))
@@ -115,8 +115,8 @@ def test_ncnn_matches_torch(case, target):
     if failure is None and target == "onnxruntime" and "If" in ops:
         failure = "the default target's If (its MatMul averages' NaN guard): comparisons ncnn has no layer for"
     if failure is None and case["kind"] == "max" and ops & NCNN_LACKS:
-        # the portable target's static max without indices read is window copies by default (review89: no Gather
-        # or comparison); where some other form is written (none of the fixtures) it has Gathers or comparisons
+        # the portable target's default static max: Gathers (quantize_static leaves them exact); for ncnn
+        # --strategy window_slices, below
         failure = "max pooling with Gathers or comparisons"
     if failure:
         sfx, feed, _ = sizes[0]

@@ -220,11 +220,6 @@ NOT_PORTABLE = {
 }
 
 
-#: what ncnn (through pnnx) has no layer for, of what the max lowerings write: the portable target's static max
-#: pooling without its indices read takes a lowering without them where one applies (plan/planner.py)
-NO_NCNN_LAYER = frozenset({"Gather", "GatherElements", "Equal", "Less", "Greater", "Where", "IsNaN", "Not", "If"})
-
-
 def portable_rejection(ops: set[str], spec: PoolSpec, steps: Sequence[Step] | None = None) -> str | None:
     """Why the portable target does not take what a lowering emits for ``spec`` (``steps``: its steps, where
     known: a 3-D pool's pooling ops on 4-D planes are 2-D ones), or None."""

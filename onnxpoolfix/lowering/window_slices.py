@@ -49,7 +49,6 @@ from .runtime_windows import guess_len
 from .separable import SeparableStep
 from .steps import OneAxisStep, Step, numel
 from .sum_steps import WindowSumStep
-from .window_copies import copies_apply, copies_steps
 
 #: the most windows one axis may be cut into (each is a Slice and a Reduce node)
 MAX_WINDOWS = 64
@@ -284,8 +283,7 @@ def below_slice_inputs(spec) -> str | None:
 
 class WindowSlicesLowering(Lowering):
     name = "window_slices"
-    summary = ("per pooled axis: a Slice per window (bounds constant, or from Shape), ReduceMean/ReduceMax, Concat; "
-               "static max: the windows copied side by side by Slices and a Concat, pooled in blocks")
+    summary = "per pooled axis: a Slice per window (bounds constant, or from Shape), ReduceMean/ReduceMax, Concat"
     dynamic = True
     # (no min_opset: Slice takes tensor bounds from opset 10; before, static averages are cut by Split and the
     # rest refused with the opset that would do: below_slice_inputs)
@@ -319,8 +317,6 @@ class WindowSlicesLowering(Lowering):
         return None
 
     def _steps(self, spec):
-        if copies_apply(spec):  # static max: window copies (quantize_static: review89)
-            return copies_steps(spec)
         op = "ReduceMean" if spec.kind == "avg" else "ReduceMax"
         if separable(spec):
             return [separable_step(spec, op)]

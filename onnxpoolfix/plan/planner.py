@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from ..errors import ArgumentError, UnsupportedNodeError
 from ..graph.shapes import PoolSpec
 from ..lowering import BY_NAME, LOWERINGS, Lowering
-from ..lowering.base import NO_NCNN_LAYER, AxisWindows
+from ..lowering.base import AxisWindows
 from ..lowering.calibration import active as cost_model
 from ..reason import opset_needed
 from ..report import dim_label, time_label
@@ -49,22 +49,6 @@ def candidates(spec: PoolSpec) -> tuple[Candidate, ...]:
     return tuple(out)
 
 
-def ncnn_layers_first(spec: PoolSpec, cands: list[Candidate]) -> tuple[Candidate, ...]:
-    """The portable target's static max pooling without its indices read: where a lowering without Gathers or
-    comparisons applies (window copies, a pooling op, a ReduceMax per axis), the others do not (ncnn has no layer
-    for them; the window copies' quantize_static error is the input's quantization step: review89). The
-    planner's own choice: a strategy naming one of the others still forces it."""
-    if spec.target != "portable" or spec.kind != "max" or not spec.static or spec.node.indices_output:
-        return tuple(cands)
-    lacking = {c.name: sorted(set(BY_NAME[c.name].ops(spec)) & NO_NCNN_LAYER) for c in cands if c.reason is None}
-    clean = [name for name, ops in lacking.items() if not ops]
-    if not clean or len(clean) == len(lacking):
-        return tuple(cands)
-    return tuple(replace(c, cost=None, reason=f"not portable where {clean[0]} applies: {', '.join(lacking[c.name])} "
-                                              f"(ncnn has no layer for it)") if lacking.get(c.name) else c
-                 for c in cands)
-
-
 def check_strategy(strategy) -> None:
     """The one check of a strategy name (``patch``, ``inspect_model`` and :func:`plan` call it): an
     :class:`~onnxpoolfix.errors.ArgumentError` (a ValueError; exit 2) for a name that is no strategy."""
@@ -84,7 +68,6 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
                                        f"{DROP_STRATEGY} to let the planner choose", opset=opset_needed(chosen.reason),
                                        node=spec.node.name, reasons={strategy: str(chosen.reason)})
         return Plan(spec, BY_NAME[strategy], cands, FORCED_BY_STRATEGY)
-    cands, raw = ncnn_layers_first(spec, list(cands)), cands
     ok = sorted((c for c in cands if c.reason is None), key=lambda c: c.cost)
     if not ok:
         if not spec.static:
@@ -108,7 +91,7 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
                                    opset=opset_that_would_do(spec, cands))
     best, model = ok[0], cost_model()
     if len(ok) == 1:
-        why = "the only lowering that applies" + (" without Gathers or comparisons (ncnn)" if cands != raw else "")
+        why = "the only lowering that applies"
     elif model.tune and tuning.tunable(spec):
         measured = tuning.measure(spec, [BY_NAME[c.name] for c in ok], model.tune_threads)
         ranked = sorted(ok, key=lambda c: measured[c.name])
