@@ -16,8 +16,9 @@ def pool_op_reason(spec) -> str | None:
     """Why no AveragePool/MaxPool can pool ``spec``'s axes, or None."""
     if spec.ndim != spec.k + 2:
         return f"input rank {spec.ndim} is not N, C + {spec.k} spatial axes (pooling ops need that layout)"
-    if spec.target == "portable" and spec.k >= 3:
-        return "not portable: a 3-D pooling op (MNN crashes on 3-D AveragePool, TFLite needs TensorFlow's Flex ops)"
+    if spec.k >= 3 and (spec.target == "portable" or (spec.target == "tensorrt" and spec.kind == "avg")):
+        return (f"not for the {spec.target} target's averages: a 3-D pooling op (MNN crashes on 3-D AveragePool, "
+                f"TFLite needs TensorFlow's Flex ops; the window Slices pool 3-D as two 2-D pools)")
     if spec.kind == "max" and compute_dtype(spec) == TensorProto.DOUBLE and no_float64_kernel(["MaxPool"], spec.opset):
         return f"onnxruntime has no float64 kernel for MaxPool at opset {spec.opset}"
     return None

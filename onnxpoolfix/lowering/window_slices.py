@@ -344,8 +344,9 @@ def summed_axis(spec, a) -> bool:
 
 
 def separable(spec) -> bool:
-    """The portable target's static batched 3-D pools go as two 2-D ones (:mod:`.separable`: ncnn)."""
-    return spec.target == "portable" and spec.k == 3 and spec.ndim == 5 and spec.static
+    """The portable target's static batched 3-D pools go as two 2-D ones (:mod:`.separable`: ncnn), and the
+    tensorrt target's averages (no 3-D pooling op: MNN, TFLite; TensorRT pools 2-D as well)."""
+    return spec.target in WEIGHTLESS and spec.k == 3 and spec.ndim == 5 and spec.static
 
 
 def separable_step(spec, op: str) -> SeparableStep:
