@@ -105,6 +105,9 @@ def window_max(em: Emitter, x: str, table: str, axis: int) -> str:
 # MaxPool/GlobalMaxPool give -FLT_MAX for a window of -inf (and for an all-NaN window with stride 1), and
 # MaxPool/ReduceMax drop a NaN unless it comes last/first. torch: any NaN in the window -> NaN; all -inf -> -inf.
 NON_FINITE_UNSAFE_MAX = frozenset({"MaxPool", "GlobalMaxPool", "ReduceMax"})
+#: the comparison-free form's code of a window of -inf alone: above every runtime's max-pooling start (-FLT_MAX,
+#: MNN's -2^24), Exp of it infinite in float16, float32 and float64
+NEG_INF_CODE = 1000.0
 
 
 @dataclass(frozen=True)
@@ -163,22 +166,28 @@ class NonFiniteMaxStep(WrappedSteps):
         """Torch's max without comparisons (ncnn has no comparison layer; review32 measured it bit-exact in
         onnxruntime, OpenVINO, tract, MNN, ncnn through pnnx, TVM and TFLite through onnx2tf):
 
-            Y = M - ((S - E*MAX) - E*MAX)
+            Y = ((M - S) - G) - G
             M = the window max of x (the inner steps)
-            E = the window max of e = Max(Min(u, -4096) + 4096, -1), u = x * 2^(12 - maxexp) (|u| < 4096 for a
-                number): +0, or -1 exactly when the window holds only -inf (-1, not -inf: OpenVINO's, tract's
-                and ncnn's max start from -MAX, MNN's MaxPool from -2^24, so a window of -inf comes out as that
-                start; -1 is above all of them)
+            E = the window max of e = Max(Min(u, -4096) + 4096, -1000), u = x * 2^(12 - maxexp) (|u| < 4096 for
+                a number): +0, or -1000 exactly when the window holds only -inf (-1000, not -inf: OpenVINO's,
+                tract's and ncnn's max start from -MAX, MNN's MaxPool from -2^24, so a window of -inf comes out
+                as that start; -1000 is above all of them)
+            G = 4 (Max(Exp(-E), 2) - 2) (as G - -G twice): +0 (whatever a runtime's Exp(0) rounds to), or +inf:
+                Exp(1000) is +inf in float16, float32 and float64, and where a runtime clamps Exp (ncnn: 2.4e38,
+                MNN: 6.1e37) eight times the clamp is past MAX
             S = the window mean of the NaN carrier c = t - t, t = Min(4096, Max(-4096, u)) + Exp(-|x|):
                 +0 for every non-NaN x (t is finite), NaN for NaN; two branches because each runtime drops NaN
                 in one of them (tract: Max/Min; OpenVINO: the Max/Min pair, fused to a clamp; MNN: Abs; ncnn:
                 Exp) and none makes a NaN of a number in either (a Div or Atan of inf does in ncnn)
 
         (S is taken as S - S after the pooling: TFLite's AveragePool gives -inf for a window with a NaN.)
-        D = (S - E*MAX) - E*MAX is +0 (M, -0.0 included, comes out unchanged), +inf for an all -inf window
-        (Y = -inf whatever the runtime's M there), NaN for a window with a NaN; Y = M - D."""
+        Y is M (-0.0 included: M - (+0) is M) where the window holds a number and no NaN, -inf for an all -inf
+        window whatever the runtime's M there, NaN for a window with a NaN. No Mul or Add after the pooling:
+        quantize_static quantizes both, and with ActivationSymmetric=True its quantized ``E * MAX`` (the form
+        before review89: ``Y = M - ((S - E*MAX) - E*MAX)``) made every output about -256; G's Exp, Max and Subs
+        are left as they are (review89: 4.6e-3 to 7.3e-3 relative on the static max fixtures, the input's
+        quantization step)."""
         fdt = np_dtype(elem)
-        big = np.finfo(fdt).max
         y = self.plain(em, x, shape, elem)
         # e before its Max: 0 for a number, -inf for -inf. Not Min(x, -MAX) + MAX: onnxconverter_common's float16
         # conversion runs Min/Max in float32 and clamps the other ops' constants into [1e-7, 1e4] (MAX became 1e4,
@@ -189,16 +198,21 @@ class NonFiniteMaxStep(WrappedSteps):
         scaled_x = em.op("Mul", [x, em.const("scale", scale)])
         e = em.op("Min", [scaled_x, em.const("minus_shift", -shift)])
         e = em.op("Add", [e, em.const("shift", shift)])
-        e = em.op("Max", [e, em.const("minus_one", np.array(-1.0, fdt))], hint="neg_inf_code")  # -1 or +0
-        neg_inf = self.plain(em, e, shape, elem)  # -1 exactly where the window holds only -inf, else +0
+        e = em.op("Max", [e, em.const("minus_code", np.array(-NEG_INF_CODE, fdt))], hint="neg_inf_code")
+        neg_inf = self.plain(em, e, shape, elem)  # -1000 exactly where the window holds only -inf, else +0
         # the carrier's clip on the scaled x, to +-4096: what a float16 conversion casts back stays finite
         clipped = em.op("Min", [em.const("shift", shift), em.op("Max", [em.const("minus_shift", -shift), scaled_x])])
         t = em.op("Add", [clipped, em.op("Exp", [em.op("Neg", [em.op("Abs", [x])])])])
         carrier = em.op("Sub", [t, t], hint="nan_carrier")
         carrier = emit_chain(em, self._mean_steps(), carrier, shape, elem)
         carrier = em.op("Sub", [carrier, carrier])  # TFLite's AveragePool makes a NaN mean -inf: NaN again
-        scaled = em.op("Mul", [neg_inf, em.const("highest", np.array(big, fdt))])  # -MAX or +0
-        return em.op("Sub", [y, em.op("Sub", [em.op("Sub", [carrier, scaled]), scaled])])
+        # G = Max(Exp(-E), 2) - 2: +0 (whatever Exp(0)'s rounding), or +inf / Exp's clamp (MNN: 6.1e37), doubled
+        # twice; a constant each (onnxconverter_common's float16 conversion keeps Max's in float32)
+        two = [em.const("two", np.array(2.0, fdt)) for _ in range(2)]
+        grow = em.op("Sub", [em.op("Max", [em.op("Exp", [em.op("Neg", [neg_inf])]), two[0]]), two[1]])
+        for _ in range(2):
+            grow = em.op("Sub", [grow, em.op("Neg", [grow])])
+        return em.op("Sub", [em.op("Sub", [em.op("Sub", [y, carrier]), grow]), grow])
 
     def _exact(self, em, x, shape, elem):
         if self.comparison_free:

@@ -330,7 +330,7 @@ DIRECT_MAX = [c for c in CASES if c["kind"] == "max" and not c["dynamic"] and c[
 @pytest.mark.parametrize("shape,size,opset", NON_FINITE_MAX_CASES, ids=NON_FINITE_MAX_IDS)
 def test_static_max_without_comparisons_or_gathers_as_torch(shape, size, opset):
     """The portable target's static max pooling (no indices read) has no comparison, Where or Gather, which
-    ncnn lacks (review32: Y = M - ((S - E*MAX) - E*MAX), lowering/max_steps.py), and keeps torch's NaN, -inf,
+    ncnn lacks (review32, review89: Y = ((M - S) - G) - G, lowering/max_steps.py), and keeps torch's NaN, -inf,
     -FLT_MAX and -0.0 bit for bit; tests/test_runtime*.py run the same files in the other runtimes."""
     model = portable_max(shape, size, opset)
     ops = {n.op_type for n in model.graph.node}
