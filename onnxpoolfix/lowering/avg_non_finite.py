@@ -19,6 +19,8 @@ from .steps import Step, WrappedSteps, numel, run_cost
 
 #: the ops whose result at a window reads values outside it (a NaN or inf there would reach the window)
 SPREADS_NON_FINITE = frozenset({"MatMul"})
+#: the targets whose averages take no MatMul against a pooling matrix (docs/targets.md, docs/tensorrt.md)
+WEIGHTLESS = frozenset({"portable", "tensorrt"})
 
 
 @dataclass(frozen=True)
@@ -117,11 +119,15 @@ GUARD_MIN_OPSET = 9
 def unguardable(ops, kind: str, target: str, opset: int) -> str | None:
     """Why a target does not take average steps writing ``ops``, or None: their MatMul would carry a NaN or inf
     beyond its windows with nothing to keep it there (the window sums and pooling ops do not). The onnxruntime
-    target guards it from opset 9. The tensorrt target never: TensorRT's If is a conditional layer that runs both
-    branches, and a TensorRT build computes a float32 MatMul in TF32 unless told otherwise (BuilderFlag.TF32 is
-    on by default: inputs rounded to 10-bit mantissas), where its pooling and reduction layers stay float32."""
+    target guards it from opset 9. The :data:`WEIGHTLESS` targets never: the portable one's weights would be
+    quantized and rounded (its reason: :func:`~.base.portable_rejection`); TensorRT's If is a conditional layer
+    that runs both branches, and a TensorRT build computes a float32 MatMul in TF32 unless told otherwise
+    (BuilderFlag.TF32 is on by default: inputs rounded to 10-bit mantissas), where its pooling and reduction
+    layers stay float32."""
     if kind != "avg" or not set(ops) & SPREADS_NON_FINITE:
         return None
+    if target == "portable":
+        return "the portable target writes no MatMul against a pooling matrix (int8 quantization, fp16 storage, NaN)"
     if target == "tensorrt":
         return ("a MatMul carries a NaN or inf beyond its windows, and TensorRT computes it in TF32 by default "
                 "(the tensorrt target writes averages as pooling and reductions)")

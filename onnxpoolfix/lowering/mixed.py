@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from onnx import TensorProto
 
+from .avg_non_finite import WEIGHTLESS
 from .base import Lowering, axis_windows, compute_dtype, itemsize, reduce_whole
 from .matmul import cheapest_order
 from .max_steps import MaxPoolGatherStep, WindowGatherStep
@@ -22,7 +23,7 @@ from .steps import (
     run_cost,
 )
 from .sum_steps import WindowSumStep
-from .window_slices import WEIGHTLESS, WindowSlicesStep, pool_windows, separable, slices_fit
+from .window_slices import WindowSlicesStep, pool_windows, separable, slices_fit
 
 
 class _PerAxis(Lowering):

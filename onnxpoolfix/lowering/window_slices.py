@@ -44,6 +44,7 @@ from ..reason import needs_opset
 from ..spec import RuntimeDim
 from ..words import TARGET_PORTABLE
 from . import cost as C
+from .avg_non_finite import WEIGHTLESS
 from .base import Lowering, axis_windows, compute_dtype, reduce_whole
 from .runtime_windows import guess_len
 from .separable import SeparableStep
@@ -266,8 +267,6 @@ def slices_fit(spec) -> bool:
 
 #: Slice takes its bounds as inputs from this opset; before, static windows are cut by Split (:func:`split_cut`)
 SLICE_INPUTS_OPSET = 10
-#: the targets whose averages take no MatMul against a pooling matrix (docs/targets.md, docs/tensorrt.md)
-WEIGHTLESS = frozenset({"portable", "tensorrt"})
 
 
 def below_slice_inputs(spec) -> str | None:
@@ -289,8 +288,7 @@ class WindowSlicesLowering(Lowering):
     # rest refused with the opset that would do: below_slice_inputs)
     #: the default target takes its static averages where they are estimated faster than the MatMuls (large
     #: planes: issue 33, benchmarks/RESULTS.md); exact with no If and no weights, so that file runs in ncnn/TFLite too
-    #: the tensorrt target takes its averages, static and symbolic: pooling and reductions, no MatMul (TF32)
-    targets = frozenset({"portable", "onnxruntime", "tensorrt"})
+    # (every target: the tensorrt one for its averages, static and symbolic: pooling and reductions, no MatMul)
 
     def check(self, spec):
         """The default target's restriction first: a reason about the opset would offer an opset it does not

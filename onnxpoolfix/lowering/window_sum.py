@@ -18,7 +18,6 @@ class WindowSumLowering(Lowering):
     name = "window_sum"
     summary = "per changed axis: Gather of the window table, ReduceSum, Div by the window lengths"
     kinds = frozenset({"avg"})
-    targets = frozenset({"portable", "onnxruntime", "tensorrt"})
 
     def _check(self, spec):
         if spec.target == "onnxruntime" and spec.opset >= GUARD_MIN_OPSET:

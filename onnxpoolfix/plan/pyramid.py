@@ -146,8 +146,7 @@ def _plan_group(members: list[Plan]) -> GroupPlan | None:
             sources.append(None)
             subs.append(None)
     direct = [i for i, src in enumerate(sources) if src is None]
-    # the portable target takes no MatMul against a pooling matrix (int8 quantization, fp16 storage, NaN)
-    stackable = (average and len(direct) >= 2 and spec0.target != "portable"
+    stackable = (average and len(direct) >= 2
                  and unguardable(["MatMul"], "avg", spec0.target, spec0.opset) is None)
     stacked_cost = _stacked_cost([members[i].spec for i in direct], size) if stackable else float("inf")
     direct_cost = sum(_cost(members[i]) for i in direct)

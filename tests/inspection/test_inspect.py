@@ -254,6 +254,10 @@ def test_tensorrt_target_on_every_fixture(name: str) -> None:
     assert [n.chosen for n in inspection.nodes] == [n.lowering for n in result.report.nodes]
 
 
+#: the lowerings that write averages only, as MatMuls against pooling matrices (mixed has a max form)
+MATMUL_AVERAGES = ("matmul", "kronecker")
+
+
 @pytest.mark.parametrize("strategy", [s for s in planner.STRATEGIES if s != "auto"])
 def test_tensorrt_target_every_lowering_that_applies_is_lint_clean(strategy: str) -> None:
     fired = 0
@@ -277,9 +281,6 @@ def test_tensorrt_target_every_lowering_that_applies_is_lint_clean(strategy: str
     if strategy in MATMUL_AVERAGES:
         assert not fired, f"{strategy} wrote a MatMul average for the tensorrt target"
 
-
-#: the lowerings that write averages only, as MatMuls against pooling matrices (mixed has a max form)
-MATMUL_AVERAGES = ("matmul", "kronecker")
 
 
 # ------------------------------------------------------------------------------------------ the command
