@@ -288,7 +288,9 @@ class WindowSlicesLowering(Lowering):
     # rest refused with the opset that would do: below_slice_inputs)
     #: the default target takes its static averages where they are estimated faster than the MatMuls (large
     #: planes: issue 33, benchmarks/RESULTS.md); exact with no If and no weights, so that file runs in ncnn/TFLite too
-    # (every target: the tensorrt one for its averages, static and symbolic: pooling and reductions, no MatMul)
+    #: every target (the tensorrt one for its averages, static and symbolic), listed: tests/test_roundtrip.py forces
+    #: a lowering with a target other than onnxruntime from this list
+    targets = frozenset({"portable", "onnxruntime", "tensorrt"})
 
     def check(self, spec):
         """The default target's restriction first: a reason about the opset would offer an opset it does not

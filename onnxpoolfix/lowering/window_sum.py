@@ -18,6 +18,7 @@ class WindowSumLowering(Lowering):
     name = "window_sum"
     summary = "per changed axis: Gather of the window table, ReduceSum, Div by the window lengths"
     kinds = frozenset({"avg"})
+    targets = frozenset({"portable", "onnxruntime", "tensorrt"})  # listed: see WindowSlicesLowering.targets
 
     def _check(self, spec):
         if spec.target == "onnxruntime" and spec.opset >= GUARD_MIN_OPSET:
