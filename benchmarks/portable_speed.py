@@ -1,9 +1,10 @@
 #!/usr/bin/env python
-"""The portable target's average lowerings against the default target's, in onnxruntime (issue 33).
+"""The portable target's lowerings against the default target's, in onnxruntime (issue 33).
 
     python benchmarks/portable_speed.py [--rounds 15] [--cases avg_9to7,...] [--results]
 
-Per average case of cases.py (and each dynamic-H/W case of cases_dynamic.py without an indices output, run at
+Per average case of cases.py, each static max case without its indices read (the portable target's NaN/-inf
+guard is always evaluated, where the default target's If skips it for finite inputs), and each dynamic-H/W case of cases_dynamic.py without an indices output, run at
 a size it was not traced at): the FALLTHROUGH export patched with the default target (``onnxruntime``:
 MatMul against constant 1/len pooling matrices where windows are not uniform) and with ``--target portable``
 (window Slices averaged by AveragePool runs or ReduceMeans, window sums beyond 64 windows; no weights: exact
@@ -31,14 +32,14 @@ from runners import THREADS, export_fallthrough, med, ort_runner, ratio, time_in
 import onnxpoolfix  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
-HEADING = "## The portable target's averages vs the default's (portable_speed.py)"
+HEADING = "## The portable target's lowerings vs the default's (portable_speed.py)"
 
 
-def avg_cases(names: list[str] | None):
-    """The static average cases (max pooling's lowerings are the same on both targets but for the NaN guard)."""
+def static_cases(names: list[str] | None):
+    """The static cases without an indices output (with it, both targets write the same Gathers)."""
     out = []
     for c in CASES:
-        if c.dynamic_axes or c.name.startswith(("max", "dyn")):
+        if c.dynamic_axes or c.name.startswith(("maxidx", "dyn")):
             continue
         if names is None or c.name in names:
             out.append(c)
@@ -80,11 +81,11 @@ def us(s: float) -> str:
 
 
 def main():
-    args = table_args(__doc__, "comma-separated case names (default: every static average case)")
+    args = table_args(__doc__, "comma-separated case names (default: every static case without indices)")
     lines = ["| case | default: lowering | default | portable: lowering | portable | portable/default | "
              "portable's error vs torch |", "|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
-    for case in avg_cases(args.cases) + symbolic_cases(args.cases):
+    for case in static_cases(args.cases) + symbolic_cases(args.cases):
         r = run(case, args.rounds)
         lines.append(f"| {r['case']} {r['desc']} | {r['default']} | {us(r['t_default'])} | {r['portable']} | "
                      f"{us(r['t_portable'])} | {r['ratio']:.2f}x | {r['error']:.1e} |")
@@ -98,7 +99,8 @@ def main():
                  "for averages that survive int8 quantization (quantize_dynamic: float32-exact; quantize_static: "
                  "at most the dynamo export's error), fp16 weight storage (exact) and NaN/inf (confined to their "
                  "windows as in torch); where every axis has uniform windows or integer upsampling both targets "
-                 "write the same AveragePool/Resize. The `dyn_` cases keep H and W symbolic: the default target's "
+                 "write the same AveragePool/Resize. The static `max_` cases: the portable target's NaN/-inf guard is "
+                 "always evaluated (no If; the default target's If skips it for finite inputs). The `dyn_` cases keep H and W symbolic: the default target's "
                  "`dynamic` lowering (runtime pooling matrices and window tables) against the portable "
                  "`window_slices` (a Slice per window), run at a size they were not traced at.")
         write_table(RESULTS, HEADING, intro, lines)
