@@ -29,13 +29,24 @@ from .errors import ArgumentError, InvalidModelError
 from .frontends.dynamo import frozen_error, partial_lines
 from .frontends.input_check import check_input_model
 from .graph.shapes import light_copy, model_opset, validate_shapes
+from .lowering import BY_NAME
+from .lowering.base import NO_NCNN_LAYER
 from .lowering.calibration import CostModel
 from .plan.model import PlanOptions, no_lowering_hint, plan_model
 from .plan.planner import AUTO, check_strategy
 from .progress import phase, shapes_detail
 from .report import NOT_CHECKED, NOTHING_TO_PATCH, NodeReport, Note, PatchReport, WarningNote
 from .rewrite.model import apply_model_plan
-from .words import API, CHECK_SHAPES, INPUT_SHAPES, TARGET_PORTABLE, TARGET_TENSORRT, TRACED_SHAPES, render_all
+from .words import (
+    API,
+    CHECK_SHAPES,
+    INPUT_SHAPES,
+    STRATEGY_WINDOW_SLICES,
+    TARGET_PORTABLE,
+    TARGET_TENSORRT,
+    TRACED_SHAPES,
+    render_all,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -212,6 +223,7 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
                           f"which pnnx (ncnn) and onnx2torch do not take (nor onnx2tf, around a MatMul{tract}) "
                           f"(measured): {TARGET_PORTABLE} writes none, nor {TARGET_TENSORRT}", "if-guards", ifs=ifs,
                           top_level_ifs=top))
+    notes.extend(ncnn_note(applied))
     one_axis = [d.spec.node.label for d in applied if d.lowering == "window_slices" and d.spec.opset >= 18
                 and not all(isinstance(n, int) for n in d.spec.in_sizes)]
     if one_axis:  # review58: pnnx's Reduction then lists no axes; the two-axis global mean converts
@@ -304,6 +316,29 @@ def read_arguments(caller: str, model, target: str, strategy: str, seed, costs, 
     check_flags(**flags)
     return (CostModel.of(costs, tune, tune_threads), shape_map(input_shapes, "input_shapes"),
             shape_map(traced_shapes, "traced_shapes"))
+
+
+def ncnn_note(applied) -> list[Note]:
+    """The portable target's static nodes written with ops ncnn (through pnnx) has no layer for (its max
+    pooling's Gathers and comparisons, the fastest exact forms in onnxruntime and exact after quantize_static;
+    window sums beyond 64 windows), and which of them ``window_slices`` writes without: a note (measured:
+    tests/test_runtime_ncnn.py). Symbolic sizes are not noted here: pnnx converts one size at a time (bind it)."""
+    lacking = [d for d in applied if d.spec.target == "portable" and d.spec.static and set(d.ops) & NO_NCNN_LAYER]
+    if not lacking:
+        return []
+    ops = sorted({op for d in lacking for op in d.ops} & NO_NCNN_LAYER)
+    why_not = {d.spec.node.label: BY_NAME["window_slices"].check(d.spec) for d in lacking}
+    slices = [label for label, reason in why_not.items() if reason is None]
+    if len(slices) == len(lacking):
+        remedy = (f"for ncnn, {STRATEGY_WINDOW_SLICES} writes them without (quantize_static's error then up to "
+                  "1.5e-2 relative on the max fixtures, against 0 to 8.7e-3)")
+    else:
+        label, reason = next((label, reason) for label, reason in why_not.items() if reason is not None)
+        remedy = ((f"{len(slices)} of them take {STRATEGY_WINDOW_SLICES}; for the others " if slices else "")
+                  + f"no lowering writes it without: window_slices does not apply ({label}: {reason})")
+    return [Note(f"{len(lacking)} node(s) written with {', '.join(ops)}, which ncnn (through pnnx) has no layer "
+                 f"for (measured); {remedy}", "ncnn-layers", nodes=[d.spec.node.label for d in lacking], ops=ops,
+                 window_slices=slices)]
 
 
 def _traced_alone(check_shapes, traced_shapes) -> bool:

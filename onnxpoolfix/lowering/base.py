@@ -220,6 +220,11 @@ NOT_PORTABLE = {
 }
 
 
+#: what ncnn (through pnnx, 20261020) has no layer for, of what the lowerings write (measured:
+#: tests/test_runtime_ncnn.py): the report notes where the portable target writes one (api.py)
+NO_NCNN_LAYER = frozenset({"Gather", "GatherElements", "Equal", "Less", "Greater", "Where", "IsNaN", "Not", "If"})
+
+
 def portable_rejection(ops: set[str], spec: PoolSpec, steps: Sequence[Step] | None = None) -> str | None:
     """Why the portable target does not take what a lowering emits for ``spec`` (``steps``: its steps, where
     known: a 3-D pool's pooling ops on 4-D planes are 2-D ones), or None."""
