@@ -96,8 +96,13 @@ class WindowSlicesStep(OneAxisStep):
         # elements, and over one preceded by nothing (N = C = 1); over the last axis it reads contiguous windows
         if 1 < inner < C.REDUCE_NARROW_INNER or (lead == 1 and inner > 1):
             return nodes + numel(tuple(dims)) * itemsize / C.BANDWIDTH + windows * C.REDUCE_NARROW_READ
-        # a Slice copies each window (read, write), its ReduceMean reads it from cache and writes each output
-        return nodes + windows * 2 * itemsize / C.BANDWIDTH + out * C.REDUCE_OUT + self._split_cost(dims, itemsize)
+        # a Slice copies each window (read, write), its ReduceMean reads the copy back, from cache unless one
+        # copy is over half of it (batched large inputs: [32,64,128,128] -> 3x3, 45 MB a Slice, 2.1x-2.9x the
+        # Kronecker MatMul; [8,256,64,64] -> 3x3, 11 MB; [4,3,1024,1024] -> 7x7, 7 MB, stays: RESULTS.md,
+        # "window copies out of cache"), and writes each output
+        read_back = windows * itemsize / C.BANDWIDTH if windows / self.m * itemsize > C.CACHE_BYTES / 2 else 0.0
+        return (nodes + windows * 2 * itemsize / C.BANDWIDTH + read_back + out * C.REDUCE_OUT
+                + self._split_cost(dims, itemsize))
 
     def _split_cost(self, shape, itemsize) -> float:
         """What a Split cut (below opset 10) copies beyond the Slice it replaces: the rest of the axis, per cut."""
