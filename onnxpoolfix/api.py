@@ -330,8 +330,8 @@ def ncnn_note(applied) -> list[Note]:
     why_not = {d.spec.node.label: BY_NAME["window_slices"].check(d.spec) for d in lacking}
     slices = [label for label, reason in why_not.items() if reason is None]
     if len(slices) == len(lacking):
-        remedy = (f"for ncnn, {STRATEGY_WINDOW_SLICES} writes them without (quantize_static's error then up to "
-                  "1.5e-2 relative on the max fixtures, against 0 to 8.7e-3)")
+        remedy = (f"for ncnn, {STRATEGY_WINDOW_SLICES} writes them without (onnxruntime's quantize_static then "
+                  "rounds each window's maximum once more: docs/targets.md)")
     else:
         label, reason = next((label, reason) for label, reason in why_not.items() if reason is not None)
         remedy = ((f"{len(slices)} of them take {STRATEGY_WINDOW_SLICES}; for the others " if slices else "")
