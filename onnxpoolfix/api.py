@@ -321,24 +321,24 @@ def read_arguments(caller: str, model, target: str, strategy: str, seed, costs, 
 def ncnn_note(applied) -> list[Note]:
     """The portable target's static nodes written with ops ncnn (through pnnx) has no layer for (its max
     pooling's Gathers and comparisons, the fastest exact forms in onnxruntime and exact after quantize_static;
-    window sums beyond 64 windows), and which of them ``window_slices`` writes without: a note (measured:
-    tests/test_runtime_ncnn.py). Symbolic sizes are not noted here: pnnx converts one size at a time (bind it)."""
+    window sums beyond 64 windows): a note, with the remedy, ``window_slices``, where it applies to every node
+    (a strategy applies to all of them: one it does not apply to is an error). Measured:
+    tests/test_runtime_ncnn.py. Symbolic sizes are not noted here: pnnx converts one size at a time (bind it)."""
     lacking = [d for d in applied if d.spec.target == "portable" and d.spec.static and set(d.ops) & NO_NCNN_LAYER]
     if not lacking:
         return []
     ops = sorted({op for d in lacking for op in d.ops} & NO_NCNN_LAYER)
-    why_not = {d.spec.node.label: BY_NAME["window_slices"].check(d.spec) for d in lacking}
-    slices = [label for label, reason in why_not.items() if reason is None]
-    if len(slices) == len(lacking):
+    blocked = next(((d.spec.node.label, reason) for d in applied
+                    if (reason := BY_NAME["window_slices"].check(d.spec)) is not None), None)
+    if blocked is None:
         remedy = (f"for ncnn, {STRATEGY_WINDOW_SLICES} writes them without (onnxruntime's quantize_static then "
                   "rounds each window's maximum once more: docs/targets.md)")
-    else:
-        label, reason = next((label, reason) for label, reason in why_not.items() if reason is not None)
-        remedy = ((f"{len(slices)} of them take {STRATEGY_WINDOW_SLICES}; for the others " if slices else "")
-                  + f"no lowering writes it without: window_slices does not apply ({label}: {reason})")
+    else:  # (a strategy names one lowering for every node)
+        remedy = (f"{STRATEGY_WINDOW_SLICES}, which writes them without, would have to apply to every node, and "
+                  f"does not to {blocked[0]}: {blocked[1]}")
     return [Note(f"{len(lacking)} node(s) written with {', '.join(ops)}, which ncnn (through pnnx) has no layer "
                  f"for (measured); {remedy}", "ncnn-layers", nodes=[d.spec.node.label for d in lacking], ops=ops,
-                 window_slices=slices)]
+                 window_slices=blocked is None)]
 
 
 def _traced_alone(check_shapes, traced_shapes) -> bool:
