@@ -49,7 +49,7 @@ fitted to:
   to the Slices measured 0.25x-0.95x the MatMul, every MatMul kept 1.07x-8x faster than the Slices, one
   near tie kept, [1,32,300] -> 7 at 0.93x; benchmarks/RESULTS.md): a Slice copies its window (read and
   write at ``BANDWIDTH``), its ReduceMean reads it back from cache (uncharged; at ``BANDWIDTH`` where one copy is
-  over half of ``CACHE_BYTES``: batched large inputs, 10 shapes measured 0.31x-0.86x as MatMuls) and pays
+  over half of ``CACHE_BYTES``: large inputs, 10 shapes measured 0.31x-0.86x as MatMuls) and pays
   ``REDUCE_OUT`` per output (1x64x17^3 -> 4^3: the ReduceMeans 336 us of 492 us for 96k outputs), and each run
   of Slice + AveragePool pays ``POOL_RUN_PLANE`` per plane, N x C (onnxruntime's blocked-layout reorders around the
   pool: 158 us of 338 us at 1x512x17x13 -> 5x7, 6 runs);

@@ -97,7 +97,7 @@ class WindowSlicesStep(OneAxisStep):
         if 1 < inner < C.REDUCE_NARROW_INNER or (lead == 1 and inner > 1):
             return nodes + numel(tuple(dims)) * itemsize / C.BANDWIDTH + windows * C.REDUCE_NARROW_READ
         # a Slice copies each window (read, write), its ReduceMean reads the copy back, from cache unless one
-        # copy is over half of it (batched large inputs: [32,64,128,128] -> 3x3, 45 MB a Slice, 2.1x-2.9x the
+        # copy is over half of it (large inputs: [32,64,128,128] -> 3x3, 45 MB a Slice, 2.1x-2.9x the
         # Kronecker MatMul; [8,256,64,64] -> 3x3, 11 MB; [4,3,1024,1024] -> 7x7, 7 MB, stays: RESULTS.md,
         # "window copies out of cache"), and writes each output
         read_back = windows * itemsize / C.BANDWIDTH if windows / self.m * itemsize > C.CACHE_BYTES / 2 else 0.0
