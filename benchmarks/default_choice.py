@@ -5,24 +5,24 @@
 
 Per shape: one leftover (tests/support/helpers.make_leftover), patched by the planner and forced to each of
 ``kronecker``, ``matmul``, ``window_slices``, ``pool`` and ``mixed`` where it applies (check off), every file run
-in one process (onnxruntime, 2 threads, fp32), the runs of one round shuffled; prints the medians, the chosen
-lowering's median over the fastest one's, and the same for the minima. The default shapes are batched large
-inputs, where one window's copy exceeds the cache (benchmarks/RESULTS.md, "The default target's window copies
-out of cache"), and large planes at batch 1 (review67's window Slices)."""
+in one process beside the read-once floor (runners.time_interleaved: onnxruntime, 2 threads, fp32, busy rounds
+discarded); prints the medians, the chosen lowering's median over the fastest one's, and the same for the
+minima. The default shapes are large inputs, where one window's copy exceeds the cache (benchmarks/RESULTS.md,
+"The default target's window copies out of cache"), and large planes at batch 1 (review67's window Slices)."""
 from __future__ import annotations
 
 import argparse
 import ast
-import random
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+from floor import floor_model  # noqa: E402
 from helpers import make_leftover  # noqa: E402
+from runners import med, ort_runner, time_interleaved  # noqa: E402
 
 import onnxpoolfix  # noqa: E402
 from onnxpoolfix.errors import UnsupportedNodeError  # noqa: E402
@@ -38,39 +38,26 @@ def main():
     ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("--shapes", type=ast.literal_eval, default=SHAPES)
     args = ap.parse_args()
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    shuffle = random.Random(0).shuffle
     print("| input -> out | chosen | chosen: median | fastest | chosen/fastest (median) | (minimum) | medians, ms |")
     print("|---|---|---|---|---|---|---|")
     for shape, size in args.shapes:
         base = make_leftover("avg", shape, size)
         chosen = onnxpoolfix.patch(base, check=False).report.nodes[0].lowering
-        sessions = {}
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        runners = {"floor": ort_runner(floor_model(shape), x)}
         for name in FORCED:
             try:
-                model = onnxpoolfix.patch(base, check=False, strategy=name).model
+                runners[name] = ort_runner(onnxpoolfix.patch(base, check=False, strategy=name).model, x)
             except UnsupportedNodeError:  # the lowering does not apply
                 continue
-            sessions[name] = ort.InferenceSession(model.SerializeToString(), options,
-                                                  providers=["CPUExecutionProvider"])
-        x = {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
-        times = {name: [] for name in sessions}
-        for s in sessions.values():
-            s.run(None, x)
-        for _ in range(args.rounds):
-            order = list(sessions)
-            shuffle(order)
-            for name in order:
-                start = time.perf_counter()
-                sessions[name].run(None, x)
-                times[name].append(time.perf_counter() - start)
-        med = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
-        low = {k: float(min(v)) * 1e3 for k, v in times.items()}
-        fastest = min(med, key=med.get)
-        print(f"| {list(shape)} -> {'x'.join(map(str, size))} | {chosen} | {med[chosen]:.2f} ms | {fastest} | "
-              f"{med[chosen] / med[fastest]:.2f}x | {low[chosen] / min(low.values()):.2f}x | "
-              + ", ".join(f"{k} {v:.2f}" for k, v in sorted(med.items())) + " |", flush=True)
+        vals, _, _ = time_interleaved(runners, args.rounds, 0.02, 60.0)
+        vals.pop("floor")
+        mid = {k: med(v) * 1e3 for k, v in vals.items()}
+        low = {k: min(v) * 1e3 for k, v in vals.items()}
+        fastest = min(mid, key=mid.get)
+        print(f"| {list(shape)} -> {'x'.join(map(str, size))} | {chosen} | {mid[chosen]:.2f} ms | {fastest} | "
+              f"{mid[chosen] / mid[fastest]:.2f}x | {low[chosen] / min(low.values()):.2f}x | "
+              + ", ".join(f"{k} {v:.2f}" for k, v in sorted(mid.items())) + " |", flush=True)
 
 
 if __name__ == "__main__":
