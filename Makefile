@@ -35,17 +35,20 @@ test-all: $(STAMP)
 	ONNXPOOLFIX_FUZZ_CASES=2000 $(PY) -m pytest -m "slow or not slow" -q
 
 ## test-runtimes: the patched fixtures beyond onnxruntime (OpenVINO, tract; TVM, ncnn through pnnx, MNN, TFLite through
-## onnx2tf (installed on first use, about 2 GB; 10 minutes); writes docs/runtime-matrix.md; int8
+## onnx2tf, onnx2torch (installed on first use, about 2 GB; 10 minutes); writes docs/runtime-matrix.md; int8
 ## quantize_dynamic/quantize_static, fp16 weight storage, NaN/inf against torch), slow cases included
 test-runtimes: $(RUNTIMES)
 	ONNXPOOLFIX_RUNTIME_MATRIX=docs/runtime-matrix.md $(PY) -m pytest -n auto --dist worksteal -m "slow or not slow" -q \
 		tests/test_runtimes.py \
-		tests/test_runtime_ncnn.py tests/test_runtime_mnn.py tests/test_runtime_tflite.py \
+		tests/test_runtime_ncnn.py tests/test_runtime_mnn.py tests/test_runtime_tflite.py tests/test_runtime_onnx2torch.py \
 		tests/lowering/test_portable.py tests/lowering/test_quantized_fixtures.py tests/lowering/test_window_slices.py
 
 # the runtimes extra (TVM, ncnn, pnnx, MNN, TensorFlow: about 2 GB) only where test-runtimes asks for it
 $(RUNTIMES): $(STAMP)
 	$(PY) -m pip install --no-compile --quiet --quiet -c constraints.txt -e '.[test,dynamo,runtimes]'
+	@# onnx2torch without its declared torchvision: PyPI's torchvision does not import beside the CPU build of torch,
+	@# and onnx2torch needs it only for NMS and RoiAlign (tests/test_runtime_onnx2torch.py)
+	$(PY) -m pip install --no-compile --quiet --quiet --no-deps -c constraints.txt onnx2torch
 	touch $(RUNTIMES)
 
 ## bench: speed of the patched graphs vs torch's kernel and the dynamo exporter (writes benchmarks/RESULTS.md),

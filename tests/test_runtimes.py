@@ -4,7 +4,7 @@ installs it). Every static fixture with every target, and the dynamic fixtures w
 symbolic-size lowerings the runtime takes (one patched file run at every saved size; where it does not,
 the refusal is asserted and the documented remedy, bound sizes, is run), compared with torch's saved outputs.
 ncnn (through pnnx): tests/test_runtime_ncnn.py; MNN: tests/test_runtime_mnn.py; TFLite (through onnx2tf):
-tests/test_runtime_tflite.py. onnx2torch is not run by the project (it needs torchvision)."""
+tests/test_runtime_tflite.py; onnx2torch: tests/test_runtime_onnx2torch.py."""
 from __future__ import annotations
 
 import tempfile

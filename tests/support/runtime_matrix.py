@@ -10,7 +10,7 @@ from importlib import metadata
 #: (runtime, fixture, target, verdict) recorded by the tests of this process
 RECORDS: list[tuple[str, str, str, str]] = []
 
-RUNTIMES = ("OpenVINO", "tract", "TVM", "ncnn", "MNN", "TFLite", "ORT int8 dynamic", "ORT int8 static")
+RUNTIMES = ("OpenVINO", "tract", "TVM", "ncnn", "MNN", "TFLite", "onnx2torch", "ORT int8 dynamic", "ORT int8 static")
 TARGETS = ("onnxruntime", "tensorrt", "portable")
 #: the verdicts, as the table's cells show them
 LEGEND = {
@@ -30,7 +30,7 @@ _SHORT = {"exact": "✓", "exact, bound": "✓ b", "exact, bound; symbolic refus
           "wrong at a size": "✗ size", "runtime bug at a size": "✓ bug", "batch > 1": "n/a",
           "quantized within the bar": "✓ q"}
 _PACKAGES = {"OpenVINO": "openvino", "tract": "tract", "TVM": "apache-tvm", "ncnn": "ncnn", "MNN": "MNN",
-             "TFLite": "onnx2tf", "ORT int8 dynamic": "onnxruntime", "ORT int8 static": "onnxruntime"}
+             "TFLite": "onnx2tf", "onnx2torch": "onnx2torch", "ORT int8 dynamic": "onnxruntime", "ORT int8 static": "onnxruntime"}
 
 
 def record(runtime: str, case: dict, target: str, verdict: str) -> None:
@@ -73,9 +73,9 @@ def render(records) -> str:
 
 #: what the cells do not say (the saved inputs are finite), written below the legend
 NON_FINITE = ("NaN and infinities: the saved inputs are finite. With a NaN (either sign), +inf, -inf and both "
-              "infinities placed in its windows, the portable target's averages (1-D, 2-D, 3-D, opsets 7 to 21) and "
-              "max pooling reach the outputs torch's do in every runtime above, TFLite included (its AveragePool "
-              "makes -inf of a NaN mean; the portable target's form takes it back to NaN, review87), the max bit for "
-              "bit but MNN's MaxPool start (docs/targets.md; tests/test_runtime*.py, "
-              "tests/lowering/test_portable_lost_nan.py). The default and tensorrt targets' AveragePools make such "
-              "windows -inf in TFLite.")
+              "infinities placed in its windows, the portable target's averages (1-D, 2-D, 3-D, opsets 7 to 21) and"
+              " max pooling reach the outputs torch's do in every runtime above (onnx2torch: opsets 8 to 18, those "
+              "it converts), TFLite included (its AveragePool makes -inf of a NaN mean; the portable target's form "
+              "takes it back to NaN, review87), the max bit for bit but MNN's MaxPool start (docs/targets.md; "
+              "tests/test_runtime*.py, tests/lowering/test_portable_lost_nan.py). The default and tensorrt targets'"
+              " AveragePools make such windows -inf in TFLite.")
