@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from onnx import helper
 
@@ -93,12 +94,8 @@ def foreign_ops(model) -> dict[str, int]:
     is not one of the model's local functions: the check runs only the part of the graph computing the replaced
     nodes, so such nodes elsewhere do not stop it, and are named instead."""
     local = {(f.domain, f.name) for f in model.functions}
-    out: dict[str, int] = {}
-    for n in nodes_deep(model.graph.node):
-        if n.domain not in ONNXRUNTIME_DOMAINS and (n.domain, n.op_type) not in local:
-            key = f"{n.domain}::{n.op_type}"
-            out[key] = out.get(key, 0) + 1
-    return out
+    return dict(Counter(f"{n.domain}::{n.op_type}" for n in nodes_deep(model.graph.node)
+                        if n.domain not in ONNXRUNTIME_DOMAINS and (n.domain, n.op_type) not in local))
 
 
 def foreign_notes(model, why: str) -> list[WarningNote]:

@@ -22,12 +22,8 @@ def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 
 def symbolic_inputs(model: onnx.ModelProto) -> dict[str, tuple]:
     """Graph inputs with a symbolic or unknown dim, and their declared shapes."""
-    out = {}
-    for vi in graph_inputs(model):
-        _, dims = type_dims(vi.type)
-        if dims is None or any(not isinstance(d, int) for d in dims):
-            out[vi.name] = dims
-    return out
+    declared = {vi.name: type_dims(vi.type)[1] for vi in graph_inputs(model)}
+    return {name: dims for name, dims in declared.items() if dims is None or any(not isinstance(d, int) for d in dims)}
 
 
 def random_feed(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], rng: np.random.Generator) -> dict:

@@ -137,15 +137,17 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
                     f"at {shapes_txt}: adaptive pooling has no windows there to check",
                     f"choose larger sizes with {CHECK_SHAPES_FORM}, or skip the check with {NO_CHECK}")
         for s in specs:
+            x, y = values[s.node.input], values[s.node.output]
             idx = values.get(s.node.indices_output) if s.node.indices_output else None
             c = checks[s.node.index]
             bound = bind_runtime_sizes(s, values)  # an output size the graph computes: this run's value
-            if bound is not s:
-                note_runtime_sizes(s, bound, values[s.node.input], c)
+            for n, size, m in zip(x.shape[x.ndim - s.k:], s.node.output_size, bound.node.output_size):
+                if isinstance(size, RuntimeDim):  # which kind that output length took at this run
+                    c.size_kinds.add("downsampling" if m < n else "upsampling" if m > n else "equal")
             before = (c.max_error, c.tolerance, c.passed, c.detail)
-            compare(bound, values[s.node.input], values[s.node.output], idx, c)
+            compare(bound, x, y, idx, c)
             if before[2] and not c.passed and s.dtype in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
-                _half_input(model, bound, values[s.node.input], values[s.node.output], idx, c, before, alone)
+                _half_input(model, bound, x, y, idx, c, before, alone)
     if extra is not None:
         feed = {k: ort_value(v) for k, v in extra.feed.items() if k in session_inputs}
         extra.got = {n: r.numpy() for n, r in zip(extra.names, sess.run_with_ort_values(extra.names, feed))}
@@ -162,8 +164,6 @@ def _after_frozen(model: onnx.ModelProto, specs: Sequence[PoolSpec]) -> set[str]
     check runs them too at its sizes (they failed there, while the pool itself checked right; at a static size
     they cost one run). Empty for every other file."""
     reached = {o for s in specs if s.node.encoding == "dynamo" for o in (s.node.output, s.node.indices_output) if o}
-    if not reached:
-        return set()
     for n in model.graph.node:  # graph order is topological
         if reached & set(n.input):
             reached.update(o for o in n.output if o)
@@ -181,13 +181,6 @@ def _files_node(model: onnx.ModelProto, error: str) -> onnx.NodeProto | None:
 def runtime_size_tensors(specs: Sequence[PoolSpec]) -> list[str]:
     """The size tensors the graph computes at run time that some replaced node reads."""
     return list(dict.fromkeys(m.tensor for s in specs for m in s.node.output_size if isinstance(m, RuntimeDim)))
-
-
-def note_runtime_sizes(spec: PoolSpec, bound: PoolSpec, x: np.ndarray, check: NodeCheck) -> None:
-    """Records, per pooled axis whose output length the graph computes, which kind it took at this run."""
-    for n, size, m in zip(x.shape[x.ndim - bound.k:], spec.node.output_size, bound.node.output_size):
-        if isinstance(size, RuntimeDim):
-            check.size_kinds.add("downsampling" if m < n else "upsampling" if m > n else "equal")
 
 
 def _half_input(model, spec: PoolSpec, x, y, idx, check: NodeCheck, before: tuple, sessions: dict) -> None:

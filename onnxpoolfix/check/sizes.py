@@ -107,17 +107,12 @@ def runtime_kinds(model, dyn, k: int) -> list[dict[int, str] | None]:
     size there is computed by the graph: the kind its output length takes at each input length n <= 512
     (its size subgraph run alone); None elsewhere or where that subgraph cannot run alone."""
     out: list[dict[int, str] | None] = []
-    for j in range(k):
-        from_end = k - j
-        found = None
-        for s in dyn:
-            if s.k >= from_end and isinstance(s.node.output_size[s.k - from_end], RuntimeDim):
-                pairs = yielded_sizes(model, s, s.k - from_end, BOUND)
-                if pairs is not None:
-                    found = {n: RUNTIME_KINDS[0] if m < n else RUNTIME_KINDS[2] if m > n else RUNTIME_KINDS[1]
-                             for n, m in pairs}
-                break
-        out.append(found)
+    for from_end in range(k, 0, -1):
+        s = next((s for s in dyn if s.k >= from_end and isinstance(s.node.output_size[s.k - from_end], RuntimeDim)),
+                 None)
+        pairs = None if s is None else yielded_sizes(model, s, s.k - from_end, BOUND)
+        out.append(None if pairs is None else {n: RUNTIME_KINDS[0] if m < n else RUNTIME_KINDS[2] if m > n
+                                               else RUNTIME_KINDS[1] for n, m in pairs})
     return out
 
 

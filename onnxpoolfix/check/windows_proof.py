@@ -94,57 +94,51 @@ def _n_bound(m: int, limit: int) -> int:
     return max(1, min(limit, isqrt(2 * MATRIX_BUDGET // max(m, 1))))
 
 
-class _Prover:
-    def __init__(self, opset: int, elem: int):
-        self.opset, self.elem = opset, elem
-
-    def emitter(self) -> Emitter:
-        return Emitter("proof", {"n", "m", "lengths", "out", "kmax"}, self.opset)
-
-    def shared(self, kind: str, m: int, n_max: int, chunk: int = CHUNK) -> str | None:
-        """Axes pooled to ``m`` sharing one construction over a vector of lengths (stacked), ``chunk`` lengths
-        per run (1: the construction of a max axis alone, as the lowering emits it)."""
-        em = self.emitter()
-        if kind == "avg":
-            em.op("Identity", [runtime_pooling_matrices_t(em, "lengths", 2, m, self.elem)], out="out")
-        else:
-            em.op("Identity", [runtime_window_tables(em, "lengths", 1 if chunk == 1 else 2, m)], out="out")
-        sess = ort_session(_model(em, ["lengths"], ["out"]), optimize=False)
-        for lo in range(1, n_max + 1, chunk):
-            lengths = np.arange(lo, min(lo + chunk, n_max + 1), dtype=np.int64)
-            (got,) = sess.run(None, {"lengths": lengths})
-            for q, n in enumerate(lengths.tolist()):
-                if kind == "avg":
-                    want = _matrix_t(n, m, self.elem)
-                    if not (np.array_equal(got[:n, :, q], want) and not got[n:, :, q].any()):
-                        return f"the shared pooling matrices differ from windows.py at {n} -> {m}"
-                elif not np.array_equal(got[q] if chunk > 1 else got, _expected_shared_table(n, m, got.shape[-1])):
-                    what = "shared window tables differ" if chunk > 1 else "window table differs"
-                    return f"the {what} from windows.py at {n} -> {m}"
-        return None
-
-    def single(self, kind: str, pairs: list[tuple[int, int]], runtime_m: bool) -> str | None:
-        """One axis: ``n`` fed (0-d), ``m`` fed too where the graph computes it, else the pairs' one constant."""
-        em = self.emitter()
-        m_const = pairs[0][1]
-        if kind == "avg":
-            out = (runtime_size_matrix_t(em, "n", "m", self.elem) if runtime_m else
-                   runtime_pooling_matrices_t(em, em.unsqueeze("n", [0]), 1, m_const, self.elem))
-        else:
-            out, _ = runtime_window_table(em, "n", "m" if runtime_m else m_const)
-        em.op("Identity", [out], out="out")
-        sess = ort_session(_model(em, ["n", "m"] if runtime_m else ["n"], ["out"]), optimize=False)
-        for n, m in pairs:
-            feed = {"n": np.array(n, np.int64)} | ({"m": np.array(m, np.int64)} if runtime_m else {})
-            (got,) = sess.run(None, feed)
+def _shared(opset: int, elem: int, kind: str, m: int, n_max: int, chunk: int = CHUNK) -> str | None:
+    """Axes pooled to ``m`` sharing one construction over a vector of lengths (stacked), ``chunk`` lengths
+    per run (1: the construction of a max axis alone, as the lowering emits it)."""
+    em = Emitter("proof", {"n", "m", "lengths", "out", "kmax"}, opset)
+    if kind == "avg":
+        em.op("Identity", [runtime_pooling_matrices_t(em, "lengths", 2, m, elem)], out="out")
+    else:
+        em.op("Identity", [runtime_window_tables(em, "lengths", 1 if chunk == 1 else 2, m)], out="out")
+    sess = ort_session(_model(em, ["lengths"], ["out"]), optimize=False)
+    for lo in range(1, n_max + 1, chunk):
+        lengths = np.arange(lo, min(lo + chunk, n_max + 1), dtype=np.int64)
+        (got,) = sess.run(None, {"lengths": lengths})
+        for q, n in enumerate(lengths.tolist()):
             if kind == "avg":
-                want = _matrix_t(n, m, self.elem)
-            else:
-                want = _expected_table(n, m, got.shape[1] if got.ndim == 2 else 0)
-            if got.shape != want.shape or not np.array_equal(got, want):
-                return (f"the {'pooling matrix' if kind == 'avg' else 'window table'} differs from windows.py "
-                        f"at {n} -> {m}")
-        return None
+                want = _matrix_t(n, m, elem)
+                if not (np.array_equal(got[:n, :, q], want) and not got[n:, :, q].any()):
+                    return f"the shared pooling matrices differ from windows.py at {n} -> {m}"
+            elif not np.array_equal(got[q] if chunk > 1 else got, _expected_shared_table(n, m, got.shape[-1])):
+                what = "shared window tables differ" if chunk > 1 else "window table differs"
+                return f"the {what} from windows.py at {n} -> {m}"
+    return None
+
+
+def _single(opset: int, elem: int, kind: str, pairs: list[tuple[int, int]], runtime_m: bool) -> str | None:
+    """One axis: ``n`` fed (0-d), ``m`` fed too where the graph computes it, else the pairs' one constant."""
+    em = Emitter("proof", {"n", "m", "lengths", "out", "kmax"}, opset)
+    m_const = pairs[0][1]
+    if kind == "avg":
+        out = (runtime_size_matrix_t(em, "n", "m", elem) if runtime_m else
+               runtime_pooling_matrices_t(em, em.unsqueeze("n", [0]), 1, m_const, elem))
+    else:
+        out, _ = runtime_window_table(em, "n", "m" if runtime_m else m_const)
+    em.op("Identity", [out], out="out")
+    sess = ort_session(_model(em, ["n", "m"] if runtime_m else ["n"], ["out"]), optimize=False)
+    for n, m in pairs:
+        feed = {"n": np.array(n, np.int64)} | ({"m": np.array(m, np.int64)} if runtime_m else {})
+        (got,) = sess.run(None, feed)
+        if kind == "avg":
+            want = _matrix_t(n, m, elem)
+        else:
+            want = _expected_table(n, m, got.shape[1] if got.ndim == 2 else 0)
+        if got.shape != want.shape or not np.array_equal(got, want):
+            return (f"the {'pooling matrix' if kind == 'avg' else 'window table'} differs from windows.py "
+                    f"at {n} -> {m}")
+    return None
 
 
 def prove_slice_bounds(spec: PoolSpec, cache: dict) -> Proof:
@@ -202,7 +196,6 @@ def prove_windows(model: onnx.ModelProto, spec: PoolSpec, cache: dict) -> Proof:
     proven in this run, shared by nodes with the same ones)."""
     proof = Proof()
     elem = compute_dtype(spec)
-    prover = _Prover(spec.opset, elem)
     lead = spec.ndim - spec.k
     groups: dict[int, list[int]] = {}
     single: list[tuple[int, int | RuntimeDim]] = []
@@ -225,7 +218,7 @@ def prove_windows(model: onnx.ModelProto, spec: PoolSpec, cache: dict) -> Proof:
         # a max axis alone runs the shared construction too, over a vector of its one length
         key = ("shared", spec.kind, m, n_max, elem, spec.opset, len(axes) > 1)
         if key not in cache:
-            cache[key] = prover.shared(spec.kind, m, n_max, CHUNK if len(axes) > 1 else 1)
+            cache[key] = _shared(spec.opset, elem, spec.kind, m, n_max, CHUNK if len(axes) > 1 else 1)
         if cache[key]:
             proof.failure = cache[key]
             return proof
@@ -253,13 +246,13 @@ def prove_windows(model: onnx.ModelProto, spec: PoolSpec, cache: dict) -> Proof:
                 what = f"n <= {n_max}, each with the m the graph computes ({', '.join(sorted(kinds))})"
             key = ("runtime", spec.kind, tuple(pairs), elem, spec.opset)
             if key not in cache:
-                cache[key] = prover.single(spec.kind, pairs, True)
+                cache[key] = _single(spec.opset, elem, spec.kind, pairs, True)
             label = f"axis {lead + j} {spec.kind} -> computed m: {what}"
         else:
             n_max = _n_bound(m, BOUND)
             key = ("single", spec.kind, m, n_max, elem, spec.opset)
             if key not in cache:
-                cache[key] = prover.single(spec.kind, [(n, m) for n in range(1, n_max + 1)], False)
+                cache[key] = _single(spec.opset, elem, spec.kind, [(n, m) for n in range(1, n_max + 1)], False)
             label = f"axis {lead + j} {spec.kind} -> {m}: n <= {n_max}"
         if cache[key]:
             proof.failure = cache[key]

@@ -72,16 +72,16 @@ def _known(v: np.ndarray) -> np.ndarray | None:
     return np.array(flat, np.int64).reshape(v.shape) if all(isinstance(e, (int, np.integer)) for e in flat) else None
 
 
-def _reshape_output(v: np.ndarray, data: str, allowzero: int, dims: dict, params: dict) -> list | None:
+def _reshape_output(v: np.ndarray, data: str, allowzero: int, dims: dict, shaped: dict) -> list | None:
     """The output dims (int, symbol name or None) of a Reshape of ``data`` to the partly known target ``v``;
     None where its rank is not known either."""
     if v.ndim != 1:
         return None
-    src, names = dims.get(data), params.get(data)
+    src, names = dims.get(data), _dim_names(shaped, data)
     out: list = []
     for a, e in enumerate(v):
         if isinstance(e, Dim):
-            p = params.get(e.tensor)
+            p = _dim_names(shaped, e.tensor)
             out.append(p[e.axis] if p and p[e.axis] else None)
         elif not isinstance(e, (int, np.integer)):
             out.append(None)
@@ -115,7 +115,6 @@ def fold_size_chains(inferred: onnx.ModelProto) -> onnx.ModelProto | None:
                 if tt.HasField("shape"):
                     shaped[vi.name] = tt
                     dims[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
-    params = _Params(shaped)
     values: dict[str, np.ndarray] = {}
     measured: set[str] = set()  # values computed from a Shape
     computed: set[str] = set()  # and from constants, which onnx folds only from Unsqueeze-13/Concat-13 on
@@ -164,7 +163,7 @@ def fold_size_chains(inferred: onnx.ModelProto) -> onnx.ModelProto | None:
             target = _known(v)
             elem = typed[node.input[0]].elem_type if target is None and node.input[0] in typed else 0
             if elem and node.op_type == "Reshape" and j == 1:
-                shape = _reshape_output(v, node.input[0], attributes(node).get("allowzero", 0), dims, params)
+                shape = _reshape_output(v, node.input[0], attributes(node).get("allowzero", 0), dims, shaped)
                 if shape is not None:
                     declared[node.output[0]] = (elem, shape)
             if target is not None:
@@ -187,15 +186,10 @@ def fold_size_chains(inferred: onnx.ModelProto) -> onnx.ModelProto | None:
     return out
 
 
-class _Params:
-    """The symbolic dims' names of each shaped tensor (``dims``' twin), read only for the few a Reshape needs."""
-
-    def __init__(self, shaped: dict):
-        self.shaped = shaped
-
-    def get(self, name: str) -> tuple | None:
-        tt = self.shaped.get(name)
-        return None if tt is None else tuple(d.dim_param or None for d in tt.shape.dim)
+def _dim_names(shaped: dict, name: str) -> tuple | None:
+    """The symbolic dims' names of a shaped tensor (``dims``' twin), read only for the few a Reshape needs."""
+    tt = shaped.get(name)
+    return None if tt is None else tuple(d.dim_param or None for d in tt.shape.dim)
 
 
 def _taken(node: onnx.NodeProto, values: dict) -> onnx.GraphProto | None:

@@ -42,15 +42,8 @@ def type_dims(type_proto: onnx.TypeProto) -> tuple[int, tuple[Dim, ...] | None]:
     tt = type_proto.tensor_type
     if not tt.HasField("shape"):
         return tt.elem_type, None
-    dims: list[Dim] = []
-    for d in tt.shape.dim:
-        if d.HasField("dim_value"):
-            dims.append(int(d.dim_value))
-        elif d.HasField("dim_param") and d.dim_param:
-            dims.append(d.dim_param)
-        else:
-            dims.append(None)
-    return tt.elem_type, tuple(dims)
+    return tt.elem_type, tuple(int(d.dim_value) if d.HasField("dim_value") else d.dim_param or None
+                               for d in tt.shape.dim)
 
 
 def is_small_tensor(t: TensorProto) -> bool:
@@ -175,8 +168,7 @@ def infer(model: onnx.ModelProto, seeds: Mapping[str, tuple[int, tuple[Dim, ...]
             out[name] = (have[0], tuple(d if d is not None else dd for d, dd in zip(have[1], dims)))
     for t in g.initializer:
         out[t.name] = (t.data_type, tuple(int(d) for d in t.dims))
-    for name, v in seeds.items():
-        out[name] = v
+    out.update(seeds)
     return out
 
 

@@ -56,10 +56,6 @@ def _entries(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def _mod(a: np.ndarray, b: np.ndarray, fmod: int) -> np.ndarray:
-    return np.fmod(a, b) if fmod else np.mod(a, b)
-
-
 _BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": _trunc_div, "Max": np.maximum,
            "Min": np.minimum, "Equal": np.equal, "Less": np.less, "Greater": np.greater,
            "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal, "And": np.logical_and,
@@ -133,7 +129,7 @@ def node_value(node: onnx.NodeProto, ins: list, n: int, shape: Callable[[onnx.No
         b = y.a if y.batched or not x.batched else y.a[..., None]
         if object in (a.dtype, b.dtype):
             return Value(_entries(op, a, b), x.batched or y.batched)
-        out = _mod(a, b, at.get("fmod", 0)) if op == "Mod" else _BINARY[op](a, b)
+        out = (np.fmod if at.get("fmod", 0) else np.mod)(a, b) if op == "Mod" else _BINARY[op](a, b)
         return Value(np.asarray(out), x.batched or y.batched)
     if op == "Cast" and x.a.dtype == object:  # ints stay ints (symbolic entries too); no other type is read
         if at.get("to") not in (TensorProto.INT64, TensorProto.INT32):
