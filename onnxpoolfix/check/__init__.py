@@ -234,10 +234,8 @@ def run_check(model, specs, report: PatchReport, *, check_shapes, input_shapes, 
         if not r.passed:
             failed.append(f"{s.node.label}: {r.detail}")
             upstream.append(r.upstream)
-    proof_failed: list[str] = []
-    proven = _prove_dynamic_windows(model, specs, report, proof_failed)
-    failed += proof_failed
-    upstream += [False] * len(proof_failed)  # a window construction that differs is the replacement's own
+    proven = _prove_dynamic_windows(model, specs, report, failed)
+    upstream += [False] * (len(failed) - len(upstream))  # a window construction that differs is the replacement's own
     report.check_passed = not failed
     report.notes.append(note if isinstance(note, Note) else Note(note, "checked-sizes"))
     report.notes += foreign_notes(model, " as the input had them: the check ran the part of the graph that "

@@ -1,10 +1,6 @@
 """The pure part of the check: one node's actual output against :mod:`onnxpoolfix.reference`, with the
 tolerance a correct average may differ by (max pooling: bit exact, values and indices). numpy only.
-
-Tolerances, per output element of an average: ``4 * eps * sqrt(L) * mean|x| over the window + eps * |ref|``
-(the summation order differs from torch's; eps of the compute dtype, float32 for float16/bfloat16) plus one
-ulp of a float16/bfloat16 output (one rounding of a float32 result) and ``L + 1`` steps of the compute
-dtype's subnormal grid; see :func:`tolerance`.
+The tolerance of an average: :func:`tolerance` (docs/exactness.md, "Average pooling").
 """
 from __future__ import annotations
 
@@ -33,10 +29,6 @@ class NodeCheck:
     input_rounding: int = 0
     upstream: bool = False
     size_kinds: set = field(default_factory=set)  # runtime output sizes: "downsampling" / "upsampling" / "equal"
-
-
-_EPS = {TensorProto.FLOAT: 2.0 ** -23, TensorProto.DOUBLE: 2.0 ** -52,
-        TensorProto.FLOAT16: 2.0 ** -10, TensorProto.BFLOAT16: 2.0 ** -7}
 
 
 _MANTISSA = {TensorProto.FLOAT16: 10, TensorProto.BFLOAT16: 7}
@@ -68,7 +60,7 @@ def tolerance(spec: PoolSpec, x: np.ndarray, ref: np.ndarray, input_rounding: bo
         shape[a] = m
         lengths = lengths * ln.reshape(shape)
     compute = np.float64 if spec.dtype == TensorProto.DOUBLE else np.float32
-    compute_eps = _EPS[TensorProto.DOUBLE if spec.dtype == TensorProto.DOUBLE else TensorProto.FLOAT]
+    compute_eps = float(np.finfo(compute).eps)
     mag = np.abs(np.where(np.isfinite(ref), ref, 0).astype(np.float64))
     tol = 4 * compute_eps * np.sqrt(lengths) * mean_abs + compute_eps * mag + np.finfo(np.float64).tiny
     if compute == np.float32 and lengths.max() > SUMMED_IN_ORDER_FROM:

@@ -154,10 +154,8 @@ def _keeps_leading_dim(data: Sequence[int | None], target: Sequence[int]) -> boo
         if not isinstance(d, int) or d < 0:
             return False
         product *= d
-        if product == data[0]:
-            return True
-        if product > data[0]:
-            return False
+        if product >= data[0]:
+            return product == data[0]
     return False
 
 

@@ -11,6 +11,7 @@ taken for an adaptive 4x4 pool of a 16x16 map differs at once.
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
@@ -47,10 +48,7 @@ def known_right_shapes(model: onnx.ModelProto, traced_shapes: Mapping[str, Seque
 
 def input_signature(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     """Copies of the graph's inputs: the file's signature before a front end binds OUT's (``--input-shape``)."""
-    out = [onnx.ValueInfoProto() for _ in model.graph.input]
-    for o, i in zip(out, model.graph.input):
-        o.CopyFrom(i)
-    return out
+    return [copy.deepcopy(i) for i in model.graph.input]
 
 
 @contextmanager
@@ -148,9 +146,8 @@ def compare_with_original(model: onnx.ModelProto, feed: dict, want: dict, *, mod
                                "computes anew", "this is a bug in onnxpoolfix: please report it with the model")
     if got is None or not redefined <= set(got):
         got = _run_cut(model, sorted(redefined), feed, model_dir)
-    got = {name: got[name] for name in sorted(redefined)}
-    for name, g in got.items():
-        w = want[name]
+    for name in sorted(redefined):
+        g, w = got[name], want[name]
         if g.shape != w.shape:
             _differs(name, f"shape {g.shape} where the original's is {w.shape}", where, traced)
         if np.issubdtype(w.dtype, np.floating) or w.dtype.kind == "V":

@@ -66,9 +66,7 @@ class Prober:
             return None
         # the shapes alone, read off the OrtValues (numpy has no bfloat16 to hand a pooled tensor back in)
         got = {n: tuple(int(d) for d in o.shape()) for n, o in zip(self.fetch, outs)}
-        for n in self.names:
-            if n in self.inputs:
-                got[n] = tuple(shapes[n])
+        got.update({n: tuple(shapes[n]) for n in self.names if n in self.inputs})
         if any(0 in dims for dims in got.values()):  # ran, but a pooled tensor is empty: nothing to check
             return None
         return got

@@ -184,14 +184,11 @@ def runtime_size_tensors(specs: Sequence[PoolSpec]) -> list[str]:
 
 
 def _half_input(model, spec: PoolSpec, x, y, idx, check: NodeCheck, before: tuple, sessions: dict) -> None:
-    """A float16/bfloat16 node that failed in the model: is it the replacement, or its input?
-
-    onnxruntime runs float16 ops (Conv, Relu) in float32 and drops the Cast pair between them and the
-    lowering's own Cast to float32, so the subgraph consumes the values before rounding, while the tensor
-    fetched for the reference is rounded. The subgraph is run alone on the fetched tensor: not exact there,
-    the replacement is wrong (the failure stands, said so). Exact there, the in-model output is compared
-    again allowing the input's rounding (averages; :func:`compare.tolerance`); what still fails is marked
-    ``upstream`` (not the replacement's doing)."""
+    """A float16/bfloat16 node that failed in the model: is it the replacement, or its input (onnxruntime feeds
+    the subgraph its input before rounding: docs/exactness.md, "float16/bfloat16 in a whole model")? Run alone
+    on the fetched tensor and not exact there, the failure stands, said so; exact there, the in-model output is
+    compared again allowing the input's rounding (averages; :func:`compare.tolerance`), and what still fails is
+    marked ``upstream`` (not the replacement's doing)."""
     if spec.node.index not in sessions:
         isolated = isolate(model, spec)
         try:

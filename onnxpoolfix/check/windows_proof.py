@@ -233,15 +233,12 @@ def prove_windows(model: onnx.ModelProto, spec: PoolSpec, cache: dict) -> Proof:
             else:
                 n_max = BOUND
                 if spec.kind == "avg":  # the matrices n x m of all pairs within the budget
-                    total, kept = 0, []
-                    for n in sorted({n for n, _ in pairs}):
-                        row = [(n, mm) for nn, mm in pairs if nn == n]
-                        total += sum(n * mm for _, mm in row)
+                    total = 0
+                    for i, (n, mm) in enumerate(pairs):  # (one m per n, n ascending: yielded_sizes)
+                        total += n * mm
                         if total > MATRIX_BUDGET:
-                            n_max = n - 1
+                            n_max, pairs = n - 1, pairs[:i]
                             break
-                        kept += row
-                    pairs = kept
                 kinds = {"down" if mm < n else "up" if mm > n else "equal" for n, mm in pairs}
                 what = f"n <= {n_max}, each with the m the graph computes ({', '.join(sorted(kinds))})"
             key = ("runtime", spec.kind, tuple(pairs), elem, spec.opset)

@@ -75,10 +75,7 @@ def outer_reads(node: onnx.NodeProto) -> list[str]:
 
 def default_opset(model: onnx.ModelProto) -> int | None:
     """The model's default-domain (ai.onnx) opset, or None when it imports none."""
-    for o in model.opset_import:
-        if o.domain in STANDARD_DOMAINS:
-            return o.version
-    return None
+    return next((o.version for o in model.opset_import if o.domain in STANDARD_DOMAINS), None)
 
 
 def is_repeated(fd) -> bool:

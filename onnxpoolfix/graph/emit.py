@@ -98,10 +98,7 @@ class Emitter:
            hint: str | None = None, **attrs) -> str:
         """Add one node; returns its (first) output name. ``out`` names the output(s) explicitly."""
         label = hint or op_type
-        if out is None:
-            outputs = [self.fresh(f"{label}_output")]
-        else:
-            outputs = [out] if isinstance(out, str) else list(out)
+        outputs = [self.fresh(f"{label}_output")] if out is None else [out] if isinstance(out, str) else list(out)
         attrs = {k: v for k, v in attrs.items() if v is not None}
         node = helper.make_node(op_type, list(inputs), outputs, name=self.fresh(label), **attrs)
         self.nodes.append(node)

@@ -230,9 +230,8 @@ def _with_folded_sizes(inferred: onnx.ModelProto, rounds: int = 3) -> onnx.Model
         except Exception as e:  # noqa: BLE001 - the first inference stands
             logger.debug("shape inference after folding size chains failed: %s", e)
             break
-        gained = {name: vi for name, vi in _entries(again).items() if name in produced and (
-            name not in best or vi != best[name]) and _known_dims_of(vi) > (
-            _known_dims_of(best[name]) if name in best else -1)}
+        gained = {name: vi for name, vi in _entries(again).items() if name in produced
+                  and _known_dims_of(vi) > (_known_dims_of(best[name]) if name in best else -1)}
         if not gained:
             break
         best.update(gained)

@@ -163,8 +163,7 @@ def size_precision_error(model: onnx.ModelProto, specs: list) -> None:
     (Up to :data:`PRECISION_FAR`.)"""
     for s in specs:
         for tensor in dict.fromkeys(e.tensor for e in s.node.output_size if isinstance(e, RuntimeDim)):
-            indices = [(j, e.index) for j, e in enumerate(s.node.output_size)
-                       if isinstance(e, RuntimeDim) and e.tensor == tensor]
+            indices = [e.index for e in s.node.output_size if isinstance(e, RuntimeDim) and e.tensor == tensor]
             sub = size_subgraph(model, tensor, s.node.input, s.dtype)
             dims = list(s.input_shape) if sub is not None else None
             if sub is None:  # the size reads another tensor's shape (the graph input's, a pool behind a conv)
@@ -177,8 +176,8 @@ def size_precision_error(model: onnx.ModelProto, specs: list) -> None:
                 continue
             # every symbolic axis for every entry: an entry may read another axis than its own (x.size(3) for H)
             base = [d if isinstance(d, int) else 7 for d in dims]
-            sweeps = [(a, i, None) for _, i in indices for a, d in enumerate(dims) if not isinstance(d, int)]
-            sweeps = sweeps or [(0, i, [base[0]]) for _, i in indices if base]
+            sweeps = [(a, i, None) for i in indices for a, d in enumerate(dims) if not isinstance(d, int)]
+            sweeps = sweeps or [(0, i, [base[0]]) for i in indices if base]
             readings = in_double(sub)
             for wide in readings:
                 try:
