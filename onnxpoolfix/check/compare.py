@@ -133,9 +133,8 @@ def compare(spec: PoolSpec, x: np.ndarray, y: np.ndarray, idx: np.ndarray | None
         with np.errstate(invalid="ignore"):
             err = np.where(both_nan | same_inf, 0.0, np.abs(y.astype(np.float64) - ref))
         err = np.nan_to_num(err, nan=np.inf)
-        e = float(err.max()) if err.size else 0.0
-        check.max_error = max(check.max_error, e)
-        check.tolerance = max(check.tolerance, float(tol.max()) if tol.size else 0.0)
+        check.max_error = max(check.max_error, float(err.max()))  # (not empty: ref.size checked above)
+        check.tolerance = max(check.tolerance, float(tol.max()))
         bad = err > tol
         if bad.any():
             where = np.unravel_index(int(np.argmax(err - tol)), err.shape)

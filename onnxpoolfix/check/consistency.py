@@ -83,8 +83,7 @@ def _fed_error(input_light: onnx.ModelProto, specs: Sequence[PoolSpec], named: M
     fed.update({s.node.indices_output: (TensorProto.INT64, s.output_shape) for s in specs if s.node.indices_output})
     light = _bound_copy(input_light, shapes or {})
     keep_only(light.graph.node, lambda n: not any(o in fed for o in n.output))
-    for name, (elem, dims) in fed.items():
-        light.graph.input.append(make_value_info(name, elem, bound(dims)))
+    light.graph.input.extend(make_value_info(name, elem, bound(dims)) for name, (elem, dims) in fed.items())
     error, inferred = strict_inference(light)
     if error is not None:
         return error, False

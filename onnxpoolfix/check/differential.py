@@ -83,9 +83,7 @@ def redefined_by_plan(model: onnx.ModelProto, specs: Sequence[PoolSpec]) -> list
     """Before the rewrite: the tensors it may write anew, that is every output of the nodes planned to go
     (the replaced nodes and those whose places the lowering takes, :attr:`PoolNode.replaces`)."""
     names = [o for s in specs for o in (s.node.output, s.node.indices_output) if o]
-    for s in specs:
-        for k in (s.node.index, *s.node.replaces):
-            names.extend(o for o in model.graph.node[k].output if o)
+    names += [o for s in specs for k in (s.node.index, *s.node.replaces) for o in model.graph.node[k].output if o]
     return list(dict.fromkeys(names))
 
 

@@ -115,13 +115,12 @@ def fold_size_chains(inferred: onnx.ModelProto) -> onnx.ModelProto | None:
                 if tt.HasField("shape"):
                     shaped[vi.name] = tt
                     dims[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
-    values: dict[str, np.ndarray] = {}
+    values: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t).astype(object) for t in g.initializer if
+                                     t.data_type in _INT_TYPES and not t.HasField("data_location")
+                                     and np.prod(t.dims) <= _MAX_ELEMENTS}
     measured: set[str] = set()  # values computed from a Shape
     computed: set[str] = set()  # and from constants, which onnx folds only from Unsqueeze-13/Concat-13 on
     conditions: set[str] = set()  # Equal of a value computed from a Shape
-    for t in g.initializer:
-        if t.data_type in _INT_TYPES and not t.HasField("data_location") and np.prod(t.dims) <= _MAX_ELEMENTS:
-            values[t.name] = numpy_helper.to_array(t).astype(object)
     for node in g.node:
         if node.op_type not in _FOLDED | {"Reshape"} or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
             continue

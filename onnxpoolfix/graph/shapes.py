@@ -166,8 +166,7 @@ def infer(model: onnx.ModelProto, seeds: Mapping[str, tuple[int, tuple[Dim, ...]
             out[name] = (have[0] if have and have[0] else elem, dims)
         elif dims is not None and len(dims) == len(have[1]):
             out[name] = (have[0], tuple(d if d is not None else dd for d, dd in zip(have[1], dims)))
-    for t in g.initializer:
-        out[t.name] = (t.data_type, tuple(int(d) for d in t.dims))
+    out.update({t.name: (t.data_type, tuple(int(d) for d in t.dims)) for t in g.initializer})
     out.update(seeds)
     return out
 

@@ -55,10 +55,8 @@ def size_subgraph(model: onnx.ModelProto, size_tensor: str, pooled: str | None, 
 def value_type(model: onnx.ModelProto, name: str) -> tuple[int, tuple | None]:
     """``name``'s element type and dims (:func:`~.shapes.type_dims`) as the model's inputs, value_info or
     outputs declare them; ``(0, None)`` where none does."""
-    for v in (*model.graph.input, *model.graph.value_info, *model.graph.output):
-        if v.name == name:
-            return type_dims(v.type)
-    return 0, None
+    g = model.graph
+    return next((type_dims(v.type) for v in (*g.input, *g.value_info, *g.output) if v.name == name), (0, None))
 
 
 def fold_static_sizes(model: onnx.ModelProto, specs: list) -> list:
