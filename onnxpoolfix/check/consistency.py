@@ -97,9 +97,8 @@ def _frozen_index(inferred: onnx.ModelProto, fed: Mapping[str, object]) -> str |
     output takes the index's shape, so it does not follow the data there. A Reshape after one to a constant
     shape whose batch differs from the data's (``view(y.size(0), -1)`` folded to [1, -1]) likewise. The
     TorchScript exporter types a leftover's output at its traced shape and folds what the model builds from
-    that shape
-    (``torch.gather(y, 3, torch.zeros(y.shape, ...))`` after a ``y[:, 0]``) into such a constant; the file
-    then gives batch 1 at every batch, and nothing fails to say so."""
+    that shape (``torch.gather(y, 3, torch.zeros(y.shape, ...))`` after a ``y[:, 0]``) into such a constant;
+    the file then gives batch 1 at every batch, and nothing fails to say so."""
     g = inferred.graph  # (as strict inference gave it: no second inference)
     shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
               for vi in (*g.input, *g.value_info) if vi.type.tensor_type.HasField("shape")}

@@ -22,13 +22,12 @@ class Prober:
         self.model = model
         self.names = list(names)
         self.rng = np.random.default_rng(seed)
-        inputs = {i.name for i in graph_inputs(model)}
-        self.fetch = [n for n in self.names if n not in inputs]
+        self.inputs = {i.name for i in graph_inputs(model)}
+        self.fetch = [n for n in self.names if n not in self.inputs]
         # the part of the model computing the pooled inputs (check/cut.py): the layers below are not run
         self.sess = ort_session(cut_bytes(model, [onnx.helper.make_tensor_value_info(n, names[n], None)
                                                   for n in self.fetch]), model_dir) if self.fetch else None
         self.session_inputs = {i.name for i in self.sess.get_inputs()} if self.sess else set()
-        self.inputs = inputs
         self.light = light_copy(model)  # for shape inference at each size, without the weights' bytes
         self.empty_anyway = self._empty_tensors({})
 
@@ -44,10 +43,8 @@ class Prober:
                 for d in shapes[vi.name]:
                     dims.dim.add().dim_value = int(d)
         inferred = onnx_inferred(light, f" at {shapes}")
-        if inferred is None:
-            return None
-        return {vi.name for vi in inferred.graph.value_info
-                if any(d.HasField("dim_value") and d.dim_value <= 0 for d in vi.type.tensor_type.shape.dim)}
+        return None if inferred is None else {vi.name for vi in inferred.graph.value_info if any(
+            d.HasField("dim_value") and d.dim_value <= 0 for d in vi.type.tensor_type.shape.dim)}
 
     def pooled(self, shapes) -> dict[str, tuple[int, ...]] | None:
         # a size too small for the network's convolutions/pools leaves some tensor empty; onnxruntime does

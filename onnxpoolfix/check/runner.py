@@ -62,23 +62,21 @@ def check_patched(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
     taken = {x for n in model.graph.node for x in list(n.input) + list(n.output)}
     taken |= {v.name for v in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info)}
     taken |= {t.name for t in model.graph.initializer}
+    outputs = {}  # the graph outputs of the cut the session runs, by name
     for name, elem in types.items():
-        if name in inputs or name in fetch:
+        if name in inputs:
             continue
         if elem == TensorProto.BFLOAT16:
-            fetch[name] = Emitter(name, taken, 0).fresh("onnxpoolfix_check_float32")
+            fetch[name], elem = Emitter(name, taken, 0).fresh("onnxpoolfix_check_float32"), TensorProto.FLOAT
             added_nodes.append(onnx.helper.make_node("Cast", [name], [fetch[name]], to=TensorProto.FLOAT))
         else:
             fetch[name] = name
+        outputs[fetch[name]] = onnx.helper.make_tensor_value_info(fetch[name], elem, None)
     for name in runtime_size_tensors(specs):  # output sizes the graph computes: read as int64 at each run
         if name not in fetch:
             fetch[name] = Emitter(name, taken, 0).fresh("onnxpoolfix_check_size")
             added_nodes.append(onnx.helper.make_node("Cast", [name], [fetch[name]], to=TensorProto.INT64))
-            types[name] = TensorProto.INT64
-    outputs = {}
-    for name, out in fetch.items():
-        elem = types[name] if out == name or types[name] == TensorProto.INT64 else TensorProto.FLOAT
-        outputs[out] = onnx.helper.make_tensor_value_info(out, elem, None)
+            outputs[fetch[name]] = onnx.helper.make_tensor_value_info(fetch[name], TensorProto.INT64, None)
     for name in extra.names if extra else ():
         outputs.setdefault(name, onnx.ValueInfoProto(name=name))
     after = _after_frozen(model, specs)

@@ -217,13 +217,12 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
             n0, rate, m = fits[j]
             if moved[j] is None:  # held: the model runs at no other size tried there
                 return base
-            if computed[j] is not None:  # an output size the graph computes: aim at n where m(n) is of that kind
+            kind_of = computed[j]
+            if kind_of is not None:  # an output size the graph computes: aim at n where m(n) is of that kind
                 kind = RUNTIME_KINDS[WINDOW_KINDS.index(kind)]
-                kind_of = computed[j]
                 target = min((n for n, kd in kind_of.items() if kd == kind), key=lambda n: abs(n - n0), default=None)
             else:
                 target = window_targets(m)[kind] if isinstance(m, int) else None
-                kind_of = None
             if target is None or rate is None:
                 return fallback
             aim = base + (target - n0) * rate
@@ -232,10 +231,8 @@ def _probe_dynamic_sizes(model, specs, sym, binding, *, model_dir, seed):
                          and (kind_of.get(int(n)) if kind_of is not None else window_kind(int(n), m)) == kind),
                         sizes[0])
 
-        candidates = []
-        for r in range(len(WINDOW_KINDS)):
-            sizes = [size_for(j, WINDOW_KINDS[(r + j) % len(WINDOW_KINDS)], base + (r + 1) * step) for j in range(k)]
-            candidates.append(shapes_for(sizes, 2 if r == 1 else 1))
+        candidates = [shapes_for([size_for(j, WINDOW_KINDS[(r + j) % len(WINDOW_KINDS)], base + (r + 1) * step)
+                                  for j in range(k)], 2 if r == 1 else 1) for r in range(len(WINDOW_KINDS))]
         candidates += [shapes_for([base] * k, 2), shapes_for(moving(2 * base + step), 1),
                        shapes_for(moving(3 * base), 1), shapes_for(moving(2 * base), 1)]
         chosen: list[dict[str, tuple[int, ...]]] = []

@@ -100,8 +100,7 @@ class Emitter:
         label = hint or op_type
         outputs = [self.fresh(f"{label}_output")] if out is None else [out] if isinstance(out, str) else list(out)
         attrs = {k: v for k, v in attrs.items() if v is not None}
-        node = helper.make_node(op_type, list(inputs), outputs, name=self.fresh(label), **attrs)
-        self.nodes.append(node)
+        self.nodes.append(helper.make_node(op_type, list(inputs), outputs, name=self.fresh(label), **attrs))
         return outputs[0]
 
     # ---- opset-dependent forms -------------------------------------------------------------------
