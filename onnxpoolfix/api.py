@@ -109,12 +109,14 @@ def patch(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, t
     return render_all(patch_as_written(**locals()), API)  # every argument as given
 
 
-def _foreign_kept(model: onnx.ModelProto) -> list[Note]:
-    """Nothing replaced, yet nodes no onnxruntime kernel runs stay (an ``org.pytorch.aten::avg_pool2d`` whose
+def _nothing_to_patch(model: onnx.ModelProto, report: PatchReport) -> PatchResult:
+    """Nothing replaced, yet nodes no onnxruntime kernel runs may stay (an ``org.pytorch.aten::avg_pool2d`` whose
     kernel is the input's dynamic size, say: no adaptive pool): OUT will not load there, which the user learns
     now rather than from the runtime."""
-    return foreign_notes(model, ", none of them an adaptive pool onnxpoolfix replaces: onnxruntime loads OUT only "
-                         "with a custom-op library for them")
+    report.notes.append(NOTHING_TO_PATCH)  # after the front ends' notes: e.g. a frozen dynamo export
+    report.notes += foreign_notes(model, ", none of them an adaptive pool onnxpoolfix replaces: onnxruntime loads "
+                                  "OUT only with a custom-op library for them")
+    return PatchResult(model, report)
 
 
 def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: str = AUTO, target: str = "onnxruntime",
@@ -173,9 +175,7 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
     report.partial = partial_lines(found.suspects)
     notes += [WarningNote(p, "partial") for p in report.partial]  # printed first: OUT is right only where these say
     if not mp.nodes:
-        notes.append(NOTHING_TO_PATCH)  # after the front ends' notes: e.g. a frozen dynamo export
-        notes += _foreign_kept(model)
-        return PatchResult(model, report)
+        return _nothing_to_patch(model, report)
     if found.inlined:
         notes.insert(0, Note(f"inlined the local function(s) {', '.join(found.inlined)} that held leftovers or "
                              "computed their output sizes", "inlined-functions"))
@@ -187,9 +187,7 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
         notes.append(Note(f"kept {len(mp.kept)} exporter pool(s) as they are (already the fastest exact form)",
                           "exporter-pools-kept", count=len(mp.kept)))
     if not mp.separate and not mp.groups and not mp.in_bodies:
-        notes.append(NOTHING_TO_PATCH)
-        notes += _foreign_kept(model)
-        return PatchResult(model, report)
+        return _nothing_to_patch(model, report)
     # where the original file is known right (its static size, the given traced size) and the dynamo front end
     # read frozen pools or regions in it: its outputs there, before the rewrite, for OUT to equal
     original = None
@@ -260,8 +258,8 @@ def patch_as_written(model: onnx.ModelProto, *, check: bool = True, strategy: st
         if in_bodies:
             check_in_bodies(model, in_bodies, report.nodes[len(done):], report, model_dir=model_dir, seed=seed)
         if original is not None:
-            where = ("its static size" if not right_at else f"the given {'traced' if traced_shapes else 'bound'} size "
-                     + " ".join(f"{k}:{','.join(map(str, v))}" for k, v in right_at.items()))
+            where = ("its static size" if not right_at else
+                     f"the given {'traced' if traced_shapes else 'bound'} size {shapes_detail(right_at)}")
             with phase("compare", shapes_detail(right_at)):
                 compare_with_original(model, *original, model_dir=model_dir, where=where, traced=bool(right_at),
                                       got=extra.got if extra is not None and extra.got else None)

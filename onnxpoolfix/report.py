@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from .reason import Reason
@@ -161,9 +162,6 @@ class PatchReport:
 
     def to_dict(self, audience: str = API) -> dict:
         """The JSON report's content, its texts in ``audience``'s words."""
-        by: dict[str, int] = {}
-        for n in self.nodes:
-            by[n.lowering] = by.get(n.lowering, 0) + 1
         content = {
             "schema_version": SCHEMA_VERSION,
             "tool": "onnxpoolfix",
@@ -175,7 +173,8 @@ class PatchReport:
             "opset": self.opset,
             "target": self.target,
             "nodes": [asdict(n) for n in self.nodes],
-            "totals": {"nodes": len(self.nodes), "max_error": self.max_error, "by_lowering": by},
+            "totals": {"nodes": len(self.nodes), "max_error": self.max_error,
+                       "by_lowering": Counter(n.lowering for n in self.nodes)},
             "suspects": self.suspects,
             "partial": self.partial,
             "windows_proven_to": self.windows_proven_to,
