@@ -24,6 +24,3 @@ def __getattr__(name: str):
 
         return parse_shapes
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

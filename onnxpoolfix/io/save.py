@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 import stat
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -57,13 +58,6 @@ def _external_stub(tensor: TensorProto, entries: dict[str, str]) -> TensorProto:
         entry = stub.external_data.add()
         entry.key, entry.value = key, val
     stub.data_location = TensorProto.EXTERNAL
-    return stub
-
-
-def _inline_copy(tensor: TensorProto, raw: bytes) -> TensorProto:
-    """A copy of ``tensor``'s metadata holding ``raw`` inline (for a small tensor read from a data file)."""
-    stub = metadata_copy(tensor)
-    stub.raw_data = raw
     return stub
 
 
@@ -287,7 +281,8 @@ def write_files(model: ModelProto, plan: SavePlan, tmp_dir: Path, size_threshold
                 if ref is not None and ref.length < size_threshold:
                     # small tensors go inline: onnxruntime cannot use external shape-like inputs
                     # (Slice starts, Reshape shape) during shape inference
-                    replacements[tpath] = _inline_copy(tensor, read_range(ref, model_name))
+                    replacements[tpath] = inline = metadata_copy(tensor)
+                    inline.raw_data = read_range(ref, model_name)
                     continue
                 if ref is not None:
                     offset = writer.append(lambda f, ref=ref: copy_range(ref, f, model_name), ref.length)
@@ -333,10 +328,8 @@ def write_files(model: ModelProto, plan: SavePlan, tmp_dir: Path, size_threshold
     if written != size:  # a serialiser bug must never produce a silently corrupt file
         raise OutputError(f"{out}: internal error: wrote {written} bytes, expected {size}",
                           "report this bug; the output was not written")
-    try:
-        if not plan.special:
+    if not plan.special:
+        with suppress(OSError):  # a new file: keep the umask-derived mode it was created with
             os.chmod(tmp_model, stat.S_IMODE(out.stat().st_mode))
-    except OSError:
-        pass  # new file: keep the umask-derived mode it was created with
     return tmp_model, (tmp_data if data_written else None)
 

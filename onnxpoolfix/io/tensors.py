@@ -8,7 +8,7 @@ import math
 import os
 import stat
 from pathlib import Path, PurePath
-from typing import BinaryIO, Iterator, Union
+from typing import BinaryIO, Iterator, NamedTuple, Union
 
 import onnx
 from onnx import (
@@ -109,13 +109,13 @@ def _entries(tensor: TensorProto) -> dict[str, str]:
     return {e.key: e.value for e in tensor.external_data}
 
 
-class ExternalRef:
+class ExternalRef(NamedTuple):
     """A validated external-data reference: the file, and the byte range the tensor occupies in it."""
 
-    __slots__ = ("file", "offset", "length", "entries")
-
-    def __init__(self, file: Path, offset: int, length: int, entries: dict[str, str]):
-        self.file, self.offset, self.length, self.entries = file, offset, length, entries
+    file: Path
+    offset: int
+    length: int
+    entries: dict[str, str]
 
 
 def _resolve_ref(tensor: TensorProto, base_dir: Path, model_name: str, sizes: dict[Path, int]) -> ExternalRef:

@@ -27,14 +27,11 @@ _STRUCTURAL = frozenset(d.DESCRIPTOR for d in (ModelProto, GraphProto, FunctionP
 
 def _varint(n: int) -> bytes:
     out = bytearray()
-    while True:
-        byte = n & 0x7F
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
         n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    out.append(n)
+    return bytes(out)
 
 
 def _one_field(msg, fd, value) -> bytes:
