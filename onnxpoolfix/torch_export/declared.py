@@ -193,29 +193,26 @@ def _declared_positions(torch, module, args: tuple, kwargs: dict, dynamic_shapes
     return out
 
 
+def _torch_export(torch, module, args: tuple, kwargs: dict, dynamic_shapes) -> tuple[Any, list[str]]:
+    """torch.export of ``module`` under ``dynamic_shapes``: (the ExportedProgram, []), or (None, the lines of
+    torch's refusal, spaces collapsed), which torch.onnx.export retries past with torch's suggested fix and
+    swallows."""
+    try:
+        return torch.export.export(module, args, kwargs=kwargs or None, dynamic_shapes=dynamic_shapes,
+                                   strict=False), []
+    except Exception as e:  # noqa: BLE001 - the refusal is what we are after
+        return None, [" ".join(line.split()) for line in str(e).splitlines()]
+
+
 def export_guards(torch, module, args: tuple, kwargs: dict, dynamic_shapes) -> list[str]:
     """torch.export's guards of ``module`` under ``dynamic_shapes`` (``ExportedProgram._guards_code``, which
     torch.onnx.export's program no longer holds); where torch refuses the declared sizes, the guards it says
-    some of them break (``Not all values of W ... satisfy the generated guard L['x'].size()[3] != 41``),
-    which torch.onnx.export retries past and drops."""
-    try:
-        ep = torch.export.export(module, args, kwargs=kwargs or None, dynamic_shapes=dynamic_shapes, strict=False)
+    some of them break (``Not all values of W ... satisfy the generated guard L['x'].size()[3] != 41``)."""
+    ep, refusal = _torch_export(torch, module, args, kwargs, dynamic_shapes)
+    if ep is not None:
         return list(getattr(ep, "_guards_code", None) or ())
-    except Exception as e:  # noqa: BLE001 - the refusal names the guards
-        lines = (" ".join(line.split()) for line in str(e).splitlines())
-        found = (re.search(r"satisfy the generated guard (.+?)\.?$", line) for line in lines)
-        return list(dict.fromkeys(m.group(1) for m in found if m))
-
-
-def _torch_refusal(torch, module, args: tuple, kwargs: dict, dynamic_shapes) -> list[str]:
-    """torch.export's own words refusing the spec (torch.onnx.export retries with its suggested fix and
-    swallows them): the lines that say what was specialised."""
-    try:
-        torch.export.export(module, args, kwargs=kwargs or None, dynamic_shapes=dynamic_shapes, strict=False)
-    except Exception as e:  # noqa: BLE001 - the refusal is what we are after
-        lines = [" ".join(line.split()).lstrip("- ") for line in str(e).splitlines()]
-        return [line for line in lines if "specializ" in line or "generated guard" in line]
-    return []
+    found = (re.search(r"satisfy the generated guard (.+?)\.?$", line) for line in refusal)
+    return list(dict.fromkeys(m.group(1) for m in found if m))
 
 
 def _reason(lines: list[str], label: str) -> str:
@@ -291,7 +288,9 @@ def specialised_dims(torch, module, args: tuple, kwargs: dict, program, model, e
             found.append(Specialised(name, axis, label, None, ranges=(wanted, (int(d.node.hint),) * 2),
                                      symbol=f"{expr}@{name}[{axis}]", same_as=f"dim {first[1]} of input '{first[0]}'"))
     if found:
-        lines = _torch_refusal(torch, module, args, kwargs, spec)
+        # torch's own words refusing the spec: the lines that say what was specialised
+        lines = [line.lstrip("- ") for line in _torch_export(torch, module, args, kwargs, spec)[1]]
+        lines = [line for line in lines if "specializ" in line or "generated guard" in line]
         for s in found:
             s.reason = _reason(lines, s.declared)
     return found

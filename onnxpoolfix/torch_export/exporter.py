@@ -1,23 +1,13 @@
-"""``onnxpoolfix.export``: torch.onnx.export + patch + check against torch + save, in one call.
+"""``onnxpoolfix.export``: torch.onnx.export + patch + check against torch + save, in one call (docs/export.md).
 
     import onnxpoolfix
     report = onnxpoolfix.export(model, (x,), "model.onnx", dynamic_shapes={"x": {2: H, 3: W}})
 
 torch is an optional dependency (``pip install '.[torch]'`` in a checkout): it is imported here, lazily, on the
-first call, never by ``import onnxpoolfix``.
-
-Two exporters, as in ``torch.onnx.export``:
-
-- ``dynamo=True`` (the default, as in torch): the torch.export-based exporter, with
-  :func:`onnxpoolfix.translation_table` as its ``custom_translation_table`` so that every adaptive pool is
-  kept from decomposition and written as the ``org.pytorch.aten`` node the patch replaces (a caller's own
-  table is merged over it).
-- ``dynamo=False``: the TorchScript exporter with ``operator_export_type=ONNX_FALLTHROUGH``, which leaves the
-  adaptive pooling nodes it cannot lower as ``org.pytorch.aten`` nodes (see README.md, 'What it replaces').
-  Arguments that would select another exporter or be silently ignored by this one are refused rather than
-  dropped.
-
-Either way the saved file is then run in onnxruntime against the torch module (``verify=True``, see
+first call, never by ``import onnxpoolfix``. Two exporters, as in ``torch.onnx.export`` (:func:`export`'s
+``dynamo``): the dynamo one with :func:`onnxpoolfix.translation_table`, the TorchScript one with ONNX_FALLTHROUGH;
+arguments that would select another exporter or be silently ignored by the chosen one are refused rather than
+dropped. Either way the saved file is run in onnxruntime against the torch module (``verify=True``,
 :mod:`onnxpoolfix.torch_export.torch_check`) before it is renamed into place.
 """
 from __future__ import annotations
@@ -34,6 +24,7 @@ from typing import Any, BinaryIO, Union
 
 from ..api import check_choices, check_flags, check_seed, patch_as_written
 from ..check import foreign_ops
+from ..check.feeds import graph_inputs
 from ..errors import PoolFixError, ShapeError, UnsupportedNodeError
 from ..graph.size_precision import torch_doubles
 from ..io import has_external_data, load_model, preflight_output, save_model
@@ -107,20 +98,17 @@ class _QuietUnannotatedTranslations(logging.Filter):
     for onnxpoolfix's own; torch 2.13 logs it at DEBUG). Treating them as inputs is what they are written for
     (``output_size`` is a list of ints and SymInts, no attribute), so only those records of ours are dropped."""
 
+    schemas = "torch.onnx._internal.exporter._schemas"  # the logger, filtered for the export alone
+
     def filter(self, record: logging.LogRecord) -> bool:
         return not (str(record.msg).startswith("Missing annotation for parameter") and record.args
                     and str(record.args[-1]) == "(x, output_size)")
 
+    def __enter__(self) -> None:
+        logging.getLogger(self.schemas).addFilter(self)
 
-@contextlib.contextmanager
-def _quiet_own_translations():
-    schemas = logging.getLogger("torch.onnx._internal.exporter._schemas")
-    quiet = _QuietUnannotatedTranslations()
-    schemas.addFilter(quiet)
-    try:
-        yield
-    finally:
-        schemas.removeFilter(quiet)
+    def __exit__(self, *exc) -> None:
+        logging.getLogger(self.schemas).removeFilter(self)
 
 
 @contextlib.contextmanager
@@ -300,7 +288,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                 kwargs = {**kwargs, "opset_version": KEEPS_METADATA_FROM, "optimize": False}
             captured = io.StringIO()
             # the exporter prints its progress (the library never does); sizes computed from symbolic ones kept
-            with contextlib.redirect_stdout(captured), symbolic_pool_sizes(), _quiet_own_translations():
+            with contextlib.redirect_stdout(captured), symbolic_pool_sizes(), _QuietUnannotatedTranslations():
                 # weights beside the temporary file, unless f is to hold them (external_data=False, a file object)
                 program = torch.onnx.export(module, args, str(exported), dynamo=True,
                                             external_data=external and not hasattr(f, "write"),
@@ -319,7 +307,7 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                                         category=DeprecationWarning)
                 torch.onnx.export(module, args, str(exported), dynamo=False, **kwargs)
         model = load_model(exported)
-        inputs = [vi for vi in model.graph.input if vi.name not in {t.name for t in model.graph.initializer}]
+        inputs = graph_inputs(model)
         spec = kwargs  # dynamic_axes (every size) gets the same checks, from torch.export's guards on its dims
         if kwargs.get("dynamic_axes") and not kwargs.get("dynamic_shapes"):
             spec = {"dynamic_shapes": dynamic_axes_spec(torch, call_args, call_kwargs, inputs)}

@@ -51,12 +51,6 @@ class PoolRecorder:
         self.mode = Mode()
 
 
-def _tensor_leaves(torch, tree) -> list:
-    from torch.utils._pytree import tree_leaves
-
-    return [t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)]
-
-
 class TorchRunner:
     """Runs the torch module on example-shaped inputs with chosen sizes for the symbolic dims."""
 
@@ -144,7 +138,7 @@ class TorchRunner:
     def run(self, tensors: list, recorder: PoolRecorder | None = None):
         """``module`` on these tensors: (the tensors, flat tensor outputs, pooling calls), or None when torch
         fails."""
-        from torch.utils._pytree import tree_unflatten
+        from torch.utils._pytree import tree_leaves, tree_unflatten
 
         torch = self.torch
         leaves = list(self.leaves)
@@ -159,7 +153,7 @@ class TorchRunner:
             logger.debug("torch fails at %s: %s", [tuple(t.shape) for t in tensors], e)
             self.last_error = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
             return None
-        return tensors, _tensor_leaves(torch, out), list(rec.calls)
+        return tensors, [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)], list(rec.calls)
 
 
 def _symbolic_dims(model_inputs) -> list[list[str | None]]:

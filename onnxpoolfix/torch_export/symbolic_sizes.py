@@ -20,7 +20,7 @@ import contextlib
 import functools
 from typing import Callable, Iterator
 
-# (onnxpoolfix op, aten op it stands for, outputs, where torch looks it up: (module path, attribute))
+# onnxpoolfix op (named as the aten op it stands for) -> (outputs, where torch looks it up: (module path, attribute))
 _OPS = {
     "adaptive_avg_pool1d": (1, ("torch.nn.functional", "adaptive_avg_pool1d")),
     "adaptive_avg_pool2d": (1, ("torch._C._nn", "adaptive_avg_pool2d")),
@@ -56,17 +56,12 @@ def _custom_ops() -> dict[str, Callable]:
     return ops
 
 
-def _symbolic(output_size) -> bool:
-    import torch
-
-    sizes = output_size if isinstance(output_size, (list, tuple)) else [output_size]
-    return any(isinstance(s, torch.SymInt) for s in sizes)
-
-
 @contextlib.contextmanager
 def symbolic_pool_sizes() -> Iterator[None]:
     """While active, the ``int[]``-sized adaptive pools given a ``SymInt`` output size call the custom ops."""
     import importlib
+
+    import torch
 
     ops = _custom_ops()
     saved = []
@@ -76,9 +71,9 @@ def symbolic_pool_sizes() -> Iterator[None]:
             original = getattr(module, attr)
 
             def routed(x, output_size, *rest, original=original, op=ops[name], **kw):
-                if rest or kw or not _symbolic(output_size):
-                    return original(x, output_size, *rest, **kw)
                 sizes = list(output_size) if isinstance(output_size, (list, tuple)) else [output_size]
+                if rest or kw or not any(isinstance(s, torch.SymInt) for s in sizes):
+                    return original(x, output_size, *rest, **kw)
                 return op(x, sizes)
 
             saved.append((module, attr, original))

@@ -30,9 +30,6 @@ from .sizes import TorchRunner, choose_dims
 
 logger = logging.getLogger(__name__)
 
-# allowed |onnxruntime - torch| per output, relative to the output's largest magnitude (at least 1): float
-# noise of the whole network (different summation orders in convolutions and matmuls), far below what a
-# window one element off does to an average (tenths of the value range)
 # what to change when the file and torch part at a size the comparison chose inside the declared dims
 MISMATCH_HINT = ("if the module is not meant to run at this size, declare that in dynamic_shapes (a Dim's "
                  "min/max, or an expression such as 2*h for a dim tied to another or 32*h for multiples of 32; "
@@ -47,6 +44,9 @@ GUARD_HINT = ("the exported graph holds only the branch taken at the example's s
 FLOAT_HINT = ("compute the size in integers, which both compute alike (size=(h * 7 // 10, w * 7 // 10) for "
               "scale_factor=0.7), keep this size out of dynamic_shapes (a Dim's min/max), or export static sizes")
 
+# allowed |onnxruntime - torch| per output, relative to the output's largest magnitude (at least 1): float
+# noise of the whole network (different summation orders in convolutions and matmuls), far below what a
+# window one element off does to an average (tenths of the value range)
 _RTOL = {"float32": 1e-4, "float64": 1e-9, "float16": 1e-2, "bfloat16": 6e-2}
 
 
@@ -66,7 +66,6 @@ class TorchCheck:
         kinds = ", ".join(k for k in (*WINDOW_KINDS, "kept") if k in self.kinds)
         return (f"matched torch at {len(self.shapes)} input size(s) (max error {self.max_error:.1e}"
                 + (f"; pooled windows: {kinds}" if kinds else "") + f"): {sizes}")
-
 
     def records(self) -> list[Note]:
         """The report's notes: the sizes compared, and a warning where a symbol was compared at one value alone
@@ -183,19 +182,14 @@ def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), outside,
     model_inputs = graph_inputs(model)
     out_names = [o.name for o in model.graph.output]
     half = _half_in(model)
-    bf16 = [o.name for o in model.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16]
-    if bf16:  # fetched through an exact Cast to float32: numpy (and so onnxruntime's numpy()) has no bfloat16
-        for o in model.graph.output:
-            if o.name in bf16:
-                model.graph.node.append(onnx.helper.make_node("Cast", [o.name], [o.name + "__as_float"],
-                                                              to=onnx.TensorProto.FLOAT))
-                o.name += "__as_float"
-                o.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
-        sess = ort_session(model, str(Path(path).parent))
-        fetch = [o.name for o in model.graph.output]
-    else:
-        sess = ort_session(str(path))
-        fetch = out_names
+    bf16 = [o for o in model.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16]
+    for o in bf16:  # fetched through an exact Cast to float32: numpy (and so onnxruntime's numpy()) has no bfloat16
+        model.graph.node.append(onnx.helper.make_node("Cast", [o.name], [o.name + "__as_float"],
+                                                      to=onnx.TensorProto.FLOAT))
+        o.name += "__as_float"
+        o.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    sess = ort_session(model, str(Path(path).parent)) if bf16 else ort_session(str(path))
+    fetch = [o.name for o in model.graph.output]
     del model
     runner = TorchRunner(torch, module, tuple(args), dict(kwargs or {}), model_inputs, seed, declared)
     example, sym_ranges = runner.symbols(ranges)  # the symbols, their example values and declared ranges

@@ -72,26 +72,24 @@ def op_schema(op_type: str):
     )
 
 
-def _fake_shape(value: Any):
-    """The FakeTensor shape torch traced for an onnx IR value (None when it is not recorded)."""
-    producer = value.producer()
-    fx_node = producer.meta.get("node") if producer is not None else value.meta.get("node")
-    val = fx_node.meta.get("val") if fx_node is not None else None
-    if fx_node is not None and producer is not None and len(producer.outputs) > 1 and isinstance(val, (tuple, list)):
-        val = val[value.index()] if value.index() is not None and value.index() < len(val) else None
-    return getattr(val, "shape", None)
-
-
-def _symint_of(value: Any):
-    """The SymInt torch traced for a scalar size value (None when it is not recorded)."""
+def _traced(value: Any):
+    """What torch traced for an onnx IR value, its producer's whole ``val`` (None when it is not recorded)."""
     producer = value.producer()
     fx_node = producer.meta.get("node") if producer is not None else value.meta.get("node")
     return fx_node.meta.get("val") if fx_node is not None else None
 
 
+def _fake_shape(value: Any):
+    """The FakeTensor shape torch traced for an onnx IR value (None when it is not recorded)."""
+    val, producer = _traced(value), value.producer()
+    if producer is not None and len(producer.outputs) > 1 and isinstance(val, (tuple, list)):
+        val = val[value.index()] if value.index() is not None and value.index() < len(val) else None
+    return getattr(val, "shape", None)
+
+
 def _same_dim(x: Any, axis: int, size: Any) -> bool:
     """Whether the symbolic size ``size`` is, by torch's own symbolic reasoning, ``x``'s length on ``axis``."""
-    symint = _symint_of(size)
+    symint = _traced(size)  # a scalar size value: the SymInt
     shape = _fake_shape(x)
     if symint is not None and shape is not None and axis < len(shape):
         dim = shape[axis]
@@ -175,8 +173,7 @@ def translation_table() -> dict:
                           "pip install '.[torch]' in a checkout of onnxpoolfix") from e
     table = {}
     for aten_name, (op_type, outputs) in POOL_OPS.items():
-        packet = getattr(torch.ops.aten, aten_name, None)
-        overload = getattr(packet, "default", None) if packet is not None else None
+        overload = getattr(getattr(torch.ops.aten, aten_name, None), "default", None)
         if overload is None:  # an op this torch does not have
             continue
         table[overload] = aten_translation(op_type, outputs)
