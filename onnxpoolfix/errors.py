@@ -135,14 +135,12 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode((EXIT_OK,), 'success (also "nothing to patch")',
              "a patch would succeed, its onnxruntime check aside (with --target tensorrt: and the patched model is "
              "TensorRT-clean)"),
-    ExitCode((EXIT_INTERNAL,), "internal error: a bug in onnxpoolfix (rerun with -v and report it)",
-             "internal error: a bug in onnxpoolfix (rerun with -v and report it)"),
+    ExitCode((EXIT_INTERNAL,), *["internal error: a bug in onnxpoolfix (rerun with -v and report it)"] * 2),
     ExitCode((ArgumentError.exit_code,), "usage error: a bad option or argument (also an --input-shape or "
              "--check-shape that does not fit IN)", "usage error: a bad option or argument (also an --input-shape "
              "that does not fit IN)", ArgumentError),
-    ExitCode((InvalidModelError.exit_code,), "invalid input: IN is missing, unreadable, not ONNX, or fails the "
-             "ONNX checker", "invalid input: IN is missing, unreadable, not ONNX, or fails the ONNX checker",
-             InvalidModelError),
+    ExitCode((InvalidModelError.exit_code,), *["invalid input: IN is missing, unreadable, not ONNX, or fails the "
+                                               "ONNX checker"] * 2, InvalidModelError),
     ExitCode((UnsupportedNodeError.exit_code,), "cannot lower a node exactly (unsupported variant, unresolvable "
              "shape, too-old opset)", "some node is blocked: a patch would fail (the reason is shown)",
              UnsupportedNodeError),

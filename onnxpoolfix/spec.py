@@ -4,7 +4,7 @@ read them. A leaf module: it imports only onnx.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from onnx import TensorProto
@@ -155,16 +155,13 @@ def bind_runtime_sizes(spec: PoolSpec, values: dict[str, Sequence[int]]) -> Pool
     tensors as fetched, by name): what the reference compares that run's output with."""
     if not spec.runtime_sizes:
         return spec
-    from dataclasses import replace
-
     import numpy as np
 
     sizes = tuple(int(np.asarray(values[s.tensor]).reshape(-1)[s.index]) if isinstance(s, RuntimeDim) else s
                   for s in spec.node.output_size)
     lead = len(spec.input_shape) - spec.k
-    out = tuple(spec.output_shape[:lead]) + tuple(
-        d if not isinstance(s, RuntimeDim) else sizes[j]
-        for j, (s, d) in enumerate(zip(spec.node.output_size, spec.output_shape[lead:])))
+    out = tuple(spec.output_shape[:lead]) + tuple(n if isinstance(s, RuntimeDim) else d for s, n, d in zip(
+        spec.node.output_size, sizes, spec.output_shape[lead:]))
     return replace(spec, node=replace(spec.node, output_size=sizes), output_shape=out)
 
 

@@ -20,6 +20,7 @@ the TorchScript exporter's ``dynamic_axes``, which has no ranges). A leaf module
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 
 CLI, API, EXPORT, EXPORT_TORCHSCRIPT = "cli", "api", "export", "export-torchscript"
@@ -116,6 +117,8 @@ TARGET_ONNXRUNTIME = ref("target", "onnxruntime")
 TARGET_PORTABLE, TARGET_TENSORRT = ref("target", "portable"), ref("target", "tensorrt")
 OR_EXPORT_COMPARED = ref("or_export_compared")
 REPORT_IT = ref("report_it")
+#: a reference as :func:`ref` writes it: a knob's key, then its argument
+_REFERENCE = re.compile(f"{_MARK}({'|'.join(map(re.escape, KNOBS))}){_ARG}([^{_MARK}]*){_MARK}")
 
 
 def render(text, audience: str = API):
@@ -123,17 +126,8 @@ def render(text, audience: str = API):
     record, a reason) stays one. Text without references comes back as it is."""
     if not isinstance(text, str) or _MARK not in text:
         return text
-    parts = text.split(_MARK)
-    out = parts[0]
-    i = 1
-    while i < len(parts):
-        key, sep, arg = parts[i].partition(_ARG)
-        if i + 1 < len(parts) and sep and key in KNOBS:  # a reference
-            out += KNOBS[key].spelled(audience, arg) + parts[i + 1]
-            i += 2
-        else:  # a separator that came with a name from the model: its text as it is
-            out += _MARK + parts[i]
-            i += 1
+    # a separator that came with a name from the model is no reference: its text stays as it is
+    out = _REFERENCE.sub(lambda m: KNOBS[m[1]].spelled(audience, m[2]), text)
     return text.with_text(out) if hasattr(text, "with_text") else out
 
 

@@ -62,8 +62,7 @@ def command(group: click.Group, name: str, *arg_groups: ArgGroup, arguments: tup
             return run(**values, **built)
 
         f = callback
-        options = [opt for g in arg_groups for opt in g.options]
-        for decorate in reversed(list(arguments) + options):
+        for decorate in reversed([*arguments, *(opt for g in arg_groups for opt in g.options)]):
             f = decorate(f)
         return group.command(name, **settings)(f)
     return register

@@ -37,12 +37,9 @@ def _invalid_utf8_field(msg, where: str = "") -> str | None:
             items = list(value) if rep else [value]
         except UnicodeDecodeError:
             return f"field {where}{fd.name}"
-        if not items:
-            continue
-        if fd.type == fd.TYPE_STRING:
-            if any(not isinstance(v, str) for v in items):
-                return f"field {where}{fd.name}"
-        elif fd.type == fd.TYPE_MESSAGE:
+        if fd.type == fd.TYPE_STRING and any(not isinstance(v, str) for v in items):
+            return f"field {where}{fd.name}"
+        if fd.type == fd.TYPE_MESSAGE:
             for i, v in enumerate(items):
                 bad = _invalid_utf8_field(v, f"{where}{fd.name}[{i}]." if rep else f"{where}{fd.name}.")
                 if bad:
@@ -60,10 +57,10 @@ def _all_utf8(msg) -> bool:
     except UnicodeDecodeError:
         return False
     for fd, value in fields:
-        if fd.type == fd.TYPE_STRING:
-            if any(not isinstance(v, str) for v in (value if is_repeated(fd) else (value,))):
-                return False
-        elif fd.type == fd.TYPE_MESSAGE and not all(_all_utf8(v) for v in (value if is_repeated(fd) else (value,))):
+        items = value if is_repeated(fd) else (value,)
+        if fd.type == fd.TYPE_STRING and any(not isinstance(v, str) for v in items):
+            return False
+        if fd.type == fd.TYPE_MESSAGE and not all(_all_utf8(v) for v in items):
             return False
     return True
 

@@ -86,8 +86,7 @@ def _refuse_conflicts(torch, module, kwargs: dict) -> None:
     if kwargs.get("export_modules_as_functions"):
         raise ValueError("export_modules_as_functions would put the adaptive pooling nodes inside local "
                          "functions, which onnxpoolfix does not rewrite: drop it")
-    exported_program = getattr(getattr(torch, "export", None), "ExportedProgram", None)
-    if exported_program is not None and isinstance(module, exported_program):
+    if isinstance(module, getattr(getattr(torch, "export", None), "ExportedProgram", ())):
         raise ValueError("an ExportedProgram always goes through the dynamo exporter; pass the nn.Module, "
                          "or drop dynamo=False")
 

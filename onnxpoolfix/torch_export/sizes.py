@@ -182,19 +182,14 @@ def choose_dims(runner: TorchRunner, example_calls, ranges: Mapping[str, tuple[i
     # (a stride-32 network moves it only every 32): the slope of pooled length against input size
     fits: dict[str, tuple[int, int, list]] = {}  # name -> (step, delta, pooling calls at example + delta)
     for name, e in example.items():
-        step = None
-        for s in _STEPS:
-            for v in (e + s, e - s):
-                if in_range(name, v) and (got := runner.run(runner.inputs({**example, name: v}))) is not None \
-                        and len(got[2]) == len(example_calls):
-                    step = s
-                    chosen.append(({**example, name: v}, got))
-                    fits[name] = (s, v - e, got[2])
-                    break
-            if step is not None:
-                break
-        if step is None:
+        first = next(((s, v, got) for s in _STEPS for v in (e + s, e - s) if in_range(name, v)
+                      and (got := runner.run(runner.inputs({**example, name: v}))) is not None
+                      and len(got[2]) == len(example_calls)), None)
+        if first is None:
             continue
+        step, v, got = first
+        chosen.append(({**example, name: v}, got))
+        fits[name] = (step, v - e, got[2])
         delta = step
         while fits[name][2] == example_calls and delta < 8 * max(e, 8):
             delta *= 2
