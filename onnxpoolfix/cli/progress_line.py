@@ -71,9 +71,7 @@ class ProgressLine:
 def progress_line(quiet: bool, stream=None) -> ProgressLine | None:
     """The progress line for this run, or None: ``-q``, or stderr not a terminal."""
     stream = stream if stream is not None else sys.stderr
-    if quiet or not is_terminal(stream):
-        return None
-    return ProgressLine(stream, DELAY)
+    return None if quiet or not is_terminal(stream) else ProgressLine(stream, DELAY)
 
 
 def is_terminal(stream) -> bool:

@@ -96,13 +96,8 @@ def has_external_data(model: ModelProto) -> bool:
 def external_data_files(model: ModelProto, base_dir: PathLike) -> list[Path]:
     """The external data files ``model`` references, resolved against ``base_dir`` (the model file's folder),
     each once, in first-use order. Nothing is checked here; ``load_model`` validates them."""
-    seen: dict[str, Path] = {}
-    for _, tensor in walk_tensors(model):
-        if is_external(tensor):
-            location = _entries(tensor).get("location", "")
-            path = Path(os.path.normpath(Path(base_dir) / location))
-            seen.setdefault(str(path), path)
-    return list(seen.values())
+    return list(dict.fromkeys(Path(os.path.normpath(Path(base_dir) / _entries(t).get("location", "")))
+                              for _, t in walk_tensors(model) if is_external(t)))
 
 
 def _entries(tensor: TensorProto) -> dict[str, str]:

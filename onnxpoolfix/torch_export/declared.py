@@ -148,11 +148,7 @@ def _label(torch, d) -> str | None:
         return repr(d)
     if isinstance(d, Dim):  # a named Dim or a derived one (2*h); Dim.STATIC is no Dim instance
         return getattr(d, "__name__", "a Dim")
-    if d is getattr(Dim, "DYNAMIC", object()):
-        return "Dim.DYNAMIC"
-    if d is getattr(Dim, "AUTO", object()):
-        return "Dim.AUTO"
-    return None
+    return next((f"Dim.{hint}" for hint in ("DYNAMIC", "AUTO") if d is getattr(Dim, hint, object())), None)
 
 
 def _declared_range(torch, d) -> tuple[int, int | None] | None:

@@ -1,16 +1,11 @@
-"""Input sizes to compare the exported file with torch at, inside the declared ranges (:mod:`.torch_check`).
-
-Where the file's inputs have symbolic dims, the comparison also runs at sizes other than the example's,
-inside the declared ranges (``torch.export.Dim`` min/max), chosen so that the adaptive pools see uniform,
-non-uniform and upsampling windows: torch runs the module at the example size and at one step more on each
-symbolic dim, the pooled lengths are recorded (a dispatch mode that sees every adaptive pooling call), and
-the input size that gives each kind of window is aimed at from that linear fit, keeping to multiples of the
-smallest step the network accepts (a stride-32 skip connection runs only at multiples of 32). The same aim
-as :mod:`onnxpoolfix.check.sizes`, which probes the ONNX graph instead of the torch module.
-
-With a dynamo export the sizes are chosen over torch's free symbols (:class:`.declared.DeclaredDims`), each
-input dim evaluated from its declared expression: ``W = 2*h`` stays twice H, ``32*h`` a multiple of 32,
-and every declared range holds. Without (the TorchScript path) each symbolic dim of the file is free.
+"""Input sizes to compare the exported file with torch at, inside the declared ranges (:mod:`.torch_check`;
+docs/export.md). torch runs the module at the example size and one step more on each symbolic dim, a dispatch
+mode records every adaptive pooling call's lengths, and the input size that gives each kind of window (uniform,
+non-uniform, upsampling) is aimed at from that linear fit, in multiples of the smallest step the network accepts
+(a stride-32 skip connection runs only at multiples of 32): :mod:`onnxpoolfix.check.sizes`'s aim, on the torch
+module instead of the ONNX graph. With a dynamo export the sizes are chosen over torch's free symbols
+(:class:`.declared.DeclaredDims`: ``W = 2*h`` stays twice H, ``32*h`` a multiple of 32, every declared range
+holds); without (the TorchScript path) each symbolic dim of the file is free.
 """
 from __future__ import annotations
 
