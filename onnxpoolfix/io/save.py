@@ -92,10 +92,6 @@ class _DataFileWriter:
         self._pos += length
         return offset
 
-    @property
-    def used(self) -> bool:
-        return self._f is not None
-
     def close(self) -> None:
         if self._f is not None:
             self._f.flush()
@@ -266,10 +262,8 @@ def write_files(model: ModelProto, plan: SavePlan, tmp_dir: Path, size_threshold
     out, refs, model_name, data_name = plan.out, plan.refs, plan.model_name, plan.data_name
     tmp_model, tmp_data = tmp_dir / out.name, tmp_dir / data_name
     replacements: dict[TensorPath, TensorProto] = {}
-    data_written = False
     if plan.mode == "copy":
         _copy_file(plan.source_files[0], tmp_data)
-        data_written = True
         by_path = dict(walk_tensors(model))
         for tpath, ref in refs.items():
             replacements[tpath] = _external_stub(by_path[tpath], {**ref.entries, "location": data_name})
@@ -300,7 +294,6 @@ def write_files(model: ModelProto, plan: SavePlan, tmp_dir: Path, size_threshold
                     tensor, {"location": data_name, "offset": str(offset), "length": str(length)})
         finally:
             writer.close()
-        data_written = writer.used
 
     emitter = WireEmitter(replacements) if replacements else plan.estimate
     for attempt in ("predicted sizes", "exact sizes"):
@@ -331,5 +324,5 @@ def write_files(model: ModelProto, plan: SavePlan, tmp_dir: Path, size_threshold
     if not plan.special:
         with suppress(OSError):  # a new file: keep the umask-derived mode it was created with
             os.chmod(tmp_model, stat.S_IMODE(out.stat().st_mode))
-    return tmp_model, (tmp_data if data_written else None)
+    return tmp_model, (tmp_data if tmp_data.exists() else None)  # (the writer opens it at its first tensor)
 

@@ -6,6 +6,7 @@ dims are the tracer's). Counts of sizes, never times."""
 from __future__ import annotations
 
 import logging
+from itertools import islice
 from typing import Sequence
 
 from .declared import DeclaredDims
@@ -101,10 +102,8 @@ def compare_forms_instead(torch, module, args: tuple, kwargs: dict, model_inputs
         try:
             apart = apart_form(declared, sp.form, sp.symbol, sp.ranges[0]) if tries else declared
             runner = TorchRunner(torch, module, args, kwargs, model_inputs, seed, apart)
-            runs = []
-            for v in tries:  # the first PER_FORM where torch runs
-                if len(runs) < PER_FORM and runner.run(runner.inputs({sp.symbol: v})) is not None:
-                    runs.append(v)
+            # the first PER_FORM where torch runs
+            runs = list(islice((v for v in tries if runner.run(runner.inputs({sp.symbol: v})) is not None), PER_FORM))
         except Exception:  # noqa: BLE001 - inputs torch's helpers do not map: refused, as found
             logger.debug("cannot try the module off the form", exc_info=True)
             runs = []
