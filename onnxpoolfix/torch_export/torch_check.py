@@ -44,7 +44,7 @@ GUARD_HINT = ("the exported graph holds only the branch taken at the example's s
 FLOAT_HINT = ("compute the size in integers, which both compute alike (size=(h * 7 // 10, w * 7 // 10) for "
               "scale_factor=0.7), keep this size out of dynamic_shapes (a Dim's min/max), or export static sizes")
 
-# allowed |onnxruntime - torch| per output, relative to the output's largest magnitude (at least 1): float
+# allowed |onnxruntime - torch| per output, relative to the output's largest magnitude (no floor of 1: _compare): float
 # noise of the whole network (different summation orders in convolutions and matmuls), far below what a
 # window one element off does to an average (tenths of the value range)
 _RTOL = {"float32": 1e-4, "float64": 1e-9, "float16": 1e-2, "bfloat16": 6e-2}
