@@ -346,10 +346,13 @@ def chain_shape(steps: Sequence[Step], shape: Shape) -> Shape:
 
 
 def emit_chain(em: Emitter, steps: Sequence[Step], x: str, shape: Shape, elem: int) -> str:
-    """Emit ``steps`` from ``x`` in order, each on the shape the one before makes; returns the last output."""
+    """Emit ``steps`` from ``x`` in order, each on the shape (and dtype) the one before makes; returns the last
+    output."""
     for s in steps:
         x = s.emit(em, x, shape, elem)
         shape = s.out_shape(shape)
+        if isinstance(s, CastStep):
+            elem = s.to
     return x
 
 
@@ -361,14 +364,9 @@ def run_cost(steps: Sequence[Step], shape: Shape, itemsize: int) -> float:
     return total
 
 
-def emit_steps(em: Emitter, steps: Sequence[Step], x: str, y: str, shape: Shape, elem: int) -> Shape:
-    """Emit ``steps`` from ``x``; the last node writes into ``y``. Returns the final shape."""
-    cur = x
-    for s in steps:
-        cur = s.emit(em, cur, shape, elem)
-        shape = s.out_shape(shape)
-        if isinstance(s, CastStep):
-            elem = s.to
+def emit_steps(em: Emitter, steps: Sequence[Step], x: str, y: str, shape: Shape, elem: int) -> None:
+    """Emit ``steps`` from ``x``; the last node writes into ``y``."""
+    cur = emit_chain(em, steps, x, shape, elem)
     if cur == x:
         em.op("Identity", [x], out=y)
     else:
@@ -376,4 +374,3 @@ def emit_steps(em: Emitter, steps: Sequence[Step], x: str, y: str, shape: Shape,
         assert last.output[0] == cur
         em.taken.discard(cur)
         last.output[0] = y
-    return shape
