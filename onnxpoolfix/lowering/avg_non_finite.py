@@ -25,20 +25,16 @@ WEIGHTLESS = frozenset({"portable", "tensorrt"})
 
 @dataclass(frozen=True)
 class NonFiniteAvgStep(WrappedSteps):
-    """Wraps average steps that spread NaN/inf (MatMul) so non-finite values stay in their windows.
+    """Wraps average steps that spread NaN/inf (MatMul) so non-finite values stay in their windows (docs/targets.md,
+    "What the default target does with NaN, quantization and fp16").
 
-    The plain steps run first; their output is finite exactly when the input is (every input element lies in
-    some window, and a finite average of finite values is finite): one ReduceSum over the pooled OUTPUT
-    tells. Finite: the If's then-branch hands the plain result on (under symbolic sizes a Where after the If picks
-    it, the If's finite branch a one-element zero: OpenVINO, :meth:`emit`). Otherwise the else-branch recomputes
-    from the input with every NaN/inf zeroed, pools three 0/1 masks (NaN, +inf, -inf) with the same steps
-    (a window's mask average is > 0 iff the window holds one), and writes torch's value where a mask
-    reached. Needs opset 9 (Where).
-
-    From opset 11 every test is an Equal (:func:`~onnxpoolfix.graph.emit.equal_nan_tests`): MNN has no
-    IsNaN and compares floats by their bits in Less/Greater, and the finite path should not cost a file its
-    runtime; the masks' averages are compared with Greater against +0.0, which bits order as values. At opset 9
-    and 10 (Equal takes no floats) the tests are Less against 0 and 1 (:func:`finite_by_less`), no IsNaN."""
+    The plain steps run first; their output is finite exactly when the input is, so one ReduceSum over the pooled
+    OUTPUT tells. Finite: the If hands the plain result on (under symbolic sizes a Where after the If picks it:
+    :meth:`emit`). Otherwise the else-branch recomputes from the input with every NaN/inf zeroed, pools three 0/1
+    masks (NaN, +inf, -inf) with the same steps (a window's mask average is > 0 iff the window holds one) and
+    writes torch's value where a mask reached. Needs opset 9 (Where). From opset 11 every test is an Equal (MNN has no IsNaN and compares floats by
+    their bits in Less/Greater; the masks' averages are compared with Greater against +0.0, which bits order as
+    values); at opset 9 and 10 (Equal takes no floats) Less against 0 and 1 (:func:`finite_by_less`)."""
 
     equal_masks: bool = False  # every test an Equal (from opset 11; see above)
 
@@ -102,10 +98,8 @@ class NonFiniteAvgStep(WrappedSteps):
 def finite_by_less(em, x: str, dtype) -> str:
     """A bool mask of ``x``'s finite values below opset 11 (Equal takes no floats), without IsNaN (MNN has none):
     ``d = x - x`` is +0.0 for a finite ``x`` and NaN otherwise, and ``Xor(Less(d, 1), Less(d, 0))`` is true for
-    +0.0 only, in onnxruntime, OpenVINO, tract, TVM and MNN (review76: MNN 3.6's Less takes a NaN with the sign
-    bit, as x86 makes ``inf - inf``, as below 0 and 1, so ``Less(d, 1)`` alone passes it; OpenVINO's Greater
-    takes a NaN as above -1; Cast to bool makes NaN false in OpenVINO and INT_MIN in MNN; MNN's Abs makes NaN
-    0; Equal of the two bools fails tract and TVM). One node more than ``Not(IsNaN(d))``: +0.2 to 0.5 us."""
+    +0.0 only in every runtime measured (review76; why no simpler form, runtime by runtime: docs/targets.md, "What
+    the default target does with NaN, quantization and fp16")."""
     d = em.op("Sub", [x, x])
     below_one = em.op("Less", [d, em.const("one", np.array(1, dtype))])
     below_zero = em.op("Less", [d, em.const("zero", np.array(0, dtype))])
@@ -158,22 +152,15 @@ MIN_BROADCASTS_OPSET = 8
 
 @dataclass(frozen=True)
 class PooledNanStep(WrappedSteps):
-    """The portable target's averages through AveragePool, with torch's NaN where TFLite's AveragePool loses it.
-
-    TFLite's AVERAGE_POOL_2D (through onnx2tf) makes -inf of a window torch makes NaN, one holding a NaN or both
-    infinities (its output clamp takes -inf over a NaN); every other runtime measured gives NaN there, and
-    TFLite's ReduceMean (MEAN) too. Written without comparisons, Where or IsNaN (ncnn has no layer for them)::
+    """The portable target's averages through AveragePool, with torch's NaN where TFLite's AveragePool loses it
+    (-inf for a window holding a NaN or both infinities; every other runtime measured gives NaN)::
 
         Y = the mean (the inner steps)      Q = the same steps on -x      Z = Min(Max(Y, Q), 0)
         out = Y - (Z - Z)
 
-    ``Q`` is ``-Y`` bit for bit wherever the mean is not NaN (negation commutes with every rounding of the sum
-    and the division), and in TFLite -inf where ``Y`` is a lost NaN, as ``Y`` is. So ``Z`` is +-0 where ``Y`` is
-    finite (``Min(|Y|, 0)``), +-0 where it is +-inf (``Max(Y, -Y) = +inf``), and -inf only where both are -inf:
-    TFLite's lost NaN (a window of -inf alone has ``Q = +inf``). ``Z - Z`` is +0, or NaN there, and ``Y - (+0)``
-    is ``Y``, -0.0 included. Where ``Y`` is NaN (every other runtime) ``Q`` is NaN too and ``out`` stays NaN
-    whatever Max and Min make of it. The price: the pooling twice, one pass over ``x`` and four over the
-    pooled output; no constant but 0 (int8 quantization, fp16 storage: as the plain means)."""
+    ``Q`` is ``-Y`` bit for bit wherever the mean is not NaN, so ``Z - Z`` is +0 but where TFLite lost a NaN (both
+    -inf there), where it is NaN. No comparisons, Where or IsNaN (ncnn), no constant but 0 (int8 quantization, fp16
+    storage). Why it holds, and what it costs: docs/targets.md, "--target portable"."""
 
     def cost(self, shape, itemsize):
         """Priced as the plain means: every portable lowering through AveragePool takes this form, and the planner's

@@ -1,31 +1,18 @@
-"""Symbolic pooled axes: the windows are computed in the graph from the runtime length ``n``.
+"""Symbolic pooled axes: the windows are computed in the graph from the runtime length ``n`` (the bounds and
+max pooling's window tables: :mod:`.runtime_windows`; the max steps: :mod:`.dynamic_max`; docs/dynamic-sizes.md).
 
-For one axis pooled ``n -> m`` (``m`` is the node's constant; ``n`` is ``Shape(x)[axis]``, read at run
-time), with ``i`` in ``[0, m)`` and ``j = Range(0, n)``, window ``i`` is ``[start_i, end_i)``::
-
-    start_i = (i * n) div m            end_i = ((i + 1) * n + m - 1) div m         (int64, exact)
-
-- average: the runtime ``P^T[j, i] = [start_i <= j < end_i] / len_i``, with membership tested as
-  ``|n(2i+1) - m(2j+1)| < n + m`` (the same condition in one comparison) and each column divided by its
-  count. Symbolic axes pooled to the same ``m`` (AdaptiveAvgPool2d(7): H and W) share ONE construction over
-  ``j < max(n)``, stacked ``[max(n), m, axes]`` and sliced per axis (rows past an axis' ``n`` are zero); at
-  small sizes the cost is these nodes' fixed overhead (~1 us each in onnxruntime), not arithmetic, so
-  sharing them is what counts (AdaptiveAvgPool2d(7) at 10x10: 33 -> 26 nodes). Lengths are
-  ``Shape(start, end)`` from opset 15, a Gather of ``Shape`` before. The last axis is ``x @ P^T`` (one
-  GEMM); an earlier axis whose later dims are static and small
-  (just pooled: 7, 5x7, ...) is one GEMM against ``kron(P^T, I)`` on the flattened tail, so no per-plane
-  GEMMs are issued (those made this 3-7x slower than the static lowering on 512-channel inputs);
-- max: per axis a Gather of its window table (built at run time, once for the axes pooled to the same ``m``:
-  :func:`~.runtime_windows.runtime_window_tables`) and a ReduceMax over the window dim, in the layouts of
-  :class:`~.dynamic_max.DynamicWindowMaxStep`. NaN/-inf handling is the base class' wrapper.
+- average: the runtime ``P^T`` (:func:`runtime_pooling_matrices_t`). Symbolic axes pooled to the same ``m``
+  (AdaptiveAvgPool2d(7): H and W) share ONE construction: at small sizes the cost is these nodes' fixed
+  overhead (~1 us each in onnxruntime), not arithmetic, so sharing them is what counts (AdaptiveAvgPool2d(7) at
+  10x10: 33 -> 26 nodes). The last axis is ``x @ P^T`` (one GEMM); an earlier axis whose later dims are static
+  and small (just pooled: 7, 5x7, ...) is one GEMM against ``kron(P^T, I)`` on the flattened tail, so no
+  per-plane GEMMs are issued (those made this 3-7x slower than the static lowering on 512-channel inputs);
+- max: :class:`~.dynamic_max.DynamicWindowMaxStep`, or where the indices output is read
+  :class:`~.dynamic_max.DynamicArgMaxStep` (NaN and -inf handled there).
 
 Axes whose output size is 1 become one ReduceMean/ReduceMax (exact for any ``n``); axes that follow the
 input (torch's ``None``) are untouched; static axes of a partly symbolic node use constant matrices or
 window tables. No Loop/Einsum, no If for TensorRT: every op is in TensorRT's ONNX parser table. Range needs opset 11.
-Max whose indices output is read: :class:`~.dynamic_max.DynamicArgMaxStep`, the ``argmax`` lowering's
-construction over runtime window tables (NaN and -inf handled there; an If only with the onnxruntime
-target). The max steps live in :mod:`.dynamic_max`, the runtime lengths and window tables both share in
-:mod:`.runtime_windows`.
 """
 from __future__ import annotations
 
@@ -45,8 +32,6 @@ from .base import Lowering, axis_windows
 from .dynamic_max import DynamicArgMaxStep, DynamicWindowMaxStep
 from .runtime_windows import RuntimeLengths, guess_len, guess_out, int64_scalar, out_dim, runtime_size
 from .steps import KRON_IDENTITY_MAX, IdentityStep, ReduceStep, Step
-
-Shape = tuple
 
 
 def largest(em: Emitter, lengths: str) -> str:

@@ -164,29 +164,18 @@ class NonFiniteMaxStep(WrappedSteps):
 
     def _comparison_free(self, em, x, shape, elem):
         """Torch's max without comparisons (ncnn has no comparison layer; review32 measured it bit-exact in
-        onnxruntime, OpenVINO, tract, MNN, ncnn through pnnx, TVM and TFLite through onnx2tf):
+        onnxruntime, OpenVINO, tract, MNN, ncnn through pnnx, TVM and TFLite through onnx2tf)::
 
             Y = ((M - S) - G) - G
             M = the window max of x (the inner steps)
-            E = the window max of e = Max(Min(u, -4096) + 4096, -1000), u = x * 2^(12 - maxexp) (|u| < 4096 for
-                a number): +0, or -1000 exactly when the window holds only -inf (-1000, not -inf: OpenVINO's,
-                tract's and ncnn's max start from -MAX, MNN's MaxPool from -2^24, so a window of -inf comes out
-                as that start; -1000 is above all of them)
-            G = 4 (Max(Exp(-E), 2) - 2) (as G - -G twice): +0 (whatever a runtime's Exp(0) rounds to), or +inf:
-                Exp(1000) is +inf in float16, float32 and float64, and where a runtime clamps Exp (ncnn: 2.4e38,
-                MNN: 6.1e37) eight times the clamp is past MAX
-            S = the window mean of the NaN carrier c = t - t, t = Min(4096, Max(-4096, u)) + Exp(-|x|):
-                +0 for every non-NaN x (t is finite), NaN for NaN; two branches because each runtime drops NaN
-                in one of them (tract: Max/Min; OpenVINO: the Max/Min pair, fused to a clamp; MNN: Abs; ncnn:
-                Exp) and none makes a NaN of a number in either (a Div or Atan of inf does in ncnn)
+            E = the window max of Max(Min(u, -4096) + 4096, -1000), u = x * 2^(12 - maxexp) (|u| < 4096 for a
+                number): -1000 exactly where the window holds only -inf, else +0
+            G = 4 (Max(Exp(-E), 2) - 2) (as G - -G twice): +0, or +inf for a window of -inf alone
+            S = the window mean of the NaN carrier t - t, t = Min(4096, Max(-4096, u)) + Exp(-|x|): NaN for a
+                window holding a NaN, else +0 (taken as S - S: TFLite's AveragePool makes a NaN mean -inf)
 
-        (S is taken as S - S after the pooling: TFLite's AveragePool gives -inf for a window with a NaN.)
-        Y is M (-0.0 included: M - (+0) is M) where the window holds a number and no NaN, -inf for an all -inf
-        window whatever the runtime's M there, NaN for a window with a NaN. No Mul or Add after the pooling:
-        quantize_static quantizes both, and with ActivationSymmetric=True its quantized ``E * MAX`` (the form
-        before review89: ``Y = M - ((S - E*MAX) - E*MAX)``) made every output about -256; G's Exp, Max and Subs
-        are left as they are (review89: 4.6e-3 to 7.3e-3 relative on the static max fixtures, the input's
-        quantization step)."""
+        Why each constant and each branch (the runtimes' max starts, Exp's clamps, which runtime drops NaN where,
+        no Mul or Add after the pooling for quantize_static: review89): docs/targets.md, "--target portable"."""
         fdt = np_dtype(elem)
         y = self.plain(em, x, shape, elem)
         # e before its Max: 0 for a number, -inf for -inf. Not Min(x, -MAX) + MAX: onnxconverter_common's float16

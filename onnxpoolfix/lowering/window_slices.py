@@ -1,35 +1,20 @@
-"""The portable target's windows as Slices: each output window (or run of windows) a Slice of the input, reduced.
+"""The portable target's windows as Slices: each output window (or run of windows) a Slice of the input, reduced
+(docs/targets.md, "--target portable": the form, the runtimes that take it, and why each choice).
 
-Symbolic pooled sizes (the bounds computed at run time) and static ones (constant bounds; ncnn has no Gather
-layer, so the portable target's averages take this form over the window sums wherever it applies).
+Symbolic pooled sizes: the bounds ``start_i = (i * n) div m``, ``end_i = ((i + 1) * n + m - 1) div m`` computed
+per window as 0-D int64 arithmetic on ``Gather(Shape(x), axis)`` (``k * n`` shared by ``end_{k-1}`` and
+``start_k``), each bound Unsqueezed to one element: 0-D, not a vector of bounds, for TVM 0.27 (its frontend folds
+0-D arithmetic on a Shape into symbolic sizes; split vector bounds lose their shapes there: review33). Static
+sizes: constant bounds (ncnn has no Gather layer, so the portable target's averages take this form over the window
+sums wherever it applies). Each window is one Slice reduced by ReduceMean or ReduceMax (max: the base class'
+NaN / -inf wrapper), keepdims; one Concat puts the ``m`` windows back in order. Axes are pooled one after the
+other, the smaller output first read by the next.
 
-For one axis pooled ``n -> m`` (``m`` the node's constant, ``n`` read at run time as ``Gather(Shape(x),
-axis)``), window ``i`` is ``[start_i, end_i)`` with (int64, exact)::
-
-    start_i = (i * n) div m            end_i = ((i + 1) * n + m - 1) div m
-
-computed as 0-D int64 arithmetic per window (``k * n`` shared by ``end_{k-1}`` and ``start_k``; the
-index of the Gather and the factors 0-D ``Constant`` nodes), each bound Unsqueeze'd to one element, and
-each window is one ``Slice`` reduced by ReduceMean (average) or ReduceMax (max, with the base class'
-NaN / -inf wrapper), keepdims; one Concat puts the ``m`` windows back in order. Axes are pooled one after
-the other, the smaller output first read by the next.
-
-A static average over a 1-D or 2-D pool's spatial axis takes its windows in runs (:func:`window_runs`:
-consecutive windows of one length whose starts step evenly): one Slice and one AveragePool (kernel the
-length, stride the step) per run, so ``9 -> 7`` is three runs, not seven windows; windows longer than
-``cost.POOL_LONG_KERNEL`` stay a ReduceMean each below opset 18 (:meth:`WindowSlicesStep.at`).
-
-What the default target's runtime windows (:mod:`.dynamic`) use and the runtimes of docs/targets.md refuse
-is absent: no Range, no runtime pooling matrix or window table, no Reshape to a computed length, no Shape
-with ``start``/``end``, no If, no Gather of the data. No weights (int8 quantization and fp16 storage leave it
-exact), no multiplication of the data (a NaN or inf reaches only its windows). Measured: tract (symbolic
-input facts), OpenVINO and TVM 0.27 take it. TVM's ONNX frontend folds 0-D arithmetic on a ``Gather(Shape(x),
-0-D constant)`` into symbolic sizes, so the Slices keep symbolic shapes; a vector of bounds split into one-element
-tensors (the form before review33) is a runtime tensor there, whose Slices lose their shapes: TVM 0.27 cannot
-lower their Concat, and the second axis' Gather of the first axis' output fails (``shape_of expects a tensor
-input``). The price is up
-to ``9 m`` nodes per axis (per window a Slice, a Reduce and 7 for its bounds, a Constant among them) and a
-copy of each window: at most :data:`MAX_WINDOWS` windows per axis.
+A static average over a 1-D or 2-D pool's spatial axis takes its windows in runs (:func:`window_runs`): one
+Slice and one AveragePool per run, so ``9 -> 7`` is three runs, not seven windows (long windows:
+:meth:`WindowSlicesStep.at`). No Range, runtime matrix or window table, Reshape to a computed length, Shape with
+``start``/``end``, If or Gather of the data; no weights, no multiplication of the data. Up to ``9 m`` nodes per
+axis: at most :data:`MAX_WINDOWS` windows per axis.
 """
 from __future__ import annotations
 
