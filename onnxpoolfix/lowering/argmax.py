@@ -40,7 +40,7 @@ from .first_max_windows import (
     whole_windows_apply,
     window_positions,
 )
-from .max_steps import branch, finite_input, if_branch
+from .max_steps import branch, emit_if, finite_input
 from .steps import AllAxesStep, numel
 
 
@@ -212,12 +212,9 @@ def lazy_window_choice(em, w: str, kall: int | str, elem: int) -> str:
     """:func:`window_choice` behind an If on :func:`~.max_steps.finite_input`: finite windows take torch's choice,
     the first maximum, a plain ArgMax (onnxruntime's ArgMax takes the first of equal values, ``select_last_index``
     0); the others the NaN-aware choice."""
-    finite = finite_input(em, w, elem)
-    then_branch = if_branch(em, "finite_windows", TensorProto.INT64,
-                            lambda sub: sub.op("ArgMax", [w], axis=1, keepdims=1))
-    else_branch = if_branch(em, "non_finite_windows", TensorProto.INT64,
-                            lambda sub: window_choice(sub, w, kall, elem, False))
-    return em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)
+    return emit_if(em, finite_input(em, w, elem), TensorProto.INT64,
+                   ("finite_windows", lambda sub: sub.op("ArgMax", [w], axis=1, keepdims=1)),
+                   ("non_finite_windows", lambda sub: window_choice(sub, w, kall, elem, False)))
 
 
 def window_choice(em, w: str, kall: int | str, elem: int, tie_safe: bool) -> str:

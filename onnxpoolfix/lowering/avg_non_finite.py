@@ -14,7 +14,7 @@ import numpy as np
 from ..graph.emit import equal_nan_tests, np_dtype
 from ..reason import needs_opset
 from . import cost as C
-from .max_steps import if_branch
+from .max_steps import emit_if
 from .steps import Step, WrappedSteps, numel, run_cost
 
 #: the ops whose result at a window reads values outside it (a NaN or inf there would reach the window)
@@ -32,9 +32,10 @@ class NonFiniteAvgStep(WrappedSteps):
     OUTPUT tells. Finite: the If hands the plain result on (under symbolic sizes a Where after the If picks it:
     :meth:`emit`). Otherwise the else-branch recomputes from the input with every NaN/inf zeroed, pools three 0/1
     masks (NaN, +inf, -inf) with the same steps (a window's mask average is > 0 iff the window holds one) and
-    writes torch's value where a mask reached. Needs opset 9 (Where). From opset 11 every test is an Equal (MNN has no IsNaN and compares floats by
-    their bits in Less/Greater; the masks' averages are compared with Greater against +0.0, which bits order as
-    values); at opset 9 and 10 (Equal takes no floats) Less against 0 and 1 (:func:`finite_by_less`)."""
+    writes torch's value where a mask reached. Needs opset 9 (Where). From opset 11 every test is an Equal (MNN
+    has no IsNaN and compares floats by their bits in Less/Greater; the masks' averages are compared with Greater
+    against +0.0, which bits order as values); at opset 9 and 10 (Equal takes no floats) Less against 0 and 1
+    (:func:`finite_by_less`)."""
 
     equal_masks: bool = False  # every test an Equal (from opset 11; see above)
 
@@ -87,12 +88,10 @@ class NonFiniteAvgStep(WrappedSteps):
         # pass over the pooled output.
         static = all(isinstance(d, int) for d in shape)
         nothing = np.zeros([1] * len(shape), np_dtype(elem))
-        then_branch = if_branch(em, "finite_pooled", elem,
-                                lambda sub: y if static else sub.const("finite_pooled", nothing))
-        else_branch = if_branch(em, "non_finite_pooled", elem, lambda sub: self._exact(sub, x, shape, elem))
-        if static:
-            return em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)
-        return em.op("Where", [finite, y, em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)])
+        pooled = emit_if(em, finite, elem,
+                         ("finite_pooled", lambda sub: y if static else sub.const("finite_pooled", nothing)),
+                         ("non_finite_pooled", lambda sub: self._exact(sub, x, shape, elem)))
+        return pooled if static else em.op("Where", [finite, y, pooled])
 
 
 def finite_by_less(em, x: str, dtype) -> str:

@@ -22,7 +22,7 @@ from . import cost as C
 from .argmax import ARGMAX_OPS, LAZY_OPS, argmax_seconds, emit_argmax
 from .first_max import PooledAxis, first_max_seconds
 from .first_max_windows import RUNTIME_WHOLE_WINDOWS
-from .max_steps import gather_window_max, if_branch, window_max
+from .max_steps import emit_if, gather_window_max, window_max
 from .runtime_windows import (
     RuntimeLengths,
     guess_len,
@@ -92,9 +92,8 @@ class DynamicWindowMaxStep(Step):
         if not self._chooses(rank):
             return self._front(em, x, rank, tables)
         large = em.op("Less", [int64_scalar(em, "in_place_min", IN_PLACE_MIN_ELEMENTS - 1), em.op("Size", [x])])
-        in_place = if_branch(em, "large_input", elem, lambda sub: self._in_place(sub, x, rank, tables))
-        front = if_branch(em, "small_input", elem, lambda sub: self._front(sub, x, rank, tables))
-        return em.op("If", [large], then_branch=in_place, else_branch=front)
+        return emit_if(em, large, elem, ("large_input", lambda sub: self._in_place(sub, x, rank, tables)),
+                       ("small_input", lambda sub: self._front(sub, x, rank, tables)))
 
     def _chooses(self, rank: int) -> bool:
         """Whether the If on the size is emitted: not for TensorRT, nor where only the last axis is pooled

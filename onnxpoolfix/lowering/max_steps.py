@@ -4,6 +4,7 @@ max on non-finite inputs (:class:`NonFiniteMaxStep`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from onnx import GraphProto, TensorProto
@@ -230,10 +231,9 @@ class NonFiniteMaxStep(WrappedSteps):
     def emit(self, em, x, shape, elem):
         if not self.lazy:
             return self._exact(em, x, shape, elem)
-        finite = finite_input(em, x, elem)
-        then_branch = if_branch(em, "finite_inputs", elem, lambda sub: self.plain(sub, x, shape, elem))
-        else_branch = if_branch(em, "non_finite_inputs", elem, lambda sub: self._exact(sub, x, shape, elem))
-        return em.op("If", [finite], then_branch=then_branch, else_branch=else_branch)
+        return emit_if(em, finite_input(em, x, elem), elem,
+                       ("finite_inputs", lambda sub: self.plain(sub, x, shape, elem)),
+                       ("non_finite_inputs", lambda sub: self._exact(sub, x, shape, elem)))
 
 
 def finite_input(em: Emitter, x: str, elem: int) -> str:
@@ -256,13 +256,16 @@ def branch(em: Emitter, hint: str, outputs: list[tuple[str, int]], build) -> Gra
                              [helper.make_tensor_value_info(n, elem, None) for n, (_, elem) in zip(names, outputs)])
 
 
-def if_branch(em: Emitter, hint: str, elem: int, build) -> GraphProto:
-    """A subgraph for If, built by ``build(sub_emitter) -> output``; its constants are its own Constant nodes
-    (:meth:`Emitter.sub`)."""
+def emit_if(em: Emitter, cond: str, elem: int, then: tuple[str, Callable], otherwise: tuple[str, Callable]) -> str:
+    """``If(cond)`` with one output of ``elem``; each branch ``(hint, build)``, ``build(sub_emitter) -> output``, is
+    built in that order, its constants its own Constant nodes (:meth:`Emitter.sub`)."""
     from onnx import helper
 
-    sub = em.sub()
-    out = build(sub)
-    if out not in {o for n in sub.nodes for o in n.output}:  # a branch must produce its output itself
-        out = sub.op("Identity", [out])
-    return helper.make_graph(sub.nodes, em.fresh(hint), [], [helper.make_tensor_value_info(out, elem, None)])
+    graphs = {}
+    for key, (hint, build) in (("then_branch", then), ("else_branch", otherwise)):
+        sub = em.sub()
+        out = build(sub)
+        if out not in {o for n in sub.nodes for o in n.output}:  # a branch must produce its output itself
+            out = sub.op("Identity", [out])
+        graphs[key] = helper.make_graph(sub.nodes, em.fresh(hint), [], [helper.make_tensor_value_info(out, elem, None)])
+    return em.op("If", [cond], **graphs)
