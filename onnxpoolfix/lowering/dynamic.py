@@ -30,7 +30,7 @@ from . import cost as C
 from .argmax import build_with_indices
 from .base import Lowering, axis_windows
 from .dynamic_max import DynamicArgMaxStep, DynamicWindowMaxStep
-from .runtime_windows import RuntimeLengths, guess_len, guess_out, int64_scalar, out_dim, runtime_size
+from .runtime_windows import RuntimeLengths, guess_len, int64_scalar, out_dim, runtime_size
 from .steps import KRON_IDENTITY_MAX, IdentityStep, ReduceStep, Step
 
 
@@ -138,7 +138,7 @@ class DynamicMatMulStep(Step):
         c = 0.0
         cur = [guess_len(d) for d in shape]
         for (a, n, m), form in zip(self.axes, self._forms(shape)):
-            m = guess_out(m)
+            m = guess_len(m)
             t = prod(cur[a + 1:])
             lead = prod(cur[:a])
             nn = cur[a]

@@ -26,7 +26,6 @@ from .max_steps import emit_if, gather_window_max, window_max
 from .runtime_windows import (
     RuntimeLengths,
     guess_len,
-    guess_out,
     int64_scalar,
     out_dim,
     runtime_size,
@@ -75,7 +74,7 @@ class DynamicWindowMaxStep(Step):
         moved = total if not in_place else 0  # what the Transposes move
         c = 2 * C.NODE + (3 * C.NODE if chooses else 0)
         for a, n, m in self.axes:
-            m = guess_out(m)
+            m = guess_len(m)
             kmax = ceil(dims[a] / m) + 1
             if in_place and a == len(dims) - 1:
                 moved = total
@@ -173,7 +172,7 @@ class DynamicArgMaxStep(Step):
         f = self.first_axis
         lead = prod(guess_len(d) for d in shape[:f])
         outs = [guess_len(d) for d in self.out_shape(shape)[f:]]
-        kmax = [1 if m is None else ceil(guess_len(shape[f + j]) / guess_out(m)) + 1 for j, m in enumerate(self.m)]
+        kmax = [1 if m is None else ceil(guess_len(shape[f + j]) / guess_len(m)) + 1 for j, m in enumerate(self.m)]
         gathered = lead * prod(outs) * prod(kmax)
         tables = (12 * sum(n is None for n in self.n) + 10) * C.NODE  # ~12 small nodes per symbolic table
         if not self.tie_safe:  # priced for inputs without NaN: the separable first maximum (first_max.py)

@@ -32,10 +32,6 @@ def out_dim(m):
     return str(m) if isinstance(m, RuntimeDim) else m
 
 
-def guess_out(m) -> int:
-    return m if isinstance(m, int) else GUESS
-
-
 def runtime_size(em: Emitter, m: RuntimeDim) -> str:
     """The output length ``m`` as a 0-d int64 tensor: its entry of the graph's size tensor (float where torch
     computed it as ``Floor(n * scale)``: integral, so the Cast is exact)."""
