@@ -2,23 +2,13 @@
 
 The built-in constants of :mod:`.cost` were fitted on one 2-core machine; another machine's onnxruntime
 kernels have other speeds (wider vectors, more cores, other caches). :func:`measure` times a few probes in
-onnxruntime, each dominated by the cost term of one constant, and derives that constant from the time:
-
-=================  ===========================================================================
-``NODE``           40 chained Neg on 16 floats: the fixed cost per node
-``BANDWIDTH``      ReduceSum over 32 MB (out of cache, as the large cases): bytes streamed per second
-``MAC_RATE``       MatMul [4096, 81] @ [81, 49] (a constant; 9x9 -> 7x7's Kronecker form): multiply-adds
-                   per second
-``POOL_RATE``      MaxPool k5 s4 on 1x256x33x33: window elements read per second
-``GATHER_RATE``    Gather of 4096 rows of 256 floats (axis 0): elements copied per second
-``GATHER_BLOCK``   Gather along the last axis of [4096, 64]: seconds per one-element block
-=================  ===========================================================================
-
-The others (the 3D pool rate, the out-of-cache pool cost, the argmax passes, GEMM call and packing costs)
-stay as fitted. :func:`save` writes them as a small JSON file; the planner uses such a file only where
-the options name it (``--costs FILE``, API ``costs=``: :class:`CostModel`, installed for one planning by
-:func:`in_use`), so the default stays deterministic, and every node's ``why`` in the report then says
-which file's costs chose its lowering.
+onnxruntime, each dominated by the cost term of one constant of :data:`MEASURED`, and derives that constant
+from the time (ReduceSum over 32 MB for ``BANDWIDTH``: out of cache, as the large cases; MatMul against a
+[81, 49] constant for ``MAC_RATE``: 9x9 -> 7x7's Kronecker form). The others (the 3D pool rate, the
+out-of-cache pool cost, the argmax passes, GEMM call and packing costs) stay as fitted. :func:`save` writes
+them as a small JSON file; the planner uses such a file only where the options name it (``--costs FILE``, API
+``costs=``: :class:`CostModel`, installed for one planning by :func:`in_use`), so the default stays
+deterministic, and every node's ``why`` in the report then says which file's costs chose its lowering.
 """
 from __future__ import annotations
 
