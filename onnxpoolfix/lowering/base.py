@@ -225,9 +225,9 @@ NOT_PORTABLE = {
 NO_NCNN_LAYER = frozenset({"Gather", "GatherElements", "Equal", "Less", "Greater", "Where", "IsNaN", "Not", "If"})
 
 
-def portable_rejection(ops: set[str], spec: PoolSpec, steps: Sequence[Step] | None = None) -> str | None:
-    """Why the portable target does not take what a lowering emits for ``spec`` (``steps``: its steps, where
-    known: a 3-D pool's pooling ops on 4-D planes are 2-D ones), or None."""
+def portable_rejection(ops: set[str], spec: PoolSpec, steps: Sequence[Step]) -> str | None:
+    """Why the portable target does not take what a lowering emits for ``spec`` (``ops``, in ``steps``: a 3-D
+    pool's pooling ops on 4-D planes are 2-D ones), or None."""
     for op, why in NOT_PORTABLE.items():
         if op in ops:
             return f"not portable: {op} ({why})"
@@ -235,9 +235,9 @@ def portable_rejection(ops: set[str], spec: PoolSpec, steps: Sequence[Step] | No
         return needs_opset(EQUAL_NAN_MIN_OPSET, f"not portable: IsNaN (MNN and ncnn lack it; the Equal masks "
                                                 f"written instead need opset {EQUAL_NAN_MIN_OPSET}), the model has "
                                                 f"{spec.opset}")
-    if spec.k >= 3 and (pool_ops(steps) if steps is not None else ops) & {"AveragePool", "MaxPool"}:
+    if spec.k >= 3 and pool_ops(steps) & {"AveragePool", "MaxPool"}:
         return "not portable: a 3-D pooling op (MNN crashes on 3-D AveragePool, TFLite needs TensorFlow's Flex ops)"
-    if spec.k == 3 and spec.ndim == 5 and spec.static and "Resize" in (pool_ops(steps) if steps is not None else ops):
+    if spec.k == 3 and spec.ndim == 5 and spec.static and "Resize" in pool_ops(steps):
         # a static 3-D pool's Resizes are 4-D (lowering/resize.py); mixed ones' copies are Gathers there
         return "not portable: a 5-D Resize (pnnx drops its scales: ncnn returns the input's size, measured)"
     return None

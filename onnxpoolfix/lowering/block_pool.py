@@ -19,7 +19,7 @@ from math import gcd, prod
 from .. import windows as W
 from . import cost as C
 from .base import Lowering, axis_windows
-from .steps import OneAxisStep, PoolStep
+from .steps import OneAxisStep, PoolStep, numel
 
 NODE_RESHAPE = 2  # the reshapes around the pool
 
@@ -39,10 +39,7 @@ class BlockPoolStep(OneAxisStep):
 
     def _folded(self, shape):
         g, _ = block_uniform(self.n, self.m)
-        channels = 1
-        for d in shape[1:self.axis]:
-            channels *= d if isinstance(d, int) else 1
-        return (shape[0], channels * g, self.n // g) + tuple(shape[self.axis + 1:])
+        return (shape[0], numel(shape[1:self.axis]) * g, self.n // g) + tuple(shape[self.axis + 1:])
 
     def _pool(self) -> PoolStep:
         _, u = block_uniform(self.n, self.m)

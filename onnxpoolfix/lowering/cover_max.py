@@ -29,7 +29,7 @@ from . import cost as C
 from .base import Lowering, axis_windows
 from .max_steps import WindowGatherStep
 from .pool import pool_op_reason
-from .steps import OneAxisStep, gather_cost, numel
+from .steps import OneAxisStep, PoolStep, gather_cost, numel
 
 MAX_MISSED = 2  # at most this many missed elements per window (beyond it the Gather is no longer small)
 
@@ -79,13 +79,9 @@ class CoverMaxStep(OneAxisStep):
 
     def _pool(self, shape, grid: bool):
         """kernel, strides of the MaxPool over ``shape``'s spatial axes (``grid``: ``axis`` on the grid)."""
-        u = dict(self.others)
         c = cover(self.n, self.m)
-        k = [c.kernel if a == self.axis and grid else (u[a].kernel if a in u else 1)
-             for a in range(self.first_spatial, len(shape))]
-        s = [c.stride if a == self.axis and grid else (u[a].stride if a in u else 1)
-             for a in range(self.first_spatial, len(shape))]
-        return k, s
+        windows = self.others + (((self.axis, W.Uniform(c.kernel, c.stride)),) if grid else ())
+        return PoolStep("MaxPool", self.first_spatial, windows).kernel_strides(shape)
 
     def out_shape(self, shape):
         out = list(super().out_shape(shape))

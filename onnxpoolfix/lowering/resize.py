@@ -35,8 +35,7 @@ class ResizeLowering(Lowering):
     def _steps(self, spec):
         factors = tuple((a.axis, a.upsample) for a in axis_windows(spec) if not a.keep)
         if compute_dtype(spec) == TensorProto.DOUBLE or spec.dtype == TensorProto.BFLOAT16:
-            return [GatherStep(a, tuple(i // q for i in range(n * q)))
-                    for (a, q), n in zip(factors, [spec.input_shape[a] for a, _ in factors])]
+            return [GatherStep(a, tuple(i // q for i in range(spec.input_shape[a] * q))) for a, q in factors]
         if separable(spec):
             f = dict(factors)
             plane = tuple((a, f[d]) for a, d in ((2, 3), (3, 4)) if d in f)
