@@ -1,9 +1,6 @@
-"""The NaN/inf guard of the onnxruntime target's MatMul averages (:class:`NonFiniteAvgStep`).
-
-A MatMul against a pooling matrix multiplies every input element by every output's weight, 0 included, and
-``0 * NaN = 0 * inf = NaN``: one NaN or inf in the input turns whole rows of the output into NaN. torch
-keeps each to the windows that hold it: NaN there, +inf or -inf where a window holds only infinities of one
-sign, NaN where it holds both.
+"""The NaN/inf guards of the averages: the onnxruntime target's MatMuls (:class:`NonFiniteAvgStep`: a MatMul's
+``0 * NaN = 0 * inf = NaN`` would spread one NaN or inf over whole rows of the output, where torch keeps each to
+the windows that hold it), the portable target's AveragePools (:class:`PooledNanStep`: TFLite).
 """
 from __future__ import annotations
 
@@ -113,10 +110,8 @@ def unguardable(ops, kind: str, target: str, opset: int) -> str | None:
     """Why a target does not take average steps writing ``ops``, or None: their MatMul would carry a NaN or inf
     beyond its windows with nothing to keep it there (the window sums and pooling ops do not). The onnxruntime
     target guards it from opset 9. The :data:`WEIGHTLESS` targets never: the portable one's weights would be
-    quantized and rounded (its reason: :func:`~.base.portable_rejection`); TensorRT's If is a conditional layer
-    that runs both branches, and a TensorRT build computes a float32 MatMul in TF32 unless told otherwise
-    (BuilderFlag.TF32 is on by default: inputs rounded to 10-bit mantissas), where its pooling and reduction
-    layers stay float32."""
+    quantized and rounded (:func:`~.base.portable_rejection`); TensorRT's If runs both branches, and a TensorRT
+    build computes a float32 MatMul in TF32 by default (docs/tensorrt.md, "Averages")."""
     if kind != "avg" or not set(ops) & SPREADS_NON_FINITE:
         return None
     if target == "portable":
@@ -131,11 +126,9 @@ def unguardable(ops, kind: str, target: str, opset: int) -> str | None:
 
 
 def guarded(inner: list[Step], kind: str, target: str, opset: int, static: bool = True) -> list[Step]:
-    """``inner`` wrapped in :class:`NonFiniteAvgStep` where it spreads NaN/inf: averages of the onnxruntime
-    target from opset 9 (the tensorrt target's If is a conditional layer that runs both branches; the
-    portable target writes no MatMul); the portable target's averages through an AveragePool in
-    :class:`PooledNanStep` (TFLite), but below opset 8 under symbolic sizes (a batch's: Min-6 broadcasts nothing,
-    and the zero it would take has the pooled shape)."""
+    """``inner`` wrapped in :class:`NonFiniteAvgStep` where it spreads NaN/inf (the onnxruntime target from opset
+    9), and the portable target's averages through an AveragePool in :class:`PooledNanStep` (TFLite), but below
+    opset 8 under symbolic sizes (Min-6 broadcasts nothing, and the zero it would take has the pooled shape)."""
     if (kind == "avg" and target == "onnxruntime" and opset >= GUARD_MIN_OPSET
             and any(op in SPREADS_NON_FINITE for s in inner for op in s.ops)):
         return [NonFiniteAvgStep(tuple(inner), equal_masks=equal_nan_tests(target, opset))]

@@ -1,12 +1,6 @@
-"""Max pooling over symbolic pooled axes (the ``dynamic`` lowering's max steps, :mod:`.dynamic`): the window
-tables are built at run time (:mod:`.runtime_windows`), then
-
-- values only: :class:`DynamicWindowMaxStep`, per axis a Gather of its table and a ReduceMax over the window
-  dim, the pooled axes moved in front once or (large inputs, onnxruntime) gathered in place (NaN/-inf
-  handling: the base class' wrapper);
-- indices read too: :class:`DynamicArgMaxStep`, the ``argmax`` lowering's construction
-  (:func:`~.argmax.emit_argmax`) over the runtime tables, NaN and -inf handled there (its NaN-aware choice
-  behind an If on finite windows with the onnxruntime target, as the static one; no If for TensorRT).
+"""Max pooling over symbolic pooled axes (the ``dynamic`` lowering's max steps, :mod:`.dynamic`), on window
+tables built at run time (:mod:`.runtime_windows`): :class:`DynamicWindowMaxStep` for the values alone (NaN and
+-inf: the base class' wrapper), :class:`DynamicArgMaxStep` where the indices are read (NaN and -inf: there).
 """
 from __future__ import annotations
 
@@ -144,15 +138,13 @@ class DynamicWindowMaxStep(Step):
 
 @dataclass(frozen=True)
 class DynamicArgMaxStep(Step):
-    """Max pooling WITH torch's indices over symbolic pooled axes: the ``argmax`` lowering's construction
-    (:func:`~.argmax.emit_argmax`: every window gathered into one axis; the first maximum or the last NaN by
-    position, no ArgMax with ``tie_safe``; values by GatherElements, bit for bit) with the window tables
-    built from the runtime lengths (:func:`runtime_window_table`) and the flat-index table
-    (``d*H*W + h*W + w`` of every window element) built from them too: per axis its table (or, for an axis
-    that follows the input, ``Range(n)``) times its runtime stride, summed by broadcasting.
+    """Max pooling WITH torch's indices over symbolic pooled axes: :func:`~.argmax.emit_argmax` on window tables
+    built from the runtime lengths (:func:`runtime_window_table`), its flat-index table (``d*H*W + h*W + w`` of
+    every window element) built from them too: per axis its table (or, for an axis that follows the input,
+    ``Range(n)``) times its runtime stride, summed by broadcasting.
 
-    ``m[j]`` is None where axis ``j`` keeps its length (torch's ``None``): it is not gathered, its window is
-    the element itself. ``n[j]`` is None where the length is symbolic.
+    ``m[j]`` is None where axis ``j`` keeps its length (torch's ``None``: not gathered, its window the element
+    itself); ``n[j]`` is None where the length is symbolic.
     """
 
     first_axis: int

@@ -1,11 +1,9 @@
 """Every output size is 1: one window spanning each pooled axis.
 
 ReduceMean/ReduceMax over the pooled axes (keepdims) rather than GlobalAveragePool: measured faster in
-onnxruntime, valid for any input rank (unbatched too), and with float64 kernels. The portable target's takes a
-pooling op where pnnx gets the Reduce wrong for ncnn (:func:`~.base.reduce_whole`), and its static batched 3-D
-pools are two 2-D ones (:mod:`.separable`, each axis pooled to 1 one window spanning it): ncnn fails to load a
-5-D ReduceMean (``layer load_param 1 mean_0 failed``; pnnx keeps a 5-D input where it finds no pooling op, which
-ncnn's Mat cannot hold; review87), as it does the 5-D window Slices.
+onnxruntime, valid for any input rank (unbatched too), and with float64 kernels. The portable target's take a
+pooling op where pnnx gets the Reduce wrong for ncnn (:func:`~.base.reduce_whole`), its static batched 3-D pools
+two 2-D ones (:mod:`.separable`): ncnn fails to load a 5-D ReduceMean (review87; docs/targets.md).
 """
 from __future__ import annotations
 

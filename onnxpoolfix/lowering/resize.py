@@ -1,11 +1,9 @@
 """Integer upsampling on every changed axis (m = q*n): each window is the single element x[i // q].
 
 That is Resize nearest with coordinate_transformation_mode=asymmetric and nearest_mode=floor. Where
-onnxruntime has no Resize kernel for the dtype (float64), a Gather of i // q does the same copy.
-
-The portable target's static batched 3-D pools resize as two 4-D Resizes (:mod:`.separable`: H and W of
-``[N, C*D, H, W]``, then D of ``[N, C, D, H'*W']``): pnnx converts a 5-D Resize without its scales, and ncnn
-returns the input's size with no error (measured, review81); 4-D ones ncnn runs exactly (tests/test_runtime_ncnn.py).
+onnxruntime has no Resize kernel for the dtype (float64), a Gather of i // q does the same copy. The portable
+target's static batched 3-D pools resize as two 4-D Resizes (:mod:`.separable`): pnnx converts a 5-D Resize
+without its scales, and ncnn returns the input's size with no error (measured, review81).
 """
 from __future__ import annotations
 

@@ -6,13 +6,10 @@ windows of each axis depend on that axis alone), so ``[N, C, D, H, W] -> [N, C, 
     Reshape [N, C*D, H, W] -> the H/W windows (``plane``) -> Reshape [N, C, D, H'*W']
     -> the D windows along axis 2 (``depth``) -> Reshape [N, C, D', H', W']
 
-each part the 2-D window slices (:class:`~.window_slices.WindowSlicesStep`: Slices averaged by runs of 2-D
-AveragePools or ReduceMean, or maxed), or for an integer upsample's copy a 4-D Resize (:mod:`.resize`: pnnx drops
-a 5-D Resize's scales, review81). Why: ncnn's Mat holds at most 4 dims without the batch, and pnnx drops
-the batch of a tensor only where the graph has a pooling op it knows (``F.avg_pool2d`` ...) and every Reshape
-between keeps that dim 1 (its ``solve_batch_index``); the Slices of the 5-D tensor (a 4-D Crop) fail to load
-(measured, review77). On 4-D tensors every part is what ncnn runs for 2-D pools; the Reshapes move no data.
-No weights, no multiplication of the data: quantization, fp16 storage and NaN/inf behave as the 2-D windows.
+each part the 2-D window slices (:class:`~.window_slices.WindowSlicesStep`), or for an integer upsample's copy a
+4-D Resize (:mod:`.resize`). Why: ncnn's Mat holds at most 4 dims without the batch, and pnnx drops the batch only
+where a Reshape keeps it 1 before a pooling op it knows; the Slices of the 5-D tensor fail to load (review77;
+docs/targets.md, "What the project runs itself"). The Reshapes move no data; no weights, no multiplication.
 """
 from __future__ import annotations
 

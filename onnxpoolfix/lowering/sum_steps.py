@@ -29,11 +29,9 @@ class WindowSumStep(OneAxisStep):
     at the end of the axis, a Gather of the ``[m, kmax]`` window table (short windows padded with the zero's
     index), ReduceSum over the window dim, Div by the lengths (small integers).
 
-    No weights to quantize or round (int8 quantization and fp16 storage leave it exact; a MatMul's 1/len
-    matrix is neither), and no multiplication: a NaN or inf reaches only the windows that hold it, as in
-    torch (a MatMul's 0 * NaN spreads it). Slower than MatMul in onnxruntime (benchmarks/RESULTS.md), so
-    it is the portable target's lowering. A last axis goes to the front first (onnxruntime's Gather along
-    the last axis copies element by element; :func:`~.max_steps.gather_window_max`).
+    No weights to quantize or round (int8 quantization and fp16 storage leave it exact), and no multiplication:
+    a NaN or inf reaches only the windows that hold it, as in torch (a MatMul's 0 * NaN spreads it). A last axis
+    goes to the front first (:func:`~.max_steps.gather_window_max`).
     """
 
     def table(self) -> np.ndarray:

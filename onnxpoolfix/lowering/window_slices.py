@@ -236,12 +236,11 @@ def window_runs(n: int, m: int) -> list[WindowRun]:
 
 def pool_windows(spec, axis: int, n, planes: bool = False) -> bool:
     """Whether a static axis is pooled as runs of AveragePools or MaxPools (:meth:`WindowSlicesStep._emit_runs`)
-    rather than a ReduceMean/ReduceMax per window: fewer nodes, each window read once. Over a pooling op's spatial
-    dims of a 1-D or 2-D pool (no 3-D pooling op: MNN, TFLite), where onnxruntime has an AveragePool kernel (max
-    pooling's NaN test averages too). Averages always; max pooling from opset 18, whose ReduceMax takes its axes
-    as an input, which pnnx leaves as a layer ncnn does not have (measured; for ReduceMean it drops the axes and
-    ncnn averages the wrong dims). Below opset 18 max keeps ReduceMax: MNN's MaxPool starts its max at -2^24.
-    ``planes``: an axis of a 3-D pool cut as 2-D ones (:mod:`.separable`), whose tensors are 4-D."""
+    rather than a ReduceMean/ReduceMax per window: fewer nodes, each window read once. Over a 1-D or 2-D pool's
+    spatial dims (no 3-D pooling op: MNN, TFLite), where onnxruntime has an AveragePool kernel (max pooling's NaN
+    test averages too); max pooling only from opset 18 (pnnx and ncnn on opset 18's Reduce axes input, MNN's
+    MaxPool start below: docs/targets.md, "--target portable"). ``planes``: an axis of a 3-D pool cut as 2-D ones
+    (:mod:`.separable`), whose tensors are 4-D."""
     max_ok = spec.kind == "max" and spec.opset >= 18
     rank_ok = (spec.ndim in (3, 4) and spec.k <= 2) or planes
     return ((spec.kind == "avg" or max_ok) and isinstance(n, int) and rank_ok
@@ -325,10 +324,8 @@ class WindowSlicesLowering(Lowering):
 
 def summed_axis(spec, a) -> bool:
     """The tensorrt target's static axis of more than :data:`MAX_WINDOWS` windows beside a symbolic pooled one:
-    window sums along it (:class:`~.sum_steps.WindowSumStep`, its table constant), Slices on the others. The
-    window_sum lowering takes no symbolic axis and no other TensorRT average keeps NaN in its windows (the
-    MatMuls: TF32, If), so such a file was refused (review90). The portable target keeps its refusal: ncnn has
-    no Gather layer."""
+    window sums along it (:class:`~.sum_steps.WindowSumStep`, its table constant), Slices on the others; no other
+    TensorRT average keeps NaN in its windows (review90). The portable target refuses it: ncnn has no Gather."""
     return (spec.target == "tensorrt" and not spec.static and not a.keep and isinstance(a.n, int)
             and a.m > MAX_WINDOWS)
 

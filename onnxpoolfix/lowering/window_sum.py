@@ -1,8 +1,6 @@
-"""Averages on any windows as window sums (Pad + Gather + ReduceSum) divided by the window lengths.
-
-The portable target's general average: no weights (int8 quantization and fp16 storage leave it exact),
-and a NaN or inf reaches only its own windows, as in torch. onnxruntime runs the MatMul lowerings faster
-(benchmarks/RESULTS.md), so the other targets keep those.
+"""Averages on any windows as window sums (Pad + Gather + ReduceSum) divided by the window lengths: no weights,
+and a NaN or inf reaches only its own windows (:class:`~.sum_steps.WindowSumStep`). onnxruntime runs the MatMul
+lowerings faster (benchmarks/RESULTS.md), so the default target keeps those from opset 9.
 """
 from __future__ import annotations
 
