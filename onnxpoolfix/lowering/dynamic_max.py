@@ -198,11 +198,10 @@ class DynamicArgMaxStep(Step):
             static = prod(f for f in factors if isinstance(f, int))
             out: int | str = static
             for f in factors:
-                if isinstance(f, str):  # the static part becomes a constant only where a Mul reads it
-                    if out == 1:
-                        out = f
-                    else:
-                        out = em.op("Mul", [out if isinstance(out, str) else int64_scalar(em, "factor", out), f])
+                if isinstance(f, str) and out == 1:
+                    out = f
+                elif isinstance(f, str):  # the static part becomes a constant only where a Mul reads it
+                    out = em.op("Mul", [out if isinstance(out, str) else int64_scalar(em, "factor", out), f])
             return out
 
         changed = [j for j in range(k) if self.m[j] is not None]

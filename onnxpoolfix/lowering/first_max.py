@@ -246,8 +246,7 @@ def output_shape(em: Emitter, x: str, lead: int, axes: list[PooledAxis]) -> str:
     if all(isinstance(m, int) for m in static):
         parts.append(em.ints("pooled_sizes", static))
     else:
-        for ax in axes:
-            parts.append(em.ints("size", [ax.m]) if isinstance(ax.m, int) else em.unsqueeze(ax.m, [0]))
+        parts += [em.ints("size", [ax.m]) if isinstance(ax.m, int) else em.unsqueeze(ax.m, [0]) for ax in axes]
     return parts[0] if len(parts) == 1 else em.op("Concat", parts, axis=0, hint="output_shape")
 
 

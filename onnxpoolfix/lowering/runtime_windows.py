@@ -1,7 +1,6 @@
 """What the dynamic lowerings compute from the runtime lengths of symbolic axes (shared by the average's
 :mod:`.dynamic` and the max's :mod:`.dynamic_max`): the lengths themselves, read from ``Shape``, and max
-pooling's window tables (:func:`runtime_window_table`: ``idx[i, k] = min(start_i + k, end_i - 1)``;
-:func:`runtime_window_tables`, the values-only max's: ``max(end_i - kmax + k, start_i)``), with (int64, exact)::
+pooling's window tables, from (int64, exact)::
 
     start_i = (i * n) div m            end_i = ((i + 1) * n + m - 1) div m
 
