@@ -94,8 +94,9 @@ class NonFiniteAvgStep(WrappedSteps):
 def finite_by_less(em, x: str, dtype) -> str:
     """A bool mask of ``x``'s finite values below opset 11 (Equal takes no floats), without IsNaN (MNN has none):
     ``d = x - x`` is +0.0 for a finite ``x`` and NaN otherwise, and ``Xor(Less(d, 1), Less(d, 0))`` is true for
-    +0.0 only in every runtime measured (review76; why no simpler form, runtime by runtime: docs/targets.md, "What
-    the default target does with NaN, quantization and fp16")."""
+    +0.0 only in every runtime measured (review76: MNN 3.6's Less takes a NaN with the sign bit as below 0 and 1, so
+    ``Less(d, 1)`` alone passes it; the other forms' failures: docs/targets.md, "What the default target does with
+    NaN, quantization and fp16")."""
     d = em.op("Sub", [x, x])
     below_one = em.op("Less", [d, em.const("one", np.array(1, dtype))])
     below_zero = em.op("Less", [d, em.const("zero", np.array(0, dtype))])

@@ -190,7 +190,8 @@ class NonFiniteMaxStep(WrappedSteps):
         e = em.op("Add", [e, em.const("shift", shift)])
         e = em.op("Max", [e, em.const("minus_code", np.array(-NEG_INF_CODE, fdt))], hint="neg_inf_code")
         neg_inf = self.plain(em, e, shape, elem)  # -1000 exactly where the window holds only -inf, else +0
-        # the carrier's clip on the scaled x, to +-4096: what a float16 conversion casts back stays finite
+        # the carrier's clip on the scaled x, to +-4096: what a float16 conversion casts back stays finite; two
+        # branches, as each runtime drops NaN in one (tract: Max/Min; OpenVINO: the pair, a clamp; MNN: Abs; ncnn: Exp)
         clipped = em.op("Min", [em.const("shift", shift), em.op("Max", [em.const("minus_shift", -shift), scaled_x])])
         t = em.op("Add", [clipped, em.op("Exp", [em.op("Neg", [em.op("Abs", [x])])])])
         carrier = em.op("Sub", [t, t], hint="nan_carrier")

@@ -238,9 +238,9 @@ def pool_windows(spec, axis: int, n, planes: bool = False) -> bool:
     """Whether a static axis is pooled as runs of AveragePools or MaxPools (:meth:`WindowSlicesStep._emit_runs`)
     rather than a ReduceMean/ReduceMax per window: fewer nodes, each window read once. Over a 1-D or 2-D pool's
     spatial dims (no 3-D pooling op: MNN, TFLite), where onnxruntime has an AveragePool kernel (max pooling's NaN
-    test averages too); max pooling only from opset 18 (pnnx and ncnn on opset 18's Reduce axes input, MNN's
-    MaxPool start below: docs/targets.md, "--target portable"). ``planes``: an axis of a 3-D pool cut as 2-D ones
-    (:mod:`.separable`), whose tensors are 4-D."""
+    test averages too). Max pooling only from opset 18, whose ReduceMax takes its axes as an input, which pnnx leaves
+    as a layer ncnn does not have; below it ReduceMax, as MNN's MaxPool starts its max at -2^24 (docs/targets.md).
+    ``planes``: an axis of a 3-D pool cut as 2-D ones (:mod:`.separable`), whose tensors are 4-D."""
     max_ok = spec.kind == "max" and spec.opset >= 18
     rank_ok = (spec.ndim in (3, 4) and spec.k <= 2) or planes
     return ((spec.kind == "avg" or max_ok) and isinstance(n, int) and rank_ok
