@@ -1,16 +1,10 @@
-"""The dynamo front end's graph side: what a node's metadata says, the graph's dataflow, and where a
-decomposed adaptive average pool begins and ends (:mod:`.front_end` has the whole story; the numeric proof is
-:mod:`.proof`).
-
-1. Tensors are *size-only* when they are computed from constants, initializers and ``Shape`` of anything
-   (the window tables, the symbolic sizes computed at the top of the graph); every other tensor is *data*.
-2. A region ends at a Div (a data numerator over a size-only denominator: the window sums over the window
-   lengths) or a ReduceMean of data (the exporter's form for equal windows). From that result the region
-   is cut by dataflow back to the pooled tensor: the nodes on the data paths from a tensor ``x`` to the
-   result, through the ops a decomposition uses, such that every data input of the region is ``x`` or made
-   inside it (``x`` dominates the result). The earliest such ``x`` that fits is the pooled tensor.
-3. The output size is the result's inferred shape (static); the pooled rank comes from the metadata
-   (``AdaptiveAvgPool2d``, ``adaptive_avg_pool1d(``...) or, without it, from the axes whose length changes.
+"""The dynamo front end's graph side: where a decomposed adaptive average pool begins and ends (docs/dynamo-files.md,
+"Found by dataflow"; the numeric proof is :mod:`.proof`). Tensors are *size-only* when computed from constants,
+initializers and ``Shape`` of anything (the window tables, the symbolic sizes); every other tensor is *data*. A
+region ends at a Div of data by a size-only tensor (the window sums over their lengths) or a ReduceMean of data
+(equal windows), and is cut back to a tensor ``x`` that dominates it (every data input of the region is ``x`` or
+made inside it); the earliest ``x`` that fits is the pooled tensor. The pooled rank comes from the metadata or,
+without it, from the axes whose length changes.
 """
 from __future__ import annotations
 
@@ -53,7 +47,6 @@ _NONDETERMINISTIC = ("Random", "Bernoulli", "Multinomial")
 #: largest region (nodes) considered: a 13 -> 6 AlexNet pool is ~200 nodes; a corrupt graph is bounded
 _MAX_REGION = 20000
 
-# --- metadata (read by .metadata) ----------------------------------------------------------------------
 
 def node_evidence(node: onnx.NodeProto) -> tuple[str, int | None] | None:
     """What the node's metadata says about adaptive pooling: (evidence text, pooled rank or None): its module is
@@ -70,13 +63,6 @@ def node_evidence(node: onnx.NodeProto) -> tuple[str, int | None] | None:
     return f"stack trace: {line.text[:100]}", ranks.pop() if len(ranks) == 1 else None
 
 
-def _region_evidence(nodes: Sequence[onnx.NodeProto]) -> tuple[str, int | None]:
-    """The evidence most of the region's data nodes agree on, or "structure"."""
-    votes = Counter(e for n in nodes if (e := node_evidence(n)) is not None)
-    return max(votes, key=votes.get) if votes else ("structure", None)  # the first of equals
-
-
-# --- the graph's dataflow --------------------------------------------------------------------------------
 
 class DataflowGraph:
     def __init__(self, graph: onnx.GraphProto):
@@ -178,7 +164,6 @@ def is_end(g: DataflowGraph, i: int) -> bool:
         any(a.name == "axes" for a in n.attribute) or (len(n.input) > 1 and bool(n.input[1])))
 
 
-
 @dataclass(frozen=True)
 class Candidate:
     """A region the dataflow found: what it pools, from where to where, and why it was taken for pooling. It
@@ -278,7 +263,8 @@ def find_candidate(g: DataflowGraph, end: int, info, stripped: bool = False) -> 
             continue
         if any(i != end and is_end(g, i) for i in region):
             continue  # another pool's end inside: chained pools no one adaptive pool computes, each its own region
-        evidence, meta_rank = _region_evidence([g.nodes[i] for i in region])
+        votes = Counter(e for i in region if (e := node_evidence(g.nodes[i])) is not None)  # what most nodes say
+        evidence, meta_rank = max(votes, key=votes.get) if votes else ("structure", None)  # (the first of equals)
         first_evidence = first_evidence or evidence
         if own := models_own(g, t, region, info):
             past[t] = own
@@ -342,14 +328,17 @@ def fused_perm(g: DataflowGraph, region: Sequence[int], pooled: str, k: int | No
     return None if perm == list(range(r)) else tuple(perm)
 
 
-def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info, perm=None, runtime=None,
-         computes=None, hidden=None):
+def permuted(perm: tuple[int, ...] | None, dims):
+    """The pooled tensor's ``dims`` as the pool reads them (:attr:`Candidate.perm`); None where unknown."""
+    return dims if perm is None or dims is None else [dims[a] for a in perm] if len(dims) == len(perm) else None
+
+
+def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info, perm, runtime, computes, hidden):
     """(rank, input shape, output shape, dtype) of pooling ``pooled`` (its Transpose by ``perm`` where given) to
     ``result``, or why it cannot be. ``computes(k)``: the pooled axes the source line computes the size of (a
     static size there under a symbolic input axis is torch's at the traced size only, review44 F2)."""
     x_elem, x_shape = info.get(pooled, (0, None))
-    if perm is not None and x_shape is not None:
-        x_shape = tuple(x_shape[a] for a in perm) if len(x_shape) == len(perm) else None
+    x_shape = permuted(perm, x_shape)
     y_elem, y_shape = info.get(result, (0, None))
     if x_elem not in SUPPORTED_DTYPES or x_elem != y_elem:
         return ("its input and result dtypes differ" if x_elem in SUPPORTED_DTYPES
@@ -372,10 +361,10 @@ def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info, p
     computed = None  # computes(k), read once where a static size meets a symbolic axis
     for a in range(r - k, r):
         if isinstance(y_shape[a], int) and y_shape[a] >= 1:
-            if not isinstance(x_shape[a], int) and computes is not None and a - (r - k) in (
+            if not isinstance(x_shape[a], int) and a - (r - k) in (
                     computed := computes(k) if computed is None else computed):
                 return COMPUTES_SIZE
-            if y_shape[a] == 1 and not isinstance(x_shape[a], int) and hidden is not None and hidden():
+            if y_shape[a] == 1 and not isinstance(x_shape[a], int) and hidden():
                 return HIDDEN_SIZE  # a helper's pool to 1 under a symbolic axis: maybe a computed size, 1 traced
             sizes.append(y_shape[a])
         elif info.same_dim(pooled, result, a, x_shape, y_shape, perm[a] if perm else a):  # torch's None

@@ -1,23 +1,9 @@
-"""The dynamo front end: adaptive pooling that ``torch.onnx.export(..., dynamo=True)`` decomposed, found,
-proven and handed to the planner like a leftover node.
-
-The dynamo exporter does not keep ``adaptive_avg_pool{1,2,3}d`` (nor ``F.interpolate(mode="area")``, which
-is the same op): it writes torch's decomposition, e.g. for 8x9 -> 5x7 Transpose + GatherND + Transpose +
-Where + Where + a chain of Gather/Add + Div. With symbolic H/W the window arithmetic reads the input's sizes,
-but the unroll (how many window elements are summed) is frozen at the traced size. Each region
-becomes a :class:`~onnxpoolfix.spec.PoolSpec` (encoding ``dynamo``, its evidence on the node) and a
-:class:`~.base.Region` (the nodes it stands for), so it gets the same exact lowerings as a leftover
-(``dynamic`` where the size is symbolic, which makes the export exact at every size); the apply step
-removes the region's nodes nothing reads any more (:mod:`onnxpoolfix.rewrite.regions`).
-
-Where the regions are (:mod:`.dataflow`; metadata only names the evidence), and the proof that each is
-adaptive pooling (:mod:`.proof`; the numbers decide). A region that does not prove out, or an
-exporter AveragePool frozen at the traced size whose output size is unknown, is a :class:`~.base.Suspect`:
-left as it is, with why, in the notes, the report and ``inspect``.
-
-The frozen AveragePool: where the windows were uniform at the traced size the exporter wrote a plain
-AveragePool (k1 s1 for AlexNet's 6 -> 6 at 224), whose metadata names the module but not the output size
-(``fx_node`` is ``aten.avg_pool2d(x, kernel, stride)``, the stack trace the caller's line): read in :mod:`.frozen`.
+"""The dynamo front end: adaptive pooling that ``torch.onnx.export(..., dynamo=True)`` decomposed (or froze as an
+AveragePool/MaxPool, :mod:`.frozen`), found, proven and handed to the planner like a leftover node: a
+:class:`~onnxpoolfix.spec.PoolSpec` (encoding ``dynamo``) and a :class:`~.base.Region` per proven region, a
+:class:`~.base.Suspect` (left as it is, with why) for the rest. Where the regions are, :mod:`.dataflow` finds
+(metadata only names the evidence); whether each is adaptive pooling, :mod:`.proof` decides (the numbers decide).
+The package docstring tells a region's life; docs/dynamo-files.md is the guide.
 """
 from __future__ import annotations
 

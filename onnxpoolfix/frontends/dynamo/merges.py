@@ -1,27 +1,17 @@
-"""Calls torch's export merged into one: the trace of the call that is gone.
+"""Calls torch's export merged into one: the trace of the call that is gone (docs/dynamo-files.md, "Files no
+reading repairs", has the cases and their measurements).
 
-torch's exporter merges computations that are the same at the traced size (common subexpressions): two
-adaptive calls pooling one tensor with the same windows there (``F.adaptive_avg_pool2d(x, (None, 4))`` and
-``(x, (16, 4))`` at 16x12) become one node with the first call's metadata, and the second call's size is nowhere
-in the file; at other sizes OUT would follow the first call's for both (review12 F15). Where a merged result is a
-graph output an ``Identity`` without metadata shows it (:mod:`.frozen`). Where both stay inside the graph, one
-trace is left: a node after them still names, in its ``fx_node`` metadata (``%add_8 = add(%amax, %amax_1)``),
-the program's value the merge removed (``amax_1``), and reads the kept one (``amax``: the same op, so the same
-name before its ``_<k>``) in its place. A replaced pool from which such a stand-in is computed may stand for a
-call it does not show: a suspect (export through onnxpoolfix.export, which keeps each call its own node).
-
-Where the merged twins read the pool's own result (``fc1(p.flatten(1)), fc2(p.flatten(1))``: multi-head models),
-the pool was one call: the value they both read lost a reader in the merge, so the program's ``num_users`` of it
-(its ``fx_node`` metadata) exceeds the graph's reads of it. Such a value between the pool's result and the
-stand-in clears the pool (review26: five ordinary heads were refused before); a twin pool call diverges above
-the pool, at the tensor both calls pooled, and is refused. The same holds for a pool the file keeps as genuine
-(``nn.AvgPool2d((1, 3))`` first, then ``F.adaptive_avg_pool2d(x, (16, 4))`` at 16x12: one AveragePool with the
-genuine call's metadata; "nothing to patch" wrote a file wrong at other sizes, review26 F2).
-
-torch's optimizer leaves the same trace where it removes a node rather than merging two: a BatchNorm folded into
-the Conv or Gemm above it (the layer's output is gone), a no-op (``y * 1``, ``y + 0``, a full-range Slice) whose
-reader then reads ``y``. A removed no-op was one of its input's users, which no node names any more; a value read
-where more gone names (of any op) are named than it lost users, one of its own op, was merged with a twin.
+torch's exporter merges computations that are the same at the traced size: two adaptive calls pooling one tensor
+with the same windows there become one node with the first call's metadata, and the second call's size is nowhere
+in the file (review12 F15; a merged graph output shows as an ``Identity`` without metadata, :mod:`.frozen`). Inside
+the graph a node after them still names, in its ``fx_node`` metadata (``%add_8 = add(%amax, %amax_1)``), the value
+the merge removed (``amax_1``) and reads the kept one (``amax``: the same op, so the same name before its ``_<k>``)
+in its place: a replaced pool from which such a stand-in is computed is a suspect. Where the merged twins read the
+pool's own result (``fc1(p.flatten(1)), fc2(p.flatten(1))``), the value both read lost a reader (its ``fx_node``
+``num_users`` exceeds the graph's reads): such a value between the pool and the stand-in clears the pool (review26:
+five ordinary heads were refused before); a pool the file keeps as genuine is read the same way (review26 F2).
+torch's optimizer leaves the same trace where it removes a node (a BatchNorm folded into the layer above, a no-op
+``y * 1``): a value read where more gone names are named than it lost users, one of its own op, was merged.
 """
 from __future__ import annotations
 

@@ -1,18 +1,12 @@
 """What a dynamo-written node's metadata says about the torch call that made it: the one place that reads
-``pkg.torch.onnx.class_hierarchy`` and ``pkg.torch.onnx.stack_trace``.
+``pkg.torch.onnx.class_hierarchy`` and ``pkg.torch.onnx.stack_trace`` (docs/dynamo-files.md says what is read).
 
-The module: the innermost ``torch.nn`` pooling class of the hierarchy (``AdaptiveAvgPool2d``, ``AvgPool2d``,
-...). The source line: the stack trace's last line, parsed as Python (``ast``), never matched by pattern, so a
-comment or a string is no evidence. Each pooling call on it is a :class:`PoolCall` with its literal
-arguments: ``F.avg_pool2d(f, 2)`` (a genuine pool, kernel 2), ``F.adaptive_avg_pool2d(f, (4, None))`` (sizes 4
-and None), ``F.interpolate(x, scale_factor=0.5, mode="area")`` (an area resize whose size follows the input).
-A call to anything else that may hold a pool (a helper function, a lambda, a call through a variable) makes the
-line *opaque*: the node may come from inside it. That includes ``self.helper(x)``: the exporter records the frames
-of modules' ``forward`` only, so a pool inside a method of the module ends its trace at the method's call (timm's
-Inception: ``self._forward(x)``); not ``self.conv(x)`` of a submodule (its own scope: :func:`submodules`).
-
-E.g. ``F.interpolate(F.avg_pool2d(f, 2), size=s) + F.adaptive_avg_pool2d(f, (4, 4))``: ``PoolCall("avg", adaptive=False,
-kernel=(2,), stride=None)`` (stride: its kernel), ``PoolCall("avg", adaptive=True, rank=2, size=(4, 4))``, none else.
+The module: the innermost ``torch.nn`` pooling class of the hierarchy. The source line: the stack trace's last
+line, parsed as Python (``ast``), never matched by pattern, so a comment or a string is no evidence. Each pooling
+call on it is a :class:`PoolCall` with its literal arguments. A call to anything else that may hold a pool (a
+helper function, a lambda, a call through a variable) makes the line *opaque*: the node may come from inside it.
+That includes ``self.helper(x)``: the exporter records the frames of modules' ``forward`` only (timm's Inception:
+``self._forward(x)``); not ``self.conv(x)`` of a submodule (its own scope: :func:`submodules`).
 """
 from __future__ import annotations
 

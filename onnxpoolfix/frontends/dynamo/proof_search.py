@@ -21,7 +21,7 @@ from ...graph.shapes import apply_input_shapes, infer, infer_at, light_copy
 from ...progress import phase
 from ...sessions import ort_session, ort_value
 from ...spec import RuntimeDim
-from .dataflow import Candidate, DataflowGraph
+from .dataflow import Candidate, DataflowGraph, permuted
 from .probe import probe_unrolled_windows
 from .proof import Proof, isolated, prove, shape_text
 from .search import (
@@ -88,7 +88,7 @@ def prove_all(model, g: DataflowGraph, candidates: Sequence[Candidate], input_sh
         inferred: list = []  # the whole model inferred at the bound shapes, once, where a region needs it
         for t in symbolic:
             c = t.candidate
-            seen = {**declared, c.pooled: _permuted(c, declared.get(c.pooled))} if c.perm else declared
+            seen = {**declared, c.pooled: permuted(c.perm, declared.get(c.pooled))} if c.perm else declared
             space = SizeSpace.of(seen, c.pooled, t.proof.sources, c.output_size) if env0 is not None else None
             if space is None:
                 whole.append(t)
@@ -98,7 +98,7 @@ def prove_all(model, g: DataflowGraph, candidates: Sequence[Candidate], input_sh
                     if not inferred:  # the whole model at the bound shapes, inferred once for every region
                         inferred.append(_inferred_at(model, input_shapes))
                     elem, xs = inferred[0].get(c.pooled, (0, None))
-                    env = completed_binding({c.pooled: (elem, _permuted(c, xs))}, env0, space, c.pooled)
+                    env = completed_binding({c.pooled: (elem, permuted(c.perm, xs))}, env0, space, c.pooled)
                 _search_alone(t, space, env, dtypes, rng)
         if whole:
             _search_whole_model(model, whole, input_shapes, dtypes, rng, model_dir)
@@ -260,7 +260,7 @@ def _search_whole_model(model, todo_all: list[Trial], input_shapes, dtypes, rng,
         for t in todo:
             c, p, _ = t
             _, xs = info.get(c.pooled, (0, None))
-            xs = _permuted(c, ran.get(c.pooled, xs))
+            xs = permuted(c.perm, ran.get(c.pooled, xs))
             if xs is None or not all(isinstance(d, int) and d >= 1 for d in xs):
                 if first:
                     p.bound_why = "its input size at the bound input shapes is unknown"
@@ -280,11 +280,6 @@ def _search_whole_model(model, todo_all: list[Trial], input_shapes, dtypes, rng,
         first = False
     for _, p, _ in todo_all:
         p.searched = f"on the whole model, {len(p.tried)} sizes"
-
-
-def _permuted(c: Candidate, dims):
-    """The pooled tensor's ``dims`` as the pool reads them (:attr:`.Candidate.perm`); None where unknown."""
-    return dims if c.perm is None or dims is None else [dims[a] for a in c.perm] if len(dims) == len(c.perm) else None
 
 
 def _inference_cut(light: onnx.ModelProto, wanted: list[str]) -> onnx.ModelProto:

@@ -1,19 +1,15 @@
 """Where a dynamo region under symbolic sizes is right: a search over the pooled tensor's size, per axis,
-on the region alone (:mod:`.proof` runs each try; README.md, "Dynamic dynamo exports").
+on the region alone (:mod:`.proof` runs each try; docs/dynamo-files.md, "Dynamic dynamo exports").
 
 torch's decomposition branches in Python per pooled axis, at the traced size: whether ``m`` divides ``n``,
 whether windows of two lengths occur (``adaptive = not (n % m == 0 or m % (n % m) == 0)``), and the
 longest window (``n // m + 1``, one more where adaptive, one less where divisible), whose unroll is frozen.
-A region is right exactly at the sizes that take the traced branches on every axis, so on each axis one
-size per branch class is enough to try (:func:`branch_class`), and the classes of two axes are tried in
-pairs, the smallest first. Which class the export took is found by running, not by this formula: a torch
-version that branches otherwise costs only more tries, never a wrong proof.
-
-No whole-model shape inference per try: the exporter declares the pooled tensor's dims as expressions of
-the input's symbols (``(((H - 1)//2)) + 1``, ``(W//4)``; the ``value_info`` it writes), and the tensors a
-region reads only the shape of (the graph input, for its window arithmetic) likewise; both are evaluated
-at each binding of the symbols (:func:`evaluate`). A graph without those declarations (stripped by a
-simplifier) falls back on the whole-model search in :mod:`.proof`.
+A region is right exactly at the sizes that take the traced branches on every axis, so one size per branch
+class of each axis is tried (:func:`branch_class`), two axes' classes in pairs, the smallest first. Which class
+the export took is found by running, not by this formula: a torch version that branches otherwise costs only
+more tries, never a wrong proof. No whole-model shape inference per try: the pooled tensor's dims and the shapes
+the region reads are the exporter's declared expressions (``(((H - 1)//2)) + 1``), evaluated at each binding
+(:func:`evaluate`); a graph without them falls back on the whole-model search (:mod:`.proof_search`).
 """
 from __future__ import annotations
 
@@ -25,6 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import onnx
 
+from ...graph.shapes import type_dims
 from ...spec import InputDim, RuntimeDim
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
@@ -87,12 +84,9 @@ def branch_class(n: int, m: int) -> tuple:
 
 def declared_dims(model: onnx.ModelProto) -> dict[str, list]:
     """Every declared tensor's dims: int, the expression string, or None (no dim given)."""
-    out = {}
-    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            out[vi.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                            for d in vi.type.tensor_type.shape.dim]
-    return out
+    g = model.graph
+    return {vi.name: list(dims) for vi in [*g.input, *g.value_info, *g.output]
+            if (dims := type_dims(vi.type)[1]) is not None}
 
 
 class SizeSpace:
