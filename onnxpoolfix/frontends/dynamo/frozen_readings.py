@@ -1,17 +1,10 @@
 """The readings of a pooling node the dynamo exporter may have frozen at the traced size: every way the
-evidence allows to read it, and which of them the traced size leaves (part of :mod:`.frozen`).
-
-A frozen ``AveragePool(kernel=K, strides=S)`` under symbolic sizes is one of: a genuine pool
-(``F.avg_pool2d(f, 2)``, right at every size as written), an adaptive pool of some output size frozen where
-its windows were uniform (``F.adaptive_avg_pool2d(f, (4, 4))`` traced at 16x16 is K = S = 4), an area resize by
-scale_factor, or unknown (its metadata is gone, or its line calls a helper that may hold a pool). Readings
-differ at other sizes, so the caller replaces a node only where exactly one reading is left, and refuses
-otherwise: a reading that could be wrong is no evidence.
-
-Worked example: the line ``F.avg_pool2d(f, 2) + F.adaptive_avg_pool2d(f, (4, 4))`` and a node K = S = 2: two
-readings, genuine (kernel 2) and adaptive 4x4 at a traced 8x8. Traced at 16x16 (given, or implied by another
-node of the same line that can only be the 4x4 pool of the same tensor) the adaptive reading needs K = 4, so
-only the genuine one is left.
+evidence allows to read it (a genuine pool, an adaptive pool frozen where its windows were uniform, an area
+resize by scale_factor, or unknown), and which of them the traced size leaves (part of :mod:`.frozen`).
+Readings differ at other sizes, so the caller replaces a node only where exactly one reading is left, and
+refuses otherwise: a reading that could be wrong is no evidence. E.g. the line ``F.avg_pool2d(f, 2) +
+F.adaptive_avg_pool2d(f, (4, 4))`` and a node K = S = 2: genuine (kernel 2), or adaptive 4x4 at a traced 8x8;
+traced at 16x16 the adaptive reading needs K = 4, so only the genuine one is left.
 """
 from __future__ import annotations
 
@@ -108,17 +101,9 @@ def at_traced(node: onnx.NodeProto, readings: list[Reading], traced: tuple[int, 
     """The readings left where the pooled axes were ``traced`` long at the export: an adaptive reading must
     pool them to its written sizes with exactly the node's windows."""
     sizes = adaptive_sizes(node, traced)
-    out = []
-    for r in readings:
-        if r.what == SCALES and sizes is None:
-            continue
-        if r.what != ADAPTIVE:
-            out.append(r)
-        elif sizes is not None and (r.size is None or all(
-                m == got or m is COMPUTED or (m is None and got == n)
-                for m, got, n in zip(r.size, sizes, traced))):
-            out.append(r)
-    return out
+    return [r for r in readings if (sizes is not None or r.what not in (ADAPTIVE, SCALES)) and (
+        r.what != ADAPTIVE or r.size is None or all(m == got or m is COMPUTED or (m is None and got == n)
+                                                    for m, got, n in zip(r.size, sizes, traced)))]
 
 
 def implied_traced(node: onnx.NodeProto, reading: Reading) -> tuple[int | None, ...] | None:

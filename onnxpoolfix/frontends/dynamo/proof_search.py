@@ -29,7 +29,6 @@ from .search import (
     branch_class,
     completed_binding,
     declared_dims,
-    evaluate,
     symbol_binding,
     whole_model_bindings,
 )
@@ -189,12 +188,10 @@ def _same_branches_elsewhere(t: Trial, space: SizeSpace, env0: Mapping[str, int]
             m = space.output_size[a]
             if not s or not isinstance(m, int) or s not in env0 or env[s] != env0[s]:
                 continue
-            d = space.pooled[len(space.pooled) - len(space.output_size) + a]
-            base = {**{o: 1 for o in space.others}, **env}
-            n0 = evaluate(d, base)
+            n0 = space.length(a, env0[s])  # (axis a's dim reads its symbol s alone)
             for step in range(1, _SAME_BRANCH_TRIES + 1):
                 v = env0[s] + direction * step
-                n = evaluate(d, {**base, s: v}) if v >= 1 else None
+                n = space.length(a, v) if v >= 1 else None
                 if n is None or n < 1 or n0 is None:
                     break
                 if n != n0 and branch_class(n, m) == branch_class(n0, m):

@@ -110,21 +110,20 @@ class SizeSpace:
         if dims is None or len(dims) < len(output_size):
             return None
         src = {s: declared.get(s) for s in sources}
-        for d in [*dims, *(x for v in src.values() if v is not None for x in v)]:
-            if d is None or isinstance(d, str) and symbols(d) is None:
-                return None
-        if any(v is None for v in src.values()):
+        if any(v is None for v in src.values()) or any(d is None or isinstance(d, str) and symbols(d) is None
+                                                       for d in [*dims, *(x for v in src.values() for x in v)]):
             return None
         space = cls(dims, src, output_size)
-        if not any(space.axis_symbols):
-            return None
         # a source sized by symbols the pooled axes do not use (the exporter renamed a size: 's39' for a
         # stride-32 map of '32*h') cannot be bound consistently from the pooled size alone
-        for v in src.values():
-            for d in v[1:]:
-                if isinstance(d, str) and not (symbols(d) or set()) <= set(space.axis_symbols):
-                    return None
-        return space
+        renamed = any(isinstance(d, str) and not (symbols(d) or set()) <= set(space.axis_symbols)
+                      for v in src.values() for d in v[1:])
+        return space if any(space.axis_symbols) and not renamed else None
+
+    def length(self, a: int, v: int) -> int | None:
+        """Pooled axis ``a``'s length where its symbol is ``v`` (the symbols of no pooled axis at 1)."""
+        d = self.pooled[len(self.pooled) - len(self.output_size) + a]
+        return evaluate(d, {**{o: 1 for o in self.others}, self.axis_symbols[a]: v})
 
     def at(self, env: Mapping[str, int]) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]] | None:
         """(pooled shape, source shapes) at ``env``; None where some dim comes out below 1."""
@@ -137,15 +136,12 @@ class SizeSpace:
 
     def symbol_values_for(self, pooled_shape: Sequence[int]) -> dict[str, int] | None:
         """A binding of the symbols that gives this pooled shape (the smallest values), or None."""
-        k = len(self.output_size)
         env = {}
         for a, s in enumerate(self.axis_symbols):
             if not s:
                 return None
-            want = pooled_shape[len(pooled_shape) - k + a]
-            d = self.pooled[len(self.pooled) - k + a]
-            v = next((v for v in range(1, MAX_SYMBOL + 1) if evaluate(d, {**{o: 1 for o in self.others}, s: v})
-                      == want), None)
+            want = pooled_shape[len(pooled_shape) - len(self.output_size) + a]
+            v = next((v for v in range(1, MAX_SYMBOL + 1) if self.length(a, v) == want), None)
             if v is None or env.get(s, v) != v:
                 return None
             env[s] = v
@@ -154,11 +150,10 @@ class SizeSpace:
     def pooling_classes(self, a: int, most: int = MAX_CLASSES) -> list[tuple[int, int, int]]:
         """Axis ``a``'s first ``most`` pooling classes (n > m) as (symbol value, n, longest window), in order
         of n."""
-        k = len(self.output_size)
-        d, s, m = self.pooled[len(self.pooled) - k + a], self.axis_symbols[a], self.output_size[a]
+        m = self.output_size[a]
         out, seen = [], set()
         for v in range(1, MAX_SYMBOL + 1):
-            n = evaluate(d, {**{o: 1 for o in self.others}, s: v})
+            n = self.length(a, v)
             if n is None or n <= m or branch_class(n, m) in seen:
                 continue
             seen.add(branch_class(n, m))
@@ -175,15 +170,13 @@ class SizeSpace:
         windows: right at n == m only), so a region traced with one axis of n == m (UPerNet's 6x6 level of
         a 6x5 map) is right at no other size on that axis; its other axes still prove the windows and the
         cut, which is enough where metadata names the pool (one size proves those)."""
-        k = len(self.output_size)
         per_axis: list[list[int]] = []
         same: list[int | None] = []  # per axis, the index of its identity size in per_axis
         for a, s in enumerate(self.axis_symbols):
-            d = self.pooled[len(self.pooled) - k + a]
             m = self.output_size[a]
             seen, down, up, ident = set(), [], [], []
             for v in range(1, MAX_SYMBOL + 1):
-                n = evaluate(d, {**{o: 1 for o in self.others}, s: v}) if s else None
+                n = self.length(a, v) if s else None
                 if not isinstance(m, int):  # follows the input, or computed by the graph: sizes of 2 elements on
                     if n is not None and n >= 2 and n not in seen:  # (a computed m's branches are not known here)
                         seen.add(n)
