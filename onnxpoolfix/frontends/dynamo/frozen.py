@@ -46,12 +46,9 @@ __all__ = ["frozen_pool_ops", "size_text"]
 
 def frozen_pool_ops(model, g: DataflowGraph, info, traced_shapes, findings: FrontEndResult, *, opset, target,
                      busy, resting: list, dynamo_file: bool = False, ends=()) -> list[ShapeError]:
-    """Pooling nodes the dynamo exporter may have frozen at the traced size under symbolic sizes (an adaptive
-    pool whose windows were uniform there: AlexNet's 6 -> 6 at 224 is an AveragePool k1 s1; torch writes
-    adaptive max pooling with uniform windows as a MaxPool), read by :mod:`.frozen_readings`. A node whose one
-    reading is adaptive pooling of a known output size (written on its source line, or the traced size's
-    windows) is replaced; one whose one reading is a genuine pool stays; any other is a suspect (refused
-    unless allowed): two readings that differ at some size are never decided by picking one.
+    """Pooling nodes the dynamo exporter may have frozen at the traced size under symbolic sizes (AlexNet's 6 -> 6
+    at 224 is an AveragePool k1 s1), each replaced, left or made a suspect by its readings (module doc): two
+    readings that differ at some size are never decided by picking one.
     ``traced_shapes``: the export call's input shapes where given (never a deployment size: the output size it
     gives a module's pool is n / kernel there). ``resting``: (result, pooled tensor, output size, op type) of
     each whose size rests on the traced size alone; ``ends``: the decomposed regions' end nodes. Returns the

@@ -17,7 +17,7 @@ import onnx
 from ...graph import attributes, constant_value
 from ..exporter_pools import adaptive_sizes
 from .call_args import own_resolved
-from .metadata import COMPUTED, has_metadata, module_pool, source_line
+from .metadata import COMPUTED, FRAME, has_metadata, module_pool, source_line
 
 __all__ = ["ADAPTIVE", "GENUINE", "SCALES", "UNKNOWN", "Reading", "node_readings", "implied_traced", "at_traced",
            "window_attrs", "classifier_features"]
@@ -86,15 +86,11 @@ def node_readings(node: onnx.NodeProto, kind: str, k: int, lifted: bool,
         why = (f"its source line calls `{line.lookalike}`, named like torch's pooling but not through torch's own "
                "names (`F.`, `torch.`, `nn.functional.`): anyone's, it may pool anything (write it through them)"
                if line.lookalike else "its stack trace holds no source text (a model defined by exec() or in a "
-               "notebook whose cells linecache does not hold): nothing says which call made it" if _NO_SOURCE.match(
+               "notebook whose cells linecache does not hold): nothing says which call made it" if FRAME.match(
                    line.text) else "its source line calls something that may hold a pool" if line.opaque
                else "its source line holds no pooling call its windows fit")
         out.append(Reading(UNKNOWN, f"{why}: {line.text[:100]}"))
     return list(dict.fromkeys(out))
-
-
-#: a trace whose last line is a frame's header: the source was nowhere to read at the export (review56)
-_NO_SOURCE = re.compile(r'^File ".*", line \d+, in \S+$')
 
 
 def at_traced(node: onnx.NodeProto, readings: list[Reading], traced: tuple[int, ...]) -> list[Reading]:

@@ -33,7 +33,7 @@ from .call_args import (
     unpacks,
 )
 
-__all__ = ["COMPUTED", "PoolCall", "SourceLine", "has_metadata", "module_pool", "parse_line", "source_line",
+__all__ = ["COMPUTED", "FRAME", "PoolCall", "SourceLine", "has_metadata", "module_pool", "parse_line", "source_line",
            "submodules"]
 
 _MODULE_RE = re.compile(r"^torch\.nn\.modules\.pooling\.(Adaptive)?(Avg|Max)Pool([123])d$")
@@ -130,7 +130,8 @@ def last_line(node: onnx.NodeProto) -> str:
     return trace[-1].strip() if trace else ""
 
 
-_FRAME = re.compile(r'^\s*File "(.*)", line \d+, in \S+\s*$')
+#: a frame's header in a stack trace (a trace that ends in one held no source text at the export: review56)
+FRAME = re.compile(r'^\s*File "(.*)", line \d+, in \S+\s*$')
 _TORCH_POOLING = re.compile(r"[\\/]torch[\\/]nn[\\/]modules[\\/]pooling\.py$")
 
 
@@ -139,11 +140,11 @@ def _caller_line(node: onnx.NodeProto) -> str | None:
     the line of the frame that called it, which may build the module there (``nn.AdaptiveAvgPool2d((h // 2,
     3))(x)``); None where the trace ends elsewhere."""
     trace = stack_trace(node).splitlines()
-    files = [(i, m.group(1)) for i, t in enumerate(trace) if (m := _FRAME.match(t))]
+    files = [(i, m.group(1)) for i, t in enumerate(trace) if (m := FRAME.match(t))]
     if len(files) < 2 or not _TORCH_POOLING.search(files[-1][1]):
         return None
     i = files[-2][0]
-    return trace[i + 1].strip() if i + 1 < len(trace) and not _FRAME.match(trace[i + 1]) else None
+    return trace[i + 1].strip() if i + 1 < len(trace) and not FRAME.match(trace[i + 1]) else None
 
 
 def source_line(node: onnx.NodeProto, modules: dict[tuple[str, ...], frozenset[str]] | None = None

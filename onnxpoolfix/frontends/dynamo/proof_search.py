@@ -27,7 +27,6 @@ from .proof import Proof, isolated, prove, shape_text
 from .search import (
     SizeSpace,
     branch_class,
-    completed_binding,
     declared_dims,
     symbol_binding,
     whole_model_bindings,
@@ -96,8 +95,7 @@ def prove_all(model, g: DataflowGraph, candidates: Sequence[Candidate], input_sh
                 if env0 and not set(space.axis_symbols) <= set(env0):
                     if not inferred:  # the whole model at the bound shapes, inferred once for every region
                         inferred.append(_inferred_at(model, input_shapes))
-                    elem, xs = inferred[0].get(c.pooled, (0, None))
-                    env = completed_binding({c.pooled: (elem, permuted(c.perm, xs))}, env0, space, c.pooled)
+                    env = space.completed(env0, permuted(c.perm, inferred[0].get(c.pooled, (0, None))[1]))
                 _search_alone(t, space, env, dtypes, rng)
         if whole:
             _search_whole_model(model, whole, input_shapes, dtypes, rng, model_dir)
@@ -115,7 +113,9 @@ def _try(t: Trial, dtypes, shapes, xs: tuple[int, ...], rng) -> str | None:
     why = prove(session, c, p, dtypes, shapes, xs, rng)
     if why is None:
         p.proofs.append(xs)
-        pairs = _runtime_pairs(c, p, xs)
+        lead = len(xs) - c.rank  # per pooled axis whose output size the graph computes: (n, m) as the proof read m
+        pairs = {a: (xs[lead + a], p.last_sizes[a]) for a, m in enumerate(c.output_size)
+                 if isinstance(m, RuntimeDim) and a < len(p.last_sizes)}
         for a, (n, m) in pairs.items():
             p.branches.setdefault(a, set()).add(branch_class(n, m))
             p.lengths.setdefault(a, set()).add(m)
@@ -138,7 +138,6 @@ def _search_alone(t: Trial, space: SizeSpace, env0: Mapping[str, int], dtypes, r
             p.bound_why = _try(t, dtypes, got[1], got[0], rng) or ""
             if p.bound_why == "":
                 _same_branches_elsewhere(t, space, env0, dtypes, rng)
-    need = _proofs_needed(c)
     budget, failed = _SEARCH_BUDGET, 0
     outcome: dict[tuple, str | None] = {}  # per pooled size tried: run's answer
 
@@ -161,7 +160,7 @@ def _search_alone(t: Trial, space: SizeSpace, env0: Mapping[str, int], dtypes, r
 
     probed = False
     for env in space.bindings(identity=c.evidence != "structure"):
-        if _enough(c, p, need) or p.mismatch or budget <= 0:
+        if _enough(c, p) or p.mismatch or budget <= 0:
             break
         run(env)
         if not probed and failed >= _PROBE_AFTER and not p.proofs:
@@ -236,7 +235,7 @@ def _search_whole_model(model, todo_all: list[Trial], input_shapes, dtypes, rng,
     for binding, near in whole_model_bindings(model, input_shapes):
         # such a region is decided (_conclude); the sizes near the bound one, as large as it, can only give the
         # hint a size it is right at: run within an element budget (a huge bound size ran 168 times, minutes)
-        todo = [t for t in todo_all if (not _enough(t.candidate, t.proof, _proofs_needed(t.candidate)) or first)
+        todo = [t for t in todo_all if (not _enough(t.candidate, t.proof) or first)
                 and not (near and t.proof.bound_why and hinted.get(id(t), 0) >= _NEAR_HINT_ELEMENTS)]
         if near and not todo:
             continue  # the sizes after the near ones may still give the hint its size
@@ -309,7 +308,7 @@ def _conclude_sizes(c: Candidate, p: Proof, bound: bool) -> None:
         p.why = f"not proven: {p.mismatch}"
         return
     if bound and p.bound_why is not None:
-        if p.bound_why == "" and _enough(c, p, need):
+        if p.bound_why == "" and _enough(c, p):
             p.proven_at = p.bound_at
             return
         if p.bound_why:
@@ -321,7 +320,7 @@ def _conclude_sizes(c: Candidate, p: Proof, bound: bool) -> None:
                 p.contradicts = elsewhere
                 p.why += f", though it equals adaptive average pooling at {shape_text(elsewhere)}"
             return
-    if _enough(c, p, need):
+    if _enough(c, p):
         p.proven_at = p.proofs[0]
     elif p.proofs:  # what it lacks: sizes (no metadata), lengths of a size it computes, unequal axis lengths
         lacks = ("without metadata one size is not enough" if len(p.proofs) < need and c.evidence == "structure" else
@@ -343,24 +342,17 @@ def _inferred_at(model: onnx.ModelProto, input_shapes) -> dict:
         return {}
 
 
-def _runtime_pairs(c: Candidate, p: Proof, xs: tuple[int, ...]) -> dict[int, tuple[int, int]]:
-    """Per pooled axis whose output size the graph computes: (n, m) at ``xs`` (m as the last proof read it)."""
-    lead = len(xs) - c.rank
-    return {a: (xs[lead + a], p.last_sizes[a]) for a, m in enumerate(c.output_size)
-            if isinstance(m, RuntimeDim) and a < len(p.last_sizes)}
-
-
 #: branch classes each axis of a computed output size is proven in, one of them uneven (not n % m == 0)
 _RUNTIME_CLASSES = 3
 _ONE_CLASS_LENGTHS = 6  # ... or, where every size tried proved, this many output lengths per axis
 
 
-def _enough(c: Candidate, p: Proof, need: int) -> bool:
-    """Proven at enough sizes: ``need`` of them, and where the graph computes an output size, on each such
+def _enough(c: Candidate, p: Proof) -> bool:
+    """Proven at enough sizes: :func:`_proofs_needed` of them, and where the graph computes an output size, on each such
     axis in several branch classes of torch's decomposition (one with uneven windows; or, with no size failed,
     at many output lengths) and output lengths, and
     at a size where two such axes' lengths differ (a size tensor taken for the wrong axis shows there)."""
-    if len(p.proofs) < need:
+    if len(p.proofs) < _proofs_needed(c):
         return False
     axes = [a for a, m in enumerate(c.output_size) if isinstance(m, RuntimeDim)]
     if p.mismatch or len(axes) > 1 and not p.uneven:  # some proof where those axes' sizes differ from each other

@@ -134,18 +134,21 @@ class SizeSpace:
             return None
         return xs, shapes
 
-    def symbol_values_for(self, pooled_shape: Sequence[int]) -> dict[str, int] | None:
-        """A binding of the symbols that gives this pooled shape (the smallest values), or None."""
+    def completed(self, env0: Mapping[str, int], pooled_shape: Sequence | None) -> dict[str, int]:
+        """``env0`` with the pooled axes' symbols the input's do not give: the exporter names the sizes after a
+        layer anew (an input declared ``4*h`` gives a conv output of ``2*s39``, with no relation between ``h``
+        and ``s39`` in the file). Solved (the smallest values) from the pooled tensor's shape at the bound
+        shapes (the whole model inferred there); ``env0`` unchanged where it cannot be."""
+        if pooled_shape is None or not all(isinstance(d, int) and d >= 1 for d in pooled_shape):
+            return dict(env0)
         env = {}
         for a, s in enumerate(self.axis_symbols):
-            if not s:
-                return None
             want = pooled_shape[len(pooled_shape) - len(self.output_size) + a]
-            v = next((v for v in range(1, MAX_SYMBOL + 1) if self.length(a, v) == want), None)
+            v = next((v for v in range(1, MAX_SYMBOL + 1) if self.length(a, v) == want), None) if s else None
             if v is None or env.get(s, v) != v:
-                return None
+                return dict(env0)
             env[s] = v
-        return env
+        return {**env, **env0}
 
     def pooling_classes(self, a: int, most: int = MAX_CLASSES) -> list[tuple[int, int, int]]:
         """Axis ``a``'s first ``most`` pooling classes (n > m) as (symbol value, n, longest window), in order
@@ -218,18 +221,6 @@ class SizeSpace:
                 if key not in tried:
                     tried.add(key)
                     yield env
-
-
-def completed_binding(inferred: Mapping[str, tuple], env0: Mapping[str, int], space: SizeSpace,
-                      pooled: str) -> dict[str, int]:
-    """``env0`` with the pooled axes' symbols the input's do not give: the exporter names the sizes after a
-    layer anew (an input declared ``4*h`` gives a conv output of ``2*s39``, with no relation between ``h``
-    and ``s39`` in the file). Solved from the pooled tensor's size in ``inferred`` (the whole model inferred
-    at the bound shapes); ``env0`` unchanged where it cannot be."""
-    xs = inferred.get(pooled, (0, None))[1]
-    if xs is None or not all(isinstance(d, int) and d >= 1 for d in xs):
-        return dict(env0)
-    return {**(space.symbol_values_for(xs) or {}), **env0}
 
 
 def range_limit(g, region: Sequence[int], result: str, a: int, info) -> RuntimeDim | None:
