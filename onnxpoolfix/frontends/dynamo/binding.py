@@ -1,16 +1,10 @@
 """``--input-shape`` on a dynamo file: OUT bound at that size, as the ATen front end binds a leftover's
-(:func:`~onnxpoolfix.frontends.aten.bind_in_out`).
-
-The regions are proven at the bound size (it is the traced size to them, :func:`.front_end.dynamo_specs`).
-Where some region pools a symbolic axis, its spec gets the pooled tensor's sizes there (the file's declared dim
-expressions evaluated at the binding, else the shape the proof ran it at where the binding sizes every symbolic
-input as the proof did) and OUT's inputs are bound: the planner
-then picks a static lowering (no window arithmetic at run time, which converters such as pnnx and onnx2tf cannot
-take), exact at the one size OUT accepts. The differential check compares that OUT with the file as torch
-wrote it at the same size (``patch``). A bound size other than a given traced size is refused: the file is known
-right at its traced size only, which the bound OUT does not run at; so is one outside the range torch.export
-proved the file's program for (its ``range_constraints``, :mod:`.ranges`): OUT would run where torch's model may
-not be the file.
+(:func:`~onnxpoolfix.frontends.aten.bind_in_out`; docs/dynamo-files.md, "``--input-shape`` binds OUT", says what
+is refused and why). The regions are proven at the bound size (it is the traced size to them). Where some region
+pools a symbolic axis, its spec gets the pooled tensor's sizes there (the file's declared dim expressions evaluated
+at the binding, else the shape the proof ran it at where the binding sizes every symbolic input as the proof did)
+and OUT's inputs are bound: the planner then picks a static lowering (no window arithmetic at run time, which
+converters such as pnnx and onnx2tf cannot take), exact at the one size OUT accepts.
 """
 from __future__ import annotations
 

@@ -207,17 +207,16 @@ def fixed_names(tree, end: int | None = None) -> dict[int, frozenset[str]]:
         if isinstance(n, _SCOPES):
             inner = set(fixed)
             cut = end is not None and (n.end_lineno, n.end_col_offset) > (1, end)
+            parts = [part for f in ("elt", "key", "value") if (part := getattr(n, f, None)) is not None]
+            used = parts + [c for g in n.generators for c in g.ifs]
             for gen in n.generators:
                 visit(gen.iter, frozenset(inner))
                 names = {t.id for t in ast.walk(gen.target) if isinstance(t, ast.Name)}
-                used = [getattr(n, f, None) for f in ("elt", "key", "value")] + [c for g in n.generators for c in g.ifs]
-                inner = (inner - names) | (set() if cut else _loop_fixed(gen, [u for u in used if u is not None],
-                                                                         frozenset(inner)))
+                inner = (inner - names) | (set() if cut else _loop_fixed(gen, used, frozenset(inner)))
                 for cond in gen.ifs:
                     visit(cond, frozenset(inner))
-            for part in (getattr(n, "elt", None), getattr(n, "key", None), getattr(n, "value", None)):
-                if part is not None:
-                    visit(part, frozenset(inner))
+            for part in parts:
+                visit(part, frozenset(inner))
             return
         if isinstance(n, ast.For):  # ``for s in (1, 2, 3, 6): outs.append(F.adaptive_avg_pool2d(x, s))``, one line
             visit(n.iter, fixed)

@@ -1,15 +1,9 @@
 """The refusal of a size the graph contradicts: a dynamo region that is not adaptive pooling at the bound (or given
-traced) size, though it is at another (:func:`contradiction_error`, exit 4), and what its hint may point at.
-
-The hint names only what would do:
-
-* a size the region was proven at, only where it lies inside the range torch.export proved the file's program for
-  (its range_constraints, :mod:`.ranges`): review65's 12x13 binding of a file narrowed to H >= 17 was pointed at
-  16x8, where torch's model runs code the file does not hold (a binding there is refused in turn). Where no size
-  the proof found lies inside, the hint names the range instead;
-* the inputs the given sizes leave unbound where the region reads one of them (review65 F4: ``x`` given alone,
-  ``y``'s region was refused as contradicting a size nobody gave): it asks for their sizes too (data ``unbound``,
-  ``argument``: the knob that takes them).
+traced) size, though it is at another (:func:`contradiction_error`, exit 4), and what its hint may point at: only
+what would do. A size the region was proven at, only where it lies inside the range torch.export proved the file's
+program for (:mod:`.ranges`; review65's 12x13 binding of a file narrowed to H >= 17 was pointed at 16x8, which is
+refused in turn), else that range; the inputs the given sizes leave unbound where the region reads one of them
+(review65 F4: ``x`` given alone, ``y``'s region was refused as contradicting a size nobody gave).
 """
 from __future__ import annotations
 

@@ -160,9 +160,8 @@ def source_line(node: onnx.NodeProto, modules: dict[tuple[str, ...], frozenset[s
         inline = _inline_modules(caller)  # (module_pool reads those): built on the caller's line, or elsewhere
         if inline is None:
             return SourceLine(caller, _unseen_module(text), True)
-        seen = _read_line(caller, children)
-        return SourceLine(caller, inline, seen.opaque, seen.loops) if seen is not None else \
-            SourceLine(caller, inline, True)
+        seen = _read_line(caller, children) or SourceLine(caller, (), True)
+        return SourceLine(caller, inline, seen.opaque, seen.loops)
     return _read_line(text, children) or SourceLine(text, (), True)
 
 
@@ -216,15 +215,13 @@ def _inline_modules(line: str) -> tuple[PoolCall, ...] | None:
         return None
     calls, fixed = [], fixed_names(*parsed)  # ``[nn.AdaptiveAvgPool2d(b)(x) for b in (2, 3)]``: b as F's calls
     for n in ast.walk(parsed[0]):
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Call):
-            m = _MODULE_CALL.match(_name(n.func))
-            if m:
-                k, built = int(m.group(2)), n.func
-                kw = {a.arg: a.value for a in built.keywords if a.arg}
-                arg = built.args[0] if built.args else kw.get("output_size")
-                calls.append(PoolCall(m.group(1).lower(), True, k,
-                                      sizes_written(arg, k, fixed.get(id(built), frozenset())) if arg is not None
-                                      else (COMPUTED,) * k))
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Call) and (m := _MODULE_CALL.match(_name(n.func))):
+            k, built = int(m.group(2)), n.func
+            kw = {a.arg: a.value for a in built.keywords if a.arg}
+            arg = built.args[0] if built.args else kw.get("output_size")
+            calls.append(PoolCall(m.group(1).lower(), True, k,
+                                  sizes_written(arg, k, fixed.get(id(built), frozenset())) if arg is not None
+                                  else (COMPUTED,) * k))
     return tuple(calls) or None
 
 

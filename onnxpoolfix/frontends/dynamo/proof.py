@@ -63,11 +63,7 @@ def isolated(model: onnx.ModelProto, g: DataflowGraph, c: Candidate, dtypes: Map
     A float16/bfloat16 region reads and writes float32 through exact Casts."""
     size_nodes, shape_sources = g.size_ancestors(c.region)
     order = sorted(set(c.region) | size_nodes)
-    nodes = []
-    for i in order:
-        n = onnx.NodeProto()
-        n.CopyFrom(g.nodes[i])
-        nodes.append(n)
+    nodes = [g.nodes[i] for i in order]  # (make_graph copies them)
     used = {x for i in order for x in g.nodes[i].input if x}
     inits = [g.initializers[t] for t in sorted(used) if t in g.initializers]
     made = {o for i in order for o in g.nodes[i].output if o}

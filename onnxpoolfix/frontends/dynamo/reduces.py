@@ -1,15 +1,10 @@
-"""Means and maxima of whole axes in a dynamo file (part of the dynamo front end, :mod:`.front_end`), and output
-sizes a pool's source line computes from the input.
-
-torch's decomposition of an adaptive pool whose output is 1 on every pooled axis at the traced size is a
-ReduceMean (a ReduceMax for max pooling): right at every size where the size is 1 there too, a literal ``1`` or
-the module's own. Where the line computes it (``F.adaptive_avg_pool2d(x, (1, x.shape[3] // 4))`` traced where
-``W // 4`` is 1, ``F.interpolate(x, scale_factor=0.25, mode="area")`` traced at 6x7), or writes ``None`` on an
-axis 1 long there (``(None, 1)`` of a map one row high), other sizes pool to other sizes: the reduce is frozen
-at the traced size (review44 F1, F3; it was "nothing to patch"). Likewise a region
-whose result the graph declares static on a symbolic axis the line computes: torch fixed the size where it
-traced (``(x.shape[2] // 8, 5)`` at 13: 1, review44 F2). A mean of another pool's result (``pool(x).mean((2,
-3))``) is no pool of its own, and stays as written.
+"""Means and maxima of whole axes in a dynamo file (part of the dynamo front end, :mod:`.front_end`; the cases are
+docs/dynamo-files.md's). torch's decomposition of an adaptive pool whose output is 1 on every pooled axis at the
+traced size is a ReduceMean (a ReduceMax for max pooling): right at every size where the size is 1 there too, a
+literal ``1`` or the module's own. Where the line computes it (``(1, x.shape[3] // 4)`` traced where ``W // 4`` is
+1), or writes ``None`` on an axis 1 long there, other sizes pool to other sizes: the reduce is frozen at the traced
+size (review44 F1, F3; it was "nothing to patch"). A mean of another pool's result (``pool(x).mean((2, 3))``) is
+no pool of its own, and stays as written.
 """
 from __future__ import annotations
 
