@@ -80,7 +80,6 @@ def frozen_pool_ops(model, g: DataflowGraph, info, traced_shapes, findings: Fron
                     True, "only at the size the model was exported at", EXPORT))
                 continue
             site = replace(site, chain=chain)
-        bx = None
         if traced_shapes:
             _, bx = info.at(traced_shapes).get(node.input[0], (0, None))
             if bx is None or not all(isinstance(d, int) for d in bx):

@@ -34,13 +34,9 @@ class IndicesChain:
 def index_chains(g: DataflowGraph, graph_outputs: set[str]) -> dict[int, IndicesChain]:
     """Per MaxPool position, the chain that turns its flat indices into torch's (module doc), where there is one."""
     readers = _readers(g)
-    found = {}
-    for i, n in enumerate(g.nodes):
-        if n.op_type == "MaxPool" and n.domain in ("", "ai.onnx"):
-            chain = _chain(g, i, readers, graph_outputs)
-            if chain is not None:
-                found[i] = chain
-    return found
+    chains = {i: _chain(g, i, readers, graph_outputs) for i, n in enumerate(g.nodes)
+              if n.op_type == "MaxPool" and n.domain in ("", "ai.onnx")}
+    return {i: c for i, c in chains.items() if c is not None}
 
 
 def _chain(g: DataflowGraph, index: int, readers, graph_outputs: set[str]) -> IndicesChain | None:

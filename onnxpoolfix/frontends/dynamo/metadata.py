@@ -363,8 +363,7 @@ def _pool_call(call: ast.Call, cut: bool = False, fixed: frozenset[str] = frozen
         k = int(m.group(2))
         return PoolCall(m.group(1), adaptive, k, (COMPUTED,) * k if adaptive else None, literal=adaptive)
     kw = {a.arg: a.value for a in call.keywords if a.arg}
-    m = _ADAPTIVE_CALL.match(name)
-    if m:
+    if m := _ADAPTIVE_CALL.match(name):
         k = int(m.group(2))
         arg = call.args[1] if len(call.args) > 1 else kw.get("output_size")
         return PoolCall(m.group(1), True, k, sizes_written(arg, k, fixed, pooled_name(call, kw)))
@@ -377,8 +376,7 @@ def _pool_call(call: ast.Call, cut: bool = False, fixed: frozenset[str] = frozen
         if size is None or (isinstance(size, ast.Constant) and size.value is None):
             return PoolCall("avg", True, scales=scale is not None)
         return PoolCall("avg", True, None, sizes_written(size, None, fixed, pooled_name(call, kw)))
-    m = _GENUINE_CALL.match(name)
-    if m:
+    if m := _GENUINE_CALL.match(name):
         kernel = call.args[1] if len(call.args) > 1 else kw.get("kernel_size")
         stride = call.args[2] if len(call.args) > 2 else kw.get("stride")
         options = call.args[3:] + [v for k, v in kw.items() if k not in ("input", "kernel_size", "stride")]
