@@ -18,7 +18,9 @@ import re
 
 import onnx
 
+from ...check.feeds import graph_inputs
 from ...errors import UnsupportedNodeError
+from ...graph.shapes import type_dims
 from ...report import Note
 from .search import evaluate
 
@@ -88,9 +90,7 @@ def key_names(model: onnx.ModelProto) -> dict[str, str]:
     keys = [k.strip() for k, _, _ in _RANGE.findall(text)]
     while keys and re.fullmatch(r"u\d+", keys[0]):  # inline constraints (unbacked sizes) come first
         keys.pop(0)
-    inits = {t.name for t in model.graph.initializer}
-    if any(vi.name not in inits and not (vi.type.HasField("tensor_type") and vi.type.tensor_type.shape.dim)
-           for vi in model.graph.input):
+    if any(not (vi.type.HasField("tensor_type") and vi.type.tensor_type.shape.dim) for vi in graph_inputs(model)):
         return {}  # a SymInt input (or one of no known rank) holds a key the dims do not show
     dims = _input_dims(model)
     if len(keys) < len(dims):
@@ -110,12 +110,9 @@ def key_names(model: onnx.ModelProto) -> dict[str, str]:
 
 
 def _input_dims(model: onnx.ModelProto) -> list[str]:
-    inits = {t.name for t in model.graph.initializer}
     dims: list[str] = []
-    for vi in model.graph.input:
-        if vi.name not in inits and vi.type.HasField("tensor_type"):
-            dims += [d for d in dict.fromkeys(d.dim_param for d in vi.type.tensor_type.shape.dim if d.dim_param)
-                     if d not in dims]
+    for vi in graph_inputs(model):
+        dims += [d for d in dict.fromkeys(type_dims(vi.type)[1] or ()) if isinstance(d, str) and d not in dims]
     return dims
 
 

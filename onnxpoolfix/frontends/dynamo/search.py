@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import onnx
 
+from ...check.feeds import graph_inputs
 from ...graph.shapes import type_dims
 from ...spec import InputDim, RuntimeDim
 
@@ -315,10 +316,8 @@ def whole_model_bindings(model: onnx.ModelProto, input_shapes):
     dims allow (:func:`first_undeclared`) after the binding: a region run at a size torch never traced its program for
     (a stride-2 map 127 long where the file declares ``16*s`` of a stride-32 map) fails where nothing is wrong."""
     declared = declared_dims(model)
-    inits = {t.name for t in model.graph.initializer}
-    inputs = [i for i in model.graph.input if i.name not in inits and i.type.HasField("tensor_type")]
-    dims = {i.name: [x.dim_value if x.HasField("dim_value") else None for x in i.type.tensor_type.shape.dim]
-            for i in inputs}
+    dims = {i.name: [d if isinstance(d, int) else None for d in type_dims(i.type)[1] or ()]
+            for i in graph_inputs(model) if i.type.HasField("tensor_type")}
     if input_shapes:
         yield dict(input_shapes), False
         steps = sorted(((a, b) for a in range(-_NEAR, _NEAR + 1) for b in range(-_NEAR, _NEAR + 1) if a or b),
