@@ -246,19 +246,18 @@ def find_candidate(g: DataflowGraph, end: int, info, stripped: bool = False) -> 
     nodes = closure(g, end)
     result = g.nodes[end].output[0]
     # the data tensors entering the closure, earliest first: the largest region that fits wins
-    entering = list(dict.fromkeys(t for i in sorted(nodes) for t in g.data_inputs(i)))
-    entering.sort(key=lambda t: g.producer.get(t, -1))
+    entering = sorted(dict.fromkeys(t for i in sorted(nodes) for t in g.data_inputs(i)),
+                      key=lambda t: g.producer.get(t, -1))
     why = None  # the largest region's: a smaller one inside it (from its own Transpose) says less
     first_evidence = None
     fits: list[Candidate] = []
-    selects_nothing, nothing = False, set()  # some region ends here that picks no windows (``pool(x) / 2``)
+    nothing: set[str] = set()  # the pooled tensors of regions ending here that pick no windows (``pool(x) / 2``)
     past: dict[str, tuple[str, str]] = {}  # a region that reads its tensor by an op of the model's own: that op
     for t in entering:
         region = _region_from(g, end, t, nodes)
         if region is None:
             continue
         if not any(g.nodes[i].op_type in SELECT_OPS for i in region):
-            selects_nothing = True
             nothing.add(t)
             continue
         if any(i != end and is_end(g, i) for i in region):
@@ -296,7 +295,7 @@ def find_candidate(g: DataflowGraph, end: int, info, stripped: bool = False) -> 
         why = why or f"it reads '{p}' through an op of the model's own ({op}), whose output no region pools"
     if fits:
         return replace(fits[0], smaller=tuple(fits[1:_MAX_SMALLER + 1]))
-    if selects_nothing and why is None:  # every region either picks no windows or holds another pool's end:
+    if nothing and why is None:  # every region either picks no windows or holds another pool's end:
         return None  # an op on a pool's result or on its input that shares the line (``pool(x) / 2``, ``x / 2``)
     if why == HIDDEN_SIZE:  # structure alone, on a line that hides the call: its pool to 1 may be a computed size
         return Suspect(result, f"stack trace: {getattr(source_line(g.nodes[end]), 'text', '')[:100]}", why)
