@@ -43,13 +43,12 @@ def contradiction_error(model: onnx.ModelProto, g: DataflowGraph, against: Seque
             regions=[r.result for r, _ in against], unbound=unbound, argument=knob_of(flag))
     pooled, right_at = _inside(model, p, given)
     said = f"'{c.result}' equals it at {'x'.join(map(str, pooled or p.contradicts))}"
-    if pooled is None:  # every size it was proven at lies outside the proved range: none to give
-        said += ", a size outside the range torch.export proved the file's program for"
-    ranges = ", ".join(f"{s} in [{lo}, {hi}]" for s, lo, hi in ranges_as_named(model))
     pointed = (("sizes such as " + " ".join(f"{k}:{','.join(map(str, v))}" for k, v in right_at.items()))
                if right_at else f"a pooled size like {'x'.join(map(str, pooled))} for '{c.pooled}'" if pooled else None)
     hint = contradiction_hint(pointed, None if alone else c.result, bound=not traced)
-    if pooled is None:
+    if pooled is None:  # every size it was proven at lies outside the proved range: none to give
+        said += ", a size outside the range torch.export proved the file's program for"
+        ranges = ", ".join(f"{s} in [{lo}, {hi}]" for s, lo, hi in ranges_as_named(model))
         hint = (f"no size the region was found right at lies inside the range torch.export proved this file's "
                 f"program for ({ranges}): keep inside it (the export call's example input is); " + hint)
     return ShapeError(

@@ -51,8 +51,7 @@ class Trial(NamedTuple):
 def prove_all(model, g: DataflowGraph, candidates: Sequence[Candidate], input_shapes, seed: int,
               info0: Mapping[str, tuple[int, tuple | None]], *, model_dir: str | None = None) -> list[Proof]:
     """Prove every candidate (module doc): a :class:`Proof` each, in order (``proven_at`` where it proved out,
-    else ``why``). ``info0``:
-    :func:`~onnxpoolfix.graph.shapes.infer` of ``model`` as the front end already has it (not inferred again).
+    else ``why``). ``info0``: :func:`~onnxpoolfix.graph.shapes.infer` of ``model`` as the front end has it.
     ``model_dir``: where the region's external initializers resolve (onnxruntime reads a proto's relative
     locations against the working folder otherwise)."""
     with phase("search", str(len(candidates))):
@@ -348,10 +347,10 @@ _ONE_CLASS_LENGTHS = 6  # ... or, where every size tried proved, this many outpu
 
 
 def _enough(c: Candidate, p: Proof) -> bool:
-    """Proven at enough sizes: :func:`_proofs_needed` of them, and where the graph computes an output size, on each such
-    axis in several branch classes of torch's decomposition (one with uneven windows; or, with no size failed,
-    at many output lengths) and output lengths, and
-    at a size where two such axes' lengths differ (a size tensor taken for the wrong axis shows there)."""
+    """Proven at enough sizes: :func:`_proofs_needed` of them, and where the graph computes an output size, on each
+    such axis in several branch classes of torch's decomposition (one with uneven windows; or, with no size failed,
+    at many output lengths) and output lengths, and at a size where two such axes' lengths differ (a size tensor
+    taken for the wrong axis shows there)."""
     if len(p.proofs) < _proofs_needed(c):
         return False
     axes = [a for a, m in enumerate(c.output_size) if isinstance(m, RuntimeDim)]
