@@ -282,11 +282,8 @@ def find_candidate(g: DataflowGraph, end: int, info, stripped: bool = False) -> 
                 continue
             k, x_shape, y_shape, elem, sizes = fit
             fits.append(Candidate(end, result, t, tuple(region), evidence, k, sizes, x_shape, y_shape, elem, p))
-    # a region whose pooled tensor an op of the model's own reads (a crop, a scale: torch's decomposition reads
-    # it only to transpose or reshape it, or gather from it) is never taken: the op may be the identity at every
-    # size a proof tries (x[:, :, :, :40] traced at 23, review40 F2; x[:, :, :17] traced at 17, review12 F9), and
-    # OUT would pool past it. The region starting past it is the reading; where that one does not prove, or none
-    # does, the pool is refused
+    # a region whose pooled tensor an op of the model's own reads is never taken (:mod:`.crops`; x[:, :, :17]
+    # traced at 17, review12 F9): the region starting past it is the reading, else the pool is refused
     fits = [c for c in fits if c.pooled not in past]
     if past and not fits:  # (a mean of the crop: every region past the ops selects nothing, as without them)
         if why is None and all(past_selects_nothing({p: o for p, (_, o) in past.items()}, nothing, p) for p in past):

@@ -253,20 +253,18 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
         findings.suspects.append(Suspect(result, readings[0].says, why, True, right_at, remedy))
 
     if len(readings) > 1 or whats == {UNKNOWN}:
+        either = "as written if it is a genuine pool, else only where its windows are the adaptive ones"
         if whats == {UNKNOWN} and not has_metadata(node):
             left(f"an {op} under symbolic sizes without exporter metadata: a genuine pool or an adaptive pool "
-                 "frozen at the traced size, which differ at other sizes", STRIPPED,
-                 "as written if it is a genuine pool, else only where its windows are the adaptive ones")
-            return
-        if whats == {UNKNOWN}:
+                 "frozen at the traced size, which differ at other sizes", STRIPPED, either)
+        elif whats == {UNKNOWN}:
             left(f"an {op} under symbolic sizes that may be a genuine pool or an adaptive pool frozen at the traced "
-                 f"size: {readings[0].says}", EXPORT, "as written if it is a genuine pool, else only where its "
-                 "windows are the adaptive ones")
-            return
-        left(f"an {op} under symbolic sizes with {len(readings)} readings that differ at other sizes ("
-             + "; ".join(map(_reading_text, readings)) + ")",
-             EXPORT if UNKNOWN in whats or site.bound is not None else TRACED,
-             "as written under one reading, not under another")
+                 f"size: {readings[0].says}", EXPORT, either)
+        else:
+            left(f"an {op} under symbolic sizes with {len(readings)} readings that differ at other sizes ("
+                 + "; ".join(map(_reading_text, readings)) + ")",
+                 EXPORT if UNKNOWN in whats or site.bound is not None else TRACED,
+                 "as written under one reading, not under another")
         return
     (reading,), evidence = readings, readings[0].says
     if not all(isinstance(d, int) for d in site.dims) and dropped_crop(g, site.index):  # torch 2.9 (review51)
