@@ -70,15 +70,14 @@ def sizes_written(arg, k: int | None, fixed: frozenset[str] = frozenset(), poole
         return None
     if pooled is not None and isinstance(arg, (ast.Tuple, ast.List)):
         own = [_own_axis(e, pooled) for e in arg.elts]
-        if any(a is not None for a in own) and all(
-                a is not None or (isinstance(e, ast.Constant) and (e.value is None or type(e.value) is int))
-                for a, e in zip(own, arg.elts)):
+        if any(a is not None for a in own) and all(a is not None or isinstance(e, ast.Constant) and literal_ints(e)
+                                                   for a, e in zip(own, arg.elts)):
             return tuple(e.value if a is None else OwnLength(a) for a, e in zip(own, arg.elts))
-    if isinstance(arg, ast.Constant) and (arg.value is None or type(arg.value) is int):
-        return (arg.value,) * (k or 1) if k else (arg.value,)
+    if isinstance(arg, ast.Constant) and literal_ints(arg):
+        return (arg.value,) * (k or 1)
     if isinstance(arg, (ast.Tuple, ast.List)) and not any(isinstance(e, ast.Starred) for e in arg.elts):
-        out = [e.value if isinstance(e, ast.Constant) and (e.value is None or type(e.value) is int)
-               else None if is_fixed(e, fixed) else COMPUTED for e in arg.elts]
+        out = [e.value if isinstance(e, ast.Constant) and literal_ints(e) else None if is_fixed(e, fixed) else COMPUTED
+               for e in arg.elts]
         if COMPUTED in out:
             return tuple(COMPUTED if m is None and not isinstance(e, ast.Constant) else m
                          for m, e in zip(out, arg.elts))
