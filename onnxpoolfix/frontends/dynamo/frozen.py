@@ -216,9 +216,8 @@ def _by_implied_sizes(g: DataflowGraph, sites: list[_Site]) -> None:
 
 def _agree(sizes: list[tuple]) -> bool:
     """Whether implied pooled lengths agree on every axis (None: an axis that follows the input, any length)."""
-    if len({len(t) for t in sizes}) > 1:
-        return False
-    return all(len({n for n in axis if n is not None}) <= 1 for axis in zip(*sizes))
+    return len({len(t) for t in sizes}) <= 1 and all(len({n for n in axis if n is not None}) <= 1
+                                                     for axis in zip(*sizes))
 
 
 def _module_sizes(g: DataflowGraph, sites: list[_Site]) -> dict[tuple, dict[int, int]]:

@@ -319,10 +319,8 @@ def _may_hold_a_pool(call: ast.Call, children: frozenset[str]) -> bool:
     if isinstance(f, ast.Name):  # a bare name: a function of the user's (``normalize(x)``) unless a builtin
         return name not in BUILTINS
     if name in _RESIZES and _torchs(call):  # a mode the line does not write out may be "area"
-        if unpacks(call):
-            return True
         mode = {a.arg: a.value for a in call.keywords}.get("mode", call.args[3] if len(call.args) > 3 else None)
-        return mode is not None and not isinstance(mode, ast.Constant)
+        return unpacks(call) or (mode is not None and not isinstance(mode, ast.Constant))
     if name in CONTAINER_CALLS:  # ``outs.append(F.adaptive_avg_pool2d(x, b))``; ``tracker.update(x)`` may pool
         return not call.args or not all(isinstance(a, ast.Call) for a in call.args) or bool(call.keywords)
     if not name or name not in PLAIN_CALLS:
