@@ -38,8 +38,10 @@ def bind_dynamo_out(model: onnx.ModelProto, result: FrontEndResult, input_shapes
     # the shape a region was proven at is the binding's only where the proof ran at it on every symbolic input
     # (review66: a --traced-shape of x with --input-shape y:.. proved x's pool at the traced size, which OUT, x
     # left symbolic, would then hold at every size of x)
-    proven = {r.result: r.proven_at for r in result.regions} if _proven_at_binding(
-        model, input_shapes, traced_shapes or input_shapes) else {}
+    proof = traced_shapes or input_shapes  # the binding the regions were proven at
+    alike = all(n in input_shapes and n in proof and list(input_shapes[n]) == list(proof[n])
+                for n in symbolic_inputs(model))
+    proven = {r.result: r.proven_at for r in result.regions} if alike else {}
     specs = [_at(s, env, proven.get(s.node.output)) for s in result.specs]
     if not any(s.static and not old.static for s, old in zip(specs, result.specs)):
         return  # no pooled size known at the binding: OUT stays symbolic, its lowerings exact at every size
@@ -90,14 +92,6 @@ def _at(spec: PoolSpec, env: Mapping[str, int], proven: Sequence[int] | None) ->
         return spec
     shape = tuple(dims)
     return replace(spec, input_shape=shape, output_shape=output_shape(spec.node, shape))
-
-
-def _proven_at_binding(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
-                       proof: Mapping[str, Sequence[int]]) -> bool:
-    """Whether ``input_shapes`` and the binding the regions were proven at (``proof``) both size every graph input
-    with a symbolic dim, alike: OUT then runs at the proven shapes alone."""
-    return all(n in input_shapes and n in proof and list(input_shapes[n]) == list(proof[n])
-               for n in symbolic_inputs(model))
 
 
 def refuse_undeclared_sizes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None) -> None:

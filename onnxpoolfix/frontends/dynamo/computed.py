@@ -28,7 +28,9 @@ def computed_axes(nodes: Sequence[onnx.NodeProto], k: int) -> set[int]:
     ``None`` (the axis follows the input: a static size there is its traced length, review44 F3), or every axis
     for an area resize by scale_factor."""
     out: set[int] = set()
-    for node in {_trace(n): n for n in nodes}.values():  # one node per stack trace
+    traces = {tuple((p.key, p.value) for p in n.metadata_props if p.key.endswith(("stack_trace", "name_scopes"))): n
+              for n in nodes}
+    for node in traces.values():  # one node per stack trace
         module = module_pool(node)
         if module is not None and module[1]:  # an adaptive module's: its own size, fixed when it was built
             continue
@@ -44,10 +46,6 @@ def computed_axes(nodes: Sequence[onnx.NodeProto], k: int) -> set[int]:
             out.update(k - len(size) + a for a, m in enumerate(size)
                        if (m is COMPUTED or m is None or isinstance(m, OwnLength)) and k - len(size) + a >= 0)
     return out
-
-
-def _trace(node: onnx.NodeProto) -> tuple:
-    return tuple((p.key, p.value) for p in node.metadata_props if p.key.endswith(("stack_trace", "name_scopes")))
 
 
 def hides_a_size(node: onnx.NodeProto, modules: dict[tuple[str, ...], frozenset[str]] | None) -> bool:

@@ -155,7 +155,8 @@ def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
     """
     findings = FrontEndResult()
     graph = model.graph
-    symbolic = _symbolic(graph)
+    symbolic = any(not d.HasField("dim_value") for i in graph.input if i.type.HasField("tensor_type")
+                   for d in i.type.tensor_type.shape.dim)  # some input dim is symbolic or unknown
     if symbolic:
         findings.suspects += _body_suspects(graph)
     if not any(n.op_type in SELECT_OPS or n.op_type in ("AveragePool", "MaxPool", "ReduceMean", "ReduceMax", "ArgMax")
@@ -298,12 +299,6 @@ def _body_suspects(graph: onnx.GraphProto) -> list[Suspect]:
                                    "graph only", True, "only at the size the model was exported at", EXPORT))
                 break
     return out
-
-
-def _symbolic(graph: onnx.GraphProto) -> bool:
-    """Some graph input has a dim without a value (a symbolic or unknown size)."""
-    return any(not d.HasField("dim_value") for i in graph.input if i.type.HasField("tensor_type")
-               for d in i.type.tensor_type.shape.dim)
 
 
 #: constant denominators evaluated (nodes) to tell window lengths from other divisors; beyond, assumed lengths

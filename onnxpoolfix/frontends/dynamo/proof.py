@@ -87,11 +87,6 @@ def isolated(model: onnx.ModelProto, g: DataflowGraph, c: Candidate, dtypes: Map
     return m, sources
 
 
-def fed_name(c: Candidate) -> str:
-    """The input of the region alone: the pooled tensor, or where it is half or permuted, what it is made from."""
-    return _FED if c.elem in _HALF else _PERMUTED if c.perm else c.pooled
-
-
 def runtime_tensors(c: Candidate) -> list[str]:
     """The size tensors the graph computes the region's output size in (:class:`RuntimeDim`), once each."""
     return list(dict.fromkeys(m.tensor for m in c.output_size if isinstance(m, RuntimeDim)))
@@ -137,7 +132,7 @@ def prove(session, c: Candidate, p: Proof, source_dtypes: Mapping[str, int], sha
             return f"the shape of '{s}' it reads is unknown"
         np_t = onnx.helper.tensor_dtype_to_np_dtype(source_dtypes.get(s, TensorProto.FLOAT))
         extra[s] = ort_value(np.zeros(shapes[s], dtype=np_t))  # (bfloat16 through its bits)
-    fed = fed_name(c)
+    fed = _FED if c.elem in _HALF else _PERMUTED if c.perm else c.pooled  # the input of the region alone
     names = runtime_tensors(c)
     for x in _feeds(x_shape, c.elem, rng):
         try:
