@@ -33,7 +33,11 @@ class IndicesChain:
 
 def index_chains(g: DataflowGraph, graph_outputs: set[str]) -> dict[int, IndicesChain]:
     """Per MaxPool position, the chain that turns its flat indices into torch's (module doc), where there is one."""
-    readers = _readers(g)
+    readers: dict[str, list[int]] = {}
+    for i, n in enumerate(g.nodes):
+        for x in n.input:
+            if x:
+                readers.setdefault(x, []).append(i)
     chains = {i: _chain(g, i, readers, graph_outputs) for i, n in enumerate(g.nodes)
               if n.op_type == "MaxPool" and n.domain in ("", "ai.onnx")}
     return {i: c for i, c in chains.items() if c is not None}
@@ -72,15 +76,6 @@ def _chain(g: DataflowGraph, index: int, readers, graph_outputs: set[str]) -> In
     outputs = frozenset(o for i in chain for o in g.nodes[i].output if o)
     reads = frozenset(x for i in chain for x in g.nodes[i].input if x)
     return IndicesChain(g.nodes[sub].output[0], sub, chain, outputs, reads)
-
-
-def _readers(g: DataflowGraph) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for i, n in enumerate(g.nodes):
-        for x in n.input:
-            if x:
-                out.setdefault(x, []).append(i)
-    return out
 
 
 def _only_reader(readers, name: str, graph_outputs: set[str]) -> int | None:
