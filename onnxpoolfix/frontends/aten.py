@@ -2,6 +2,7 @@
 with their shapes resolved (:mod:`onnxpoolfix.graph.shapes`), under the caller's ``--input-shape`` binding."""
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import onnx
@@ -38,9 +39,7 @@ def bind_and_resolve(model, nodes, *, opset, target, input_shapes, keep_input_sh
     if keep_input_shapes:
         bind_in_out(model, input_shapes)
         return resolve_specs(model, nodes, opset=opset, target=target), ["input shapes bound as given"]
-    originals = {i.name: onnx.ValueInfoProto() for i in model.graph.input}
-    for i in model.graph.input:
-        originals[i.name].CopyFrom(i)
+    originals = {i.name: copy.deepcopy(i) for i in model.graph.input}
     apply_input_shapes(model, input_shapes)
     bound = resolve_specs(model, nodes, opset=opset, target=target)
     for i in model.graph.input:  # back to the original signature; keep the binding only where needed

@@ -4,17 +4,10 @@ between "find pooling in a graph" and "plan it".
 A front end is a :class:`FrontEnd`: a function ``(model, options, found) -> FrontEndResult`` that reads the
 model (``found`` is what the front ends before it produced) and returns spec records
 (:class:`~onnxpoolfix.spec.PoolSpec`) plus notes for the report, and what the planner may do with each
-node it found (the planner names no front end; it reads only these):
-
-- **lower it**: always tried; where no exact lowering applies the patch fails, unless ``FrontEnd.optional``
-  (the exporter's own pools), whose nodes then stay as they are;
-- **keep it as it is**: an optional node whose planned lowering ``FrontEnd.keeps`` calls the node itself
-  (nothing to gain) stays, unless it joins a pyramid;
-- **repair it**: ``FrontEndResult.repairs`` names the nodes that cannot run as written, and why: replaced by
-  the exact lowering (its why starts with :data:`REPAIRED`), never kept nor grouped; left, with a warning,
-  where no lowering applies;
-- **leave a suspect**: ``FrontEndResult.suspects``, what looked like pooling and is left, with why (the
-  report and ``inspect`` list them); ``FrontEndResult.regions``, the nodes a spec stands for beyond its own.
+node it found: lower it, keep it as it is (``FrontEnd.optional``, ``FrontEnd.keeps``), repair it
+(``FrontEndResult.repairs``: left, with a warning, where no lowering applies), leave a suspect
+(``FrontEndResult.suspects``). The planner names no front end; it reads only these fields (each says what it
+allows; ARCHITECTURE.md, "Adding a front end", has them all in one place).
 
 A front end raises :class:`~onnxpoolfix.errors.PoolFixError` for a model it cannot read; the planner records
 that as the model's blocker. A new front end is its own module and one entry in ``FRONTENDS``

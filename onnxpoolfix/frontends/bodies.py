@@ -10,6 +10,7 @@ untyped body outputs, ``type {}``, are cleared for it and filled in OUT: :func:`
 """
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import replace
 from typing import Iterator, Sequence
@@ -311,8 +312,7 @@ def typed_copy(model: onnx.ModelProto) -> onnx.ModelProto | None:
     nested = has_nested_leftovers(model)
     if not nested and next(walk(model.graph), None) is None:
         return None
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    top = _type_top_level_leftovers(copy)  # may fail where a top-level one pools a body's result
-    typed = type_bodies(copy) if nested else top
-    return copy if typed else None
+    work = copy.deepcopy(model)
+    top = _type_top_level_leftovers(work)  # may fail where a top-level one pools a body's result
+    typed = type_bodies(work) if nested else top
+    return work if typed else None

@@ -1,10 +1,7 @@
-"""Standard pooling nodes that ARE adaptive pooling: what the exporter wrote where it could lower it.
-
-The TorchScript exporter lowers ``AdaptiveAvgPool2d`` itself when every output size divides the input
-(``GlobalAveragePool`` for 1x1, ``AveragePool`` with kernel = stride = n/m otherwise), and the same for max.
-Those nodes are correct, but not always fast: onnxruntime's GlobalAveragePool is slower than a ReduceMean,
-a pooling op out of cache is slower than a MatMul, and four pools of one pyramid (PSPNet) each read the
-same input. With ``optimize_exporter_pools`` they are handed to the planner like leftovers.
+"""Standard pooling nodes that ARE adaptive pooling: what the exporter wrote where it could lower it
+(``GlobalAveragePool`` for 1x1, ``AveragePool`` with kernel = stride = n/m where every output size divides
+the input), correct but not always fast. With ``optimize_exporter_pools`` they are handed to the planner like
+leftovers (why, and what it gains: docs/lowerings.md, "Pyramids, and the exporter's own pools").
 
 A node qualifies only when its windows are exactly the adaptive windows of its output size (so the numpy
 reference of adaptive pooling is its reference, and every lowering is exact for it):
@@ -51,10 +48,9 @@ def adaptive_sizes(node: onnx.NodeProto, spatial: tuple[int, ...]) -> tuple[int,
     attrs = attributes(node)
     k = len(spatial)
     auto_pad = attrs.get("auto_pad", b"NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
     kernel = list(attrs.get("kernel_shape", []))
     strides = list(attrs.get("strides", [1] * k))
-    if (auto_pad not in ("NOTSET", "VALID") or len(kernel) != k or len(strides) != k or any(attrs.get("pads", []))
+    if (auto_pad not in (b"NOTSET", b"VALID") or len(kernel) != k or len(strides) != k or any(attrs.get("pads", []))
             or any(d != 1 for d in attrs.get("dilations", []))):
         return None
     out = []
@@ -77,12 +73,9 @@ def find_exporter_pools(model: onnx.ModelProto, info: Mapping[str, tuple[int, tu
     """
     found = []
     for index, node, kind, elem, dims in standard_pools(model, info, _OPS, read):
-        if len(dims) < 3:
-            continue
-        sizes = adaptive_output_sizes(node, dims[2:])
-        if sizes is None:
-            continue
-        found.append(exporter_pool_spec(node, index, kind, dims, sizes, elem, opset, target))
+        sizes = adaptive_output_sizes(node, dims[2:]) if len(dims) >= 3 else None
+        if sizes is not None:
+            found.append(exporter_pool_spec(node, index, kind, dims, sizes, elem, opset, target))
     return found
 
 

@@ -50,13 +50,11 @@ def is_pool_leftover(node: onnx.NodeProto) -> bool:
 
 
 class _NotConstant(Exception):
-    def __init__(self, what: str):
-        self.what = what
+    """An output size that is not a constant; ``str(e)`` says why."""
 
 
 class _Malformed(Exception):
-    def __init__(self, what: str):
-        self.what = what
+    """An output size whose data cannot be read; ``str(e)`` says why."""
 
 
 def _to_array(t: onnx.TensorProto, what: str) -> np.ndarray:
@@ -201,12 +199,8 @@ class _SizeEvaluator:
                 parts.append(None)
         known = sum(len(p) for p in parts if p is not None)
         unknown = sum(p is None for p in parts)
-        if unknown == 1:
-            width = rank - known
-        elif known + unknown == rank:
-            width = 1
-        else:
-            return runtime
+        # one unknown part holds what the others leave; several hold one entry each where the count adds up
+        width = rank - known if unknown == 1 else 1 if known + unknown == rank else 0
         if width < 1:
             return runtime
         out: list = []
@@ -271,16 +265,16 @@ def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None, *,
             try:
                 value = sizes.size(size_input, node.input[0])
             except _Malformed as e:
-                raise InvalidModelError(f"{label}: its output size cannot be read: {e.what}",
+                raise InvalidModelError(f"{label}: its output size cannot be read: {e}",
                                         "the model is malformed; re-export it") from None
             except (ValueError, IndexError, TypeError, OverflowError) as e:  # e.g. a Gather index out of range
                 raise UnsupportedNodeError(
                     f"{label}: its output size cannot be evaluated ({' '.join(str(e).split())[:120]})",
                     _HINT_MALFORMED) from None
             except _NotConstant as e:
-                if not _computed_at_runtime(e.what) or not sizes.from_shapes(size_input):
+                if not _computed_at_runtime(str(e)) or not sizes.from_shapes(size_input):
                     raise UnsupportedNodeError(
-                        f"{label}: its output size is not a constant ({e.what})",
+                        f"{label}: its output size is not a constant ({e})",
                         "export with a fixed output size (ints, or None for 'same as input')",
                     ) from None
                 # computed by the graph (from the input's size): the lowering reads it at run time
@@ -292,7 +286,7 @@ def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None, *,
                 f"{label} has no output size (neither a second input nor an output_size attribute)", _HINT_MALFORMED)
         output_size = _parse_size(value, rank, label)
 
-        outputs = [o for o in node.output]
+        outputs = list(node.output)
         if not outputs or not outputs[0]:
             raise UnsupportedNodeError(f"{label} has no output", _HINT_MALFORMED)
         expected = 2 if kind == "max" else 1

@@ -18,6 +18,7 @@ The records, their text and the ``--json`` schema are in :mod:`onnxpoolfix.inspe
 """
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from dataclasses import asdict, replace
@@ -27,7 +28,7 @@ import onnx
 from onnx import TensorProto
 
 from ..api import read_arguments
-from ..errors import ArgumentError, InvalidModelError, PoolFixError, UnsupportedNodeError
+from ..errors import ArgumentError, InvalidModelError, PoolFixError
 from ..frontends.bodies import describe_path, has_nested_leftovers, nested_leftover_nodes
 from ..frontends.dynamo import frozen_error
 from ..frontends.input_check import check_input_model
@@ -36,7 +37,7 @@ from ..graph import nodes_deep
 from ..graph.shapes import model_opset, validate_shapes
 from ..lowering.base import axis_windows
 from ..plan.model import PlanOptions, no_lowering_hint, plan_model
-from ..plan.planner import plan
+from ..plan.planner import plan_or_none
 from ..plan.pyramid import NAME as PYRAMID
 from ..report import Note, dim_label
 from ..rewrite.model import apply_model_plan
@@ -104,9 +105,7 @@ def inspect_as_written(model: onnx.ModelProto, *, target: str = "onnxruntime", s
     # the planner binds the inputs, and types what torch left untyped around leftovers in bodies, in
     # place: not in the caller's model
     if input_shapes or has_nested_leftovers(model):
-        work = onnx.ModelProto()
-        work.CopyFrom(model)
-        model = work
+        model = copy.deepcopy(model)
     mp = plan_model(model, PlanOptions(strategy=strategy, target=target, input_shapes=input_shapes,
                                        optimize_exporter_pools=optimize_exporter_pools,
                                        seed=int(seed), traced_shapes=traced_shapes, model_dir=model_dir,
@@ -197,14 +196,10 @@ def _node_blocker(node_plan, strategy: str) -> tuple[str, str | None]:
         return (f"a pooled axis is symbolic (input {dims}) and no lowering handles symbolic sizes",
                 f"bind the input's shape with {INPUT_SHAPES_FORM} (the patched model then keeps that "
                 "shape), or re-export with static spatial dims")
-    if spec.target == "tensorrt":
-        try:
-            other = plan(replace(spec, target="onnxruntime"))
-        except UnsupportedNodeError:
-            other = None
-        if other is not None:
-            return ("no exact lowering uses only ops TensorRT's ONNX parser accepts",
-                    f"{TARGET_ONNXRUNTIME} would use '{other.lowering.name}'")
+    other = plan_or_none(replace(spec, target="onnxruntime")) if spec.target == "tensorrt" else None
+    if other is not None:
+        return ("no exact lowering uses only ops TensorRT's ONNX parser accepts",
+                f"{TARGET_ONNXRUNTIME} would use '{other.lowering.name}'")
     # the hint the patch gives (api.patch fills a missing one the same way)
     return "no exact lowering applies (reasons above)", err.hint_text or no_lowering_hint(spec, err.data.get("opset"))
 
@@ -220,8 +215,7 @@ def _lint(mp, result: Inspection) -> TensorRTLint:
     if result.would_patch and (leftovers or mp.separate or mp.groups or mp.found.regions):  # exporter pools repaired or
         # optimized; regions: the dynamo front end's decompositions
         try:
-            target_model = onnx.ModelProto()
-            target_model.CopyFrom(model)
+            target_model = copy.deepcopy(model)
             apply_model_plan(target_model, mp)
             linted = "patched"
         except PoolFixError as err:  # should not happen once every node was planned; say so, lint the original

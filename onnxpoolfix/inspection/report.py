@@ -139,44 +139,36 @@ class Inspection:
         """The text ``inspect`` prints. Per node: the chosen lowering and the other exact ones with their costs;
         the lowerings that do not apply (and why) only with ``verbose``, or where none applies (then their
         reasons are the explanation). :meth:`to_dict` keeps every candidate either way."""
-        lines = []
         head = f"{self.model}: " if self.model else ""
-        lines.append(f"{head}opset {self.opset}, target {self.target}"
-                     + (f", strategy {self.strategy}" if self.strategy != "auto" else ""))
+        lines = [f"{head}opset {self.opset}, target {self.target}"
+                 + (f", strategy {self.strategy}" if self.strategy != "auto" else "")]
         exporter = sum(node.encoding == "standard" for node in self.nodes)
         dynamo = sum(node.encoding == "dynamo" for node in self.nodes)
         n = len(self.nodes) - exporter - dynamo
         if dynamo:  # regions the dynamo exporter decomposed (onnxpoolfix/frontends/dynamo/front_end.py)
-            lines.append(f"{dynamo} adaptive pooling region{'s' if dynamo != 1 else ''} decomposed by the dynamo "
-                         "exporter, proven and replaceable")
-        if dynamo and not n and not exporter:
-            pass
-        elif self.blocker is None and not self.nodes:
+            lines.append(f"{_count(dynamo, 'adaptive pooling region')} decomposed by the dynamo exporter, proven "
+                         "and replaceable")
+        pools = f"{_count(exporter, 'exporter pool')} with adaptive windows"
+        if self.blocker is None and not self.nodes:
             lines.append("no leftover adaptive pooling nodes: nothing to patch")
-        elif n or not exporter:
+        elif n or not exporter and not dynamo:
             inside = sum(node.body is not None for node in self.nodes)
-            lines.append(f"{n} leftover adaptive pooling node{'s' if n != 1 else ''}"
+            lines.append(_count(n, "leftover adaptive pooling node")
                          + (f" ({inside} inside If/Loop/Scan bodies)" if inside else "")
-                         + (f", {exporter} exporter pool{'s' if exporter != 1 else ''} with adaptive windows"
-                            if exporter else ""))
-        else:
-            lines.append(f"no leftover adaptive pooling nodes; {exporter} exporter pool{'s' if exporter != 1 else ''} "
-                         "with adaptive windows")
+                         + (f", {pools}" if exporter else ""))
+        elif exporter:  # (dynamo regions alone: their line says it all)
+            lines.append(f"no leftover adaptive pooling nodes; {pools}")
         for node in self.nodes:
-            lines.append("")
-            lines.extend(_format_node(node, verbose))
+            lines += ["", *_format_node(node, verbose)]
         if self.blocker is not None:
-            lines.append("")
-            lines.append(f"BLOCKED: {self.blocker}")
+            lines += ["", f"BLOCKED: {self.blocker}"]
             if self.hint:
                 lines.append(f"  hint: {self.hint}")
         warnings, notes = note_lines(self.notes, audience)  # warnings first, marked
         lines.extend(warnings + notes)
         if self.tensorrt is not None:
-            lines.append("")
-            lines.extend(_format_tensorrt(self.tensorrt))
-        lines.append("")
-        lines.append(self.verdict())
+            lines += ["", *_format_tensorrt(self.tensorrt)]
+        lines += ["", self.verdict()]
         return render("\n".join(lines), audience)
 
     def verdict(self) -> str:
@@ -184,16 +176,20 @@ class Inspection:
             return "verdict: a patch would fail (nothing was written)"
         blocked = [n for n in self.nodes if n.blocker]
         if blocked:
-            return (f"verdict: {len(blocked)} of {len(self.nodes)} node{'s' if len(self.nodes) != 1 else ''} "
-                    f"blocked: a patch would fail (nothing was written)")
+            return f"verdict: {len(blocked)} of {_count(len(self.nodes), 'node')} blocked: a patch would fail " \
+                "(nothing was written)"
         # inspect plans; it does not run the patch's onnxruntime check (which may still refuse: too large, exit 8)
         what = "nothing to patch" if not self.nodes else "a patch would succeed, its onnxruntime check aside"
         if self.tensorrt is not None:
             errors = sum(f["severity"] == "error" for f in self.tensorrt.findings)
             what += ("; the patched model would be TensorRT-clean" if self.tensorrt.clean else
-                     f"; the patched model would NOT be TensorRT-clean ({errors} node error"
-                     f"{'s' if errors != 1 else ''})")
+                     f"; the patched model would NOT be TensorRT-clean ({_count(errors, 'node error')})")
         return f"verdict: {what} (nothing was written)"
+
+
+def _count(k: int, word: str) -> str:
+    """``k word``, the word in the plural unless ``k`` is 1."""
+    return f"{k} {word}{'s' if k != 1 else ''}"
 
 
 def _cost(seconds: float | None) -> str:
@@ -242,15 +238,15 @@ def _format_tensorrt(lint: TensorRTLint) -> list[str]:
     warnings = [f for f in lint.findings if f["severity"] != "error"]
     what = "the patched model (built in memory)" if lint.linted == "patched" else \
         "the original model (the patch is blocked, so its replacements could not be built)"
-    lines = [f"TensorRT lint of {what}, whole graph: {len(errors)} error{'s' if len(errors) != 1 else ''}, "
-             f"{len(warnings)} warning{'s' if len(warnings) != 1 else ''}"]
+    lines = [f"TensorRT lint of {what}, whole graph: {_count(len(errors), 'error')}, "
+             f"{_count(len(warnings), 'warning')}"]
     for f in errors + warnings:
         where = f"{f['domain']}::{f['op_type']}" if f["domain"] else f["op_type"] or "model"
         tag = " [emitted by onnxpoolfix]" if f["emitted"] else ""
         lines.append(f"  {f['severity']}: {where} {f['node']!r}: {f['reason']}{tag}")
     if lint.ignored_leftovers:
         k = len(lint.ignored_leftovers)
-        lines.append(f"  ({k} leftover adaptive pooling node{'s' if k != 1 else ''} not linted as such: "
+        lines.append(f"  ({_count(k, 'leftover adaptive pooling node')} not linted as such: "
                      f"the patch replaces {'them' if k != 1 else 'it'}"
                      + ("; the replacements were linted)" if lint.linted == "patched" else ")"))
     return lines

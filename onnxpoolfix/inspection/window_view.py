@@ -4,31 +4,20 @@ Pure formatting: sizes in, :class:`AxisView` data out, and text or JSON from tha
 printing). The window arithmetic is :mod:`onnxpoolfix.windows`; the lowering shown for an axis is the one
 :func:`onnxpoolfix.plan.planner.plan` picks for a one-axis pool of that size, so nothing here restates either.
 ``onnxpoolfix windows N M [N2 M2 ...]`` (onnxpoolfix/cli/windows_cmd.py) and ``onnxpoolfix inspect IN
---windows`` (onnxpoolfix/inspection_windows.py) print it.
+--windows`` (onnxpoolfix/inspection/windows.py) print it.
 
-The recipes (DESIGN.md, "Known-wrong recipes"), as a plain AveragePool/MaxPool would apply them (no
-padding, floor mode: ``floor((N - kernel) / stride) + 1`` outputs, output ``i`` reads
-``[i*stride, i*stride + kernel)``):
+The recipes, as a plain AveragePool/MaxPool would apply them (no padding, floor mode:
+``floor((N - kernel) / stride) + 1`` outputs, output ``i`` reads ``[i*stride, i*stride + kernel)``):
 
 - ``A``: ``stride = N // M; kernel = N - (M - 1) * stride`` (a popular blog answer, Paddle2ONNX,
   Torch-TensorRT). Always M outputs; exact only where the windows are uniform.
 - ``B``: ``kernel = stride = N // M`` (MMDeploy, torch-to-nnef). Can give more than M outputs
   (11 -> 4 gives 5) and leave the last inputs unread.
 
-Both have stride 0 when N < M (upsampling): "not applicable", never a division by zero.
-
-A recipe is exact when its windows are exactly torch's (same count, same ranges). Example, 11 -> 4::
-
-    torch      [0,3) [2,6) [5,9) [8,11)
-    recipe A   [0,5) [2,7) [4,9) [6,11)           4 outputs, all four differ
-    recipe B   [0,2) [2,4) [4,6) [6,8) [8,10)     5 outputs; input 10 never read
-
-The text diagram has one row per output and one column per input element. Where the input is longer than
-:data:`MAX_COLUMNS` elements, a column stands for ``ceil(N / MAX_COLUMNS)`` consecutive elements, drawn
-``#`` when all of them are in the window and ``+`` when only some are; where there are more than
-:data:`MAX_ROWS` outputs, the first and last :data:`EDGE_ROWS` rows are drawn with ``...`` between them (the
-one-line lists of ranges, lengths and starts keep the first and last :data:`LIST_EDGE`). The JSON always
-has every window, each list on one line (``onnxpoolfix windows --json`` refuses axes past
+Both have stride 0 when N < M (upsampling): "not applicable", never a division by zero. A recipe is exact
+when its windows are exactly torch's (same count, same ranges). The text (an example, and how long axes are
+drawn: :data:`MAX_COLUMNS`, :data:`MAX_ROWS`) is in docs/command-line.md, "Seeing the windows"; the JSON
+always has every window, each list on one line (``onnxpoolfix windows --json`` refuses axes past
 :data:`MAX_JSON_SIZE`, with a hint).
 
 JSON (``schema_version`` 1; ``onnxpoolfix windows --json``)::

@@ -3,9 +3,8 @@
 The estimates come from lowering/cost.py (one place, fitted to measurements; ``--costs FILE`` may name
 constants measured on this machine by ``onnxpoolfix calibrate``, and each plan's ``why`` then says so;
 ``--tune`` times the exact candidates instead: plan/tuning.py). Which is the options' cost model
-(:class:`~onnxpoolfix.lowering.calibration.CostModel`), in use for the planning under way.
-``strategy`` forces one
-lowering by name (for comparisons and benchmarks); it must still be exact for the node, or the planner
+(:class:`~onnxpoolfix.lowering.calibration.CostModel`), in use for the planning under way. ``strategy`` forces
+one lowering by name (for comparisons and benchmarks); it must still be exact for the node, or the planner
 refuses with the lowering's own reason.
 """
 from __future__ import annotations
@@ -114,13 +113,9 @@ def plan_or_none(spec: PoolSpec) -> Plan | None:
 
 def describe_axes(spec: PoolSpec) -> str:
     """Per pooled axis: ``15->7 uniform k3 s2``, ``9->7 non-uniform``, ``H->7 symbolic``."""
-    parts = []
-    for a, n, m in zip(spec.axes, spec.in_sizes, spec.out_sizes):
-        if isinstance(n, int) and isinstance(m, int):
-            parts.append(AxisWindows(a, n, m).describe())
-        else:
-            parts.append(f"{dim_label(n)}->{dim_label(m)} symbolic")
-    return ", ".join(parts)
+    return ", ".join(AxisWindows(a, n, m).describe() if isinstance(n, int) and isinstance(m, int)
+                     else f"{dim_label(n)}->{dim_label(m)} symbolic"
+                     for a, n, m in zip(spec.axes, spec.in_sizes, spec.out_sizes))
 
 
 def opset_that_would_do(spec: PoolSpec, cands: tuple[Candidate, ...]) -> int | None:

@@ -171,16 +171,11 @@ def _merge_declared_dims(computed: onnx.ValueInfoProto, declared: onnx.ValueInfo
 
 def _downstream(graph: onnx.GraphProto, sources: Sequence[str]) -> set[str]:
     """Every tensor computed (transitively) from ``sources``, not counting the sources themselves."""
-    reached = set(sources)
-    out: set[str] = set()
-    if not reached:
-        return out
+    reached, out = set(sources), set()
     for n in graph.node:  # graph.node is topologically sorted
         if any(i in reached for i in n.input):
-            for o in n.output:
-                if o:
-                    reached.add(o)
-                    out.add(o)
+            out.update(o for o in n.output if o)
+            reached.update(o for o in n.output if o)
     return out
 
 

@@ -63,16 +63,11 @@ def lint_tensorrt(model: onnx.ModelProto) -> list[LintFinding]:
     info = GraphInfo.from_graph(inferred.graph, functions=frozenset((f.domain, f.name) for f in model.functions))
     _lint_graph(inferred.graph, info, findings, where="")
     for func in model.functions:
-        finfo = GraphInfo(functions=info.functions)
-        finfo.used = {n for node in func.node for n in node.input} | set(func.output)
-        for node in func.node:
-            if node.op_type == "Constant" and node.output:
-                finfo.constants.add(node.output[0])
+        finfo = GraphInfo(constants={n.output[0] for n in func.node if n.op_type == "Constant" and n.output},
+                          used={i for n in func.node for i in n.input} | set(func.output), functions=info.functions)
         for node in func.node:
             _add(findings, node, check_node(node, finfo), where=f" (in local function {func.name})")
-    seen: set[LintFinding] = set()
-    unique = [f for f in findings if not (f in seen or seen.add(f))]
-    return sorted(unique, key=lambda f: f.severity != "error")
+    return sorted(dict.fromkeys(findings), key=lambda f: f.severity != "error")  # (each finding once)
 
 
 def tensorrt_rejects(node: onnx.NodeProto, graph_info: GraphInfo) -> str | None:

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from ..graph import STANDARD_DOMAINS, nodes_deep
+from ..graph import STANDARD_DOMAINS, read_names
 from ..graph.shapes import light_copy, onnx_inferred
 
 
@@ -39,13 +39,9 @@ class GraphInfo:
     @classmethod
     def from_graph(cls, graph: onnx.GraphProto, outer: "GraphInfo | None" = None,
                    functions: frozenset[tuple[str, str]] | None = None) -> "GraphInfo":
-        info = cls(
-            elem_types=dict(outer.elem_types) if outer else {},
-            ranks=dict(outer.ranks) if outer else {},
-            constants=set(outer.constants) if outer else set(),
-            constant_values=dict(outer.constant_values) if outer else {},
-            functions=functions if functions is not None else (outer.functions if outer else frozenset()),
-        )
+        outer = outer or cls()
+        info = cls(dict(outer.elem_types), dict(outer.ranks), set(outer.constants), dict(outer.constant_values),
+                   functions=outer.functions if functions is None else functions)
         for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
             if vi.type.HasField("tensor_type"):
                 tt = vi.type.tensor_type
@@ -73,10 +69,7 @@ class GraphInfo:
                             attr.i if attr.name == "value_int" else list(attr.ints), dtype=np.int64)
                     elif attr.name in ("value_float", "value_floats"):
                         info.elem_types.setdefault(node.output[0], TensorProto.FLOAT)
-        info.used = {o.name for o in graph.output}
-        for node in nodes_deep(graph.node):
-            info.used.update(node.input)
-        info.used.discard("")
+        info.used = read_names(graph) | {o.name for o in graph.output}
         return info
 
 
