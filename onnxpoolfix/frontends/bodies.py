@@ -162,11 +162,10 @@ def _seed_untyped_loop_state(light: onnx.ModelProto, inferred: onnx.ModelProto) 
     for path in [()] + [p for p, _, _ in walk(light.graph)]:
         graph = graph_at(light, path)
         known = _scoped_info(inferred, path)
-        for ni, node in enumerate(graph.node):
+        for node in graph.node:
             if node.op_type != "Loop":
                 continue
-            ai = next(i for i, a in enumerate(node.attribute) if a.name == "body")
-            body = graph.node[ni].attribute[ai].g
+            body = next(a.g for a in node.attribute if a.name == "body")
             for k, init in enumerate(node.input[2:]):
                 if 2 + k >= len(body.input) or body.input[2 + k].type.WhichOneof("value") is not None:
                     continue

@@ -126,8 +126,7 @@ def _plan_group(members: list[Plan]) -> GroupPlan | None:
     average = spec0.kind == "avg"
     size = itemsize(compute_dtype(spec0))
     separate = sum(_cost(p) for p in members)
-    sources: list[int | None] = []
-    subs: list[Plan | None] = []
+    levels: list[Level] = []
     cost = 0.0
     for i, p in enumerate(members):
         s = p.spec
@@ -139,13 +138,11 @@ def _plan_group(members: list[Plan]) -> GroupPlan | None:
                 if sub is not None and (best is None or _cost(sub) < best[0]):
                     best = (_cost(sub), j, sub)
         if best is not None and best[0] < _cost(p) * GROUP_GAIN:
-            sources.append(best[1])
-            subs.append(best[2])
+            levels.append(Level(p, best[1], None, best[2]))
             cost += best[0]
         else:
-            sources.append(None)
-            subs.append(None)
-    direct = [i for i, src in enumerate(sources) if src is None]
+            levels.append(Level(p, None, None, None))
+    direct = [i for i, lv in enumerate(levels) if lv.source is None]
     stackable = (average and len(direct) >= 2
                  and unguardable(["MatMul"], "avg", spec0.target, spec0.opset) is None)
     stacked_cost = _stacked_cost([members[i].spec for i in direct], size) if stackable else float("inf")
@@ -153,13 +150,9 @@ def _plan_group(members: list[Plan]) -> GroupPlan | None:
     use_stacked = stacked_cost < direct_cost * GROUP_GAIN
     cost += stacked_cost if use_stacked else direct_cost
     offsets = [0] * spec0.k
-    levels: list[Level] = []
-    for i, p in enumerate(members):
-        if sources[i] is None and use_stacked:
-            levels.append(Level(p, None, tuple(offsets), None))
-            offsets = [o + m for o, m in zip(offsets, p.spec.out_sizes)]
-        else:
-            levels.append(Level(p, sources[i], None, subs[i]))
+    for i in direct if use_stacked else ():  # each direct level's block of the stacked MatMuls' output
+        levels[i] = replace(levels[i], shared=tuple(offsets))
+        offsets = [o + m for o, m in zip(offsets, members[i].spec.out_sizes)]
     if all(lv.source is None and lv.shared is None for lv in levels):
         return None  # nothing shared: the members' own plans are the group's
     return GroupPlan(tuple(levels), use_stacked, cost, separate)

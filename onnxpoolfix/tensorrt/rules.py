@@ -29,34 +29,22 @@ from .table import (
 Severity = Literal["error", "warning"]
 
 def check_node(node: onnx.NodeProto, info: GraphInfo) -> list[tuple[Severity, str]]:
-    out: list[tuple[Severity, str]] = []
     op = node.op_type
     if (node.domain, op) in info.functions:
-        return out  # inlined by the parser; its body is linted separately
+        return []  # inlined by the parser; its body is linted separately
+    if node.domain == "org.pytorch.aten":
+        return [("error", "custom domain 'org.pytorch.aten' (a PyTorch ATen fallback op): TensorRT's ONNX parser "
+                          "has no importer for it")]
     if node.domain not in STANDARD_DOMAINS:
-        if node.domain == "org.pytorch.aten":
-            out.append(("error", "custom domain 'org.pytorch.aten' (a PyTorch ATen fallback op): TensorRT's "
-                                 "ONNX parser has no importer for it"))
-        else:
-            out.append(("error", f"custom domain '{node.domain}': no TensorRT ONNX importer; only a TensorRT "
-                                 f"plugin registered as '{op}' could serve it"))
-        return out
+        return [("error", f"custom domain '{node.domain}': no TensorRT ONNX importer; only a TensorRT plugin "
+                          f"registered as '{op}' could serve it")]
+    if op == "ATen":
+        return [("error", "ATen fallback op (older PyTorch exporters): not an ONNX operator TensorRT can import")]
+    if op in OPS_MARKED_UNSUPPORTED:
+        return [("error", f"{op} is marked unsupported in TensorRT's ONNX operator table")]
     if op not in OP_TYPES:
-        if op == "ATen":
-            out.append(("error", "ATen fallback op (older PyTorch exporters): not an ONNX operator "
-                                 "TensorRT can import"))
-        elif op in OPS_MARKED_UNSUPPORTED:
-            out.append(("error", f"{op} is marked unsupported in TensorRT's ONNX operator table"))
-        else:
-            out.append(("error", f"{op} is not in TensorRT's ONNX operator table"))
-        return out
-    out += _check_types(node, info)
-    rule = _RULES.get(op)
-    if rule is not None:
-        out += rule(node, info)
-    if op in REDUCE_OPS:
-        out += _check_reduce(node, info)
-    return out
+        return [("error", f"{op} is not in TensorRT's ONNX operator table")]
+    return _check_types(node, info) + (_RULES[op](node, info) if op in _RULES else [])
 
 
 def _check_types(node: onnx.NodeProto, info: GraphInfo) -> list[tuple[Severity, str]]:
@@ -276,6 +264,7 @@ _RULES = {
     "LSTM": _check_lstm,
     "GridSample": _check_gridsample,
     "Constant": _check_constant,
+    **dict.fromkeys(REDUCE_OPS, _check_reduce),
 }
 
 
