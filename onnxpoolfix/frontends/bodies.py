@@ -36,23 +36,16 @@ from .leftovers import find_pool_nodes, is_pool_leftover
 logger = logging.getLogger(__name__)
 
 
-def _bodies(graph: onnx.GraphProto) -> Iterator[tuple[tuple[int, int, int], onnx.GraphProto]]:
-    for ni, node in enumerate(graph.node):
-        for ai, a in enumerate(node.attribute):
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield (ni, ai, 0), a.g
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for gi, g in enumerate(a.graphs):
-                    yield (ni, ai, gi), g
-
-
 def walk(graph: onnx.GraphProto, path: BodyPath = (), outer: tuple[onnx.GraphProto, ...] = ()
          ) -> Iterator[tuple[BodyPath, onnx.GraphProto, tuple[onnx.GraphProto, ...]]]:
     """Every body under ``graph`` (pre-order): its path, the body, and its enclosing graphs (outermost first)."""
-    for step, body in _bodies(graph):
-        p = path + (step,)
-        yield p, body, outer + (graph,)
-        yield from walk(body, p, outer + (graph,))
+    for ni, node in enumerate(graph.node):
+        for ai, a in enumerate(node.attribute):
+            bodies = ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                      a.graphs if a.type == onnx.AttributeProto.GRAPHS else [])
+            for gi, body in enumerate(bodies):
+                yield path + ((ni, ai, gi),), body, outer + (graph,)
+                yield from walk(body, path + ((ni, ai, gi),), outer + (graph,))
 
 
 def graph_at(model: onnx.ModelProto, path: BodyPath) -> onnx.GraphProto:

@@ -272,7 +272,10 @@ def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None, *,
                     f"{label}: its output size cannot be evaluated ({' '.join(str(e).split())[:120]})",
                     _HINT_MALFORMED) from None
             except _NotConstant as e:
-                if not _computed_at_runtime(str(e)) or not sizes.from_shapes(size_input):
+                # a size the graph itself computes (by some node), as opposed to one that cannot be read at all
+                # (external data, a corrupt chain)
+                computed = "computed at runtime" in str(e) or "depends on the input's shape" in str(e)
+                if not computed or not sizes.from_shapes(size_input):
                     raise UnsupportedNodeError(
                         f"{label}: its output size is not a constant ({e})",
                         "export with a fixed output size (ints, or None for 'same as input')",
@@ -300,12 +303,6 @@ def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None, *,
                               "aten-op" if node.op_type != "ATen" else "ATen-attr",
                               node.input[0], outputs[0], indices, unused, output_size, size_input))
     return found
-
-
-def _computed_at_runtime(what: str) -> bool:
-    """A size the graph itself computes (by some node), as opposed to one that cannot be read at all (external
-    data, a corrupt chain)."""
-    return "computed at runtime" in what or "depends on the input's shape" in what
 
 
 def _parse_size(value: np.ndarray, rank: int, label: str) -> tuple[int | InputDim | RuntimeDim, ...]:

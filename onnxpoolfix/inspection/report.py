@@ -192,10 +192,6 @@ def _count(k: int, word: str) -> str:
     return f"{k} {word}{'s' if k != 1 else ''}"
 
 
-def _cost(seconds: float | None) -> str:
-    return "-" if seconds is None else time_label(seconds)
-
-
 def _format_node(node: NodeInspection, verbose: bool = False) -> list[str]:
     head = f"{node.name}  {node.op}"
     if node.dtype:
@@ -217,7 +213,8 @@ def _format_node(node: NodeInspection, verbose: bool = False) -> list[str]:
         for c in shown:
             mark = "*" if c.name == node.chosen else " "
             detail = c.reason if c.reason is not None else f"chosen: {node.why}" if c.name == node.chosen else "applies"
-            lines.append(f"  {mark} {c.name.ljust(width)}  {_cost(c.cost_s).rjust(8)}  {detail}")
+            cost = "-" if c.cost_s is None else time_label(c.cost_s)
+            lines.append(f"  {mark} {c.name.ljust(width)}  {cost.rjust(8)}  {detail}")
         hidden = len(node.candidates) - len(shown)
         if hidden:
             lines.append(f"    ({hidden} lowering{'s' if hidden != 1 else ''} that do{'es' if hidden == 1 else ''} "

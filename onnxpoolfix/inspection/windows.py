@@ -17,13 +17,9 @@ def _node_axes(node) -> list[tuple[int, object, object]]:
     return [(first + j, node.input_shape[first + j], node.output_shape[first + j]) for j in range(k)]
 
 
-def _static(n, m) -> bool:
-    return isinstance(n, int) and isinstance(m, int) and not isinstance(n, bool) and n >= 1 and m >= 1
-
-
 def _axis_entry(axis, n, m):
     """An AxisView for a static axis within MAX_SIZE, else the reason none is drawn."""
-    if not _static(n, m):
+    if not (isinstance(n, int) and isinstance(m, int) and not isinstance(n, bool) and n >= 1 and m >= 1):
         return SYMBOLIC
     if n > MAX_SIZE or m > MAX_SIZE:
         return f"{n} -> {m}: larger than {MAX_SIZE}, not drawn"
@@ -36,8 +32,7 @@ def inspection_windows_text(inspection) -> str:
     if not inspection.nodes:
         lines.append("  (no nodes)")
     for node in inspection.nodes:
-        lines.append("")
-        lines.append(f"{node.name}  {node.op}" + (f"  (inside {node.body})" if node.body else ""))
+        lines += ["", f"{node.name}  {node.op}" + (f"  (inside {node.body})" if node.body else "")]
         axes = _node_axes(node)
         if not axes:
             lines.append("  shapes unknown: no windows to show")
