@@ -57,10 +57,6 @@ from .report import (  # noqa: F401  (EXIT_*: re-exported)
 logger = logging.getLogger(__name__)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The library entry point
-# ---------------------------------------------------------------------------------------------------------
-
 def inspect_model(model: onnx.ModelProto, *, target: str = "onnxruntime", strategy: str = "auto",
                   input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
                   optimize_exporter_pools: bool = False, seed: int = 0,
@@ -178,9 +174,8 @@ def _inspect_node(node_plan, strategy: str) -> NodeInspection:
     if p is None and node_plan.optional:  # may stay as it is (the patch leaves it): not a blocker
         info.why = "left as it is: no exact lowering applies (reasons above)"
         return info
-    if p is None:
-        blocker, hint = _node_blocker(node_plan, "auto" if node_plan.optional else strategy)
-        info.blocker, info.hint = blocker, hint  # as the patch's error would say it
+    if p is None:  # (a required node: an optional one returned above)
+        info.blocker, info.hint = _node_blocker(node_plan, strategy)  # as the patch's error would say it
         return info
     info.chosen, info.why = p.lowering.name, p.why
     info.ops = p.lowering.ops(s)
@@ -223,12 +218,9 @@ def _lint(mp, result: Inspection) -> TensorRTLint:
             result.notes.append(Note(f"the in-memory patch failed ({err.text}); linted the original graph",
                                      "linted-original"))
             target_model = model
-    findings = []
-    for f in lint_tensorrt(target_model):
-        if linted == "original" and f.node in leftover_labels and f.domain in ("org.pytorch.aten", "", "ai.onnx") \
-                and f.op_type in {n.op_type for n in leftovers}:
-            continue
-        findings.append({"node": f.node, "op_type": f.op_type, "domain": f.domain, "severity": f.severity,
-                         "reason": f.reason, "emitted": linted == "patched" and f.node not in original_labels
-                         and f.node != "<model>"})
+    ignored = {n.op_type for n in leftovers} if linted == "original" else set()  # (the leftovers, not linted as such)
+    findings = [{"node": f.node, "op_type": f.op_type, "domain": f.domain, "severity": f.severity, "reason": f.reason,
+                 "emitted": linted == "patched" and f.node not in original_labels and f.node != "<model>"}
+                for f in lint_tensorrt(target_model) if not (f.node in leftover_labels and f.op_type in ignored
+                                                             and f.domain in ("org.pytorch.aten", "", "ai.onnx"))]
     return TensorRTLint(linted, findings, sorted(leftover_labels))
