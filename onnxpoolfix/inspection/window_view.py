@@ -360,8 +360,7 @@ def format_axis(v: AxisView, indent: str = "") -> list[str]:
              f"{indent}  lengths {_lengths(v.lengths)}",
              f"{indent}  starts  {_list(v.starts)}",
              ""]
-    lines += diagram(v.in_size, v.windows, indent + "  ")
-    lines.append("")
+    lines += [*diagram(v.in_size, v.windows, indent + "  "), ""]
     if v.lowering is not None:
         lines.append(f"{indent}  lowering (this axis alone): average -> {v.lowering['avg']}, "
                      f"max -> {v.lowering['max']}")
@@ -369,15 +368,13 @@ def format_axis(v: AxisView, indent: str = "") -> list[str]:
         if not r.applicable:
             lines.append(f"{indent}  recipe {r.name} ({r.formula}): {r.verdict}")
             continue
-        lines.append(f"{indent}  recipe {r.name} ({r.formula}): kernel {r.kernel}, stride {r.stride}")
-        lines.append(f"{indent}    {_list(r.windows, _range)}")
-        lines.append(f"{indent}    {r.verdict}")
+        lines += [f"{indent}  recipe {r.name} ({r.formula}): kernel {r.kernel}, stride {r.stride}",
+                  f"{indent}    {_list(r.windows, _range)}", f"{indent}    {r.verdict}"]
     return lines
 
 
 def format_text(axis_views: Sequence[AxisView]) -> str:
-    blocks = ["\n".join(format_axis(v)) for v in axis_views]
-    return "\n\n".join(blocks)
+    return "\n\n".join("\n".join(format_axis(v)) for v in axis_views)
 
 
 #: what ``inspect --windows`` says of an axis whose size is not known until run time
