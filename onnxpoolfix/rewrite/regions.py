@@ -20,13 +20,12 @@ from ..graph.emit import EMITTED_BY
 def drop_dead_region_nodes(model: onnx.ModelProto, regions: Sequence[Region]) -> int:
     """After the rewrite: remove the regions' nodes nothing reads any more (and initializers only they read).
     Returns how many nodes went."""
-    mine: set[str] = set().union(*(r.outputs for r in regions)) if regions else set()
+    mine: set[str] = set().union(*(r.outputs for r in regions))
     if not mine:
         return 0
     graph = model.graph
     removed = drop_unread(graph, sorted(mine), lambda n: not n.doc_string.startswith(EMITTED_BY) and bool(n.output)
                           and all(o in mine or not o for o in n.output), set().union(*(r.reads for r in regions)))
     stale = ({v.name for v in graph.value_info} & mine) - {o for n in graph.node for o in n.output}
-    if stale:
-        keep_only(graph.value_info, lambda v: v.name not in stale)
+    keep_only(graph.value_info, lambda v: v.name not in stale)
     return removed

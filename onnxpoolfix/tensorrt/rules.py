@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from ..graph import STANDARD_DOMAINS
+from ..graph import STANDARD_DOMAINS, attributes
 from .graph_info import GraphInfo
 from .table import (
     CONTROL_FLOW,
@@ -269,10 +269,5 @@ _RULES = {
 
 
 def node_attrs(node: onnx.NodeProto) -> dict:
-    out = {}
-    for attr in node.attribute:
-        if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-            continue
-        value = onnx.helper.get_attribute_value(attr)
-        out[attr.name] = value.decode() if isinstance(value, bytes) else value
-    return out
+    """:func:`~onnxpoolfix.graph.attributes`, strings decoded (the rules read no body)."""
+    return {k: v.decode() if isinstance(v, bytes) else v for k, v in attributes(node).items()}
