@@ -113,9 +113,8 @@ def _scoped_info(model: onnx.ModelProto, path: BodyPath) -> dict[str, tuple[int,
 
 def _infer(model: onnx.ModelProto, seeds: dict[BodyPath, dict[str, tuple[int, tuple[Dim, ...]]]]) -> onnx.ModelProto:
     light = light_copy(model)
-    _clear_empty_types(light.graph)
-    for _, body, _ in walk(light.graph):
-        _clear_empty_types(body)
+    for g in [light.graph, *(body for _, body, _ in walk(light.graph))]:
+        _clear_empty_types(g)
     relax_loop_carried(light)
     for path, named in seeds.items():
         seed_types(graph_at(light, path), named)

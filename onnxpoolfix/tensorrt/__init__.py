@@ -82,9 +82,8 @@ def tensorrt_rejects(node: onnx.NodeProto, graph_info: GraphInfo) -> str | None:
 def _lint_graph(graph: onnx.GraphProto, info: GraphInfo, findings: list[LintFinding], where: str) -> None:
     for node in graph.node:
         _add(findings, node, check_node(node, info), where)
-        for attr_name, sub in named_subgraphs(node):
-            sub_info = GraphInfo.from_graph(sub, outer=info)
-            _lint_graph(sub, sub_info, findings, where=f"{where} (in {node.op_type}.{attr_name})")
+        for name, sub in named_subgraphs(node):
+            _lint_graph(sub, GraphInfo.from_graph(sub, outer=info), findings, f"{where} (in {node.op_type}.{name})")
 
 
 def _add(findings: list[LintFinding], node: onnx.NodeProto, results: Iterable[tuple[Severity, str]],
