@@ -14,10 +14,9 @@ logger = logging.getLogger(__name__)
 
 
 def inline_functions_holding_leftovers(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
-    """Exports with ``export_modules_as_functions`` hide leftovers inside model-local functions, where
-    nothing can replace them per call site, and may compute a leftover's output size inside one (the
-    ``(1, None)`` of a pool after a Conv2d module, with constant folding off: review22 case 514): inline
-    those functions first (onnx's own inliner), each round those the last one brought to the top level."""
+    """Inline those functions (the module doc says why; a size: the ``(1, None)`` of a pool after a Conv2d
+    module, with constant folding off, review22 case 514) with onnx's own inliner, each round those the last
+    one brought to the top level. Returns the model and the inlined functions' names."""
     holders: list[str] = []
     for _ in range(len(model.functions) + 1):  # each round inlines at least one function: a count bounds it
         local = {(f.domain, f.name) for f in model.functions}
