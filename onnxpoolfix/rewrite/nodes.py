@@ -96,11 +96,8 @@ def apply_plans(model: onnx.ModelProto, plans: Sequence[Plan], groups: Sequence[
 
 
 def _set_output_types(graph: onnx.GraphProto, specs: Sequence[PoolSpec]) -> None:
-    typed: dict[str, onnx.ValueInfoProto] = {}
-    dropped: set[str] = set()
-    for s in specs:
-        typed.update({name: make_value_info(name, *t) for name, t in s.output_types.items()})
-        dropped.update(s.node.unused_outputs)
+    typed = {name: make_value_info(name, *t) for s in specs for name, t in s.output_types.items()}
+    dropped = {o for s in specs for o in s.node.unused_outputs}
     # Below a node with symbolic pooled axes, value_info the exporter wrote holds the traced sizes: stale
     # at any other size, so it goes (it is optional; onnx shape inference recomputes it).
     stale = _downstream(graph, [s.node.output for s in specs if not s.static])
@@ -111,14 +108,12 @@ def _set_output_types(graph: onnx.GraphProto, specs: Sequence[PoolSpec]) -> None
                 if o.type.HasField("tensor_type"):
                     o.type.tensor_type.ClearField("shape")
             keep_only(body.value_info, lambda v: False)
-    outputs: dict[str, list[onnx.ValueInfoProto]] = {}
-    for o in graph.output:
-        outputs.setdefault(o.name, []).append(o)
     for name, vi in typed.items():
-        for o in outputs.get(name, ()):
+        declared = [o for o in graph.output if o.name == name]
+        for o in declared:
             _merge_declared_dims(vi, o)
             o.type.CopyFrom(vi.type)
-        if name not in outputs:
+        if not declared:
             graph.value_info.append(vi)
 
 
