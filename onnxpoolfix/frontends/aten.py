@@ -33,9 +33,8 @@ def leftover_specs(model: onnx.ModelProto, options: PlanOptions, found: Sequence
 
 def bind_and_resolve(model, nodes, *, opset, target, input_shapes, keep_input_shapes
                      ) -> tuple[list[PoolSpec], list[str]]:
-    notes: list[str] = []
     if not input_shapes:
-        return resolve_specs(model, nodes, opset=opset, target=target), notes
+        return resolve_specs(model, nodes, opset=opset, target=target), []
     if keep_input_shapes:
         bind_in_out(model, input_shapes)
         return resolve_specs(model, nodes, opset=opset, target=target), ["input shapes bound as given"]
@@ -49,10 +48,10 @@ def bind_and_resolve(model, nodes, *, opset, target, input_shapes, keep_input_sh
     except Exception:  # without the binding some input shape is not even inferable
         free = [None] * len(nodes)
     specs = [f if f is not None and f.static else b for f, b in zip(free, bound)]
-    if any(f is None or not f.static for f in free):
+    kept = any(f is None or not f.static for f in free)
+    if kept:
         bind_in_out(model, input_shapes)
-        notes.append(kept_note())
-    return specs, notes
+    return specs, [kept_note()] if kept else []
 
 
 def kept_note() -> WarningNote:

@@ -244,9 +244,7 @@ def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None, *,
     its If/Loop/Scan bodies are :mod:`.bodies`'. ``scope``: the graphs enclosing ``graph`` (a body), whose
     constants and initializers an output size may be read from.
     """
-    readers = read_names(graph)
-    graph_outputs = {o.name for o in graph.output}
-
+    read = read_names(graph) | {o.name for o in graph.output}
     found: list[PoolNode] = []
     sizes = _SizeEvaluator(graph, opset, scope)  # its tables built once (a graph may hold hundreds of leftovers)
     for index, node in enumerate(graph.node):
@@ -297,7 +295,7 @@ def find_pool_nodes(graph: onnx.GraphProto, opset: int | None = None, *,
             raise UnsupportedNodeError(f"{label} has {len(outputs)} outputs; {op} has {expected}", _HINT_MALFORMED)
         indices = outputs[1] if len(outputs) > 1 and outputs[1] else None
         unused: tuple[str, ...] = ()
-        if indices is not None and indices not in readers and indices not in graph_outputs:
+        if indices is not None and indices not in read:
             unused, indices = (indices,), None
         found.append(PoolNode(index, name, op, kind, rank,
                               "aten-op" if node.op_type != "ATen" else "ATen-attr",
