@@ -122,13 +122,10 @@ class AxisView:
         d["windows"] = [list(w) for w in self.windows]
         d["lengths"], d["starts"] = list(self.lengths), list(self.starts)
         d["lowering"] = dict(self.lowering) if self.lowering is not None else None
-        d["recipes"] = []
-        for r in self.recipes:
-            rd = {f: getattr(r, f) for f in ("name", "formula", "applicable", "kernel", "stride")}
-            rd["windows"] = [list(w) for w in r.windows]
-            rd.update(outputs=r.outputs, exact=r.exact, differs_at=list(r.differs_at),
-                      unread=[list(w) for w in r.unread], verdict=r.verdict)
-            d["recipes"].append(rd)
+        d["recipes"] = [{**{f: getattr(r, f) for f in ("name", "formula", "applicable", "kernel", "stride")},
+                         "windows": [list(w) for w in r.windows], "outputs": r.outputs, "exact": r.exact,
+                         "differs_at": list(r.differs_at), "unread": [list(w) for w in r.unread], "verdict": r.verdict}
+                        for r in self.recipes]
         return d
 
 
