@@ -186,8 +186,7 @@ class StackedMatMulStep(Step):
         return tuple(out)
 
     def cost(self, shape, itemsize):
-        step = MatMulStep(self.axis, self.n, 16 if self.width > 8 else self.width)
-        return step._cost(shape, itemsize, 1)
+        return MatMulStep(self.axis, self.n, 16 if self.width > 8 else self.width)._cost(shape, itemsize, 1)
 
     def matrix(self) -> np.ndarray:
         """Every level's pooling matrix, stacked and padded with zero rows to ``width`` (float64)."""
