@@ -118,10 +118,9 @@ class Inspection:
         return EXIT_OK
 
     def to_dict(self) -> dict:
-        trt = None
-        if self.tensorrt is not None:
-            trt = {"linted": self.tensorrt.linted, "clean": self.tensorrt.clean,
-                   "ignored_leftovers": self.tensorrt.ignored_leftovers, "findings": self.tensorrt.findings}
+        lint = self.tensorrt
+        trt = None if lint is None else {"linted": lint.linted, "clean": lint.clean,
+                                         "ignored_leftovers": lint.ignored_leftovers, "findings": lint.findings}
         return {
             "schema_version": SCHEMA_VERSION, "tool": "onnxpoolfix", "version": __version__,
             "model": self.model, "opset": self.opset, "target": self.target, "strategy": self.strategy,
