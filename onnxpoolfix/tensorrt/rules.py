@@ -50,8 +50,7 @@ def check_node(node: onnx.NodeProto, info: GraphInfo) -> list[tuple[Severity, st
 def _check_types(node: onnx.NodeProto, info: GraphInfo) -> list[tuple[Severity, str]]:
     out: list[tuple[Severity, str]] = []
     op = node.op_type
-    names = [n for n in list(node.input) + list(node.output) if n]
-    for name in dict.fromkeys(names):
+    for name in dict.fromkeys(n for n in [*node.input, *node.output] if n):  # each tensor once
         elem = info.elem_types.get(name)
         if elem is None or elem == TensorProto.UNDEFINED:
             continue
