@@ -90,11 +90,9 @@ def _clear_empty_types(graph: onnx.GraphProto) -> None:
 
 def find_nested(model: onnx.ModelProto, opset: int) -> list[PoolNode]:
     """The leftovers inside bodies, each with its ``body``."""
-    found = []
-    for path, body, outer in walk(model.graph):
-        if any(is_pool_leftover(n) for n in body.node):
-            found += [replace(n, body=path) for n in find_pool_nodes(body, opset, scope=outer)]
-    return found
+    return [replace(n, body=path) for path, body, outer in walk(model.graph)
+            if any(is_pool_leftover(node) for node in body.node)  # (else no size tables to build)
+            for n in find_pool_nodes(body, opset, scope=outer)]
 
 
 def _scoped_info(model: onnx.ModelProto, path: BodyPath) -> dict[str, tuple[int, tuple[Dim, ...] | None]]:
