@@ -30,6 +30,8 @@ from helpers import (
     non_finite_pool_input,
     portable_max,
     portable_pooled_avg,
+    scattered_non_finite_input,
+    torch_adaptive_pool,
 )
 from runtime_fixtures import CASES, FIXTURES, TARGETS, runs
 from runtime_matrix import record
@@ -133,11 +135,6 @@ def test_the_refusals_are_the_converters():
         onnx2torch.convert(lone(op, taken))
 
 
-def _torch_pool(kind: str, x: np.ndarray, size) -> np.ndarray:
-    fn = getattr(torch.nn.functional, f"adaptive_{kind}_pool{len(size)}d")
-    return fn(torch.from_numpy(x), size).numpy()
-
-
 @pytest.mark.parametrize("target", ["tensorrt", "portable"])
 @pytest.mark.parametrize("kind", ["avg", "max"])
 @pytest.mark.parametrize("shape,size", [((1, 2, 8, 9), (5, 7)), (("N", 2, "H", "W"), (5, 7)), ((2, 3, 11), (4,))],
@@ -146,12 +143,8 @@ def test_non_finite_values_reach_torchs_outputs(kind, shape, size, target):
     """NaN, +inf and whole windows of -inf, static and under symbolic sizes (one file run at a size it was not
     written for), in the targets onnx2torch converts."""
     patched = onnxpoolfix.patch(make_leftover(kind, shape, size), target=target, check=False).model
-    run_shape = tuple(d if isinstance(d, int) else {"N": 2, "H": 13, "W": 10}[d] for d in shape)
-    x = np.random.default_rng(5).standard_normal(run_shape).astype(np.float32)
-    x[(0,) * (x.ndim - 1) + (0,)] = np.nan
-    x[(0, 1) + (2,) * (x.ndim - 2)] = np.inf
-    x[(0, 0) + (slice(None),) * (x.ndim - 3) + (slice(-2, None),)] = -np.inf  # whole windows of -inf
-    assert_same_non_finite(onnx2torch_run(patched, {"x": x})["y"], _torch_pool(kind, x, size))
+    x = scattered_non_finite_input(shape)
+    assert_same_non_finite(onnx2torch_run(patched, {"x": x})["y"], torch_adaptive_pool(kind, x, size))
 
 
 @pytest.mark.parametrize("shape,size,opset", [c for c in NON_FINITE_MAX_CASES if c[2] in CONVERTED_OPSETS],
@@ -161,7 +154,7 @@ def test_portable_max_keeps_torchs_non_finite_values(shape, size, opset):
     -FLT_MAX and -0.0 bit for bit (its NaN carrier's mean is an AveragePool: refused from opset 19)."""
     model = portable_max(shape, size, opset)
     x = non_finite_max_input(shape)
-    assert_bits_equal(onnx2torch_run(model, {"x": x})["y"], _torch_pool("max", x, size))
+    assert_bits_equal(onnx2torch_run(model, {"x": x})["y"], torch_adaptive_pool("max", x, size))
 
 
 @pytest.mark.parametrize("shape,size,opset", [c for c in POOLED_AVG_FEW if c[2] in CONVERTED_OPSETS],
@@ -172,7 +165,7 @@ def test_portable_pooled_averages_keep_torchs_non_finite_values(shape, size, ops
     torch's do (below opset 8 the form's Max and Min are refused, from opset 19 AveragePool: above)."""
     x = non_finite_pool_input(shape)
     got = onnx2torch_run(portable_pooled_avg(shape, size, opset), {"x": x})["y"]
-    assert_same_non_finite(got, _torch_pool("avg", x, size))
+    assert_same_non_finite(got, torch_adaptive_pool("avg", x, size))
 
 
 @pytest.mark.parametrize("target", ["tensorrt", "portable"])
@@ -183,4 +176,4 @@ def test_old_opset_averages_keep_torchs_non_finite_values(name, target):
     _, feed, want = next(runs(case))
     x = non_finite_avg_input(feed["x"])
     model = onnxpoolfix.patch(onnx.load(FIXTURES / case["file"]), target=target, check=False).model
-    assert_same_non_finite(onnx2torch_run(model, {"x": x})["y"], _torch_pool("avg", x, want["y"].shape[2:]))
+    assert_same_non_finite(onnx2torch_run(model, {"x": x})["y"], torch_adaptive_pool("avg", x, want["y"].shape[2:]))

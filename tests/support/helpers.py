@@ -303,6 +303,28 @@ def assert_same_non_finite(got: np.ndarray, want: np.ndarray) -> None:
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-6)
 
 
+def torch_adaptive_pool(kind: str, x: np.ndarray, size) -> np.ndarray:
+    """torch's ``adaptive_{kind}_pool{k}d`` of ``x`` (values only), k = len(size)."""
+    import torch
+    fn = getattr(torch.nn.functional, f"adaptive_{kind}_pool{len(size)}d")
+    return fn(torch.from_numpy(x), size).numpy()
+
+
+#: a symbolic leftover's sizes where :func:`scattered_non_finite_input` runs it
+RUN_SIZES = {"N": 2, "H": 13, "W": 10}
+
+
+def scattered_non_finite_input(shape, seed: int = 5) -> np.ndarray:
+    """Normal numbers at ``shape`` (symbolic dims at :data:`RUN_SIZES`) with a NaN, a +inf and, in channel 0, the
+    last two columns -inf (whole windows of -inf where the last axis is pooled to windows of two or less)."""
+    run_shape = tuple(d if isinstance(d, int) else RUN_SIZES[d] for d in shape)
+    x = np.random.default_rng(seed).standard_normal(run_shape).astype(np.float32)
+    x[(0,) * (x.ndim - 1) + (0,)] = np.nan
+    x[(0, 1) + (2,) * (x.ndim - 2)] = np.inf
+    x[(0, 0) + (slice(None),) * (x.ndim - 3) + (slice(-2, None),)] = -np.inf
+    return x
+
+
 def non_finite_pool_input(shape, seed: int = 0) -> np.ndarray:
     """What the portable averages' NaN handling is tested on (any rank): channel 0 normal numbers with NaN of either
     sign, +inf and -inf scattered, a NaN with the sign bit (x86's ``inf - inf``) in the first window and both
