@@ -22,11 +22,12 @@ HIDDEN_SIZE = ("its source line calls something that may hold a pool (a helper f
                "axis) may be an adaptive pool whose output size, computed from the input, was 1 at the traced size")
 
 
-def computed_axes(nodes: Sequence[onnx.NodeProto], k: int) -> set[int]:
+def computed_axes(nodes: Sequence[onnx.NodeProto], k: int, kind: str | None = None) -> set[int]:
     """The pooled axes (0..k-1, of the last k) whose output size an adaptive call on the nodes' source lines takes
     from the input: a computed entry of its size (one entry for every axis where it writes one) or a written
     ``None`` (the axis follows the input: a static size there is its traced length, review44 F3), or every axis
-    for an area resize by scale_factor."""
+    for an area resize by scale_factor. ``kind`` ("avg", "max"): only calls that pool so (a ReduceMax is no
+    average's: ``F.adaptive_avg_pool2d(x, (None, 2)); F.adaptive_max_pool2d(x, 1)`` on one line)."""
     out: set[int] = set()
     traces = {tuple((p.key, p.value) for p in n.metadata_props if p.key.endswith(("stack_trace", "name_scopes"))): n
               for n in nodes}
@@ -36,7 +37,7 @@ def computed_axes(nodes: Sequence[onnx.NodeProto], k: int) -> set[int]:
             continue
         line = source_line(node)
         for call in line.calls if line else ():
-            if not call.adaptive:
+            if not call.adaptive or kind not in (None, call.kind):
                 continue
             if call.scales:
                 return set(range(k))

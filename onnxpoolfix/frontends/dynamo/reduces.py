@@ -79,7 +79,8 @@ def computed_reduces(g: DataflowGraph, info, skip: set[int], traced_shapes=None)
                 len(dims) == 2 + len(axes) and _classifier_takes(g, n.output[0], dims[1], info)):
             out.append(Suspect(n.output[0], f"metadata: an adaptive pooling module ({n.output[0]})", ONE_LONG, True,
                                "only at sizes where that axis is 1 long", EXPORT))
-        elif any(not isinstance(dims[axes[a]], int) for a in computed_axes([n], len(axes))):
+        elif any(not isinstance(dims[axes[a]], int)
+                 for a in computed_axes([n], len(axes), "avg" if n.op_type == "ReduceMean" else "max")):
             out.append(Suspect(n.output[0], f"stack trace: {source_line(n).text[:100]}", COMPUTES_SIZE, True,
                                "only at sizes where the computed size is 1 again", EXPORT))
         elif n.op_type != "ArgMax" and hides_a_size(n, modules) \
