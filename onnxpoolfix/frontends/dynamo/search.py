@@ -178,6 +178,10 @@ class SizeSpace:
         same: list[int | None] = []  # per axis, the index of its identity size in per_axis
         for a, s in enumerate(self.axis_symbols):
             m = self.output_size[a]
+            if not s:  # a static pooled axis (H fixed, W symbolic): its windows are the same at every binding
+                per_axis.append([None])
+                same.append(None)
+                continue
             seen, down, up, ident = set(), [], [], []
             for v in range(1, MAX_SYMBOL + 1):
                 n = self.length(a, v) if s else None
@@ -214,6 +218,8 @@ class SizeSpace:
             env: dict[str, int] = {}
             for a, i in enumerate(ix):
                 s, v = self.axis_symbols[a], per_axis[a][i]
+                if not s:
+                    continue
                 if s in env and env[s] != v:
                     break
                 env[s] = v
