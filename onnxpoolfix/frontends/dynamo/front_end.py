@@ -203,15 +203,9 @@ def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
     candidates.reverse()
     contradictions = frozen_pool_ops(model, g, info, traced_shapes, findings, opset=opset, target=target, busy=busy,
                                      resting=resting, dynamo_file=marked, ends=[c.end for c in candidates])
-    if not candidates:
-        if contradictions:
-            raise contradictions[0]
-        _rests(findings, resting, [])
-        if symbolic:
-            drop_merged(graph, findings)
-        return findings
+    # (no candidate: nothing proven, nothing to prove; the frozen specs compute no size to check below)
     proven = list(zip(candidates, prove_all(model, g, candidates, input_shapes, seed, info.inferred(),
-                                            model_dir=model_dir)))
+                                            model_dir=model_dir))) if candidates else []
     smaller = [list(c.smaller) for c in candidates]  # per end, the smaller regions left to try, largest first
     pending = [i for i, (c, p) in enumerate(proven) if p.why and smaller[i]]
     while pending:  # an unproven region: the next smaller one of its end, until one proves or none is left
