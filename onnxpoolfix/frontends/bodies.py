@@ -131,15 +131,18 @@ def relax_loop_carried(light: onnx.ModelProto) -> None:
     inference (``light`` a copy) and in OUT's bodies, each carried input, body output and declared value_info of
     a Loop body keeps its dtype and rank, every dim unknown (all of them: which derive from the carried values
     is not worth tracing, and onnx's inference gives the rest back)."""
-    for path in [()] + [p for p, _, _ in walk(light.graph)]:
-        for node in graph_at(light, path).node:
-            if node.op_type != "Loop":
-                continue
-            body = next(a.g for a in node.attribute if a.name == "body")
-            for vi in [*body.input[2:], *body.output[1:], *body.value_info]:  # every dim torch declared in it
-                elem, dims = type_dims(vi.type)
-                if elem and dims is not None:
-                    vi.CopyFrom(make_value_info(vi.name, elem, (None,) * len(dims)))
+    for _, _, body in _loops(light):
+        for vi in [*body.input[2:], *body.output[1:], *body.value_info]:  # every dim torch declared in it
+            elem, dims = type_dims(vi.type)
+            if elem and dims is not None:
+                vi.CopyFrom(make_value_info(vi.name, elem, (None,) * len(dims)))
+
+
+def _loops(model: onnx.ModelProto) -> list[tuple[BodyPath, onnx.NodeProto, onnx.GraphProto]]:
+    """Every Loop node at any depth, the top level's first: its graph's path, the node, its body."""
+    return [(path, node, next(a.g for a in node.attribute if a.name == "body"))
+            for path in [()] + [p for p, _, _ in walk(model.graph)]
+            for node in graph_at(model, path).node if node.op_type == "Loop"]
 
 
 def _seed_untyped_loop_state(light: onnx.ModelProto, inferred: onnx.ModelProto) -> bool:
@@ -149,21 +152,16 @@ def _seed_untyped_loop_state(light: onnx.ModelProto, inferred: onnx.ModelProto) 
     input gets its initial value's dtype and rank, every dim unknown; :func:`_fill_loop_carried` still keeps
     a rank only where the body's result agrees."""
     seeded = False
-    for path in [()] + [p for p, _, _ in walk(light.graph)]:
-        graph = graph_at(light, path)
+    for path, node, body in _loops(light):
         known = _scoped_info(inferred, path)
-        for node in graph.node:
-            if node.op_type != "Loop":
+        for k, init in enumerate(node.input[2:]):
+            if 2 + k >= len(body.input) or body.input[2 + k].type.WhichOneof("value") is not None:
                 continue
-            body = next(a.g for a in node.attribute if a.name == "body")
-            for k, init in enumerate(node.input[2:]):
-                if 2 + k >= len(body.input) or body.input[2 + k].type.WhichOneof("value") is not None:
-                    continue
-                elem, dims = known.get(init, (0, None))
-                if elem and dims is not None:
-                    name = body.input[2 + k].name
-                    body.input[2 + k].CopyFrom(make_value_info(name, elem, (None,) * len(dims)))
-                    seeded = True
+            elem, dims = known.get(init, (0, None))
+            if elem and dims is not None:
+                name = body.input[2 + k].name
+                body.input[2 + k].CopyFrom(make_value_info(name, elem, (None,) * len(dims)))
+                seeded = True
     return seeded
 
 
