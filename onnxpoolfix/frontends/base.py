@@ -15,7 +15,7 @@ that as the model's blocker. A new front end is its own module and one entry in 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -112,3 +112,15 @@ class FrontEnd:
     optional: bool = False  # True: a node with no exact lowering stays as it is; False: the patch fails
     # (spec, the planned lowering's name) -> True where that lowering is the node itself: kept as it is
     keeps: Callable[[PoolSpec, str], bool] = never_kept
+
+
+def reach(start: Iterable, step: Callable[[object], Iterable], most: int | None = None) -> set:
+    """``start`` and all that ``step`` (an item -> the items it leads to) leads to from it, depth first; once
+    ``most`` are found, no more is followed (a bound on a corrupt graph)."""
+    seen, todo = set(start), list(start)
+    while todo and (most is None or len(seen) < most):
+        for y in step(todo.pop()):
+            if y not in seen:
+                seen.add(y)
+                todo.append(y)
+    return seen

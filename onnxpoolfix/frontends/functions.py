@@ -8,6 +8,7 @@ import logging
 
 import onnx
 
+from .base import reach
 from .leftovers import is_pool_leftover
 
 logger = logging.getLogger(__name__)
@@ -48,17 +49,12 @@ def _sizing(graph: onnx.GraphProto, local: set[tuple[str, str]]) -> set[tuple[st
     the walk goes up from each size input through its producers, stopping at a function call (inlined) and at
     a ``Shape`` (only the shape of what it reads matters, which inference gives through a call)."""
     producer = {o: n for n in graph.node for o in n.output if o}
-    todo = [name for n in graph.node if is_pool_leftover(n) for name in n.input[1:] if name]
-    seen: set[str] = set()
-    out: set[tuple[str, str]] = set()
-    while todo:
-        name = todo.pop()
+
+    def step(name: str) -> list[str]:
         node = producer.get(name)
-        if name in seen or node is None:
-            continue
-        seen.add(name)
-        if (node.domain, node.op_type) in local:
-            out.add((node.domain, node.op_type))
-        elif node.op_type != "Shape":
-            todo += [i for i in node.input if i]
-    return out
+        stop = node is None or (node.domain, node.op_type) in local or node.op_type == "Shape"
+        return [] if stop else [i for i in node.input if i]
+
+    seen = reach([name for n in graph.node if is_pool_leftover(n) for name in n.input[1:] if name], step)
+    return {(n.domain, n.op_type) for n in (producer.get(name) for name in seen) if n is not None
+            and (n.domain, n.op_type) in local}

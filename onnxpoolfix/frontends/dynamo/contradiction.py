@@ -14,6 +14,7 @@ import onnx
 from ...check.feeds import symbolic_inputs
 from ...errors import ShapeError
 from ...words import INPUT_SHAPES, TRACED_SHAPES, TRACED_SHAPES_FORM, knob_of
+from ..base import reach
 from .dataflow import Candidate, DataflowGraph
 from .proof import Proof
 from .ranges import narrowed_ranges, outside_ranges, ranges_as_named
@@ -65,16 +66,8 @@ def unbound_inputs(model: onnx.ModelProto, g: DataflowGraph, c: Candidate,
     if not given:
         return []
     free = set(symbolic_inputs(model)) - set(given)
-    seen: set[str] = set()
-    stack = [c.pooled, *(x for i in c.region for x in g.nodes[i].input if x)]
-    while stack:
-        t = stack.pop()
-        if t in seen:
-            continue
-        seen.add(t)
-        p = g.producer.get(t)
-        if p is not None:
-            stack.extend(x for x in g.nodes[p].input if x)
+    seen = reach([c.pooled, *(x for i in c.region for x in g.nodes[i].input if x)],
+                 lambda t: (x for x in g.nodes[g.producer[t]].input if x) if t in g.producer else ())
     return sorted(free & seen)
 
 

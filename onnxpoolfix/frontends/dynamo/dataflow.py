@@ -19,7 +19,7 @@ from ...graph import attributes, subgraphs
 from ...graph.emit import EMITTED_BY
 from ...graph.shapes import SUPPORTED_DTYPES, Dim, infer, infer_at
 from ...spec import InputDim
-from ..base import Suspect
+from ..base import Suspect, reach
 from .computed import COMPUTES_SIZE, HIDDEN_SIZE, computed_axes, region_hides_a_size
 from .crops import models_own, past_selects_nothing
 from .metadata import module_pool, source_line
@@ -139,17 +139,9 @@ def _region_from(g: DataflowGraph, end: int, pooled: str, inside: set[int]) -> l
 
 
 def closure(g: DataflowGraph, end: int) -> set[int]:
-    seen = {end}
-    stack = [end]
-    while stack and len(seen) < _MAX_REGION:
-        i = stack.pop()
-        for t in g.data_inputs(i):
-            p = g.producer.get(t)
-            if p is not None and p not in seen and g.nodes[p].op_type in _DATA_OPS \
-                    and g.nodes[p].domain in ("", "ai.onnx") and not g.nodes[p].doc_string.startswith(EMITTED_BY):
-                seen.add(p)
-                stack.append(p)
-    return seen
+    return reach([end], lambda i: (p for t in g.data_inputs(i) if (p := g.producer.get(t)) is not None
+                                   and g.nodes[p].op_type in _DATA_OPS and g.nodes[p].domain in ("", "ai.onnx")
+                                   and not g.nodes[p].doc_string.startswith(EMITTED_BY)), _MAX_REGION)
 
 
 def is_end(g: DataflowGraph, i: int) -> bool:

@@ -19,7 +19,7 @@ import re
 
 import onnx
 
-from ..base import EXPORT, FrontEndResult, Suspect
+from ..base import EXPORT, FrontEndResult, Suspect, reach
 from .frozen_readings import window_attrs
 
 __all__ = ["drop_merged"]
@@ -123,14 +123,7 @@ def _folded(n: onnx.NodeProto, text: str) -> bool:
 
 def _cone(result: str, readers: dict[str, list[onnx.NodeProto]]) -> set[str]:
     """``result`` and the values computed from it (top-level nodes; each value once)."""
-    seen, todo = {result}, [result]
-    while todo:
-        for n in readers.get(todo.pop(), ()):
-            for o in n.output:
-                if o and o not in seen:
-                    seen.add(o)
-                    todo.append(o)
-    return seen
+    return reach([result], lambda v: (o for n in readers.get(v, ()) for o in n.output if o))
 
 
 def _lost_a_reader(graph: onnx.GraphProto) -> set[str]:
