@@ -169,7 +169,6 @@ class Candidate:
     rank: int
     output_size: tuple  # int, or InputDim: the axis follows the input
     x_shape: tuple[Dim, ...]
-    y_shape: tuple[Dim, ...]
     elem: int
     # where torch fused the model's permute of the pooled tensor into the decomposition's own Transpose (review40
     # F1): the pool is of Transpose(pooled, perm), and x_shape is that tensor's
@@ -272,8 +271,8 @@ def find_candidate(g: DataflowGraph, end: int, info, stripped: bool = False) -> 
             if isinstance(fit, str):
                 why = why or (None if own or p else fit)  # (own: never taken, the region past the op decides)
                 continue
-            k, x_shape, y_shape, elem, sizes = fit
-            fits.append(Candidate(end, result, t, tuple(region), evidence, k, sizes, x_shape, y_shape, elem, p))
+            k, x_shape, elem, sizes = fit
+            fits.append(Candidate(end, result, t, tuple(region), evidence, k, sizes, x_shape, elem, p))
     # a region whose pooled tensor an op of the model's own reads is never taken (:mod:`.crops`; x[:, :, :17]
     # traced at 17, review12 F9): the region starting past it is the reading, else the pool is refused
     fits = [c for c in fits if c.pooled not in past]
@@ -322,7 +321,7 @@ def permuted(perm: tuple[int, ...] | None, dims):
 
 
 def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info, perm, runtime, computes, hidden):
-    """(rank, input shape, output shape, dtype) of pooling ``pooled`` (its Transpose by ``perm`` where given) to
+    """(rank, input shape, dtype, output size) of pooling ``pooled`` (its Transpose by ``perm`` where given) to
     ``result``, or why it cannot be. ``computes(k)``: the pooled axes the source line computes the size of (a
     static size there under a symbolic input axis is torch's at the traced size only, review44 F2)."""
     x_elem, x_shape = info.get(pooled, (0, None))
@@ -365,5 +364,5 @@ def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info, p
         return POOLS_NO_AXIS
     if any(isinstance(d, int) and d < 1 for d in x_shape):
         return "its input has an empty axis"
-    return k, tuple(x_shape), tuple(y_shape), x_elem, tuple(sizes)
+    return k, tuple(x_shape), x_elem, tuple(sizes)
 
