@@ -94,13 +94,10 @@ def _inside(model: onnx.ModelProto, p: Proof, given) -> tuple[tuple[int, ...] | 
 def input_shapes_at(model: onnx.ModelProto, env) -> dict[str, list[int]] | None:
     """The symbolic graph inputs' shapes at a binding of their symbols (the hint's ``x:1,3,12,14``); None where
     some symbol is unbound."""
-    shapes = {}
-    for name, dims in declared_dims(model).items():
-        if name in {i.name for i in model.graph.input} and any(isinstance(d, str) for d in dims):
-            shapes[name] = [evaluate(d, env) for d in dims]
-            if None in shapes[name]:
-                return None
-    return shapes or None
+    inputs = {i.name for i in model.graph.input}
+    shapes = {name: [evaluate(d, env) for d in dims] for name, dims in declared_dims(model).items()
+              if name in inputs and any(isinstance(d, str) for d in dims)}
+    return shapes if shapes and not any(None in s for s in shapes.values()) else None
 
 
 def contradiction_hint(pointed: str | None, region: str | None = None, *, bound: bool = False) -> str:
