@@ -86,6 +86,11 @@ class DataflowGraph:
         self.named.add(name)
         return name
 
+    def written_and_read(self, indices) -> tuple[frozenset[str], frozenset[str]]:
+        """The tensors the given nodes write, and those they read."""
+        return (frozenset(o for i in indices for o in self.nodes[i].output if o),
+                frozenset(x for i in indices for x in self.nodes[i].input if x))
+
     def data_inputs(self, i: int) -> list[str]:
         n = self.nodes[i]
         if n.op_type in _SHAPE_OPS:

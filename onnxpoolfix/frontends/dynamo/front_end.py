@@ -237,8 +237,7 @@ def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
                                              STRIPPED if stripped else EXPORT if p.bound_why == "" else TRACED))
             continue
         size_nodes, _ = g.size_ancestors(c.region)
-        outs = frozenset(o for i in set(c.region) | size_nodes for o in g.nodes[i].output if o)
-        reads = frozenset(x for i in set(c.region) | size_nodes for x in g.nodes[i].input if x)
+        outs, reads = g.written_and_read(set(c.region) | size_nodes)
         node = g.nodes[c.end]
         k = c.rank
         fed = g.fresh_name(f"{c.pooled}_permuted") if c.perm else c.pooled

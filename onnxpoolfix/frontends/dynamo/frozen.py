@@ -336,10 +336,9 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
                   unused_outputs=() if chain else tuple(o for o in node.output[1:] if o), output_size=output_size,
                   size_input=None, evidence=evidence, replaces=(chain.sub,) if chain else ())
     findings.specs.append(PoolSpec(pn, dims, out_shape, site.elem, opset, target))
-    extra_out, extra_in = (chain.outputs, chain.reads) if chain else (frozenset(), frozenset())
-    findings.regions.append(Region(result, node.input[0], frozenset(o for o in node.output if o) | extra_out,
-                                   frozenset(x for x in node.input if x) | extra_in, evidence, output_size,
-                                   tuple(site.bound or ()), 1 + (len(chain.nodes) if chain else 0)))
+    nodes = (site.index, *(chain.nodes if chain else ()))
+    findings.regions.append(Region(result, node.input[0], *g.written_and_read(nodes), evidence, output_size,
+                                   tuple(site.bound or ()), len(nodes)))
     if reading.size is None and site.bound is not None and site.bound[2:] != squeezed:  # (a Squeeze
         resting.append((result, node.input[0], output_size, op))  # that agrees with the traced size confirms it)
     busy.add(result)

@@ -27,8 +27,6 @@ class IndicesChain:
     indices: str  # the Sub's output: torch's per-plane indices
     sub: int  # the Sub's position (its place goes empty: the lowering writes its output)
     nodes: tuple[int, ...]  # the chain's nodes besides the pool: the kernel-1 MaxPool, the Slice, the Sub
-    outputs: frozenset[str]
-    reads: frozenset[str]
 
 
 def index_chains(g: DataflowGraph, graph_outputs: set[str]) -> dict[int, IndicesChain]:
@@ -72,10 +70,7 @@ def _chain(g: DataflowGraph, index: int, readers, graph_outputs: set[str]) -> In
     if (sorted(a % rank for a in axes) != list(range(2, rank)) or any(s != 0 for s in starts)
             or any(e != 1 for e in ends) or steps is None or any(s != 1 for s in steps)):
         return None
-    chain = (unit, sl, sub)
-    outputs = frozenset(o for i in chain for o in g.nodes[i].output if o)
-    reads = frozenset(x for i in chain for x in g.nodes[i].input if x)
-    return IndicesChain(g.nodes[sub].output[0], sub, chain, outputs, reads)
+    return IndicesChain(g.nodes[sub].output[0], sub, (unit, sl, sub))
 
 
 def _only_reader(readers, name: str, graph_outputs: set[str]) -> int | None:

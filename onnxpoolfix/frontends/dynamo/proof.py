@@ -64,9 +64,8 @@ def isolated(model: onnx.ModelProto, g: DataflowGraph, c: Candidate, dtypes: Map
     size_nodes, shape_sources = g.size_ancestors(c.region)
     order = sorted(set(c.region) | size_nodes)
     nodes = [g.nodes[i] for i in order]  # (make_graph copies them)
-    used = {x for i in order for x in g.nodes[i].input if x}
+    made, used = g.written_and_read(order)
     inits = [g.initializers[t] for t in sorted(used) if t in g.initializers]
-    made = {o for i in order for o in g.nodes[i].output if o}
     sources = sorted(s for s in shape_sources if s != c.pooled and s not in made)
     extra = [make_value_info(s, dtypes.get(s, TensorProto.FLOAT), None) for s in sources]
     entry = c.pooled
