@@ -1,17 +1,12 @@
-"""Calls torch's export merged into one: the trace of the call that is gone (docs/dynamo-files.md, "Files no
-reading repairs", has the cases and their measurements).
-
-torch's exporter merges computations that are the same at the traced size: two adaptive calls pooling one tensor
-with the same windows there become one node with the first call's metadata, and the second call's size is nowhere
-in the file (review12 F15; a merged graph output shows as an ``Identity`` without metadata, :mod:`.frozen`). Inside
-the graph a node after them still names, in its ``fx_node`` metadata (``%add_8 = add(%amax, %amax_1)``), the value
-the merge removed (``amax_1``) and reads the kept one (``amax``: the same op, so the same name before its ``_<k>``)
-in its place: a replaced pool from which such a stand-in is computed is a suspect. Where the merged twins read the
-pool's own result (``fc1(p.flatten(1)), fc2(p.flatten(1))``), the value both read lost a reader (its ``fx_node``
-``num_users`` exceeds the graph's reads): such a value between the pool and the stand-in clears the pool (review26:
-five ordinary heads were refused before); a pool the file keeps as genuine is read the same way (review26 F2).
-torch's optimizer leaves the same trace where it removes a node (a BatchNorm folded into the layer above, a no-op
-``y * 1``): a value read where more gone names are named than it lost users, one of its own op, was merged.
+"""Calls torch's export merged into one: two calls the same at the traced size (two adaptive pools of one tensor
+with the same windows there) become one node with the first call's metadata, the second call's size nowhere in the
+file (docs/dynamo-files.md, "Files no reading repairs", has the cases and their measurements; review12 F15; a merged
+graph output: :mod:`.frozen`). A node after the merge names, in its ``fx_node`` metadata, the value the merge
+removed and reads the kept one, of the same op, in its place (:func:`_stand_ins`): a replaced pool from which such
+a stand-in is computed is a suspect, unless a value between them lost a reader, the merged twins reading the pool's
+own result (:func:`_lost_a_reader`; review26: five ordinary heads were refused before). A pool the file keeps as
+genuine is read the same way (review26 F2). torch's optimizer leaves the same trace where it removes a node
+(:func:`_folded`, :func:`_removed_users`).
 """
 from __future__ import annotations
 
