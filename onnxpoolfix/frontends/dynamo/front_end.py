@@ -273,10 +273,7 @@ def _body_suspects(graph: onnx.GraphProto) -> list[Suspect]:
     never "nothing to patch"."""
     out, marked = [], _marked(graph)
     for node in graph.node:
-        bodies = subgraphs(node)
-        if not bodies:
-            continue
-        for n in nodes_deep(n for body in bodies for n in body.node):
+        for n in nodes_deep(n for body in subgraphs(node) for n in body.node):
             if n.domain not in ("", "ai.onnx") or n.op_type not in _BODY_POOL_OPS:
                 continue  # an aten leftover (onnxpoolfix.export's, FALLTHROUGH's) is read by frontends.bodies
             ev = node_evidence(n)
