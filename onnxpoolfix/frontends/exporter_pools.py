@@ -71,12 +71,9 @@ def find_exporter_pools(model: onnx.ModelProto, info: Mapping[str, tuple[int, tu
     ``info`` is the inferred (dtype, shape) per tensor; ``read`` every tensor name some node or graph
     output reads (a MaxPool whose indices are read does not qualify).
     """
-    found = []
-    for index, node, kind, elem, dims in standard_pools(model, info, _OPS, read):
-        sizes = adaptive_output_sizes(node, dims[2:]) if len(dims) >= 3 else None
-        if sizes is not None:
-            found.append(exporter_pool_spec(node, index, kind, dims, sizes, elem, opset, target))
-    return found
+    return [exporter_pool_spec(node, index, kind, dims, sizes, elem, opset, target)
+            for index, node, kind, elem, dims in standard_pools(model, info, _OPS, read)
+            if len(dims) >= 3 and (sizes := adaptive_output_sizes(node, dims[2:])) is not None]
 
 
 def standard_pools(model: onnx.ModelProto, info: Mapping[str, tuple[int, tuple[Dim, ...] | None]],

@@ -138,12 +138,9 @@ def _lost_a_reader(graph: onnx.GraphProto) -> set[str]:
 
 def _declared_users(graph: onnx.GraphProto) -> dict[str, int]:
     """Per value a node writes under its own program name, the program's users of it (``fx_node``'s ``num_users``)."""
-    out = {}
-    for n in graph.node:
-        m = _USERS.match(next((p.value for p in n.metadata_props if p.key == _FX_NODE), ""))
-        if m and m.group(1) in n.output:
-            out[m.group(1)] = int(m.group(2))
-    return out
+    return {m.group(1): int(m.group(2)) for n in graph.node
+            if (m := _USERS.match(next((p.value for p in n.metadata_props if p.key == _FX_NODE), "")))
+            and m.group(1) in n.output}
 
 
 def _shared_below(stand_in: str, result: str, cone: set[str], lost: set[str],
