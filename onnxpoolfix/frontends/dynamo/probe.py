@@ -52,27 +52,22 @@ def probe_unrolled_windows(space: SizeSpace, run) -> None:
             return "large"
         return None if why in ("skip", None) else why == "failed"
 
-    def runs_at_top(a: int, fam: list, env: dict) -> tuple[bool | str | None, int]:
-        """Whether axis ``a`` at the largest size of ``fam`` the proof takes runs (False: it runs), and that
-        size's index in ``fam``."""
-        i = len(fam) - 1
+    def at_top(env_at, ends: list[int]) -> tuple[bool | str | None, list[int], dict[str, int]]:
+        """:func:`fails` at the sizes ``env_at(ends)`` (per axis an index into a family) each cut by a third while
+        too large for the proof ("large" after 8 cuts), the indices where it was not and the sizes there."""
         for _ in range(8):
-            got = fails({**env, syms[a]: fam[i][0]})
+            env = env_at(ends)
+            got = fails(env)
             if got != "large":
-                return got, i
-            i = i * 2 // 3
-        return True, i
+                return got, ends, env
+            ends = [i * 2 // 3 for i in ends]
+        return "large", ends, env
 
     # a size where every axis runs: each at the largest size of some family
     base: dict[str, int] | None = None
     for combo in itertools.product(*families):
-        ends = [len(fam) - 1 for fam in combo]
-        for _ in range(8):
-            env = {syms[a]: fam[i][0] for a, (fam, i) in enumerate(zip(combo, ends))}
-            got = fails(env)
-            if got != "large":
-                break
-            ends = [i * 2 // 3 for i in ends]
+        got, _, env = at_top(lambda ends: {syms[a]: fam[i][0] for a, (fam, i) in enumerate(zip(combo, ends))},
+                             [len(fam) - 1 for fam in combo])
         if got is None:
             return
         if got is False:
@@ -85,11 +80,11 @@ def probe_unrolled_windows(space: SizeSpace, run) -> None:
     for a, fams in enumerate(families):
         bounds.append([])
         for fam in fams:
-            got, hi = runs_at_top(a, fam, base)
+            got, (hi,), _ = at_top(lambda ends: {**base, syms[a]: fam[ends[0]][0]}, [len(fam) - 1])
             if got is None:
                 return
             if got:
-                continue  # fails at its largest sizes: not the traced family
+                continue  # fails at its largest sizes (or is too large there): not the traced family
             lo = 0
             while lo < hi:
                 mid = (lo + hi) // 2
