@@ -263,8 +263,7 @@ def type_bodies(model: onnx.ModelProto) -> bool:
         logger.debug("cannot type the leftovers in bodies yet: %s", e)
         return False
     for s in specs:
-        n = s.node
-        body = graph_at(model, n.body)
+        body = graph_at(model, s.node.body)
         typed = {name: make_value_info(name, *t) for name, t in s.output_types.items()}
         for o in body.output:
             if o.name in typed:

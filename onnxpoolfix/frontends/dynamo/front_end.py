@@ -239,12 +239,11 @@ def find_decomposed_pools(model: onnx.ModelProto, *, opset: int, target: str,
         size_nodes, _ = g.size_ancestors(c.region)
         outs, reads = g.written_and_read(set(c.region) | size_nodes)
         node = g.nodes[c.end]
-        k = c.rank
         fed = g.fresh_name(f"{c.pooled}_permuted") if c.perm else c.pooled
         evidence = c.evidence + (f"; a pool of its permute {list(c.perm)}, fused into torch's Transpose" if c.perm
                                  else "")
-        pn = PoolNode(index=c.end, name=node.name or f"{node.op_type}_{c.end}", op=f"adaptive_avg_pool{k}d",
-                      kind="avg", rank=k, encoding=ENCODING, input=fed, output=c.result,
+        pn = PoolNode(index=c.end, name=node.name or f"{node.op_type}_{c.end}", op=f"adaptive_avg_pool{c.rank}d",
+                      kind="avg", rank=c.rank, encoding=ENCODING, input=fed, output=c.result,
                       indices_output=None, unused_outputs=(), output_size=c.output_size, size_input=None,
                       evidence=evidence, input_perm=(c.pooled, c.perm) if c.perm else None)
         findings.specs.append(PoolSpec(pn, c.x_shape, output_shape(pn, c.x_shape), c.elem, opset, target))

@@ -66,9 +66,8 @@ def frozen_pool_ops(model, g: DataflowGraph, info, traced_shapes, findings: Fron
               and not any("_alias_" in o for o in n.output)}
     for index, node in enumerate(g.nodes):
         theirs = dynamo_file or has_metadata(node) or node.name.startswith("node_")  # TorchScript freezes no pool
-        site = None if index in in_chains or not theirs else _site(index, node, info, busy, modules,
-                                                                   node.output[0] in merged, g)
-        if site is None:
+        if index in in_chains or not theirs or (site := _site(index, node, info, busy, modules,
+                                                              node.output[0] in merged, g)) is None:
             continue
         if len(node.output) > 1 and node.output[1] in read and {r.what for r in site.readings} != {GENUINE}:
             chain = chains.get(index)
@@ -327,15 +326,14 @@ def _decide(site: _Site, g: DataflowGraph, findings: FrontEndResult, opset, targ
         if site.lifted:
             size = (1, *size[1:])
     output_size = tuple(InputDim(2 + a) if m is None else m for a, m in enumerate(size))
-    dims = site.dims
-    out_shape = tuple(dims[:2]) + tuple(dims[2 + a] if m is None else m for a, m in enumerate(size))
+    out_shape = tuple(site.dims[:2]) + tuple(site.dims[2 + a] if m is None else m for a, m in enumerate(size))
     chain = site.chain
     pn = PoolNode(index=site.index, name=node.name or f"{op}_{site.index}", op=f"adaptive_{site.kind}_pool{site.k}d",
                   kind=site.kind, rank=site.k, encoding=ENCODING, input=node.input[0], output=result,
                   indices_output=chain.indices if chain else None,
                   unused_outputs=() if chain else tuple(o for o in node.output[1:] if o), output_size=output_size,
                   size_input=None, evidence=evidence, replaces=(chain.sub,) if chain else ())
-    findings.specs.append(PoolSpec(pn, dims, out_shape, site.elem, opset, target))
+    findings.specs.append(PoolSpec(pn, site.dims, out_shape, site.elem, opset, target))
     nodes = (site.index, *(chain.nodes if chain else ()))
     findings.regions.append(Region(result, node.input[0], *g.written_and_read(nodes), evidence, output_size,
                                    tuple(site.bound or ()), len(nodes)))
