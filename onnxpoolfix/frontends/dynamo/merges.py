@@ -147,16 +147,8 @@ def _shared_below(stand_in: str, result: str, cone: set[str], lost: set[str],
                   producer: dict[str, onnx.NodeProto]) -> bool:
     """Whether a value from ``result`` (included) to ``stand_in``, inside the pool's ``cone``, lost a reader: the
     merged twins both read it, below the pool (module doc)."""
-    seen, todo = {stand_in}, [stand_in]
-    while todo:
-        v = todo.pop()
-        if v in lost:
-            return True
+    def up(v: str) -> list[str]:
         node = producer.get(v)
-        if v == result or node is None:
-            continue
-        for i in node.input:
-            if i in cone and i not in seen:
-                seen.add(i)
-                todo.append(i)
-    return False
+        return [] if v == result or node is None else [i for i in node.input if i in cone]
+
+    return bool(reach([stand_in], up) & lost)
