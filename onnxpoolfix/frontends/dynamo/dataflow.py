@@ -126,21 +126,10 @@ def _value_inputs(n: onnx.NodeProto) -> list[str]:
 
 
 def _region_from(g: DataflowGraph, end: int, pooled: str, inside: set[int]) -> list[int] | None:
-    """The data nodes between ``pooled`` and the end node, or None if some data enters elsewhere."""
-    seen = {end}
-    stack = [end]
-    while stack:
-        i = stack.pop()
-        for t in g.data_inputs(i):
-            if t == pooled:
-                continue
-            p = g.producer.get(t)
-            if p is None or p not in inside:
-                return None
-            if p not in seen:
-                seen.add(p)
-                stack.append(p)
-    return sorted(seen)
+    """The data nodes between ``pooled`` and the end node, or None if some data enters elsewhere (a producer, or
+    none, outside ``inside``: it is not followed)."""
+    region = reach([end], lambda i: [g.producer.get(t) for t in g.data_inputs(i) if t != pooled] if i in inside else [])
+    return sorted(region) if region <= inside else None
 
 
 def closure(g: DataflowGraph, end: int) -> set[int]:
