@@ -12,7 +12,7 @@ from onnx import GraphProto, TensorProto
 from .. import windows as W
 from ..graph.emit import Emitter, np_dtype
 from . import cost as C
-from .steps import OneAxisStep, WrappedSteps, emit_chain, gather_cost, numel, run_cost
+from .steps import OneAxisStep, WrappedSteps, emit_chain, gather_cost, numel, run_cost, window_gather_cost
 
 
 @dataclass(frozen=True)
@@ -66,16 +66,7 @@ class WindowGatherStep(OneAxisStep):
     their own last index), then ReduceMax over the window dim. Exact for any windows and any rank."""
 
     def cost(self, shape, itemsize):
-        kmax = W.max_window(self.n, self.m)
-        out_shape = self.out_shape(shape)
-        gathered = numel(out_shape) * kmax
-        if self.axis == len(shape) - 1:  # moved to the front first (see emit): block = everything else
-            moved = (out_shape[-1], kmax) + tuple(out_shape[:-1])
-            transposes = 2 * C.NODE + (numel(shape) + numel(out_shape)) * 2 * itemsize / C.BANDWIDTH
-            return 2 * C.NODE + transposes + gather_cost(moved, 1) + 2 * gathered * itemsize / C.BANDWIDTH
-        # the [m, kmax] table inserts a dim: the contiguous block is still the dims after the axis
-        g_shape = tuple(out_shape[: self.axis + 1]) + (kmax,) + tuple(out_shape[self.axis + 1:])
-        return 2 * C.NODE + gather_cost(g_shape, self.axis + 1) + 2 * gathered * itemsize / C.BANDWIDTH
+        return window_gather_cost(shape, self.out_shape(shape), self.axis, W.max_window(self.n, self.m), itemsize)
 
     def emit(self, em, x, shape, elem):
         table = em.const("window_table", W.window_table(self.n, self.m))

@@ -34,6 +34,21 @@ def gather_cost(out_shape: Shape, axis: int) -> float:
     return out / C.GATHER_RATE + out / max(inner, 1) * C.GATHER_BLOCK
 
 
+def window_gather_cost(shape: Shape, out_shape: Shape, axis: int, kmax: int, itemsize: int,
+                       before: float = 0.0) -> float:
+    """A Gather of an ``[m, kmax]`` window table along ``axis`` and a reduction over the window dim, after
+    ``before`` (the cost of what runs first); a last axis is moved to the front and back
+    (:func:`~.max_steps.gather_window_max`)."""
+    gathered = numel(out_shape) * kmax
+    if axis == len(shape) - 1:  # moved to the front first: block = everything else
+        moved = (out_shape[-1], kmax) + tuple(out_shape[:-1])
+        transposes = 2 * C.NODE + (numel(shape) + numel(out_shape)) * 2 * itemsize / C.BANDWIDTH
+        return before + transposes + 2 * C.NODE + gather_cost(moved, 1) + 2 * gathered * itemsize / C.BANDWIDTH
+    # the [m, kmax] table inserts a dim: the contiguous block is still the dims after the axis
+    g_shape = tuple(out_shape[: axis + 1]) + (kmax,) + tuple(out_shape[axis + 1:])
+    return before + 2 * C.NODE + gather_cost(g_shape, axis + 1) + 2 * gathered * itemsize / C.BANDWIDTH
+
+
 def gemm_seconds(macs: float, n_cols: int) -> float:
     """GEMM time: narrow outputs (fewer than NARROW_N columns) waste part of every column strip."""
     return macs / (C.MAC_RATE * min(1.0, max(n_cols, 1) / C.NARROW_N))

@@ -10,7 +10,7 @@ import numpy as np
 from .. import windows as W
 from ..graph.emit import np_dtype
 from . import cost as C
-from .steps import AllAxesStep, OneAxisStep, gather_cost, numel, reshape_keep
+from .steps import AllAxesStep, OneAxisStep, gather_cost, numel, reshape_keep, window_gather_cost
 
 
 def pad_zero(em, x: str, rank: int, axis: int) -> str:
@@ -41,17 +41,10 @@ class WindowSumStep(OneAxisStep):
         return t
 
     def cost(self, shape, itemsize):
-        kmax = W.max_window(self.n, self.m)
         out_shape = self.out_shape(shape)
-        gathered = numel(out_shape) * kmax
         pad = C.NODE + 2 * numel(shape) * itemsize / C.BANDWIDTH
         div = C.NODE + 2 * numel(out_shape) * itemsize / C.BANDWIDTH
-        if self.axis == len(shape) - 1:
-            moved = (out_shape[-1], kmax) + tuple(out_shape[:-1])
-            transposes = 2 * C.NODE + (numel(shape) + numel(out_shape)) * 2 * itemsize / C.BANDWIDTH
-            return pad + div + transposes + 2 * C.NODE + gather_cost(moved, 1) + 2 * gathered * itemsize / C.BANDWIDTH
-        g_shape = tuple(out_shape[: self.axis + 1]) + (kmax,) + tuple(out_shape[self.axis + 1:])
-        return pad + div + 2 * C.NODE + gather_cost(g_shape, self.axis + 1) + 2 * gathered * itemsize / C.BANDWIDTH
+        return window_gather_cost(shape, out_shape, self.axis, W.max_window(self.n, self.m), itemsize, pad + div)
 
     def emit(self, em, x, shape, elem):
         rank = len(shape)
