@@ -231,12 +231,7 @@ def window_choice(em, w: str, kall: int | str, elem: int, tie_safe: bool) -> str
     if tie_safe:
         return _tie_safe_choice(em, filled, nan, kall)
     nanf = em.zero_one(nan, TensorProto.FLOAT)
-    if isinstance(kall, str):
-        pos = em.cast(em.op("Range", [em.const("zero", np.array(0, np.int64)), kall,
-                                      em.const("one", np.array(1, np.int64))]), TensorProto.FLOAT)
-        pos = em.unsqueeze(pos, [1])
-    else:
-        pos = em.const("position", np.arange(kall, dtype=np.float32).reshape(kall, 1))
+    pos = _positions(em, kall, np.float32)
     first_max = em.op("ArgMax", [filled], axis=axis, keepdims=1)
     # the last NaN: the largest NaN position (a reversal, a Gather along the window axis, is 10-50x slower
     # in onnxruntime where that axis is the last, and a runtime one's Range(kall - 1, -1, -1) is what
@@ -258,18 +253,21 @@ def _tie_safe_choice(em, filled: str, nan: str, kall: int | str) -> str:
     a Where, and float positions came back 1.004, 2.0, 3.01 and were truncated by the Cast to int64 (indices
     wrong, values 1.5 off: measured on max2d)."""
     axis = 1
-    if isinstance(kall, str):
-        pos = em.unsqueeze(em.op("Range", [em.const("zero", np.array(0, np.int64)), kall,
-                                           em.const("one", np.array(1, np.int64))]), [1])
-        past_end = kall
-    else:
-        pos = em.const("position", np.arange(kall, dtype=np.int64).reshape(kall, 1))
-        past_end = em.const("past_end", np.array(kall, np.int64))
+    pos = _positions(em, kall, np.int64)
+    past_end = kall if isinstance(kall, str) else em.const("past_end", np.array(kall, np.int64))
     is_max = em.op("Equal", [filled, em.reduce("ReduceMax", filled, [axis], keepdims=1)])
     first_max = em.reduce("ReduceMin", em.op("Where", [is_max, pos, past_end]), [axis], keepdims=1)
     none = em.const("no_position", np.array(-1, np.int64))
     last_nan = em.reduce("ReduceMax", em.op("Where", [nan, pos, none]), [axis], keepdims=1)  # -1: no NaN
     return em.op("Where", [em.op("Greater", [last_nan, none]), last_nan, first_max])
+
+
+def _positions(em, kall: int | str, dtype) -> str:
+    """The window positions ``0 .. kall - 1`` (``dtype``: np.float32 or np.int64) as a ``[kall, 1]`` column."""
+    if isinstance(kall, int):
+        return em.const("position", np.arange(kall, dtype=dtype).reshape(kall, 1))
+    pos = em.op("Range", [em.const("zero", np.array(0, np.int64)), kall, em.const("one", np.array(1, np.int64))])
+    return em.unsqueeze(pos if dtype == np.int64 else em.cast(pos, TensorProto.FLOAT), [1])
 
 
 class ArgMaxLowering(Lowering):
