@@ -283,10 +283,8 @@ class ArgMaxLowering(Lowering):
         return None
 
     def _steps(self, spec):
-        axes = axis_windows(spec)
-        return [ArgMaxStep(spec.ndim - spec.k, tuple(a.n for a in axes), tuple(a.m for a in axes),
-                           spec.node.indices_output is not None, tie_safe=spec.target == "tensorrt",
-                           lazy=spec.target == "onnxruntime")]
+        return [ArgMaxStep(spec.ndim - spec.k, spec.in_sizes, spec.out_sizes, spec.node.indices_output is not None,
+                           tie_safe=spec.target == "tensorrt", lazy=spec.target == "onnxruntime")]
 
     def build(self, em, spec, x, y, indices=None):
         build_with_indices(em, spec, self._steps(spec)[0], x, y, indices)

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import windows as W
 from . import cost as C
-from .base import Lowering, axis_windows, compute_dtype, itemsize
+from .base import Lowering, compute_dtype, itemsize
 from .steps import AllAxesStep, gemm_seconds, numel, reshape_keep
 
 
@@ -63,5 +63,4 @@ class KroneckerMatMulLowering(Lowering):
         return None
 
     def _steps(self, spec):
-        axes = axis_windows(spec)
-        return [KroneckerStep(spec.ndim - spec.k, tuple(a.n for a in axes), tuple(a.m for a in axes))]
+        return [KroneckerStep(spec.ndim - spec.k, spec.in_sizes, spec.out_sizes)]

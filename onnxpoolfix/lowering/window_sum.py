@@ -31,11 +31,10 @@ class WindowSumLowering(Lowering):
 
     def _steps(self, spec):
         """Per axis (large planes) or all pooled axes in one Gather (small ones), whichever costs less."""
-        axes = axis_windows(spec)
-        changed = [a for a in axes if not a.keep]
+        changed = [a for a in axis_windows(spec) if not a.keep]
         separable = cheapest_order(spec, lambda a: [WindowSumStep(a.axis, a.n, a.m)], changed)
         if len(changed) < 2 or any(not isinstance(d, int) for d in spec.input_shape[spec.ndim - spec.k:]):
             return separable
-        flat = [FlatWindowSumStep(spec.ndim - spec.k, tuple(a.n for a in axes), tuple(a.m for a in axes))]
+        flat = [FlatWindowSumStep(spec.ndim - spec.k, spec.in_sizes, spec.out_sizes)]
         size = itemsize(compute_dtype(spec))
         return min((flat, separable), key=lambda s: run_cost(s, spec.input_shape, size))
