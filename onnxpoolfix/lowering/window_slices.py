@@ -3,18 +3,11 @@
 
 Symbolic pooled sizes: the bounds ``start_i = (i * n) div m``, ``end_i = ((i + 1) * n + m - 1) div m`` computed
 per window as 0-D int64 arithmetic on ``Gather(Shape(x), axis)`` (``k * n`` shared by ``end_{k-1}`` and
-``start_k``), each bound Unsqueezed to one element: 0-D, not a vector of bounds, for TVM 0.27 (its frontend folds
-0-D arithmetic on a Shape into symbolic sizes; split vector bounds lose their shapes there: review33). Static
-sizes: constant bounds (ncnn has no Gather layer, so the portable target's averages take this form over the window
-sums wherever it applies). Each window is one Slice reduced by ReduceMean or ReduceMax (max: the base class'
-NaN / -inf wrapper), keepdims; one Concat puts the ``m`` windows back in order. Axes are pooled one after the
-other, the smaller output first read by the next.
-
-A static average over a 1-D or 2-D pool's spatial axis takes its windows in runs (:func:`window_runs`): one
-Slice and one AveragePool per run, so ``9 -> 7`` is three runs, not seven windows (long windows:
-:meth:`WindowSlicesStep.at`). No Range, runtime matrix or window table, Reshape to a computed length, Shape with
-``start``/``end``, If or Gather of the data; no weights, no multiplication of the data. Up to ``9 m`` nodes per
-axis: at most :data:`MAX_WINDOWS` windows per axis.
+``start_k``), each bound Unsqueezed to one element: 0-D, not a vector of bounds, for TVM 0.27 (review33). Static
+sizes: constant bounds (ncnn has no Gather layer: the portable target's averages take this form over the window
+sums wherever it applies), a static average over a 1-D or 2-D pool's spatial axis in runs (:func:`window_runs`;
+long windows: :meth:`WindowSlicesStep.at`). Each window or run is reduced (max: the base class' NaN / -inf wrapper)
+and one Concat puts them back in order; the axes one after the other, the smaller output first read by the next.
 """
 from __future__ import annotations
 
