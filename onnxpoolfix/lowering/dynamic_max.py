@@ -229,8 +229,7 @@ class DynamicArgMaxStep(Step):
         if indices:
             # flat input index of every (output position, window element): sum_j coordinate_j * stride_j,
             # laid out [out_1..out_k, kmax_c...] (output-major, each part row-major), as emit_argmax reads it
-            c_count = len(changed)
-            rank = c_count + k
+            rank = len(changed) + k
             terms: list[str] = []
             stride: int | str = 1
             for j in reversed(range(k)):
@@ -260,8 +259,7 @@ class DynamicArgMaxStep(Step):
             flat = em.op("Reshape", [acc, em.ints("flat", [-1])], hint="flat_index")
         # a static axis's table stays an array: made a constant by the emitter that reads it (an If branch's own)
         table_names = [tables.get(j) for j in range(k)]
-        separable = [PooledAxis(table_names[j] if j in tables else None, kmax.get(j, 1),
-                                ms[j] if j in tables else n_j, n_j)
+        separable = [PooledAxis(table_names[j], kmax.get(j, 1), ms.get(j, n_j), n_j)
                      for j, n_j in ((j, self.n[j] if isinstance(self.n[j], int) else length(j)) for j in range(k))]
         # over 2+ pooled axes, finite inputs whose windows are small AT RUN TIME take every window at once
         whole = flat if indices and len(changed) >= 2 and not self.tie_safe and self.whole_windows_max else None
