@@ -130,7 +130,7 @@ def emit_argmax(em, x: str, rank: int, tables: Sequence[str | np.ndarray | None]
         outputs = [(y, elem)] + ([(indices, TensorProto.INT64)] if indices else [])
 
         def whole(sub, outs):
-            emit_first_max_windows(sub, x, rank, separable, whole_windows, kall, outs[0], outs[1] if indices else None)
+            emit_first_max_windows(sub, x, rank, separable, whole_windows, kall, outs[0], outs[1])
 
         def parts(sub, outs):
             emit_first_max(sub, x, rank, separable, outs[0], outs[1] if indices else None)

@@ -81,10 +81,10 @@ def first_max_windows_seconds(lead: int, n: list[int], m: list[int], kmax: list[
 
 
 def emit_first_max_windows(em: Emitter, x: str, rank: int, axes: list[PooledAxis], positions: np.ndarray | str,
-                           kall: int | str, y: str, indices: str | None) -> None:
-    """Values (into ``y``) and, if ``indices``, torch's indices of max pooling ``x``'s last ``len(axes)``
-    axes, exact where no element of ``x`` is NaN, ``x`` is not empty and its plane has at most
-    :data:`MAX_PLANE` elements (the If's condition, :func:`~.first_max.takes_first_max` and
+                           kall: int | str, y: str, indices: str) -> None:
+    """Values (into ``y``) and torch's indices (into ``indices``: only the indices take this construction) of
+    max pooling ``x``'s last ``len(axes)`` axes, exact where no element of ``x`` is NaN, ``x`` is not empty and
+    its plane has at most :data:`MAX_PLANE` elements (the If's condition, :func:`~.first_max.takes_first_max` and
     :func:`plane_fits`). ``positions``: the ``[O, K]`` :func:`window_positions` of the axes, or (the dynamic
     lowering's, built at run time) the name of the same int64 tensor flattened; ``kall``: ``K``, an int or a
     0-d int64 tensor."""
@@ -101,8 +101,6 @@ def emit_first_max_windows(em: Emitter, x: str, rank: int, axes: list[PooledAxis
     out_shape = output_shape(em, x, rank - k, axes)
     values = em.op("Transpose", [em.squeeze(kept_max, [1])], perm=[1, 0])
     em.op("Reshape", [values, out_shape], out=y)
-    if not indices:
-        return
     hit = em.zero_one(em.op("Equal", [windows, kept_max]), TensorProto.FLOAT)
     top = np.float32(MAX_PLANE)
     if isinstance(positions, np.ndarray):  # exact: below 2**24
