@@ -29,7 +29,7 @@ from . import cost as C
 from .base import Lowering, axis_windows
 from .max_steps import WindowGatherStep
 from .pool import pool_op_reason
-from .steps import OneAxisStep, PoolStep, gather_cost, numel
+from .steps import OneAxisStep, PoolStep, gather_cost, numel, reshape_keep
 
 MAX_MISSED = 2  # at most this many missed elements per window (beyond it the Gather is no longer small)
 
@@ -115,7 +115,7 @@ class CoverMaxStep(OneAxisStep):
             rows = em.op("MaxPool", [rows], kernel_shape=kr, strides=sr)
         if width > 1:
             later = [int(d) for d in self.out_shape(shape)[self.axis + 1:]]
-            rows = em.op("Reshape", [rows, em.ints("shape", [0] * self.axis + [self.m, width] + later)])
+            rows = reshape_keep(em, rows, self.axis, [self.m, width] + later)
             rows = em.reduce("ReduceMax", rows, [self.axis + 1], keepdims=0)
         return em.op("Max", [grid, rows])
 

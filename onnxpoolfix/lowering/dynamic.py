@@ -31,7 +31,7 @@ from .argmax import build_with_indices
 from .base import Lowering, axis_windows
 from .dynamic_max import DynamicArgMaxStep, DynamicWindowMaxStep
 from .runtime_windows import RuntimeLengths, guess_len, int64_scalar, out_dim, runtime_size
-from .steps import KRON_IDENTITY_MAX, IdentityStep, ReduceStep, Step
+from .steps import KRON_IDENTITY_MAX, IdentityStep, ReduceStep, Step, reshape_keep
 
 
 def largest(em: Emitter, lengths: str) -> str:
@@ -210,9 +210,9 @@ class DynamicMatMulStep(Step):
                     cur = em.op("MatMul", [flat, matrix_t()])
                     cur = em.op("Reshape", [cur, em.op("Concat", [lead, em.ints("shape", [m] + later)], axis=0)])
                 else:
-                    flat = em.op("Reshape", [cur, em.ints("shape", [0] * a + [-1])])
+                    flat = reshape_keep(em, cur, a, [-1])
                     cur = em.op("MatMul", [flat, matrix_t()])
-                    cur = em.op("Reshape", [cur, em.ints("shape", [0] * a + [m] + later)])
+                    cur = reshape_keep(em, cur, a, [m] + later)
             elif form == "planes":
                 p = (em.op("Transpose", [matrix_t()], perm=[1, 0], hint="pool_matrix")
                      if n is None or isinstance(m, RuntimeDim) else
@@ -236,10 +236,10 @@ class DynamicMatMulStep(Step):
                     cur = em.op("MatMul", [p, flat])
                     cur = em.op("Reshape", [cur, em.op("Concat", [lead, em.ints("m", [m]), later_shape], axis=0)])
                 else:
-                    flat = em.op("Reshape", [cur, em.ints("shape", [0] * a + [0, -1])])
+                    flat = reshape_keep(em, cur, a, [0, -1])
                     cur = em.op("MatMul", [p, flat])
                     back = [d if isinstance(d, int) else -1 for d in later]
-                    cur = em.op("Reshape", [cur, em.ints("shape", [0] * a + [m] + back)])
+                    cur = reshape_keep(em, cur, a, [m] + back)
             else:
                 perm = [b for b in range(rank) if b != a] + [a]
                 cur = em.op("Transpose", [cur], perm=perm)
