@@ -20,7 +20,7 @@ import onnx
 
 from ..errors import CheckFailedError, ShapeError
 from ..graph import outer_reads
-from ..graph.emit import COMPUTE_IN_FLOAT32, EMITTED_BY
+from ..graph.emit import EMITTED_BY
 from ..graph.shapes import PoolSpec
 from ..sessions import ort_session
 from ..words import TRACED_SHAPES_FORM
@@ -28,7 +28,7 @@ from .cut import cut_bytes
 from .feeds import random_feed, symbolic_inputs
 
 __all__ = ["known_right_shapes", "input_signature", "as_given", "right_shapes", "redefined_by_plan", "redefined_in",
-           "original_outputs", "compare_with_original"]
+           "original_outputs", "compare_with_original", "half_type"]
 
 #: output tolerance relative to the output's scale, per float dtype (sums in another order round otherwise)
 _RELATIVE = {np.dtype(np.float64): 1e-9, np.dtype(np.float32): 1e-4, np.dtype(np.float16): 1e-2}
@@ -132,7 +132,7 @@ def compare_with_original(model: onnx.ModelProto, feed: dict, want: dict, *, mod
     how the size is named ("the given traced size x:1,3,16,16", "its static size"). ``got``: OUT's values of them
     at ``feed`` where the check's own session fetched them already (:class:`.runner.ExtraRun`)."""
     redefined = redefined_in(model)
-    if got is not None and _holds_half(model):
+    if got is not None and half_type(model) is not None:
         # the node check's session fetched these from another graph (it also outputs the tensors it checks), and
         # where float16 values flow onnxruntime rounds them there otherwise than in the original's plain cut run:
         # up to half a float16 ulp apart, a right OUT refused as misread (review53); OUT's cut runs here the
@@ -160,14 +160,15 @@ def compare_with_original(model: onnx.ModelProto, feed: dict, want: dict, *, mod
             _differs(name, "different values", where, traced)
 
 
-def _holds_half(model: onnx.ModelProto) -> bool:
-    """Whether the main graph holds a float16/bfloat16 tensor: an input, output, initializer, declared value or a
-    Cast to one of them."""
+def half_type(model: onnx.ModelProto) -> str | None:
+    """The narrowest float type the main graph computes in ("bfloat16", else "float16"): that of an input,
+    output, initializer, declared value or a Cast's target; None where it holds neither."""
     g = model.graph
-    return (any(v.type.tensor_type.elem_type in COMPUTE_IN_FLOAT32 for v in (*g.input, *g.output, *g.value_info))
-            or any(t.data_type in COMPUTE_IN_FLOAT32 for t in g.initializer)
-            or any(a.name == "to" and a.i in COMPUTE_IN_FLOAT32 for n in g.node if n.op_type == "Cast"
-                   for a in n.attribute))
+    types = {vi.type.tensor_type.elem_type for vi in [*g.input, *g.output, *g.value_info]}
+    types |= {t.data_type for t in g.initializer}
+    types |= {a.i for n in g.node if n.op_type == "Cast" for a in n.attribute if a.name == "to"}
+    half = onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT16
+    return next((("bfloat16", "float16")[i] for i, t in enumerate(half) if t in types), None)
 
 
 def _differs(name: str, what: str, where: str, traced: bool) -> None:

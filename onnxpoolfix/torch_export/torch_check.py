@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..check.differential import half_type
 from ..check.feeds import graph_inputs
 from ..check.sizes import WINDOW_KINDS, window_kind
 from ..errors import TorchMismatchError
@@ -86,20 +87,6 @@ def _to_numpy(torch, t) -> np.ndarray:
 
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     return t.numpy()
-
-
-def _half_in(model) -> str | None:
-    """The narrowest float type the file computes in ("float16", "bfloat16"), or None: a float32 output of
-    a model that pools in half (``pool(conv(x).half()).float()``) holds values rounded to half, once in
-    torch and once in the file, so it is compared with half's tolerance."""
-    import onnx
-
-    g = model.graph
-    types = {vi.type.tensor_type.elem_type for vi in [*g.input, *g.output, *g.value_info]}
-    types |= {t.data_type for t in g.initializer}
-    types |= {a.i for n in g.node if n.op_type == "Cast" for a in n.attribute if a.name == "to"}
-    half = onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT16
-    return next((("bfloat16", "float16")[i] for i, t in enumerate(half) if t in types), None)
 
 
 def _compare(torch, names, outputs_onnx, outputs_torch, where: str, half: str | None = None) -> float:
@@ -181,7 +168,9 @@ def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), outside,
     model = onnx.load(str(path), load_external_data=False)
     model_inputs = graph_inputs(model)
     out_names = [o.name for o in model.graph.output]
-    half = _half_in(model)
+    # a float32 output of a model that pools in half (``pool(conv(x).half()).float()``) holds values rounded to
+    # half, once in torch and once in the file: compared with half's tolerance
+    half = half_type(model)
     bf16 = [o for o in model.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16]
     for o in bf16:  # fetched through an exact Cast to float32: numpy (and so onnxruntime's numpy()) has no bfloat16
         model.graph.node.append(onnx.helper.make_node("Cast", [o.name], [o.name + "__as_float"],
