@@ -27,37 +27,33 @@ def symbolic_inputs(model: onnx.ModelProto) -> dict[str, tuple]:
 
 
 def random_feed(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], rng: np.random.Generator) -> dict:
+    feed = {}
     try:
-        return _random_feed(model, shapes, rng)
+        for vi in graph_inputs(model):
+            elem, dims = type_dims(vi.type)
+            shape = tuple(shapes[vi.name]) if vi.name in shapes else tuple(dims or ())
+            if any(not isinstance(d, int) for d in shape):
+                raise ShapeError(f"input '{vi.name}' has symbolic dims {shape} and no concrete shape to check with",
+                                 f"give every symbolic input's shape with {CHECK_SHAPES_FORM} (several inputs: in "
+                                 f"one flag, separated by spaces), or skip the check with {NO_CHECK}")
+            if elem == TensorProto.BFLOAT16:
+                import ml_dtypes
+
+                feed[vi.name] = rng.standard_normal(shape).astype(ml_dtypes.bfloat16)
+                continue
+            dt = onnx.helper.tensor_dtype_to_np_dtype(elem)
+            if np.issubdtype(dt, np.floating):
+                feed[vi.name] = rng.standard_normal(shape).astype(dt)
+            elif dt == np.bool_:
+                feed[vi.name] = rng.integers(0, 2, shape).astype(bool)
+            else:
+                feed[vi.name] = rng.integers(0, 4, shape).astype(dt)
     except (ValueError, MemoryError) as e:  # numpy: an input too large to make
         text = ", ".join(f"{k}:{','.join(map(str, v))}" for k, v in shapes.items())
         raise CheckTooLargeError(f"cannot make the check's random inputs at {text or 'the declared shapes'}: "
                                  f"{' '.join(str(e).split())[:120] or type(e).__name__}",
                                  f"check at smaller sizes with {CHECK_SHAPES_FORM}, or skip the check with "
                                  f"{NO_CHECK}") from None
-
-
-def _random_feed(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], rng: np.random.Generator) -> dict:
-    feed = {}
-    for vi in graph_inputs(model):
-        elem, dims = type_dims(vi.type)
-        shape = tuple(shapes[vi.name]) if vi.name in shapes else tuple(dims or ())
-        if any(not isinstance(d, int) for d in shape):
-            raise ShapeError(f"input '{vi.name}' has symbolic dims {shape} and no concrete shape to check with",
-                             f"give every symbolic input's shape with {CHECK_SHAPES_FORM} "
-                             f"(several inputs: in one flag, separated by spaces), or skip the check with {NO_CHECK}")
-        if elem == TensorProto.BFLOAT16:
-            import ml_dtypes
-
-            feed[vi.name] = rng.standard_normal(shape).astype(ml_dtypes.bfloat16)
-            continue
-        dt = onnx.helper.tensor_dtype_to_np_dtype(elem)
-        if np.issubdtype(dt, np.floating):
-            feed[vi.name] = rng.standard_normal(shape).astype(dt)
-        elif dt == np.bool_:
-            feed[vi.name] = rng.integers(0, 2, shape).astype(bool)
-        else:
-            feed[vi.name] = rng.integers(0, 4, shape).astype(dt)
     return feed
 
 
