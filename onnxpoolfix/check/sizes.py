@@ -2,7 +2,6 @@
 symbolic pooled axis probed for sizes that give uniform, non-uniform and upsampling windows."""
 from __future__ import annotations
 
-import logging
 import math
 from typing import Mapping, Sequence
 
@@ -19,7 +18,6 @@ from .feeds import declared_step, symbolic_inputs, tie_named
 from .probe import Prober
 from .windows_proof import BOUND, yielded_sizes
 
-logger = logging.getLogger(__name__)
 
 def default_check_shapes(model: onnx.ModelProto, specs: Sequence[PoolSpec], *,
                          check_shapes: Sequence[Mapping[str, Sequence[int]]] | None = None,
