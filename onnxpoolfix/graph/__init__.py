@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Callable, Iterable, Iterator
 
 import onnx
+from onnx import numpy_helper
 
 #: the names the ONNX default domain goes by
 STANDARD_DOMAINS = ("", "ai.onnx")
@@ -120,8 +121,6 @@ def keep_only(field, keep) -> int:
 def constant_value(name: str, initializers, constants):
     """``name``'s value where an initializer or a Constant node (``constants``: output -> node) holds it, as a
     list; None otherwise, and where its bytes are not in the proto (a light copy's stub)."""
-    from onnx import numpy_helper
-
     tensor = initializers[name] if name in initializers else next(
         (a.t for a in constants[name].attribute if a.name == "value"), None) if name in constants else None
     if tensor is None:

@@ -17,10 +17,12 @@ import dataclasses
 import logging
 import re
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Mapping
 
 from ..check.feeds import graph_inputs
 from .specialised import Specialised
+from .symbolic_sizes import symbolic_pool_sizes
 
 logger = logging.getLogger(__name__)
 
@@ -333,10 +335,6 @@ def dynamic_axes_probe(torch, module, args: tuple, spec) -> Any:
     """For the TorchScript exporter, torch.export of ``module`` at :func:`dynamic_axes_spec`'s ``spec``, whose
     guards say where the branches the trace took hold (as an ONNXProgram holds it, for :func:`specialised_dims`);
     None where torch.export cannot take it."""
-    from types import SimpleNamespace
-
-    from .symbolic_sizes import symbolic_pool_sizes
-
     try:  # pool sizes computed from symbolic ones kept symbolic, as the TorchScript file computes them
         with symbolic_pool_sizes():
             return SimpleNamespace(exported_program=torch.export.export(module, tuple(args), dynamic_shapes=spec,

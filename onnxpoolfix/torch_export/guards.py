@@ -20,6 +20,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import numpy as np
+
+from .declared import declared_symbols, export_guards, finite_int, symbols_declared_at_one, user_placeholders
+
 logger = logging.getLogger("onnxpoolfix")
 
 #: each symbolic dim is tried at every length up to this, and at the integers a guard names (+-2)
@@ -60,8 +64,6 @@ def branch_sizes(torch, module, args: tuple, kwargs: dict, program, model, expor
     """The sizes the comparison with torch also runs at: the symbols compared at 1 (a dynamo export's declared
     down to 1, :func:`.declared.symbols_declared_at_one`; every dim of a TorchScript file), and
     :func:`guard_points`."""
-    from .declared import symbols_declared_at_one
-
     at_one = symbols_declared_at_one(torch, module, args, kwargs, program, model, export_kwargs) if dynamo else [
         d.dim_param for vi in model.graph.input for d in vi.type.tensor_type.shape.dim if d.dim_param]
     return at_one, guard_points(torch, module, args, kwargs, program, model, export_kwargs, dynamo)
@@ -74,8 +76,6 @@ def guard_points(torch, module, args: tuple, kwargs: dict, program, model, expor
     example is false; the symbol as the comparison names it (torch's for a dynamo export, the file's dim name
     for a TorchScript one)."""
     from torch.utils._pytree import tree_flatten, tree_map
-
-    from .declared import declared_symbols, export_guards, finite_int, user_placeholders
 
     ep = getattr(program, "exported_program", None)
     codes = list(getattr(ep, "_guards_code", None) or ())
@@ -167,8 +167,6 @@ def _rounds_apart(arg, values: Mapping[str, int], symbols: Mapping[str, Any]) ->
     """2 where ``arg`` at ``values`` computed in float32 (its floats and the product rounded to float32, as
     onnxruntime's Resize does) floors to another integer than in double; 1 where the double lies within
     float32's rounding of an integer (another float32 computation may); 0 elsewhere."""
-    import numpy as np
-
     at = {symbols[k]: v for k, v in values.items() if k in symbols}
     try:
         x = float(arg.xreplace(at))

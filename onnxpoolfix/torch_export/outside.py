@@ -9,7 +9,7 @@ import logging
 from itertools import islice
 from typing import Sequence
 
-from .declared import DeclaredDims
+from .declared import DeclaredDims, apart_form
 from .sizes import TorchRunner
 from .specialised import Specialised
 
@@ -94,8 +94,6 @@ def compare_forms_instead(torch, module, args: tuple, kwargs: dict, model_inputs
     the dim given a symbol of its own (torch 2.9's squeezenet: ``8*s`` from a ceil_mode pool's guard, exact at
     every size); a form where torch runs at none of those sizes, or that ties the dim to another's (``s + 1``),
     stays found (refused). Returns the rest, the declared dims, and symbol -> sizes for the comparison."""
-    from .declared import apart_form
-
     rest, outside = [], {}
     for sp in found:
         tries = off_form_sizes(sp) if sp.form and declared else []

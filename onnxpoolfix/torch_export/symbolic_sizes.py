@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 from typing import Callable, Iterator
+
+from .translation import aten_translation
 
 # onnxpoolfix op (named as the aten op it stands for) -> (outputs, where torch looks it up: (module path, attribute))
 _OPS = {
@@ -59,8 +62,6 @@ def _custom_ops() -> dict[str, Callable]:
 @contextlib.contextmanager
 def symbolic_pool_sizes() -> Iterator[None]:
     """While active, the ``int[]``-sized adaptive pools given a ``SymInt`` output size call the custom ops."""
-    import importlib
-
     import torch
 
     ops = _custom_ops()
@@ -87,8 +88,6 @@ def symbolic_pool_sizes() -> Iterator[None]:
 def symbolic_translations() -> dict:
     """``{torch.ops.onnxpoolfix.<op>.default: translation}``, each written as the aten op it stands for."""
     import torch
-
-    from .translation import aten_translation
 
     _custom_ops()
     return {getattr(torch.ops.onnxpoolfix, name).default: aten_translation(name, outputs)

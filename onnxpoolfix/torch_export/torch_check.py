@@ -11,12 +11,14 @@ by :mod:`.sizes` so that the adaptive pools see uniform, non-uniform and upsampl
 """
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+import onnx
 
 from ..check.differential import half_type
 from ..check.feeds import graph_inputs
@@ -162,7 +164,6 @@ def verify_against_torch(path: str | Path, module: Any, args: tuple, kwargs: Map
 
 
 def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), outside, guarded, seed) -> TorchCheck:
-    import onnx
     import torch
 
     model = onnx.load(str(path), load_external_data=False)
@@ -262,8 +263,6 @@ def float32_noise(torch, runner: TorchRunner, tensors: list, got: list, want: li
     output's scale fails on an output that cancels (a mean of random data, ~1e-5, off by float32 rounding), where
     a window one element off is still far outside. False where torch cannot run the module in float64, or where
     it draws random numbers (two float64 runs differ: dropout in training mode)."""
-    import copy
-
     saved = runner.module
     if any(_to_numpy(torch, w).dtype != np.float32 for w in want):
         return False
