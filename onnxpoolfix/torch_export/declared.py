@@ -64,14 +64,15 @@ class DeclaredDims:
                 return False
         return True
 
-    def apart(self, key: tuple[int, int], name: str) -> "DeclaredDims":
-        """The same dims with the one at ``key`` given a symbol of its own, ``name`` (its example value and
-        range kept): two dims torch unified, run at different sizes."""
+    def apart(self, keys: list[tuple[int, int]], name: str, lo_hi: tuple[int, int | None] | None = None
+              ) -> "DeclaredDims":
+        """The same dims with those at ``keys`` given a symbol of their own, ``name`` (its example value the
+        first's, its range ``lo_hi``, else the first's): two dims torch unified, run at different sizes."""
         import sympy
 
-        lo_hi = self.ranges.get(str(self.exprs[key]), (1, None))
-        return dataclasses.replace(self, exprs={**self.exprs, key: sympy.Symbol(name)},
-                                   example={**self.example, name: self.size(key, {})},
+        lo_hi = self.ranges.get(str(self.exprs[keys[0]]), (1, None)) if lo_hi is None else lo_hi
+        return dataclasses.replace(self, exprs={**self.exprs, **dict.fromkeys(keys, sympy.Symbol(name))},
+                                   example={**self.example, name: self.size(keys[0], {}) if keys else 1},
                                    ranges={**self.ranges, name: lo_hi})
 
 
@@ -84,12 +85,7 @@ def within(v: int, lo_hi: tuple[int, int | None]) -> bool:
 def apart_form(declared: DeclaredDims, form: str, name: str, lo_hi: tuple[int, int | None]) -> DeclaredDims:
     """``declared`` with every dim torch holds as ``form`` (``2*s24``: one Dim shared by two inputs is two such
     dims) given the symbol ``name`` of its own, over ``lo_hi`` (the caller's range): sizes off the form."""
-    import sympy
-
-    keys = [k for k, e in declared.exprs.items() if str(e) == form]
-    example = declared.size(keys[0], {}) if keys else 1
-    return dataclasses.replace(declared, exprs={**declared.exprs, **dict.fromkeys(keys, sympy.Symbol(name))},
-                               example={**declared.example, name: example}, ranges={**declared.ranges, name: lo_hi})
+    return declared.apart([k for k, e in declared.exprs.items() if str(e) == form], name, lo_hi)
 
 
 def finite_int(bound) -> int | None:

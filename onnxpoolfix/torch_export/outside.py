@@ -73,7 +73,7 @@ def runs_outside(torch, module, args: tuple, kwargs: dict, model_inputs: Sequenc
     try:
         if narrowed.same_as:
             key = ([vi.name for vi in model_inputs].index(narrowed.input), narrowed.axis)
-            declared = declared.apart(key, narrowed.symbol)
+            declared = declared.apart([key], narrowed.symbol)
         runner = TorchRunner(torch, module, args, kwargs, model_inputs, seed, declared)
         tries = outside_sizes(narrowed) if gap is None else gap
         return any(runner.run(runner.inputs({narrowed.symbol: v})) is not None for v in tries)
