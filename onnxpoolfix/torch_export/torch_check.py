@@ -189,9 +189,7 @@ def _verify(path, module, args, kwargs, *, ranges, declared, at_one=(), outside,
     if base is None:
         raise TorchMismatchError(f"the torch module fails on the example inputs ({runner.last_error})",
                                  "check the example inputs, or pass verify=False to skip the comparison with torch")
-    runs = [(dict(example), base)]
-    if example:
-        runs += choose_dims(runner, base[2], sym_ranges, example)
+    runs = [(dict(example), base)] + choose_dims(runner, base[2], sym_ranges, example)  # (none without symbols)
     at_one = [name for name in at_one if name in example]  # each alone, then all together (a branch on H == W == 1)
     together = [{**example, **dict.fromkeys(at_one, 1)}] if len(at_one) > 1 else []
     # outside a range torch.export narrowed, where torch runs: the file must run there too (strict)
