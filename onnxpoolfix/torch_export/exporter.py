@@ -30,8 +30,8 @@ from ..graph.size_precision import torch_doubles
 from ..io import has_external_data, load_model, preflight_output, save_model
 from ..report import PatchReport, WarningNote
 from ..words import API, EXPORT, EXPORT_TORCHSCRIPT, render_all
-from .declared import declared_dims, dynamic_axes_probe, dynamic_axes_spec, specialised_dims
-from .guards import branch_sizes
+from .declared import declared_dims, dynamic_axes_probe, dynamic_axes_spec, specialised_dims, symbols_declared_at_one
+from .guards import guard_points
 from .opset import KEEPS_METADATA_FROM, convert_keeping_metadata
 from .outside import compare_forms_instead, compared_instead, runs_outside
 from .specialised import hint_for
@@ -321,8 +321,11 @@ def export(module: Any, args: Any, f: Union[str, "os.PathLike[str]", BinaryIO], 
                     torch, module, call_args, call_kwargs, inputs, declared, specialised, seed)
             specialised = [sp for sp in specialised if sp.value is not None or runs_outside(
                 torch, module, call_args, call_kwargs, inputs, traced, sp, seed)]
-            # sizes torch decides otherwise than the trace did: 1, and where a guard of torch.export is false
-            at_one, guarded = branch_sizes(torch, module, call_args, call_kwargs, probe, model, spec, dynamo)
+            # sizes torch decides otherwise than the trace did: 1 (a dynamo export's dims declared down to 1, every
+            # dim of a TorchScript file), and where a guard of torch.export is false
+            at_one = symbols_declared_at_one(torch, module, call_args, call_kwargs, probe, model, spec) if dynamo else [
+                d.dim_param for vi in model.graph.input for d in vi.type.tensor_type.shape.dim if d.dim_param]
+            guarded = guard_points(torch, module, call_args, call_kwargs, probe, model, spec, dynamo)
             for sp in specialised if spec is not kwargs else ():
                 sp.declared = "dynamic_axes"
             if not dynamo:  # the TorchScript file is the tracer's: compared with torch there instead (verify)

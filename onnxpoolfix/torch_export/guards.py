@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .declared import declared_symbols, export_guards, finite_int, symbols_declared_at_one, user_placeholders
+from .declared import declared_symbols, export_guards, finite_int, user_placeholders
 
 logger = logging.getLogger("onnxpoolfix")
 
@@ -57,16 +57,6 @@ class _Sized:
 
     def dim(self) -> int:
         return len(self.shape)
-
-
-def branch_sizes(torch, module, args: tuple, kwargs: dict, program, model, export_kwargs: Mapping, dynamo: bool
-                 ) -> tuple[list[str], dict[str, list[tuple[int, str]]]]:
-    """The sizes the comparison with torch also runs at: the symbols compared at 1 (a dynamo export's declared
-    down to 1, :func:`.declared.symbols_declared_at_one`; every dim of a TorchScript file), and
-    :func:`guard_points`."""
-    at_one = symbols_declared_at_one(torch, module, args, kwargs, program, model, export_kwargs) if dynamo else [
-        d.dim_param for vi in model.graph.input for d in vi.type.tensor_type.shape.dim if d.dim_param]
-    return at_one, guard_points(torch, module, args, kwargs, program, model, export_kwargs, dynamo)
 
 
 def guard_points(torch, module, args: tuple, kwargs: dict, program, model, export_kwargs: Mapping, dynamo: bool
