@@ -224,7 +224,8 @@ def _int_index(em: Emitter, a: int, coords, axes, table: str, dims) -> str:
         if stride is not None:
             term = em.op("Mul", [term, stride])
         index = term if index is None else em.op("Add", [index, term])
-        stride = _scalar(em, dims[j]) if stride is None else em.op("Mul", [stride, _scalar(em, dims[j])])
+        if j:  # (past the first axis no term is left to scale)
+            stride = _scalar(em, dims[j]) if stride is None else em.op("Mul", [stride, _scalar(em, dims[j])])
     return index
 
 

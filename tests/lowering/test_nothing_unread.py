@@ -15,12 +15,24 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 FILES = sorted(p.name for p in FIXTURES.glob("*.onnx") if "indices" in p.name or "max" in p.name)
 
 
+def _graphs(graph: onnx.GraphProto):
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from _graphs(g)
+
+
 def _unread(model: onnx.ModelProto) -> tuple[list[str], list[str]]:
-    read = {o.name for o in model.graph.output}
+    """Initializers and node outputs nothing reads, in the graph or in any branch or body (a node of an If
+    branch that its branch neither reads nor returns is as unread as one at the top)."""
+    graphs = list(_graphs(model.graph))
+    read = {o.name for g in graphs for o in g.output}
     for node in nodes_deep(model.graph.node):
         read.update(node.input)
-    inits = [t.name for t in model.graph.initializer if t.name not in read]
-    outputs = [n.name or n.op_type for n in model.graph.node if n.output and not any(o in read for o in n.output)]
+    inits = [t.name for g in graphs for t in g.initializer if t.name not in read]
+    outputs = [n.name or n.op_type for g in graphs for n in g.node
+               if n.output and not any(o in read for o in n.output)]
     return inits, outputs
 
 
