@@ -85,7 +85,7 @@ def emit_first_max_windows(em: Emitter, x: str, rank: int, axes: list[PooledAxis
     """Values (into ``y``) and torch's indices (into ``indices``: only the indices take this construction) of
     max pooling ``x``'s last ``len(axes)`` axes, exact where no element of ``x`` is NaN, ``x`` is not empty and
     its plane has at most :data:`MAX_PLANE` elements (the If's condition, :func:`~.first_max.takes_first_max` and
-    :func:`plane_fits`). ``positions``: the ``[O, K]`` :func:`window_positions` of the axes, or (the dynamic
+    :func:`takes_whole_windows`). ``positions``: the ``[O, K]`` :func:`window_positions` of the axes, or (the dynamic
     lowering's, built at run time) the name of the same int64 tensor flattened; ``kall``: ``K``, an int or a
     0-d int64 tensor."""
     k = len(axes)

@@ -5,7 +5,9 @@ decomposition (or as a pooling op frozen at the traced size), found, proven and 
 A region's life, module by module:
 
 1. :mod:`.metadata` reads what a node's metadata says about the torch call that wrote it (the module class,
-   the source line and its calls): the only reader of ``pkg.torch.onnx.*`` metadata.
+   the source line and its calls). Two readings stay with their users: :mod:`.merges` reads ``fx_node``
+   (which program value a node stands for), :mod:`.frozen_readings` ``class_hierarchy`` and ``fx_node`` of a
+   flatten.
 2. :mod:`.dataflow` cuts candidate regions out of the graph: from the Div by the window lengths (or the
    ReduceMean of equal windows) back to the one tensor every data path passes through, with the window
    tables and the size arithmetic they read (:class:`~.dataflow.Candidate`, a frozen record: what was
