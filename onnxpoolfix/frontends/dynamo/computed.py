@@ -22,12 +22,17 @@ HIDDEN_SIZE = ("its source line calls something that may hold a pool (a helper f
                "axis) may be an adaptive pool whose output size, computed from the input, was 1 at the traced size")
 
 
-def computed_axes(nodes: Sequence[onnx.NodeProto], k: int, kind: str | None = None) -> set[int]:
+def computed_axes(nodes: Sequence[onnx.NodeProto], k: int, kind: str | None = None,
+                  made: Sequence | None = None) -> set[int]:
     """The pooled axes (0..k-1, of the last k) whose output size an adaptive call on the nodes' source lines takes
     from the input: a computed entry of its size (one entry for every axis where it writes one) or a written
     ``None`` (the axis follows the input: a static size there is its traced length, review44 F3), or every axis
     for an area resize by scale_factor. ``kind`` ("avg", "max"): only calls that pool so (a ReduceMax is no
-    average's: ``F.adaptive_avg_pool2d(x, (None, 2)); F.adaptive_max_pool2d(x, 1)`` on one line)."""
+    average's: ``F.adaptive_avg_pool2d(x, (None, 2)); F.adaptive_max_pool2d(x, 1)`` on one line). ``made``: the
+    region's output length per pooled axis (an int where static): a call writing a literal size that differs
+    from it on some axis made another region. torch shares the nodes reading a tensor's shape between the calls
+    pooling it, and they keep the first call's line: ``a = pool(x, (3, None))`` before ``b = pool(x, (5, 6))``
+    read b's W as computed (refused, exit 4); so did ``pool(pool(x, (6, 6)), (5, None))`` for the inner pool."""
     out: set[int] = set()
     traces = {tuple((p.key, p.value) for p in n.metadata_props if p.key.endswith(("stack_trace", "name_scopes"))): n
               for n in nodes}
@@ -44,6 +49,9 @@ def computed_axes(nodes: Sequence[onnx.NodeProto], k: int, kind: str | None = No
             size = tuple(call.size or ())
             if len(size) == 1:
                 size *= k
+            if made is not None and call.rank in (None, k) and len(size) == k and any(
+                    type(m) is int and type(n) is int and m != n for m, n in zip(size, made)):
+                continue
             out.update(k - len(size) + a for a, m in enumerate(size)
                        if (m is COMPUTED or m is None or isinstance(m, OwnLength)) and k - len(size) + a >= 0)
     return out

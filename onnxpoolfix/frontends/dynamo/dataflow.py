@@ -260,7 +260,7 @@ def find_candidate(g: DataflowGraph, end: int, info, stripped: bool = False) -> 
         for p in (perm, None) if perm else (None,):
             fit = _fit(t, result, evidence, meta_rank, info, p,
                        None if p else lambda a, r=region: range_limit(g, r, result, a, info),
-                       lambda k, r=region: computed_axes([g.nodes[i] for i in r], k),
+                       lambda k, made, r=region: computed_axes([g.nodes[i] for i in r], k, made=made),
                        lambda r=region: region_hides_a_size(g.nodes, r))
             if isinstance(fit, str):
                 why = why or (None if own or p else fit)  # (own: never taken, the region past the op decides)
@@ -316,7 +316,7 @@ def permuted(perm: tuple[int, ...] | None, dims):
 
 def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info, perm, runtime, computes, hidden):
     """(rank, input shape, dtype, output size) of pooling ``pooled`` (its Transpose by ``perm`` where given) to
-    ``result``, or why it cannot be. ``computes(k)``: the pooled axes the source line computes the size of (a
+    ``result``, or why it cannot be. ``computes(k, sizes)``: the pooled axes the source line computes the size of (a
     static size there under a symbolic input axis is torch's at the traced size only, review44 F2)."""
     x_elem, x_shape = info.get(pooled, (0, None))
     x_shape = permuted(perm, x_shape)
@@ -343,7 +343,7 @@ def _fit(pooled: str, result: str, evidence: str, meta_rank: int | None, info, p
     for a in range(r - k, r):
         if isinstance(y_shape[a], int) and y_shape[a] >= 1:
             if not isinstance(x_shape[a], int) and a - (r - k) in (
-                    computed := computes(k) if computed is None else computed):
+                    computed := computes(k, y_shape[r - k:]) if computed is None else computed):
                 return COMPUTES_SIZE
             if y_shape[a] == 1 and not isinstance(x_shape[a], int) and hidden():
                 return HIDDEN_SIZE  # a helper's pool to 1 under a symbolic axis: maybe a computed size, 1 traced
