@@ -366,3 +366,24 @@ def portable_pooled_avg(shape, size, opset: int) -> onnx.ModelProto:
     import onnxpoolfix
 
     return onnxpoolfix.patch(make_leftover("avg", shape, size, opset=opset), target="portable").model
+
+
+def compare_with_torch_at(model: onnx.ModelProto, module, sizes, *, channels: int = 3) -> int:
+    """Run ``model`` (one input named ``x``) at each (H, W) of ``sizes`` that its input accepts (a dim torch
+    specialised stays fixed) against ``module`` itself; returns how many sizes ran."""
+    import torch
+
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    sess = ort_session(model)
+    ran = 0
+    for size in sizes:
+        x = torch.randn(1, channels, *size)
+        if not all(not d.HasField("dim_value") or d.dim_value == n for d, n in zip(dims, x.shape)):
+            continue
+        with torch.no_grad():
+            want = module(x)
+        want = want if isinstance(want, tuple) else (want,)
+        for g, w in zip(sess.run(None, {"x": x.numpy()}), want):
+            np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6, err_msg=str(size))
+        ran += 1
+    return ran
