@@ -178,8 +178,10 @@ class SizeSpace:
         same: list[int | None] = []  # per axis, the index of its identity size in per_axis
         for a, s in enumerate(self.axis_symbols):
             m = self.output_size[a]
-            if not s:  # a static pooled axis (H fixed, W symbolic): its windows are the same at every binding
-                per_axis.append([None])
+            if not s:  # a static pooled axis (H fixed, W symbolic): its windows are the same at every binding;
+                # a length of several symbols (a flattened H*W) is none this search can bind: no size is tried
+                static = isinstance(self.pooled[len(self.pooled) - len(self.output_size) + a], int)
+                per_axis.append([None] if static else [])
                 same.append(None)
                 continue
             seen, down, up, ident = set(), [], [], []
