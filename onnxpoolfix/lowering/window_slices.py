@@ -7,10 +7,13 @@ per window as 0-D int64 arithmetic on ``Gather(Shape(x), axis)`` (``k * n`` shar
 sizes: constant bounds (ncnn has no Gather layer: the portable target's averages take this form over the window
 sums wherever it applies), a static average over a 1-D or 2-D pool's spatial axis in runs (:func:`window_runs`;
 long windows: :meth:`WindowSlicesStep.at`). Each window or run is reduced (max: the base class' NaN / -inf wrapper)
-and one Concat puts them back in order; the axes one after the other, the smaller output first read by the next.
+and one Concat puts them back in order; the axes one after the other, the smaller output first read by the next
+(static max pooling below opset 18: the windows of consecutive axes cut as a tree and joined once,
+:mod:`.window_grid`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -28,6 +31,7 @@ from .runtime_windows import guess_len
 from .separable import SeparableStep
 from .steps import OneAxisStep, Step, numel
 from .sum_steps import WindowSumStep
+from .window_grid import MAX_GRID, WindowGridStep
 
 #: the most windows one axis may be cut into (each is a Slice and a Reduce node)
 MAX_WINDOWS = 64
@@ -309,10 +313,25 @@ class WindowSlicesLowering(Lowering):
             steps += reduce_whole(spec, whole)
         # the axis whose output is smallest relative to its input first: later axes slice less
         rest = sorted((a for a in changed if a.m != 1), key=lambda a: a.m / guess_len(a.n))
-        steps += [WindowSumStep(a.axis, a.n, a.m) if summed_axis(spec, a) else
+        stages = [WindowSumStep(a.axis, a.n, a.m) if summed_axis(spec, a) else
                   WindowSlicesStep(a.axis, a.n if isinstance(a.n, int) else None, a.m, op,
                                    pool_windows(spec, a.axis, a.n)) for a in rest]
-        return steps
+        return steps + grid_or(stages, spec.kind)
+
+
+def grid_or(stages: list[Step], kind: str, planes: bool = False) -> list[Step]:
+    """Max pooling's window Slices of two or more consecutive static axes, at most :data:`MAX_GRID` windows in
+    all, as one :class:`~.window_grid.WindowGridStep` (one join for quantize_static), else ``stages``; ``planes``:
+    a 3-D pool's planes (:func:`separable_step`)."""
+    cut = [s for s in stages if isinstance(s, WindowSlicesStep) and s.n is not None and not s.pool_windows]
+    axes = sorted(s.axis for s in cut)
+    if kind != "max" or len(cut) < 2 or len(cut) != len(stages) or axes != list(range(axes[0], axes[0] + len(axes))):
+        return stages
+    by_axis = sorted(cut, key=lambda s: s.axis)
+    if math.prod(s.m for s in by_axis) > MAX_GRID:
+        return stages
+    return [WindowGridStep(tuple(axes), tuple(s.n for s in by_axis), tuple(s.m for s in by_axis),
+                           plane_stages=tuple(stages) if planes else ())]
 
 
 def summed_axis(spec, a) -> bool:
@@ -339,5 +358,5 @@ def separable_step(spec, op: str) -> SeparableStep:
     def step(a, axis):
         return WindowSlicesStep(axis, a.n, a.m, op, pool_windows(spec, axis, a.n, planes=True), twin_pools=not double)
 
-    plane = tuple(step(a, axis) for a, axis in ((h, 2), (w, 3)) if not a.keep)
+    plane = tuple(grid_or([step(a, axis) for a, axis in ((h, 2), (w, 3)) if not a.keep], spec.kind, planes=True))
     return SeparableStep(plane, (step(d, 2),) if not d.keep else ())
