@@ -40,8 +40,9 @@ from .rewrite.model import apply_model_plan
 from .words import (
     API,
     CHECK_SHAPES,
+    DROP_STRATEGY,
+    FORCED_BY_STRATEGY,
     INPUT_SHAPES,
-    STRATEGY_WINDOW_SLICES,
     TARGET_PORTABLE,
     TARGET_TENSORRT,
     TRACED_SHAPES,
@@ -317,26 +318,20 @@ def read_arguments(caller: str, model, target: str, strategy: str, seed, costs, 
 
 
 def ncnn_note(applied) -> list[Note]:
-    """The portable target's static nodes written with ops ncnn (through pnnx) has no layer for (its max
-    pooling's Gathers and comparisons, the fastest exact forms in onnxruntime and exact after quantize_static;
-    window sums beyond 64 windows): a note, with the remedy, ``window_slices``, where it applies to every node
-    (a strategy applies to all of them: one it does not apply to is an error). Measured:
-    tests/test_runtime_ncnn.py. Symbolic sizes are not noted here: pnnx converts one size at a time (bind it)."""
+    """The portable target's static nodes written with ops ncnn (through pnnx) has no layer for. The planner
+    writes a form without them wherever one applies (plan/planner.py), so these are the nodes none fits (max
+    pooling whose indices are read, an axis of more than 64 windows), or a strategy forced: a note naming them
+    and why the window slices do not apply to the first (measured: tests/test_runtime_ncnn.py). Symbolic sizes are
+    not noted here: pnnx converts one size at a time (bind it)."""
     lacking = [d for d in applied if d.spec.target == "portable" and d.spec.static and set(d.ops) & NO_NCNN_LAYER]
     if not lacking:
         return []
     ops = sorted({op for d in lacking for op in d.ops} & NO_NCNN_LAYER)
-    blocked = next(((d.spec.node.label, reason) for d in applied
-                    if (reason := BY_NAME["window_slices"].check(d.spec)) is not None), None)
-    if blocked is None:
-        remedy = (f"for ncnn, {STRATEGY_WINDOW_SLICES} writes them without (onnxruntime's quantize_static then "
-                  "rounds each window's maximum once more: docs/targets.md)")
-    else:  # (a strategy names one lowering for every node)
-        remedy = (f"{STRATEGY_WINDOW_SLICES}, which writes them without, would have to apply to every node, and "
-                  f"does not to {blocked[0]}: {blocked[1]}")
+    why = BY_NAME["window_slices"].check(lacking[0].spec)
+    remedy = (f"no form without them applies to {lacking[0].spec.node.label}: {why}" if why else
+              f"{FORCED_BY_STRATEGY}; {DROP_STRATEGY} for a form without them")
     return [Note(f"{len(lacking)} node(s) written with {', '.join(ops)}, which ncnn (through pnnx) has no layer "
-                 f"for (measured); {remedy}", "ncnn-layers", nodes=[d.spec.node.label for d in lacking], ops=ops,
-                 window_slices=blocked is None)]
+                 f"for (measured); {remedy}", "ncnn-layers", nodes=[d.spec.node.label for d in lacking], ops=ops)]
 
 
 def _traced_alone(check_shapes, traced_shapes) -> bool:

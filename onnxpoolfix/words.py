@@ -70,7 +70,6 @@ KNOBS: dict[str, Knob] = {
     "allow_partial": Knob("--allow-partial", "allow_partial=True"),
     "no_check": Knob("--no-check", "check=False"),
     "strategy": Knob("--strategy", "strategy="),
-    "strategy_named": Knob("--strategy {arg}", "strategy='{arg}'"),
     "drop_strategy": Knob("drop --strategy", "drop strategy= (or strategy='auto')"),
     "forced_by_strategy": Knob("forced by --strategy", "forced by the strategy argument"),
     "target": Knob("--target {arg}", "target='{arg}'"),
@@ -110,7 +109,6 @@ CHECK_SHAPES_REPEATABLE = ref("check_shapes_repeatable")
 TRACED_SHAPES, TRACED_SHAPES_FORM = ref("traced_shapes"), ref("traced_shapes_form")
 NO_CHECK, ALLOW_PARTIAL, IN_PLACE, VERBOSE = ref("no_check"), ref("allow_partial"), ref("in_place"), ref("verbose")
 STRATEGY, DROP_STRATEGY, FORCED_BY_STRATEGY = ref("strategy"), ref("drop_strategy"), ref("forced_by_strategy")
-STRATEGY_WINDOW_SLICES = ref("strategy_named", "window_slices")
 CHECK_OR_INPUT_SHAPES = ref("check_or_input_shapes")
 BIND_INPUT_SIZES, BIND_SYMBOLIC_DIMS = ref("bind", "input sizes"), ref("bind", "symbolic input dims")
 TARGET_ONNXRUNTIME = ref("target", "onnxruntime")

@@ -61,14 +61,15 @@ def known_failure(case: dict, target: str) -> str | None:
     return None
 
 
-#: the portable target's max fixtures ncnn takes with --strategy window_slices (no indices read; 3-D as two 2-D pools)
+#: the portable target's max fixtures whose window Slices apply (no indices read; 3-D as two 2-D pools)
 WINDOW_SLICES_MAX = [c for c in CASES if c["kind"] == "max" and "indices" not in c["name"]]
 
 
 @pytest.mark.parametrize("case", WINDOW_SLICES_MAX, ids=[c["name"] for c in WINDOW_SLICES_MAX])
 def test_ncnn_takes_the_portable_max_with_window_slices(case):
-    """The remedy docs/targets.md gives ncnn users for max pooling: ``--target portable --strategy window_slices``
-    (window Slices and the NaN test without comparisons), exact at every saved batch-1 size."""
+    """The portable target's max pooling as window Slices and the NaN test without comparisons (what it writes by
+    default but where the windows are uniform: one MaxPool, test_ncnn_matches_torch), exact at every saved batch-1
+    size."""
     rtol, atol = case["suggested_tolerance"]
     model = onnx.load(FIXTURES / case["file"])
     sizes = list(_runnable(case))
@@ -116,8 +117,7 @@ def test_ncnn_matches_torch(case, target):
     if failure is None and target == "onnxruntime" and "If" in ops:
         failure = "the default target's If (its MatMul averages' NaN guard): comparisons ncnn has no layer for"
     if failure is None and case["kind"] == "max" and ops & NCNN_LACKS:
-        # the portable target's default static max: Gathers (quantize_static leaves them exact); for ncnn
-        # --strategy window_slices, below
+        # the default and tensorrt targets' static max, and any target's with its indices read: Gathers
         failure = "max pooling with Gathers or comparisons"
     if failure:
         sfx, feed, _ = sizes[0]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from ..errors import ArgumentError, UnsupportedNodeError
 from ..graph.shapes import PoolSpec
 from ..lowering import BY_NAME, LOWERINGS, Lowering
-from ..lowering.base import AxisWindows
+from ..lowering.base import NO_NCNN_LAYER, AxisWindows
 from ..lowering.calibration import active as cost_model
 from ..reason import opset_needed
 from ..report import dim_label, time_label
@@ -67,7 +67,10 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
                                        f"{DROP_STRATEGY} to let the planner choose", opset=opset_needed(chosen.reason),
                                        node=spec.node.name, reasons={strategy: str(chosen.reason)})
         return Plan(spec, BY_NAME[strategy], cands, FORCED_BY_STRATEGY)
-    ok = sorted((c for c in cands if c.reason is None), key=lambda c: c.cost)
+    # the portable target: first the forms ncnn (through pnnx) has a layer for every op of, where one applies
+    lacking = {c.name: spec.target == "portable" and bool(NO_NCNN_LAYER.intersection(BY_NAME[c.name].ops(spec)))
+               for c in cands if c.reason is None}
+    ok = sorted((c for c in cands if c.reason is None), key=lambda c: (lacking[c.name], c.cost))
     if not ok:
         if not spec.static:
             # every static lowering says the same thing; only the dynamic ones' reasons are news
@@ -93,12 +96,13 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
         why = "the only lowering that applies"
     elif model.tune and tuning.tunable(spec):
         measured = tuning.measure(spec, [BY_NAME[c.name] for c in ok], model.tune_threads)
-        ranked = sorted(ok, key=lambda c: measured[c.name])
+        ranked = sorted(ok, key=lambda c: (lacking[c.name], measured[c.name]))
         best, runner = ranked[0], ranked[1]
         why = f"tuned: measured {time_label(measured[best.name])} vs {runner.name} {time_label(measured[runner.name])}"
     else:
         runner = ok[1]
-        why = f"est. {time_label(best.cost)} vs {runner.name} {time_label(runner.cost)}"
+        why = f"est. {time_label(best.cost)} vs {runner.name} {time_label(runner.cost)}" + (
+            ", whose ops ncnn lacks" if lacking[runner.name] and not lacking[best.name] else "")
     source = model.label
     return Plan(spec, BY_NAME[best.name], cands, f"{describe_axes(spec)}; {why}" + (f" ({source})" if source else ""))
 

@@ -1,8 +1,8 @@
-"""The portable target's note where it writes ops ncnn (through pnnx) has no layer for (``ncnn-layers``): its
-static max pooling's Gathers and comparisons (kept by default: the fastest exact forms in onnxruntime, exact after
-quantize_static; review89 and review91 measured the forms without them 1.3x to 12.6x slower). The note names the
-nodes and the remedy, ``window_slices``, where it applies; following it gives a file with none of those ops, as
-exact as torch. tests/test_runtime_ncnn.py runs both kinds of file in ncnn."""
+"""The portable target and ncnn (through pnnx), which has no layer for Gathers, comparisons, Where or If: the planner
+writes a form without them wherever one applies (its static max pooling as window Slices, or one MaxPool where
+the windows are uniform), though the Gathers are faster in onnxruntime (review89 and review91: 1.3x to 12.6x);
+where none applies (indices read, an axis of more than 64 windows, a strategy that forces one) the note
+``ncnn-layers`` names the nodes and why. tests/test_runtime_ncnn.py runs the files in ncnn."""
 from __future__ import annotations
 
 import json
@@ -19,7 +19,6 @@ from runtime_fixtures import runs
 
 import onnxpoolfix
 from onnxpoolfix.cli import main
-from onnxpoolfix.errors import PoolFixError, UnsupportedNodeError
 
 torch = pytest.importorskip("torch")
 
@@ -37,23 +36,33 @@ def lacking_ops(model) -> set[str]:
     return {n.op_type for n in model.graph.node} & NCNN_LACKS
 
 
+def assert_exact(model, feeds, want: list[np.ndarray]) -> None:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = sess.run(None, feeds)
+    assert len(got) >= len(want)
+    for g, expected in zip(got, want):
+        np.testing.assert_array_equal(g, expected)
+
+
 @pytest.mark.parametrize("case", STATIC_MAX, ids=[c["name"] for c in STATIC_MAX])
-def test_the_note_names_what_ncnn_lacks_and_following_it_removes_it(case):
+def test_the_portable_max_is_written_without_what_ncnn_lacks_where_a_form_applies(case):
     result = onnxpoolfix.patch(onnx.load(FIXTURES / case["file"]), target="portable")
-    lacking = lacking_ops(result.model)
-    (note,) = ncnn_notes(result)
-    assert lacking and set(note.data["ops"]) == lacking, (note.data, lacking)
-    assert len(note.data["nodes"]) == 1 and result.report.nodes[0].name in note.data["nodes"][0]
-    if "indices" in case["name"]:  # the indices need Gathers and comparisons: nothing to offer
-        assert note.data["window_slices"] is False and "would have to apply to every node" in str(note)
-        with pytest.raises(UnsupportedNodeError):  # (what the advice would have led to)
-            onnxpoolfix.patch(onnx.load(FIXTURES / case["file"]), target="portable", strategy="window_slices")
+    if "indices" in case["name"]:  # the indices need Gathers and comparisons: the note says so
+        (note,) = ncnn_notes(result)
+        assert set(note.data["ops"]) == lacking_ops(result.model) and len(note.data["nodes"]) == 1
+        assert result.report.nodes[0].name in note.data["nodes"][0] and "indices output is read" in str(note)
         return
-    assert note.data["window_slices"] is True and "strategy='window_slices'" in str(note)
-    followed = onnxpoolfix.patch(onnx.load(FIXTURES / case["file"]), target="portable", strategy="window_slices")
-    assert not lacking_ops(followed.model) and not ncnn_notes(followed)
+    assert not lacking_ops(result.model) and not ncnn_notes(result)
+    # a form with Gathers applies too (and runs faster in onnxruntime): the planner chose the other for ncnn
+    gathers = []
+    for strategy in ("argmax", "window_gather", "pool_cover"):
+        try:
+            gathers.append(onnxpoolfix.patch(onnx.load(FIXTURES / case["file"]), target="portable", strategy=strategy))
+        except onnxpoolfix.PoolFixError:
+            continue
+    assert gathers and all(lacking_ops(g.model) for g in gathers)
     _, feeds, want = next(runs(case))  # torch's saved input and output (a static file takes one size)
-    sess = ort.InferenceSession(followed.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
     got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
     assert want and set(want) <= set(got)
     for name, expected in want.items():
@@ -70,18 +79,22 @@ def test_no_note_where_nothing_ncnn_lacks_is_written_by_the_portable_target(targ
             continue
         try:
             result = onnxpoolfix.patch(onnx.load(FIXTURES / case["file"]), target=target, check=False)
-        except PoolFixError:
+        except onnxpoolfix.PoolFixError:
             continue
         assert not ncnn_notes(result), (case["name"], target)
         if target == "portable" and not case["dynamic"]:
             assert not lacking_ops(result.model), case["name"]
 
 
-def test_the_cli_names_the_flag(tmp_path):
+def test_the_cli_says_why_and_what_a_forced_strategy_does(tmp_path):
     out = tmp_path / "out.onnx"
-    run = CliRunner().invoke(main, [str(FIXTURES / "max2d.onnx"), str(out), "--target", "portable"])
+    run = CliRunner().invoke(main, [str(FIXTURES / "max2d_indices_output.onnx"), str(out), "--target", "portable"])
     assert run.exit_code == 0, run.output
-    assert "--strategy window_slices writes them without" in run.output
+    assert "ncnn (through pnnx) has no layer for" in run.output and "indices output is read" in run.output
+    run = CliRunner().invoke(main, [str(FIXTURES / "max2d.onnx"), str(out), "--target", "portable",
+                                    "--strategy", "argmax"])
+    assert run.exit_code == 0, run.output
+    assert "forced by --strategy; drop --strategy for a form without them" in run.output
 
 
 def pools_of_one_input(pools, shape):
@@ -103,7 +116,7 @@ def torch_pool(kind, x, size):
     return getattr(torch.nn.functional, f"adaptive_{kind}_pool{len(size)}d")(torch.from_numpy(x), size).numpy()
 
 
-def test_nodes_of_one_name_and_in_if_branches_get_one_note_and_a_remedy_that_works():
+def test_nodes_of_one_name_and_in_if_branches_are_written_without_what_ncnn_lacks():
     """Two max pools named alike, and two in the branches of a user's If (review92: the note keyed its nodes by
     name, and two of one name made it fail with an internal error)."""
     two = pools_of_one_input([("max", (3, 4)), ("max", (2, 5))], (1, 3, 20, 22))
@@ -113,23 +126,24 @@ def test_nodes_of_one_name_and_in_if_branches_get_one_note_and_a_remedy_that_wor
             n.op_type = "adaptive_max_pool2d"
     x = np.random.default_rng(2).standard_normal((1, 3, 20, 22)).astype(np.float32)
     xb = np.random.default_rng(3).standard_normal((1, 2, 8, 9)).astype(np.float32)
-    runs = [(two, {"x": x}, [torch_pool("max", x, (3, 4)), torch_pool("max", x, (2, 5))]),
-            (branches, {"x": xb, "c": np.array(True)}, [torch_pool("max", xb, (5, 7))])]
-    for model, feeds, want in runs:
-        (note,) = ncnn_notes(onnxpoolfix.patch(model, target="portable"))
-        assert len(note.data["nodes"]) == 2 and note.data["window_slices"] is True
-        followed = onnxpoolfix.patch(model, target="portable", strategy="window_slices")
-        assert not ncnn_notes(followed)
-        sess = ort.InferenceSession(followed.model.SerializeToString(), providers=["CPUExecutionProvider"])
-        for got, expected in zip(sess.run(None, feeds), want):
-            np.testing.assert_array_equal(got, expected)
+    for model, feeds, want in [(two, {"x": x}, [torch_pool("max", x, (3, 4)), torch_pool("max", x, (2, 5))]),
+                               (branches, {"x": xb, "c": np.array(True)}, [torch_pool("max", xb, (5, 7))])]:
+        result = onnxpoolfix.patch(model, target="portable")
+        assert not ncnn_notes(result)
+        graphs = [result.model.graph] + [a.g for n in result.model.graph.node for a in n.attribute if a.type == a.GRAPH]
+        assert not {n.op_type for g in graphs for n in g.node} & (NCNN_LACKS - {"If"})  # (the user's own If)
+        assert_exact(result.model, feeds, want)
 
 
-def test_no_remedy_where_window_slices_does_not_apply_to_every_node():
-    """A strategy names one lowering for every node: beside an average of 70 windows on an axis (more
-    than the window Slices cut), forcing them is an error, so the note does not offer them (review92)."""
-    model = pools_of_one_input([("max", (3, 4)), ("avg", (70, 7))], (1, 3, 141, 22))
-    (note,) = ncnn_notes(onnxpoolfix.patch(model, target="portable"))
-    assert note.data["window_slices"] is False and "would have to apply to every node" in str(note)
-    with pytest.raises(UnsupportedNodeError):
-        onnxpoolfix.patch(model, target="portable", strategy="window_slices")
+def test_the_note_names_the_nodes_no_form_fits():
+    """Beside a max pool, an average of 67 windows on an axis (more than the window Slices cut: window sums, a
+    Gather): the note names the average alone, with the reason."""
+    model = pools_of_one_input([("max", (3, 4)), ("avg", (67, 7))], (1, 3, 141, 22))
+    result = onnxpoolfix.patch(model, target="portable")
+    (note,) = ncnn_notes(result)
+    assert note.data["ops"] == ["Gather"] and len(note.data["nodes"]) == 1 and "67 windows" in str(note)
+    x = np.random.default_rng(4).standard_normal((1, 3, 141, 22)).astype(np.float32)
+    sess = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {"x": x})
+    np.testing.assert_array_equal(got[0], torch_pool("max", x, (3, 4)))
+    np.testing.assert_allclose(got[1], torch_pool("avg", x, (67, 7)), rtol=1e-5, atol=1e-6)

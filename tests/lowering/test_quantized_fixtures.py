@@ -35,7 +35,7 @@ TARGETS = ["onnxruntime", "tensorrt", "portable"]
 #: where torch cannot export the module with dynamo (issue 33's bar for it)
 NO_DYNAMO_BAR = 1e-2
 #: in the fast suite (the rest: `make test-runtimes`, which records the matrix's int8 cells)
-QUICK = {"max2d_indices_output", "pyramid_pooling"}
+QUICK = {"max2d_indices_output", "pyramid_pooling", "max2d", "max3d"}
 
 
 def _make_fixtures():
