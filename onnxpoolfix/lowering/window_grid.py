@@ -13,8 +13,6 @@ of 1e-2 (docs/targets.md, "Max pooling"). At most :data:`MAX_GRID` windows in al
 """
 from __future__ import annotations
 
-import itertools
-import math
 from dataclasses import dataclass, replace
 
 from .. import windows as W
