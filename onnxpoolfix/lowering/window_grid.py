@@ -1,5 +1,6 @@
 """Static max pooling's windows over consecutive pooled axes, joined by one Concat (the portable target's
-``window_slices`` lowering below opset 18; issue 33).
+``window_slices`` lowering where its windows are ReduceMaxes, not MaxPool runs: below opset 18, and float64 or
+a 3-D pool not cut into planes at any opset; issue 33).
 
 onnxruntime's ``quantize_static`` (QDQ) gives each input of a Concat its own calibrated range and the Concat's
 output another, so every join rounds the pooled values once more. Cut axis by axis (:class:`~.window_slices.

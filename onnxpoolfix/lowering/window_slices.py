@@ -8,7 +8,7 @@ sizes: constant bounds (ncnn has no Gather layer: the portable target's averages
 sums wherever it applies), a static average over a 1-D or 2-D pool's spatial axis in runs (:func:`window_runs`;
 long windows: :meth:`WindowSlicesStep.at`). Each window or run is reduced (max: the base class' NaN / -inf wrapper)
 and one Concat puts them back in order; the axes one after the other, the smaller output first read by the next
-(static max pooling below opset 18: the windows of consecutive axes cut as a tree and joined once,
+(static max pooling whose windows are ReduceMaxes: the windows of consecutive axes cut as a tree and joined once,
 :mod:`.window_grid`).
 """
 from __future__ import annotations

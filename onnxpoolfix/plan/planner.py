@@ -101,8 +101,9 @@ def plan(spec: PoolSpec, strategy: str = AUTO) -> Plan:
         why = f"tuned: measured {time_label(measured[best.name])} vs {runner.name} {time_label(measured[runner.name])}"
     else:
         runner = ok[1]
-        why = f"est. {time_label(best.cost)} vs {runner.name} {time_label(runner.cost)}" + (
-            ", whose ops ncnn lacks" if lacking[runner.name] and not lacking[best.name] else "")
+        why = f"est. {time_label(best.cost)} vs {runner.name} {time_label(runner.cost)}"
+    if len(ok) > 1 and lacking[runner.name] and not lacking[best.name]:
+        why += ", whose ops ncnn lacks"
     source = model.label
     return Plan(spec, BY_NAME[best.name], cands, f"{describe_axes(spec)}; {why}" + (f" ({source})" if source else ""))
 
