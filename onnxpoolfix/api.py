@@ -331,7 +331,8 @@ def ncnn_note(applied) -> list[Note]:
     remedy = (f"no form without them applies to {lacking[0].spec.node.label}: {why}" if why else
               f"{FORCED_BY_STRATEGY}; {DROP_STRATEGY} for a form without them")
     return [Note(f"{len(lacking)} node(s) written with {', '.join(ops)}, which ncnn (through pnnx) has no layer "
-                 f"for (measured); {remedy}", "ncnn-layers", nodes=[d.spec.node.label for d in lacking], ops=ops)]
+                 f"for (measured); {remedy}", "ncnn-layers", nodes=[d.spec.node.label for d in lacking], ops=ops,
+                 forced=why is None)]
 
 
 def _traced_alone(check_shapes, traced_shapes) -> bool:

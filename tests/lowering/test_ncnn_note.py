@@ -50,6 +50,7 @@ def test_the_portable_max_is_written_without_what_ncnn_lacks_where_a_form_applie
     if "indices" in case["name"]:  # the indices need Gathers and comparisons: the note says so
         (note,) = ncnn_notes(result)
         assert set(note.data["ops"]) == lacking_ops(result.model) and len(note.data["nodes"]) == 1
+        assert note.data["forced"] is False
         assert result.report.nodes[0].name in note.data["nodes"][0] and "indices output is read" in str(note)
         return
     assert not lacking_ops(result.model) and not ncnn_notes(result)
@@ -61,6 +62,7 @@ def test_the_portable_max_is_written_without_what_ncnn_lacks_where_a_form_applie
         except onnxpoolfix.PoolFixError:
             continue
     assert gathers and all(lacking_ops(g.model) for g in gathers)
+    assert all(n.data["forced"] for g in gathers for n in ncnn_notes(g)) and all(ncnn_notes(g) for g in gathers)
     _, feeds, want = next(runs(case))  # torch's saved input and output (a static file takes one size)
     sess = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
     got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
